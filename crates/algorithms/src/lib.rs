@@ -1,0 +1,1 @@
+//! Scientific pipelines for arraybridge.

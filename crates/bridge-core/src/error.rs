@@ -1,0 +1,256 @@
+//! The one error type of arraybridge.
+//!
+//! Every fallible operation in the workspace returns [`BridgeError`] (through [`Result`]).
+//! Variants are typed so callers can branch on them: [`BridgeError::OutOfMemory`] is the
+//! only variant that [`crate::oom::with_oom_retry`] retries, and [`BridgeError::is_oom`] is the
+//! one predicate that decides it.
+
+use crate::device::{Device, MemoryType};
+use crate::dtype::DType;
+
+/// Convenience alias used throughout arraybridge.
+pub type Result<T, E = BridgeError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while describing, planning, moving or computing on arrays.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BridgeError {
+    /// A device string such as `cuda:x` could not be parsed.
+    #[error("invalid device string {input:?}: {reason} (expected cpu, cuda:N, opencl:N, torch:cpu or torch:cuda:N)")]
+    ParseDevice {
+        /// The text that was given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A dtype name could not be parsed.
+    #[error("unknown dtype {input:?} (expected one of u8, u16, i32, i64, f16, bf16, f32, f64)")]
+    ParseDType {
+        /// The text that was given.
+        input: String,
+    },
+    /// The device is well-formed but the backend does not have it (ordinal out of range).
+    #[error("unknown device {device}: {available}")]
+    UnknownDevice {
+        /// The device that was asked for.
+        device: Device,
+        /// A human-readable list of what is available.
+        available: String,
+    },
+    /// A memory type cannot live on that device (an ndarray on `cuda:0`, CUDA memory on `opencl:1`).
+    #[error("{memory_type} memory cannot live on device {device}")]
+    InvalidPlacement {
+        /// Memory type requested.
+        memory_type: MemoryType,
+        /// Device requested.
+        device: Device,
+    },
+    /// A backend is compiled out, its library is missing, or it has no device.
+    #[error("backend {backend} is unavailable: {reason}")]
+    BackendUnavailable {
+        /// Backend name (`cuda`, `opencl`, `torch`).
+        backend: String,
+        /// Why (library missing, no device, feature not compiled in, ...).
+        reason: String,
+    },
+    /// The registry has no chain of converters from source to destination.
+    #[error("no conversion route from {from_type} on {from_device} to {to_type} on {to_device}: {reason}")]
+    NoRoute {
+        /// Source memory type.
+        from_type: MemoryType,
+        /// Source device.
+        from_device: Device,
+        /// Target memory type.
+        to_type: MemoryType,
+        /// Target device.
+        to_device: Device,
+        /// Explanation.
+        reason: String,
+    },
+    /// An array had a different dtype than the operation requires.
+    #[error("dtype mismatch{context}: expected {expected}, found {found}")]
+    DTypeMismatch {
+        /// Expected dtype.
+        expected: DType,
+        /// Actual dtype.
+        found: DType,
+        /// Where (prefixed with " in " when non-empty).
+        context: ContextStr,
+    },
+    /// A dtype is not supported on a device (e.g. f16 on an OpenCL device without `cl_khr_fp16`).
+    #[error("dtype {dtype} is not supported on {device}: {reason}")]
+    UnsupportedDType {
+        /// The dtype.
+        dtype: DType,
+        /// The device.
+        device: Device,
+        /// Why.
+        reason: String,
+    },
+    /// A lossless cast met a value the target type cannot represent exactly.
+    #[error("cannot cast {from} to {to} losslessly: element {index} = {value} does not fit (use CastMode::Saturate or CastMode::RescaleMinMax to opt in)")]
+    CastOutOfRange {
+        /// Source dtype.
+        from: DType,
+        /// Target dtype.
+        to: DType,
+        /// Flat (logical, row-major) index of the first offending element.
+        index: usize,
+        /// The offending value, printed.
+        value: String,
+    },
+    /// A cast met NaN where the target or the mode cannot represent it.
+    #[error("cannot cast {from} to {to}: element {index} is NaN ({mode})")]
+    CastNaN {
+        /// Source dtype.
+        from: DType,
+        /// Target dtype.
+        to: DType,
+        /// Flat index of the first NaN.
+        index: usize,
+        /// The cast mode in effect.
+        mode: String,
+    },
+    /// Shapes (or byte lengths) do not agree.
+    #[error("shape mismatch{context}: expected {expected}, found {found}")]
+    ShapeMismatch {
+        /// What was expected, printed.
+        expected: String,
+        /// What was found, printed.
+        found: String,
+        /// Where (prefixed with " in " when non-empty).
+        context: ContextStr,
+    },
+    /// An argument is out of its valid domain (negative fraction, zero batch size, ...).
+    #[error("invalid argument {name}: {reason}")]
+    InvalidArgument {
+        /// Argument name.
+        name: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// Input data is unusable (empty, all NaN, corrupt file, ...).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A device allocation failed because memory ran out (after `attempts` tries).
+    #[error("out of memory on {device}: requested {requested} bytes after {attempts} attempt(s)")]
+    OutOfMemory {
+        /// Device that ran out.
+        device: Device,
+        /// Bytes requested by the failing allocation.
+        requested: u64,
+        /// How many attempts were made (1 = no retry).
+        attempts: u32,
+    },
+    /// A runtime-compiled kernel failed to build; `log` is the compiler's build log.
+    #[error("kernel {kernel} failed to compile for {device}:\n{log}")]
+    KernelCompile {
+        /// Kernel or program name.
+        kernel: String,
+        /// Device it was compiled for.
+        device: Device,
+        /// Compiler log.
+        log: String,
+    },
+    /// Any other failure reported by a backend library, with its native code when there is one.
+    #[error("{backend} error{}: {message}", code.map(|c| format!(" {c}")).unwrap_or_default())]
+    Backend {
+        /// Backend name.
+        backend: String,
+        /// Native error code, if any.
+        code: Option<i64>,
+        /// Message.
+        message: String,
+    },
+    /// The operation is not supported (yet) for these arguments.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// I/O failure with the path involved.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// Path (or description) of what was being read/written.
+        path: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A short context string printed as ` in <context>` when non-empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextStr(pub String);
+
+impl std::fmt::Display for ContextStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, " in {}", self.0)
+        }
+    }
+}
+
+impl From<&str> for ContextStr {
+    fn from(s: &str) -> Self {
+        ContextStr(s.to_owned())
+    }
+}
+
+impl From<String> for ContextStr {
+    fn from(s: String) -> Self {
+        ContextStr(s)
+    }
+}
+
+impl BridgeError {
+    /// True only for [`BridgeError::OutOfMemory`]: the single error that OOM retry acts on.
+    pub fn is_oom(&self) -> bool {
+        matches!(self, BridgeError::OutOfMemory { .. })
+    }
+
+    /// Shorthand for [`BridgeError::InvalidArgument`].
+    pub fn invalid_argument(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        BridgeError::InvalidArgument {
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`BridgeError::ShapeMismatch`].
+    pub fn shape_mismatch(
+        expected: impl std::fmt::Display,
+        found: impl std::fmt::Display,
+        context: impl Into<ContextStr>,
+    ) -> Self {
+        BridgeError::ShapeMismatch {
+            expected: expected.to_string(),
+            found: found.to_string(),
+            context: context.into(),
+        }
+    }
+
+    /// Shorthand for [`BridgeError::BackendUnavailable`].
+    pub fn unavailable(backend: impl Into<String>, reason: impl Into<String>) -> Self {
+        BridgeError::BackendUnavailable {
+            backend: backend.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`BridgeError::Backend`].
+    pub fn backend(backend: impl Into<String>, code: Option<i64>, message: impl Into<String>) -> Self {
+        BridgeError::Backend {
+            backend: backend.into(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`BridgeError::Io`].
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        BridgeError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

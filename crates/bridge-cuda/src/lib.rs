@@ -1,0 +1,1 @@
+//! arraybridge cuda backend (stub; filled in by its own issue).

@@ -1,0 +1,1 @@
+//! arraybridge opencl backend (stub; filled in by its own issue).

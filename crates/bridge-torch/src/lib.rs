@@ -1,0 +1,1 @@
+//! arraybridge torch backend (stub; filled in by its own issue).

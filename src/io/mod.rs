@@ -1,0 +1,1 @@
+//! File formats read and written by the command-line tool (each format in its own module).
