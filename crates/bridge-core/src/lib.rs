@@ -7,10 +7,17 @@
 //! No backend code lives here: backends (`bridge-cuda`, `bridge-opencl`, `bridge-torch`)
 //! implement the traits defined here and register themselves with a [`convert::Registry`].
 
+pub mod array;
+pub mod backend;
+pub mod convert;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod kernel;
+pub mod memory;
+pub mod oom;
 
+pub use array::{Array, HostData, HostElement, Storage};
 pub use device::{Device, MemoryType};
 pub use dtype::{CastMode, DType, Element};
 pub use error::{BridgeError, Result};

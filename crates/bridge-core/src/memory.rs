@@ -1,0 +1,346 @@
+//! Memory statistics, memory limits, and a caching pool that every device backend shares.
+//!
+//! [`CachingPool`] is generic over a [`RawAllocator`] (a CUDA or OpenCL allocator, or a fake one
+//! in tests). It caches freed blocks for reuse, enforces a memory limit (a fraction of the
+//! device's total memory), reports [`PoolStats`], and can [`release`](CachingPool::release) its
+//! cache, which is what OOM retry asks of every backend before trying again.
+//!
+//! ```
+//! use bridge_core::memory::{CachingPool, MemoryLimit, RawAllocator};
+//! use bridge_core::{BridgeError, Device, Result};
+//!
+//! struct Heap;
+//! impl RawAllocator for Heap {
+//!     type Block = Vec<u8>;
+//!     fn device(&self) -> Device { Device::Cpu }
+//!     fn total_memory(&self) -> u64 { 1 << 20 }
+//!     fn allocate(&self, bytes: usize) -> Result<Vec<u8>> { Ok(vec![0; bytes]) }
+//!     fn free(&self, _block: Vec<u8>) {}
+//! }
+//!
+//! let pool = CachingPool::new(Heap);
+//! pool.set_limit(Some(MemoryLimit::fraction(0.5)?));       // 512 KiB of 1 MiB
+//! let a = pool.allocate(100_000)?;
+//! assert!(matches!(pool.allocate(600_000), Err(BridgeError::OutOfMemory { .. })));
+//! drop(a);                                                   // back into the cache
+//! assert_eq!(pool.stats().in_use, 0);
+//! assert!(pool.release() > 0);                               // cache emptied
+//! # Ok::<(), BridgeError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::device::Device;
+use crate::error::{BridgeError, Result};
+
+/// Memory figures for one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct MemoryStats {
+    /// Total device memory in bytes.
+    pub total: u64,
+    /// Free device memory in bytes, where the backend can tell (OpenCL cannot).
+    pub free: Option<u64>,
+    /// Bytes the backend's pool holds from the device (in use + cached).
+    pub pool_reserved: u64,
+    /// Bytes of the pool handed out to live arrays.
+    pub pool_in_use: u64,
+}
+
+/// A memory limit as a fraction of a device's total memory, in `(0, 1]`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct MemoryLimit(f64);
+
+impl MemoryLimit {
+    /// A limit of `fraction` of total memory. Errors unless `0 < fraction <= 1`.
+    pub fn fraction(fraction: f64) -> Result<MemoryLimit> {
+        if fraction.is_finite() && fraction > 0.0 && fraction <= 1.0 {
+            Ok(MemoryLimit(fraction))
+        } else {
+            Err(BridgeError::invalid_argument(
+                "memory limit",
+                format!("fraction must be in (0, 1], got {fraction}"),
+            ))
+        }
+    }
+
+    /// The fraction.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The limit in bytes for a device of `total` bytes.
+    pub fn bytes(self, total: u64) -> u64 {
+        (total as f64 * self.0).floor() as u64
+    }
+}
+
+/// Memory statistics and limits, implemented by every device backend.
+pub trait MemoryInfo {
+    /// Figures for `device`: total and free from the driver where it can say, plus pool figures.
+    fn memory_stats(&self, device: Device) -> Result<MemoryStats>;
+    /// Limit what the backend's pool may hold on `device` (`None` removes the limit).
+    fn set_memory_limit(&self, device: Device, limit: Option<MemoryLimit>) -> Result<()>;
+}
+
+/// A device allocator the pool draws from. `allocate` must map the native out-of-memory error
+/// (and only it) to [`BridgeError::OutOfMemory`].
+pub trait RawAllocator: Send + Sync + 'static {
+    /// One allocation.
+    type Block: Send + 'static;
+    /// The device allocations come from.
+    fn device(&self) -> Device;
+    /// Total memory of the device in bytes (the base of [`MemoryLimit`]).
+    fn total_memory(&self) -> u64;
+    /// Allocate `bytes` (never zero: the pool rounds up).
+    fn allocate(&self, bytes: usize) -> Result<Self::Block>;
+    /// Return an allocation to the device.
+    fn free(&self, block: Self::Block);
+}
+
+/// Pool figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct PoolStats {
+    /// Bytes held from the device (in use + cached).
+    pub reserved: u64,
+    /// Bytes handed out.
+    pub in_use: u64,
+    /// Bytes cached for reuse.
+    pub cached: u64,
+    /// The enforced limit in bytes, if any.
+    pub limit: Option<u64>,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations that went to the device.
+    pub device_allocs: u64,
+}
+
+struct State<B> {
+    free: BTreeMap<usize, Vec<B>>,
+    stats: PoolStats,
+}
+
+struct Inner<A: RawAllocator> {
+    alloc: A,
+    state: Mutex<State<A::Block>>,
+}
+
+impl<A: RawAllocator> Inner<A> {
+    fn lock(&self) -> MutexGuard<'_, State<A::Block>> {
+        // A panic while holding the lock cannot leave the counters half-updated in a way that
+        // matters more than losing the pool, so recover from poisoning.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn release_locked(&self, st: &mut State<A::Block>) -> u64 {
+        let mut freed = 0u64;
+        for (size, blocks) in std::mem::take(&mut st.free) {
+            for b in blocks {
+                self.alloc.free(b);
+                freed += size as u64;
+            }
+        }
+        st.stats.reserved -= freed;
+        st.stats.cached -= freed;
+        freed
+    }
+}
+
+/// A caching allocator with a memory limit. Cheap to clone (shared).
+pub struct CachingPool<A: RawAllocator> {
+    inner: Arc<Inner<A>>,
+}
+
+impl<A: RawAllocator> Clone for CachingPool<A> {
+    fn clone(&self) -> Self {
+        CachingPool {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<A: RawAllocator> fmt::Debug for CachingPool<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingPool")
+            .field("device", &self.inner.alloc.device())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Sizes are rounded up to this granularity so that blocks are reusable across nearby sizes.
+const GRANULE: usize = 512;
+
+fn round_size(bytes: usize) -> usize {
+    bytes.max(1).div_ceil(GRANULE).saturating_mul(GRANULE)
+}
+
+impl<A: RawAllocator> CachingPool<A> {
+    /// A pool over `alloc` with no limit.
+    pub fn new(alloc: A) -> Self {
+        CachingPool {
+            inner: Arc::new(Inner {
+                alloc,
+                state: Mutex::new(State {
+                    free: BTreeMap::new(),
+                    stats: PoolStats::default(),
+                }),
+            }),
+        }
+    }
+
+    /// The underlying allocator.
+    pub fn allocator(&self) -> &A {
+        &self.inner.alloc
+    }
+
+    /// The device.
+    pub fn device(&self) -> Device {
+        self.inner.alloc.device()
+    }
+
+    /// Set or clear the limit. Cached blocks above a new, lower limit are released.
+    pub fn set_limit(&self, limit: Option<MemoryLimit>) {
+        let mut st = self.inner.lock();
+        st.stats.limit = limit.map(|l| l.bytes(self.inner.alloc.total_memory()));
+        if let Some(l) = st.stats.limit
+            && st.stats.reserved > l
+        {
+            self.inner.release_locked(&mut st);
+        }
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> PoolStats {
+        self.inner.lock().stats
+    }
+
+    /// Free every cached (unused) block; returns the bytes given back to the device.
+    pub fn release(&self) -> u64 {
+        let mut st = self.inner.lock();
+        self.inner.release_locked(&mut st)
+    }
+
+    /// Allocate at least `bytes`. Reuses a cached block of up to twice the rounded size; on a
+    /// limit breach or a device OOM, releases the cache and tries once more before returning
+    /// [`BridgeError::OutOfMemory`].
+    pub fn allocate(&self, bytes: usize) -> Result<PoolBlock<A>> {
+        let size = round_size(bytes);
+        let oom = |attempts| BridgeError::OutOfMemory {
+            device: self.device(),
+            requested: bytes as u64,
+            attempts,
+        };
+        let mut st = self.inner.lock();
+        // Best fit from the cache.
+        let hit = st
+            .free
+            .range_mut(size..=size.saturating_mul(2))
+            .find(|(_, v)| !v.is_empty())
+            .and_then(|(&s, v)| v.pop().map(|b| (s, b)));
+        if let Some((s, block)) = hit {
+            st.free.retain(|_, v| !v.is_empty());
+            st.stats.cached -= s as u64;
+            st.stats.in_use += s as u64;
+            st.stats.cache_hits += 1;
+            return Ok(self.wrap(block, s));
+        }
+        if let Some(limit) = st.stats.limit {
+            if size as u64 > limit {
+                return Err(oom(1));
+            }
+            if st.stats.reserved + size as u64 > limit {
+                self.inner.release_locked(&mut st);
+                if st.stats.reserved + size as u64 > limit {
+                    return Err(oom(1));
+                }
+            }
+        }
+        let block = match self.inner.alloc.allocate(size) {
+            Ok(b) => b,
+            Err(e) if e.is_oom() => {
+                if self.inner.release_locked(&mut st) == 0 {
+                    return Err(oom(1));
+                }
+                match self.inner.alloc.allocate(size) {
+                    Ok(b) => b,
+                    Err(e) if e.is_oom() => return Err(oom(2)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        st.stats.reserved += size as u64;
+        st.stats.in_use += size as u64;
+        st.stats.device_allocs += 1;
+        Ok(self.wrap(block, size))
+    }
+
+    fn wrap(&self, block: A::Block, size: usize) -> PoolBlock<A> {
+        PoolBlock {
+            block: Some(block),
+            size,
+            pool: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// A block borrowed from a [`CachingPool`]; returns to the pool's cache when dropped.
+pub struct PoolBlock<A: RawAllocator> {
+    block: Option<A::Block>,
+    size: usize,
+    pool: Arc<Inner<A>>,
+}
+
+impl<A: RawAllocator> PoolBlock<A> {
+    /// The size of the block in bytes (the request rounded up).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl<A: RawAllocator> fmt::Debug for PoolBlock<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PoolBlock({} bytes on {})", self.size, self.pool.alloc.device())
+    }
+}
+
+impl<A: RawAllocator> Deref for PoolBlock<A> {
+    type Target = A::Block;
+    fn deref(&self) -> &A::Block {
+        // The block is only taken in `drop`.
+        match &self.block {
+            Some(b) => b,
+            None => unreachable!("PoolBlock used after drop"),
+        }
+    }
+}
+
+impl<A: RawAllocator> DerefMut for PoolBlock<A> {
+    fn deref_mut(&mut self) -> &mut A::Block {
+        match &mut self.block {
+            Some(b) => b,
+            None => unreachable!("PoolBlock used after drop"),
+        }
+    }
+}
+
+impl<A: RawAllocator> Drop for PoolBlock<A> {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            let mut st = self.pool.lock();
+            st.stats.in_use -= self.size as u64;
+            let over_limit = st.stats.limit.is_some_and(|l| st.stats.reserved > l);
+            if over_limit {
+                st.stats.reserved -= self.size as u64;
+                drop(st);
+                self.pool.alloc.free(b);
+            } else {
+                st.stats.cached += self.size as u64;
+                st.free.entry(self.size).or_default().push(b);
+            }
+        }
+    }
+}
