@@ -2,10 +2,32 @@
 //!
 //! Move n-dimensional arrays between the host and GPU frameworks, and run scientific pipelines on
 //! whichever device is enabled. This crate re-exports the workspace: [`core`] (bridge-core),
-//! [`algorithms`], and each compiled-in backend.
+//! [`algorithms`], and each compiled-in backend, and provides the process-wide [`registry`].
+//!
+//! ```
+//! use arraybridge::{registry, Array, Device, MemoryType};
+//! use ndarray::ArrayD;
+//!
+//! let a = Array::from_ndarray(ArrayD::<f32>::ones(vec![2, 3]));
+//! // Plan first (pure, touches no device), then convert.
+//! let route = registry().plan(a.memory_type(), a.device(), MemoryType::Host, Device::Cpu)?;
+//! assert!(route.is_zero_copy());
+//! let b = registry().convert(a, MemoryType::Host, Device::Cpu)?;
+//! assert_eq!(b.shape(), &[2, 3]);
+//! # Ok::<(), arraybridge::BridgeError>(())
+//! ```
 
 pub use algorithms;
 pub use bridge_core as core;
-pub use bridge_core::{BridgeError, DType, Device, Element, MemoryType, Result};
+pub use bridge_core::{Array, BridgeError, CastMode, DType, Device, Element, MemoryType, Result};
+#[cfg(feature = "cuda")]
+pub use bridge_cuda;
+#[cfg(feature = "opencl")]
+pub use bridge_opencl;
+#[cfg(feature = "torch")]
+pub use bridge_torch;
 
+mod backends;
 pub mod io;
+
+pub use backends::{build_registry, registry};

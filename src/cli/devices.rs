@@ -1,4 +1,7 @@
-//! `arraybridge devices`.
+//! `arraybridge devices`: every device of every compiled-in backend, and why a backend is
+//! unavailable.
+
+use arraybridge::core::backend::{BackendReport, DeviceInfo};
 
 /// Arguments of `arraybridge devices`.
 #[derive(Debug, clap::Args)]
@@ -8,8 +11,91 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Print the device table.
-pub fn run(_args: Args) -> bridge_core::Result<()> {
-    println!("(device listing not yet implemented)");
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn host_memory() -> (Option<u64>, Option<u64>) {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return (None, None);
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
+}
+
+fn caps(d: &DeviceInfo) -> String {
+    let c = &d.capabilities;
+    let mut v = Vec::new();
+    if let Some((ma, mi)) = c.compute_capability {
+        v.push(format!("sm_{ma}{mi}"));
+    }
+    if let Some(cu) = c.compute_units {
+        v.push(format!("{cu} CUs"));
+    }
+    v.push(format!("fp16 {}", if c.fp16 { "yes" } else { "no" }));
+    v.push(format!("fp64 {}", if c.fp64 { "yes" } else { "no" }));
+    if let Some(m) = c.max_alloc {
+        v.push(format!("max alloc {}", gib(m)));
+    }
+    v.join(", ")
+}
+
+/// Print the device table (or JSON).
+pub fn run(args: Args) -> bridge_core::Result<()> {
+    let reg = arraybridge::registry();
+    let reports: &[BackendReport] = reg.reports();
+    let (total, free) = host_memory();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if args.json {
+        let v = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "host": { "device": "cpu", "threads": cpus, "memory_total": total, "memory_free": free },
+            "backends": reports,
+        });
+        let text = serde_json::to_string_pretty(&v)
+            .map_err(|e| bridge_core::BridgeError::InvalidInput(format!("JSON encoding failed: {e}")))?;
+        println!("{text}");
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:<34} {:>22}  capabilities",
+        "DEVICE", "NAME", "MEMORY (free/total)"
+    );
+    let mem = |t: Option<u64>, f: Option<u64>| match (f, t) {
+        (Some(f), Some(t)) => format!("{} / {}", gib(f), gib(t)),
+        (None, Some(t)) => format!("? / {}", gib(t)),
+        _ => "?".to_owned(),
+    };
+    println!(
+        "{:<14} {:<34} {:>22}  {cpus} threads, always available",
+        "cpu",
+        "host CPU (ndarray + rayon)",
+        mem(total, free)
+    );
+    for r in reports {
+        for d in &r.devices {
+            println!(
+                "{:<14} {:<34} {:>22}  {}",
+                d.device.to_string(),
+                d.name.chars().take(34).collect::<String>(),
+                mem(d.total_memory, d.free_memory),
+                caps(d)
+            );
+        }
+    }
+    let unavailable: Vec<&BackendReport> = reports.iter().filter(|r| r.unavailable.is_some()).collect();
+    if !unavailable.is_empty() {
+        println!();
+        println!("unavailable backends:");
+        for r in unavailable {
+            println!("  {:<8} {}", r.name, r.unavailable.as_deref().unwrap_or_default());
+        }
+    }
     Ok(())
 }

@@ -258,8 +258,9 @@ impl HostData {
 /// Number of elements of a shape, with overflow checked.
 pub fn checked_len(shape: &[usize]) -> Result<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {
-        acc.checked_mul(d)
-            .ok_or_else(|| BridgeError::invalid_argument("shape", format!("{shape:?} overflows usize")))
+        acc.checked_mul(d).ok_or_else(|| {
+            BridgeError::invalid_argument("shape", format!("{shape:?} overflows usize"))
+        })
     })
 }
 
@@ -276,8 +277,9 @@ pub fn c_strides(shape: &[usize]) -> Vec<isize> {
 
 fn vec_to_array<T>(shape: &[usize], v: Vec<T>) -> Result<ArrayD<T>> {
     let len = v.len();
-    ArrayD::from_shape_vec(IxDyn(shape), v)
-        .map_err(|e| BridgeError::shape_mismatch(format!("{shape:?}"), format!("{len} elements ({e})"), ""))
+    ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| {
+        BridgeError::shape_mismatch(format!("{shape:?}"), format!("{len} elements ({e})"), "")
+    })
 }
 
 /// Host storage: an ndarray.
@@ -344,7 +346,11 @@ impl Array {
     /// Wrap a backend's storage holding a C-contiguous array of `dtype` and `shape`.
     ///
     /// Errors when the storage is smaller than the array needs.
-    pub fn from_storage(storage: Box<dyn Storage>, shape: Vec<usize>, dtype: DType) -> Result<Array> {
+    pub fn from_storage(
+        storage: Box<dyn Storage>,
+        shape: Vec<usize>,
+        dtype: DType,
+    ) -> Result<Array> {
         let n = checked_len(&shape)?;
         let need = n
             .checked_mul(dtype.size_of())
@@ -352,7 +358,11 @@ impl Array {
         if storage.nbytes() < need {
             return Err(BridgeError::shape_mismatch(
                 format!("at least {need} bytes for {dtype} {shape:?}"),
-                format!("{} bytes of {} storage", storage.nbytes(), storage.memory_type()),
+                format!(
+                    "{} bytes of {} storage",
+                    storage.nbytes(),
+                    storage.memory_type()
+                ),
                 "Array::from_storage",
             ));
         }
@@ -417,9 +427,16 @@ impl Array {
         self.storage.as_any_mut().downcast_mut::<S>()
     }
     /// Take the storage out as a backend's type; gives the array back on a type mismatch.
-    pub fn into_storage<S: Storage>(self) -> std::result::Result<(Box<S>, Vec<usize>, DType), Array> {
+    pub fn into_storage<S: Storage>(
+        self,
+    ) -> std::result::Result<(Box<S>, Vec<usize>, DType), Array> {
         if self.storage.as_any().is::<S>() {
-            let Array { shape, dtype, storage, .. } = self;
+            let Array {
+                shape,
+                dtype,
+                storage,
+                ..
+            } = self;
             match storage.into_any().downcast::<S>() {
                 Ok(s) => Ok((s, shape, dtype)),
                 // Unreachable: checked with `is` above; report as a mismatch rather than panic.
@@ -469,16 +486,17 @@ impl Array {
     pub fn as_ndarray<T: HostElement>(&self) -> Result<ArrayViewD<'_, T>> {
         self.dtype_check::<T>("Array::as_ndarray")?;
         let h = self.host()?;
-        T::peek(h)
-            .map(|a| a.view())
-            .ok_or_else(|| BridgeError::Unsupported("host data dtype disagrees with its tag".into()))
+        T::peek(h).map(|a| a.view()).ok_or_else(|| {
+            BridgeError::Unsupported("host data dtype disagrees with its tag".into())
+        })
     }
 
     /// Take a host array out as a typed ndarray.
     pub fn into_ndarray<T: HostElement>(self) -> Result<ArrayD<T>> {
         self.dtype_check::<T>("Array::into_ndarray")?;
         let h = self.into_host()?;
-        T::take(h).map_err(|_| BridgeError::Unsupported("host data dtype disagrees with its tag".into()))
+        T::take(h)
+            .map_err(|_| BridgeError::Unsupported("host data dtype disagrees with its tag".into()))
     }
 
     /// Cast a host array to another dtype (see [`crate::dtype`] for the policy).
@@ -495,10 +513,13 @@ mod tests {
     #[test]
     fn non_contiguous_bytes_are_logical_order() {
         let a = Array2::from_shape_fn((3, 4), |(i, j)| (i * 4 + j) as u16);
-        let t = a.t().to_owned(); // standard layout, values transposed
-        let view = a.t(); // non-contiguous view
-        let h = HostData::U16(view.to_owned().into_dyn());
-        assert_eq!(h.to_c_bytes().as_ref(), bytemuck::cast_slice::<u16, u8>(t.as_slice().unwrap_or_default()));
+        let logical: Vec<u16> = a.t().iter().copied().collect();
+        let h = HostData::U16(a.clone().reversed_axes().into_dyn()); // non-contiguous
+        assert!(!h.is_standard_layout());
+        assert_eq!(
+            h.to_c_bytes().as_ref(),
+            bytemuck::cast_slice::<u16, u8>(&logical)
+        );
         let strided = a.slice(s![.., ..;2]).to_owned().into_dyn();
         let arr = Array::from_ndarray(strided);
         assert!(arr.is_contiguous());
@@ -517,6 +538,9 @@ mod tests {
     #[test]
     fn dtype_mismatch_is_typed() {
         let a = Array::from_ndarray(ArrayD::<f32>::zeros(IxDyn(&[2])));
-        assert!(matches!(a.as_ndarray::<f64>(), Err(BridgeError::DTypeMismatch { .. })));
+        assert!(matches!(
+            a.as_ndarray::<f64>(),
+            Err(BridgeError::DTypeMismatch { .. })
+        ));
     }
 }

@@ -196,7 +196,11 @@ impl Topology {
     }
 
     /// Mark a memory type's backend as unavailable, with the reason.
-    pub fn set_unavailable(&mut self, memory_type: MemoryType, reason: impl Into<String>) -> &mut Self {
+    pub fn set_unavailable(
+        &mut self,
+        memory_type: MemoryType,
+        reason: impl Into<String>,
+    ) -> &mut Self {
         self.unavailable.insert(memory_type, reason.into());
         self
     }
@@ -338,7 +342,9 @@ pub fn plan_route(
                 let reason = topology
                     .unavailable_reason(mt)
                     .map(str::to_owned)
-                    .unwrap_or_else(|| format!("the {mt} backend is not registered (not compiled in?)"));
+                    .unwrap_or_else(|| {
+                        format!("the {mt} backend is not registered (not compiled in?)")
+                    });
                 return Err(BridgeError::BackendUnavailable {
                     backend: mt.name().to_owned(),
                     reason,
@@ -386,7 +392,10 @@ pub fn plan_route(
             break;
         }
         for c in converters.iter().filter(|c| c.source() == node.memory_type) {
-            for next in nodes.iter().filter(|n| n.memory_type == c.target() && **n != node) {
+            for next in nodes
+                .iter()
+                .filter(|n| n.memory_type == c.target() && **n != node)
+            {
                 let Some(kind) = c.edge(node.device, next.device, topology) else {
                     continue;
                 };
@@ -564,8 +573,21 @@ impl Registry {
     }
 
     /// Plan a conversion without touching any device. See [`plan_route`].
-    pub fn plan(&self, src: MemoryType, src_device: Device, dst: MemoryType, dst_device: Device) -> Result<Route> {
-        plan_route(&self.topology, &self.converters, src, src_device, dst, dst_device)
+    pub fn plan(
+        &self,
+        src: MemoryType,
+        src_device: Device,
+        dst: MemoryType,
+        dst_device: Device,
+    ) -> Result<Route> {
+        plan_route(
+            &self.topology,
+            &self.converters,
+            src,
+            src_device,
+            dst,
+            dst_device,
+        )
     }
 
     /// Convert `array` to `dst` memory on `dst_device`, following the planned route. The
@@ -582,7 +604,8 @@ impl Registry {
                 .find(|c| {
                     c.source() == step.from.memory_type
                         && c.target() == step.to.memory_type
-                        && c.edge(step.from.device, step.to.device, &self.topology) == Some(step.kind)
+                        && c.edge(step.from.device, step.to.device, &self.topology)
+                            == Some(step.kind)
                 })
                 .ok_or_else(|| BridgeError::NoRoute {
                     from_type: step.from.memory_type,

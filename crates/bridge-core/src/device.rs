@@ -20,7 +20,9 @@ use std::str::FromStr;
 use crate::error::BridgeError;
 
 /// Which framework owns a block of memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum MemoryType {
     /// Host memory owned by an `ndarray::ArrayD`.
     Host,
@@ -68,7 +70,9 @@ impl fmt::Display for MemoryType {
 /// Each variant belongs to exactly one [`MemoryType`] ([`Device::memory_type`]); whether two
 /// devices of different backends are the same physical GPU (`cuda:0` and `torch:cuda:0`, say) is
 /// a question for the registry's topology, which compares device UUIDs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Device {
     /// The host CPU (ndarray memory).
     Cpu,
@@ -159,7 +163,9 @@ impl FromStr for Device {
             ("torch", Some("cpu"), None) => Ok(Device::TorchCpu),
             ("torch", Some("cuda"), Some(n)) => Ok(Device::TorchCuda(parse_ordinal(input, n)?)),
             ("cuda" | "opencl", None, _) => Err(bad("missing device ordinal (write e.g. cuda:0)")),
-            ("torch", Some("cuda"), None) => Err(bad("missing device ordinal (write torch:cuda:0)")),
+            ("torch", Some("cuda"), None) => {
+                Err(bad("missing device ordinal (write torch:cuda:0)"))
+            }
             ("torch", _, _) => Err(bad("torch devices are torch:cpu or torch:cuda:N")),
             ("cpu", _, _) => Err(bad("cpu takes no ordinal")),
             ("", _, _) => Err(bad("empty device string")),
@@ -195,12 +201,28 @@ mod tests {
     #[test]
     fn rejects_malformed() {
         for s in [
-            "", "gpu", "cuda", "cuda:", "cuda:-1", "cuda:x", "cuda:01", "cuda:1:2", "cpu:0",
-            "opencl:", "torch", "torch:cuda", "torch:cuda:", "torch:gpu:0", "torch:cpu:0",
+            "",
+            "gpu",
+            "cuda",
+            "cuda:",
+            "cuda:-1",
+            "cuda:x",
+            "cuda:01",
+            "cuda:1:2",
+            "cpu:0",
+            "opencl:",
+            "torch",
+            "torch:cuda",
+            "torch:cuda:",
+            "torch:gpu:0",
+            "torch:cpu:0",
             "cuda:99999999999999999999999",
         ] {
             let e = s.parse::<Device>();
-            assert!(matches!(e, Err(BridgeError::ParseDevice { .. })), "{s:?} -> {e:?}");
+            assert!(
+                matches!(e, Err(BridgeError::ParseDevice { .. })),
+                "{s:?} -> {e:?}"
+            );
         }
     }
 

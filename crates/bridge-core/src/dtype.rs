@@ -37,7 +37,9 @@ use half::{bf16, f16};
 use crate::error::{BridgeError, Result};
 
 /// The element type of an array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     /// Unsigned 8-bit integer.
     U8,
@@ -124,7 +126,11 @@ impl FromStr for DType {
             "bf16" | "bfloat16" => DType::BF16,
             "f32" | "float32" | "float" => DType::F32,
             "f64" | "float64" | "double" => DType::F64,
-            _ => return Err(BridgeError::ParseDType { input: s.to_owned() }),
+            _ => {
+                return Err(BridgeError::ParseDType {
+                    input: s.to_owned(),
+                });
+            }
         };
         Ok(d)
     }
@@ -297,10 +303,28 @@ macro_rules! float_element {
     };
 }
 
-float_element!(f32, DType::F32, |x: f64| x as f32, |x: f32| x as f64, f32::MAX as f64);
+float_element!(
+    f32,
+    DType::F32,
+    |x: f64| x as f32,
+    |x: f32| x as f64,
+    f32::MAX as f64
+);
 float_element!(f64, DType::F64, |x: f64| x, |x: f64| x, f64::MAX);
-float_element!(f16, DType::F16, f16::from_f64, |x: f16| x.to_f64(), f16::MAX.to_f64());
-float_element!(bf16, DType::BF16, bf16::from_f64, |x: bf16| x.to_f64(), bf16::MAX.to_f64());
+float_element!(
+    f16,
+    DType::F16,
+    f16::from_f64,
+    |x: f16| x.to_f64(),
+    f16::MAX.to_f64()
+);
+float_element!(
+    bf16,
+    DType::BF16,
+    bf16::from_f64,
+    |x: bf16| x.to_f64(),
+    bf16::MAX.to_f64()
+);
 
 /// Cast a slice element by element under `mode`. See the module docs for the policy.
 ///

@@ -16,7 +16,9 @@ pub type Result<T, E = BridgeError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum BridgeError {
     /// A device string such as `cuda:x` could not be parsed.
-    #[error("invalid device string {input:?}: {reason} (expected cpu, cuda:N, opencl:N, torch:cpu or torch:cuda:N)")]
+    #[error(
+        "invalid device string {input:?}: {reason} (expected cpu, cuda:N, opencl:N, torch:cpu or torch:cuda:N)"
+    )]
     ParseDevice {
         /// The text that was given.
         input: String,
@@ -54,7 +56,9 @@ pub enum BridgeError {
         reason: String,
     },
     /// The registry has no chain of converters from source to destination.
-    #[error("no conversion route from {from_type} on {from_device} to {to_type} on {to_device}: {reason}")]
+    #[error(
+        "no conversion route from {from_type} on {from_device} to {to_type} on {to_device}: {reason}"
+    )]
     NoRoute {
         /// Source memory type.
         from_type: MemoryType,
@@ -88,7 +92,9 @@ pub enum BridgeError {
         reason: String,
     },
     /// A lossless cast met a value the target type cannot represent exactly.
-    #[error("cannot cast {from} to {to} losslessly: element {index} = {value} does not fit (use CastMode::Saturate or CastMode::RescaleMinMax to opt in)")]
+    #[error(
+        "cannot cast {from} to {to} losslessly: element {index} = {value} does not fit (use CastMode::Saturate or CastMode::RescaleMinMax to opt in)"
+    )]
     CastOutOfRange {
         /// Source dtype.
         from: DType,
@@ -238,7 +244,11 @@ impl BridgeError {
     }
 
     /// Shorthand for [`BridgeError::Backend`].
-    pub fn backend(backend: impl Into<String>, code: Option<i64>, message: impl Into<String>) -> Self {
+    pub fn backend(
+        backend: impl Into<String>,
+        code: Option<i64>,
+        message: impl Into<String>,
+    ) -> Self {
         BridgeError::Backend {
             backend: backend.into(),
             code,

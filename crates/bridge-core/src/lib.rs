@@ -15,7 +15,9 @@ pub mod dtype;
 pub mod error;
 pub mod kernel;
 pub mod memory;
+pub mod offload;
 pub mod oom;
+pub mod stack;
 
 pub use array::{Array, HostData, HostElement, Storage};
 pub use device::{Device, MemoryType};

@@ -303,7 +303,12 @@ impl<A: RawAllocator> PoolBlock<A> {
 
 impl<A: RawAllocator> fmt::Debug for PoolBlock<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PoolBlock({} bytes on {})", self.size, self.pool.alloc.device())
+        write!(
+            f,
+            "PoolBlock({} bytes on {})",
+            self.size,
+            self.pool.alloc.device()
+        )
     }
 }
 

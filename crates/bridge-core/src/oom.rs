@@ -117,7 +117,9 @@ impl PoolReleaser for Registry {
 fn report(releaser: &dyn PoolReleaser, event: OomEvent) {
     match &event {
         OomEvent::CpuFallback { device, reason } => {
-            log::warn!("out of memory on {device}; falling back to the CPU as the retry policy allows: {reason}")
+            log::warn!(
+                "out of memory on {device}; falling back to the CPU as the retry policy allows: {reason}"
+            )
         }
         OomEvent::SplitBatch { device, len } => {
             log::info!("out of memory on {device}; splitting a batch of {len} in two")
@@ -126,7 +128,9 @@ fn report(releaser: &dyn PoolReleaser, event: OomEvent) {
             device,
             attempt,
             released,
-        } => log::info!("out of memory on {device} (attempt {attempt}); released {released} bytes, retrying"),
+        } => log::info!(
+            "out of memory on {device} (attempt {attempt}); released {released} bytes, retrying"
+        ),
     }
     if let Some(obs) = releaser.observer() {
         obs.on_oom_event(&event);
@@ -202,8 +206,10 @@ pub fn run_batched<T>(
     let mut cpu_op = cpu_op;
     let mut out = Vec::with_capacity(len);
     // Work list of ranges in order; a split replaces a range by its halves.
-    let mut todo: Vec<Range<usize>> = if len == 0 { Vec::new() } else { vec![0..len] };
-    todo.reverse();
+    let mut todo: Vec<Range<usize>> = Vec::new();
+    if len > 0 {
+        todo.push(0..len);
+    }
     while let Some(range) = todo.pop() {
         let n = range.len();
         match with_oom_retry(policy, device, releaser, || device_op(range.clone())) {
@@ -230,7 +236,9 @@ pub fn run_batched<T>(
                     let Some(cpu) = cpu_op.as_mut() else {
                         return Err(BridgeError::invalid_argument(
                             "on_exhausted",
-                            format!("CpuFallback was requested but no CPU implementation was given ({e})"),
+                            format!(
+                                "CpuFallback was requested but no CPU implementation was given ({e})"
+                            ),
                         ));
                     };
                     report(

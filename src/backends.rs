@@ -1,0 +1,43 @@
+//! The default registry: every compiled-in backend, registered once.
+
+use std::sync::OnceLock;
+
+use bridge_core::MemoryType;
+use bridge_core::convert::Registry;
+
+/// Build a registry with every backend compiled into this binary. Backends whose library or
+/// device is missing are recorded as unavailable (with the reason), never a panic.
+pub fn build_registry() -> Registry {
+    let mut reg = Registry::new();
+    #[cfg(feature = "cuda")]
+    reg.mark_unavailable("cuda", MemoryType::Cuda, "backend not wired yet");
+    #[cfg(not(feature = "cuda"))]
+    reg.mark_unavailable(
+        "cuda",
+        MemoryType::Cuda,
+        "not compiled in (build with the `cuda` feature)",
+    );
+    #[cfg(feature = "opencl")]
+    reg.mark_unavailable("opencl", MemoryType::OpenCl, "backend not wired yet");
+    #[cfg(not(feature = "opencl"))]
+    reg.mark_unavailable(
+        "opencl",
+        MemoryType::OpenCl,
+        "not compiled in (build with the `opencl` feature)",
+    );
+    #[cfg(feature = "torch")]
+    reg.mark_unavailable("torch", MemoryType::Torch, "backend not wired yet");
+    #[cfg(not(feature = "torch"))]
+    reg.mark_unavailable(
+        "torch",
+        MemoryType::Torch,
+        "not compiled in (build with the `torch` feature and libtorch 2.11)",
+    );
+    reg
+}
+
+/// The process-wide registry, built on first use.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(build_registry)
+}
