@@ -31,3 +31,8 @@ mod backends;
 pub mod io;
 
 pub use backends::{build_registry, registry};
+
+/// The README's examples, compiled and run as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

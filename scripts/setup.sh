@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what the test suite needs, idempotently:
+#   - PoCL (a real CPU OpenCL device) and the OpenCL ICD loader, from Debian's packages;
+#   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU) into .cache/, so every CUDA
+#     kernel is compiled in CI.
+# Prints nothing but progress; source scripts/env.sh afterwards to get the environment.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+need_apt=()
+for pkg in pocl-opencl-icd ocl-icd-opencl-dev clinfo; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: apt-get install ${need_apt[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: missing ${need_apt[*]} (run as root or install them; OpenCL tests will skip)" >&2
+  fi
+fi
+
+if [ -f scripts/nvrtc.sh ]; then
+  bash scripts/nvrtc.sh >/dev/null
+fi
