@@ -10,7 +10,7 @@ use bridge_core::convert::Registry;
 pub fn build_registry() -> Registry {
     let mut reg = Registry::new();
     #[cfg(feature = "cuda")]
-    reg.mark_unavailable("cuda", MemoryType::Cuda, "backend not wired yet");
+    reg.register_backend(bridge_cuda::backend());
     #[cfg(not(feature = "cuda"))]
     reg.mark_unavailable(
         "cuda",

@@ -1,0 +1,162 @@
+//! Launching portable kernels on a [`Gpu`].
+//!
+//! ```no_run
+//! use bridge_cuda::{gpu, KernelArg, kernel::KERNELS};
+//! use bridge_core::{Array, DType};
+//! # fn main() -> bridge_core::Result<()> {
+//! let g = gpu(0)?;
+//! let x = g.upload(Array::from_ndarray(ndarray::ArrayD::<f32>::ones(vec![1000])).host()?)?;
+//! let y = g.zeros(DType::F32, &[1000])?;
+//! let prog = g.program(&KERNELS[0], &["-DREAL=float"])?;
+//! g.launch(&prog, "axpy", &[1000], None,
+//!          &[KernelArg::Buffer(&y), KernelArg::Buffer(&x), KernelArg::F32(2.0), KernelArg::U32(1000)], None)?;
+//! let host = g.download(&y)?; // all 2.0
+//! # Ok(()) }
+//! ```
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use bridge_core::{Array, BridgeError, Result};
+use cudarc::driver::CudaStream;
+
+use crate::buffer::storage_of;
+use crate::device::{Gpu, Program, Ready};
+use crate::error;
+use crate::ffi;
+use crate::kernel::LaunchDims;
+
+/// One kernel argument. Scalars must match the kernel's parameter types exactly.
+#[derive(Debug, Clone, Copy)]
+pub enum KernelArg<'a> {
+    /// A CUDA array (passed as a device pointer). It must live on the launching device.
+    Buffer(&'a Array),
+    /// `int`.
+    I32(i32),
+    /// `uint` / `unsigned int`.
+    U32(u32),
+    /// `long long`.
+    I64(i64),
+    /// `ulong` / `unsigned long long` / `size_t`.
+    U64(u64),
+    /// `float`.
+    F32(f32),
+    /// `double`.
+    F64(f64),
+}
+
+impl KernelArg<'_> {
+    /// The argument's size in bytes as the kernel sees it.
+    pub fn size(&self) -> usize {
+        match self {
+            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) => 4,
+            _ => 8,
+        }
+    }
+}
+
+fn word(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..bytes.len()].copy_from_slice(bytes);
+    u64::from_ne_bytes(b)
+}
+
+impl Gpu {
+    /// Launch `entry` of `program` over an OpenCL-style `global` size (1–3 dimensions) with an
+    /// optional `local` size (see [`LaunchDims::new`]).
+    ///
+    /// With `stream: None` the launch runs on a pooled stream and this call returns when the
+    /// kernel has finished (blocking contract). With `Some(stream)` it returns at once with a
+    /// [`Ready`] event; every buffer argument records the launch as its pending use, so it cannot
+    /// be freed or reused before the kernel completes.
+    pub fn launch(
+        self: &Arc<Self>,
+        program: &Program,
+        entry: &str,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[KernelArg<'_>],
+        stream: Option<&CudaStream>,
+    ) -> Result<Option<Ready>> {
+        let dims = LaunchDims::new(global, local)?;
+        let func = program.function(entry)?;
+        // One 8-byte slot per argument; the vector is never resized after the pointers are taken.
+        let mut slots: Vec<u64> = Vec::with_capacity(args.len());
+        let mut buffers = Vec::new();
+        for a in args {
+            let w = match *a {
+                KernelArg::Buffer(arr) => {
+                    let st = storage_of(arr)?;
+                    if st.gpu().device() != self.device() {
+                        return Err(BridgeError::invalid_argument(
+                            "kernel argument",
+                            format!(
+                                "buffer on {} passed to a launch on {}",
+                                st.gpu().device(),
+                                self.device()
+                            ),
+                        ));
+                    }
+                    buffers.push(st);
+                    st.device_ptr()
+                }
+                KernelArg::I32(v) => word(&v.to_ne_bytes()),
+                KernelArg::U32(v) => word(&v.to_ne_bytes()),
+                KernelArg::I64(v) => word(&v.to_ne_bytes()),
+                KernelArg::U64(v) => v,
+                KernelArg::F32(v) => word(&v.to_ne_bytes()),
+                KernelArg::F64(v) => word(&v.to_ne_bytes()),
+            };
+            slots.push(w);
+        }
+        if let Some(sizes) = ffi::param_sizes(&func) {
+            let ours: Vec<usize> = args.iter().map(KernelArg::size).collect();
+            if sizes != ours {
+                return Err(BridgeError::invalid_argument(
+                    "kernel arguments",
+                    format!(
+                        "{entry} takes parameters of {sizes:?} bytes, got arguments of {ours:?} bytes"
+                    ),
+                ));
+            }
+        }
+        let mut params: Vec<*mut c_void> =
+            slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        let lease;
+        let s: &CudaStream = match stream {
+            Some(s) => s,
+            None => {
+                lease = self.stream()?;
+                &lease
+            }
+        };
+        for b in &buffers {
+            b.wait_on(s)?;
+        }
+        // SAFETY: one slot per parameter (counts and sizes checked against the kernel above
+        // where the driver can tell) holding the value's bytes (scalars little-endian in the
+        // low bytes of an 8-byte slot, device pointers as 64-bit addresses); `slots` outlives the
+        // call. Buffer arguments record this launch as pending below, so their memory outlives
+        // the kernel. Matching the kernel's signature is the caller's documented duty.
+        unsafe {
+            ffi::launch(
+                &func,
+                dims.grid,
+                dims.block,
+                0,
+                s,
+                &mut params,
+                self.device(),
+            )?
+        };
+        if stream.is_none() {
+            s.synchronize()
+                .map_err(error::op(self.device(), "cuStreamSynchronize"))?;
+            return Ok(None);
+        }
+        for b in &buffers {
+            b.mark_used(s)?;
+        }
+        Ok(Some(self.record(s)?))
+    }
+}

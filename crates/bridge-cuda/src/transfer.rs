@@ -1,0 +1,412 @@
+//! Host↔CUDA and CUDA↔CUDA copies.
+//!
+//! - *Pageable*: one `cuMemcpyHtoD`/`DtoH` straight from/to the ndarray's memory.
+//! - *Pinned-staged*: the bytes go through two reusable pinned chunks of
+//!   [`crate::device::STAGING_CHUNK`] bytes, double-buffered: while the DMA engine
+//!   copies one chunk, the host (in parallel threads) fills or drains the other.
+//! - *Peer*: `cuMemcpyPeerAsync` between devices with peer access enabled; otherwise
+//!   *pinned-staged* through host memory, device→pinned on the source stream and pinned→device on
+//!   the destination stream, chained by events.
+//!
+//! Non-contiguous host views are gathered into C order first ([`bridge_core::HostData::to_c_bytes`]).
+//! All calls here are blocking unless named `_async` (see the completion contract in
+//! [`crate::device`]).
+
+use std::sync::Arc;
+
+use bridge_core::convert::TransferKind;
+use bridge_core::{Array, BridgeError, HostData, HostElement, Result, dispatch_dtype};
+use cudarc::driver::CudaStream;
+use rayon::prelude::*;
+
+use crate::buffer::{CudaStorage, storage_of};
+use crate::device::{Gpu, Ready, STAGING_CHUNK, gpu};
+use crate::error;
+use crate::ffi::{self, DeviceMem, PinnedMem};
+
+/// How host memory reaches the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostPath {
+    /// Directly from/to pageable memory (the driver stages internally).
+    Pageable,
+    /// Through the device's pinned staging chunks, double-buffered. The default.
+    #[default]
+    PinnedStaged,
+}
+
+impl HostPath {
+    /// The transfer kind a route records for this path.
+    pub fn kind(self) -> TransferKind {
+        match self {
+            HostPath::Pageable => TransferKind::HostCopy,
+            HostPath::PinnedStaged => TransferKind::PinnedStaged,
+        }
+    }
+}
+
+/// Copy `src` into `dst` with several threads for large buffers.
+fn par_copy(dst: &mut [u8], src: &[u8]) {
+    const PIECE: usize = 2 << 20;
+    if src.len() <= PIECE {
+        dst.copy_from_slice(src);
+    } else {
+        dst.par_chunks_mut(PIECE)
+            .zip(src.par_chunks(PIECE))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    }
+}
+
+impl Gpu {
+    fn sync(&self, stream: &CudaStream) -> Result<()> {
+        stream
+            .synchronize()
+            .map_err(error::op(self.device, "cuStreamSynchronize"))
+    }
+
+    /// Copy host bytes to `dst[0..]` through the staging chunks (blocking).
+    pub(crate) fn h2d_staged(
+        &self,
+        dst: &DeviceMem,
+        src: &[u8],
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut bufs = self.take_staging(2)?;
+        let run = |bufs: &mut Vec<PinnedPair>| -> Result<()> {
+            let mut events = [None, None];
+            for (i, chunk) in src.chunks(STAGING_CHUNK).enumerate() {
+                let k = i % 2;
+                if let Some(ev) = events[k].take() {
+                    Ready::synchronize(&ev)?;
+                }
+                let buf = &mut bufs[k];
+                par_copy(&mut buf.as_mut_slice()[..chunk.len()], chunk);
+                // SAFETY: buffer `k` is not touched again until `events[k]` (recorded right
+                // after this copy) has been synchronised, or the stream is synchronised below.
+                unsafe {
+                    ffi::htod_async(
+                        dst,
+                        i * STAGING_CHUNK,
+                        &buf.as_slice()[..chunk.len()],
+                        stream,
+                    )?
+                };
+                events[k] = Some(self.record(stream)?);
+            }
+            Ok(())
+        };
+        let r = run(&mut bufs);
+        // Always drain the stream before the buffers can be reused or freed.
+        let s = self.sync(stream);
+        self.give_staging(bufs);
+        r.and(s)
+    }
+
+    /// Copy `src[0..dst.len()]` to host bytes through the staging chunks (blocking).
+    pub(crate) fn d2h_staged(
+        &self,
+        dst: &mut [u8],
+        src: &DeviceMem,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let mut bufs = self.take_staging(2)?;
+        let run = |bufs: &mut Vec<PinnedPair>, dst: &mut [u8]| -> Result<()> {
+            let chunks: Vec<&mut [u8]> = dst.chunks_mut(STAGING_CHUNK).collect();
+            let n = chunks.len();
+            let lens: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
+            let mut events: Vec<Option<Ready>> = vec![None, None];
+            let enqueue = |i: usize,
+                           bufs: &mut Vec<PinnedPair>,
+                           events: &mut Vec<Option<Ready>>|
+             -> Result<()> {
+                let k = i % 2;
+                // SAFETY: buffer `k` is only read after `events[k]` is synchronised, and the
+                // stream is synchronised before the buffers are reused or freed.
+                unsafe {
+                    ffi::dtoh_async(
+                        &mut bufs[k].as_mut_slice()[..lens[i]],
+                        src,
+                        i * STAGING_CHUNK,
+                        stream,
+                    )?
+                };
+                events[k] = Some(self.record(stream)?);
+                Ok(())
+            };
+            enqueue(0, bufs, &mut events)?;
+            for (i, out) in chunks.into_iter().enumerate() {
+                if i + 1 < n {
+                    enqueue(i + 1, bufs, &mut events)?;
+                }
+                let k = i % 2;
+                if let Some(ev) = events[k].take() {
+                    ev.synchronize()?;
+                }
+                par_copy(out, &bufs[k].as_slice()[..lens[i]]);
+            }
+            Ok(())
+        };
+        let r = run(&mut bufs, dst);
+        let s = self.sync(stream);
+        self.give_staging(bufs);
+        r.and(s)
+    }
+
+    /// Upload a host array (any layout) as a new CUDA array, by `path` (blocking).
+    pub fn upload_with(self: &Arc<Self>, host: &HostData, path: HostPath) -> Result<Array> {
+        let bytes = host.to_c_bytes();
+        let out = self.alloc(host.dtype(), host.shape())?;
+        let st = storage_of(&out)?;
+        let stream = self.stream()?;
+        match path {
+            HostPath::Pageable => ffi::htod_sync(st.mem(), 0, &bytes, &stream)?,
+            HostPath::PinnedStaged => self.h2d_staged(st.mem(), &bytes, &stream)?,
+        }
+        Ok(out)
+    }
+
+    /// Upload through the pinned staging buffers (blocking). See [`Gpu::upload_with`].
+    pub fn upload(self: &Arc<Self>, host: &HostData) -> Result<Array> {
+        self.upload_with(host, HostPath::PinnedStaged)
+    }
+
+    /// Non-blocking upload on `stream`: returns the array and a [`Ready`] event the consumer
+    /// waits on. The host data may be dropped as soon as this returns (pageable copies are
+    /// staged by the driver before the call returns); the array must not be read before the
+    /// event has completed or been waited on.
+    pub fn upload_async(
+        self: &Arc<Self>,
+        host: &HostData,
+        stream: &CudaStream,
+    ) -> Result<(Array, Ready)> {
+        let bytes = host.to_c_bytes();
+        let out = self.alloc(host.dtype(), host.shape())?;
+        let st = storage_of(&out)?;
+        // SAFETY: `bytes` is pageable memory: the driver copies it to its own staging area
+        // before cuMemcpyHtoDAsync returns.
+        unsafe { ffi::htod_async(st.mem(), 0, &bytes, stream)? };
+        st.mark_used(stream)?;
+        let ready = self.record(stream)?;
+        Ok((out, ready))
+    }
+
+    /// Download a CUDA array to a new host array in C order, by `path` (blocking).
+    pub fn download_with(self: &Arc<Self>, array: &Array, path: HostPath) -> Result<HostData> {
+        let st = storage_of(array)?;
+        if st.gpu().device() != self.device {
+            return Err(BridgeError::invalid_argument(
+                "array",
+                format!("lives on {}, not {}", st.gpu().device(), self.device),
+            ));
+        }
+        st.wait()?;
+        let stream = self.stream()?;
+        let shape = array.shape().to_vec();
+        dispatch_dtype!(array.dtype(), T => {
+            let n = array.len();
+            let mut v = vec![T::default(); n];
+            {
+                let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+                match path {
+                    HostPath::Pageable => ffi::dtoh_sync(dst, st.mem(), 0, &stream)?,
+                    HostPath::PinnedStaged => self.d2h_staged(dst, st.mem(), &stream)?,
+                }
+            }
+            let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), v)
+                .map_err(|e| BridgeError::shape_mismatch(format!("{shape:?}"), e.to_string(), "download"))?;
+            Ok(T::wrap(a))
+        })
+    }
+
+    /// Download through the pinned staging buffers (blocking).
+    pub fn download(self: &Arc<Self>, array: &Array) -> Result<HostData> {
+        self.download_with(array, HostPath::PinnedStaged)
+    }
+
+    /// A device-to-device copy of a CUDA array on this device (blocking).
+    pub fn copy(self: &Arc<Self>, array: &Array) -> Result<Array> {
+        let src = storage_of(array)?;
+        src.wait()?;
+        let out = self.alloc(array.dtype(), array.shape())?;
+        let stream = self.stream()?;
+        ffi::dtod_async(
+            storage_of(&out)?.mem(),
+            0,
+            src.mem(),
+            0,
+            array.nbytes(),
+            &stream,
+        )?;
+        self.sync(&stream)?;
+        Ok(out)
+    }
+
+    /// Copy a CUDA array from another device (or this one) to this device (blocking), by `kind`:
+    /// [`TransferKind::PeerCopy`] (`cuMemcpyPeerAsync`; peer access is enabled on first use),
+    /// [`TransferKind::PinnedStaged`] (device→pinned host chunks→device, double-buffered, on
+    /// two streams chained by events), or [`TransferKind::DeviceCopy`] (same device only).
+    /// Both cross-device paths also work with the source on this device, which lets a single
+    /// GPU exercise them.
+    pub fn copy_from(self: &Arc<Self>, array: &Array, kind: TransferKind) -> Result<Array> {
+        let src = storage_of(array)?;
+        let src_gpu = Arc::clone(src.gpu());
+        let same = src_gpu.device() == self.device;
+        src.wait()?;
+        let n = array.nbytes();
+        match kind {
+            TransferKind::PeerCopy => {
+                if !same {
+                    self.enable_peer(&src_gpu)?;
+                }
+                let out = self.alloc(array.dtype(), array.shape())?;
+                let stream = self.stream()?;
+                ffi::peer_async(storage_of(&out)?.mem(), src.mem(), n, &stream)?;
+                self.sync(&stream)?;
+                Ok(out)
+            }
+            TransferKind::PinnedStaged => {
+                let out = self.alloc(array.dtype(), array.shape())?;
+                self.peer_staged(storage_of(&out)?, &src_gpu, src, n)?;
+                Ok(out)
+            }
+            _ if same => self.copy(array),
+            other => Err(BridgeError::Unsupported(format!(
+                "a {other} transfer from {} to {}",
+                src_gpu.device(),
+                self.device
+            ))),
+        }
+    }
+
+    /// Enable peer access in both directions between this device and `other` (once).
+    pub fn enable_peer(&self, other: &Gpu) -> Result<()> {
+        if self
+            .peers_enabled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&other.ordinal)
+        {
+            return Ok(());
+        }
+        ffi::enable_peer_access(&self.ctx, &other.ctx, self.device)?;
+        ffi::enable_peer_access(&other.ctx, &self.ctx, other.device)?;
+        self.peers_enabled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(other.ordinal);
+        other
+            .peers_enabled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.ordinal);
+        Ok(())
+    }
+
+    fn peer_staged(
+        self: &Arc<Self>,
+        dst: &CudaStorage,
+        src_gpu: &Arc<Gpu>,
+        src: &CudaStorage,
+        n: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut bufs = src_gpu.take_staging(2)?;
+        let s_src = src_gpu.stream()?;
+        let s_dst = self.stream()?;
+        let run = |bufs: &mut Vec<PinnedPair>| -> Result<()> {
+            let mut dst_done: [Option<Ready>; 2] = [None, None];
+            let mut off = 0usize;
+            let mut i = 0usize;
+            while off < n {
+                let len = STAGING_CHUNK.min(n - off);
+                let k = i % 2;
+                if let Some(ev) = dst_done[k].take() {
+                    ev.synchronize()?;
+                }
+                // SAFETY: buffer `k` is free (its previous upload finished, checked above) and
+                // is next touched only by the upload ordered after this download by an event.
+                unsafe {
+                    ffi::dtoh_async(&mut bufs[k].as_mut_slice()[..len], src.mem(), off, &s_src)?
+                };
+                let downloaded = src_gpu.record(&s_src)?;
+                downloaded.wait_on(&s_dst)?;
+                // SAFETY: ordered after the download by the event; `dst_done[k]` guards reuse.
+                unsafe { ffi::htod_async(dst.mem(), off, &bufs[k].as_slice()[..len], &s_dst)? };
+                dst_done[k] = Some(self.record(&s_dst)?);
+                off += len;
+                i += 1;
+            }
+            Ok(())
+        };
+        let r = run(&mut bufs);
+        let a = src_gpu.sync(&s_src);
+        let b = self.sync(&s_dst);
+        src_gpu.give_staging(bufs);
+        r.and(a).and(b)
+    }
+}
+
+type PinnedPair = PinnedMem;
+
+/// Upload to CUDA device `ordinal` (convenience for [`Gpu::upload`]).
+pub fn to_cuda(host: &HostData, ordinal: usize) -> Result<Array> {
+    gpu(ordinal)?.upload(host)
+}
+
+/// Download any CUDA array to the host (convenience for [`Gpu::download`]).
+pub fn to_host(array: &Array) -> Result<HostData> {
+    let g = Arc::clone(storage_of(array)?.gpu());
+    g.download(array)
+}
+
+impl Gpu {
+    /// Page-locked host memory of `bytes`, for callers that keep their data pinned.
+    pub fn alloc_pinned(&self, bytes: usize) -> Result<PinnedMem> {
+        PinnedMem::alloc(&self.ctx, self.device, bytes)
+    }
+
+    /// Plain `cuMemcpyHtoD` from pinned memory into `dst` (blocking): `min(len)` bytes.
+    pub fn copy_pinned_to_device(
+        self: &Arc<Self>,
+        dst: &CudaStorage,
+        src: &PinnedMem,
+    ) -> Result<()> {
+        dst.wait()?;
+        let n = src.len().min(dst.mem().bytes());
+        let s = self.stream()?;
+        ffi::htod_sync(dst.mem(), 0, &src.as_slice()[..n], &s)
+    }
+
+    /// Plain `cuMemcpyDtoH` from `src` into pinned memory (blocking): `min(len)` bytes.
+    pub fn copy_device_to_pinned(
+        self: &Arc<Self>,
+        dst: &mut PinnedMem,
+        src: &CudaStorage,
+    ) -> Result<()> {
+        src.wait()?;
+        let n = dst.len().min(src.mem().bytes());
+        let s = self.stream()?;
+        ffi::dtoh_sync(&mut dst.as_mut_slice()[..n], src.mem(), 0, &s)
+    }
+
+    /// Plain `cuMemcpyDtoD` between two buffers of this device (blocking): `min(len)` bytes.
+    pub fn copy_device_to_device(
+        self: &Arc<Self>,
+        dst: &CudaStorage,
+        src: &CudaStorage,
+    ) -> Result<()> {
+        src.wait()?;
+        dst.wait()?;
+        let n = dst.mem().bytes().min(src.mem().bytes());
+        let s = self.stream()?;
+        ffi::dtod_async(dst.mem(), 0, src.mem(), 0, n, &s)?;
+        self.sync(&s)
+    }
+}
