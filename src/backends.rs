@@ -18,7 +18,7 @@ pub fn build_registry() -> Registry {
         "not compiled in (build with the `cuda` feature)",
     );
     #[cfg(feature = "opencl")]
-    reg.mark_unavailable("opencl", MemoryType::OpenCl, "backend not wired yet");
+    reg.register_backend(bridge_opencl::shared());
     #[cfg(not(feature = "opencl"))]
     reg.mark_unavailable(
         "opencl",

@@ -29,6 +29,8 @@ pub use bridge_torch;
 
 mod backends;
 pub mod io;
+pub mod kernels;
+pub mod testing;
 
 pub use backends::{build_registry, registry};
 

@@ -42,10 +42,16 @@ pub fn run(args: Args) -> Result<()> {
 
 fn transfer(a: TransferArgs) -> Result<()> {
     if a.sizes_mb.is_empty() || a.sizes_mb.contains(&0) {
-        return Err(BridgeError::invalid_argument("--sizes-mb", "sizes must be positive"));
+        return Err(BridgeError::invalid_argument(
+            "--sizes-mb",
+            "sizes must be positive",
+        ));
     }
     let sizes: Vec<usize> = a.sizes_mb.iter().map(|m| m << 20).collect();
-    eprintln!("bench transfer on {}: sizes {:?} MiB, best of {}", a.device, a.sizes_mb, a.reps);
+    eprintln!(
+        "bench transfer on {}: sizes {:?} MiB, best of {}",
+        a.device, a.sizes_mb, a.reps
+    );
     match a.device {
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
@@ -54,9 +60,54 @@ fn transfer(a: TransferArgs) -> Result<()> {
             print!("{}", bridge_cuda::bench::format_table(&rows));
             Ok(())
         }
+        #[cfg(feature = "opencl")]
+        Device::OpenCl(_) => opencl_transfer(a.device, &sizes, a.reps),
         other => Err(BridgeError::Unsupported(format!(
             "bench transfer supports cuda:N{}; got {other}",
-            if cfg!(feature = "opencl") { " and opencl:N" } else { "" }
+            if cfg!(feature = "opencl") {
+                " and opencl:N"
+            } else {
+                ""
+            }
         ))),
     }
+}
+
+/// Best-of-`reps` throughput in GB/s (10⁹ bytes/s) of `f` moving `bytes`.
+fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?; // warm-up
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = std::time::Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(bytes as f64 / best / 1e9)
+}
+
+#[cfg(feature = "opencl")]
+fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
+    use bridge_core::{DType, HostData};
+    let cl = bridge_opencl::shared();
+    println!("| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |");
+    println!("|---|---|---|---|---|---|");
+    for &bytes in sizes {
+        let src: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        let host = HostData::from_c_bytes(DType::U8, &[bytes], &src)?;
+        let mut dst = vec![0u8; bytes];
+        let memcpy = best_gb_per_s(reps, bytes, || {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            Ok(())
+        })?;
+        let dev = cl.upload(&host, device)?;
+        let h2d = best_gb_per_s(reps, bytes, || cl.upload(&host, device).map(drop))?;
+        let d2h = best_gb_per_s(reps, bytes, || cl.download(&dev).map(drop))?;
+        println!(
+            "| {} MiB | {memcpy:.2} | {h2d:.2} | {d2h:.2} | {:.0}% | {:.0}% |",
+            bytes >> 20,
+            100.0 * h2d / memcpy,
+            100.0 * d2h / memcpy
+        );
+    }
+    Ok(())
 }
