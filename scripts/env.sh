@@ -1,6 +1,6 @@
-# Source me: exports the library paths that scripts/setup.sh installed.
+# Source me after scripts/setup.sh: exports LIBTORCH (needed to build the `torch` feature),
+# ARRAYBRIDGE_NVRTC_LIB and LD_LIBRARY_PATH (NVRTC and libtorch for the test binaries).
 _ab_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ -f "$_ab_root/scripts/nvrtc.sh" ]; then
-  eval "$(bash "$_ab_root/scripts/nvrtc.sh" --print-env 2>/dev/null || true)"
-fi
+eval "$(bash "$_ab_root/scripts/nvrtc.sh" --print-env)"
+eval "$(bash "$_ab_root/scripts/libtorch.sh" --print-env)"
 unset _ab_root

@@ -8,14 +8,14 @@
 # Prints on stdout:
 #   export ARRAYBRIDGE_NVRTC_LIB=<dir of libnvrtc.so.13>
 #   export LD_LIBRARY_PATH=<that dir>:$LD_LIBRARY_PATH
-# The cache folder is ${ARRAYBRIDGE_CACHE:-<repo>/.cache}/nvrtc-venv (.cache is git-ignored).
+# The cache folder is ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}/nvrtc-venv, shared by every clone.
 # The CUDA major (13) matches cudarc's `cuda-13000` feature and the GPU machine's driver.
 set -euo pipefail
 
 NVRTC_VERSION="13.0.88"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="${ARRAYBRIDGE_CACHE:-$root/.cache}"
+cache="${ARRAYBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arraybridge}"
 venv="$cache/nvrtc-venv"
 python="${PYTHON:-python3}"
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what the test suite needs, idempotently:
 #   - PoCL (a real CPU OpenCL device) and the OpenCL ICD loader, from Debian's packages;
-#   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU) into .cache/, so every CUDA
-#     kernel is compiled in CI.
+#   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU), so every CUDA kernel is
+#     compiled in CI;
+#   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature.
+# Python packages go into ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}, shared by every clone.
 # Prints nothing but progress; source scripts/env.sh afterwards to get the environment.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +24,5 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-if [ -f scripts/nvrtc.sh ]; then
-  bash scripts/nvrtc.sh >/dev/null
-fi
+bash scripts/nvrtc.sh >/dev/null
+bash scripts/libtorch.sh >/dev/null

@@ -26,7 +26,7 @@ pub fn build_registry() -> Registry {
         "not compiled in (build with the `opencl` feature)",
     );
     #[cfg(feature = "torch")]
-    reg.mark_unavailable("torch", MemoryType::Torch, "backend not wired yet");
+    reg.register_backend(bridge_torch::backend());
     #[cfg(not(feature = "torch"))]
     reg.mark_unavailable(
         "torch",
