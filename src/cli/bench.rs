@@ -1,6 +1,7 @@
 //! `arraybridge bench`: measurements printed as tables (the same code the criterion benches use).
 //!
-//! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference).
+//! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference) and
+//! `paco` (PACO on a synthetic ADI cube).
 
 use bridge_core::{BridgeError, Device, Result};
 
@@ -17,6 +18,25 @@ pub struct Args {
 pub enum What {
     /// Host↔device and device↔device copy bandwidth, next to a plain copy of the same size.
     Transfer(TransferArgs),
+    /// PACO on a synthetic ADI cube of `--frames` frames of `--size`² pixels.
+    Paco(PacoArgs),
+}
+
+/// Arguments of `arraybridge bench paco`.
+#[derive(Debug, clap::Args)]
+pub struct PacoArgs {
+    /// Frames in the synthetic cube.
+    #[arg(long, default_value_t = 61)]
+    pub frames: usize,
+    /// Frame side in pixels.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Repetitions (the report gives the median and best).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Device to run on.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 /// Arguments of `arraybridge bench transfer`.
@@ -37,6 +57,21 @@ pub struct TransferArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Transfer(a) => transfer(a),
+        What::Paco(a) => {
+            if a.frames == 0 || a.size == 0 || a.reps == 0 {
+                return Err(BridgeError::invalid_argument(
+                    "bench paco",
+                    "--frames, --size and --reps must be positive",
+                ));
+            }
+            eprintln!(
+                "bench paco on {}: {}x{}x{}, {} reps",
+                a.device, a.frames, a.size, a.size, a.reps
+            );
+            let rows = algorithms::paco::bench::bench_report(a.frames, a.size, a.reps, a.device)?;
+            print!("{}", algorithms::paco::bench::format_table(&rows));
+            Ok(())
+        }
     }
 }
 

@@ -1,0 +1,79 @@
+//! Device dispatch for PACO.
+//!
+//! A backend implements the two passes of the algorithm on its device: full-grid maps and the
+//! `phi0s` subset. The CPU backend is always present; OpenCL and CUDA backends plug in here by
+//! adding a [`PacoBackend`] implementation (in `paco/opencl.rs`, `paco/cuda.rs` behind the crate
+//! features) and a match arm in [`backend_for`].
+//!
+//! The CPU data flow, which a device backend mirrors kernel by kernel (everything it needs is on
+//! [`PacoJob`]: `cube()`, `angles()`, `geometry()`, `disk()`, `centred_template()`,
+//! `template_table(q)`):
+//!
+//! 1. centre the cube per pixel (`c_t[p] = r_t[p] − μ[p]`, pixel-major `[p][t]`);
+//! 2. per band of rows, the lag table `G_δ[p] = Σ_t c_t[p]·c_t[p+δ]` (|Δ| = 113 lags for R = 4);
+//! 3. per pixel θ: gather `S_ij = G_{d_j−d_i}[θ+d_i]/T`, shrinkage ρ, `C = (1−ρ)S + ρ·diag S`
+//!    (×½ for `Vip`), Cholesky (batched K×K, one work-group per pixel);
+//! 4. without sub-pixel templates: `w = C⁻¹h0`, `q = h0·w`, `z_t = w·c_t` (a whitened
+//!    matched-filter cube), then `a(φ0) = Σ_ℓ q[θ_ℓ]`, `b(φ0) = Σ_ℓ z_ℓ[θ_ℓ]`;
+//! 5. with sub-pixel templates: pairs (φ0, ℓ) bucketed by θ_ℓ; per θ one forward substitution
+//!    with 2P right-hand sides `[h_ℓ … | c_ℓ(θ) …]`, `a_c = |L⁻¹h|²`, `b_c = (L⁻¹h)·(L⁻¹c)`;
+//!    contributions reduced per φ0 in a fixed order (no float atomics).
+//!
+//! Devices should use `bridge_core::oom::run_batched` with `SplitBatch` over bands/batches of
+//! `batch_size` φ0 so an out-of-memory error splits the work instead of failing.
+
+use bridge_core::{BridgeError, Device, Result};
+use ndarray::Array2;
+
+use super::{PacoJob, Strategy, SubPixel, cpu};
+
+/// One implementation of the PACO passes.
+pub trait PacoBackend: Send + Sync {
+    /// Backend name (`cpu`, `opencl`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// a and b on the full output grid.
+    fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>;
+    /// a and b at explicit (y, x) positions.
+    fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)>;
+}
+
+/// The rayon CPU backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackend;
+
+impl PacoBackend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
+        if job.params.subpixel == SubPixel::Off && job.params.strategy == Strategy::Fast {
+            cpu::fast_maps(job)
+        } else {
+            cpu::bucket_maps(job)
+        }
+    }
+
+    fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
+        cpu::bucket_ab(job, phi0s)
+    }
+}
+
+/// The backend for `device`: CPU now; GPU devices report that their PACO kernels are not
+/// available yet.
+pub fn backend_for(device: Device) -> Result<Box<dyn PacoBackend>> {
+    match device {
+        Device::Cpu => Ok(Box::new(CpuBackend)),
+        Device::Cuda(_) => Err(BridgeError::unavailable(
+            "cuda",
+            "PACO has no CUDA kernels yet (use --device cpu)",
+        )),
+        Device::OpenCl(_) => Err(BridgeError::unavailable(
+            "opencl",
+            "PACO has no OpenCL kernels yet (use --device cpu)",
+        )),
+        other => Err(BridgeError::Unsupported(format!(
+            "PACO does not run on {other}"
+        ))),
+    }
+}

@@ -1,0 +1,145 @@
+//! Patch disk, star centre and source trajectories (spec §2 and §4).
+
+use std::f64::consts::PI;
+
+use super::Rounding;
+
+/// The patch disk `D_R = {(dy, dx) : dy² + dx² ≤ R²}` in row-major order (dy outer, dx inner).
+pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {
+    let r = radius as isize;
+    let mut out = Vec::new();
+    for dy in -r..=r {
+        for dx in -r..=r {
+            if dy * dy + dx * dx <= r * r {
+                out.push((dy, dx));
+            }
+        }
+    }
+    out
+}
+
+/// Frame geometry: frame size, star centre and rounding of trajectory positions.
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry {
+    /// Frame height (rows).
+    pub height: usize,
+    /// Frame width (columns).
+    pub width: usize,
+    /// Value subtracted from φ0 to get offsets from the star, (y, x).
+    pub sub: (f64, f64),
+    /// Value added back to rotated offsets, (y, x).
+    pub add: (f64, f64),
+    /// How sub-pixel positions become pixels.
+    pub rounding: Rounding,
+    /// Patch radius R (for the statistics box rule).
+    pub radius: usize,
+}
+
+impl Geometry {
+    /// Sub-pixel position (y_ℓ, x_ℓ) in a raw frame of derotation angle `angle_deg` of the output
+    /// position `(y0, x0)`, with the operation order of VIP (bit-compatible, spec §4).
+    #[inline]
+    pub fn position(&self, y0: f64, x0: f64, angle_deg: f64) -> (f64, f64) {
+        let (r, theta0) = self.polar(y0, x0);
+        self.position_polar(r, theta0, angle_deg)
+    }
+
+    /// Radius and polar angle (degrees) of `(y0, x0)` about the star.
+    #[inline]
+    pub fn polar(&self, y0: f64, x0: f64) -> (f64, f64) {
+        let dx = x0 - self.sub.1;
+        let dy = y0 - self.sub.0;
+        ((dx * dx + dy * dy).sqrt(), dy.atan2(dx) * (180.0 / PI))
+    }
+
+    /// [`Geometry::position`] from precomputed [`Geometry::polar`] values.
+    #[inline]
+    pub fn position_polar(&self, r: f64, theta0: f64, angle_deg: f64) -> (f64, f64) {
+        let theta = -angle_deg + theta0;
+        let rad = theta * (PI / 180.0);
+        let (s, c) = rad.sin_cos();
+        (r * s + self.add.0, r * c + self.add.1)
+    }
+
+    /// Integer pixel of one coordinate under the rounding rule, as a signed value.
+    #[inline]
+    pub fn round(&self, v: f64) -> f64 {
+        match self.rounding {
+            Rounding::Trunc => v.trunc(),
+            Rounding::Nearest => (v + 0.5).floor(),
+        }
+    }
+
+    /// Whether pixel (y, x) satisfies the statistics box rule `R+1 ≤ y ≤ H−R−2` (same for x).
+    #[inline]
+    pub fn in_box(&self, y: f64, x: f64) -> bool {
+        let lo = (self.radius + 1) as f64;
+        let hy = self.height as f64 - self.radius as f64 - 2.0;
+        let hx = self.width as f64 - self.radius as f64 - 2.0;
+        y >= lo && y <= hy && x >= lo && x <= hx
+    }
+
+    /// Pixel (flat index) and fractional offsets `(fy, fx)` of `(y0, x0)` in frame `angle_deg`, or
+    /// `None` if the pixel fails the box rule.
+    #[inline]
+    pub fn pixel(&self, y0: f64, x0: f64, angle_deg: f64) -> Option<(usize, f64, f64)> {
+        let (r, th) = self.polar(y0, x0);
+        self.pixel_polar(r, th, angle_deg)
+    }
+
+    /// [`Geometry::pixel`] from precomputed [`Geometry::polar`] values.
+    #[inline]
+    pub fn pixel_polar(&self, r: f64, theta0: f64, angle_deg: f64) -> Option<(usize, f64, f64)> {
+        let (y, x) = self.position_polar(r, theta0, angle_deg);
+        let (py, px) = (self.round(y), self.round(x));
+        if !self.in_box(py, px) {
+            return None;
+        }
+        Some((py as usize * self.width + px as usize, y - py, x - px))
+    }
+
+    /// Whether pixel (y, x) (non-negative integers) is in the statistics box.
+    #[inline]
+    pub fn in_box_usize(&self, y: usize, x: usize) -> bool {
+        self.in_box(y as f64, x as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_centre_rules() {
+        let g = |sub: (f64, f64), add: (f64, f64)| Geometry {
+            height: 63,
+            width: 63,
+            sub,
+            add,
+            rounding: Rounding::Trunc,
+            radius: 4,
+        };
+        // Default: the centre pixel (31, 31) stays put at every angle.
+        let auto = g((31.0, 31.0), (31.0, 31.0));
+        for ang in [0.0, 17.0, 90.0] {
+            let (y, x) = auto.position(31.0, 31.0, ang);
+            assert!((y - 31.0).abs() < 1e-12 && (x - 31.0).abs() < 1e-12);
+        }
+        // A point 10 px right of the star goes to 10 px above it after −90°... rotated by −angle.
+        let (y, x) = auto.position(31.0, 41.0, -90.0);
+        assert!(
+            (y - 41.0).abs() < 1e-12 && (x - 31.0).abs() < 1e-12,
+            "{y} {x}"
+        );
+        // VIP's odd-N convention: offsets from N/2 = 31.5, added back to floor(N/2) = 31.
+        let vip = g((31.5, 31.5), (31.0, 31.0));
+        let (y, x) = vip.position(31.0, 31.0, 0.0);
+        assert!((y - 30.5).abs() < 1e-12 && (x - 30.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn disk_sizes() {
+        let k: Vec<usize> = (1..=6).map(|r| disk_offsets(r).len()).collect();
+        assert_eq!(k, vec![5, 13, 29, 49, 81, 113]);
+    }
+}

@@ -1,0 +1,1035 @@
+//! PACO (PAtch COvariance) exoplanet detection in angular-differential-imaging cubes
+//! (Flasseur et al. 2018), following `docs/paco.md` of the shared specification.
+//!
+//! The background of every pixel θ is modelled by the temporal mean and the shrunk sample
+//! covariance of its patch (a disk of radius `psf_rad`, `patch_area = K` pixels). For every
+//! output position φ0 the source trajectory `[φ_ℓ]` through the frames is followed and
+//!
+//! ```text
+//! a(φ0) = Σ_ℓ h_ℓᵀ C⁻¹([φ_ℓ]) h_ℓ      b(φ0) = Σ_ℓ h_ℓᵀ C⁻¹([φ_ℓ]) (P_ℓ([φ_ℓ]) − m([φ_ℓ]))
+//! S/N = b/√a      flux = b/a      std = 1/√a
+//! ```
+//!
+//! Modes: [`Variant::Paper`] / [`Variant::Vip`] (VIP 2.1.1's half covariance and shrinkage
+//! numerator), [`Rounding::Trunc`] (VIP) / [`Rounding::Nearest`], sub-pixel PSF templates
+//! ([`SubPixel`]), PSF normalisation ([`PsfNorm`]), [`Strategy::Fast`] / [`Strategy::Full`].
+//! [`FastPaco`] and [`FullPaco`] keep the original package's vocabulary (`psf_rad`,
+//! `patch_area`, `phi0s`, `batch_size`).
+//!
+//! # Memory
+//!
+//! Statistics are computed in bands of rows; each band needs a lag table of
+//! `(band + 2R)·W·|Δ|·8` bytes (|Δ| = 113 lags for R = 4), capped by
+//! [`PacoParams::max_tile_bytes`] (default 256 MiB). If an allocation fails the band is split in
+//! two and retried, down to one row, before [`BridgeError::OutOfMemory`] is returned (large
+//! buffers use `try_reserve`, so the CPU path reports OOM instead of aborting). Never is a K×K
+//! matrix stored per pixel. Besides the caller's cube (`T·H·W·8` bytes) the CPU path holds:
+//!
+//! - `Fast` without sub-pixel templates: a centred copy of the cube (`T·H·W·8`), the whitened
+//!   matched-filter cube `z` (`T·H·W·8`) and `q` (`H·W·8`), plus one lag band;
+//! - `Full` or sub-pixel templates: the centred copy, 12 bytes per (φ0, ℓ) pair while sorting the
+//!   pairs by trajectory pixel (8 bytes after), and 16 bytes per pair of the current band.
+//!
+//! For a 100×1024×1024 cube the peak is ≈ 0.84 (input) + 0.84 + 0.84 + 0.27 (band) ≈ 2.8 GB in
+//! `Fast` mode and ≈ 0.84 + 0.84 + 1.26 + 0.4 + 0.27 ≈ 3.6 GB with sub-pixel templates: within
+//! the 4 GB bound. Lower `max_tile_bytes` to trade speed for memory.
+
+mod backend;
+pub mod bench;
+mod flux;
+mod geometry;
+mod kernels;
+mod psf;
+mod stats;
+
+use bridge_core::{BridgeError, Device, Result};
+use ndarray::{Array2, ArrayView1, ArrayView2, ArrayView3};
+use rayon::prelude::*;
+
+pub use backend::{PacoBackend, backend_for};
+pub use flux::{FluxEstimate, FluxOptions, unbiased_flux};
+pub use geometry::{Geometry, disk_offsets};
+pub use psf::{
+    AiryFit, aperture_flux, centroid, circle_rect_overlap, fit_airy, fit_airy_fwhm, recenter,
+};
+
+use stats::{Prepared, Scratch, try_vec};
+
+/// Covariance and shrinkage formulas (spec §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Variant {
+    /// The paper: `S = (1/T) Σ (P−m)(P−m)ᵀ`, numerator `tr(S²) + tr(S)² − 2 Σ S_ii²`.
+    #[default]
+    Paper,
+    /// VIP 2.1.1: half covariance and numerator `tr(S)² − tr(S²)` (S/N × √2 against `Paper`).
+    Vip,
+}
+
+/// How a sub-pixel trajectory position becomes a pixel (spec §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rounding {
+    /// `trunc` (VIP and the original package).
+    #[default]
+    Trunc,
+    /// `floor(v + 0.5)`.
+    Nearest,
+}
+
+/// PSF template per frame (spec §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubPixel {
+    /// The centred template `h0` in every frame.
+    #[default]
+    Off,
+    /// VIP's FFT shift of the PSF by the fractional position, evaluated exactly (slow).
+    VipFft,
+    /// Table of `(q+1)²` exact FFT-shifted templates on a 1/q grid, blended bilinearly.
+    /// With q = 32 the fixture reaches 1.8e-4 relative in a (see the crate tests).
+    Table {
+        /// Grid subdivisions per pixel.
+        q: usize,
+    },
+}
+
+/// PSF normalisation (spec §5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum PsfNorm {
+    /// Fit an Airy pattern to get the FWHM, then divide by the flux in a FWHM-diameter aperture
+    /// (not applied when that flux is within [0.9, 1.1], as VIP does).
+    #[default]
+    FitAiry,
+    /// Use this FWHM (pixels) for the aperture.
+    Fwhm(f64),
+    /// Divide the PSF by exactly this factor.
+    Factor(f64),
+    /// Use the PSF as given.
+    None,
+}
+
+/// Memory strategy; both give the same numbers (spec §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Precompute the whitened matched-filter cube (fastest without sub-pixel templates).
+    #[default]
+    Fast,
+    /// Statistics on demand per trajectory pixel, in bounded bands.
+    Full,
+}
+
+/// Where the star is.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Center {
+    /// (N/2, N/2) for even N, ((N−1)/2, (N−1)/2) for odd N (per axis).
+    #[default]
+    Auto,
+    /// VIP's convention including its half-pixel shift for odd N (compatibility only).
+    VipOdd,
+    /// An explicit (y, x) position.
+    At(f64, f64),
+}
+
+/// All PACO settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PacoParams {
+    /// Patch radius R in pixels (`psf_rad`); K = |disk| pixels per patch.
+    pub psf_rad: usize,
+    /// If given, must equal K (the original package's `patch_area`).
+    pub patch_area: Option<usize>,
+    /// Covariance formulas.
+    pub variant: Variant,
+    /// Trajectory pixel rule.
+    pub rounding: Rounding,
+    /// PSF template mode.
+    pub subpixel: SubPixel,
+    /// PSF normalisation.
+    pub psf_norm: PsfNorm,
+    /// Multiplicative PSF scaling applied first (`dit_science / dit_psf / nd_transmission`).
+    pub psf_scale: f64,
+    /// Star centre.
+    pub center: Center,
+    /// Memory strategy.
+    pub strategy: Strategy,
+    /// φ0 per work item: per device launch on GPUs, minimum φ0 per rayon task in the CPU
+    /// trajectory pass. Never changes results.
+    pub batch_size: usize,
+    /// Upper bound on the lag-table band, in bytes.
+    pub max_tile_bytes: usize,
+    /// Device to compute on.
+    pub device: Device,
+}
+
+impl Default for PacoParams {
+    fn default() -> Self {
+        PacoParams {
+            psf_rad: 4,
+            patch_area: None,
+            variant: Variant::Paper,
+            rounding: Rounding::Trunc,
+            subpixel: SubPixel::Off,
+            psf_norm: PsfNorm::FitAiry,
+            psf_scale: 1.0,
+            center: Center::Auto,
+            strategy: Strategy::Fast,
+            batch_size: 1000,
+            max_tile_bytes: 256 << 20,
+            device: Device::Cpu,
+        }
+    }
+}
+
+impl PacoParams {
+    /// VIP 2.1.1 settings (`Vip`, `Trunc`, FFT sub-pixel shift as VIP's `run()`). The odd-N
+    /// half-pixel centre shift stays off; set `center: Center::VipOdd` to reproduce it.
+    pub fn vip() -> Self {
+        PacoParams {
+            variant: Variant::Vip,
+            subpixel: SubPixel::VipFft,
+            ..Default::default()
+        }
+    }
+}
+
+/// The detection maps, each `H × W` in the derotated frame, NaN where no valid trajectory.
+#[derive(Debug, Clone)]
+pub struct PacoMaps {
+    /// a(φ0) = Σ h_ℓᵀ C⁻¹ h_ℓ.
+    pub a: Array2<f64>,
+    /// b(φ0) = Σ h_ℓᵀ C⁻¹ (P_ℓ − m).
+    pub b: Array2<f64>,
+    /// S/N = b/√a.
+    pub snr: Array2<f64>,
+    /// Flux = b/a (biased low near a source, see [`unbiased_flux`]).
+    pub flux: Array2<f64>,
+    /// Standard deviation of the flux, 1/√a.
+    pub std: Array2<f64>,
+    /// The factor the PSF was divided by.
+    pub psf_norm_factor: f64,
+    /// The FWHM used (fitted or given), if any.
+    pub fwhm: Option<f64>,
+}
+
+/// Normalised PSF and its provenance.
+#[derive(Debug, Clone)]
+pub struct NormalizedPsf {
+    /// The normalised PSF.
+    pub psf: Array2<f64>,
+    /// What the scaled PSF was divided by.
+    pub factor: f64,
+    /// FWHM used, if any.
+    pub fwhm: Option<f64>,
+}
+
+/// Normalise a PSF to unit flux in a FWHM-diameter aperture (spec §5.1). With `FitAiry` and
+/// `Fwhm`, an off-centre PSF is first recentred as VIP does ([`recenter`]); `Factor` and `None`
+/// use the PSF as given.
+pub fn normalize_psf(psf: ArrayView2<'_, f64>, norm: PsfNorm, scale: f64) -> Result<NormalizedPsf> {
+    if psf.iter().any(|v| !v.is_finite()) {
+        return Err(BridgeError::InvalidInput(
+            "the PSF contains NaN or infinite values".into(),
+        ));
+    }
+    let mut scaled = psf.mapv(|v| v * scale);
+    let (factor, fwhm) = match norm {
+        PsfNorm::None => (1.0, None),
+        PsfNorm::Factor(f) => {
+            if !(f.is_finite() && f > 0.0) {
+                return Err(BridgeError::invalid_argument(
+                    "psf_norm",
+                    "factor must be positive",
+                ));
+            }
+            (f, None)
+        }
+        PsfNorm::Fwhm(fw) => {
+            if !(fw.is_finite() && fw > 0.0) {
+                return Err(BridgeError::invalid_argument(
+                    "fwhm",
+                    "must be a positive number of pixels",
+                ));
+            }
+            scaled = recenter(&scaled)?;
+            (vip_factor(aperture_flux(scaled.view(), fw)), Some(fw))
+        }
+        PsfNorm::FitAiry => {
+            scaled = recenter(&scaled)?;
+            let fw = fit_airy_fwhm(scaled.view())?;
+            (vip_factor(aperture_flux(scaled.view(), fw)), Some(fw))
+        }
+    };
+    if !(factor.is_finite() && factor > 0.0) {
+        return Err(BridgeError::InvalidInput(format!(
+            "PSF aperture flux is {factor}; cannot normalise"
+        )));
+    }
+    Ok(NormalizedPsf {
+        psf: scaled.mapv(|v| v / factor),
+        factor,
+        fwhm,
+    })
+}
+
+fn vip_factor(f: f64) -> f64 {
+    if (0.9..=1.1).contains(&f) { 1.0 } else { f }
+}
+
+/// Templates for one run.
+pub(crate) enum Templates {
+    Centred(Vec<f64>),
+    Fft {
+        psf: Array2<f64>,
+        points: Vec<(isize, isize)>,
+    },
+    Table {
+        q: usize,
+        lo: f64,
+        k: usize,
+        data: Vec<f64>,
+    },
+}
+
+impl Templates {
+    pub(crate) fn new(
+        psf_n: &Array2<f64>,
+        disk: &[(isize, isize)],
+        mode: SubPixel,
+        rounding: Rounding,
+    ) -> Result<Self> {
+        let (ph, pw) = psf_n.dim();
+        let (cy, cx) = ((ph / 2) as isize, (pw / 2) as isize);
+        let points: Vec<(isize, isize)> = disk.iter().map(|&(dy, dx)| (cy + dy, cx + dx)).collect();
+        let k = disk.len();
+        Ok(match mode {
+            SubPixel::Off => {
+                let mut h = vec![0.0; k];
+                psf::VipShifter::new(psf_n.view()).sample(0.0, 0.0, &points, &mut h);
+                Templates::Centred(h)
+            }
+            SubPixel::VipFft => Templates::Fft {
+                psf: psf_n.clone(),
+                points,
+            },
+            SubPixel::Table { q } => {
+                if q == 0 || q > 1024 {
+                    return Err(BridgeError::invalid_argument(
+                        "subpixel table q",
+                        "must be in 1..=1024",
+                    ));
+                }
+                let lo = match rounding {
+                    Rounding::Trunc => 0.0,
+                    Rounding::Nearest => -0.5,
+                };
+                let sh = psf::VipShifter::new(psf_n.view());
+                let n = q + 1;
+                let mut data = vec![0.0; n * n * k];
+                data.par_chunks_mut(k).enumerate().for_each(|(idx, out)| {
+                    let (i, j) = (idx / n, idx % n);
+                    sh.sample(
+                        lo + i as f64 / q as f64,
+                        lo + j as f64 / q as f64,
+                        &points,
+                        out,
+                    );
+                });
+                Templates::Table { q, lo, k, data }
+            }
+        })
+    }
+
+    /// Template for fractional offsets (fy, fx).
+    #[inline(always)]
+    pub(crate) fn fill(&self, fy: f64, fx: f64, out: &mut [f64]) {
+        match self {
+            Templates::Centred(h) => out.copy_from_slice(h),
+            Templates::Fft { psf, points } => {
+                psf::VipShifter::new(psf.view()).sample(fy, fx, points, out)
+            }
+            Templates::Table { q, lo, k, data } => {
+                let n = q + 1;
+                let qf = *q as f64;
+                let uy = ((fy - lo) * qf).clamp(0.0, qf);
+                let ux = ((fx - lo) * qf).clamp(0.0, qf);
+                let iy = (uy.floor() as usize).min(q - 1);
+                let ix = (ux.floor() as usize).min(q - 1);
+                let (ty, tx) = (uy - iy as f64, ux - ix as f64);
+                let w00 = (1.0 - ty) * (1.0 - tx);
+                let w01 = (1.0 - ty) * tx;
+                let w10 = ty * (1.0 - tx);
+                let w11 = ty * tx;
+                let t00 = &data[(iy * n + ix) * k..][..*k];
+                let t01 = &data[(iy * n + ix + 1) * k..][..*k];
+                let t10 = &data[((iy + 1) * n + ix) * k..][..*k];
+                let t11 = &data[((iy + 1) * n + ix + 1) * k..][..*k];
+                for (kk, o) in out.iter_mut().enumerate() {
+                    *o = w00 * t00[kk] + w01 * t01[kk] + w10 * t10[kk] + w11 * t11[kk];
+                }
+            }
+        }
+    }
+}
+
+/// Everything a backend needs for one run, validated.
+pub struct PacoJob<'a> {
+    pub(crate) cube: ArrayView3<'a, f64>,
+    pub(crate) angles: Vec<f64>,
+    pub(crate) params: PacoParams,
+    pub(crate) geom: Geometry,
+    pub(crate) psf_n: NormalizedPsf,
+    pub(crate) disk: Vec<(isize, isize)>,
+}
+
+impl<'a> PacoJob<'a> {
+    /// Validate inputs and normalise the PSF.
+    pub fn new(
+        cube: ArrayView3<'a, f64>,
+        angles: ArrayView1<'_, f64>,
+        psf: ArrayView2<'_, f64>,
+        params: &PacoParams,
+    ) -> Result<Self> {
+        let (t, h, w) = cube.dim();
+        if t < 2 {
+            return Err(BridgeError::InvalidInput(format!(
+                "the cube needs at least 2 frames, found {t}"
+            )));
+        }
+        if angles.len() != t {
+            return Err(BridgeError::shape_mismatch(
+                format!("{t} angles (one per frame)"),
+                format!("{} angles", angles.len()),
+                "PACO angles",
+            ));
+        }
+        if angles.iter().any(|a| !a.is_finite()) {
+            return Err(BridgeError::InvalidInput(
+                "angles contain non-finite values".into(),
+            ));
+        }
+        let r = params.psf_rad;
+        if r == 0 {
+            return Err(BridgeError::invalid_argument(
+                "psf_rad",
+                "must be at least 1",
+            ));
+        }
+        let disk = disk_offsets(r);
+        if let Some(pa) = params.patch_area
+            && pa != disk.len()
+        {
+            return Err(BridgeError::invalid_argument(
+                "patch_area",
+                format!("a disk of radius {r} has {} pixels, not {pa}", disk.len()),
+            ));
+        }
+        if h < 2 * r + 3 || w < 2 * r + 3 {
+            return Err(BridgeError::InvalidInput(format!(
+                "frames of {h}×{w} are too small for patches of radius {r} (need at least {0}×{0})",
+                2 * r + 3
+            )));
+        }
+        let (ph, pw) = psf.dim();
+        if ph > h || pw > w {
+            return Err(BridgeError::InvalidInput(format!(
+                "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
+            )));
+        }
+        if ph < 2 * r + 1 || pw < 2 * r + 1 {
+            return Err(BridgeError::InvalidInput(format!(
+                "the PSF ({ph}×{pw}) is smaller than the patch ({0}×{0})",
+                2 * r + 1
+            )));
+        }
+        if !cube.iter().any(|v| v.is_finite()) {
+            return Err(BridgeError::InvalidInput(
+                "the cube has no finite value".into(),
+            ));
+        }
+        if params.batch_size == 0 {
+            return Err(BridgeError::invalid_argument(
+                "batch_size",
+                "must be at least 1",
+            ));
+        }
+        let psf_n = normalize_psf(psf, params.psf_norm, params.psf_scale)?;
+        let (sub, add) = match params.center {
+            Center::Auto => {
+                // floor(N/2) is N/2 for even N and (N−1)/2, the centre pixel, for odd N.
+                let c = ((h / 2) as f64, (w / 2) as f64);
+                (c, c)
+            }
+            Center::VipOdd => (
+                (h as f64 / 2.0, w as f64 / 2.0),
+                ((h / 2) as f64, (w / 2) as f64),
+            ),
+            Center::At(cy, cx) => {
+                if !(cy.is_finite() && cx.is_finite()) {
+                    return Err(BridgeError::invalid_argument("center", "must be finite"));
+                }
+                ((cy, cx), (cy, cx))
+            }
+        };
+        let geom = Geometry {
+            height: h,
+            width: w,
+            sub,
+            add,
+            rounding: params.rounding,
+            radius: r,
+        };
+        Ok(PacoJob {
+            cube,
+            angles: angles.to_vec(),
+            params: params.clone(),
+            geom,
+            psf_n,
+            disk,
+        })
+    }
+
+    /// The geometry in use.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geom
+    }
+
+    /// The cube `[t][y][x]`.
+    pub fn cube(&self) -> ArrayView3<'a, f64> {
+        self.cube
+    }
+
+    /// Derotation angles, one per frame (degrees).
+    pub fn angles(&self) -> &[f64] {
+        &self.angles
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &PacoParams {
+        &self.params
+    }
+
+    /// Patch disk offsets (dy, dx) in row-major order (K of them).
+    pub fn disk(&self) -> &[(isize, isize)] {
+        &self.disk
+    }
+
+    /// The PSF template for every entry of a sub-pixel table with `q` steps per pixel: a
+    /// `(q+1)·(q+1)·K` row-major array (fy index, fx index, disk index) of exact VIP FFT-shifted
+    /// templates starting at offset 0 (`Trunc`) or −½ (`Nearest`). Device backends upload it and
+    /// blend bilinearly like the CPU does.
+    pub fn template_table(&self, q: usize) -> Result<Vec<f64>> {
+        match Templates::new(
+            &self.psf_n.psf,
+            &self.disk,
+            SubPixel::Table { q },
+            self.geom.rounding,
+        )? {
+            Templates::Table { data, .. } => Ok(data),
+            _ => Err(BridgeError::Unsupported(
+                "internal: table templates expected".into(),
+            )),
+        }
+    }
+
+    /// The centred template h0 (K values).
+    pub fn centred_template(&self) -> Result<Vec<f64>> {
+        match Templates::new(
+            &self.psf_n.psf,
+            &self.disk,
+            SubPixel::Off,
+            self.geom.rounding,
+        )? {
+            Templates::Centred(h) => Ok(h),
+            _ => Err(BridgeError::Unsupported(
+                "internal: centred template expected".into(),
+            )),
+        }
+    }
+
+    /// The normalised PSF in use.
+    pub fn normalized_psf(&self) -> &NormalizedPsf {
+        &self.psf_n
+    }
+
+    /// Number of θ rows per lag-table band.
+    fn band_rows(&self, nlags: usize) -> usize {
+        let per_row = self.geom.width * nlags * 8;
+        let rows = self.params.max_tile_bytes / per_row.max(1);
+        rows.saturating_sub(2 * self.params.psf_rad).max(1)
+    }
+}
+
+/// Run PACO on the full output grid.
+pub fn paco(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+) -> Result<PacoMaps> {
+    let job = PacoJob::new(cube, angles, psf, params)?;
+    let backend = backend_for(params.device)?;
+    let (a, b) = backend.ab_maps(&job)?;
+    Ok(maps_from_ab(a, b, &job))
+}
+
+fn maps_from_ab(a: Array2<f64>, b: Array2<f64>, job: &PacoJob<'_>) -> PacoMaps {
+    let snr = ndarray::Zip::from(&a)
+        .and(&b)
+        .map_collect(|&a, &b| b / a.sqrt());
+    let flux = ndarray::Zip::from(&a).and(&b).map_collect(|&a, &b| b / a);
+    let std = a.mapv(|a| 1.0 / a.sqrt());
+    PacoMaps {
+        a,
+        b,
+        snr,
+        flux,
+        std,
+        psf_norm_factor: job.psf_n.factor,
+        fwhm: job.psf_n.fwhm,
+    }
+}
+
+/// a and b at an explicit list of (y, x) output positions (`phi0s`).
+pub fn paco_ab_at(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+    phi0s: &[(usize, usize)],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let job = PacoJob::new(cube, angles, psf, params)?;
+    let (h, w) = (job.geom.height, job.geom.width);
+    if let Some(&(y, x)) = phi0s.iter().find(|&&(y, x)| y >= h || x >= w) {
+        return Err(BridgeError::invalid_argument(
+            "phi0s",
+            format!("({y}, {x}) is outside the {h}×{w} frame"),
+        ));
+    }
+    let backend = backend_for(params.device)?;
+    backend.ab_at(&job, phi0s)
+}
+
+/// The CPU implementation of the two PACO passes.
+pub(crate) mod cpu {
+    use super::*;
+
+    /// Rows of θ that can hold statistics.
+    fn box_rows(job: &PacoJob<'_>) -> (usize, usize) {
+        let r = job.params.psf_rad;
+        (r + 1, job.geom.height - r - 1)
+    }
+
+    /// Fast path: q and z for every pixel, then sums along trajectories.
+    pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
+        let prep = Prepared::new(job.cube, job.disk.clone())?;
+        let tpl = Templates::new(&job.psf_n.psf, &job.disk, SubPixel::Off, job.geom.rounding)?;
+        let Templates::Centred(h0) = tpl else {
+            return Err(BridgeError::Unsupported(
+                "internal: centred template expected".into(),
+            ));
+        };
+        let (h, w, t, k) = (prep.h, prep.w, prep.t, prep.k());
+        let r = job.params.psf_rad;
+        let variant = job.params.variant;
+        let mut q = try_vec(h * w, f64::NAN)?;
+        let mut z = try_vec(h * w * t, f64::NAN)?;
+        let (y_lo, y_hi) = box_rows(job);
+        let mut band = job.band_rows(prep.lags.len());
+        let mut g = Vec::new();
+        let mut ya = y_lo;
+        while ya < y_hi {
+            let yb = (ya + band).min(y_hi);
+            let pa = ya - r;
+            if let Err(e) = prep.lag_table(pa, yb + r, &mut g) {
+                // Out of memory: split the band and retry, down to one row.
+                if band == 1 {
+                    return Err(e);
+                }
+                g = Vec::new();
+                band = band.div_ceil(2);
+                log::info!("paco: out of memory for a lag-table band; retrying with {band} rows");
+                continue;
+            }
+            let qrows = &mut q[ya * w..yb * w];
+            let zrows = &mut z[ya * w * t..yb * w * t];
+            qrows
+                .par_chunks_mut(w)
+                .zip(zrows.par_chunks_mut(w * t))
+                .enumerate()
+                .for_each_init(
+                    || Scratch::new(k),
+                    |sc, (ry, (qrow, zrow))| {
+                        kernels::fast_row(&prep, &g, pa, ya + ry, r, &h0, variant, sc, qrow, zrow);
+                    },
+                );
+            ya = yb;
+        }
+        drop(g);
+        let geom = job.geom;
+        let angles = &job.angles;
+        let mut a = Array2::<f64>::from_elem((h, w), f64::NAN);
+        let mut b = Array2::<f64>::from_elem((h, w), f64::NAN);
+        let a_sl = a
+            .as_slice_mut()
+            .ok_or_else(|| BridgeError::Unsupported("non-contiguous".into()))?;
+        let b_sl = b
+            .as_slice_mut()
+            .ok_or_else(|| BridgeError::Unsupported("non-contiguous".into()))?;
+        a_sl.par_chunks_mut(w)
+            .zip(b_sl.par_chunks_mut(w))
+            .enumerate()
+            .for_each(|(y0, (arow, brow))| {
+                for x0 in 0..w {
+                    let mut sa = 0.0;
+                    let mut sb = 0.0;
+                    let mut ok = true;
+                    let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
+                    for (l, &ang) in angles.iter().enumerate() {
+                        match geom.pixel_polar(rr, th0, ang) {
+                            Some((theta, _, _)) => {
+                                sa += q[theta];
+                                sb += z[theta * t + l];
+                            }
+                            None => {
+                                ok = false;
+                                break;
+                            }
+                        }
+                    }
+                    if ok {
+                        arow[x0] = sa;
+                        brow[x0] = sb;
+                    }
+                }
+            });
+        Ok((a, b))
+    }
+
+    /// Bucketed path: pairs (φ0, ℓ) grouped by their trajectory pixel, statistics per band.
+    pub(crate) fn bucket_ab(
+        job: &PacoJob<'_>,
+        phi0s: &[(usize, usize)],
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let t = job.angles.len();
+        let geom = job.geom;
+        let angles = &job.angles;
+        let n0 = phi0s.len();
+        let w = geom.width;
+        // Trajectory pixel of every pair; u32::MAX for φ0 with an invalid trajectory.
+        if n0.checked_mul(t).is_none_or(|n| n >= u32::MAX as usize) {
+            return Err(BridgeError::Unsupported(format!(
+                "{n0} positions × {t} frames exceed the 2³² (φ0, frame) pairs of one run; pass phi0s in parts"
+            )));
+        }
+        let mut pair_theta = try_vec(n0 * t, u32::MAX)?;
+        pair_theta
+            .par_chunks_mut(t)
+            .zip(phi0s.par_iter())
+            .with_min_len(job.params.batch_size.min(n0.max(1)))
+            .for_each(|(row, &(y0, x0))| {
+                let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
+                for (l, &ang) in angles.iter().enumerate() {
+                    match geom.pixel_polar(rr, th0, ang) {
+                        Some((theta, _, _)) => row[l] = theta as u32,
+                        None => {
+                            row.fill(u32::MAX);
+                            return;
+                        }
+                    }
+                }
+            });
+        let valid: Vec<bool> = pair_theta.chunks(t).map(|c| c[0] != u32::MAX).collect();
+        let prep = Prepared::new(job.cube, job.disk.clone())?;
+        let tpl = Templates::new(
+            &job.psf_n.psf,
+            &job.disk,
+            job.params.subpixel,
+            geom.rounding,
+        )?;
+        let (k, r) = (prep.k(), job.params.psf_rad);
+        let variant = job.params.variant;
+        let (y_lo, y_hi) = box_rows(job);
+        let band = job.band_rows(prep.lags.len());
+        let nbands = (y_hi - y_lo).div_ceil(band);
+        // Counting sort of (θ, pair id) by band.
+        let mut counts = vec![0usize; nbands + 1];
+        for &th in &pair_theta {
+            if th != u32::MAX {
+                counts[(th as usize / w - y_lo) / band + 1] += 1;
+            }
+        }
+        for i in 0..nbands {
+            counts[i + 1] += counts[i];
+        }
+        let mut by_band = try_vec(counts[nbands], (0u32, 0u32))?;
+        let mut fill = counts.clone();
+        for (pid, &th) in pair_theta.iter().enumerate() {
+            if th != u32::MAX {
+                let bi = (th as usize / w - y_lo) / band;
+                by_band[fill[bi]] = (th, pid as u32);
+                fill[bi] += 1;
+            }
+        }
+        drop(pair_theta);
+        let mut a = vec![0.0f64; n0];
+        let mut b = vec![0.0f64; n0];
+        let mut g = Vec::new();
+        let h0 = match &tpl {
+            Templates::Centred(h) => Some(h.clone()),
+            _ => None,
+        };
+        for bi in 0..nbands {
+            let pairs = &mut by_band[counts[bi]..counts[bi + 1]];
+            if pairs.is_empty() {
+                continue;
+            }
+            pairs.sort_unstable();
+            let pairs: &[(u32, u32)] = pairs;
+            let ya = y_lo + bi * band;
+            let yb = (ya + band).min(y_hi);
+            // Rows of the band, split further if the lag table does not fit in memory.
+            let mut todo = vec![(ya, yb)];
+            while let Some((sa, sb)) = todo.pop() {
+                let lo = pairs.partition_point(|p| (p.0 as usize) < sa * w);
+                let hi = pairs.partition_point(|p| (p.0 as usize) < sb * w);
+                let sub = &pairs[lo..hi];
+                if sub.is_empty() {
+                    continue;
+                }
+                let pa = sa - r;
+                if let Err(e) = prep.lag_table(pa, sb + r, &mut g) {
+                    if sb - sa == 1 {
+                        return Err(e);
+                    }
+                    g = Vec::new();
+                    let mid = sa + (sb - sa) / 2;
+                    log::info!(
+                        "paco: out of memory for a lag-table band; splitting rows {sa}..{sb}"
+                    );
+                    todo.push((mid, sb));
+                    todo.push((sa, mid));
+                    continue;
+                }
+                let ctx = kernels::GroupCtx {
+                    prep: &prep,
+                    g: &g,
+                    pa,
+                    variant,
+                    h0: h0.as_deref(),
+                    tpl: &tpl,
+                    geom: &geom,
+                    angles,
+                    phi0s,
+                };
+                process_pairs(&ctx, sub, k, &mut a, &mut b, t)?;
+            }
+        }
+        for ((av, bv), &ok) in a.iter_mut().zip(b.iter_mut()).zip(&valid) {
+            if !ok {
+                *av = f64::NAN;
+                *bv = f64::NAN;
+            }
+        }
+        Ok((a, b))
+    }
+
+    /// Evaluate the pairs (sorted by θ) of one lag-table band and add their contributions to
+    /// a and b, in the (deterministic) order of the sorted pairs.
+    fn process_pairs(
+        ctx: &kernels::GroupCtx<'_>,
+        pairs: &[(u32, u32)],
+        k: usize,
+        a: &mut [f64],
+        b: &mut [f64],
+        t: usize,
+    ) -> Result<()> {
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut s = 0;
+        while s < pairs.len() {
+            let mut e = s + 1;
+            while e < pairs.len() && pairs[e].0 == pairs[s].0 {
+                e += 1;
+            }
+            groups.push((s, e));
+            s = e;
+        }
+        let mut contrib = try_vec(pairs.len(), (f64::NAN, f64::NAN))?;
+        let mut chunks: Vec<&mut [(f64, f64)]> = Vec::with_capacity(groups.len());
+        let mut rest: &mut [(f64, f64)] = &mut contrib;
+        for &(s, e) in &groups {
+            let (head, tail) = rest.split_at_mut(e - s);
+            chunks.push(head);
+            rest = tail;
+        }
+        groups.par_iter().zip(chunks.into_par_iter()).for_each_init(
+            || Scratch::new(k),
+            |sc, (&(s, e), out)| kernels::group(ctx, &pairs[s..e], sc, out),
+        );
+        for (&(_, pid), &(ca, cb)) in pairs.iter().zip(&contrib) {
+            let i0 = pid as usize / t;
+            a[i0] += ca;
+            b[i0] += cb;
+        }
+        Ok(())
+    }
+
+    /// Full-grid maps through the bucketed path.
+    pub(crate) fn bucket_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
+        let (h, w) = (job.geom.height, job.geom.width);
+        let phi0s: Vec<(usize, usize)> = (0..h).flat_map(|y| (0..w).map(move |x| (y, x))).collect();
+        let (a, b) = bucket_ab(job, &phi0s)?;
+        let a = Array2::from_shape_vec((h, w), a)
+            .map_err(|e| BridgeError::Unsupported(e.to_string()))?;
+        let b = Array2::from_shape_vec((h, w), b)
+            .map_err(|e| BridgeError::Unsupported(e.to_string()))?;
+        Ok((a, b))
+    }
+}
+
+/// FastPACO with the original package's vocabulary: statistics precomputed for every pixel.
+#[derive(Debug, Clone)]
+pub struct FastPaco<'a> {
+    cube: ArrayView3<'a, f64>,
+    angles: ArrayView1<'a, f64>,
+    psf: ArrayView2<'a, f64>,
+    /// Settings; `psf_rad` and `patch_area` follow the original names.
+    pub params: PacoParams,
+}
+
+/// FullPACO with the original package's vocabulary: statistics on demand (bounded memory).
+/// Same numbers as [`FastPaco`].
+#[derive(Debug, Clone)]
+pub struct FullPaco<'a> {
+    inner: FastPaco<'a>,
+}
+
+impl<'a> FastPaco<'a> {
+    /// `FastPACO(image_stack, angles, psf, psf_rad, patch_area)`.
+    pub fn new(
+        image_stack: ArrayView3<'a, f64>,
+        angles: ArrayView1<'a, f64>,
+        psf: ArrayView2<'a, f64>,
+        psf_rad: usize,
+        patch_area: usize,
+    ) -> Self {
+        let params = PacoParams {
+            psf_rad,
+            patch_area: Some(patch_area),
+            strategy: Strategy::Fast,
+            ..Default::default()
+        };
+        FastPaco {
+            cube: image_stack,
+            angles,
+            psf,
+            params,
+        }
+    }
+
+    /// `PACOCalc(phi0s)`: a and b at the given (y, x) positions, or the full grid (row-major)
+    /// when `phi0s` is `None`.
+    pub fn paco_calc(&self, phi0s: Option<&[(usize, usize)]>) -> Result<(Vec<f64>, Vec<f64>)> {
+        match phi0s {
+            Some(p) => paco_ab_at(self.cube, self.angles, self.psf, &self.params, p),
+            None => {
+                let m = paco(self.cube, self.angles, self.psf, &self.params)?;
+                Ok((m.a.iter().copied().collect(), m.b.iter().copied().collect()))
+            }
+        }
+    }
+
+    /// `run()`: the S/N and flux maps.
+    pub fn run(&self) -> Result<PacoMaps> {
+        paco(self.cube, self.angles, self.psf, &self.params)
+    }
+}
+
+impl<'a> FullPaco<'a> {
+    /// `FullPACO(image_stack, angles, psf, psf_rad, patch_area)`.
+    pub fn new(
+        image_stack: ArrayView3<'a, f64>,
+        angles: ArrayView1<'a, f64>,
+        psf: ArrayView2<'a, f64>,
+        psf_rad: usize,
+        patch_area: usize,
+    ) -> Self {
+        let mut inner = FastPaco::new(image_stack, angles, psf, psf_rad, patch_area);
+        inner.params.strategy = Strategy::Full;
+        FullPaco { inner }
+    }
+
+    /// Settings (mutable).
+    pub fn params_mut(&mut self) -> &mut PacoParams {
+        &mut self.inner.params
+    }
+
+    /// `PACOCalc(phi0s)`, see [`FastPaco::paco_calc`].
+    pub fn paco_calc(&self, phi0s: Option<&[(usize, usize)]>) -> Result<(Vec<f64>, Vec<f64>)> {
+        self.inner.paco_calc(phi0s)
+    }
+
+    /// `run()`: the S/N and flux maps.
+    pub fn run(&self) -> Result<PacoMaps> {
+        self.inner.run()
+    }
+}
+
+impl<'a> FastPaco<'a> {
+    /// Settings (mutable).
+    pub fn params_mut(&mut self) -> &mut PacoParams {
+        &mut self.params
+    }
+}
+
+/// Optional "calibrated S/N" (spec §9, off by default): the S/N divided by a robust per-annulus
+/// spread, `1.4826·MAD` over 1-px annuli about `center`, leaving out pixels within
+/// `exclude_radius` of the `exclude` positions (candidates). Annuli with fewer than 8 usable
+/// pixels, or a zero spread, give NaN.
+pub fn calibrated_snr(
+    snr: &Array2<f64>,
+    center: (f64, f64),
+    exclude: &[(usize, usize)],
+    exclude_radius: f64,
+) -> Array2<f64> {
+    let (h, w) = snr.dim();
+    let ring = |y: usize, x: usize| {
+        let (dy, dx) = (y as f64 - center.0, x as f64 - center.1);
+        (dy * dy + dx * dx).sqrt().round() as usize
+    };
+    let excluded = |y: usize, x: usize| {
+        exclude.iter().any(|&(ey, ex)| {
+            let (dy, dx) = (y as f64 - ey as f64, x as f64 - ex as f64);
+            dy * dy + dx * dx <= exclude_radius * exclude_radius
+        })
+    };
+    let nrings = ring(0, 0)
+        .max(ring(0, w - 1))
+        .max(ring(h - 1, 0))
+        .max(ring(h - 1, w - 1))
+        + 1;
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); nrings];
+    for ((y, x), &v) in snr.indexed_iter() {
+        if v.is_finite() && !excluded(y, x) {
+            samples[ring(y, x)].push(v);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        }
+    };
+    let spread: Vec<f64> = samples
+        .iter_mut()
+        .map(|s| {
+            if s.len() < 8 {
+                return f64::NAN;
+            }
+            let med = median(s);
+            let mut dev: Vec<f64> = s.iter().map(|v| (v - med).abs()).collect();
+            let mad = 1.4826 * median(&mut dev);
+            if mad > 0.0 { mad } else { f64::NAN }
+        })
+        .collect();
+    Array2::from_shape_fn((h, w), |(y, x)| snr[[y, x]] / spread[ring(y, x)])
+}

@@ -1,0 +1,276 @@
+//! End-to-end tests of `arraybridge paco` on the shared fixture and on bad inputs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use arraybridge::io::fits;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/paco")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-cli-paco-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn paco(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+        .arg("paco")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn f(name: &str) -> String {
+    fixtures().join(name).display().to_string()
+}
+
+#[test]
+fn fixture_end_to_end_vip_golden() {
+    let out = tmpdir("vip");
+    let o = paco(&[
+        "--cube",
+        &f("synth_adi40_64_cube.fits"),
+        "--angles",
+        &f("synth_adi40_64_angles.fits"),
+        "--psf",
+        &f("synth_adi40_64_psf.fits"),
+        "-o",
+        out.to_str().unwrap(),
+        "--mode",
+        "vip",
+        "--psf-norm-factor",
+        "9.540355072844195",
+        "--flux",
+        "1",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    for name in [
+        "snr.fits",
+        "flux.fits",
+        "a.fits",
+        "b.fits",
+        "snr.png",
+        "candidates.csv",
+    ] {
+        assert!(out.join(name).exists(), "{name} missing");
+    }
+    let a = fits::read_image(out.join("a.fits")).unwrap();
+    let gold =
+        fits::read_image(fixtures().join("golden/vip211_fastpaco_synth_nosubpix_a.fits")).unwrap();
+    assert_eq!(a.shape(), gold.shape());
+    let mut same = 0;
+    for (x, g) in a.iter().zip(gold.iter()) {
+        assert_eq!(x.is_nan(), g.is_nan());
+        if g.is_finite() && ((x - g) / g).abs() < 1e-9 {
+            same += 1;
+        }
+    }
+    // All finite pixels but the float-trap ones (spec §4) match to 1e-9.
+    assert!(same >= 2305 - 70, "{same}");
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let best = &json["candidates"][0];
+    assert_eq!(
+        (best["y"].as_u64(), best["x"].as_u64()),
+        (Some(40), Some(45))
+    );
+    assert!((best["snr"].as_f64().unwrap() - 13.600).abs() < 1e-3);
+    let uf = best["unbiased_flux"].as_f64().unwrap();
+    assert!((uf / 572.4 - 1.0).abs() < 0.05, "{uf}");
+    let csv = std::fs::read_to_string(out.join("candidates.csv")).unwrap();
+    assert!(
+        csv.starts_with("y,x,separation_px,angle_deg,snr,flux,unbiased_flux,unbiased_flux_err")
+    );
+    assert!(csv.lines().nth(1).unwrap().starts_with("40,45,"));
+    let png = std::fs::read(out.join("snr.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn table_output_with_subpixel_and_fitted_fwhm() {
+    let out = tmpdir("table");
+    let o = paco(&[
+        "--cube",
+        &f("synth_adi40_64_cube.fits"),
+        "--angles",
+        &f("synth_adi40_64_angles.fits"),
+        "--psf",
+        &f("synth_adi40_64_psf.fits"),
+        "-o",
+        out.to_str().unwrap(),
+        "--subpixel",
+        "--calibrate",
+        "--device",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let first = stdout.lines().nth(1).unwrap();
+    let cols: Vec<&str> = first.split_whitespace().collect();
+    assert_eq!((cols[1], cols[2]), ("39", "45"), "{stdout}");
+    let cal = fits::read_image(out.join("snr_calibrated.fits")).unwrap();
+    assert_eq!(cal.shape(), &[64, 64]);
+    std::fs::remove_dir_all(&out).ok();
+}
+
+fn expect_error(args: &[&str], needle: &str) {
+    let o = paco(args);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "should fail: {args:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains(needle),
+        "{needle:?} not in {stderr}"
+    );
+}
+
+#[test]
+fn bad_inputs_fail_cleanly() {
+    let out = tmpdir("bad");
+    let o = out.to_str().unwrap();
+    let cube = f("synth_adi40_64_cube.fits");
+    let ang = f("synth_adi40_64_angles.fits");
+    let psf = f("synth_adi40_64_psf.fits");
+    // Not a FITS file.
+    let txt = out.join("not.fits");
+    std::fs::write(&txt, "this is not a FITS file").unwrap();
+    expect_error(
+        &[
+            "--cube",
+            txt.to_str().unwrap(),
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            o,
+        ],
+        "not a fits file",
+    );
+    // Missing file.
+    expect_error(
+        &[
+            "--cube",
+            "/nonexistent/c.fits",
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            o,
+        ],
+        "i/o error",
+    );
+    // Frame/angle count mismatch.
+    let short = out.join("short.fits");
+    let a = fits::read_image(fixtures().join("synth_adi40_64_angles.fits")).unwrap();
+    let s = a
+        .slice_each_axis(|ax| ndarray::Slice::from(0..ax.len - 1))
+        .to_owned();
+    fits::write_image(&short, &s).unwrap();
+    expect_error(
+        &[
+            "--cube",
+            &cube,
+            "--angles",
+            short.to_str().unwrap(),
+            "--psf",
+            &psf,
+            "-o",
+            o,
+        ],
+        "shape mismatch",
+    );
+    // Angles as (T, 1) are accepted.
+    let col = out.join("col.fits");
+    fits::write_image(
+        &col,
+        &a.clone()
+            .into_shape_with_order(ndarray::IxDyn(&[40, 1]))
+            .unwrap(),
+    )
+    .unwrap();
+    let ok = paco(&[
+        "--cube",
+        &cube,
+        "--angles",
+        col.to_str().unwrap(),
+        "--psf",
+        &psf,
+        "-o",
+        o,
+        "--fwhm",
+        "4",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // PSF larger than the frame.
+    let big = out.join("big.fits");
+    fits::write_image(
+        &big,
+        &ndarray::ArrayD::<f64>::ones(ndarray::IxDyn(&[65, 65])),
+    )
+    .unwrap();
+    expect_error(
+        &[
+            "--cube",
+            &cube,
+            "--angles",
+            &ang,
+            "--psf",
+            big.to_str().unwrap(),
+            "-o",
+            o,
+        ],
+        "larger than the frames",
+    );
+    // NaN-only cube.
+    let nan = out.join("nan.fits");
+    fits::write_image(
+        &nan,
+        &ndarray::ArrayD::<f64>::from_elem(ndarray::IxDyn(&[40, 64, 64]), f64::NAN),
+    )
+    .unwrap();
+    expect_error(
+        &[
+            "--cube",
+            nan.to_str().unwrap(),
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            o,
+        ],
+        "nan",
+    );
+    // GPU devices are not available for PACO yet; bad device strings are parse errors.
+    expect_error(
+        &[
+            "--cube", &cube, "--angles", &ang, "--psf", &psf, "-o", o, "--device", "cuda:0",
+        ],
+        "unavailable",
+    );
+    expect_error(
+        &[
+            "--cube", &cube, "--angles", &ang, "--psf", &psf, "-o", o, "--device", "gpu",
+        ],
+        "invalid device",
+    );
+    expect_error(
+        &[
+            "--cube", &cube, "--angles", &ang, "--psf", &psf, "-o", o, "--mode", "fast",
+        ],
+        "paper or vip",
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
