@@ -6,7 +6,12 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod demo;
+mod detect;
 mod devices;
+mod paco;
+mod track;
 
 /// arraybridge: move n-dimensional arrays between host and GPU frameworks and run scientific
 /// pipelines on whichever device is enabled.
@@ -23,11 +28,27 @@ pub struct Cli {
 pub enum Command {
     /// List every device every compiled-in backend sees, and which backends are unavailable.
     Devices(devices::Args),
+    /// Benchmarks printed as tables (`bench transfer`, ...).
+    Bench(bench::Args),
+    /// PACO exoplanet detection on an ADI cube (FITS in, S/N and flux maps out).
+    Paco(paco::Args),
+    /// Detect particles in a movie (LoG blob_log or trackpy locate) and write a CSV.
+    Detect(detect::Args),
+    /// Link detections into trajectories (trackpy link semantics) and add a `particle` column.
+    Track(track::Args),
+    /// Generate a microscopy movie and an ADI cube, run detection + tracking and PACO on the best
+    /// device, and write CSVs, PNG figures and a summary (no data needed).
+    Demo(demo::Args),
 }
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
     match cli.command {
         Command::Devices(a) => devices::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Paco(a) => paco::run(a),
+        Command::Detect(a) => detect::run(a),
+        Command::Track(a) => track::run(a),
+        Command::Demo(a) => demo::run(a),
     }
 }

@@ -1,1 +1,7 @@
 //! File formats read and written by the command-line tool (each format in its own module).
+
+pub mod draw;
+pub mod fits;
+pub mod image;
+pub mod npy;
+pub mod tiff;

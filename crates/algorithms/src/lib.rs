@@ -1,1 +1,6 @@
 //! Scientific pipelines for arraybridge.
+
+pub mod detect;
+pub mod track;
+
+pub mod paco;

@@ -1,0 +1,95 @@
+//! Criterion benchmarks of detection and linking on the synthetic 512×512 frames of spec §6.
+//!
+//! `CARGO_TARGET_DIR=... cargo bench -p algorithms --bench detect`
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+
+use algorithms::detect::Accumulate;
+use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame, blob_log_frame_acc};
+use algorithms::detect::locate::{LocateParams, locate};
+use algorithms::detect::synth::synthetic_movie;
+use algorithms::detect::{FrameView, LogDetector, Movie};
+use algorithms::track::{LinkParams, link};
+use bridge_core::Device;
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn bench(c: &mut Criterion) {
+    let s = synthetic_movie(1, 512, 100, 1.0, 1);
+    let Movie::U16(m) = &s.movie else {
+        unreachable!()
+    };
+    let u16f = m.index_axis(ndarray::Axis(0), 0).to_owned();
+    let f32f = u16f.mapv(f32::from);
+    // the spec's reference call: f32 counts, threshold=None, threshold_rel=0.2, (1, 3, 10)
+    let rel = BlobLogParams {
+        max_sigma: 3.0,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        ..Default::default()
+    };
+    c.bench_function("blob_log 512x512 f32 (1,3,10) rel0.2", |b| {
+        b.iter(|| blob_log_frame(black_box(FrameView::F32(f32f.view())), &rel).unwrap())
+    });
+    c.bench_function(
+        "blob_log 512x512 f32 (1,3,10) rel0.2 fast f32 accumulation",
+        |b| {
+            b.iter(|| {
+                blob_log_frame_acc(
+                    black_box(FrameView::F32(f32f.view())),
+                    &rel,
+                    Accumulate::F32,
+                )
+                .unwrap()
+            })
+        },
+    );
+    c.bench_function("blob_log 512x512 u16 legacy/f64 (1,3,10) rel0.2", |b| {
+        b.iter(|| blob_log_frame(black_box(FrameView::U16(u16f.view())), &rel).unwrap())
+    });
+    let lp = LocateParams {
+        minmass: 200.0,
+        ..LocateParams::new(7)
+    };
+    c.bench_function("locate 512x512 u16 d7 minmass200", |b| {
+        b.iter(|| locate(black_box(FrameView::U16(u16f.view())), &lp).unwrap())
+    });
+
+    // movie throughput per batch size (16 frames of 512², u16, LogDetector defaults)
+    let movie = synthetic_movie(16, 512, 100, 1.0, 2);
+    let mut g = c.benchmark_group("LogDetector 16x512x512 u16");
+    g.sample_size(10);
+    for bs in [1, 2, 4, 8] {
+        let det = LogDetector {
+            batch_size: bs,
+            ..Default::default()
+        };
+        g.bench_function(format!("batch {bs}"), |b| {
+            b.iter(|| {
+                det.detect_movie(black_box(&movie.movie), Device::Cpu)
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
+
+    // linking: 100 particles diffusing over 100 frames (truth positions)
+    let tr = synthetic_movie(100, 256, 100, 1.5, 7).truth;
+    let frames: Vec<i64> = tr.iter().map(|t| i64::from(t.frame)).collect();
+    let pos: Vec<[f64; 2]> = tr.iter().map(|t| [t.y, t.x]).collect();
+    let lp = LinkParams::new(5.0, 2);
+    c.bench_function("link 100 frames x 100 particles sr5 mem2", |b| {
+        b.iter(|| link(black_box(&frames), &pos, &lp).unwrap())
+    });
+    // trackpy's reference density: ~600 features per frame, memory 3
+    let tr = synthetic_movie(50, 512, 600, 1.5, 8).truth;
+    let frames: Vec<i64> = tr.iter().map(|t| i64::from(t.frame)).collect();
+    let pos: Vec<[f64; 2]> = tr.iter().map(|t| [t.y, t.x]).collect();
+    let lp = LinkParams::new(5.0, 3);
+    c.bench_function("link 50 frames x 600 particles sr5 mem3", |b| {
+        b.iter(|| link(black_box(&frames), &pos, &lp).unwrap())
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,564 @@
+//! Separable Gaussian filters with SciPy `ndimage` semantics.
+//!
+//! * Kernels follow `scipy.ndimage._filters._gaussian_kernel1d`: radius `floor(4σ + 0.5)`,
+//!   `φ = exp(-0.5/σ² · t²)` normalised with NumPy's pairwise sum, second derivative
+//!   `(t²/σ⁴ − 1/σ²)·φ` built from the normalised φ and not re-zeroed.
+//! * Each 1-D pass is a correlation accumulated in f64 in SciPy's order for symmetric kernels
+//!   (centre tap first, then the mirrored pairs from the outermost inwards) and rounded to the
+//!   working type ([`Real`]) when stored.
+//! * Boundaries: [`Boundary::Reflect`] (SciPy `reflect`, half-sample symmetric), [`Boundary::Constant`]
+//!   (zero padding) and [`Boundary::Nearest`] (edge replication).
+
+use ndarray::{Array2, ArrayView2};
+
+use super::real::Real;
+
+/// Boundary handling of a 1-D pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// `… c b a | a b c … z | z y …` (SciPy `reflect`).
+    Reflect,
+    /// Zero outside the image (SciPy `constant`, `cval = 0`).
+    Constant,
+    /// Edge replication (SciPy `nearest`).
+    Nearest,
+}
+
+/// Map an out-of-range index onto `0..n`, or `None` for zero padding.
+#[inline]
+pub fn map_index(j: isize, n: usize, mode: Boundary) -> Option<usize> {
+    let ni = n as isize;
+    if (0..ni).contains(&j) {
+        return Some(j as usize);
+    }
+    match mode {
+        Boundary::Constant => None,
+        Boundary::Nearest => Some(if j < 0 { 0 } else { n - 1 }),
+        Boundary::Reflect => {
+            let period = 2 * ni;
+            let k = j.rem_euclid(period);
+            Some(if k >= ni {
+                (period - 1 - k) as usize
+            } else {
+                k as usize
+            })
+        }
+    }
+}
+
+/// NumPy's pairwise summation of a contiguous f64 array (`np.sum`), reproduced bit for bit.
+pub fn numpy_sum(a: &[f64]) -> f64 {
+    let n = a.len();
+    if n < 8 {
+        let mut res = 0.0;
+        for &v in a {
+            res += v;
+        }
+        res
+    } else if n <= 128 {
+        let mut r = [0.0f64; 8];
+        r.copy_from_slice(&a[..8]);
+        let mut i = 8;
+        while i < n - (n % 8) {
+            for k in 0..8 {
+                r[k] += a[i + k];
+            }
+            i += 8;
+        }
+        let mut res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        while i < n {
+            res += a[i];
+            i += 1;
+        }
+        res
+    } else {
+        let mut n2 = n / 2;
+        n2 -= n2 % 8;
+        numpy_sum(&a[..n2]) + numpy_sum(&a[n2..])
+    }
+}
+
+/// Kernel radius of `gaussian_filter1d` with `truncate = 4`: `int(4σ + 0.5)`.
+pub fn kernel_radius(sigma: f64) -> usize {
+    let r = 4.0 * sigma + 0.5;
+    if r.is_finite() && r > 0.0 {
+        r as usize
+    } else {
+        0
+    }
+}
+
+/// `_gaussian_kernel1d(σ, order, radius)` for order 0 or 2 (all `2r+1` taps, index `t + r`).
+///
+/// `sigma_f32`: σ is a NumPy float32 scalar (float32 input to `blob_log`), so σ² and `-0.5/σ²`
+/// are computed in float32, the rest in float64.
+pub fn gaussian_kernel1d(sigma: f64, order: u8, radius: usize, sigma_f32: bool) -> Vec<f64> {
+    let (sigma2, coef) = if sigma_f32 {
+        let s = sigma as f32;
+        let s2 = s * s;
+        (f64::from(s2), f64::from(-0.5f32 / s2))
+    } else {
+        let s2 = sigma * sigma;
+        (s2, -0.5 / s2)
+    };
+    let r = radius as isize;
+    let phi: Vec<f64> = (-r..=r).map(|t| (coef * (t * t) as f64).exp()).collect();
+    let sum = numpy_sum(&phi);
+    let phi: Vec<f64> = phi.iter().map(|p| p / sum).collect();
+    if order == 0 {
+        return phi;
+    }
+    // q = [-1/σ², 0, (1/σ²)²] with P's diagonal entry 1/(-σ²).
+    let p = 1.0 / (-sigma2);
+    let q0 = p;
+    let q2 = p * p;
+    (-r..=r)
+        .zip(phi.iter())
+        .map(|(t, &ph)| {
+            let x2 = (t * t) as f64;
+            (q0 + x2 * q2) * ph
+        })
+        .collect()
+}
+
+/// The non-negative half `w[0..=r]` of a symmetric kernel stored with index `t + r`.
+pub fn half_kernel(full: &[f64]) -> Vec<f64> {
+    let r = full.len() / 2;
+    full[r..].to_vec()
+}
+
+/// Correlate every column of `input` (`h × w`, row-major) with the symmetric kernels `halves`
+/// along axis 0 (y), sharing the reads; `outs[k]` receives the pass with `halves[k]`.
+pub fn pass_y<T: Real>(
+    input: &[T],
+    h: usize,
+    w: usize,
+    halves: &[&[f64]],
+    mode: Boundary,
+    outs: &mut [&mut [T]],
+) {
+    debug_assert_eq!(halves.len(), outs.len());
+    let nk = halves.len();
+    let mut accs = vec![vec![0.0f64; w]; nk];
+    let r = halves
+        .iter()
+        .map(|k| k.len().saturating_sub(1))
+        .max()
+        .unwrap_or(0);
+    for y in 0..h {
+        let row = &input[y * w..(y + 1) * w];
+        for (acc, hk) in accs.iter_mut().zip(halves) {
+            let w0 = hk[0];
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a = v.to_f64() * w0;
+            }
+        }
+        for j in (1..=r).rev() {
+            let up = map_index(y as isize - j as isize, h, mode);
+            let dn = map_index(y as isize + j as isize, h, mode);
+            match (up, dn) {
+                (Some(u), Some(d)) => {
+                    let ru = &input[u * w..(u + 1) * w];
+                    let rd = &input[d * w..(d + 1) * w];
+                    if nk == 2 && halves[0].len() > j && halves[1].len() > j {
+                        let (wa, wb) = (halves[0][j], halves[1][j]);
+                        let (a0, a1) = accs.split_at_mut(1);
+                        for (((acc0, acc1), &vu), &vd) in
+                            a0[0].iter_mut().zip(a1[0].iter_mut()).zip(ru).zip(rd)
+                        {
+                            let s = vu.to_f64() + vd.to_f64();
+                            *acc0 += s * wa;
+                            *acc1 += s * wb;
+                        }
+                    } else {
+                        for (acc, hk) in accs.iter_mut().zip(halves) {
+                            if hk.len() <= j {
+                                continue;
+                            }
+                            let wj = hk[j];
+                            for ((a, &vu), &vd) in acc.iter_mut().zip(ru).zip(rd) {
+                                *a += (vu.to_f64() + vd.to_f64()) * wj;
+                            }
+                        }
+                    }
+                }
+                (Some(u), None) | (None, Some(u)) => {
+                    let ru = &input[u * w..(u + 1) * w];
+                    for (acc, hk) in accs.iter_mut().zip(halves) {
+                        if hk.len() <= j {
+                            continue;
+                        }
+                        let wj = hk[j];
+                        for (a, &vu) in acc.iter_mut().zip(ru) {
+                            *a += (vu.to_f64() + 0.0) * wj;
+                        }
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        for (acc, out) in accs.iter().zip(outs.iter_mut()) {
+            for (o, &a) in out[y * w..(y + 1) * w].iter_mut().zip(acc) {
+                *o = T::from_f64(a);
+            }
+        }
+    }
+}
+
+/// Fill `buf` (length `w + 2r`) with `row` extended by `r` samples on each side.
+#[inline]
+pub fn pad_row<T: Real, A: Real>(row: &[T], r: usize, mode: Boundary, buf: &mut [A]) {
+    let w = row.len();
+    for (b, &v) in buf[r..r + w].iter_mut().zip(row) {
+        *b = A::from_f64(v.to_f64());
+    }
+    for k in 0..r {
+        let jl = k as isize - r as isize;
+        let jr = (w + k) as isize;
+        buf[k] = map_index(jl, w, mode).map_or(A::ZERO, |i| A::from_f64(row[i].to_f64()));
+        buf[r + w + k] = map_index(jr, w, mode).map_or(A::ZERO, |i| A::from_f64(row[i].to_f64()));
+    }
+}
+
+/// Correlate a padded row (`buf`, padding `pad ≥ half.len() − 1`) with a symmetric kernel into
+/// `acc` (f64, length `w`).
+#[inline]
+pub fn correlate_padded(buf: &[f64], pad: usize, half: &[f64], acc: &mut [f64]) {
+    let w = acc.len();
+    let w0 = half[0];
+    for (a, &v) in acc.iter_mut().zip(&buf[pad..pad + w]) {
+        *a = v * w0;
+    }
+    let r = half.len() - 1;
+    for j in (1..=r).rev() {
+        let wj = half[j];
+        let left = &buf[pad - j..pad - j + w];
+        let right = &buf[pad + j..pad + j + w];
+        for ((a, &l), &rr) in acc.iter_mut().zip(left).zip(right) {
+            *a += (l + rr) * wj;
+        }
+    }
+}
+
+/// Correlate every row of `input` with the symmetric kernel `half` along axis 1 (x).
+pub fn pass_x<T: Real>(
+    input: &[T],
+    h: usize,
+    w: usize,
+    half: &[f64],
+    mode: Boundary,
+    out: &mut [T],
+) {
+    let r = half.len().saturating_sub(1);
+    let mut buf = vec![0.0f64; w + 2 * r];
+    let mut acc = vec![0.0f64; w];
+    for y in 0..h {
+        pad_row(&input[y * w..(y + 1) * w], r, mode, &mut buf);
+        correlate_padded(&buf, r, half, &mut acc);
+        for (o, &a) in out[y * w..(y + 1) * w].iter_mut().zip(&acc) {
+            *o = T::from_f64(a);
+        }
+    }
+}
+
+fn contiguous<T: Real>(image: ArrayView2<'_, T>) -> Vec<T> {
+    image.iter().copied().collect()
+}
+
+/// `scipy.ndimage.gaussian_filter(image, σ)` (mode `reflect`, truncate 4), in the image's type.
+pub fn gaussian_filter<T: Real>(image: ArrayView2<'_, T>, sigma: f64) -> Array2<T> {
+    let (h, w) = image.dim();
+    let input = contiguous(image);
+    let g0 = half_kernel(&gaussian_kernel1d(
+        sigma,
+        0,
+        kernel_radius(sigma),
+        T::IS_F32,
+    ));
+    let mut tmp = vec![T::ZERO; h * w];
+    pass_y(&input, h, w, &[&g0], Boundary::Reflect, &mut [&mut tmp]);
+    let mut out = vec![T::ZERO; h * w];
+    pass_x(&tmp, h, w, &g0, Boundary::Reflect, &mut out);
+    Array2::from_shape_vec((h, w), out).unwrap_or_else(|_| Array2::from_elem((h, w), T::ZERO))
+}
+
+/// `scipy.ndimage.gaussian_laplace(image, σ)` (mode `reflect`, truncate 4), in the image's type:
+/// `L_yy + L_xx` with each term rounded to the type.
+pub fn gaussian_laplace<T: Real>(image: ArrayView2<'_, T>, sigma: f64) -> Array2<T> {
+    let (h, w) = image.dim();
+    let input: Vec<f64> = image.iter().map(|v| v.to_f64()).collect();
+    let k = LogKernels::new(sigma, T::IS_F32);
+    let mut out = vec![T::ZERO; h * w];
+    let mut s = LogScratch::new(h, w, k.radius());
+    let stride = padded_stride(w);
+    let input = pad_stride(&input, h, w, stride);
+    log_plane(&input, stride, h, w, &k, &mut s, &mut out, |lyy, lxx| {
+        lyy + lxx
+    });
+    Array2::from_shape_vec((h, w), out).unwrap_or_else(|_| Array2::from_elem((h, w), T::ZERO))
+}
+
+/// A row stride (in f64 elements) ≥ `w` whose byte size is not a multiple of 4 KiB, so the
+/// 2r+1 rows read by a y pass do not alias in the L1 cache.
+pub fn padded_stride(w: usize) -> usize {
+    let mut s = w + 8;
+    while (s * 8).is_multiple_of(4096) {
+        s += 8;
+    }
+    s
+}
+
+/// Copy an `h × w` f64 image to rows of `stride` elements.
+pub fn pad_stride(img: &[f64], h: usize, w: usize, stride: usize) -> Vec<f64> {
+    let mut out = vec![0.0f64; h * stride];
+    for y in 0..h {
+        out[y * stride..y * stride + w].copy_from_slice(&img[y * w..(y + 1) * w]);
+    }
+    out
+}
+
+/// The pair of half kernels (g0, g2) of one LoG scale.
+#[derive(Debug, Clone)]
+pub struct LogKernels {
+    /// Gaussian, taps `0..=r`.
+    pub g0: Vec<f64>,
+    /// Second derivative of the Gaussian, taps `0..=r`.
+    pub g2: Vec<f64>,
+}
+
+impl LogKernels {
+    /// Kernels for σ (`sigma_f32`: see [`gaussian_kernel1d`]).
+    pub fn new(sigma: f64, sigma_f32: bool) -> Self {
+        let r = kernel_radius(sigma);
+        LogKernels {
+            g0: half_kernel(&gaussian_kernel1d(sigma, 0, r, sigma_f32)),
+            g2: half_kernel(&gaussian_kernel1d(sigma, 2, r, sigma_f32)),
+        }
+    }
+
+    /// The radius r.
+    pub fn radius(&self) -> usize {
+        self.g0.len() - 1
+    }
+}
+
+/// Scratch buffers for [`log_plane`].
+#[derive(Debug)]
+pub struct LogScratch<T: Real, A: Real = f64> {
+    a2: Vec<T>,
+    a0: Vec<T>,
+    buf: Vec<A>,
+    buf2: Vec<A>,
+}
+
+impl<T: Real, A: Real> Drop for LogScratch<T, A> {
+    fn drop(&mut self) {
+        super::real::give_buf(std::mem::take(&mut self.a2));
+        super::real::give_buf(std::mem::take(&mut self.a0));
+    }
+}
+
+impl<T: Real, A: Real> LogScratch<T, A> {
+    /// Buffers for an `h × w` frame and kernels of radius up to `rmax`.
+    pub fn new(h: usize, w: usize, rmax: usize) -> Self {
+        LogScratch {
+            a2: super::real::take_buf(h * w),
+            a0: super::real::take_buf(h * w),
+            buf: vec![A::ZERO; w + 2 * rmax],
+            buf2: vec![A::ZERO; w + 2 * rmax],
+        }
+    }
+}
+
+const LANES: usize = 16;
+const XLANES: usize = 32;
+
+/// Both y passes of one scale (`g2` and `g0` from one read), register-blocked over `LANES`
+/// columns; per output the sum (in the accumulator type `A`) runs in SciPy's order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn log_pass_y<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    g2: &[A],
+    g0: &[A],
+    a2: &mut [T],
+    a0: &mut [T],
+) {
+    let r = g0.len() - 1;
+    let mut offs = vec![(0usize, 0usize); r + 1];
+    // column strips keep the 2r+1 input rows of a strip in L1 while y advances
+    const STRIP: usize = 64;
+    let mut xs = 0;
+    while xs < w {
+        let xe = (xs + STRIP).min(w);
+        for y in 0..h {
+            for (j, o) in offs.iter_mut().enumerate().skip(1) {
+                let u = map_index(y as isize - j as isize, h, Boundary::Reflect).unwrap_or(0);
+                let d = map_index(y as isize + j as isize, h, Boundary::Reflect).unwrap_or(0);
+                *o = (u * stride, d * stride);
+            }
+            let row = y * w;
+            let irow = y * stride;
+            let mut xb = xs;
+            while xb + LANES <= xe {
+                let c = &img[irow + xb..irow + xb + LANES];
+                let mut s2 = [A::ZERO; LANES];
+                let mut s0 = [A::ZERO; LANES];
+                for l in 0..LANES {
+                    s2[l] = c[l] * g2[0];
+                    s0[l] = c[l] * g0[0];
+                }
+                for j in (1..=r).rev() {
+                    let (u, d) = offs[j];
+                    let ru = &img[u + xb..u + xb + LANES];
+                    let rd = &img[d + xb..d + xb + LANES];
+                    let (w2, w0) = (g2[j], g0[j]);
+                    for l in 0..LANES {
+                        let t = ru[l] + rd[l];
+                        s2[l] = s2[l] + t * w2;
+                        s0[l] = s0[l] + t * w0;
+                    }
+                }
+                for l in 0..LANES {
+                    a2[row + xb + l] = T::from_f64(s2[l].to_f64());
+                    a0[row + xb + l] = T::from_f64(s0[l].to_f64());
+                }
+                xb += LANES;
+            }
+            for x in xb..xe {
+                let mut s2 = img[irow + x] * g2[0];
+                let mut s0 = img[irow + x] * g0[0];
+                for j in (1..=r).rev() {
+                    let (u, d) = offs[j];
+                    let t = img[u + x] + img[d + x];
+                    s2 = s2 + t * g2[j];
+                    s0 = s0 + t * g0[j];
+                }
+                a2[row + x] = T::from_f64(s2.to_f64());
+                a0[row + x] = T::from_f64(s0.to_f64());
+            }
+        }
+        xs = xe;
+    }
+}
+
+/// One output row of an x pass from a padded row, register-blocked.
+#[inline(always)]
+fn xpass_row<A: Real>(buf: &[A], pad: usize, half: &[A], w: usize, out: &mut [A]) {
+    let r = half.len() - 1;
+    let mut xb = 0;
+    while xb + XLANES <= w {
+        let mut s = [A::ZERO; XLANES];
+        let c = &buf[pad + xb..pad + xb + XLANES];
+        for l in 0..XLANES {
+            s[l] = c[l] * half[0];
+        }
+        for j in (1..=r).rev() {
+            let lft = &buf[pad + xb - j..pad + xb - j + XLANES];
+            let rgt = &buf[pad + xb + j..pad + xb + j + XLANES];
+            let wj = half[j];
+            for l in 0..XLANES {
+                s[l] = s[l] + (lft[l] + rgt[l]) * wj;
+            }
+        }
+        out[xb..xb + XLANES].copy_from_slice(&s);
+        xb += XLANES;
+    }
+    for x in xb..w {
+        let mut s = buf[pad + x] * half[0];
+        for j in (1..=r).rev() {
+            s = s + (buf[pad + x - j] + buf[pad + x + j]) * half[j];
+        }
+        out[x] = s;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn log_plane_impl<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    k: &LogKernels,
+    s: &mut LogScratch<T, A>,
+    out: &mut [T],
+    combine: &impl Fn(T, T) -> T,
+) {
+    let r = k.radius();
+    if s.buf.len() < w + 2 * r {
+        s.buf.resize(w + 2 * r, A::ZERO);
+        s.buf2.resize(w + 2 * r, A::ZERO);
+    }
+    let g0: Vec<A> = k.g0.iter().map(|&v| A::from_f64(v)).collect();
+    let g2: Vec<A> = k.g2.iter().map(|&v| A::from_f64(v)).collect();
+    log_pass_y(img, stride, h, w, &g2, &g0, &mut s.a2, &mut s.a0);
+    let mut lyy = vec![A::ZERO; w];
+    let mut lxx = vec![A::ZERO; w];
+    for y in 0..h {
+        pad_row(
+            &s.a2[y * w..(y + 1) * w],
+            r,
+            Boundary::Reflect,
+            &mut s.buf[..w + 2 * r],
+        );
+        xpass_row(&s.buf, r, &g0, w, &mut lyy);
+        pad_row(
+            &s.a0[y * w..(y + 1) * w],
+            r,
+            Boundary::Reflect,
+            &mut s.buf2[..w + 2 * r],
+        );
+        xpass_row(&s.buf2, r, &g2, w, &mut lxx);
+        for ((o, &a), &b) in out[y * w..(y + 1) * w].iter_mut().zip(&lyy).zip(&lxx) {
+            *o = combine(T::from_f64(a.to_f64()), T::from_f64(b.to_f64()));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+fn log_plane_avx2<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    k: &LogKernels,
+    s: &mut LogScratch<T, A>,
+    out: &mut [T],
+    combine: &impl Fn(T, T) -> T,
+) {
+    log_plane_impl(img, stride, h, w, k, s, out, combine);
+}
+
+/// One LoG plane: `out[i] = combine(Lyy[i], Lxx[i])` where `Lyy = corr_x(g0, corr_y(g2, I))` and
+/// `Lxx = corr_x(g2, corr_y(g0, I))`, every pass accumulated in `A` in SciPy's order and
+/// rounded to `T`. With `A = f64` this is SciPy bit for bit; `A = f32` is the fast mode (f32
+/// accumulation, spec §1.4). `img` is the frame in `A`, rows `stride` apart. Uses AVX2 when the
+/// CPU has it (wider vectors only: no FMA contraction, results are bit-identical).
+#[allow(clippy::too_many_arguments)]
+pub fn log_plane<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    k: &LogKernels,
+    s: &mut LogScratch<T, A>,
+    out: &mut [T],
+    combine: impl Fn(T, T) -> T,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of
+            // calling a function compiled with `target_feature(enable = "avx2")`.
+            unsafe { log_plane_avx2(img, stride, h, w, k, s, out, &combine) };
+            return;
+        }
+    }
+    log_plane_impl(img, stride, h, w, k, s, out, &combine);
+}

@@ -1,0 +1,170 @@
+//! Particle detection: scikit-image `blob_log`, trackpy `locate`, sub-pixel refinement and the
+//! movie-level [`LogDetector`].
+//!
+//! The normative behaviour is `shared/docs/detection.md`; the golden data is
+//! `shared/fixtures/detect/`. Everything here is the CPU implementation (ndarray + rayon). The
+//! device-independent pieces (parameter validation, the sigma list, candidate ordering, overlap
+//! pruning) are public so GPU back ends can reuse them behind [`DetectBackend`].
+
+pub mod backend;
+pub mod blob_log;
+pub mod filters;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+pub mod gpu;
+pub mod kernels;
+pub mod locate;
+pub mod real;
+pub mod refine;
+pub mod synth;
+
+pub use backend::{CpuBackend, DetectBackend, LogDetector, Particle, backend_for};
+pub use blob_log::{Accumulate, Blob, BlobLogParams, Prescale, blob_log, blob_log_frame};
+pub use locate::{Feature, LocateParams, locate};
+pub use real::Real;
+pub use refine::{RefineParams, Refined, refine_blobs};
+
+use bridge_core::{BridgeError, Result};
+use ndarray::{Array3, ArrayView2, Axis};
+
+/// One 2-D frame in one of the pixel types the detectors accept.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameView<'a> {
+    /// Unsigned 8-bit pixels.
+    U8(ArrayView2<'a, u8>),
+    /// Unsigned 16-bit pixels.
+    U16(ArrayView2<'a, u16>),
+    /// 32-bit float pixels.
+    F32(ArrayView2<'a, f32>),
+    /// 64-bit float pixels.
+    F64(ArrayView2<'a, f64>),
+}
+
+impl FrameView<'_> {
+    /// `(rows, cols)`.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            FrameView::U8(a) => a.dim(),
+            FrameView::U16(a) => a.dim(),
+            FrameView::F32(a) => a.dim(),
+            FrameView::F64(a) => a.dim(),
+        }
+    }
+
+    /// Short name of the pixel type (`u8`, `u16`, `f32`, `f64`).
+    pub fn dtype_name(&self) -> &'static str {
+        match self {
+            FrameView::U8(_) => "u8",
+            FrameView::U16(_) => "u16",
+            FrameView::F32(_) => "f32",
+            FrameView::F64(_) => "f64",
+        }
+    }
+
+    /// Rejects empty frames and frames that contain NaN (an all-NaN frame in particular).
+    pub fn validate(&self) -> Result<()> {
+        let (h, w) = self.dim();
+        if h == 0 || w == 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "empty frame of shape {h}x{w}"
+            )));
+        }
+        let nan = match self {
+            FrameView::F32(a) => a.iter().filter(|v| v.is_nan()).count(),
+            FrameView::F64(a) => a.iter().filter(|v| v.is_nan()).count(),
+            _ => 0,
+        };
+        if nan == h * w {
+            return Err(BridgeError::InvalidInput("frame is all NaN".into()));
+        }
+        if nan > 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "frame contains {nan} NaN pixel(s); replace them before detection"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Pixel values as f64, row-major (a copy).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            FrameView::U8(a) => a.iter().map(|&v| f64::from(v)).collect(),
+            FrameView::U16(a) => a.iter().map(|&v| f64::from(v)).collect(),
+            FrameView::F32(a) => a.iter().map(|&v| f64::from(v)).collect(),
+            FrameView::F64(a) => a.iter().copied().collect(),
+        }
+    }
+}
+
+/// A movie `[T][H][W]` in one of the accepted pixel types.
+#[derive(Debug, Clone)]
+pub enum Movie {
+    /// Unsigned 8-bit pixels.
+    U8(Array3<u8>),
+    /// Unsigned 16-bit pixels.
+    U16(Array3<u16>),
+    /// 32-bit float pixels.
+    F32(Array3<f32>),
+    /// 64-bit float pixels.
+    F64(Array3<f64>),
+}
+
+impl Movie {
+    /// `(frames, rows, cols)`.
+    pub fn dim(&self) -> (usize, usize, usize) {
+        match self {
+            Movie::U8(a) => a.dim(),
+            Movie::U16(a) => a.dim(),
+            Movie::F32(a) => a.dim(),
+            Movie::F64(a) => a.dim(),
+        }
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.dim().0
+    }
+
+    /// True when the movie has no frame.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Short name of the pixel type.
+    pub fn dtype_name(&self) -> &'static str {
+        match self {
+            Movie::U8(_) => "u8",
+            Movie::U16(_) => "u16",
+            Movie::F32(_) => "f32",
+            Movie::F64(_) => "f64",
+        }
+    }
+
+    /// A view of frame `t`. Panics never: returns an error when `t` is out of range.
+    pub fn frame(&self, t: usize) -> Result<FrameView<'_>> {
+        if t >= self.len() {
+            return Err(BridgeError::invalid_argument(
+                "frame",
+                format!(
+                    "index {t} out of range for a movie of {} frames",
+                    self.len()
+                ),
+            ));
+        }
+        Ok(match self {
+            Movie::U8(a) => FrameView::U8(a.index_axis(Axis(0), t)),
+            Movie::U16(a) => FrameView::U16(a.index_axis(Axis(0), t)),
+            Movie::F32(a) => FrameView::F32(a.index_axis(Axis(0), t)),
+            Movie::F64(a) => FrameView::F64(a.index_axis(Axis(0), t)),
+        })
+    }
+
+    /// Views of every frame, in order.
+    pub fn frames(&self) -> Vec<FrameView<'_>> {
+        match self {
+            Movie::U8(a) => a.outer_iter().map(FrameView::U8).collect(),
+            Movie::U16(a) => a.outer_iter().map(FrameView::U16).collect(),
+            Movie::F32(a) => a.outer_iter().map(FrameView::F32).collect(),
+            Movie::F64(a) => a.outer_iter().map(FrameView::F64).collect(),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The working float type (`f32` or `f64`) of the LoG pipeline.
+//!
+//! scikit-image runs `blob_log` in float32 for float32 input and in float64 otherwise; every
+//! intermediate result is rounded to the working type exactly where NumPy rounds it. [`Real`]
+//! carries the few operations needed to reproduce that.
+
+use std::cell::RefCell;
+use std::fmt::{Debug, Display};
+use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::thread::LocalKey;
+
+/// A working float type: `f32` or `f64`.
+pub trait Real:
+    Copy
+    + Send
+    + Sync
+    + Debug
+    + Display
+    + Default
+    + PartialOrd
+    + PartialEq
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + 'static
+{
+    /// True for `f32`.
+    const IS_F32: bool;
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// Round an f64 to this type (round to nearest).
+    fn from_f64(v: f64) -> Self;
+    /// Widen to f64 (exact).
+    fn to_f64(self) -> f64;
+    /// Correctly rounded square root in this type.
+    fn sqrt(self) -> Self;
+    /// Absolute value.
+    fn abs(self) -> Self;
+    /// True when NaN.
+    fn is_nan(self) -> bool;
+    /// This thread's pool of reusable buffers of this type (see [`take_buf`]).
+    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>>;
+}
+
+thread_local! {
+    static POOL_F32: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+    static POOL_F64: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Largest buffer (elements) kept for reuse, and buffers kept per thread and type.
+const POOL_MAX_LEN: usize = 1 << 23;
+const POOL_MAX_BUFS: usize = 4;
+
+/// A buffer of `len` elements from this thread's pool (contents unspecified: callers overwrite
+/// every element they read), or a new zeroed one. Reusing buffers across frames avoids paying
+/// page faults and zeroing for every frame of a movie.
+pub fn take_buf<T: Real>(len: usize) -> Vec<T> {
+    let reused = T::pool().with(|p| {
+        let mut p = p.borrow_mut();
+        let i = p.iter().position(|v| v.capacity() >= len)?;
+        Some(p.swap_remove(i))
+    });
+    match reused {
+        Some(mut v) => {
+            v.resize(len, T::ZERO);
+            v
+        }
+        None => vec![T::ZERO; len],
+    }
+}
+
+/// Return a buffer to this thread's pool.
+pub fn give_buf<T: Real>(v: Vec<T>) {
+    if v.capacity() <= POOL_MAX_LEN {
+        T::pool().with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOL_MAX_BUFS {
+                p.push(v);
+            }
+        });
+    }
+}
+
+impl Real for f32 {
+    const IS_F32: bool = true;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        f32::abs(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
+        &POOL_F32
+    }
+}
+
+impl Real for f64 {
+    const IS_F32: bool = false;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        f64::abs(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
+        &POOL_F64
+    }
+}

@@ -1,0 +1,203 @@
+//! The movie-level `LogDetector`, device dispatch and sub-pixel refinement.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame};
+use algorithms::detect::{FrameView, LogDetector, Movie, RefineParams, refine_blobs};
+use bridge_core::{BridgeError, Device};
+use common::{load_csv, load_npy};
+use ndarray::{Array2, Array3};
+
+fn movie() -> Movie {
+    let n = load_npy("movie/movie_u16.npy");
+    Movie::U16(Array3::from_shape_vec((n.shape[0], n.shape[1], n.shape[2]), n.u16s()).unwrap())
+}
+
+#[test]
+fn detector_matches_blob_log_for_every_batch_size() {
+    let m = movie();
+    let golden = load_csv("movie/movie__blob_log_default_rel.csv");
+    let (gf, gy, gx) = (
+        golden.f64col("frame"),
+        golden.f64col("y"),
+        golden.f64col("x"),
+    );
+    for bs in [1, 3, 8, 64] {
+        let det = LogDetector {
+            batch_size: bs,
+            ..Default::default()
+        };
+        let ps = det.detect_movie(&m, Device::Cpu).unwrap();
+        assert_eq!(ps.len(), gy.len(), "batch size {bs}");
+        for (i, p) in ps.iter().enumerate() {
+            assert_eq!(
+                (f64::from(p.frame), p.y, p.x),
+                (gf[i], gy[i], gx[i]),
+                "batch {bs} row {i}"
+            );
+            assert!(p.snr.is_finite() && p.snr > 0.0);
+            assert_eq!(p.frame_size, (256, 256));
+        }
+    }
+}
+
+#[test]
+fn gpu_devices_report_unavailable() {
+    let m = movie();
+    let det = LogDetector::default();
+    for d in [Device::Cuda(0), Device::OpenCl(0)] {
+        match det.detect_movie(&m, d) {
+            Err(BridgeError::BackendUnavailable { .. }) => {}
+            other => panic!("{d}: {other:?}"),
+        }
+    }
+    assert!(det.detect_movie(&m, Device::TorchCpu).is_err());
+}
+
+#[test]
+fn detector_errors() {
+    let empty = Movie::F32(Array3::zeros((0, 16, 16)));
+    assert!(
+        LogDetector::default()
+            .detect_movie(&empty, Device::Cpu)
+            .is_err()
+    );
+    let nan = Movie::F32(Array3::from_elem((2, 16, 16), f32::NAN));
+    assert!(matches!(
+        LogDetector::default().detect_movie(&nan, Device::Cpu),
+        Err(BridgeError::InvalidInput(_))
+    ));
+    let det = LogDetector {
+        batch_size: 0,
+        ..Default::default()
+    };
+    assert!(det.detect_movie(&movie(), Device::Cpu).is_err());
+}
+
+/// Refinement beats the integer-pixel floor (0.41 px) on the high-SNR frame.
+#[test]
+fn refinement_improves_localisation() {
+    let n = load_npy("blob_log/hisnr_u16.npy");
+    let a = Array2::from_shape_vec((n.shape[0], n.shape[1]), n.u16s()).unwrap();
+    let f = FrameView::U16(a.view());
+    let p = BlobLogParams {
+        max_sigma: 3.0,
+        threshold: Some(0.00012),
+        ..Default::default()
+    };
+    let blobs = blob_log_frame(f, &p).unwrap();
+    let refined = refine_blobs(f, &blobs, &RefineParams::default());
+    let truth = load_csv("blob_log/hisnr_truth.csv");
+    let (ty, tx) = (truth.f64col("y"), truth.f64col("x"));
+    let (mut se_int, mut se_ref, mut n_match) = (0.0, 0.0, 0);
+    for (b, r) in blobs.iter().zip(&refined) {
+        let best = ty
+            .iter()
+            .zip(&tx)
+            .map(|(y, x)| ((y - b.y).powi(2) + (x - b.x).powi(2), *y, *x))
+            .min_by(|a, b| a.0.partial_cmp(&b.0).unwrap())
+            .unwrap();
+        if best.0 <= 4.0 {
+            n_match += 1;
+            se_int += best.0;
+            se_ref += (r.y - best.1).powi(2) + (r.x - best.2).powi(2);
+            assert!(r.mass > 0.0 && r.size > 0.5 && r.size < 5.0 && r.ecc >= 0.0);
+        }
+    }
+    let (rmse_int, rmse_ref) = (
+        (se_int / n_match as f64).sqrt(),
+        (se_ref / n_match as f64).sqrt(),
+    );
+    eprintln!(
+        "hisnr_u16: {n_match} matched; RMSE integer {rmse_int:.3} px, refined {rmse_ref:.3} px"
+    );
+    assert!(n_match >= 95);
+    assert!(rmse_ref < 0.3 && rmse_ref < rmse_int);
+}
+
+/// The synthetic benchmark movie (spec §6 model): LoG, refined LoG and locate against truth.
+#[test]
+fn synthetic_movie_recall_precision() {
+    use algorithms::detect::locate::{LocateParams, locate};
+    use algorithms::detect::synth::{match_truth, synthetic_movie};
+    let s = synthetic_movie(4, 256, 40, 1.0, 3);
+    assert_eq!(s.movie.dim(), (4, 256, 256));
+    let det = LogDetector {
+        refine: Some(RefineParams::default()),
+        batch_size: 2,
+        ..Default::default()
+    };
+    let ps = det.detect_movie(&s.movie, Device::Cpu).unwrap();
+    let int: Vec<(u32, f64, f64)> = ps.iter().map(|p| (p.frame, p.y, p.x)).collect();
+    let refd: Vec<(u32, f64, f64)> = ps
+        .iter()
+        .map(|p| {
+            let r = p.refined.unwrap();
+            (p.frame, r.y, r.x)
+        })
+        .collect();
+    let a = match_truth(&int, &s.truth, 2.0);
+    let b = match_truth(&refd, &s.truth, 2.0);
+    eprintln!("LoG: {a:?}\nrefined: {b:?}");
+    assert!(a.recall >= 0.97 && a.precision >= 0.97);
+    assert!(b.rmse < a.rmse && b.rmse < 0.3);
+    let mut loc = Vec::new();
+    for t in 0..4 {
+        let f = s.movie.frame(t).unwrap();
+        for ft in locate(
+            f,
+            &LocateParams {
+                minmass: 200.0,
+                ..LocateParams::new(7)
+            },
+        )
+        .unwrap()
+        {
+            loc.push((t as u32, ft.y, ft.x));
+        }
+    }
+    let c = match_truth(&loc, &s.truth, 2.0);
+    eprintln!("locate: {c:?}");
+    assert!(c.recall >= 0.95 && c.precision >= 0.97 && c.rmse < 0.3);
+}
+
+/// Detect then link the synthetic movie: almost every truth particle gets one full track.
+#[test]
+fn detect_then_link_particles() {
+    use algorithms::track::{LinkParams, link_particles};
+    let s = algorithms::detect::synth::synthetic_movie(10, 256, 30, 1.0, 5);
+    let det = LogDetector {
+        refine: Some(RefineParams::default()),
+        ..Default::default()
+    };
+    let mut ps = det.detect_movie(&s.movie, Device::Cpu).unwrap();
+    let stats = link_particles(&mut ps, &LinkParams::new(5.0, 1)).unwrap();
+    assert!(ps.iter().all(|p| p.id.is_some()));
+    eprintln!("{stats:?}");
+    let mut len = std::collections::HashMap::new();
+    for p in &ps {
+        *len.entry(p.id.unwrap()).or_insert(0usize) += 1;
+    }
+    let full = len.values().filter(|&&n| n == 10).count();
+    assert!(
+        stats.tracks <= 33 && full >= 27,
+        "{} tracks, {full} full-length",
+        stats.tracks
+    );
+}
+
+#[test]
+fn benchmark_rows() {
+    use algorithms::detect::CpuBackend;
+    use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
+    let s = synthetic_movie(4, 128, 10, 1.0, 9);
+    let rows = benchmark_detect(&s, &LogDetector::default(), &CpuBackend, &[1, 2, 4]).unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r.frames, 4);
+        assert!(r.frames_per_s > 0.0 && r.kernel_s.is_none());
+        assert!(r.score.recall >= 0.9, "{r:?}");
+    }
+    assert_eq!(rows[0].detections, rows[2].detections);
+}

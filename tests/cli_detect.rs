@@ -1,0 +1,323 @@
+//! End-to-end tests of `arraybridge detect` and `arraybridge track` on the detection fixtures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use arraybridge::io::npy::{NpyArray, encode_npy, read_npy};
+
+const BIN: &str = env!("CARGO_BIN_EXE_arraybridge");
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/detect"
+    ))
+    .join(rel)
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-cli-detect-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    (out.status.success(), stderr)
+}
+
+fn read_table(p: &Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let text = std::fs::read_to_string(p).unwrap();
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    (
+        header,
+        lines
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect(),
+    )
+}
+
+fn col(t: &(Vec<String>, Vec<Vec<String>>), name: &str) -> Vec<f64> {
+    let c = t.0.iter().position(|h| h == name).unwrap();
+    t.1.iter().map(|r| r[c].parse().unwrap()).collect()
+}
+
+const REL: [&str; 6] = [
+    "--max-sigma",
+    "3",
+    "--threshold",
+    "none",
+    "--threshold-rel",
+    "0.2",
+];
+
+fn assert_same_blobs(out: &Path, golden: &Path, frames: Option<usize>) {
+    let (a, b) = (read_table(out), read_table(golden));
+    let key = |t: &(Vec<String>, Vec<Vec<String>>)| -> Vec<(i64, i64, i64, i64)> {
+        let f = if t.0.iter().any(|h| h == "frame") {
+            col(t, "frame")
+        } else {
+            vec![0.0; t.1.len()]
+        };
+        let (y, x, s) = (col(t, "y"), col(t, "x"), col(t, "sigma"));
+        (0..t.1.len())
+            .map(|i| {
+                (
+                    f[i] as i64,
+                    y[i] as i64,
+                    x[i] as i64,
+                    (s[i] * 1e6).round() as i64,
+                )
+            })
+            .filter(|r| frames.is_none_or(|n| (r.0 as usize) < n))
+            .collect()
+    };
+    assert_eq!(key(&a), key(&b));
+}
+
+#[test]
+fn detect_log_tiff_and_npy_match_blob_log() {
+    let d = tmpdir("log");
+    for input in ["movie/movie_u16.tif", "movie/movie_u16.npy"] {
+        let out = d.join("det.csv");
+        let inp = fixture(input);
+        let mut args = vec![
+            "detect",
+            inp.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--quiet",
+        ];
+        args.extend(REL);
+        args.extend(["--batch-size", "3"]);
+        if input.ends_with("npy") {
+            args.push("--fast");
+        }
+        let (ok, err) = run(&args);
+        assert!(ok, "{err}");
+        assert_same_blobs(
+            &out,
+            &fixture("movie/movie__blob_log_default_rel.csv"),
+            None,
+        );
+    }
+}
+
+#[test]
+fn detect_log_f32_tiff_with_refine() {
+    let d = tmpdir("f32");
+    let NpyArray::F32(a) = read_npy(&fixture("blob_log/hisnr_f32.npy")).unwrap() else {
+        panic!()
+    };
+    let (h, w) = (a.shape()[0] as u32, a.shape()[1] as u32);
+    let tif = d.join("hisnr.tif");
+    {
+        let f = std::fs::File::create(&tif).unwrap();
+        let mut enc = tiff::encoder::TiffEncoder::new(f).unwrap();
+        enc.write_image::<tiff::encoder::colortype::Gray32Float>(w, h, a.as_slice().unwrap())
+            .unwrap();
+    }
+    let out = d.join("det.csv");
+    let mut args = vec![
+        "detect",
+        tif.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--refine",
+        "-q",
+    ];
+    args.extend(REL);
+    let (ok, err) = run(&args);
+    assert!(ok, "{err}");
+    assert_same_blobs(&out, &fixture("blob_log/hisnr_f32__default_rel.csv"), None);
+    let t = read_table(&out);
+    assert!(t.0.iter().any(|h| h == "y_refined"));
+    assert_eq!(col(&t, "mass").len(), 100);
+}
+
+#[test]
+fn detect_png_folder() {
+    let d = tmpdir("png");
+    let NpyArray::U16(m) = read_npy(&fixture("movie/movie_u16.npy")).unwrap() else {
+        panic!()
+    };
+    let folder = d.join("frames");
+    std::fs::create_dir_all(&folder).unwrap();
+    for t in 0..3 {
+        let f = std::fs::File::create(folder.join(format!("frame_{t:03}.png"))).unwrap();
+        let mut enc = png::Encoder::new(std::io::BufWriter::new(f), 256, 256);
+        enc.set_color(png::ColorType::Grayscale);
+        enc.set_depth(png::BitDepth::Sixteen);
+        let mut wr = enc.write_header().unwrap();
+        let data: Vec<u8> = m
+            .index_axis(ndarray::Axis(0), t)
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect();
+        wr.write_image_data(&data).unwrap();
+    }
+    let out = d.join("det.csv");
+    let mut args = vec![
+        "detect",
+        folder.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend(REL);
+    let (ok, err) = run(&args);
+    assert!(ok, "{err}");
+    assert_same_blobs(
+        &out,
+        &fixture("movie/movie__blob_log_default_rel.csv"),
+        Some(3),
+    );
+}
+
+fn partition(ids: &[f64]) -> BTreeSet<Vec<usize>> {
+    let mut m: HashMap<i64, Vec<usize>> = HashMap::new();
+    for (i, &id) in ids.iter().enumerate() {
+        m.entry(id as i64).or_default().push(i);
+    }
+    m.into_values().collect()
+}
+
+#[test]
+fn locate_then_track_match_trackpy() {
+    let d = tmpdir("locate");
+    let det = d.join("loc.csv");
+    let inp = fixture("movie/movie_u16.tif");
+    let (ok, err) = run(&[
+        "detect",
+        inp.to_str().unwrap(),
+        "-o",
+        det.to_str().unwrap(),
+        "--method",
+        "locate",
+        "--diameter",
+        "7",
+        "--minmass",
+        "300",
+        "-q",
+    ]);
+    assert!(ok, "{err}");
+    let (a, g) = (
+        read_table(&det),
+        read_table(&fixture("movie/movie__locate_d7.csv")),
+    );
+    assert_eq!(a.1.len(), 732);
+    for c in ["frame", "y", "x", "mass", "ep"] {
+        for (u, v) in col(&a, c).iter().zip(col(&g, c)) {
+            assert!((u - v).abs() <= 1e-9 * v.abs().max(1.0), "{c}: {u} vs {v}");
+        }
+    }
+    for mem in [0, 2] {
+        let tr = d.join(format!("tracks{mem}.csv"));
+        let (ok, err) = run(&[
+            "track",
+            det.to_str().unwrap(),
+            "-o",
+            tr.to_str().unwrap(),
+            "--search-range",
+            "5",
+            "--memory",
+            &mem.to_string(),
+        ]);
+        assert!(ok, "{err}");
+        assert!(err.contains("tracks"), "summary line: {err}");
+        let t = read_table(&tr);
+        assert_eq!(t.0.last().unwrap(), "particle");
+        assert_eq!(t.0.len(), a.0.len() + 1);
+        let golden = read_table(&fixture(&format!("movie/movie__link_sr5_mem{mem}.csv")));
+        assert_eq!(
+            partition(&col(&t, "particle")),
+            partition(&col(&golden, "particle"))
+        );
+    }
+}
+
+#[test]
+fn bad_inputs_and_parameters_fail_cleanly() {
+    let d = tmpdir("errors");
+    let out = d.join("o.csv");
+    let o = out.to_str().unwrap();
+    // corrupt npy (truncated payload)
+    let bytes = std::fs::read(fixture("movie/movie_u16.npy")).unwrap();
+    let bad = d.join("bad.npy");
+    std::fs::write(&bad, &bytes[..bytes.len() - 7]).unwrap();
+    // garbage npy
+    let garbage = d.join("garbage.npy");
+    std::fs::write(&garbage, b"not an npy file at all").unwrap();
+    // NaN-only frame
+    let nan = d.join("nan.npy");
+    let payload: Vec<u8> = std::iter::repeat_n(f32::NAN.to_le_bytes(), 16 * 16)
+        .flatten()
+        .collect();
+    std::fs::write(&nan, encode_npy("<f4", &[16, 16], &payload)).unwrap();
+    // empty movie
+    let empty = d.join("empty.npy");
+    std::fs::write(&empty, encode_npy("<u2", &[0, 16, 16], &[])).unwrap();
+    // corrupt tiff
+    let badtif = d.join("bad.tif");
+    std::fs::write(&badtif, b"II*\0garbage").unwrap();
+    let missing = d.join("missing.tif");
+    let truth = fixture("movie/movie_truth.csv");
+    let movie = fixture("movie/movie_u16.npy");
+    let m = movie.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["detect", bad.to_str().unwrap(), "-o", o],
+        vec!["detect", garbage.to_str().unwrap(), "-o", o],
+        vec![
+            "detect",
+            nan.to_str().unwrap(),
+            "-o",
+            o,
+            "--threshold",
+            "none",
+        ],
+        vec!["detect", empty.to_str().unwrap(), "-o", o],
+        vec!["detect", badtif.to_str().unwrap(), "-o", o],
+        vec!["detect", missing.to_str().unwrap(), "-o", o],
+        vec!["detect", m, "-o", o, "--min-sigma", "3", "--max-sigma", "1"],
+        vec!["detect", m, "-o", o, "--num-sigma", "0"],
+        vec!["detect", m, "-o", o, "--device", "quantum:0"],
+        vec!["detect", m, "-o", o, "--device", "cuda:0"],
+        vec!["detect", m, "-o", o, "--method", "locate"],
+        vec![
+            "detect",
+            m,
+            "-o",
+            o,
+            "--method",
+            "locate",
+            "--diameter",
+            "8",
+        ],
+        vec!["detect", m, "-o", o, "--batch-size", "0"],
+        vec!["track", m, "-o", o, "--search-range", "5"],
+        vec![
+            "track",
+            truth.to_str().unwrap(),
+            "-o",
+            o,
+            "--search-range",
+            "-1",
+        ],
+    ];
+    for c in cases {
+        let (ok, err) = run(&c);
+        assert!(!ok, "{c:?} should fail");
+        assert!(err.contains("error"), "{c:?}: {err}");
+    }
+}
