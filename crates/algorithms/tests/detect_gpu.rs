@@ -1,0 +1,782 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Device `blob_log` (`detect::gpu`) against the fixtures and the CPU implementation.
+//!
+//! * OpenCL (PoCL in CI): skipped without an OpenCL device unless `ARRAYBRIDGE_REQUIRE_OPENCL=1`.
+//! * CUDA: skipped without a GPU unless `ARRAYBRIDGE_REQUIRE_GPU=1`.
+//! * NVRTC compile check of every source in `detect::kernels::ALL`: skipped without libnvrtc
+//!   unless `ARRAYBRIDGE_REQUIRE_NVRTC=1` (`eval "$(bash scripts/nvrtc.sh --print-env)"`).
+//!
+//! Run: `cargo test -p algorithms --features opencl,cuda --test detect_gpu -- --nocapture`.
+#![cfg(any(feature = "opencl", feature = "cuda"))]
+
+mod common;
+
+use algorithms::detect::blob_log::{Blob, BlobLogParams, blob_log_diag, log_cube, sigma_list};
+use algorithms::detect::gpu::{DevicePrecision, GpuDetectConfig};
+use algorithms::detect::{DetectBackend, FrameView, Prescale, blob_log_frame};
+use common::{load_csv, load_npy};
+use ndarray::Array2;
+
+fn env_flag(name: &str) -> bool {
+    matches!(
+        std::env::var(name).as_deref(),
+        Ok("1") | Ok("true") | Ok("yes")
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// inputs
+
+enum Frame {
+    F32(Array2<f32>),
+    F64(Array2<f64>),
+    U16(Array2<u16>),
+    U8(Array2<u8>),
+}
+
+impl Frame {
+    fn load(name: &str) -> Frame {
+        let n = load_npy(&format!("blob_log/{name}.npy"));
+        let dim = (n.shape[0], n.shape[1]);
+        if name.ends_with("u16") {
+            Frame::U16(Array2::from_shape_vec(dim, n.u16s()).unwrap())
+        } else {
+            Frame::F32(Array2::from_shape_vec(dim, n.f32s()).unwrap())
+        }
+    }
+    fn view(&self) -> FrameView<'_> {
+        match self {
+            Frame::F32(a) => FrameView::F32(a.view()),
+            Frame::F64(a) => FrameView::F64(a.view()),
+            Frame::U16(a) => FrameView::U16(a.view()),
+            Frame::U8(a) => FrameView::U8(a.view()),
+        }
+    }
+}
+
+/// The fixture parameter sets (fixtures README §2.2).
+fn params(frame: &str, set: &str) -> BlobLogParams {
+    let mut p = BlobLogParams {
+        min_sigma: 1.0,
+        max_sigma: 3.0,
+        num_sigma: 10,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        overlap: 0.5,
+        log_scale: false,
+        exclude_border: (0, 0),
+        prescale: Prescale::Legacy,
+    };
+    match set {
+        "default_rel" => {}
+        "abs" => {
+            p.threshold_rel = None;
+            p.threshold = Some(match frame {
+                "hisnr_f32" => 0.05,
+                "lowsnr_f32" => 0.1,
+                "hisnr_u16" => 0.00012,
+                "overlap_f32" => 0.05,
+                _ => unreachable!(),
+            });
+        }
+        "logscale" => {
+            p.max_sigma = 4.0;
+            p.num_sigma = 7;
+            p.log_scale = true;
+        }
+        "border5" => p.exclude_border = (5, 5),
+        "overlap0" => p.overlap = 0.0,
+        "overlap1" => p.overlap = 1.0,
+        _ => unreachable!(),
+    }
+    p
+}
+
+const FRAMES: [&str; 4] = ["hisnr_f32", "lowsnr_f32", "hisnr_u16", "overlap_f32"];
+const SETS: [&str; 6] = [
+    "default_rel",
+    "abs",
+    "logscale",
+    "border5",
+    "overlap0",
+    "overlap1",
+];
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Gaussian spots on a noisy background, values in about [0, 1].
+fn spots(h: usize, w: usize, n: usize, seed: u64) -> Array2<f64> {
+    let mut r = Rng(seed);
+    let mut img = Array2::from_shape_fn((h, w), |_| 0.1 + 0.05 * r.uniform());
+    for _ in 0..n {
+        let (y0, x0) = (r.uniform() * h as f64, r.uniform() * w as f64);
+        let s = 1.0 + 2.0 * r.uniform();
+        let a = 0.3 + 0.6 * r.uniform();
+        for ((y, x), v) in img.indexed_iter_mut() {
+            let d2 = (y as f64 - y0).powi(2) + (x as f64 - x0).powi(2);
+            *v += a * (-d2 / (2.0 * s * s)).exp();
+        }
+    }
+    img
+}
+
+fn random_frames(seed: u64) -> Vec<(String, Frame)> {
+    let mut out = Vec::new();
+    for (k, &(h, w)) in [(64usize, 48usize), (37, 91), (5, 7), (1, 12), (128, 128)]
+        .iter()
+        .enumerate()
+    {
+        let s = seed + k as u64 * 101;
+        let img = spots(h, w, (h * w / 150).max(2), s);
+        let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+        out.push((format!("{h}x{w} f32"), Frame::F32(img.mapv(|v| v as f32))));
+        out.push((format!("{h}x{w} f64"), Frame::F64(img.clone())));
+        out.push((
+            format!("{h}x{w} u16"),
+            Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
+        ));
+        out.push((
+            format!("{h}x{w} u8"),
+            Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
+        ));
+    }
+    // white noise: thousands of candidates (grows the candidate buffer), chained prunes
+    let mut r = Rng(seed ^ 0xABCD);
+    let noise = Array2::from_shape_fn((64, 64), |_| r.uniform());
+    out.push(("noise f32".into(), Frame::F32(noise.mapv(|v| v as f32))));
+    out.push(("noise f64".into(), Frame::F64(noise)));
+    // a flat frame with one spot: the flat area is a plateau of equal cube values, every voxel
+    // of which is a maximum (thousands of candidates: the candidate buffer must grow)
+    let mut flat = Array2::from_elem((64, 64), 0.0f32);
+    flat[[10, 12]] = 1.0;
+    out.push(("plateau f32".into(), Frame::F32(flat)));
+    // a constant frame: constant cube, no peak
+    out.push((
+        "const f32".into(),
+        Frame::F32(Array2::from_elem((16, 16), 0.5f32)),
+    ));
+    out
+}
+
+fn random_params() -> Vec<(&'static str, BlobLogParams)> {
+    let base = BlobLogParams {
+        min_sigma: 1.0,
+        max_sigma: 3.0,
+        num_sigma: 10,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        ..BlobLogParams::default()
+    };
+    vec![
+        ("default_rel", base.clone()),
+        (
+            "abs0.02",
+            BlobLogParams {
+                threshold: Some(0.02),
+                threshold_rel: None,
+                ..base.clone()
+            },
+        ),
+        (
+            "minmax_border",
+            BlobLogParams {
+                prescale: Prescale::MinMax,
+                threshold: Some(0.05),
+                threshold_rel: None,
+                exclude_border: (3, 2),
+                ..base.clone()
+            },
+        ),
+        (
+            "log_1_6_5_overlap0",
+            BlobLogParams {
+                max_sigma: 6.0,
+                num_sigma: 5,
+                log_scale: true,
+                overlap: 0.0,
+                ..base.clone()
+            },
+        ),
+        (
+            "range",
+            BlobLogParams {
+                prescale: Prescale::Range(-5.0, 70000.0),
+                ..base.clone()
+            },
+        ),
+        (
+            "none",
+            BlobLogParams {
+                prescale: Prescale::None,
+                ..base.clone()
+            },
+        ),
+        (
+            "all_maxima",
+            BlobLogParams {
+                threshold: Some(-1.0e3),
+                threshold_rel: None,
+                ..base.clone()
+            },
+        ),
+        (
+            "one_scale",
+            BlobLogParams {
+                min_sigma: 2.0,
+                max_sigma: 2.0,
+                num_sigma: 1,
+                ..base
+            },
+        ),
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// comparison helpers
+
+/// Number of rows that differ between two blob lists (position, σ, scale, order, and the
+/// response exactly; with `loose`, the response within 1e-5 of the largest response, for a
+/// float32 device cube against the CPU's float64 one).
+fn diff_rows(a: &[Blob], b: &[Blob], loose: bool) -> usize {
+    let rmax = b.iter().fold(0.0f64, |m, v| m.max(v.response.abs()));
+    let common = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| {
+            let resp = if loose {
+                (x.response - y.response).abs() > 1e-5 * rmax
+            } else {
+                x.response != y.response
+            };
+            x.y != y.y || x.x != y.x || x.sigma != y.sigma || x.scale_index != y.scale_index || resp
+        })
+        .count();
+    common + a.len().abs_diff(b.len())
+}
+
+/// Set difference on (y, x, scale_index), ignoring order and response.
+fn set_diff(a: &[Blob], b: &[Blob]) -> usize {
+    use std::collections::BTreeSet;
+    let k = |v: &[Blob]| -> BTreeSet<(i64, i64, usize)> {
+        v.iter()
+            .map(|b| (b.y as i64, b.x as i64, b.scale_index))
+            .collect()
+    };
+    k(a).symmetric_difference(&k(b)).count()
+}
+
+fn max_rel_err(a: &[f64], golden: &[f64]) -> f64 {
+    assert_eq!(a.len(), golden.len());
+    let scale = golden.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(golden)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+        / scale
+}
+
+/// Device cube `[s][y][x]` (full frame `h × w`) cut to the fixture tile `[y][x][s]`.
+fn tile(
+    cube: &[f64],
+    (h, w, ns): (usize, usize, usize),
+    (r0, c0): (usize, usize),
+    (th, tw): (usize, usize),
+) -> Vec<f64> {
+    assert_eq!(cube.len(), ns * h * w);
+    let mut out = Vec::with_capacity(th * tw * ns);
+    for y in r0..r0 + th {
+        for x in c0..c0 + tw {
+            for s in 0..ns {
+                out.push(cube[s * h * w + y * w + x]);
+            }
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// the shared checks, run on any back end
+
+/// A back end's diagnostic cube function.
+type CubeFn<'a> = dyn Fn(&[FrameView<'_>], &BlobLogParams) -> Vec<Vec<f64>> + 'a;
+
+/// Device cubes vs the scikit-image cube tiles (1e-4 relative) and vs the CPU cube (f32 frames:
+/// bit-identical expected, reported).
+fn check_cubes(name: &str, cubes: &CubeFn<'_>) {
+    let cases = [
+        (
+            "hisnr_f32",
+            "hisnr_f32__default_rel__cube_r0-96_c0-96.npy",
+            0,
+            0,
+        ),
+        (
+            "hisnr_f32",
+            "hisnr_f32__default_rel__cube_r416-512_c416-512.npy",
+            416,
+            416,
+        ),
+        ("overlap_f32", "overlap_f32__default_rel__cube.npy", 0, 0),
+    ];
+    for (frame, file, r0, c0) in cases {
+        let f = Frame::load(frame);
+        let p = params(frame, "default_rel");
+        let (h, w) = f.view().dim();
+        let cube = cubes(&[f.view()], &p).remove(0);
+        let golden = load_npy(&format!("blob_log/{file}"));
+        let (th, tw, ns) = (golden.shape[0], golden.shape[1], golden.shape[2]);
+        let golden: Vec<f64> = golden.f32s().iter().map(|&v| f64::from(v)).collect();
+        let got = tile(&cube, (h, w, ns), (r0, c0), (th, tw));
+        let err = max_rel_err(&got, &golden);
+        let exact = got.iter().zip(&golden).filter(|(a, b)| a == b).count();
+        eprintln!(
+            "[{name}] cube {file}: max |dev - skimage| / max|skimage| = {err:.3e}, {exact}/{} bit-identical",
+            golden.len()
+        );
+        assert!(err <= 1e-4, "{file}: relative error {err:e}");
+        // against the CPU cube of the whole frame
+        let Frame::F32(a) = &f else { unreachable!() };
+        let img: Vec<f32> = a.iter().copied().collect();
+        let cpu: Vec<f64> = log_cube(&img, h, w, &sigma_list::<f32>(1.0, 3.0, 10, false))
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
+        let err = max_rel_err(&cube, &cpu);
+        let same = cube.iter().zip(&cpu).filter(|(a, b)| a == b).count();
+        eprintln!(
+            "[{name}] cube {frame} vs CPU: max rel err {err:.3e}, {same}/{} bit-identical",
+            cpu.len()
+        );
+        assert!(err <= 1e-4);
+    }
+}
+
+/// Fixture frames × parameter sets: device detections vs CPU detections (and vs the golden
+/// CSV, reported). Returns (rows compared, rows differing from the CPU).
+fn check_fixture_detections(
+    name: &str,
+    backend: &dyn DetectBackend,
+    expect: Expect,
+) -> (usize, usize) {
+    let (mut rows, mut differing) = (0usize, 0usize);
+    for fname in FRAMES {
+        let f = Frame::load(fname);
+        for set in SETS {
+            let rel = format!("blob_log/{fname}__{set}.csv");
+            if !common::fixture(&rel).exists() {
+                continue;
+            }
+            let p = params(fname, set);
+            let cpu = blob_log_frame(f.view(), &p).unwrap();
+            let dev = backend.blob_log_batch(&[f.view()], &p).unwrap().remove(0);
+            let exact = expect.exact(fname.ends_with("f32"));
+            let d = diff_rows(&dev, &cpu, !exact);
+            let golden = load_csv(&rel);
+            eprintln!(
+                "[{name}] {rel}: golden {} cpu {} device {}; rows differing from CPU {d}, set diff {}",
+                golden.rows.len(),
+                cpu.len(),
+                dev.len(),
+                set_diff(&dev, &cpu)
+            );
+            rows += cpu.len();
+            differing += d;
+            // float32 frames: the device cube is the CPU cube bit for bit, so identical output
+            if exact {
+                assert_eq!(d, 0, "{rel}: device differs from CPU");
+            }
+        }
+    }
+    eprintln!("[{name}] fixture detections: {differing} of {rows} rows differ from the CPU");
+    (rows, differing)
+}
+
+/// Random frames (several shapes including frames smaller than the kernel radius, four pixel
+/// types) × parameter sets, device vs CPU. Identity is required for f32 frames and the f64
+/// working type as `expect` says; differences are counted.
+fn check_random(name: &str, backend: &dyn DetectBackend, expect: Expect) -> (usize, usize) {
+    let (mut rows, mut differing) = (0usize, 0usize);
+    for (label, f) in random_frames(7) {
+        for (pname, p) in random_params() {
+            let cpu = blob_log_diag(f.view(), &p);
+            let dev = backend.blob_log_batch(&[f.view()], &p);
+            let (cpu, dev) = match (cpu, dev) {
+                (Ok(c), Ok(d)) => {
+                    if pname == "all_maxima" && !label.contains('x') {
+                        eprintln!(
+                            "[{name}] {label} {pname}: {} candidates before pruning",
+                            c.candidates.len()
+                        );
+                    }
+                    (c.blobs, d.remove_first())
+                }
+                (Err(_), Err(_)) => continue, // e.g. minmax on a constant frame: both refuse
+                (c, d) => panic!("{label} {pname}: cpu {:?} vs device {:?}", c.err(), d.err()),
+            };
+            let exact = expect.exact(label.ends_with("f32"));
+            let d = diff_rows(&dev, &cpu, !exact);
+            rows += cpu.len();
+            differing += d;
+            if d > 0 {
+                eprintln!(
+                    "[{name}] random {label} {pname}: {d} rows differ (cpu {}, device {})",
+                    cpu.len(),
+                    dev.len()
+                );
+            }
+            if exact {
+                assert_eq!(d, 0, "{label} {pname}");
+            }
+        }
+    }
+    eprintln!("[{name}] random inputs: {differing} of {rows} rows differ from the CPU");
+    (rows, differing)
+}
+
+/// What a back end configuration must reproduce exactly.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// Every row bit-identical to the CPU (responses included).
+    AllExact,
+    /// float32 frames bit-identical; frames with a float64 working type compared with a
+    /// response tolerance and counted.
+    F32Exact,
+    /// Everything compared with a response tolerance and counted (float32 accumulation).
+    #[cfg_attr(not(feature = "opencl"), allow(dead_code))]
+    Counted,
+}
+
+impl Expect {
+    fn exact(self, f32_frame: bool) -> bool {
+        match self {
+            Expect::AllExact => true,
+            Expect::F32Exact => f32_frame,
+            Expect::Counted => false,
+        }
+    }
+}
+
+trait RemoveFirst {
+    fn remove_first(self) -> Vec<Blob>;
+}
+
+impl RemoveFirst for Vec<Vec<Blob>> {
+    fn remove_first(mut self) -> Vec<Blob> {
+        self.remove(0)
+    }
+}
+
+/// A batch (mixed shapes and types, so several runs) equals the frames one by one, also when
+/// the working-set limit forces one frame per sub-batch.
+fn check_batch(name: &str, backend: &dyn DetectBackend, small: &dyn DetectBackend) {
+    let mut frames: Vec<Frame> = (0..6)
+        .map(|k| Frame::F32(spots(96, 80, 40, 1000 + k).mapv(|v| v as f32)))
+        .collect();
+    frames.push(Frame::U16(
+        spots(96, 80, 40, 77).mapv(|v| (v * 20000.0) as u16),
+    ));
+    frames.push(Frame::F32(spots(50, 60, 20, 78).mapv(|v| v as f32)));
+    frames.push(Frame::F32(spots(96, 80, 40, 79).mapv(|v| v as f32)));
+    let views: Vec<FrameView<'_>> = frames.iter().map(Frame::view).collect();
+    let p = BlobLogParams {
+        min_sigma: 1.0,
+        max_sigma: 3.0,
+        threshold: None,
+        threshold_rel: Some(0.1),
+        ..BlobLogParams::default()
+    };
+    let batch = backend.blob_log_batch(&views, &p).unwrap();
+    let chunked = small.blob_log_batch(&views, &p).unwrap();
+    assert_eq!(batch.len(), views.len());
+    let mut total = 0;
+    for (k, v) in views.iter().enumerate() {
+        let one = backend.blob_log_batch(&[*v], &p).unwrap().remove(0);
+        assert_eq!(batch[k], one, "frame {k}: batch vs single");
+        assert_eq!(chunked[k], one, "frame {k}: sub-batched vs single");
+        total += one.len();
+    }
+    eprintln!(
+        "[{name}] batch of {} frames == one by one ({total} blobs)",
+        views.len()
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// NVRTC
+
+#[cfg(feature = "cuda")]
+#[test]
+fn kernels_compile_with_nvrtc() {
+    for src in algorithms::detect::kernels::ALL {
+        match bridge_cuda::kernel::compile_check(src) {
+            Ok(true) => eprintln!(
+                "NVRTC: {} compiled ({} option sets)",
+                src.name,
+                src.option_sets.len()
+            ),
+            Ok(false) => eprintln!("NVRTC unavailable: skipped {}", src.name),
+            Err(e) => panic!("{}: {e}", src.name),
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// OpenCL
+
+#[cfg(feature = "opencl")]
+mod opencl {
+    use super::*;
+    use algorithms::detect::Accumulate;
+    use algorithms::detect::gpu::OpenClDetect;
+
+    fn device() -> Option<OpenClDetect> {
+        match OpenClDetect::new(0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                if env_flag("ARRAYBRIDGE_REQUIRE_OPENCL") {
+                    panic!("ARRAYBRIDGE_REQUIRE_OPENCL=1 but no OpenCL device: {e}");
+                }
+                eprintln!("skipping: no OpenCL device ({e})");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn opencl_cube_matches_fixtures_and_cpu() {
+        let Some(d) = device() else { return };
+        eprintln!("opencl:0 fp64 = {}", d.has_fp64());
+        check_cubes("opencl", &|f, p| d.log_cubes(f, p).unwrap());
+    }
+
+    #[test]
+    fn opencl_detections_match_cpu_on_fixtures() {
+        let Some(d) = device() else { return };
+        let (rows, diff) = check_fixture_detections("opencl f32", &d, Expect::F32Exact);
+        // f64 working type (u16 frame) on a float32 cube: near-identical
+        assert!(diff * 1000 <= rows, "{diff} of {rows}");
+        if d.has_fp64() {
+            let m = d.clone().with_config(GpuDetectConfig {
+                precision: DevicePrecision::MatchCpu,
+                ..GpuDetectConfig::default()
+            });
+            check_fixture_detections("opencl match-cpu", &m, Expect::AllExact);
+        }
+    }
+
+    #[test]
+    fn opencl_detections_match_cpu_on_random_inputs() {
+        let Some(d) = device() else { return };
+        let (rows, diff) = check_random("opencl f32", &d, Expect::F32Exact);
+        assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
+        if d.has_fp64() {
+            let m = d.clone().with_config(GpuDetectConfig {
+                precision: DevicePrecision::MatchCpu,
+                ..GpuDetectConfig::default()
+            });
+            check_random("opencl match-cpu", &m, Expect::AllExact);
+        }
+    }
+
+    /// float32 accumulation (the path of devices without doubles): cube within 1e-4 of
+    /// scikit-image and of the CPU; detection differences counted and bounded.
+    #[test]
+    fn opencl_f32_accumulation_within_tolerance() {
+        let Some(d) = device() else { return };
+        let d = d.with_config(GpuDetectConfig {
+            accumulate_f64: false,
+            ..GpuDetectConfig::default()
+        });
+        check_cubes("opencl acc32", &|f, p| d.log_cubes(f, p).unwrap());
+        let (rows, diff) = check_fixture_detections("opencl acc32", &d, Expect::Counted);
+        assert!(diff * 100 <= rows, "{diff} of {rows}");
+        let (rows, diff) = check_random("opencl acc32", &d, Expect::Counted);
+        assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
+    }
+
+    /// `blob_log_batch_acc`: F64 is the default path, F32 the float32-accumulation path.
+    #[test]
+    fn opencl_batch_acc_selects_accumulation() {
+        let Some(d) = device() else { return };
+        let f = Frame::load("overlap_f32");
+        let p = params("overlap_f32", "default_rel");
+        let cpu = blob_log_frame(f.view(), &p).unwrap();
+        let a64 = d
+            .blob_log_batch_acc(&[f.view()], &p, Accumulate::F64)
+            .unwrap()
+            .remove(0);
+        assert_eq!(a64, cpu);
+        let a32 = d
+            .blob_log_batch_acc(&[f.view()], &p, Accumulate::F32)
+            .unwrap()
+            .remove(0);
+        assert_eq!(set_diff(&a32, &cpu), 0);
+        assert!(d.last_kernel_seconds().unwrap() > 0.0);
+    }
+
+    #[test]
+    fn opencl_batch_equals_single_frames() {
+        let Some(d) = device() else { return };
+        let small = d.clone().with_config(GpuDetectConfig {
+            max_device_bytes: 1,
+            ..GpuDetectConfig::default()
+        });
+        check_batch("opencl", &d, &small);
+    }
+
+    #[test]
+    fn opencl_backend_for_dispatch() {
+        let Some(_) = device() else { return };
+        let b = algorithms::detect::backend_for(bridge_core::Device::OpenCl(0)).unwrap();
+        assert_eq!(b.device(), bridge_core::Device::OpenCl(0));
+    }
+
+    /// The seed-style `LogDetector` on a u16 movie (batches of 4, a partial last batch): the
+    /// same particles on `opencl:0` as on the CPU.
+    #[test]
+    fn opencl_log_detector_movie_matches_cpu() {
+        let Some(_) = device() else { return };
+        let mut movie = ndarray::Array3::<u16>::zeros((7, 80, 72));
+        for t in 0..7 {
+            let f = spots(80, 72, 25, 500 + t as u64);
+            movie
+                .index_axis_mut(ndarray::Axis(0), t)
+                .assign(&f.mapv(|v| (v * 300.0) as u16));
+        }
+        let movie = algorithms::detect::Movie::U16(movie);
+        let det = algorithms::detect::LogDetector::default();
+        let cpu = det.detect_movie(&movie, bridge_core::Device::Cpu).unwrap();
+        let dev = det
+            .detect_movie(&movie, bridge_core::Device::OpenCl(0))
+            .unwrap();
+        assert_eq!(cpu.len(), dev.len());
+        for (a, b) in cpu.iter().zip(&dev) {
+            assert_eq!((a.frame, a.y, a.x, a.sigma), (b.frame, b.y, b.x, b.sigma));
+            assert!((a.response - b.response).abs() <= 1e-6 * a.response.abs().max(1e-3));
+        }
+        eprintln!("[opencl] LogDetector movie: {} particles == CPU", cpu.len());
+    }
+
+    /// Timing on a 512×512 frame (reported, not asserted): a batch of 8 copies of hisnr_f32.
+    #[test]
+    fn opencl_time_per_512_frame() {
+        let Some(d) = device() else { return };
+        let f = Frame::load("hisnr_f32");
+        let views: Vec<FrameView<'_>> = (0..8).map(|_| f.view()).collect();
+        let p = params("hisnr_f32", "default_rel");
+        d.blob_log_batch(&views[..1], &p).unwrap(); // build the program
+        let t = std::time::Instant::now();
+        let out = d.blob_log_batch(&views, &p).unwrap();
+        let dt = t.elapsed().as_secs_f64();
+        let kt = d.last_kernel_seconds().unwrap();
+        let t = std::time::Instant::now();
+        let cpu: Vec<_> = views
+            .iter()
+            .map(|v| blob_log_frame(*v, &p).unwrap())
+            .collect();
+        let dc = t.elapsed().as_secs_f64();
+        assert_eq!(out, cpu);
+        eprintln!(
+            "opencl f32 frames: {:.1} ms per 512x512 frame (batch of 8, 10 scales; kernels {:.1} ms); CPU blob_log_frame {:.1} ms per frame",
+            dt * 1e3 / 8.0,
+            kt * 1e3 / 8.0,
+            dc * 1e3 / 8.0
+        );
+        // raw u16 upload, converted on the device
+        let f = Frame::load("hisnr_u16");
+        let views: Vec<FrameView<'_>> = (0..8).map(|_| f.view()).collect();
+        let p = params("hisnr_u16", "default_rel");
+        let t = std::time::Instant::now();
+        let out = d.blob_log_batch(&views, &p).unwrap();
+        let dt = t.elapsed().as_secs_f64();
+        assert_eq!(out[0].len(), 100);
+        eprintln!(
+            "opencl u16 frames: {:.1} ms per 512x512 frame (kernels {:.1} ms)",
+            dt * 1e3 / 8.0,
+            d.last_kernel_seconds().unwrap() * 1e3 / 8.0
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// CUDA
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use algorithms::detect::gpu::CudaDetect;
+
+    fn device() -> Option<CudaDetect> {
+        match CudaDetect::new(0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
+                    panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
+                }
+                eprintln!("skipping: no CUDA device ({e})");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn cuda_cube_matches_fixtures_and_cpu() {
+        let Some(d) = device() else { return };
+        check_cubes("cuda", &|f, p| d.log_cubes(f, p).unwrap());
+    }
+
+    #[test]
+    fn cuda_detections_match_cpu() {
+        let Some(d) = device() else { return };
+        let (rows, diff) = check_fixture_detections("cuda f32", &d, Expect::F32Exact);
+        assert!(diff * 1000 <= rows, "{diff} of {rows}");
+        let (rows, diff) = check_random("cuda f32", &d, Expect::F32Exact);
+        assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
+        let m = d.clone().with_config(GpuDetectConfig {
+            precision: DevicePrecision::MatchCpu,
+            ..GpuDetectConfig::default()
+        });
+        check_fixture_detections("cuda match-cpu", &m, Expect::AllExact);
+        check_random("cuda match-cpu", &m, Expect::AllExact);
+    }
+
+    #[test]
+    fn cuda_batch_equals_single_frames() {
+        let Some(d) = device() else { return };
+        let small = d.clone().with_config(GpuDetectConfig {
+            max_device_bytes: 1,
+            ..GpuDetectConfig::default()
+        });
+        check_batch("cuda", &d, &small);
+    }
+
+    #[test]
+    fn cuda_time_per_512_frame() {
+        let Some(d) = device() else { return };
+        let f = Frame::load("hisnr_f32");
+        let views: Vec<FrameView<'_>> = (0..32).map(|_| f.view()).collect();
+        let p = params("hisnr_f32", "default_rel");
+        d.blob_log_batch(&views[..1], &p).unwrap();
+        let t = std::time::Instant::now();
+        let out = d.blob_log_batch(&views, &p).unwrap();
+        let dt = t.elapsed().as_secs_f64();
+        assert_eq!(out[0], blob_log_frame(views[0], &p).unwrap());
+        eprintln!(
+            "cuda: {:.2} ms per 512x512 frame (batch of 32, 10 scales)",
+            dt * 1e3 / 32.0
+        );
+    }
+}
