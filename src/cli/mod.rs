@@ -36,8 +36,7 @@ pub enum Command {
     Detect(detect::Args),
     /// Link detections into trajectories (trackpy link semantics) and add a `particle` column.
     Track(track::Args),
-    /// Generate a microscopy movie and an ADI cube, run detection + tracking and PACO on the best
-    /// device, and write CSVs, PNG figures and a summary (no data needed).
+    /// End to end on generated data: detection + tracking and PACO on the best device, figures.
     Demo(demo::Args),
 }
 
