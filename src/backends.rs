@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use bridge_core::MemoryType;
+
 use bridge_core::convert::Registry;
 
 /// Build a registry with every backend compiled into this binary. Backends whose library or
@@ -14,7 +14,7 @@ pub fn build_registry() -> Registry {
     #[cfg(not(feature = "cuda"))]
     reg.mark_unavailable(
         "cuda",
-        MemoryType::Cuda,
+        bridge_core::MemoryType::Cuda,
         "not compiled in (build with the `cuda` feature)",
     );
     #[cfg(feature = "opencl")]
@@ -22,7 +22,7 @@ pub fn build_registry() -> Registry {
     #[cfg(not(feature = "opencl"))]
     reg.mark_unavailable(
         "opencl",
-        MemoryType::OpenCl,
+        bridge_core::MemoryType::OpenCl,
         "not compiled in (build with the `opencl` feature)",
     );
     #[cfg(feature = "torch")]
@@ -30,7 +30,7 @@ pub fn build_registry() -> Registry {
     #[cfg(not(feature = "torch"))]
     reg.mark_unavailable(
         "torch",
-        MemoryType::Torch,
+        bridge_core::MemoryType::Torch,
         "not compiled in (build with the `torch` feature and libtorch 2.11)",
     );
     reg

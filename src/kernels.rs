@@ -10,5 +10,6 @@ pub fn all() -> Vec<(&'static str, KernelSource)> {
     v.extend(bridge_opencl::kernels::ALL.iter().map(|k| ("bridge-opencl", *k)));
     #[cfg(feature = "cuda")]
     v.extend(bridge_cuda::kernel::KERNELS.iter().map(|k| ("bridge-cuda", *k)));
+    v.extend(algorithms::detect::kernels::ALL.iter().map(|k| ("algorithms/detect", *k)));
     v
 }

@@ -4,7 +4,10 @@
 use std::process::Command;
 
 fn arraybridge(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_arraybridge")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -17,7 +20,9 @@ fn devices_prints_a_table_with_the_cpu_and_every_backend() {
     // Every backend is either listed with devices or named as unavailable with a reason.
     for backend in ["cuda", "opencl", "torch"] {
         let listed = text.lines().any(|l| l.starts_with(&format!("{backend}:")));
-        let unavailable = text.lines().any(|l| l.trim_start().starts_with(backend) && l.len() > backend.len() + 4);
+        let unavailable = text
+            .lines()
+            .any(|l| l.trim_start().starts_with(backend) && l.len() > backend.len() + 4);
         assert!(listed || unavailable, "{backend} missing from:\n{text}");
     }
 }
@@ -28,7 +33,12 @@ fn devices_json_is_valid_and_complete() {
     assert!(out.status.success(), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["host"]["device"], "cpu");
-    let names: Vec<&str> = v["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
     for b in ["cuda", "opencl", "torch"] {
         assert!(names.contains(&b), "{names:?}");
     }
@@ -47,14 +57,20 @@ fn devices_without_any_opencl_platform_says_why() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("unavailable backends:") && text.contains("opencl"), "{text}");
+    assert!(
+        text.contains("unavailable backends:") && text.contains("opencl"),
+        "{text}"
+    );
 }
 
 #[test]
 fn version_and_bad_usage() {
     let out = arraybridge(&["--version"]);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("arraybridge {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("arraybridge {}", env!("CARGO_PKG_VERSION"))
+    );
     let out = arraybridge(&["no-such-command"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-command"));

@@ -1,7 +1,8 @@
 //! `arraybridge bench`: measurements printed as tables (the same code the criterion benches use).
 //!
 //! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference) and
-//! `paco` (PACO on a synthetic ADI cube).
+//! `paco` (PACO on a synthetic ADI cube) and `detect` (LoG detection on a synthetic movie, the
+//! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`).
 
 use bridge_core::{BridgeError, Device, Result};
 
@@ -20,6 +21,31 @@ pub enum What {
     Transfer(TransferArgs),
     /// PACO on a synthetic ADI cube of `--frames` frames of `--size`² pixels.
     Paco(PacoArgs),
+    /// LoG detection of a synthetic movie, end to end, for each batch size.
+    Detect(DetectArgs),
+}
+
+/// Arguments of `arraybridge bench detect`.
+#[derive(Debug, clap::Args)]
+pub struct DetectArgs {
+    /// Frames in the synthetic movie.
+    #[arg(long, default_value_t = 100)]
+    pub frames: usize,
+    /// Frame side in pixels.
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Particles in the movie.
+    #[arg(long, default_value_t = 100)]
+    pub particles: usize,
+    /// Batch sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub batch_sizes: Vec<usize>,
+    /// Device to run on.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Seed of the synthetic movie.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Arguments of `arraybridge bench paco`.
@@ -57,6 +83,7 @@ pub struct TransferArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         What::Transfer(a) => transfer(a),
+        What::Detect(a) => detect(a),
         What::Paco(a) => {
             if a.frames == 0 || a.size == 0 || a.reps == 0 {
                 return Err(BridgeError::invalid_argument(
@@ -82,6 +109,7 @@ fn transfer(a: TransferArgs) -> Result<()> {
             "sizes must be positive",
         ));
     }
+    #[cfg_attr(not(any(feature = "cuda", feature = "opencl")), allow(unused_variables))]
     let sizes: Vec<usize> = a.sizes_mb.iter().map(|m| m << 20).collect();
     eprintln!(
         "bench transfer on {}: sizes {:?} MiB, best of {}",
@@ -98,17 +126,14 @@ fn transfer(a: TransferArgs) -> Result<()> {
         #[cfg(feature = "opencl")]
         Device::OpenCl(_) => opencl_transfer(a.device, &sizes, a.reps),
         other => Err(BridgeError::Unsupported(format!(
-            "bench transfer supports cuda:N{}; got {other}",
-            if cfg!(feature = "opencl") {
-                " and opencl:N"
-            } else {
-                ""
-            }
+            "bench transfer measures the devices of the compiled-in backends (cuda:N with the \
+             `cuda` feature, opencl:N with `opencl`); got {other}"
         ))),
     }
 }
 
 /// Best-of-`reps` throughput in GB/s (10⁹ bytes/s) of `f` moving `bytes`.
+#[cfg(feature = "opencl")]
 fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?; // warm-up
     let mut best = f64::INFINITY;
@@ -118,6 +143,41 @@ fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -
         best = best.min(t.elapsed().as_secs_f64());
     }
     Ok(bytes as f64 / best / 1e9)
+}
+
+fn detect(a: DetectArgs) -> Result<()> {
+    use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
+    if a.frames == 0 || a.size < 16 || a.batch_sizes.is_empty() || a.batch_sizes.contains(&0) {
+        return Err(BridgeError::invalid_argument(
+            "bench detect",
+            "--frames and --batch-sizes must be positive and --size at least 16",
+        ));
+    }
+    let backend = algorithms::detect::backend_for(a.device)?;
+    eprintln!(
+        "bench detect on {}: {}x{}x{} movie, {} particles",
+        a.device, a.frames, a.size, a.size, a.particles
+    );
+    let movie = synthetic_movie(a.frames, a.size, a.particles, 1.0, a.seed);
+    let detector = algorithms::detect::LogDetector::default();
+    let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &a.batch_sizes)?;
+    println!("| batch | frames | total s | ms/frame | frames/s | detections | recall | precision | rmse px |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.3} | {:.2} | {:.1} | {} | {:.3} | {:.3} | {:.3} |",
+            r.batch_size,
+            r.frames,
+            r.end_to_end_s,
+            r.ms_per_frame,
+            r.frames_per_s,
+            r.detections,
+            r.score.recall,
+            r.score.precision,
+            r.score.rmse
+        );
+    }
+    Ok(())
 }
 
 #[cfg(feature = "opencl")]

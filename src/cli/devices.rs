@@ -51,15 +51,18 @@ pub fn run(args: Args) -> bridge_core::Result<()> {
     let reg = arraybridge::registry();
     let reports: &[BackendReport] = reg.reports();
     let (total, free) = host_memory();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     if args.json {
         let v = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "host": { "device": "cpu", "threads": cpus, "memory_total": total, "memory_free": free },
             "backends": reports,
         });
-        let text = serde_json::to_string_pretty(&v)
-            .map_err(|e| bridge_core::BridgeError::InvalidInput(format!("JSON encoding failed: {e}")))?;
+        let text = serde_json::to_string_pretty(&v).map_err(|e| {
+            bridge_core::BridgeError::InvalidInput(format!("JSON encoding failed: {e}"))
+        })?;
         println!("{text}");
         return Ok(());
     }
@@ -89,12 +92,17 @@ pub fn run(args: Args) -> bridge_core::Result<()> {
             );
         }
     }
-    let unavailable: Vec<&BackendReport> = reports.iter().filter(|r| r.unavailable.is_some()).collect();
+    let unavailable: Vec<&BackendReport> =
+        reports.iter().filter(|r| r.unavailable.is_some()).collect();
     if !unavailable.is_empty() {
         println!();
         println!("unavailable backends:");
         for r in unavailable {
-            println!("  {:<8} {}", r.name, r.unavailable.as_deref().unwrap_or_default());
+            println!(
+                "  {:<8} {}",
+                r.name,
+                r.unavailable.as_deref().unwrap_or_default()
+            );
         }
     }
     Ok(())

@@ -42,14 +42,23 @@ fn detector_matches_blob_log_for_every_batch_size() {
     }
 }
 
+/// A GPU device either runs and agrees with the CPU, or is a typed `BackendUnavailable` error
+/// (feature compiled out, library or device missing) — never a silent CPU run.
 #[test]
-fn gpu_devices_report_unavailable() {
+fn gpu_devices_agree_with_cpu_or_report_unavailable() {
     let m = movie();
     let det = LogDetector::default();
+    let cpu = det.detect_movie(&m, Device::Cpu).unwrap();
     for d in [Device::Cuda(0), Device::OpenCl(0)] {
         match det.detect_movie(&m, d) {
+            Ok(on_device) => {
+                assert_eq!(on_device.len(), cpu.len(), "{d}");
+                for (a, b) in on_device.iter().zip(&cpu) {
+                    assert_eq!((a.frame, a.y, a.x, a.sigma), (b.frame, b.y, b.x, b.sigma), "{d}");
+                }
+            }
             Err(BridgeError::BackendUnavailable { .. }) => {}
-            other => panic!("{d}: {other:?}"),
+            Err(other) => panic!("{d}: {other:?}"),
         }
     }
     assert!(det.detect_movie(&m, Device::TorchCpu).is_err());
