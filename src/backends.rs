@@ -2,7 +2,6 @@
 
 use std::sync::OnceLock;
 
-
 use bridge_core::convert::Registry;
 
 /// Build a registry with every backend compiled into this binary. Backends whose library or

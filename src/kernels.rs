@@ -7,9 +7,21 @@ use bridge_core::kernel::KernelSource;
 pub fn all() -> Vec<(&'static str, KernelSource)> {
     let mut v: Vec<(&'static str, KernelSource)> = Vec::new();
     #[cfg(feature = "opencl")]
-    v.extend(bridge_opencl::kernels::ALL.iter().map(|k| ("bridge-opencl", *k)));
+    v.extend(
+        bridge_opencl::kernels::ALL
+            .iter()
+            .map(|k| ("bridge-opencl", *k)),
+    );
     #[cfg(feature = "cuda")]
-    v.extend(bridge_cuda::kernel::KERNELS.iter().map(|k| ("bridge-cuda", *k)));
-    v.extend(algorithms::detect::kernels::ALL.iter().map(|k| ("algorithms/detect", *k)));
+    v.extend(
+        bridge_cuda::kernel::KERNELS
+            .iter()
+            .map(|k| ("bridge-cuda", *k)),
+    );
+    v.extend(
+        algorithms::detect::kernels::ALL
+            .iter()
+            .map(|k| ("algorithms/detect", *k)),
+    );
     v
 }

@@ -12,7 +12,9 @@ fn every_kernel_compiles_with_nvrtc() {
         match bridge_cuda::kernel::compile_check(k) {
             Ok(true) => compiled += 1,
             Ok(false) => {
-                eprintln!("skipping NVRTC checks: libnvrtc not found (set ARRAYBRIDGE_REQUIRE_NVRTC=1 to fail instead)");
+                eprintln!(
+                    "skipping NVRTC checks: libnvrtc not found (set ARRAYBRIDGE_REQUIRE_NVRTC=1 to fail instead)"
+                );
                 return;
             }
             Err(e) => panic!("{krate}/{}: {e}", k.name),
@@ -30,10 +32,18 @@ fn every_kernel_builds_on_opencl() {
     };
     let cl = bridge_opencl::shared();
     for (krate, k) in arraybridge::kernels::all() {
-        for opts in k.option_sets.iter().copied().chain(k.option_sets.is_empty().then_some(&[][..])) {
-            let p = cl.program_from(dev, &k, opts).unwrap_or_else(|e| panic!("{krate}/{} {opts:?}: {e}", k.name));
+        for opts in k
+            .option_sets
+            .iter()
+            .copied()
+            .chain(k.option_sets.is_empty().then_some(&[][..]))
+        {
+            let p = cl
+                .program_from(dev, &k, opts)
+                .unwrap_or_else(|e| panic!("{krate}/{} {opts:?}: {e}", k.name));
             for entry in k.entry_points {
-                p.kernel(entry).unwrap_or_else(|e| panic!("{krate}/{}::{entry}: {e}", k.name));
+                p.kernel(entry)
+                    .unwrap_or_else(|e| panic!("{krate}/{}::{entry}: {e}", k.name));
             }
         }
     }

@@ -109,7 +109,10 @@ fn transfer(a: TransferArgs) -> Result<()> {
             "sizes must be positive",
         ));
     }
-    #[cfg_attr(not(any(feature = "cuda", feature = "opencl")), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "cuda", feature = "opencl")),
+        allow(unused_variables)
+    )]
     let sizes: Vec<usize> = a.sizes_mb.iter().map(|m| m << 20).collect();
     eprintln!(
         "bench transfer on {}: sizes {:?} MiB, best of {}",
@@ -161,7 +164,9 @@ fn detect(a: DetectArgs) -> Result<()> {
     let movie = synthetic_movie(a.frames, a.size, a.particles, 1.0, a.seed);
     let detector = algorithms::detect::LogDetector::default();
     let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &a.batch_sizes)?;
-    println!("| batch | frames | total s | ms/frame | frames/s | detections | recall | precision | rmse px |");
+    println!(
+        "| batch | frames | total s | ms/frame | frames/s | detections | recall | precision | rmse px |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
@@ -184,7 +189,9 @@ fn detect(a: DetectArgs) -> Result<()> {
 fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
     use bridge_core::{DType, HostData};
     let cl = bridge_opencl::shared();
-    println!("| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |");
+    println!(
+        "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
+    );
     println!("|---|---|---|---|---|---|");
     for &bytes in sizes {
         let src: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();

@@ -54,7 +54,11 @@ fn gpu_devices_agree_with_cpu_or_report_unavailable() {
             Ok(on_device) => {
                 assert_eq!(on_device.len(), cpu.len(), "{d}");
                 for (a, b) in on_device.iter().zip(&cpu) {
-                    assert_eq!((a.frame, a.y, a.x, a.sigma), (b.frame, b.y, b.x, b.sigma), "{d}");
+                    assert_eq!(
+                        (a.frame, a.y, a.x, a.sigma),
+                        (b.frame, b.y, b.x, b.sigma),
+                        "{d}"
+                    );
                 }
             }
             Err(BridgeError::BackendUnavailable { .. }) => {}
