@@ -1,9 +1,9 @@
 //! Device dispatch for PACO.
 //!
 //! A backend implements the two passes of the algorithm on its device: full-grid maps and the
-//! `phi0s` subset. The CPU backend is always present; OpenCL and CUDA backends plug in here by
-//! adding a [`PacoBackend`] implementation (in `paco/opencl.rs`, `paco/cuda.rs` behind the crate
-//! features) and a match arm in [`backend_for`].
+//! `phi0s` subset. The CPU backend is always present; the OpenCL and CUDA backends
+//! (`OpenClPaco`, `CudaPaco` in `paco/gpu.rs`, behind the crate features `opencl` / `cuda`, one
+//! portable kernel source in [`super::gpu_kernels`]) are selected by [`backend_for`].
 //!
 //! The CPU data flow, which a device backend mirrors kernel by kernel (everything it needs is on
 //! [`PacoJob`]: `cube()`, `angles()`, `geometry()`, `disk()`, `centred_template()`,
@@ -59,18 +59,25 @@ impl PacoBackend for CpuBackend {
     }
 }
 
-/// The backend for `device`: CPU now; GPU devices report that their PACO kernels are not
-/// available yet.
+/// The backend for `device`: the CPU, and OpenCL / CUDA devices when the crate is built with
+/// the `opencl` / `cuda` feature (`OpenClPaco` / `CudaPaco`, see `paco/gpu.rs`; without the
+/// feature those devices report [`BridgeError::BackendUnavailable`]).
 pub fn backend_for(device: Device) -> Result<Box<dyn PacoBackend>> {
     match device {
         Device::Cpu => Ok(Box::new(CpuBackend)),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => Ok(Box::new(super::gpu::CudaPaco::new(n)?)),
+        #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => Err(BridgeError::unavailable(
             "cuda",
-            "PACO has no CUDA kernels yet (use --device cpu)",
+            "PACO's CUDA backend needs the `cuda` feature (use --device cpu)",
         )),
+        #[cfg(feature = "opencl")]
+        Device::OpenCl(n) => Ok(Box::new(super::gpu::OpenClPaco::new(n)?)),
+        #[cfg(not(feature = "opencl"))]
         Device::OpenCl(_) => Err(BridgeError::unavailable(
             "opencl",
-            "PACO has no OpenCL kernels yet (use --device cpu)",
+            "PACO's OpenCL backend needs the `opencl` feature (use --device cpu)",
         )),
         other => Err(BridgeError::Unsupported(format!(
             "PACO does not run on {other}"

@@ -38,6 +38,9 @@ mod backend;
 pub mod bench;
 mod flux;
 mod geometry;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+pub mod gpu;
+pub mod gpu_kernels;
 mod kernels;
 mod psf;
 mod stats;
@@ -49,6 +52,12 @@ use rayon::prelude::*;
 pub use backend::{PacoBackend, backend_for};
 pub use flux::{FluxEstimate, FluxOptions, unbiased_flux};
 pub use geometry::{Geometry, disk_offsets};
+#[cfg(feature = "cuda")]
+pub use gpu::CudaPaco;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+pub use gpu::GpuPrecision;
+#[cfg(feature = "opencl")]
+pub use gpu::OpenClPaco;
 pub use psf::{
     AiryFit, aperture_flux, centroid, circle_rect_overlap, fit_airy, fit_airy_fwhm, recenter,
 };

@@ -1,0 +1,421 @@
+//! Portable device kernels of PACO (one source for OpenCL and CUDA).
+//!
+//! The source follows the portable kernel contract of [`bridge_core::kernel`] (`KERNEL`,
+//! `GLOBAL`, `LOCAL`, `GID`, `LID`, `GROUP_ID`, `BARRIER`, ...) and is compiled with one of the
+//! [`PACO`] option sets: `-DREAL=double` (devices with doubles; the default) or `-DREAL=float`.
+//! `REAL` is the storage and arithmetic type of every kernel. The patch area is bounded by
+//! `KMAX` (default [`KMAX`] = 64, i.e. patch radii up to 4); the K×K matrix of one pixel lives
+//! in local (shared) memory: 32 KiB in double, 16 KiB in float.
+//!
+//! Pipeline, no sub-pixel templates (spec §6 "fast form"; steps 1, 3 and 4 of the CPU data flow
+//! in the `paco/backend.rs` module docs):
+//!
+//! 1. `paco_centre`: `cen[p][t] = r_t[p] − μ[p]`, the cube centred per pixel and transposed to
+//!    pixel-major (one thread per pixel; the mean is the sequential sum over frames / T, as on
+//!    the CPU);
+//! 2. `paco_stats`: one work group per statistics-box pixel θ (any `LOCAL_SIZE(0)`;
+//!    [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):
+//!    the sample covariance `S_ij = (1/T)·Σ_t cen[θ+d_i][t]·cen[θ+d_j][t]` (upper triangle, one
+//!    entry per thread, the CPU's four-accumulator order), the shrinkage ρ (paper or VIP
+//!    numerator, `variant` 0 / 1), `C = (1−ρ)·S + ρ·diag S` (×½ for VIP), the right-looking
+//!    Cholesky factor in place (the trailing updates spread over the group), `w = C⁻¹h0` (two
+//!    triangular solves; stored per pixel of the band in `wb`) and `q[θ] = h0·w`. Degenerate
+//!    pixels (`S_ii ≤ 0`, non-finite, not positive definite) get NaN;
+//! 3. `paco_z`: the whitened matched-filter cube `z[θ][t] = w(θ)·cen_t(θ)` (disk order), one
+//!    thread per (pixel, frame);
+//! 4. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
+//!    `traj[i][ℓ]` (computed on the host with the CPU's bit-exact geometry, −1 when `[φ_ℓ]`
+//!    fails the box rule): `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an
+//!    invalid trajectory.
+//!
+//! With sub-pixel templates from a table (`SubPixel::Table { q }`, spec §5.2 and §10 "tile by
+//! θ"), `paco_stats` is launched with `sub = 1`: the host buckets the pairs (φ0, ℓ) by their
+//! trajectory pixel θ (CSR `pstart`, pair ids `ppid = i·T + ℓ` ascending within θ, fractional
+//! offsets `pfy`, `pfx`); after its Cholesky factorisation the work group evaluates every pair
+//! landing on θ (one thread per pair): the template `h_ℓ` is blended bilinearly from the
+//! `(q+1)²·K` table exactly like the CPU, then `L⁻¹[h_ℓ | c_ℓ(θ)]` in the CPU's
+//! `forward_multi` order, `a_c = |L⁻¹h|²`, `b_c = (L⁻¹h)·(L⁻¹c)`, written to `cab[pair id]`
+//! (no atomics). `paco_accumulate_pairs` then sums the contributions of each φ0 in increasing
+//! ℓ. C⁻¹ is never stored.
+//!
+//! Floating-point contraction is disabled (`FP_CONTRACT OFF` on OpenCL; on CUDA every product
+//! is rounded explicitly with `__dmul_rn` / `__fmul_rn`, so no FMA can form), and the sums
+//! follow the CPU's order: in double, the PoCL maps are bit-identical to the CPU backend
+//! without sub-pixel templates and within 1e-15 with table templates.
+
+use bridge_core::kernel::KernelSource;
+
+/// Build options: double precision (devices with `cl_khr_fp64`, every CUDA device).
+pub const OPTS_F64: &[&str] = &["-DREAL=double"];
+/// Build options: single precision.
+pub const OPTS_F32: &[&str] = &["-DREAL=float"];
+
+/// Largest patch area K the kernels accept (the `KMAX` default of the source).
+pub const KMAX: usize = 64;
+
+/// Work-group size of `paco_stats` (one group per pixel) on GPUs; the kernel works with any
+/// size (it reads `LOCAL_SIZE(0)`).
+pub const STATS_WG: usize = 64;
+
+/// Work-group size of `paco_stats` on CPU OpenCL devices (PoCL): fewer work items per barrier
+/// region (≈ 25 % faster there than [`STATS_WG`]).
+pub const STATS_WG_CPU: usize = 32;
+
+/// Work-group size of the per-pixel kernels `paco_centre` and `paco_accumulate`.
+pub const LINE_WG: usize = 64;
+
+/// The PACO statistics, whitened matched filter and trajectory sums (see the module docs).
+pub const PACO: KernelSource = KernelSource {
+    name: "paco",
+    source: PACO_SRC,
+    entry_points: &[
+        "paco_centre",
+        "paco_stats",
+        "paco_z",
+        "paco_accumulate",
+        "paco_accumulate_pairs",
+    ],
+    option_sets: &[OPTS_F64, OPTS_F32],
+};
+
+/// Every kernel source of the PACO module (each is compiled through NVRTC in CI).
+pub const ALL: &[KernelSource] = &[PACO];
+
+const PACO_SRC: &str = r#"
+#ifndef REAL
+#define REAL double
+#endif
+#ifndef KMAX
+#define KMAX 64
+#endif
+
+#if defined(__CUDACC__)
+#define REAL_NAN ((REAL)__longlong_as_double(0x7ff8000000000000LL))
+#else
+#pragma OPENCL FP_CONTRACT OFF
+#define REAL_NAN ((REAL)NAN)
+#endif
+
+/* a*b rounded (no fused multiply-add). */
+#if defined(__CUDACC__)
+DEVICE_FN double pmul(double a, double b) { return __dmul_rn(a, b); }
+DEVICE_FN float pmul(float a, float b) { return __fmul_rn(a, b); }
+#define MUL(a, b) pmul((a), (b))
+#else
+#define MUL(a, b) ((a) * (b))
+#endif
+
+/* finite and > 0 without library calls */
+#define POS_FINITE(d) ((d) > (REAL)0 && ((d) - (d)) == (REAL)0)
+
+/* CPU `dot`: four accumulators over blocks of 4, then the remainder. */
+DEVICE_FN REAL dot4_g(GLOBAL const REAL* a, GLOBAL const REAL* b, uint n) {
+    REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    uint n4 = n & ~3u;
+    for (uint i = 0; i < n4; i += 4) {
+        s0 += MUL(a[i], b[i]);
+        s1 += MUL(a[i + 1], b[i + 1]);
+        s2 += MUL(a[i + 2], b[i + 2]);
+        s3 += MUL(a[i + 3], b[i + 3]);
+    }
+    REAL s = (s0 + s1) + (s2 + s3);
+    for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);
+    return s;
+}
+
+DEVICE_FN REAL dot4_l(LOCAL_PTR const REAL* a, LOCAL_PTR const REAL* b, uint n) {
+    REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    uint n4 = n & ~3u;
+    for (uint i = 0; i < n4; i += 4) {
+        s0 += MUL(a[i], b[i]);
+        s1 += MUL(a[i + 1], b[i + 1]);
+        s2 += MUL(a[i + 2], b[i + 2]);
+        s3 += MUL(a[i + 3], b[i + 3]);
+    }
+    REAL s = (s0 + s1) + (s2 + s3);
+    for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);
+    return s;
+}
+
+/* cube [t][p] -> cen [p][t], centred per pixel. */
+KERNEL paco_centre(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen,
+                   const uint npix, const uint t) {
+    size_t p = GID(0);
+    if (p >= npix) return;
+    REAL s = 0;
+    for (uint f = 0; f < t; ++f) s += cube[(size_t)f * npix + p];
+    REAL mean = s / (REAL)t;
+    for (uint f = 0; f < t; ++f) cen[p * t + f] = cube[(size_t)f * npix + p] - mean;
+}
+
+/* One work group per box pixel of rows [y0, y0 + rows), columns [x_lo, x_lo + nx). */
+KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
+                  GLOBAL const REAL* RESTRICT h0, GLOBAL REAL* RESTRICT q,
+                  GLOBAL REAL* RESTRICT wb, const uint w, const uint t, const uint k,
+                  const uint y0, const uint x_lo, const uint nx, const uint ngroups,
+                  const uint variant, const uint sub, GLOBAL const uint* RESTRICT pstart,
+                  GLOBAL const uint* RESTRICT ppid, GLOBAL const REAL* RESTRICT pfy,
+                  GLOBAL const REAL* RESTRICT pfx, GLOBAL const REAL* RESTRICT tbl,
+                  const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab) {
+    LOCAL REAL S[KMAX * KMAX];
+    LOCAL REAL v[KMAX];
+    LOCAL REAL hl[KMAX];
+    LOCAL REAL invd[KMAX];
+    LOCAL int ol[KMAX];
+    LOCAL int flag[1];
+    size_t g = GROUP_ID(0);
+    uint tid = (uint)LID(0);
+    uint nt = (uint)LOCAL_SIZE(0);
+    if (g >= ngroups) return; /* uniform per group */
+    size_t theta = (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
+    for (uint i = tid; i < k; i += nt) {
+        ol[i] = offs[i];
+        hl[i] = h0[i];
+    }
+    BARRIER();
+    /* 1. sample covariance, upper triangle */
+    REAL inv_t = (REAL)1 / (REAL)t;
+    for (uint idx = tid; idx < k * k; idx += nt) {
+        uint i = idx / k;
+        uint j = idx % k;
+        if (j < i) continue;
+        GLOBAL const REAL* ci = cen + (size_t)((long)theta + ol[i]) * t;
+        GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
+        S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
+    }
+    BARRIER();
+    /* 2. validity and shrinkage (one thread, the CPU's order) */
+    if (tid == 0) {
+        int ok = 1;
+        for (uint i = 0; i < k; ++i) {
+            REAL d = S[i * k + i];
+            if (!POS_FINITE(d)) ok = 0;
+        }
+        if (ok) {
+            REAL tr = 0, dsq = 0, off = 0;
+            for (uint i = 0; i < k; ++i) {
+                REAL d = S[i * k + i];
+                tr += d;
+                dsq += MUL(d, d);
+                off += dot4_l(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+            }
+            REAL tr2 = dsq + MUL((REAL)2, off);
+            REAL num = variant == 0u ? (tr2 + MUL(tr, tr)) - MUL((REAL)2, dsq)
+                                     : (tr2 + MUL(tr, tr)) - MUL((REAL)2, tr2);
+            REAL den = MUL((REAL)t + (REAL)1, tr2 - dsq);
+            REAL rho = (REAL)1;
+            if (den != (REAL)0) {
+                /* the CPU's clamp: NaN stays NaN */
+                rho = num / den;
+                if (rho < (REAL)0) rho = (REAL)0;
+                if (rho > (REAL)1) rho = (REAL)1;
+            }
+            REAL scale = variant == 0u ? (REAL)1 : (REAL)0.5;
+            v[0] = scale;
+            v[1] = MUL((REAL)1 - rho, scale);
+        }
+        flag[0] = ok;
+    }
+    BARRIER();
+    int ok = flag[0];
+    if (ok) {
+        REAL dg = v[0];
+        REAL of = v[1];
+        for (uint idx = tid; idx < k * k; idx += nt) {
+            uint i = idx / k;
+            uint j = idx % k;
+            if (j < i) continue;
+            S[idx] = MUL(S[idx], j == i ? dg : of);
+        }
+    }
+    BARRIER();
+    /* 3. right-looking Cholesky, R = L^T in the upper triangle. Every barrier is reached by
+       the whole group (no early exit): `flag` only guards the work. */
+    for (uint j = 0; j < k; ++j) {
+        if (tid == 0 && flag[0]) {
+            REAL d = S[j * k + j];
+            if (!POS_FINITE(d)) {
+                flag[0] = 0;
+            } else {
+                REAL ljj = sqrt(d);
+                S[j * k + j] = ljj;
+                invd[j] = (REAL)1 / ljj;
+            }
+        }
+        BARRIER();
+        if (flag[0]) {
+            REAL inv = invd[j];
+            for (uint n = j + 1 + tid; n < k; n += nt) S[j * k + n] = MUL(S[j * k + n], inv);
+        }
+        BARRIER();
+        if (flag[0]) {
+            uint m = k - j - 1;
+            for (uint idx = tid; idx < m * m; idx += nt) {
+                uint kk = j + 1 + idx / m;
+                uint c = j + 1 + idx % m;
+                if (c < kk) continue;
+                S[kk * k + c] -= MUL(S[j * k + kk], S[j * k + c]);
+            }
+        }
+        BARRIER();
+    }
+    ok = flag[0];
+    if (sub) {
+        /* 4'. sub-pixel templates: every pair (phi0, l) whose [phi_l] is theta, one per thread:
+           h_l blended from the template table like the CPU, then L^-1 [h_l | c_l(theta)] (the
+           CPU's forward_multi order), a_c = |L^-1 h|^2, b_c = (L^-1 h).(L^-1 c) into
+           cab[2 pid], cab[2 pid + 1] */
+        uint p1 = pstart[theta + 1];
+        for (uint p = pstart[theta] + tid; p < p1; p += nt) {
+            uint pid = ppid[p];
+            uint l = pid % t;
+            REAL ca = REAL_NAN;
+            REAL cb = REAL_NAN;
+            if (ok) {
+                REAL hv[KMAX];
+                REAL xv[KMAX];
+                REAL qf = (REAL)tq;
+                REAL lo = nearest ? (REAL)(-0.5) : (REAL)0;
+                REAL uy = MUL(pfy[p] - lo, qf);
+                REAL ux = MUL(pfx[p] - lo, qf);
+                uy = uy < (REAL)0 ? (REAL)0 : (uy > qf ? qf : uy);
+                ux = ux < (REAL)0 ? (REAL)0 : (ux > qf ? qf : ux);
+                uint iy = (uint)uy;
+                uint ix = (uint)ux;
+                iy = iy > tq - 1 ? tq - 1 : iy;
+                ix = ix > tq - 1 ? tq - 1 : ix;
+                REAL ty = uy - (REAL)iy;
+                REAL tx = ux - (REAL)ix;
+                REAL w00 = MUL((REAL)1 - ty, (REAL)1 - tx);
+                REAL w01 = MUL((REAL)1 - ty, tx);
+                REAL w10 = MUL(ty, (REAL)1 - tx);
+                REAL w11 = MUL(ty, tx);
+                uint n = tq + 1;
+                GLOBAL const REAL* t00 = tbl + (size_t)(iy * n + ix) * k;
+                GLOBAL const REAL* t01 = tbl + (size_t)(iy * n + ix + 1) * k;
+                GLOBAL const REAL* t10 = tbl + (size_t)((iy + 1) * n + ix) * k;
+                GLOBAL const REAL* t11 = tbl + (size_t)((iy + 1) * n + ix + 1) * k;
+                for (uint i = 0; i < k; ++i) {
+                    hv[i] = ((MUL(w00, t00[i]) + MUL(w01, t01[i])) + MUL(w10, t10[i]))
+                            + MUL(w11, t11[i]);
+                    xv[i] = cen[(size_t)((long)theta + ol[i]) * t + l];
+                }
+                /* L[i][j] is stored at S[j k + i] */
+                for (uint i = 0; i < k; ++i) {
+                    REAL rh = hv[i];
+                    REAL rx = xv[i];
+                    uint j = 0;
+                    for (; j + 4 <= i; j += 4) {
+                        REAL l0 = S[j * k + i];
+                        REAL l1 = S[(j + 1) * k + i];
+                        REAL l2 = S[(j + 2) * k + i];
+                        REAL l3 = S[(j + 3) * k + i];
+                        rh -= (MUL(l0, hv[j]) + MUL(l1, hv[j + 1]))
+                              + (MUL(l2, hv[j + 2]) + MUL(l3, hv[j + 3]));
+                        rx -= (MUL(l0, xv[j]) + MUL(l1, xv[j + 1]))
+                              + (MUL(l2, xv[j + 2]) + MUL(l3, xv[j + 3]));
+                    }
+                    for (; j < i; ++j) {
+                        REAL lj = S[j * k + i];
+                        rh -= MUL(lj, hv[j]);
+                        rx -= MUL(lj, xv[j]);
+                    }
+                    hv[i] = MUL(rh, invd[i]);
+                    xv[i] = MUL(rx, invd[i]);
+                }
+                REAL sa = 0;
+                REAL sb = 0;
+                for (uint i = 0; i < k; ++i) {
+                    sa += MUL(hv[i], hv[i]);
+                    sb += MUL(hv[i], xv[i]);
+                }
+                ca = sa;
+                cb = sb;
+            }
+            cab[2 * (size_t)pid] = ca;
+            cab[2 * (size_t)pid + 1] = cb;
+        }
+        return;
+    }
+    /* 4. w = C^-1 h0 (forward then backward substitution, one thread), q = h0.w; w goes to
+       wb[g] for paco_z (NaN for a degenerate pixel) */
+    if (tid == 0) {
+        GLOBAL REAL* wg = wb + g * k;
+        if (ok) {
+            for (uint i = 0; i < k; ++i) v[i] = hl[i];
+            for (uint j = 0; j < k; ++j) {
+                REAL vj = MUL(v[j], invd[j]);
+                v[j] = vj;
+                for (uint n = j + 1; n < k; ++n) v[n] -= MUL(vj, S[j * k + n]);
+            }
+            for (uint ii = k; ii > 0; --ii) {
+                uint i = ii - 1;
+                REAL s = dot4_l(S + i * k + i + 1, v + i + 1, k - i - 1);
+                v[i] = MUL(v[i] - s, invd[i]);
+            }
+            q[theta] = dot4_l(hl, v, k);
+            for (uint i = 0; i < k; ++i) wg[i] = v[i];
+        } else {
+            q[theta] = REAL_NAN;
+            for (uint i = 0; i < k; ++i) wg[i] = REAL_NAN;
+        }
+    }
+}
+
+/* z_t(theta) = w(theta) . cen_t(theta) in disk order, one thread per (pixel of the band,
+   frame); the pixels are those of the paco_stats launch with the same arguments. */
+KERNEL paco_z(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
+              GLOBAL const REAL* RESTRICT wb, GLOBAL REAL* RESTRICT z, const uint w,
+              const uint t, const uint k, const uint y0, const uint x_lo, const uint nx,
+              const uint ngroups) {
+    size_t id = GID(0);
+    if (id >= (size_t)ngroups * t) return;
+    size_t g = id / t;
+    uint f = (uint)(id % t);
+    size_t theta = (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
+    GLOBAL const REAL* wg = wb + g * k;
+    REAL acc = 0;
+    for (uint i = 0; i < k; ++i) {
+        acc += MUL(wg[i], cen[(size_t)((long)theta + offs[i]) * t + f]);
+    }
+    z[theta * t + f] = acc;
+}
+
+/* a, b of n positions from the per-pair contributions cab (sub-pixel templates), summed in
+   increasing l; NaN where valid[i] == 0. */
+KERNEL paco_accumulate_pairs(GLOBAL const int* RESTRICT valid, GLOBAL const REAL* RESTRICT cab,
+                             GLOBAL REAL* RESTRICT a, GLOBAL REAL* RESTRICT b, const uint n,
+                             const uint t) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    REAL sa = 0, sb = 0;
+    for (uint l = 0; l < t; ++l) {
+        size_t pid = i * t + l;
+        sa += cab[2 * pid];
+        sb += cab[2 * pid + 1];
+    }
+    a[i] = valid[i] ? sa : REAL_NAN;
+    b[i] = valid[i] ? sb : REAL_NAN;
+}
+
+/* a, b of n positions; traj[i * t + l] = theta of frame l or -1. */
+KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTRICT q,
+                       GLOBAL const REAL* RESTRICT z, GLOBAL REAL* RESTRICT a,
+                       GLOBAL REAL* RESTRICT b, const uint n, const uint t) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    REAL sa = 0, sb = 0;
+    int ok = 1;
+    for (uint l = 0; l < t; ++l) {
+        int th = traj[i * t + l];
+        if (th < 0) {
+            ok = 0;
+            break;
+        }
+        sa += q[th];
+        sb += z[(size_t)th * t + l];
+    }
+    a[i] = ok ? sa : REAL_NAN;
+    b[i] = ok ? sb : REAL_NAN;
+}
+"#;
