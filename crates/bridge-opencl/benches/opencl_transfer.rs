@@ -15,7 +15,15 @@ use bridge_core::backend::Backend;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 const MB: usize = 1 << 20;
-const SIZES_MB: [usize; 5] = [1, 4, 16, 64, 256];
+/// 1 MB … 1 GB. `ARRAYBRIDGE_BENCH_MAX_MB` caps the largest size (e.g. 256 on small machines).
+const SIZES_MB: [usize; 6] = [1, 4, 16, 64, 256, 1024];
+
+fn max_mb() -> usize {
+    std::env::var("ARRAYBRIDGE_BENCH_MAX_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX)
+}
 
 fn transfers(c: &mut Criterion) {
     let backend = bridge_opencl::backend();
@@ -32,7 +40,7 @@ fn transfers(c: &mut Criterion) {
             None
         }
     };
-    for &mb in &SIZES_MB {
+    for &mb in SIZES_MB.iter().filter(|&&mb| mb <= max_mb()) {
         let n = mb * MB;
         let src: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
         let mut dst = vec![0u8; n];
