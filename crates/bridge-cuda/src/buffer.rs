@@ -14,22 +14,35 @@ use crate::device::{CudaAllocator, Gpu, Ready};
 use crate::error;
 use crate::ffi::{self, DeviceMem};
 
-/// A CUDA array's memory: a pool block on one device, plus the last pending use (an event),
-/// which is waited for before the block returns to the pool.
+/// Where a [`CudaStorage`]'s memory comes from.
+pub(crate) enum Backing {
+    /// A block of the device's caching pool (returned to it on drop).
+    Pool(PoolBlock<CudaAllocator>),
+    /// Memory another library allocated: a non-owning handle; the owner is kept in
+    /// [`CudaStorage`] and released after the handle (see [`crate::foreign`]).
+    Foreign(DeviceMem),
+}
+
+/// A CUDA array's memory: a pool block on one device (or foreign device memory kept alive by
+/// its owner, see [`CudaStorage::from_foreign`]), plus the last pending use (an event), which
+/// is waited for before the block returns to the pool or the owner is released.
 pub struct CudaStorage {
-    block: PoolBlock<CudaAllocator>,
-    nbytes: usize,
-    gpu: Arc<Gpu>,
-    pending: Mutex<Option<Ready>>,
+    pub(crate) block: Backing,
+    pub(crate) nbytes: usize,
+    pub(crate) gpu: Arc<Gpu>,
+    pub(crate) pending: Mutex<Option<Ready>>,
+    /// The owner of foreign memory; declared after `block` so it is dropped after it.
+    pub(crate) owner: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl fmt::Debug for CudaStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "CudaStorage({} bytes on {})",
+            "CudaStorage({} bytes on {}{})",
             self.nbytes,
-            self.gpu.device()
+            self.gpu.device(),
+            if self.is_foreign() { ", foreign" } else { "" }
         )
     }
 }
@@ -38,21 +51,42 @@ impl CudaStorage {
     /// Allocate `nbytes` (uninitialised) from `gpu`'s pool.
     pub fn alloc(gpu: &Arc<Gpu>, nbytes: usize) -> Result<CudaStorage> {
         Ok(CudaStorage {
-            block: gpu.alloc_bytes(nbytes)?,
+            block: Backing::Pool(gpu.alloc_bytes(nbytes)?),
             nbytes,
             gpu: Arc::clone(gpu),
             pending: Mutex::new(None),
+            owner: None,
         })
     }
 
     /// The device address (for kernel arguments).
     pub fn device_ptr(&self) -> CUdeviceptr {
-        self.block.ptr()
+        self.mem().ptr()
     }
 
-    /// The underlying allocation.
+    /// The underlying allocation (a non-owning handle for foreign memory).
     pub fn mem(&self) -> &DeviceMem {
-        &self.block
+        match &self.block {
+            Backing::Pool(b) => b,
+            Backing::Foreign(m) => m,
+        }
+    }
+
+    /// Whether the memory belongs to another library (wrapped with
+    /// [`CudaStorage::from_foreign`]) rather than to the device's pool.
+    pub fn is_foreign(&self) -> bool {
+        matches!(self.block, Backing::Foreign(_))
+    }
+
+    /// Block until all work that may use the buffer has finished: its last recorded use, then
+    /// everything queued in the device's (primary) context, i.e. bridge-cuda's streams and any
+    /// other library sharing the context. Used before handing the memory to another library.
+    pub fn synchronize(&self) -> Result<()> {
+        self.wait()?;
+        self.gpu
+            .context()
+            .synchronize()
+            .map_err(error::op(self.gpu.device(), "cuCtxSynchronize"))
     }
 
     /// The device this lives on.
@@ -94,7 +128,7 @@ impl CudaStorage {
     pub fn fill_bytes(&self, value: u8) -> Result<()> {
         self.wait()?;
         let s = self.gpu.stream()?;
-        ffi::memset_async(&self.block, value, &s)?;
+        ffi::memset_async(self.mem(), value, &s)?;
         s.synchronize()
             .map_err(error::op(self.gpu.device(), "cuStreamSynchronize"))
     }
@@ -102,9 +136,16 @@ impl CudaStorage {
 
 impl Drop for CudaStorage {
     fn drop(&mut self) {
-        if let Err(e) = self.wait() {
+        if self.is_foreign() {
+            // The owner gives the memory back to its library right after this: finish every
+            // bridge-cuda use first, including work not recorded with `mark_used`.
+            if let Err(e) = self.synchronize() {
+                log::warn!("synchronising before releasing foreign CUDA memory failed: {e}");
+            }
+        } else if let Err(e) = self.wait() {
             log::warn!("waiting for a CUDA buffer's pending work before freeing it failed: {e}");
         }
+        // Fields drop next in declaration order: the (non-owning) handle, then the owner.
     }
 }
 

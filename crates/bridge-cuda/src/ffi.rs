@@ -68,13 +68,16 @@ pub(crate) fn enable_peer_access(
     error::check(r, device, 0, "cuCtxEnablePeerAccess")
 }
 
-/// One `cuMemAlloc` allocation, freed on drop. The context is kept alive by the handle.
+/// One `cuMemAlloc` allocation, freed on drop, or a non-owning view of device memory another
+/// library allocated (never freed here). The context is kept alive by the handle.
 #[derive(Debug)]
 pub struct DeviceMem {
     ptr: CUdeviceptr,
     bytes: usize,
     device: Device,
     ctx: Arc<CudaContext>,
+    /// Whether this handle allocated the memory (and so frees it on drop).
+    owned: bool,
 }
 
 impl DeviceMem {
@@ -92,7 +95,34 @@ impl DeviceMem {
             bytes,
             device,
             ctx: Arc::clone(ctx),
+            owned: true,
         })
+    }
+
+    /// A non-owning handle on `bytes` of device memory at `ptr` that someone else allocated;
+    /// dropping it frees nothing.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` must be device memory usable from `ctx` (on `device`) for as long as
+    /// the handle is used; the caller keeps the real owner alive for that long.
+    pub(crate) unsafe fn borrowed(
+        ctx: &Arc<CudaContext>,
+        device: Device,
+        ptr: CUdeviceptr,
+        bytes: usize,
+    ) -> DeviceMem {
+        DeviceMem {
+            ptr,
+            bytes,
+            device,
+            ctx: Arc::clone(ctx),
+            owned: false,
+        }
+    }
+
+    /// Whether this handle allocated the memory (false for foreign memory).
+    pub fn is_owned(&self) -> bool {
+        self.owned
     }
 
     /// The device address.
@@ -131,7 +161,7 @@ impl DeviceMem {
 
 impl Drop for DeviceMem {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.owned && self.ctx.bind_to_thread().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once.
             // Buffers are only dropped after their pending work completed (see CudaStorage).
             let r = unsafe { result::free_sync(self.ptr) };

@@ -14,6 +14,9 @@
 //!   [`kernel::PREAMBLE`] ([`Gpu::program`]) and launched with a global size ([`Gpu::launch`]);
 //!   [`kernel::compile_check`] compiles any [`KernelSource`](bridge_core::kernel::KernelSource)
 //!   for sm_90 without a GPU.
+//! - Sharing device memory with other CUDA libraries without copies ([`foreign`]):
+//!   [`CudaStorage::from_foreign`] wraps memory another library owns (keeping its owner
+//!   alive), [`CudaStorage::export`] hands a buffer out with the storage as the owner.
 //! - [`backend()`] is the [`Backend`](bridge_core::backend::Backend) to register.
 //!
 //! # Environment
@@ -35,6 +38,7 @@ pub mod convert;
 pub mod device;
 pub mod error;
 mod ffi;
+pub mod foreign;
 pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
@@ -47,6 +51,7 @@ pub use backend::CudaBackend;
 pub use buffer::{CudaStorage, storage_of};
 pub use device::{Gpu, Program, Ready, StreamLease, format_uuid, gpu, gpu_for};
 pub use ffi::{DeviceMem, PinnedMem};
+pub use foreign::ExportedCuda;
 pub use launch::KernelArg;
 pub use transfer::{HostPath, to_cuda, to_host};
 

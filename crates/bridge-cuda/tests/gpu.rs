@@ -350,3 +350,79 @@ fn async_upload_then_consumer_waits() {
     same(&h, &g.download(&d).unwrap());
     assert!(storage_of(&d).is_ok());
 }
+
+/// Owner of foreign memory in the tests: a pool buffer plus a flag raised when it is dropped.
+struct FakeOwner {
+    _storage: bridge_cuda::CudaStorage,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for FakeOwner {
+    fn drop(&mut self) {
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn foreign_memory_is_wrapped_kept_alive_and_never_pooled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _s = shared();
+    let Some(g) = gpu_or_skip() else { return };
+    let data = random(DType::F32, &[64, 33], 7);
+    let a = g.upload(&data).unwrap();
+    let (inner, shape, dtype) = a
+        .into_storage::<bridge_cuda::CudaStorage>()
+        .map_err(|_| "not CUDA")
+        .unwrap();
+    let ptr = inner.device_ptr();
+    let n = data.to_c_bytes().len();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let owner = FakeOwner {
+        _storage: *inner,
+        dropped: Arc::clone(&dropped),
+    };
+    // SAFETY: the range is the owner's pool buffer, complete after `upload`.
+    let foreign =
+        unsafe { bridge_cuda::CudaStorage::from_foreign(&g, ptr, n, Box::new(owner)) }.unwrap();
+    assert!(foreign.is_foreign());
+    assert_eq!(foreign.device_ptr(), ptr);
+    assert!(foreign.foreign_owner().unwrap().is::<FakeOwner>());
+    let b = Array::from_storage(Box::new(foreign), shape.clone(), dtype).unwrap();
+    same(&g.download(&b).unwrap(), &data);
+    // Writes through the foreign handle land in the owner's memory.
+    storage_of(&b).unwrap().fill_bytes(0).unwrap();
+    assert!(g.download(&b).unwrap().to_c_bytes().iter().all(|&x| x == 0));
+    assert!(!dropped.load(Ordering::SeqCst));
+    // Export/import keeps the same pointer and owner.
+    let (st, shape, dtype) = b
+        .into_storage::<bridge_cuda::CudaStorage>()
+        .map_err(|_| "not CUDA")
+        .unwrap();
+    let ex = st.export().unwrap();
+    assert_eq!((ex.device_ptr(), ex.nbytes(), ex.ordinal()), (ptr, n, 0));
+    let b = Array::from_storage(Box::new(ex.into_storage()), shape, dtype).unwrap();
+    drop(b);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "owner released with the storage"
+    );
+    // SAFETY: rejected before anything is wrapped (null pointer).
+    let z = unsafe { bridge_cuda::CudaStorage::from_foreign(&g, 0, 16, Box::new(())) };
+    assert!(matches!(z, Err(BridgeError::InvalidArgument { .. })));
+}
+
+#[test]
+fn foreign_owner_can_be_taken_back() {
+    let _s = shared();
+    let Some(g) = gpu_or_skip() else { return };
+    let pool = Box::new(bridge_cuda::CudaStorage::alloc(&g, 64).unwrap());
+    let pool = pool.into_foreign_owner().unwrap_err();
+    assert!(!pool.is_foreign());
+    let ptr = pool.device_ptr();
+    // SAFETY: the range is `pool`'s buffer, which becomes the owner.
+    let f = unsafe { bridge_cuda::CudaStorage::from_foreign(&g, ptr, 64, Box::new(pool)) }.unwrap();
+    let owner = Box::new(f).into_foreign_owner().unwrap();
+    let back = owner.downcast::<bridge_cuda::CudaStorage>().unwrap();
+    assert_eq!(back.device_ptr(), ptr);
+}

@@ -246,7 +246,11 @@ impl Backend for TorchBackend {
     }
 
     fn converters(&self) -> Vec<Arc<dyn Converter>> {
-        crate::convert::converters()
+        #[allow(unused_mut)]
+        let mut c = crate::convert::converters();
+        #[cfg(feature = "cuda-interop")]
+        c.extend(crate::cuda_interop::converters());
+        c
     }
 }
 

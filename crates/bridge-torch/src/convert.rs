@@ -12,8 +12,8 @@
 //! The edge kind of a zero-copy hop is what the planner prices; the [`Converted::bytes_moved`]
 //! of the hop says what actually happened (0 for a real zero-copy).
 //!
-//! Torch-CUDA ↔ bridge-cuda (`cuda:N`) exchange is not wired yet: it needs a bridge-cuda storage
-//! that can wrap foreign device memory with an owner (see the crate docs).
+//! Torch-CUDA ↔ bridge-cuda (`cuda:N`) exchange is zero-copy with the `cuda-interop` feature
+//! (see the `cuda_interop` module); without it the planner routes through the host.
 
 use std::sync::Arc;
 

@@ -10,8 +10,7 @@
 //!   owner ([`CudaExport`], `Send + Sync`) that keeps torch's allocation alive; the device is
 //!   synchronised so the data is complete for any stream of the other library.
 //!
-//! The converter itself needs bridge-cuda's `CudaStorage` to wrap memory it did not allocate
-//! (an owner-holding constructor); see the crate docs. Untested without a GPU.
+//! The converters built on these (feature `cuda-interop`) are in `crate::cuda_interop`.
 
 use std::sync::{Mutex, PoisonError};
 

@@ -33,15 +33,17 @@
 //! # Ok::<(), bridge_core::BridgeError>(())
 //! ```
 //!
-//! **Not wired yet: the Torch-CUDA ↔ bridge-cuda (`cuda:N`) converter.** The torch halves exist
-//! ([`cuda::tensor_from_foreign_cuda`] wraps foreign device memory with its owner kept alive by
-//! the tensor; [`cuda::export_cuda`] hands a tensor's device memory out with an owner), but
-//! bridge-cuda's `CudaStorage` cannot yet wrap memory it did not allocate; until it can, the
-//! planner routes `torch:cuda:N` ↔ `cuda:N` through the host.
+//! **Torch-CUDA ↔ bridge-cuda** (`torch:cuda:N` ↔ `cuda:N`, feature `cuda-interop`, on with the
+//! root package's `torch` and `cuda` features together): zero-copy converters that exchange
+//! device pointers, each side keeping the other's owner alive (module `cuda_interop`). The torch
+//! halves are public in [`cuda`] ([`cuda::tensor_from_foreign_cuda`], [`cuda::export_cuda`]).
+//! Without the feature the planner routes `torch:cuda:N` ↔ `cuda:N` through the host.
 
 pub mod backend;
 pub mod convert;
 pub mod cuda;
+#[cfg(feature = "cuda-interop")]
+pub mod cuda_interop;
 pub mod dtype;
 pub mod error;
 mod ffi;
