@@ -8,7 +8,10 @@
 #                                       # transfer benchmark, and print a table
 #
 # Environment:
-#   GPU_CHECK_PACKAGES   packages whose tests and benches to build (default: bridge-cuda)
+#   GPU_CHECK_PACKAGES   packages whose tests and benches to build
+#                        (default: bridge-cuda algorithms)
+#   GPU_CHECK_FEATURES   cargo features for them (default: algorithms/cuda, which turns on the
+#                        detection and PACO CUDA tests)
 #   CARGO_TARGET_DIR     honoured by `build`
 #   ARRAYBRIDGE_BENCH_MAX_MB   largest transfer size for the benchmark (default 4096)
 #   GPU_CHECK_CRITERION=1      also run the full criterion benchmark (slow; default: the quick
@@ -20,7 +23,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 carry="$root/.carry/gpu-check"
-packages="${GPU_CHECK_PACKAGES:-bridge-cuda}"
+packages="${GPU_CHECK_PACKAGES:-bridge-cuda algorithms}"
+features="${GPU_CHECK_FEATURES:-algorithms/cuda}"
 
 build() {
   command -v jq >/dev/null || { echo "gpu-check: jq is required for build" >&2; exit 1; }
@@ -28,6 +32,7 @@ build() {
   mkdir -p "$carry/tests" "$carry/bench"
   local pk=() p
   for p in $packages; do pk+=(-p "$p"); done
+  [ -n "$features" ] && pk+=(--features "$features")
   echo "gpu-check: building tests (${packages})" >&2
   cargo test --release "${pk[@]}" --no-run --message-format=json |
     jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test == true) | "\(.target.name)\t\(.executable)"' |
