@@ -255,7 +255,6 @@ fn opencl_subpixel_nearest_ab_at_matches_cpu() {
     }
 }
 
-#[cfg(feature = "opencl")]
 /// The exact VIP FFT shift has no device kernels: a typed error, never a silent CPU run.
 #[cfg(feature = "opencl")]
 #[test]
@@ -271,6 +270,7 @@ fn opencl_exact_fft_subpixel_is_an_error_not_a_fallback() {
     assert!(dev.ab_at(&job, &[(40, 45)]).is_err());
 }
 
+#[cfg(feature = "opencl")]
 #[test]
 fn opencl_odd_frame_matches_cpu() {
     let Some(dev) = opencl(GpuPrecision::Auto) else {

@@ -173,6 +173,20 @@ fn boxcar_pass(
     }
     // axis 0: the same arithmetic for every column at once (rows as vectors)
     let src = data.to_vec();
+    boxcar_cols(&src, data, h, w, size, store);
+}
+
+/// [`boxcar_pass`] along axis 0 from `src` into `data`: every column at once (rows as vectors).
+fn boxcar_cols(
+    src: &[f64],
+    data: &mut [f64],
+    h: usize,
+    w: usize,
+    size: usize,
+    store: impl Fn(f64) -> f64,
+) {
+    let s1 = size / 2;
+    let fs = size as f64;
     let row = |k: isize| {
         let j = (k - s1 as isize).clamp(0, h as isize - 1) as usize;
         &src[j * w..(j + 1) * w]
@@ -196,14 +210,53 @@ fn boxcar_pass(
     }
 }
 
-/// Maximum filter with zero padding over a box of `s` pixels per axis (grey_dilation offsets:
-/// `−s/2..=s/2` for odd `s`, `−(s/2−1)..=s/2` for even `s`).
-fn grey_dilation(img: &[u32], h: usize, w: usize, s: usize) -> Vec<u32> {
-    let (lo, hi) = if s % 2 == 1 {
+/// `v as i32 as f64` for `0 ≤ v < 2⁵²` (means of integer pixels), in a form that vectorises:
+/// adding and removing 2⁵² rounds to an integer, stepped down by one where it rounded up.
+#[inline]
+fn trunc_small(v: f64) -> f64 {
+    const TWO52: f64 = 4_503_599_627_370_496.0;
+    let t = (v + TWO52) - TWO52;
+    if t > v { t - 1.0 } else { t }
+}
+
+/// [`boxcar_pass`] along axis 1 for integer-valued data with `0 ≤ v < 2³²` (integer frames):
+/// every partial sum of a window is an integer far below 2⁵³, hence exact, so summing each
+/// window directly (vectorisable) gives the running sum's value bit for bit.
+fn boxcar_rows_int(data: &mut [f64], w: usize, size: usize) {
+    let s1 = size / 2;
+    let fs = size as f64;
+    let mut line = vec![0.0f64; w + size];
+    let mut acc = vec![0.0f64; w];
+    for row in data.chunks_mut(w) {
+        for (k, v) in line.iter_mut().enumerate() {
+            *v = row[(k as isize - s1 as isize).clamp(0, w as isize - 1) as usize];
+        }
+        acc.copy_from_slice(&line[..w]);
+        for o in 1..size {
+            for (a, &v) in acc.iter_mut().zip(&line[o..o + w]) {
+                *a += v;
+            }
+        }
+        for (r, &a) in row.iter_mut().zip(&acc) {
+            *r = trunc_small(a / fs);
+        }
+    }
+}
+
+/// Offsets `(lo, hi)` of grey_dilation's box of `s` pixels: `−lo..=hi`, i.e. `−s/2..=s/2` for
+/// odd `s`, `−(s/2−1)..=s/2` for even `s`.
+fn dilation_reach(s: usize) -> (usize, usize) {
+    if s % 2 == 1 {
         (s / 2, s / 2)
     } else {
         ((s / 2).saturating_sub(1), s / 2)
-    };
+    }
+}
+
+/// First half of the maximum filter with zero padding over a box of `s` pixels per axis
+/// (grey_dilation): the maximum along each row.
+fn dilate_rows(img: &[u32], h: usize, w: usize, s: usize) -> Vec<u32> {
+    let (lo, hi) = dilation_reach(s);
     let mut tmp = vec![0u32; h * w];
     let mut pad = vec![0u32; w + lo + hi];
     for y in 0..h {
@@ -216,21 +269,43 @@ fn grey_dilation(img: &[u32], h: usize, w: usize, s: usize) -> Vec<u32> {
             }
         }
     }
-    let mut out = vec![0u32; h * w];
-    for y in 0..h {
+    tmp
+}
+
+/// Pixels outside the margin equal to the grey dilation (box of `s`, zero padding) of `img` and
+/// above `thr`, in raster order; `rows` is [`dilate_rows`] of `img`. The column maxima are
+/// formed one output row at a time, only for the rows inside the margin.
+#[allow(clippy::too_many_arguments)]
+fn local_maxima(
+    img: &[u32],
+    rows: &[u32],
+    h: usize,
+    w: usize,
+    s: usize,
+    margin: usize,
+    thr: f64,
+) -> Vec<(usize, usize)> {
+    let (lo, hi) = dilation_reach(s);
+    let mut maxima = Vec::new();
+    let mut dst = vec![0u32; w];
+    for y in margin..h - margin {
         let a = y.saturating_sub(lo);
         let b = (y + hi).min(h - 1);
-        let (head, rest) = out.split_at_mut(y * w);
-        let _ = head;
-        let dst = &mut rest[..w];
-        dst.copy_from_slice(&tmp[a * w..(a + 1) * w]);
+        dst.copy_from_slice(&rows[a * w..(a + 1) * w]);
         for yy in a + 1..=b {
-            for (d, &v) in dst.iter_mut().zip(&tmp[yy * w..(yy + 1) * w]) {
+            for (d, &v) in dst.iter_mut().zip(&rows[yy * w..(yy + 1) * w]) {
                 *d = (*d).max(v);
             }
         }
+        let row = &img[y * w..(y + 1) * w];
+        for x in margin..w - margin {
+            let v = row[x];
+            if v == dst[x] && f64::from(v) > thr {
+                maxima.push((y, x));
+            }
+        }
     }
-    out
+    maxima
 }
 
 /// NumPy `percentile(img[img != 0], q)` (linear interpolation) from a histogram; `None` when
@@ -268,6 +343,51 @@ fn percentile_nonzero(img: &[u32], q: f64) -> Option<f64> {
     } else {
         a + diff * gamma
     })
+}
+
+/// trackpy's lowpass: its own kernel `exp(t²/(−2σ²)) / Σ`, zero padding, f64.
+fn lowpass(raw: &[f64], h: usize, w: usize, sig: f64) -> Vec<f64> {
+    let mut low = raw.to_vec();
+    if sig > 0.0 {
+        let r = kernel_radius(sig);
+        let ri = r as isize;
+        let phi: Vec<f64> = (-ri..=ri)
+            .map(|t| ((t * t) as f64 / (-2.0 * sig * sig)).exp())
+            .collect();
+        let sum = numpy_sum(&phi);
+        let k: Vec<f64> = phi.iter().map(|v| v / sum).collect();
+        let half = half_kernel(&k);
+        let mut tmp = vec![0.0f64; h * w];
+        pass_y(&low, h, w, &[&half], Boundary::Constant, &mut [&mut tmp]);
+        pass_x(&tmp, h, w, &half, Boundary::Constant, &mut low);
+    }
+    low
+}
+
+/// trackpy's background: a boxcar of width `sm` computed in the input dtype.
+fn background(raw: &[f64], h: usize, w: usize, sm: usize, is_int: bool, is_f32: bool) -> Vec<f64> {
+    if sm <= 1 {
+        return raw.to_vec();
+    }
+    let mut bg = vec![0.0f64; raw.len()];
+    if is_int {
+        // means of u8/u16 pixels fit i32; truncation toward zero like NumPy's cast
+        boxcar_cols(raw, &mut bg, h, w, sm, trunc_small);
+    } else if is_f32 {
+        boxcar_cols(raw, &mut bg, h, w, sm, |v| f64::from(v as f32));
+    } else {
+        boxcar_cols(raw, &mut bg, h, w, sm, |v| v);
+    }
+    if is_int && sm <= 32 {
+        boxcar_rows_int(&mut bg, w, sm);
+    } else if is_int {
+        boxcar_pass(&mut bg, h, w, sm, 1, |v| v as i32 as f64);
+    } else if is_f32 {
+        boxcar_pass(&mut bg, h, w, sm, 1, |v| f64::from(v as f32));
+    } else {
+        boxcar_pass(&mut bg, h, w, sm, 1, |v| v);
+    }
+    bg
 }
 
 struct Prepared {
@@ -309,51 +429,45 @@ fn prepare(frame: &FrameView<'_>, p: &LocateParams) -> Prepared {
         };
     }
     let bp = if p.preprocess {
-        // lowpass: trackpy's own kernel exp(t²/(−2σ²)) / Σ, zero padding, f64
-        let sig = p.noise_size;
-        let mut low = raw.clone();
-        if sig > 0.0 {
-            let r = kernel_radius(sig);
-            let ri = r as isize;
-            let phi: Vec<f64> = (-ri..=ri)
-                .map(|t| ((t * t) as f64 / (-2.0 * sig * sig)).exp())
-                .collect();
-            let sum = numpy_sum(&phi);
-            let k: Vec<f64> = phi.iter().map(|v| v / sum).collect();
-            let half = half_kernel(&k);
-            let mut tmp = vec![0.0f64; h * w];
-            pass_y(&low, h, w, &[&half], Boundary::Constant, &mut [&mut tmp]);
-            pass_x(&tmp, h, w, &half, Boundary::Constant, &mut low);
-        }
-        // background: boxcar in the input dtype
-        let sm = p.smoothing_size.unwrap_or(p.diameter);
-        let mut bg = raw.clone();
-        if sm > 1 {
-            for axis in [0, 1] {
-                if is_int {
-                    // means of u8/u16 pixels fit i32; truncation toward zero like NumPy's cast
-                    boxcar_pass(&mut bg, h, w, sm, axis, |v| v as i32 as f64);
-                } else if is_f32 {
-                    boxcar_pass(&mut bg, h, w, sm, axis, |v| f64::from(v as f32));
-                } else {
-                    boxcar_pass(&mut bg, h, w, sm, axis, |v| v);
-                }
-            }
-        }
+        // lowpass and background are independent: compute them on two workers
+        let (mut low, bg) = rayon::join(
+            || lowpass(&raw, h, w, p.noise_size),
+            || {
+                background(
+                    &raw,
+                    h,
+                    w,
+                    p.smoothing_size.unwrap_or(p.diameter),
+                    is_int,
+                    is_f32,
+                )
+            },
+        );
         let thr = p
             .threshold
             .unwrap_or(if is_int { 1.0 } else { 1.0 / 255.0 });
-        low.iter()
-            .zip(&bg)
-            .map(|(l, b)| {
-                let v = l - b;
-                if v >= thr { v } else { 0.0 }
-            })
-            .collect::<Vec<f64>>()
+        for (l, b) in low.iter_mut().zip(&bg) {
+            let v = *l - b;
+            *l = if v >= thr { v } else { 0.0 };
+        }
+        low
     } else {
         raw.clone()
     };
-    let max = bp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    // the maximum is exact whatever the grouping: eight independent lanes, then combined
+    let mut lanes = [f64::NEG_INFINITY; 8];
+    let chunks = bp.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v);
+        }
+    }
+    let max = lanes
+        .iter()
+        .chain(tail)
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     let scale = if max > 0.0 && max.is_finite() {
         int_max / max
     } else {
@@ -499,55 +613,61 @@ pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
     let prep = prepare(&frame, p);
     let img = &prep.img;
 
-    // local maxima
-    let Some(thr) = percentile_nonzero(img, p.percentile) else {
-        return Ok(Vec::new());
-    };
-    let box_size = (2.0 * sep / std::f64::consts::SQRT_2) as usize;
-    let dil = grey_dilation(img, h, w, box_size.max(1));
-    let mut maxima = Vec::new();
-    for y in margin..h - margin {
-        for x in margin..w - margin {
-            let v = img[y * w + x];
-            if v == dil[y * w + x] && f64::from(v) > thr {
-                maxima.push((y, x));
-            }
-        }
-    }
-
-    // refinement
-    let mask = mask_offsets(r);
-    let geo = mask_geometry(r, &mask);
-    let mut feats: Vec<[f64; 7]> = maxima
-        .iter()
-        .map(|&c| refine_one(img, &prep.raw, h, w, r, &mask, &geo, c, p.max_iterations))
-        .collect();
-
-    // duplicates: all pairs with ‖Δ/sep‖ ≤ 1 − 1e-7, decided at once
-    if sep > 0.0 && feats.len() > 1 {
-        let pos: Vec<(f64, f64)> = feats.iter().map(|f| (f[0] / sep, f[1] / sep)).collect();
-        let pairs = super::blob_log::pairs_within(&pos, 1.0 - 1e-7);
-        let mut drop = vec![false; feats.len()];
-        for (i, j) in pairs {
-            let (mi, mj) = (feats[i][2], feats[j][2]);
-            let k = if mi > mj {
-                j
-            } else if mi < mj {
-                i
-            } else if pos[i].0 + pos[i].1 > pos[j].0 + pos[j].1 {
-                j
-            } else {
-                i
+    let mask_v = mask_offsets(r);
+    let mask = mask_v.as_slice();
+    // the background noise only needs the prepared image: measure it on a second worker
+    let (noise, feats) = rayon::join(
+        || {
+            p.characterize
+                .then(|| measure_noise(img, &prep.raw, h, w, r, mask))
+        },
+        || {
+            // local maxima
+            let box_size = (2.0 * sep / std::f64::consts::SQRT_2) as usize;
+            let (thr, rows) = rayon::join(
+                || percentile_nonzero(img, p.percentile),
+                || dilate_rows(img, h, w, box_size.max(1)),
+            );
+            let Some(thr) = thr else {
+                return Vec::new();
             };
-            drop[k] = true;
-        }
-        feats = feats
-            .into_iter()
-            .zip(drop)
-            .filter(|(_, d)| !d)
-            .map(|(f, _)| f)
-            .collect();
-    }
+            let maxima = local_maxima(img, &rows, h, w, box_size.max(1), margin, thr);
+
+            // refinement
+            let geo = mask_geometry(r, mask);
+            let mut feats: Vec<[f64; 7]> = maxima
+                .iter()
+                .map(|&c| refine_one(img, &prep.raw, h, w, r, mask, &geo, c, p.max_iterations))
+                .collect();
+
+            // duplicates: all pairs with ‖Δ/sep‖ ≤ 1 − 1e-7, decided at once
+            if sep > 0.0 && feats.len() > 1 {
+                let pos: Vec<(f64, f64)> = feats.iter().map(|f| (f[0] / sep, f[1] / sep)).collect();
+                let pairs = super::blob_log::pairs_within(&pos, 1.0 - 1e-7);
+                let mut drop = vec![false; feats.len()];
+                for (i, j) in pairs {
+                    let (mi, mj) = (feats[i][2], feats[j][2]);
+                    let k = if mi > mj {
+                        j
+                    } else if mi < mj {
+                        i
+                    } else if pos[i].0 + pos[i].1 > pos[j].0 + pos[j].1 {
+                        j
+                    } else {
+                        i
+                    };
+                    drop[k] = true;
+                }
+                feats = feats
+                    .into_iter()
+                    .zip(drop)
+                    .filter(|(_, d)| !d)
+                    .map(|(f, _)| f)
+                    .collect();
+            }
+            feats
+        },
+    );
 
     let inv = 1.0 / prep.scale;
     let mut out: Vec<Feature> = feats
@@ -577,7 +697,7 @@ pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
     }
 
     if p.characterize && !out.is_empty() {
-        let (black, noise) = measure_noise(img, &prep.raw, h, w, r, &mask);
+        let (black, noise) = noise.unwrap_or((f64::NAN, f64::NAN));
         let npx = mask.len() as f64;
         let moment = mask
             .iter()
@@ -607,29 +727,33 @@ fn measure_noise(
     for &(i, j) in mask {
         hw[i] = hw[i].max(j as isize - r as isize);
     }
-    // horizontal distance of every pixel to the nearest non-zero pixel of its row (capped)
-    let cap = (w + 1) as u32;
-    let mut dist = vec![cap; h * w];
-    for y in 0..h {
-        let row = &img[y * w..(y + 1) * w];
-        let d = &mut dist[y * w..(y + 1) * w];
-        let mut last = cap;
-        for x in 0..w {
-            last = if row[x] != 0 {
-                0
-            } else {
-                last.saturating_add(1).min(cap)
-            };
-            d[x] = last;
+    // non-zero pixels, each row padded by r zeros on both sides
+    let pw = w + 2 * r;
+    let mut nzp = vec![0u8; h * pw];
+    for (row, dst) in img.chunks_exact(w).zip(nzp.chunks_exact_mut(pw)) {
+        for (d, &v) in dst[r..r + w].iter_mut().zip(row) {
+            *d = u8::from(v != 0);
         }
-        last = cap;
-        for x in (0..w).rev() {
-            last = if row[x] != 0 {
-                0
-            } else {
-                last.saturating_add(1).min(cap)
-            };
-            d[x] = d[x].min(last);
+    }
+    // horizontal dilations: near[L][y][x] ⇔ a non-zero pixel of row y lies within |Δx| ≤ L
+    // (grown one step at a time, kept for the half-widths the mask uses)
+    let mut near: Vec<Vec<u8>> = vec![Vec::new(); r + 1];
+    let mut cur = nzp.clone();
+    for l in 0..=r {
+        if l > 0 {
+            for (c, src) in cur.chunks_exact_mut(pw).zip(nzp.chunks_exact(pw)) {
+                let (left, right) = (&src[r - l..r - l + w], &src[r + l..r + l + w]);
+                for ((d, &a), &b) in c[r..r + w].iter_mut().zip(left).zip(right) {
+                    *d |= a | b;
+                }
+            }
+        }
+        if hw.contains(&(l as isize)) {
+            let mut v = vec![0u8; h * w];
+            for (d, c) in v.chunks_exact_mut(w).zip(cur.chunks_exact(pw)) {
+                d.copy_from_slice(&c[r..r + w]);
+            }
+            near[l] = v;
         }
     }
     // covered(y, x) ⇔ some row offset dy has a non-zero pixel within its half-width
@@ -641,10 +765,9 @@ fn measure_noise(
             if hwi < 0 || yy < 0 || yy >= h as isize {
                 continue;
             }
-            let lim = hwi as u32;
-            let src = &dist[yy as usize * w..(yy as usize + 1) * w];
-            for (c, &dd) in dst.iter_mut().zip(src) {
-                *c |= u8::from(dd <= lim);
+            let src = &near[hwi as usize][yy as usize * w..(yy as usize + 1) * w];
+            for (c, &s) in dst.iter_mut().zip(src) {
+                *c |= s;
             }
         }
     }
