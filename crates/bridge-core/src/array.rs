@@ -430,20 +430,18 @@ impl Array {
     pub fn into_storage<S: Storage>(
         self,
     ) -> std::result::Result<(Box<S>, Vec<usize>, DType), Array> {
-        if self.storage.as_any().is::<S>() {
-            let Array {
-                shape,
-                dtype,
-                storage,
-                ..
-            } = self;
-            match storage.into_any().downcast::<S>() {
-                Ok(s) => Ok((s, shape, dtype)),
-                // Unreachable: checked with `is` above; report as a mismatch rather than panic.
-                Err(_) => Err(Array::from_host(HostData::U8(ArrayD::zeros(IxDyn(&[0]))))),
-            }
-        } else {
-            Err(self)
+        if !self.storage.as_any().is::<S>() {
+            return Err(self);
+        }
+        let Array {
+            shape,
+            dtype,
+            storage,
+            ..
+        } = self;
+        match storage.into_any().downcast::<S>() {
+            Ok(s) => Ok((s, shape, dtype)),
+            Err(_) => unreachable!("the storage type was checked with `is` above"),
         }
     }
 

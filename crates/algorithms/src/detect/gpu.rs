@@ -880,55 +880,63 @@ impl OpenClDetect {
     }
 }
 
-#[cfg(feature = "opencl")]
-impl DetectBackend for OpenClDetect {
-    fn device(&self) -> Device {
-        self.device
-    }
+/// The [`DetectBackend`] methods shared by the OpenCL and CUDA detectors (they differ only in
+/// how they name their device): `blob_log` on the device, `locate` on the CPU.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+macro_rules! gpu_detect_backend {
+    ($ty:ty, |$s:ident| $device:expr) => {
+        impl DetectBackend for $ty {
+            fn device(&$s) -> Device {
+                $device
+            }
+            fn blob_log_batch(
+                &self,
+                frames: &[FrameView<'_>],
+                p: &BlobLogParams,
+            ) -> Result<Vec<Vec<Blob>>> {
+                let out = run_frames(&self.exec(), frames, p, &self.config, false)?;
+                self.last_kernel.set(out.kernel_s);
+                Ok(out.blobs)
+            }
 
-    fn blob_log_batch(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &BlobLogParams,
-    ) -> Result<Vec<Vec<Blob>>> {
-        let out = run_frames(&self.exec(), frames, p, &self.config, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
-    }
+            /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
+            /// [`Accumulate::F32`] in float32; this overrides [`GpuDetectConfig::accumulate_f64`] for
+            /// the call.
+            fn blob_log_batch_acc(
+                &self,
+                frames: &[FrameView<'_>],
+                p: &BlobLogParams,
+                acc: Accumulate,
+            ) -> Result<Vec<Vec<Blob>>> {
+                let cfg = GpuDetectConfig {
+                    accumulate_f64: acc == Accumulate::F64,
+                    ..self.config
+                };
+                let out = run_frames(&self.exec(), frames, p, &cfg, false)?;
+                self.last_kernel.set(out.kernel_s);
+                Ok(out.blobs)
+            }
 
-    /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
-    /// [`Accumulate::F32`] in float32; this overrides [`GpuDetectConfig::accumulate_f64`] for
-    /// the call.
-    fn blob_log_batch_acc(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &BlobLogParams,
-        acc: Accumulate,
-    ) -> Result<Vec<Vec<Blob>>> {
-        let cfg = GpuDetectConfig {
-            accumulate_f64: acc == Accumulate::F64,
-            ..self.config
-        };
-        let out = run_frames(&self.exec(), frames, p, &cfg, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
-    }
+            /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks; the
+            /// launches are blocking), without transfers and host work.
+            fn last_kernel_seconds(&self) -> Option<f64> {
+                self.last_kernel.get()
+            }
 
-    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks; the
-    /// launches are blocking), without transfers and host work.
-    fn last_kernel_seconds(&self) -> Option<f64> {
-        self.last_kernel.get()
-    }
-
-    /// Runs on the CPU ([`locate`]); there are no device kernels for `locate` yet.
-    fn locate_batch(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &LocateParams,
-    ) -> Result<Vec<Vec<Feature>>> {
-        cpu_locate(frames, p)
-    }
+            /// Runs on the CPU ([`locate`]); there are no device kernels for `locate` yet.
+            fn locate_batch(
+                &self,
+                frames: &[FrameView<'_>],
+                p: &LocateParams,
+            ) -> Result<Vec<Vec<Feature>>> {
+                cpu_locate(frames, p)
+            }
+        }
+    };
 }
+
+#[cfg(feature = "opencl")]
+gpu_detect_backend!(OpenClDetect, |self| self.device);
 
 // ---------------------------------------------------------------------------------------------
 // CUDA
@@ -1069,51 +1077,4 @@ impl CudaDetect {
 }
 
 #[cfg(feature = "cuda")]
-impl DetectBackend for CudaDetect {
-    fn device(&self) -> Device {
-        self.gpu.device()
-    }
-
-    fn blob_log_batch(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &BlobLogParams,
-    ) -> Result<Vec<Vec<Blob>>> {
-        let out = run_frames(&self.exec(), frames, p, &self.config, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
-    }
-
-    /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
-    /// [`Accumulate::F32`] in float32; this overrides [`GpuDetectConfig::accumulate_f64`] for
-    /// the call.
-    fn blob_log_batch_acc(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &BlobLogParams,
-        acc: Accumulate,
-    ) -> Result<Vec<Vec<Blob>>> {
-        let cfg = GpuDetectConfig {
-            accumulate_f64: acc == Accumulate::F64,
-            ..self.config
-        };
-        let out = run_frames(&self.exec(), frames, p, &cfg, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
-    }
-
-    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks; the
-    /// launches are blocking), without transfers and host work.
-    fn last_kernel_seconds(&self) -> Option<f64> {
-        self.last_kernel.get()
-    }
-
-    /// Runs on the CPU ([`locate`]); there are no device kernels for `locate` yet.
-    fn locate_batch(
-        &self,
-        frames: &[FrameView<'_>],
-        p: &LocateParams,
-    ) -> Result<Vec<Vec<Feature>>> {
-        cpu_locate(frames, p)
-    }
-}
+gpu_detect_backend!(CudaDetect, |self| self.gpu.device());
