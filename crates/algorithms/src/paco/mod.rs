@@ -98,6 +98,21 @@ pub enum SubPixel {
         /// Grid subdivisions per pixel.
         q: usize,
     },
+    /// The PSF interpolated by an interpolating quintic B-spline (zero outside the PSF array)
+    /// at every pair's offsets (spec §5.2: 4e-4 relative in a against the exact FFT shift).
+    Spline5,
+}
+
+/// Which pixels θ may hold statistics (spec §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EdgeRule {
+    /// VIP's rule (all goldens): `R+1 ≤ y ≤ H−R−2` and `R+1 ≤ x ≤ W−R−2`, a (2R+3)-wide box
+    /// fits in the frame.
+    #[default]
+    Box,
+    /// The disk fits: `R ≤ y ≤ H−1−R` and `R ≤ x ≤ W−1−R` (an extension; a one-pixel wider
+    /// valid field than VIP on every side except the asymmetric low side).
+    Disk,
 }
 
 /// PSF normalisation (spec §5.1).
@@ -156,6 +171,8 @@ pub struct PacoParams {
     pub psf_scale: f64,
     /// Star centre.
     pub center: Center,
+    /// Which pixels may hold statistics.
+    pub edge: EdgeRule,
     /// Memory strategy.
     pub strategy: Strategy,
     /// φ0 per work item: per device launch on GPUs, minimum φ0 per rayon task in the CPU
@@ -178,6 +195,7 @@ impl Default for PacoParams {
             psf_norm: PsfNorm::FitAiry,
             psf_scale: 1.0,
             center: Center::Auto,
+            edge: EdgeRule::Box,
             strategy: Strategy::Fast,
             batch_size: 1000,
             max_tile_bytes: 256 << 20,
@@ -312,6 +330,11 @@ impl Templates {
                 let mut h = vec![0.0; k];
                 psf::VipShifter::new(psf_n.view()).sample(0.0, 0.0, &points, &mut h);
                 Templates::Centred(h)
+            }
+            SubPixel::Spline5 => {
+                return Err(BridgeError::Unsupported(
+                    "SubPixel::Spline5 is not implemented yet".into(),
+                ));
             }
             SubPixel::VipFft => Templates::Fft {
                 psf: psf_n.clone(),
