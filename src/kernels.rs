@@ -23,5 +23,10 @@ pub fn all() -> Vec<(&'static str, KernelSource)> {
             .iter()
             .map(|k| ("algorithms/detect", *k)),
     );
+    v.extend(
+        algorithms::paco::gpu_kernels::ALL
+            .iter()
+            .map(|k| ("algorithms/paco", *k)),
+    );
     v
 }

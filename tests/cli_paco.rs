@@ -274,3 +274,268 @@ fn bad_inputs_fail_cleanly() {
     );
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// Decoded RGB8 PNG: (width, height, pixels).
+fn read_png(path: &std::path::Path) -> (usize, usize, Vec<[u8; 3]>) {
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0u8; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    let (w, h) = (info.width as usize, info.height as usize);
+    let px = buf[..w * h * 3]
+        .chunks_exact(3)
+        .map(|c| [c[0], c[1], c[2]])
+        .collect();
+    (w, h, px)
+}
+
+#[test]
+fn subpixel_method_table8_on_the_fixture() {
+    let out = tmpdir("table8");
+    let o = paco(&[
+        "--cube",
+        &f("synth_adi40_64_cube.fits"),
+        "--angles",
+        &f("synth_adi40_64_angles.fits"),
+        "--psf",
+        &f("synth_adi40_64_psf.fits"),
+        "-o",
+        out.to_str().unwrap(),
+        "--subpixel-method",
+        "table:8",
+        "--edge",
+        "box",
+        "--fwhm",
+        "4",
+        "--device",
+        "cpu",
+        "--top",
+        "5",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("sub-pixel table:8, edge box"),
+        "settings not in the run summary: {stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["subpixel"], "table:8");
+    assert_eq!(json["edge"], "box");
+    assert_eq!(json["mode"], "paper");
+    let cands = json["candidates"].as_array().unwrap();
+    assert_eq!(cands.len(), 5);
+    let best = &cands[0];
+    // The planet of the fixture, as with --subpixel (table:32).
+    assert_eq!(
+        (best["y"].as_u64(), best["x"].as_u64()),
+        (Some(39), Some(45))
+    );
+    let snr = best["snr"].as_f64().unwrap();
+    assert!(snr > 5.0, "{snr}");
+    // snr.png: the 64×64 map at scale 8, the planet circled in red (S/N ≥ 5), NaN in dark
+    // grey, the weaker candidates in white.
+    let (w, h, px) = read_png(&out.join("snr.png"));
+    assert!(w > 64 * 8 && h >= 64 * 8, "{w}×{h}");
+    let (cx, cy) = (45.0 * 8.0 + 3.5, (63.0 - 39.0) * 8.0 + 3.5);
+    let red: Vec<(f64, f64)> = px
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| **p == [255, 0, 0])
+        .map(|(i, _)| ((i % w) as f64, (i / w) as f64))
+        .collect();
+    assert!(red.len() > 100, "{} red pixels", red.len());
+    for &(x, y) in &red {
+        let d = (x - cx).hypot(y - cy);
+        assert!(
+            (23.0..=26.0).contains(&d),
+            "red pixel at ({x}, {y}), {d} px off"
+        );
+    }
+    assert!(px.contains(&[40, 40, 40]), "no NaN pixels shown");
+    let csv = std::fs::read_to_string(out.join("candidates.csv")).unwrap();
+    assert!(csv.lines().nth(1).unwrap().starts_with("39,45,"), "{csv}");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn subpixel_method_and_edge_errors_are_clap_errors() {
+    let out = tmpdir("subpix-bad");
+    let o = out.to_str().unwrap();
+    let cube = f("synth_adi40_64_cube.fits");
+    let ang = f("synth_adi40_64_angles.fits");
+    let psf = f("synth_adi40_64_psf.fits");
+    let base = ["--cube", &cube, "--angles", &ang, "--psf", &psf, "-o", o];
+    for (extra, needle) in [
+        (&["--subpixel-method", "table:0"][..], "1..=1024"),
+        (&["--subpixel-method", "table:2048"][..], "1..=1024"),
+        (
+            &["--subpixel-method", "bicubic"][..],
+            "unknown sub-pixel method",
+        ),
+        (&["--subpixel-method", "fft:8"][..], "takes no :q"),
+        (
+            &["--subpixel", "--subpixel-method", "table:16"][..],
+            "cannot be used with",
+        ),
+        (
+            &["--exact-subpixel", "--subpixel-method", "spline5"][..],
+            "cannot be used with",
+        ),
+        (&["--edge", "circle"][..], "invalid value"),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let r = paco(&args);
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "clap usage error expected: {extra:?}"
+        );
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            stderr.to_lowercase().contains(needle),
+            "{needle:?} not in {stderr}"
+        );
+    }
+    assert!(
+        !out.join("snr.fits").exists(),
+        "a usage error must not compute anything"
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
+
+/// `--subpixel-method spline5` runs once the CPU implementation lands; until then it is a clear
+/// "unsupported" error, never a panic.
+#[test]
+fn subpixel_method_spline5_runs_or_is_unsupported() {
+    let out = tmpdir("spline5");
+    let o = paco(&[
+        "--cube",
+        &f("synth_adi40_64_cube.fits"),
+        "--angles",
+        &f("synth_adi40_64_angles.fits"),
+        "--psf",
+        &f("synth_adi40_64_psf.fits"),
+        "-o",
+        out.to_str().unwrap(),
+        "--subpixel-method",
+        "spline5",
+        "--fwhm",
+        "4",
+        "--device",
+        "cpu",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if o.status.success() {
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(json["subpixel"], "spline5");
+        let best = &json["candidates"][0];
+        assert_eq!(
+            (best["y"].as_u64(), best["x"].as_u64()),
+            (Some(39), Some(45))
+        );
+    } else {
+        let s = stderr.to_lowercase();
+        assert!(
+            s.contains("unsupported") && s.contains("spline5"),
+            "unclear error: {stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+/// `--edge disk` reaches the algorithm and is reported; its valid field is never smaller than
+/// VIP's box rule.
+#[test]
+fn edge_rule_is_passed_and_reported() {
+    let mut finite = Vec::new();
+    for edge in ["box", "disk"] {
+        let out = tmpdir(&format!("edge-{edge}"));
+        let o = paco(&[
+            "--cube",
+            &f("synth_adi40_64_cube.fits"),
+            "--angles",
+            &f("synth_adi40_64_angles.fits"),
+            "--psf",
+            &f("synth_adi40_64_psf.fits"),
+            "-o",
+            out.to_str().unwrap(),
+            "--edge",
+            edge,
+            "--fwhm",
+            "4",
+            "--device",
+            "cpu",
+            "--json",
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("sub-pixel off, edge {edge}")),
+            "{stderr}"
+        );
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(json["edge"], edge);
+        assert_eq!(json["subpixel"], "off");
+        let snr = fits::read_image(out.join("snr.fits")).unwrap();
+        finite.push(snr.iter().filter(|v| v.is_finite()).count());
+        std::fs::remove_dir_all(&out).ok();
+    }
+    assert!(finite[1] >= finite[0], "{finite:?}");
+}
+
+/// `--refine 2 --flux 1`: the best candidate is refined towards (39.5, 44.99) and its unbiased
+/// flux is taken at the refined position.
+#[test]
+fn refine_candidates_and_flux_at_the_refined_position() {
+    let out = tmpdir("refine");
+    let o = paco(&[
+        "--cube",
+        &f("synth_adi40_64_cube.fits"),
+        "--angles",
+        &f("synth_adi40_64_angles.fits"),
+        "--psf",
+        &f("synth_adi40_64_psf.fits"),
+        "-o",
+        out.to_str().unwrap(),
+        "--mode",
+        "vip",
+        "--psf-norm-factor",
+        "9.540355072844195",
+        "--device",
+        "cpu",
+        "--refine",
+        "2",
+        "--flux",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &json["candidates"];
+    let (y, x) = (
+        c[0]["y_sub"].as_f64().unwrap(),
+        c[0]["x_sub"].as_f64().unwrap(),
+    );
+    assert!(
+        ((y - 39.5).powi(2) + (x - 44.99).powi(2)).sqrt() < 0.45,
+        "{y} {x}"
+    );
+    assert!(c[0]["snr_sub"].as_f64().unwrap() > c[0]["snr"].as_f64().unwrap());
+    assert!(c[1]["y_sub"].is_f64() && c[2].get("y_sub").is_none());
+    let uf = c[0]["unbiased_flux"].as_f64().unwrap();
+    assert!((uf / 572.4 - 1.0).abs() < 0.05, "{uf}");
+    let csv = std::fs::read_to_string(out.join("candidates.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",unbiased_flux,unbiased_flux_err,y_sub,x_sub,snr_sub"),
+        "{csv}"
+    );
+    std::fs::remove_dir_all(&out).ok();
+}

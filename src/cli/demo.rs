@@ -27,7 +27,7 @@ use arraybridge::core::backend::DeviceInfo;
 use arraybridge::core::offload::{
     CpuProfile, DeviceProfile, OffloadDecision, OffloadThresholds, Workload, decide,
 };
-use arraybridge::io::draw::{self, Canvas, GREEN, RED, WHITE};
+use arraybridge::io::draw::{self, Canvas, GREEN, Marker, RED, SnrFigure, SnrMapOptions, WHITE};
 use arraybridge::io::{fits, npy};
 use bridge_core::{BridgeError, Device, Result};
 use ndarray::{Array1, Array2, Array3, s};
@@ -228,8 +228,8 @@ pub fn run(args: Args) -> Result<()> {
     write_detections(&out.join("tracks.csv"), &particles, true)?;
     let overlay = render_overlay(&synth.movie, &particles, &tracks)?;
     overlay.write_png(out.join("overlay.png"))?;
-    let snr_png = render_snr(&maps.snr, &planet, &adi.planet);
-    snr_png.canvas.write_png(out.join("snr.png"))?;
+    let snr_png = render_snr(&maps.snr, &planet, &adi.planet)?;
+    snr_png.write_png(out.join("snr.png"))?;
     fits::write_image(out.join("snr.fits"), &maps.snr.clone().into_dyn())?;
     if !args.no_inputs {
         write_inputs(&out.join("inputs"), &synth.movie, &synth.truth, &adi)?;
@@ -892,72 +892,20 @@ fn render_overlay(
     Ok(cv)
 }
 
-/// The S/N figure and where things are on it.
-struct SnrPng {
-    canvas: Canvas,
-    scale: usize,
-    marker_radius: f64,
-}
-
-/// The S/N map in viridis (row 0 at the bottom, as astronomers display images; NaN in dark
-/// grey), a colour bar with its range, the recovered planet circled in red and the true
-/// position marked with a small white cross.
-fn render_snr(snr: &Array2<f64>, rec: &Recovered, truth: &PlanetTruth) -> SnrPng {
-    let (h, w) = snr.dim();
-    let s = (SNR_PNG_SIDE / h.max(w).max(1)).max(1);
-    let vals: Vec<f64> = snr.iter().copied().collect();
-    let (lo, hi) = vals
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-            (a.min(v), b.max(v))
-        });
-    let (lo, hi) = if lo.is_finite() {
-        (lo, if hi > lo { hi } else { lo + 1.0 })
-    } else {
-        (0.0, 1.0)
+/// The S/N map ([`draw::render_snr_map`]: viridis, row 0 at the bottom, NaN in dark grey, a
+/// colour bar with its range), the recovered planet circled in red and the true position
+/// marked with a small white cross.
+fn render_snr(snr: &Array2<f64>, rec: &Recovered, truth: &PlanetTruth) -> Result<SnrFigure> {
+    let opts = SnrMapOptions {
+        title: Some("PACO S/N".into()),
+        markers: vec![
+            Marker::cross(truth.y, truth.x, WHITE),
+            Marker::circle(rec.y, rec.x, RED),
+        ],
+        max_side: SNR_PNG_SIDE,
+        ..Default::default()
     };
-    let bar_x = w * s + 10;
-    let cw = bar_x + 20 + 8 + 6 * 4 * 2;
-    let ch = (h * s).max(60);
-    let mut cv = Canvas::new(cw, ch, WHITE);
-    cv.blit_map(0, 0, h, w, &vals, s, true, |v| {
-        if v.is_finite() {
-            draw::viridis((v - lo) / (hi - lo))
-        } else {
-            [40, 40, 40]
-        }
-    });
-    let bar_h = h * s;
-    for py in 0..bar_h {
-        let c = draw::viridis(1.0 - py as f64 / (bar_h.max(2) - 1) as f64);
-        cv.fill_rect(bar_x as isize, py as isize, 20, 1, c);
-    }
-    cv.text(
-        (bar_x + 24) as isize,
-        2,
-        &format!("{hi:.1}"),
-        2,
-        draw::BLACK,
-    );
-    cv.text(
-        (bar_x + 24) as isize,
-        (bar_h as isize - 12).max(12),
-        &format!("{lo:.1}"),
-        2,
-        draw::BLACK,
-    );
-    let to_canvas = |y: f64, x: f64| (canvas_coord(x, s), canvas_coord(h as f64 - 1.0 - y, s));
-    let (tx, ty) = to_canvas(truth.y, truth.x);
-    cv.cross(tx, ty, s as f64, WHITE);
-    let (rx, ry) = to_canvas(rec.y, rec.x);
-    let marker_radius = 3.0 * s as f64;
-    cv.circle(rx, ry, marker_radius, 2.0, RED);
-    SnrPng {
-        canvas: cv,
-        scale: s,
-        marker_radius,
-    }
+    draw::render_snr_map(snr.view(), &opts)
 }
 
 /// The generated inputs, for running `detect`, `track` and `paco` by hand.
@@ -1005,7 +953,7 @@ struct Report<'a> {
     timings: &'a [(&'static str, f64)],
     frames_per_s: f64,
     overlay: (usize, usize),
-    snr_png: &'a SnrPng,
+    snr_png: &'a SnrFigure,
     out: &'a Path,
     inputs: bool,
 }
@@ -1183,7 +1131,8 @@ impl Report<'_> {
                 "snr_png": { "file": "snr.png", "width": self.snr_png.canvas.width(),
                              "height": self.snr_png.canvas.height(), "scale": self.snr_png.scale,
                              "row0_at_bottom": true, "marker_rgb": RED,
-                             "marker_radius": self.snr_png.marker_radius, "truth_rgb": WHITE },
+                             "marker_radius": self.snr_png.marker_radius, "truth_rgb": WHITE,
+                             "nan_rgb": draw::NAN_COLOUR },
                 "snr_fits": "snr.fits",
                 "inputs": if self.inputs { Some("inputs") } else { None },
             },
@@ -1196,7 +1145,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use algorithms::paco::{Geometry, Rounding};
+    use algorithms::paco::{EdgeRule, Geometry, Rounding};
 
     #[test]
     fn device_requests() {
@@ -1234,6 +1183,7 @@ mod tests {
             add: (40.0, 40.0),
             rounding: Rounding::Trunc,
             radius: 4,
+            edge: EdgeRule::Box,
         };
         let (sep, pa) = (18.0, 30.0);
         let (y0, x0) = frame_position((40.0, 40.0), sep, pa, 0.0);

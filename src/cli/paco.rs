@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use algorithms::paco::{
-    Center, FluxOptions, PacoMaps, PacoParams, PsfNorm, Rounding, Strategy, SubPixel, Variant,
-    backend_for, calibrated_snr, paco, unbiased_flux,
+    Center, EdgeRule, FluxOptions, PacoJob, PacoMaps, PacoParams, PsfNorm, Rounding, Strategy,
+    SubPixel, Variant, backend_for, calibrated_snr, paco, refine_peak, unbiased_flux,
 };
 use bridge_core::{BridgeError, Device, Result};
 use ndarray::{Array1, Array2, Array3, ArrayD, Ix2, Ix3};
 
+use arraybridge::io::draw::{self, Marker, RED, SnrMapOptions, WHITE};
 use arraybridge::io::fits;
 
 /// Arguments of `arraybridge paco`.
@@ -34,12 +35,25 @@ pub struct Args {
     /// Covariance formulas: `paper` or `vip` (VIP 2.1.1 quirks).
     #[arg(long, default_value = "paper")]
     pub mode: String,
-    /// Sub-pixel PSF templates (table of exact FFT shifts, q = 32, bilinear blend).
+    /// Sub-pixel PSF templates; shorthand for `--subpixel-method table:32`.
     #[arg(long)]
     pub subpixel: bool,
-    /// Sub-pixel templates by VIP's exact FFT shift for every (φ0, frame) (slow; implies --subpixel).
+    /// Shorthand for `--subpixel-method fft` (wins over --subpixel when both are given).
     #[arg(long)]
     pub exact_subpixel: bool,
+    /// Sub-pixel PSF templates (implies sub-pixel): `table[:Q]` = a table of exact FFT shifts on
+    /// a 1/Q-pixel grid blended bilinearly (Q in 1..=1024, default 32); `fft` = VIP's exact FFT
+    /// shift for every (φ0, frame) (slow); `spline5` = interpolating quintic B-spline.
+    #[arg(
+        long,
+        value_name = "table[:Q]|fft|spline5",
+        value_parser = parse_subpixel_method,
+        conflicts_with_all = ["subpixel", "exact_subpixel"]
+    )]
+    pub subpixel_method: Option<SubPixel>,
+    /// Which pixels may hold statistics.
+    #[arg(long, value_enum, default_value_t = Edge::Box)]
+    pub edge: Edge,
     /// Round trajectory positions to the nearest pixel instead of truncating (VIP truncates).
     #[arg(long)]
     pub nearest: bool,
@@ -58,6 +72,12 @@ pub struct Args {
     /// Unbiased flux (paper Algorithm 3) for the N best candidates.
     #[arg(long, value_name = "N")]
     pub flux: Option<usize>,
+    /// Sub-pixel astrometry for the N best candidates: the S/N on a 0.25-px grid within 1 px of
+    /// each, along exact trajectories (on the CPU, with the run's sub-pixel templates, or a
+    /// q = 32 table if the run has none). Adds y_sub, x_sub, snr_sub; `--flux` then uses the
+    /// refined positions.
+    #[arg(long, value_name = "N")]
+    pub refine: Option<usize>,
     /// Memory strategy: `fast` (precomputed matched filter) or `full` (on demand, bounded).
     #[arg(long, default_value = "fast")]
     pub strategy: String,
@@ -77,6 +97,80 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--edge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Edge {
+    /// VIP's rule (all goldens): a (2R+3)-wide box about the pixel fits in the frame.
+    Box,
+    /// The patch disk fits in the frame: a one-pixel wider valid field.
+    Disk,
+}
+
+impl From<Edge> for EdgeRule {
+    fn from(e: Edge) -> Self {
+        match e {
+            Edge::Box => EdgeRule::Box,
+            Edge::Disk => EdgeRule::Disk,
+        }
+    }
+}
+
+/// Largest `Q` of `--subpixel-method table:Q`.
+const MAX_TABLE_Q: usize = 1024;
+
+/// `--subpixel-method`: `table` (q = 32), `table:Q`, `fft` or `spline5` (case-insensitive).
+fn parse_subpixel_method(s: &str) -> std::result::Result<SubPixel, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (name, q) = match t.split_once(':') {
+        Some((n, q)) => (n.trim(), Some(q.trim())),
+        None => (t.as_str(), None),
+    };
+    match (name, q) {
+        ("table", None) => Ok(SubPixel::Table { q: 32 }),
+        ("table", Some(q)) => match q.parse::<usize>() {
+            Ok(n) if (1..=MAX_TABLE_Q).contains(&n) => Ok(SubPixel::Table { q: n }),
+            _ => Err(format!(
+                "table:Q needs Q in 1..={MAX_TABLE_Q} (grid subdivisions per pixel), got {q:?}"
+            )),
+        },
+        ("fft", None) => Ok(SubPixel::VipFft),
+        ("spline5", None) => Ok(SubPixel::Spline5),
+        ("fft" | "spline5", Some(_)) => Err(format!("{name} takes no :Q (only table does)")),
+        _ => Err(format!(
+            "unknown sub-pixel method {s:?}: expected table, table:Q, fft or spline5"
+        )),
+    }
+}
+
+/// The sub-pixel mode as `--subpixel-method` spells it (`off` without sub-pixel templates).
+fn subpixel_name(s: SubPixel) -> String {
+    match s {
+        SubPixel::Off => "off".into(),
+        SubPixel::Table { q } => format!("table:{q}"),
+        SubPixel::VipFft => "fft".into(),
+        SubPixel::Spline5 => "spline5".into(),
+    }
+}
+
+/// The edge rule as `--edge` spells it.
+fn edge_name(e: EdgeRule) -> &'static str {
+    match e {
+        EdgeRule::Box => "box",
+        EdgeRule::Disk => "disk",
+    }
+}
+
+/// The sub-pixel mode of the command line: `--subpixel-method`, else the shorthands
+/// (`--exact-subpixel` = fft wins over `--subpixel` = table:32), else off.
+fn subpixel_mode(args: &Args) -> SubPixel {
+    match (args.subpixel_method, args.exact_subpixel, args.subpixel) {
+        (Some(m), _, _) => m,
+        (None, true, _) => SubPixel::VipFft,
+        (None, false, true) => SubPixel::Table { q: 32 },
+        (None, false, false) => SubPixel::Off,
+    }
 }
 
 fn parse_center(s: &str) -> std::result::Result<(f64, f64), String> {
@@ -108,6 +202,15 @@ pub struct Candidate {
     /// Its standard deviation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unbiased_flux_err: Option<f64>,
+    /// Refined row (with --refine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y_sub: Option<f64>,
+    /// Refined column.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x_sub: Option<f64>,
+    /// S/N at the refined position.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snr_sub: Option<f64>,
 }
 
 fn squeeze(a: ArrayD<f64>) -> ArrayD<f64> {
@@ -222,13 +325,8 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             Rounding::Trunc
         },
-        subpixel: if args.exact_subpixel {
-            SubPixel::VipFft
-        } else if args.subpixel {
-            SubPixel::Table { q: 32 }
-        } else {
-            SubPixel::Off
-        },
+        subpixel: subpixel_mode(&args),
+        edge: args.edge.into(),
         psf_norm: match (args.psf_norm_factor, args.fwhm) {
             (Some(f), _) => PsfNorm::Factor(f),
             (None, Some(f)) => PsfNorm::Fwhm(f),
@@ -259,12 +357,22 @@ pub fn run(args: Args) -> Result<()> {
         device,
         ..Default::default()
     };
+    let subpixel = subpixel_name(params.subpixel);
+    let edge = edge_name(params.edge);
     eprintln!(
-        "paco: {t} frames of {h}×{w}, radius {}, mode {}, sub-pixel {:?}, device {device}",
-        args.radius, args.mode, params.subpixel
+        "paco: {t} frames of {h}×{w}, radius {}, mode {}, sub-pixel {subpixel}, edge {edge}, \
+         device {device}",
+        args.radius, args.mode
     );
     let t1 = Instant::now();
-    let maps = paco(cube.view(), angles.view(), psf.view(), &params)?;
+    let maps = paco(cube.view(), angles.view(), psf.view(), &params).map_err(|e| match e {
+        BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
+            BridgeError::Unsupported(format!(
+                "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
+            ))
+        }
+        other => other,
+    })?;
     eprintln!(
         "paco: maps in {:.3} s (PSF divided by {:.6}{})",
         t1.elapsed().as_secs_f64(),
@@ -278,12 +386,38 @@ pub fn run(args: Args) -> Result<()> {
         _ => ((h / 2) as f64, (w / 2) as f64),
     };
     let mut cands = candidates(&maps, args.top, cy, cx);
+    if let Some(n) = args.refine {
+        let n = n.min(cands.len());
+        eprintln!("paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)");
+        let mut rp = params.clone();
+        rp.device = Device::Cpu;
+        if rp.subpixel == SubPixel::Off {
+            rp.subpixel = SubPixel::Table { q: 32 };
+        }
+        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &rp)?;
+        for c in cands.iter_mut().take(n) {
+            match refine_peak(&job, (c.y as f64, c.x as f64), 0.25, 1.0) {
+                Ok(pk) => {
+                    c.y_sub = Some(pk.y);
+                    c.x_sub = Some(pk.x);
+                    c.snr_sub = Some(pk.snr);
+                }
+                Err(BridgeError::InvalidInput(m)) => {
+                    eprintln!("paco: candidate ({}, {}) not refined: {m}", c.y, c.x)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
     if let Some(n) = args.flux {
         let n = n.min(cands.len());
         eprintln!("paco: unbiased flux for {n} candidate(s)");
         let pos: Vec<(f64, f64)> = cands[..n]
             .iter()
-            .map(|c| (c.y as f64, c.x as f64))
+            .map(|c| match (c.y_sub, c.x_sub) {
+                (Some(y), Some(x)) => (y, x),
+                _ => (c.y as f64, c.x as f64),
+            })
             .collect();
         let est = unbiased_flux(
             cube.view(),
@@ -322,8 +456,10 @@ pub fn run(args: Args) -> Result<()> {
         &args.out.join("candidates.csv"),
         &cands,
         args.flux.is_some(),
+        args.refine.is_some(),
     )?;
-    write_png(&args.out.join("snr.png"), &maps.snr, &cands)?;
+    let title = format!("PACO S/N  {}  SUB-PIXEL {subpixel}  EDGE {edge}", args.mode);
+    write_png(&args.out.join("snr.png"), &maps.snr, &cands, title)?;
     eprintln!(
         "paco: wrote {} in {:.3} s total",
         args.out.display(),
@@ -332,6 +468,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         let v = serde_json::json!({
             "frames": t, "height": h, "width": w, "mode": args.mode,
+            "radius": args.radius, "subpixel": subpixel, "edge": edge,
+            "device": device.to_string(),
             "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
             "candidates": cands,
         });
@@ -341,7 +479,7 @@ pub fn run(args: Args) -> Result<()> {
                 .map_err(|e| BridgeError::InvalidInput(e.to_string()))?
         );
     } else {
-        print_table(&cands, args.flux.is_some());
+        print_table(&cands, args.flux.is_some(), args.refine.is_some());
     }
     Ok(())
 }
@@ -381,6 +519,9 @@ fn candidates(maps: &PacoMaps, top: usize, cy: f64, cx: f64) -> Vec<Candidate> {
                     flux: maps.flux[[y, x]],
                     unbiased_flux: None,
                     unbiased_flux_err: None,
+                    y_sub: None,
+                    x_sub: None,
+                    snr_sub: None,
                 });
             }
         }
@@ -390,12 +531,15 @@ fn candidates(maps: &PacoMaps, top: usize, cy: f64, cx: f64) -> Vec<Candidate> {
     out
 }
 
-fn write_csv(path: &Path, cands: &[Candidate], with_flux: bool) -> Result<()> {
+fn write_csv(path: &Path, cands: &[Candidate], with_flux: bool, with_sub: bool) -> Result<()> {
     let io = |e| BridgeError::io(path.display().to_string(), e);
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
     let mut head = "y,x,separation_px,angle_deg,snr,flux".to_string();
     if with_flux {
         head.push_str(",unbiased_flux,unbiased_flux_err");
+    }
+    if with_sub {
+        head.push_str(",y_sub,x_sub,snr_sub");
     }
     writeln!(f, "{head}").map_err(io)?;
     for c in cands {
@@ -409,18 +553,25 @@ fn write_csv(path: &Path, cands: &[Candidate], with_flux: bool) -> Result<()> {
             let g = |v: Option<f64>| v.map(|v| format!("{v:.6}")).unwrap_or_default();
             write!(f, ",{},{}", g(c.unbiased_flux), g(c.unbiased_flux_err)).map_err(io)?;
         }
+        if with_sub {
+            let g = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
+            write!(f, ",{},{},{}", g(c.y_sub), g(c.x_sub), g(c.snr_sub)).map_err(io)?;
+        }
         writeln!(f).map_err(io)?;
     }
     f.flush().map_err(io)
 }
 
-fn print_table(cands: &[Candidate], with_flux: bool) {
+fn print_table(cands: &[Candidate], with_flux: bool, with_sub: bool) {
     print!(
         "{:>4} {:>5} {:>5} {:>9} {:>9} {:>9} {:>11}",
         "rank", "y", "x", "sep_px", "angle", "S/N", "flux"
     );
     if with_flux {
         print!(" {:>14} {:>10}", "unbiased_flux", "error");
+    }
+    if with_sub {
+        print!(" {:>8} {:>8} {:>9}", "y_sub", "x_sub", "S/N_sub");
     }
     println!();
     for (i, c) in cands.iter().enumerate() {
@@ -436,176 +587,140 @@ fn print_table(cands: &[Candidate], with_flux: bool) {
         );
         if let (Some(f), Some(e)) = (c.unbiased_flux, c.unbiased_flux_err) {
             print!(" {f:>14.3} {e:>10.3}");
+        } else if with_flux && with_sub {
+            print!(" {:>14} {:>10}", "", "");
+        }
+        if let (Some(y), Some(x), Some(v)) = (c.y_sub, c.x_sub, c.snr_sub) {
+            print!(" {y:>8.2} {x:>8.2} {v:>9.3}");
         }
         println!();
     }
 }
 
-/// Viridis-like colour map (anchor points, linear interpolation).
-fn colour(t: f64) -> [u8; 3] {
-    const C: [[f64; 3]; 6] = [
-        [68.0, 1.0, 84.0],
-        [65.0, 68.0, 135.0],
-        [42.0, 120.0, 142.0],
-        [34.0, 168.0, 132.0],
-        [122.0, 209.0, 81.0],
-        [253.0, 231.0, 37.0],
-    ];
-    let t = t.clamp(0.0, 1.0) * 5.0;
-    let i = (t.floor() as usize).min(4);
-    let f = t - i as f64;
-    let mut out = [0u8; 3];
-    for (k, o) in out.iter_mut().enumerate() {
-        *o = (C[i][k] * (1.0 - f) + C[i + 1][k] * f).round() as u8;
-    }
-    out
-}
+/// How many of the best candidates `snr.png` circles.
+const PNG_CANDIDATES: usize = 5;
 
-/// 3×5 bitmap glyphs for the colour-bar labels.
-fn glyph(c: char) -> [u8; 5] {
-    match c {
-        '0' => [7, 5, 5, 5, 7],
-        '1' => [2, 6, 2, 2, 7],
-        '2' => [7, 1, 7, 4, 7],
-        '3' => [7, 1, 7, 1, 7],
-        '4' => [5, 5, 7, 1, 1],
-        '5' => [7, 4, 7, 1, 7],
-        '6' => [7, 4, 7, 5, 7],
-        '7' => [7, 1, 1, 1, 1],
-        '8' => [7, 5, 7, 5, 7],
-        '9' => [7, 5, 7, 1, 7],
-        '-' => [0, 0, 7, 0, 0],
-        '.' => [0, 0, 0, 0, 2],
-        _ => [0, 0, 0, 0, 0],
-    }
-}
-
-struct Canvas {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
-}
-
-impl Canvas {
-    fn set(&mut self, x: isize, y: isize, c: [u8; 3]) {
-        if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
-            let i = (y as usize * self.w + x as usize) * 3;
-            self.px[i..i + 3].copy_from_slice(&c);
-        }
-    }
-
-    fn text(&mut self, x: isize, y: isize, s: &str, scale: isize, c: [u8; 3]) {
-        for (n, ch) in s.chars().enumerate() {
-            let g = glyph(ch);
-            for (r, bits) in g.iter().enumerate() {
-                for col in 0..3 {
-                    if bits & (4 >> col) != 0 {
-                        for dy in 0..scale {
-                            for dx in 0..scale {
-                                self.set(
-                                    x + (n as isize * 4 + col) * scale + dx,
-                                    y + r as isize * scale + dy,
-                                    c,
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Write the S/N map as a PNG: row 0 at the bottom (astronomical display), colour bar with its
-/// range on the right, the five best candidates circled (red at S/N ≥ 5, white below).
-fn write_png(path: &Path, snr: &Array2<f64>, cands: &[Candidate]) -> Result<()> {
-    let (h, w) = snr.dim();
-    let s = (512 / h.max(w)).max(1);
-    let (lo, hi) = snr
+/// `snr.png`: the S/N map ([`draw::render_snr_map`]: row 0 at the bottom, NaN in dark grey, a
+/// colour bar with its range), the [`PNG_CANDIDATES`] best candidates circled (red at S/N ≥ 5,
+/// white below; the best drawn last, on top), the settings in the caption.
+fn write_png(path: &Path, snr: &Array2<f64>, cands: &[Candidate], title: String) -> Result<()> {
+    let markers = cands
         .iter()
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-            (a.min(v), b.max(v))
-        });
-    let (lo, hi) = if lo.is_finite() {
-        (lo, if hi > lo { hi } else { lo + 1.0 })
-    } else {
-        (0.0, 1.0)
+        .take(PNG_CANDIDATES)
+        .rev()
+        .map(|c| {
+            let colour = if c.snr >= 5.0 { RED } else { WHITE };
+            Marker::circle(c.y as f64, c.x as f64, colour)
+        })
+        .collect();
+    let opts = SnrMapOptions {
+        title: Some(title),
+        markers,
+        ..Default::default()
     };
-    let bar_x = w * s + 10;
-    let label_w = 4 * 4 * 2 * 2;
-    let cw = bar_x + 20 + 8 + label_w;
-    let ch = (h * s).max(60);
-    let mut cv = Canvas {
-        w: cw,
-        h: ch,
-        px: vec![255; cw * ch * 3],
-    };
-    for y in 0..h {
-        for x in 0..w {
-            let v = snr[[y, x]];
-            let c = if v.is_finite() {
-                colour((v - lo) / (hi - lo))
-            } else {
-                [40, 40, 40]
-            };
-            let py = (h - 1 - y) * s;
-            for dy in 0..s {
-                for dx in 0..s {
-                    cv.set((x * s + dx) as isize, (py + dy) as isize, c);
-                }
+    draw::render_snr_map(snr.view(), &opts)?.write_png(path)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> std::result::Result<Args, clap::Error> {
+        let base = [
+            "paco", "--cube", "c", "--angles", "a", "--psf", "p", "-o", "o",
+        ];
+        Cmd::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    fn mode(extra: &[&str]) -> SubPixel {
+        subpixel_mode(&parse(extra).unwrap())
+    }
+
+    #[test]
+    fn subpixel_methods_parse() {
+        assert_eq!(mode(&[]), SubPixel::Off);
+        assert_eq!(
+            mode(&["--subpixel-method", "table"]),
+            SubPixel::Table { q: 32 }
+        );
+        assert_eq!(
+            mode(&["--subpixel-method", "table:16"]),
+            SubPixel::Table { q: 16 }
+        );
+        assert_eq!(
+            mode(&["--subpixel-method=TABLE:1"]),
+            SubPixel::Table { q: 1 }
+        );
+        assert_eq!(
+            mode(&["--subpixel-method", "table:1024"]),
+            SubPixel::Table { q: 1024 }
+        );
+        assert_eq!(mode(&["--subpixel-method", "fft"]), SubPixel::VipFft);
+        assert_eq!(mode(&["--subpixel-method", "spline5"]), SubPixel::Spline5);
+        // The shorthands, as before.
+        assert_eq!(mode(&["--subpixel"]), SubPixel::Table { q: 32 });
+        assert_eq!(mode(&["--exact-subpixel"]), SubPixel::VipFft);
+        assert_eq!(mode(&["--subpixel", "--exact-subpixel"]), SubPixel::VipFft);
+        for m in [
+            SubPixel::Off,
+            SubPixel::Table { q: 8 },
+            SubPixel::VipFft,
+            SubPixel::Spline5,
+        ] {
+            let name = subpixel_name(m);
+            if m != SubPixel::Off {
+                assert_eq!(parse_subpixel_method(&name), Ok(m), "{name}");
             }
         }
     }
-    let bar_h = h * s;
-    for py in 0..bar_h {
-        let c = colour(1.0 - py as f64 / (bar_h.max(2) - 1) as f64);
-        for dx in 0..20 {
-            cv.set((bar_x + dx) as isize, py as isize, c);
+
+    #[test]
+    fn bad_subpixel_methods_are_clap_errors() {
+        for (bad, needle) in [
+            ("table:0", "1..=1024"),
+            ("table:1025", "1..=1024"),
+            ("table:-3", "1..=1024"),
+            ("table:", "1..=1024"),
+            ("table:abc", "1..=1024"),
+            ("fft:4", "takes no :q"),
+            ("spline3", "unknown sub-pixel method"),
+            ("off", "unknown sub-pixel method"),
+            ("", "unknown sub-pixel method"),
+        ] {
+            let e = parse(&["--subpixel-method", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+            let msg = e.to_string().to_lowercase();
+            assert!(msg.contains(needle), "{bad}: {msg}");
+            assert!(msg.contains("--subpixel-method"), "{msg}");
+        }
+        // A method and a shorthand together conflict, whatever they say.
+        for extra in [
+            ["--subpixel", "--subpixel-method", "table:8"],
+            ["--exact-subpixel", "--subpixel-method", "fft"],
+        ] {
+            let e = parse(&extra).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
         }
     }
-    let fmt = |v: f64| format!("{v:.1}");
-    cv.text((bar_x + 24) as isize, 2, &fmt(hi), 2, [0, 0, 0]);
-    cv.text(
-        (bar_x + 24) as isize,
-        (bar_h as isize - 12).max(12),
-        &fmt(lo),
-        2,
-        [0, 0, 0],
-    );
-    for c in cands.iter().take(5) {
-        let cx = (c.x * s + s / 2) as f64;
-        let cy = ((h - 1 - c.y) * s + s / 2) as f64;
-        let r = (3 * s) as f64;
-        // Red above the usual S/N 5 threshold, white otherwise.
-        let ring = if c.snr >= 5.0 {
-            [255, 40, 40]
-        } else {
-            [255, 255, 255]
-        };
-        let steps = (2.0 * std::f64::consts::PI * r * 2.0).ceil() as usize;
-        for i in 0..steps {
-            let a = i as f64 / steps as f64 * 2.0 * std::f64::consts::PI;
-            for dr in [0.0, 1.0] {
-                cv.set(
-                    (cx + (r + dr) * a.cos()).round() as isize,
-                    (cy + (r + dr) * a.sin()).round() as isize,
-                    ring,
-                );
-            }
-        }
+
+    #[test]
+    fn edge_rules_parse() {
+        assert_eq!(parse(&[]).unwrap().edge, Edge::Box);
+        assert_eq!(parse(&["--edge", "disk"]).unwrap().edge, Edge::Disk);
+        assert_eq!(EdgeRule::from(Edge::Disk), EdgeRule::Disk);
+        assert_eq!(EdgeRule::from(Edge::Box), EdgeRule::Box);
+        assert_eq!(edge_name(EdgeRule::Disk), "disk");
+        let e = parse(&["--edge", "circle"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
     }
-    let io = |e| BridgeError::io(path.display().to_string(), e);
-    let file = std::fs::File::create(path).map_err(io)?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), cw as u32, ch as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut wr = enc
-        .write_header()
-        .map_err(|e| BridgeError::InvalidInput(format!("{}: {e}", path.display())))?;
-    wr.write_image_data(&cv.px)
-        .map_err(|e| BridgeError::InvalidInput(format!("{}: {e}", path.display())))?;
-    wr.finish()
-        .map_err(|e| BridgeError::InvalidInput(format!("{}: {e}", path.display())))?;
-    Ok(())
 }

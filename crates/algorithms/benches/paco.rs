@@ -15,6 +15,7 @@ fn bench(c: &mut Criterion) {
     for (name, sub) in [
         ("nosubpix", SubPixel::Off),
         ("subpix_table32", SubPixel::Table { q: 32 }),
+        ("subpix_spline5", SubPixel::Spline5),
     ] {
         let p = PacoParams {
             variant: Variant::Vip,

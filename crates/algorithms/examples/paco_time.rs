@@ -1,7 +1,8 @@
 //! Time PACO on a synthetic ADI cube: best wall time and process CPU time per run.
 //!
 //! `CARGO_TARGET_DIR=/work/tgt-paco cargo run --release -p algorithms --example paco_time [T N REPS MODES]`
-//! (MODES: bit mask, 1 = no sub-pixel, 2 = sub-pixel table, 4 = VIP FFT; default 7).
+//! (MODES: bit mask, 1 = no sub-pixel, 2 = sub-pixel table, 4 = VIP FFT, 8 = quintic B-spline;
+//! default 15).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -32,12 +33,13 @@ fn main() {
         *args.get(1).unwrap_or(&100),
         *args.get(2).unwrap_or(&10),
     );
-    let modes = *args.get(3).unwrap_or(&7);
+    let modes = *args.get(3).unwrap_or(&15);
     let (cube, angles, psf) = synthetic_adi(t, n, 7);
     for (bit, (name, sub)) in [
         ("no sub-pixel", SubPixel::Off),
         ("sub-pixel table q=32", SubPixel::Table { q: 32 }),
         ("sub-pixel VIP FFT", SubPixel::VipFft),
+        ("sub-pixel quintic spline", SubPixel::Spline5),
     ]
     .into_iter()
     .enumerate()

@@ -120,6 +120,10 @@ fn unbiased_flux_within_five_percent() {
             assert!((e.flux / truth - 1.0).abs() < 0.05, "{}", e.flux);
             assert!(e.converged);
         }
+        // Spec §8 acceptance at the exact position, sub-pixel templates: 588 ± 3 % (the
+        // reference measured +2.8 % against the truth; this crate gets 587.4).
+        let exact = &est[1];
+        assert!((exact.flux / 588.0 - 1.0).abs() < 0.03, "{}", exact.flux);
     }
 }
 

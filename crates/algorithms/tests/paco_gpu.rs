@@ -3,7 +3,9 @@
     not(any(feature = "opencl", feature = "cuda")),
     allow(dead_code, unused_imports)
 )]
-//! PACO on OpenCL and CUDA against the CPU backend (one portable kernel source).
+//! PACO on OpenCL and CUDA against the CPU backend (one portable kernel source): no templates,
+//! table templates, per-pair templates (VipFft, Spline5; VipFft also against VIP's golden maps),
+//! batching of the pairs, patch radii 5 and 6 (global-scratch kernels), `EdgeRule::Disk`.
 //!
 //! - OpenCL tests run on any OpenCL device (PoCL in CI) and skip without one, unless
 //!   `ARRAYBRIDGE_REQUIRE_OPENCL=1`;
@@ -20,7 +22,7 @@ mod paco_common;
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use algorithms::paco::GpuPrecision;
 use algorithms::paco::{
-    PacoBackend, PacoJob, PacoParams, PsfNorm, Rounding, SubPixel, Variant, backend_for,
+    EdgeRule, PacoBackend, PacoJob, PacoParams, PsfNorm, Rounding, SubPixel, Variant, backend_for,
 };
 use bridge_core::Device;
 use ndarray::Array2;
@@ -185,6 +187,212 @@ fn check_ab_at(dev: &dyn PacoBackend, tol: f64) {
     }
 }
 
+/// Device maps vs VIP 2.1.1's golden maps `{prefix}_{a,b}.fits` as the CPU golden tests check
+/// them: NaN masks identical, every pixel within `tol` (a relative, b relative to max|b|)
+/// except float-trap pixels (a trajectory coordinate within 1e-9 of an integer, never at the
+/// planet), at most `max_trapped` of them.
+fn check_golden(
+    job: &PacoJob<'_>,
+    got: &(Array2<f64>, Array2<f64>),
+    prefix: &str,
+    tol: f64,
+    max_trapped: usize,
+) {
+    let ga = golden(&format!("{prefix}_a.fits"));
+    let gb = golden(&format!("{prefix}_b.fits"));
+    let geom = *job.geometry();
+    let maxb = gb
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let (mut over, mut trapped) = (0usize, 0usize);
+    let (mut worst_a, mut worst_b) = (0.0f64, 0.0f64);
+    for ((y, x), g) in ga.indexed_iter() {
+        assert_eq!(
+            g.is_finite(),
+            got.0[[y, x]].is_finite(),
+            "mask at ({y},{x})"
+        );
+        if !g.is_finite() {
+            continue;
+        }
+        let ea = (got.0[[y, x]] - g).abs() / g.abs();
+        let eb = (got.1[[y, x]] - gb[[y, x]]).abs() / maxb;
+        if ea <= tol && eb <= tol {
+            worst_a = worst_a.max(ea);
+            worst_b = worst_b.max(eb);
+            continue;
+        }
+        let near = job.angles().iter().any(|&ang| {
+            let (py, px) = geom.position(y as f64, x as f64, ang);
+            (py - py.round()).abs() < 1e-9 || (px - px.round()).abs() < 1e-9
+        });
+        let at_planet = (37..=42).contains(&y) && (42..=48).contains(&x);
+        if near && !at_planet {
+            trapped += 1;
+        } else {
+            over += 1;
+            eprintln!("({y},{x}) a err {ea:.3e} b err {eb:.3e}");
+        }
+    }
+    eprintln!(
+        "golden {prefix}: {trapped} float-trap pixels, {over} others above {tol}; elsewhere max \
+         rel Δa {worst_a:.2e}, max |Δb|/max|b| {worst_b:.2e}"
+    );
+    assert_eq!(
+        over, 0,
+        "pixels above {tol} not explained by the float trap"
+    );
+    assert!(trapped <= max_trapped, "{trapped} float-trap pixels");
+}
+
+/// a and b at `phi0s`: same NaN positions, a within `tol` relative, b within `tol`·max|b|.
+fn check_points(phi0s: &[(usize, usize)], cpu: (&[f64], &[f64]), dev: (&[f64], &[f64]), tol: f64) {
+    let maxb = cpu
+        .1
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let (mut wa, mut wb) = (0.0f64, 0.0f64);
+    assert_eq!(dev.0.len(), phi0s.len());
+    for (i, p) in phi0s.iter().enumerate() {
+        assert_eq!(cpu.0[i].is_finite(), dev.0[i].is_finite(), "{p:?}");
+        if cpu.0[i].is_finite() {
+            wa = wa.max((cpu.0[i] - dev.0[i]).abs() / cpu.0[i].abs());
+            wb = wb.max((cpu.1[i] - dev.1[i]).abs() / maxb);
+        }
+    }
+    eprintln!("ab_at {} positions: a {wa:.3e}, b {wb:.3e}", phi0s.len());
+    assert!(wa <= tol && wb <= tol, "ab_at: {wa:e} {wb:e}");
+}
+
+/// Spline5 templates: device vs CPU in both variants; skipped while the CPU returns
+/// `Unsupported` for them.
+fn check_spline5(dev: &dyn PacoBackend, tol: f64, label: &str) {
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    let p = params_sub(Variant::Vip, SubPixel::Spline5);
+    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+    match backend_for(Device::Cpu).unwrap().ab_maps(&job) {
+        Err(bridge_core::BridgeError::Unsupported(m)) => {
+            eprintln!("skipping: the CPU has no Spline5 templates yet ({m})");
+            let e = dev.ab_maps(&job).unwrap_err();
+            assert!(matches!(e, bridge_core::BridgeError::Unsupported(_)), "{e}");
+        }
+        Err(e) => panic!("CPU Spline5: {e}"),
+        Ok(_) => check_fixture_sub(dev, tol, label, SubPixel::Spline5),
+    }
+}
+
+/// Bit-identical maps with the default and a tiny `max_tile_bytes` (many pair batches), with
+/// per-pair and table templates, and `ab_at` with per-pair templates vs the CPU.
+fn check_batches_and_ab_at(dev: &dyn PacoBackend, tol: f64) {
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    // a cropped cube keeps the exact-template runs short
+    let cube = cube.slice(ndarray::s![.., 8..56, 8..56]).to_owned();
+    for sub in [SubPixel::VipFft, SubPixel::Table { q: 8 }] {
+        let mut p = params_sub(Variant::Vip, sub);
+        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+        let full = dev.ab_maps(&job).unwrap();
+        p.max_tile_bytes = 64 << 10;
+        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+        let small = dev.ab_maps(&job).unwrap();
+        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let (wa, wb, finite) = compare(&cpu, &small);
+        eprintln!("batches {sub:?}: {finite} finite, a {wa:.3e}, b {wb:.3e}");
+        assert!(finite > 500);
+        assert!(wa <= tol && wb <= tol, "{wa:e} {wb:e}");
+        for (x, y) in full
+            .0
+            .iter()
+            .zip(&small.0)
+            .chain(full.1.iter().zip(&small.1))
+        {
+            assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+        }
+    }
+    let p = params_sub(Variant::Paper, SubPixel::VipFft);
+    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+    let phi0s = [
+        (31, 37),
+        (12, 22),
+        (0, 0),
+        (24, 24),
+        (42, 9),
+        (31, 37),
+        (20, 30),
+    ];
+    let (ca, cb) = backend_for(Device::Cpu)
+        .unwrap()
+        .ab_at(&job, &phi0s)
+        .unwrap();
+    let (da, db) = dev.ab_at(&job, &phi0s).unwrap();
+    check_points(&phi0s, (&ca, &cb), (&da, &db), tol);
+    assert!(da[2].is_nan(), "the border has no valid trajectory");
+}
+
+/// R = 5 (K = 81) and R = 6 (K = 113) on a cropped cube: device vs CPU without templates, with
+/// table templates and (R = 5, `ab_at`) per-pair templates; also with a tiny
+/// `max_tile_bytes` (one scratch row per launch).
+fn check_large_patches(dev: &dyn PacoBackend, tol: f64, label: &str) {
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    let cube = cube.slice(ndarray::s![.., 12..52, 12..52]).to_owned();
+    for r in [5usize, 6] {
+        for (sub, tiny) in [
+            (SubPixel::Off, false),
+            (SubPixel::Off, true),
+            (SubPixel::Table { q: 8 }, false),
+        ] {
+            let mut p = params_sub(Variant::Vip, sub);
+            p.psf_rad = r;
+            if tiny {
+                p.max_tile_bytes = 1;
+            }
+            let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+            let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+            let t0 = std::time::Instant::now();
+            let got = dev.ab_maps(&job).unwrap();
+            let dt = t0.elapsed().as_secs_f64();
+            let (wa, wb, finite) = compare(&cpu, &got);
+            eprintln!(
+                "{label} R={r} K={} {sub:?} tiny={tiny}: {finite} finite, a {wa:.3e}, b {wb:.3e}, {dt:.2} s",
+                job.disk().len()
+            );
+            assert!(finite > 100, "{finite}");
+            assert!(wa <= tol && wb <= tol, "R={r} {sub:?}: {wa:e} {wb:e}");
+        }
+    }
+    let mut p = params_sub(Variant::Paper, SubPixel::VipFft);
+    p.psf_rad = 5;
+    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+    let phi0s = [(27, 33), (10, 20), (20, 28), (0, 0)];
+    let (ca, cb) = backend_for(Device::Cpu)
+        .unwrap()
+        .ab_at(&job, &phi0s)
+        .unwrap();
+    let (da, db) = dev.ab_at(&job, &phi0s).unwrap();
+    check_points(&phi0s, (&ca, &cb), (&da, &db), tol);
+}
+
+/// `EdgeRule::Disk`: device vs CPU without and with sub-pixel templates; more valid pixels than
+/// with the box rule.
+fn check_edge_disk(dev: &dyn PacoBackend, tol: f64, label: &str) {
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
+        let mut p = params_sub(Variant::Vip, sub);
+        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+        let boxed = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        p.edge = EdgeRule::Disk;
+        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let got = dev.ab_maps(&job).unwrap();
+        let (wa, wb, finite) = compare(&cpu, &got);
+        let nbox = boxed.0.iter().filter(|v| v.is_finite()).count();
+        eprintln!("{label} Disk {sub:?}: {finite} finite (box: {nbox}), a {wa:.3e}, b {wb:.3e}");
+        assert!(finite > nbox, "the disk rule keeps more pixels");
+        assert!(wa <= tol && wb <= tol, "{sub:?}: {wa:e} {wb:e}");
+    }
+}
+
 #[cfg(feature = "opencl")]
 #[test]
 fn opencl_f64_matches_cpu() {
@@ -255,19 +463,98 @@ fn opencl_subpixel_nearest_ab_at_matches_cpu() {
     }
 }
 
-/// The exact VIP FFT shift has no device kernels: a typed error, never a silent CPU run.
+/// The exact VIP FFT shift on the device (per-pair templates computed on the host with the
+/// CPU's code): both variants against the CPU to 1e-12, and VIP 2.1.1's golden maps like the CPU
+/// golden tests (float-trap pixels tolerated).
 #[cfg(feature = "opencl")]
 #[test]
-fn opencl_exact_fft_subpixel_is_an_error_not_a_fallback() {
+fn opencl_subpixel_vipfft_f64_matches_cpu_and_vip_golden() {
     let Some(dev) = opencl(GpuPrecision::F64) else {
         return;
     };
+    check_fixture_sub(&dev, 1e-12, "opencl f64", SubPixel::VipFft);
     let (cube, angles, psf) = (cube(), angles(), psf());
     let p = params_sub(Variant::Vip, SubPixel::VipFft);
+    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+    let got = dev.ab_maps(&job).unwrap();
+    check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_subpixel_vipfft_f32_matches_cpu() {
+    let Some(dev) = opencl(GpuPrecision::F32) else {
+        return;
+    };
+    check_fixture_sub(&dev, 1e-4, "opencl f32", SubPixel::VipFft);
+}
+
+/// `SubPixel::Spline5` through the same per-pair template path: device vs CPU; skipped (with a
+/// message) while the CPU has no Spline5 templates.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_subpixel_spline5_matches_cpu() {
+    let Some(dev) = opencl(GpuPrecision::F64) else {
+        return;
+    };
+    check_spline5(&dev, 1e-12, "opencl f64");
+}
+
+/// Per-pair templates and table templates in many small batches (a tiny `max_tile_bytes`) give
+/// bit-identical maps, and `ab_at` (duplicates, NaN border) equals the CPU.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_subpixel_batches_and_ab_at() {
+    let Some(dev) = opencl(GpuPrecision::F64) else {
+        return;
+    };
+    check_batches_and_ab_at(&dev, 1e-12);
+}
+
+/// Patches larger than the local-memory KMAX (R = 5: K = 81, R = 6: K = 113; K×K matrices in
+/// global scratch memory), with and without sub-pixel templates, against the CPU.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_large_patches_match_cpu() {
+    let Some(dev) = opencl(GpuPrecision::F64) else {
+        return;
+    };
+    check_large_patches(&dev, 1e-12, "opencl f64");
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_large_patches_f32_match_cpu() {
+    let Some(dev) = opencl(GpuPrecision::F32) else {
+        return;
+    };
+    check_large_patches(&dev, 1e-4, "opencl f32");
+}
+
+/// Beyond KMAX_BIG (R = 7, K = 149): a typed error, never a silent CPU run.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_patch_over_kmax_big_is_an_error_not_a_fallback() {
+    let Some(dev) = opencl(GpuPrecision::Auto) else {
+        return;
+    };
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    let mut p = params(Variant::Vip);
+    p.psf_rad = 7;
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
     let e = dev.ab_maps(&job).unwrap_err();
     assert!(matches!(e, bridge_core::BridgeError::Unsupported(_)), "{e}");
     assert!(dev.ab_at(&job, &[(40, 45)]).is_err());
+}
+
+/// `EdgeRule::Disk` (statistics up to R pixels from the border): device vs CPU.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_edge_disk_matches_cpu() {
+    let Some(dev) = opencl(GpuPrecision::F64) else {
+        return;
+    };
+    check_edge_disk(&dev, 1e-12, "opencl f64");
 }
 
 #[cfg(feature = "opencl")]
@@ -329,7 +616,8 @@ fn opencl_backend_for_and_small_batches() {
 }
 
 /// PoCL wall time of the device maps on the 61×100×100 synthetic cube (VIP), without and with
-/// sub-pixel table templates (q = 32), against the CPU backend.
+/// sub-pixel templates (table q = 32, exact VIP FFT shift, patch radius 6), against the CPU
+/// backend.
 #[cfg(feature = "opencl")]
 #[test]
 #[ignore = "timing; run with --ignored --nocapture"]
@@ -339,30 +627,39 @@ fn opencl_timing_61x100x100() {
     };
     let (cube, angles, psf) = algorithms::paco::bench::synthetic_adi(61, 100, 7);
     let cpu = backend_for(Device::Cpu).unwrap();
-    let best_of = |b: &dyn PacoBackend, job: &PacoJob<'_>| {
+    let best_of = |b: &dyn PacoBackend, job: &PacoJob<'_>, reps: usize| {
         let _ = b.ab_maps(job).unwrap(); // warm-up (program build)
         let mut best = f64::INFINITY;
-        for _ in 0..3 {
+        for _ in 0..reps {
             let t0 = std::time::Instant::now();
             let _ = b.ab_maps(job).unwrap();
             best = best.min(t0.elapsed().as_secs_f64());
         }
         best
     };
-    for sub in [SubPixel::Off, SubPixel::Table { q: 32 }] {
+    for (sub, r) in [
+        (SubPixel::Off, 4),
+        (SubPixel::Table { q: 32 }, 4),
+        (SubPixel::VipFft, 4),
+        (SubPixel::Off, 6),
+    ] {
         let mut p = params_sub(Variant::Vip, sub);
         p.psf_norm = PsfNorm::None;
+        p.psf_rad = r;
+        let reps = if sub == SubPixel::VipFft { 1 } else { 3 };
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
         for prec in [GpuPrecision::F64, GpuPrecision::F32] {
             if prec == GpuPrecision::F64 && !dev.has_fp64() {
                 continue;
             }
             let d = dev.clone().with_precision(prec);
-            let best = best_of(&d, &job);
-            eprintln!("opencl {prec:?} {sub:?} 61x100x100 ab_maps best of 3: {best:.3} s");
+            let best = best_of(&d, &job, reps);
+            eprintln!(
+                "opencl {prec:?} {sub:?} R={r} 61x100x100 ab_maps best of {reps}: {best:.3} s"
+            );
         }
-        let best = best_of(cpu.as_ref(), &job);
-        eprintln!("cpu {sub:?} 61x100x100 ab_maps best of 3: {best:.3} s");
+        let best = best_of(cpu.as_ref(), &job, reps);
+        eprintln!("cpu {sub:?} R={r} 61x100x100 ab_maps best of {reps}: {best:.3} s");
     }
 }
 
@@ -394,6 +691,36 @@ fn cuda_subpixel_table_matches_cpu() {
     check_fixture_sub(&dev, 1e-9, "cuda f64", SubPixel::Table { q: 32 });
     let dev = dev.with_precision(GpuPrecision::F32);
     check_fixture_sub(&dev, 1e-4, "cuda f32", SubPixel::Table { q: 32 });
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_subpixel_exact_matches_cpu() {
+    let Some(dev) = cuda(GpuPrecision::F64) else {
+        return;
+    };
+    check_fixture_sub(&dev, 1e-12, "cuda f64", SubPixel::VipFft);
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    let p = params_sub(Variant::Vip, SubPixel::VipFft);
+    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+    let got = dev.ab_maps(&job).unwrap();
+    check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
+    check_spline5(&dev, 1e-12, "cuda f64");
+    check_batches_and_ab_at(&dev, 1e-12);
+    let dev = dev.with_precision(GpuPrecision::F32);
+    check_fixture_sub(&dev, 1e-4, "cuda f32", SubPixel::VipFft);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_large_patches_and_disk_match_cpu() {
+    let Some(dev) = cuda(GpuPrecision::F64) else {
+        return;
+    };
+    check_large_patches(&dev, 1e-12, "cuda f64");
+    check_edge_disk(&dev, 1e-12, "cuda f64");
+    let dev = dev.with_precision(GpuPrecision::F32);
+    check_large_patches(&dev, 1e-4, "cuda f32");
 }
 
 #[cfg(feature = "cuda")]

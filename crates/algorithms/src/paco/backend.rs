@@ -55,7 +55,7 @@ impl PacoBackend for CpuBackend {
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        cpu::bucket_ab(job, phi0s)
+        cpu::bucket_ab(job, &super::kernels::Trajectories::Grid(phi0s))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::f64::consts::PI;
 
-use super::Rounding;
+use super::{EdgeRule, Rounding};
 
 /// The patch disk `D_R = {(dy, dx) : dy² + dx² ≤ R²}` in row-major order (dy outer, dx inner).
 pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {
@@ -31,8 +31,10 @@ pub struct Geometry {
     pub add: (f64, f64),
     /// How sub-pixel positions become pixels.
     pub rounding: Rounding,
-    /// Patch radius R (for the statistics box rule).
+    /// Patch radius R (for the statistics edge rule).
     pub radius: usize,
+    /// Which pixels may hold statistics.
+    pub edge: EdgeRule,
 }
 
 impl Geometry {
@@ -70,13 +72,25 @@ impl Geometry {
         }
     }
 
-    /// Whether pixel (y, x) satisfies the statistics box rule `R+1 ≤ y ≤ H−R−2` (same for x).
+    /// Half-open ranges `(y_lo, y_hi)` and `(x_lo, x_hi)` of the pixels that may hold
+    /// statistics: `R+1 ≤ v ≤ N−R−2` with [`EdgeRule::Box`] (VIP), `R ≤ v ≤ N−1−R` with
+    /// [`EdgeRule::Disk`]. Empty ranges when the frame is too small.
+    #[inline]
+    pub fn stats_ranges(&self) -> ((usize, usize), (usize, usize)) {
+        let r = self.radius;
+        let range = |n: usize| match self.edge {
+            EdgeRule::Box => (r + 1, n.saturating_sub(r + 1).max(r + 1)),
+            EdgeRule::Disk => (r, n.saturating_sub(r).max(r)),
+        };
+        (range(self.height), range(self.width))
+    }
+
+    /// Whether pixel (y, x) may hold statistics under the edge rule (spec §2): the box rule
+    /// `R+1 ≤ y ≤ H−R−2` (same for x) by default, `R ≤ y ≤ H−1−R` with [`EdgeRule::Disk`].
     #[inline]
     pub fn in_box(&self, y: f64, x: f64) -> bool {
-        let lo = (self.radius + 1) as f64;
-        let hy = self.height as f64 - self.radius as f64 - 2.0;
-        let hx = self.width as f64 - self.radius as f64 - 2.0;
-        y >= lo && y <= hy && x >= lo && x <= hx
+        let ((ylo, yhi), (xlo, xhi)) = self.stats_ranges();
+        y >= ylo as f64 && y < yhi as f64 && x >= xlo as f64 && x < xhi as f64
     }
 
     /// Pixel (flat index) and fractional offsets `(fy, fx)` of `(y0, x0)` in frame `angle_deg`, or
@@ -91,6 +105,14 @@ impl Geometry {
     #[inline]
     pub fn pixel_polar(&self, r: f64, theta0: f64, angle_deg: f64) -> Option<(usize, f64, f64)> {
         let (y, x) = self.position_polar(r, theta0, angle_deg);
+        self.pixel_of(y, x)
+    }
+
+    /// Pixel (flat index) and fractional offsets `(fy, fx)` of the raw-frame position `(y, x)`
+    /// under the rounding rule, or `None` if the pixel fails the edge rule (or `y`, `x` are not
+    /// finite).
+    #[inline]
+    pub fn pixel_of(&self, y: f64, x: f64) -> Option<(usize, f64, f64)> {
         let (py, px) = (self.round(y), self.round(x));
         if !self.in_box(py, px) {
             return None;
@@ -118,6 +140,7 @@ mod tests {
             add,
             rounding: Rounding::Trunc,
             radius: 4,
+            edge: EdgeRule::Box,
         };
         // Default: the centre pixel (31, 31) stays put at every angle.
         let auto = g((31.0, 31.0), (31.0, 31.0));
@@ -135,6 +158,29 @@ mod tests {
         let vip = g((31.5, 31.5), (31.0, 31.0));
         let (y, x) = vip.position(31.0, 31.0, 0.0);
         assert!((y - 30.5).abs() < 1e-12 && (x - 30.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn edge_rules() {
+        let g = |edge| Geometry {
+            height: 20,
+            width: 16,
+            sub: (10.0, 8.0),
+            add: (10.0, 8.0),
+            rounding: Rounding::Trunc,
+            radius: 4,
+            edge,
+        };
+        // Box: R+1 ≤ v ≤ N−R−2; Disk: R ≤ v ≤ N−1−R.
+        assert_eq!(g(EdgeRule::Box).stats_ranges(), ((5, 15), (5, 11)));
+        assert_eq!(g(EdgeRule::Disk).stats_ranges(), ((4, 16), (4, 12)));
+        let b = g(EdgeRule::Box);
+        assert!(b.in_box(5.0, 5.0) && b.in_box(14.0, 10.0));
+        assert!(!b.in_box(4.0, 5.0) && !b.in_box(15.0, 5.0) && !b.in_box(5.0, 11.0));
+        let d = g(EdgeRule::Disk);
+        assert!(d.in_box(4.0, 4.0) && d.in_box(15.0, 11.0));
+        assert!(!d.in_box(3.0, 4.0) && !d.in_box(16.0, 4.0) && !d.in_box(4.0, 12.0));
+        assert!(!d.in_box(-1.0, 4.0));
     }
 
     #[test]

@@ -1,47 +1,75 @@
 //! Device back ends of PACO: [`OpenClPaco`] (feature `opencl`) and [`CudaPaco`] (feature
-//! `cuda`), both running the one portable source [`gpu_kernels::PACO`](super::gpu_kernels::PACO).
+//! `cuda`), both running the one portable source [`gpu_kernels::PACO`].
 //!
 //! Data flow of [`PacoBackend::ab_maps`] / [`PacoBackend::ab_at`] without sub-pixel templates:
 //!
 //! 1. the cube is uploaded **once** (in `REAL`), centred per pixel and transposed to
 //!    pixel-major on the device (`paco_centre`);
-//! 2. per band of statistics-box rows (at most [`STATS_GROUPS_PER_LAUNCH`] pixels),
+//! 2. per band of statistics rows (at most [`STATS_GROUPS_PER_LAUNCH`] pixels; the rows and
+//!    columns of the edge rule, [`EdgeRule::Box`](super::EdgeRule::Box) or
+//!    [`EdgeRule::Disk`](super::EdgeRule::Disk), from [`super::Geometry::stats_ranges`]),
 //!    `paco_stats` (one work group per pixel: covariance, shrinkage, Cholesky, `w = C⁻¹h0`,
 //!    `q = h0·w`; nothing K×K leaves the work group) and `paco_z` (the whitened matched-filter
 //!    cube `z_t = w·c_t`, one thread per pixel and frame);
 //! 3. the trajectory pixels `[φ_ℓ]` of a batch of `batch_size` output positions are computed on
 //!    the host with the CPU's bit-exact geometry ([`super::Geometry::pixel_polar`], so NaN
-//!    positions and float traps are exactly the CPU's), uploaded as `i32`, and `paco_accumulate`
-//!    sums `a = Σ q`, `b = Σ z` along them; only a and b are downloaded. Each batch runs through
-//!    [`bridge_core::oom::run_batched`] with `SplitBatch`: an out-of-memory error halves it.
+//!    positions, the edge rule and float traps are exactly the CPU's), uploaded as `i32`, and
+//!    `paco_accumulate` sums `a = Σ q`, `b = Σ z` along them; only a and b are downloaded. Each
+//!    batch runs through [`bridge_core::oom::run_batched`] with `SplitBatch`: an out-of-memory
+//!    error halves it.
 //!
-//! With [`SubPixel::Table`] templates (spec §10 "tile by θ"): the host computes every pair
-//! (φ0, ℓ)'s pixel and fractional offsets (same geometry), buckets the pairs by pixel (counting
-//! sort, CSR), uploads them with the `(q+1)²·K` template table
-//! ([`PacoJob::template_table`]); `paco_stats` evaluates all pairs of its pixel right after the
-//! Cholesky factorisation (blended template, `L⁻¹[h | c]`), writes one (a, b) contribution per
-//! pair, and `paco_accumulate_pairs` sums them per φ0 in increasing ℓ (no float atomics).
+//! With sub-pixel templates (spec §5.2, §10 "tile by θ"), every [`SubPixel`] mode: the host
+//! computes every pair (φ0, ℓ)'s trajectory pixel θ (same geometry) and buckets the pairs by θ
+//! (counting sort; pair ids ascending within θ, the CPU's order); only the pixels that have
+//! pairs are processed, in **batches** of consecutive pixels whose device bytes stay within
+//! [`PacoParams::max_tile_bytes`](super::PacoParams::max_tile_bytes) (at least one pixel; at
+//! most [`STATS_GROUPS_PER_LAUNCH`]), each through `run_batched` with `SplitBatch`. Per batch
+//! the host uploads the pixel list, the batch-local CSR of its pair slots and each slot's frame,
+//! plus
 //!
-//! **Memory** on the device: the raw cube, its centred copy and `q` (`(2T + 1)·H·W·s` bytes,
-//! `s` = 8 in double, 4 in float; the raw cube is kept until the end because launches may be
-//! asynchronous); without sub-pixel templates also `z` (`T·H·W·s`), `w` for one band of rows
-//! (≤ 2¹⁶·K·s) and `(4T + 2s)` bytes per output position of a batch; with table templates
-//! `(4 + 2s)` bytes per pair for the bucketed pairs and `2s` per pair for the contributions,
-//! i.e. ≈ `(4 + 4s)·T` bytes per output position, all at once (`batch_size` is not used there).
+//! - [`SubPixel::Table`]: each slot's fractional offsets; the `(q+1)²·K` template table
+//!   ([`PacoJob::template_table`]) is uploaded once and `paco_stats` blends it like the CPU;
+//! - any other mode ([`SubPixel::VipFft`], [`SubPixel::Spline5`], ...): each slot's K-value
+//!   template, computed on the host (rayon) with the CPU's own `Templates::new` /
+//!   `Templates::fill`, so a mode the CPU gains runs on the device with no kernel change (and a
+//!   mode the CPU reports `Unsupported` is the same error here, before any device work).
+//!
+//! `paco_stats` evaluates all pairs of its pixel right after the Cholesky factorisation
+//! (`L⁻¹[h | c]`) and writes one (a, b) contribution per slot; the host downloads them and adds
+//! them to a(φ0), b(φ0) in slot order, which is exactly the CPU's summation order (no float
+//! atomics, nothing per pair left on the device after its batch).
+//!
+//! **Patch size.** K ≤ [`KMAX`] = 64 (radius ≤ 4): the K×K matrix of
+//! a work group in local (shared) memory. 64 < K ≤ [`KMAX_BIG`] = 128 (radius 5: K = 81,
+//! radius 6: K = 113): the `COV_GLOBAL` kernel variant keeps it in a global scratch buffer of
+//! `K²·s` bytes per work group of a launch, so launches are bounded: a band of rows holds at
+//! most `max(1, max_tile_bytes / (nx·K²·s))` rows (nx statistics columns), a batch of pairs
+//! counts `K²·s` bytes per pixel against its budget. Larger patches return
+//! [`BridgeError::Unsupported`] (use the `cpu` device).
+//!
+//! **Memory** on the device (`s` = 8 in double, 4 in float): the raw cube and its centred copy
+//! (`2T·H·W·s` bytes; the raw cube is kept until the end because launches may be asynchronous),
+//! plus
+//!
+//! - without sub-pixel templates: `q` and `z` (`(T + 1)·H·W·s`), `w` for one band of rows
+//!   (≤ 2¹⁶·K·s), the `COV_GLOBAL` scratch of one band (`rows·nx·K²·s`, ≤ `max_tile_bytes`
+//!   unless one row exceeds it), and `(4T + 2s)` bytes per output position of a batch;
+//! - with sub-pixel templates, per batch: `8` bytes per pixel (+ `K²·s` with `COV_GLOBAL`) and
+//!   per pair `4 + 2s` bytes (frame, contribution) + `2s` (table offsets) or `K·s` (per-pair
+//!   template), bounded by `max_tile_bytes` (default 256 MiB) unless one pixel alone exceeds
+//!   it; the table, `(q+1)²·K·s`, once. On the host: 4 bytes per (φ0, ℓ) pair (trajectory
+//!   pixels), 4 per valid pair (sorted pair ids), 8 per frame pixel, and the current batch's
+//!   uploads (for per-pair templates ≈ the batch's device bytes).
 //!
 //! **Precision** ([`GpuPrecision`]): double where the device has it (the default), otherwise
 //! float. In double the kernels follow the CPU's operation order without fused multiply-add:
-//! on PoCL the maps are bit-identical to the CPU backend without sub-pixel templates and within
-//! 1e-15 relative with table templates; in float a and b agree to ~2e-6 (relative, and
-//! relative to max|b|).
+//! on PoCL the maps are bit-identical to the CPU backend in every mode tested (no templates,
+//! table, VipFft and Spline5 templates, R = 5 and 6, `EdgeRule::Disk`); in float a and b agree
+//! to ~2e-6 (relative, and relative to max|b|).
 //!
-//! **Limits and delegation.** Patch areas up to [`gpu_kernels::KMAX`](super::gpu_kernels::KMAX)
-//! (radius ≤ 4) run on the device; larger patches return [`BridgeError::Unsupported`].
-//! [`SubPixel::VipFft`] (the exact per-pair FFT shift) has no device kernels: asking a device
-//! for it is [`BridgeError::Unsupported`] (never a silent CPU run); use
-//! `SubPixel::Table { q: 32 }` on devices, or the `cpu` device for the exact shift. The `Strategy` switch does not matter on the device
-//! (Full and Fast give identical numbers). `ab_at` computes the statistics of the whole field
-//! and then sums only the requested trajectories.
+//! The `Strategy` switch does not matter on the device (Full and Fast give identical numbers).
+//! `ab_at` without templates computes the statistics of the whole field and then sums only the
+//! requested trajectories; with templates, only the pixels its trajectories visit.
 
 use bridge_core::oom::{OnExhausted, PoolReleaser, ReleaseScope, RetryPolicy, run_batched};
 use bridge_core::{BridgeError, Device, Result};
@@ -49,8 +77,8 @@ use ndarray::Array2;
 use rayon::prelude::*;
 
 use super::backend::PacoBackend;
-use super::gpu_kernels::{KMAX, LINE_WG, OPTS_F32, OPTS_F64};
-use super::{PacoJob, SubPixel, Variant};
+use super::gpu_kernels::{self, KMAX, KMAX_BIG, LINE_WG};
+use super::{PacoJob, SubPixel, Templates, Variant};
 
 /// Most `paco_stats` work groups (pixels) per launch.
 pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;
@@ -150,6 +178,10 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+fn u32_bytes(v: impl Iterator<Item = u32>) -> Vec<u8> {
+    v.flat_map(u32::to_le_bytes).collect()
+}
+
 /// Whether the run uses double precision on this device.
 fn resolve_precision(p: GpuPrecision, fp64: bool, device: Device) -> Result<bool> {
     match p {
@@ -162,6 +194,24 @@ fn resolve_precision(p: GpuPrecision, fp64: bool, device: Device) -> Result<bool
     }
 }
 
+/// Templates of the bucketed-pairs path.
+enum PairTemplates {
+    /// The `(q+1)²·K` table, blended on the device (`sub = 1`).
+    Table { q: usize, data: Vec<f64> },
+    /// The CPU's templates, one per pair, computed on the host (`sub = 2`).
+    PerPair(Templates),
+}
+
+/// The OOM policy of every batched step: an out-of-memory error halves the batch.
+fn split_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 0,
+        release: ReleaseScope::Nothing,
+        on_exhausted: OnExhausted::SplitBatch,
+        ..RetryPolicy::default()
+    }
+}
+
 /// The device pipeline (see the module docs): a and b at `phi0s` (`None`: the full grid,
 /// row-major).
 fn ab_device<E: Exec>(
@@ -171,16 +221,31 @@ fn ab_device<E: Exec>(
     precision: GpuPrecision,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let dbl = resolve_precision(precision, e.has_fp64(), e.device())?;
-    let opts: &[&str] = if dbl { OPTS_F64 } else { OPTS_F32 };
     let rs = if dbl { 8 } else { 4 };
     let (t, h, w) = job.cube.dim();
     let k = job.disk.len();
-    if k > KMAX {
-        return Err(BridgeError::Unsupported(format!(
-            "PACO device kernels support patches of at most {KMAX} pixels (radius 4); this \
+    let opts = gpu_kernels::options(dbl, k).ok_or_else(|| {
+        BridgeError::Unsupported(format!(
+            "PACO device kernels support patches of at most {KMAX_BIG} pixels (radius 6); this \
              patch has {k} (use --device cpu)"
-        )));
-    }
+        ))
+    })?;
+    let big = k > KMAX;
+    // Templates first: a mode the CPU does not implement is its typed error, before any
+    // device work.
+    let tpl = match job.params.subpixel {
+        SubPixel::Off => None,
+        SubPixel::Table { q } => Some(PairTemplates::Table {
+            q,
+            data: job.template_table(q)?,
+        }),
+        mode => Some(PairTemplates::PerPair(Templates::new(
+            &job.psf_n.psf,
+            &job.disk,
+            mode,
+            job.geom.rounding,
+        )?)),
+    };
     let npix = h * w;
     if phi0s.is_some_and(<[(usize, usize)]>::is_empty) {
         return Ok((Vec::new(), Vec::new()));
@@ -221,17 +286,10 @@ fn ab_device<E: Exec>(
     let offs_buf = e.upload(&i32_bytes(&offs))?;
     let h0 = job.centred_template()?;
     let h0_buf = e.upload(&encode(h0.iter().copied(), dbl, k))?;
-    let q = e.alloc(npix * rs)?;
-    let r = job.params.psf_rad;
     let variant = match job.params.variant {
         Variant::Paper => 0u32,
         Variant::Vip => 1u32,
     };
-    let (y_lo, y_hi) = (r + 1, h.saturating_sub(r + 1));
-    let nx = w.saturating_sub(2 * r + 2);
-    let band = STATS_GROUPS_PER_LAUNCH
-        .checked_div(nx)
-        .map_or(1, |b| b.clamp(1, y_hi.saturating_sub(y_lo).max(1)));
     let n0 = phi0s.map_or(npix, <[(usize, usize)]>::len);
     let pos = |i: usize| -> (usize, usize) {
         match phi0s {
@@ -239,8 +297,6 @@ fn ab_device<E: Exec>(
             None => (i / w, i % w),
         }
     };
-    let geom = job.geom;
-    let angles = &job.angles;
     let dummy = e.alloc(4)?;
     let ctx = StatsCtx {
         opts,
@@ -248,304 +304,454 @@ fn ab_device<E: Exec>(
         offs: &offs_buf,
         h0: &h0_buf,
         dummy: &dummy,
-        q: &q,
         wu,
         tu,
         ku,
-        xu: to_u32(r + 1, "column")?,
-        nx,
         variant,
     };
-    let rows = (y_lo..y_hi)
-        .step_by(band)
-        .map(|ya| (ya, (ya + band).min(y_hi)));
+    let out = match tpl {
+        Some(tpl) => ab_pairs(e, &ctx, job, &pos, n0, &tpl, dbl, big)?,
+        None => ab_fast(e, &ctx, job, &pos, n0, dbl, big)?,
+    };
+    drop((cube, cen, offs_buf, h0_buf, dummy));
+    Ok(out)
+}
 
-    let out = if let SubPixel::Table { q: tq } = job.params.subpixel {
-        // 3'. sub-pixel templates: pairs bucketed by θ, evaluated inside paco_stats
-        let n_pairs = n0
-            .checked_mul(t)
-            .filter(|&n| n < u32::MAX as usize)
-            .ok_or_else(|| {
-                BridgeError::Unsupported(format!(
-                    "{n0} positions × {t} frames exceed the 2³² (φ0, frame) pairs of one \
-                     device run; pass phi0s in parts"
-                ))
-            })?;
-        let mut th = vec![-1i32; n_pairs];
-        let mut fyx = vec![(0.0f64, 0.0f64); n_pairs];
-        th.par_chunks_mut(t)
-            .zip(fyx.par_chunks_mut(t))
-            .enumerate()
-            .for_each(|(i, (trow, frow))| {
-                let (y0, x0) = pos(i);
+/// Without sub-pixel templates: q and the whitened matched-filter cube z per band of
+/// statistics rows, then the trajectory sums in batches of `batch_size` positions.
+#[allow(clippy::too_many_arguments)]
+fn ab_fast<E: Exec>(
+    e: &E,
+    c: &StatsCtx<'_, E::Buf>,
+    job: &PacoJob<'_>,
+    pos: &(dyn Fn(usize) -> (usize, usize) + Sync),
+    n0: usize,
+    dbl: bool,
+    big: bool,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let rs = if dbl { 8 } else { 4 };
+    let (t, h, w) = job.cube.dim();
+    let (npix, k) = (h * w, job.disk.len());
+    let ((y_lo, y_hi), (x_lo, x_hi)) = job.geom.stats_ranges();
+    let nx = x_hi - x_lo;
+    let mut band = STATS_GROUPS_PER_LAUNCH
+        .checked_div(nx)
+        .map_or(1, |b| b.clamp(1, y_hi.saturating_sub(y_lo).max(1)));
+    if big {
+        // one K×K scratch matrix per work group of a launch
+        let per_row = (nx * k * k * rs).max(1);
+        band = band.min((job.params.max_tile_bytes / per_row).max(1));
+    }
+    let q = e.alloc(npix * rs)?;
+    let z = e.alloc(npix * t * rs)?;
+    let wb = e.alloc(band * nx.max(1) * k * rs)?;
+    let scr = if big {
+        Some(e.alloc(band * nx.max(1) * k * k * rs)?)
+    } else {
+        None
+    };
+    let xu = to_u32(x_lo, "column")?;
+    let nxu = to_u32(nx, "columns")?;
+    for ya in (y_lo..y_hi).step_by(band) {
+        let yb = (ya + band).min(y_hi);
+        let groups = (yb - ya) * nx;
+        if groups == 0 {
+            continue;
+        }
+        let l = StatsLaunch {
+            q: &q,
+            wb: &wb,
+            scr: scr.as_ref(),
+            y0: to_u32(ya, "row")?,
+            x_lo: xu,
+            nx: nxu,
+            groups,
+            pairs: None,
+        };
+        launch_stats(e, c, &l)?;
+        // launches are ordered (OpenCL waits for each, CUDA uses one stream), so the next
+        // band's paco_stats cannot overwrite wb (or the scratch) before this paco_z has read it
+        e.launch(
+            c.opts,
+            "paco_z",
+            (groups * t).div_ceil(LINE_WG) * LINE_WG,
+            LINE_WG,
+            &[
+                Arg::Buf(c.cen),
+                Arg::Buf(c.offs),
+                Arg::Buf(&wb),
+                Arg::Buf(&z),
+                Arg::U32(c.wu),
+                Arg::U32(c.tu),
+                Arg::U32(c.ku),
+                Arg::U32(to_u32(ya, "row")?),
+                Arg::U32(xu),
+                Arg::U32(nxu),
+                Arg::U32(to_u32(groups, "pixels")?),
+            ],
+        )?;
+    }
+
+    // trajectory sums, in batches of output positions
+    let geom = job.geom;
+    let angles = &job.angles;
+    let policy = split_policy();
+    let batch = job.params.batch_size.max(1);
+    let mut a_out = Vec::with_capacity(n0);
+    let mut b_out = Vec::with_capacity(n0);
+    let mut start = 0;
+    while start < n0 {
+        let len = batch.min(n0 - start);
+        let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
+            let (lo, hi) = (start + range.start, start + range.end);
+            let n = hi - lo;
+            let mut traj = vec![-1i32; n * t];
+            traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
+                let (y0, x0) = pos(lo + i);
                 let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
-                for ((o, f), &ang) in trow.iter_mut().zip(frow.iter_mut()).zip(angles) {
+                for (o, &ang) in row.iter_mut().zip(angles) {
                     match geom.pixel_polar(rr, th0, ang) {
-                        Some((theta, fy, fx)) => {
-                            *o = theta as i32;
-                            *f = (fy, fx);
-                        }
+                        // θ < H·W < 2³¹, checked above
+                        Some((theta, _, _)) => *o = theta as i32,
                         None => {
-                            trow.fill(-1);
-                            return;
+                            *o = -1;
+                            break;
                         }
                     }
                 }
             });
-        let valid: Vec<i32> = th.chunks(t).map(|c| i32::from(c[0] >= 0)).collect();
-        // counting sort by θ, pair ids ascending within θ (the CPU's order)
-        let mut pstart = vec![0u32; npix + 1];
-        for &v in &th {
-            if v >= 0 {
-                pstart[v as usize + 1] += 1;
+            let traj_buf = e.upload(&i32_bytes(&traj))?;
+            drop(traj);
+            let a = e.alloc(n * rs)?;
+            let b = e.alloc(n * rs)?;
+            e.launch(
+                c.opts,
+                "paco_accumulate",
+                n.div_ceil(LINE_WG) * LINE_WG,
+                LINE_WG,
+                &[
+                    Arg::Buf(&traj_buf),
+                    Arg::Buf(&q),
+                    Arg::Buf(&z),
+                    Arg::Buf(&a),
+                    Arg::Buf(&b),
+                    Arg::U32(to_u32(n, "positions")?),
+                    Arg::U32(c.tu),
+                ],
+            )?;
+            let av = decode(&e.read(&a, n * rs)?, dbl);
+            let bv = decode(&e.read(&b, n * rs)?, dbl);
+            Ok(av.into_iter().zip(bv).collect())
+        };
+        let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;
+        for (a, b) in part {
+            a_out.push(a);
+            b_out.push(b);
+        }
+        start += len;
+    }
+    drop((q, z, wb, scr));
+    Ok((a_out, b_out))
+}
+
+/// With sub-pixel templates: pairs (φ0, ℓ) bucketed by their trajectory pixel θ on the host,
+/// evaluated by `paco_stats` right after the Cholesky factorisation of θ, in batches of pixels
+/// bounded by `max_tile_bytes`; the host adds the contributions in the CPU's order.
+#[allow(clippy::too_many_arguments)]
+fn ab_pairs<E: Exec>(
+    e: &E,
+    c: &StatsCtx<'_, E::Buf>,
+    job: &PacoJob<'_>,
+    pos: &(dyn Fn(usize) -> (usize, usize) + Sync),
+    n0: usize,
+    tpl: &PairTemplates,
+    dbl: bool,
+    big: bool,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let rs = if dbl { 8 } else { 4 };
+    let (t, h, w) = job.cube.dim();
+    let (npix, k) = (h * w, job.disk.len());
+    let geom = job.geom;
+    let angles = &job.angles;
+    let n_pairs = n0
+        .checked_mul(t)
+        .filter(|&n| n < u32::MAX as usize)
+        .ok_or_else(|| {
+            BridgeError::Unsupported(format!(
+                "{n0} positions × {t} frames exceed the 2³² (φ0, frame) pairs of one device \
+                 run; pass phi0s in parts"
+            ))
+        })?;
+    // trajectory pixel of every pair (pair id i·T + ℓ); u32::MAX for an invalid trajectory
+    let mut th = vec![u32::MAX; n_pairs];
+    th.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
+        let (y0, x0) = pos(i);
+        let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
+        for (o, &ang) in row.iter_mut().zip(angles) {
+            match geom.pixel_polar(rr, th0, ang) {
+                // θ < H·W < 2³¹, checked by the caller
+                Some((theta, _, _)) => *o = theta as u32,
+                None => {
+                    row.fill(u32::MAX);
+                    return;
+                }
             }
         }
-        for i in 0..npix {
-            pstart[i + 1] += pstart[i];
+    });
+    let valid: Vec<bool> = th.chunks(t).map(|r| r[0] != u32::MAX).collect();
+    // counting sort by θ, pair ids ascending within θ (the CPU's order)
+    let mut start = vec![0u32; npix + 1];
+    for &v in &th {
+        if v != u32::MAX {
+            start[v as usize + 1] += 1;
         }
-        let total = pstart[npix] as usize;
-        let mut fill = pstart.clone();
-        let mut ppid = vec![0u32; total];
-        let mut pf = vec![(0.0f64, 0.0f64); total];
-        for (pid, (&v, &f)) in th.iter().zip(&fyx).enumerate() {
-            if v >= 0 {
+    }
+    for i in 0..npix {
+        start[i + 1] += start[i];
+    }
+    let total = start[npix] as usize;
+    let mut ppid = vec![0u32; total];
+    {
+        let mut fill = start.clone();
+        for (pid, &v) in th.iter().enumerate() {
+            if v != u32::MAX {
                 let slot = &mut fill[v as usize];
                 ppid[*slot as usize] = pid as u32;
-                pf[*slot as usize] = f;
                 *slot += 1;
             }
         }
-        drop((th, fyx, fill));
-        let u32b = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let table = job.template_table(tq)?;
-        let sub = SubBufs {
-            pstart: e.upload(&u32b(&pstart))?,
-            ppid: e.upload(&u32b(&ppid))?,
-            pfy: e.upload(&encode(pf.iter().map(|f| f.0), dbl, total))?,
-            pfx: e.upload(&encode(pf.iter().map(|f| f.1), dbl, total))?,
-            tbl: e.upload(&encode(table.iter().copied(), dbl, table.len()))?,
-            tq: to_u32(tq, "subpixel table q")?,
-            nearest: u32::from(geom.rounding == super::Rounding::Nearest),
-            cab: e.alloc(2 * n_pairs * rs)?,
-        };
-        drop((pstart, ppid, pf, table));
-        let wb_dummy = e.alloc(4)?;
-        for (ya, yb) in rows {
-            launch_stats(e, &ctx, &wb_dummy, Some(&sub), ya, yb)?;
-        }
-        let valid_buf = e.upload(&i32_bytes(&valid))?;
-        let a = e.alloc(n0 * rs)?;
-        let b = e.alloc(n0 * rs)?;
-        e.launch(
-            opts,
-            "paco_accumulate_pairs",
-            n0.div_ceil(LINE_WG) * LINE_WG,
-            LINE_WG,
-            &[
-                Arg::Buf(&valid_buf),
-                Arg::Buf(&sub.cab),
-                Arg::Buf(&a),
-                Arg::Buf(&b),
-                Arg::U32(to_u32(n0, "positions")?),
-                Arg::U32(tu),
-            ],
-        )?;
-        let av = decode(&e.read(&a, n0 * rs)?, dbl);
-        let bv = decode(&e.read(&b, n0 * rs)?, dbl);
-        drop((sub, wb_dummy, valid_buf, a, b));
-        (av, bv)
-    } else {
-        // 3. q and the whitened matched-filter cube z, per band of rows
-        let z = e.alloc(npix * t * rs)?;
-        let wb = e.alloc(band * nx.max(1) * k * rs)?;
-        for (ya, yb) in rows {
-            launch_stats(e, &ctx, &wb, None, ya, yb)?;
-            let groups = (yb - ya) * nx;
-            // launches are ordered (OpenCL waits for each, CUDA uses one stream), so the next
-            // band's paco_stats cannot overwrite wb before this paco_z has read it
-            e.launch(
-                opts,
-                "paco_z",
-                (groups * t).div_ceil(LINE_WG) * LINE_WG,
-                LINE_WG,
-                &[
-                    Arg::Buf(&cen),
-                    Arg::Buf(&offs_buf),
-                    Arg::Buf(&wb),
-                    Arg::Buf(&z),
-                    Arg::U32(wu),
-                    Arg::U32(tu),
-                    Arg::U32(ku),
-                    Arg::U32(to_u32(ya, "row")?),
-                    Arg::U32(ctx.xu),
-                    Arg::U32(to_u32(nx, "columns")?),
-                    Arg::U32(to_u32(groups, "pixels")?),
-                ],
-            )?;
-        }
+    }
+    drop(th);
+    // the pixels that have pairs, and their slot ranges (CSR)
+    let plist: Vec<u32> = (0..npix)
+        .filter(|&p| start[p + 1] > start[p])
+        .map(|p| p as u32)
+        .collect();
+    let mut pstart: Vec<u32> = plist.iter().map(|&p| start[p as usize]).collect();
+    pstart.push(total as u32);
+    drop(start);
+    let nact = plist.len();
 
-        // 4. trajectory sums, in batches of output positions
-        let policy = RetryPolicy {
-            max_retries: 0,
-            release: ReleaseScope::Nothing,
-            on_exhausted: OnExhausted::SplitBatch,
-            ..RetryPolicy::default()
-        };
-        let batch = job.params.batch_size.max(1);
-        let mut a_out = Vec::with_capacity(n0);
-        let mut b_out = Vec::with_capacity(n0);
-        let mut start = 0;
-        while start < n0 {
-            let len = batch.min(n0 - start);
-            let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
-                let (lo, hi) = (start + range.start, start + range.end);
-                let n = hi - lo;
-                let mut traj = vec![-1i32; n * t];
-                traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
-                    let (y0, x0) = pos(lo + i);
-                    let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
-                    for (o, &ang) in row.iter_mut().zip(angles) {
-                        match geom.pixel_polar(rr, th0, ang) {
-                            // θ < H·W < 2³¹, checked above
-                            Some((theta, _, _)) => *o = theta as i32,
-                            None => {
-                                *o = -1;
-                                break;
-                            }
-                        }
-                    }
-                });
-                let traj_buf = e.upload(&i32_bytes(&traj))?;
-                drop(traj);
-                let a = e.alloc(n * rs)?;
-                let b = e.alloc(n * rs)?;
-                e.launch(
-                    opts,
-                    "paco_accumulate",
-                    n.div_ceil(LINE_WG) * LINE_WG,
-                    LINE_WG,
-                    &[
-                        Arg::Buf(&traj_buf),
-                        Arg::Buf(&q),
-                        Arg::Buf(&z),
-                        Arg::Buf(&a),
-                        Arg::Buf(&b),
-                        Arg::U32(to_u32(n, "positions")?),
-                        Arg::U32(tu),
-                    ],
-                )?;
-                let av = decode(&e.read(&a, n * rs)?, dbl);
-                let bv = decode(&e.read(&b, n * rs)?, dbl);
-                Ok(av.into_iter().zip(bv).collect())
-            };
-            let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;
-            for (a, b) in part {
-                a_out.push(a);
-                b_out.push(b);
-            }
-            start += len;
-        }
-        drop((z, wb));
-        (a_out, b_out)
+    // templates on the device: the table once; per-pair templates with their batch
+    let (sub, tq, tbl) = match tpl {
+        PairTemplates::Table { q, data } => (
+            1u32,
+            to_u32(*q, "subpixel table q")?,
+            Some(e.upload(&encode(data.iter().copied(), dbl, data.len()))?),
+        ),
+        PairTemplates::PerPair(_) => (2u32, 1u32, None),
     };
-    drop((cube, cen, offs_buf, h0_buf, q, dummy));
-    Ok(out)
+    let nearest = u32::from(geom.rounding == super::Rounding::Nearest);
+    // device bytes per pixel and per pair of a batch
+    let per_pixel = 8 + if big { k * k * rs } else { 0 };
+    let per_pair = 4
+        + 2 * rs
+        + match tpl {
+            PairTemplates::Table { .. } => 2 * rs,
+            PairTemplates::PerPair(_) => k * rs,
+        };
+    let budget = job.params.max_tile_bytes;
+    let policy = split_policy();
+    let mut a = vec![0.0f64; n0];
+    let mut b = vec![0.0f64; n0];
+    let frac = |pid: u32| -> (f64, f64) {
+        let (i0, l) = (pid as usize / t, pid as usize % t);
+        let (y0, x0) = pos(i0);
+        // valid pairs only: the same computation as the bucketing above (and the CPU's)
+        geom.pixel(y0 as f64, x0 as f64, angles[l])
+            .map_or((f64::NAN, f64::NAN), |(_, fy, fx)| (fy, fx))
+    };
+    let mut ga = 0;
+    while ga < nact {
+        // the largest run of pixels within the byte budget (at least one pixel)
+        let mut gb = ga + 1;
+        let mut bytes = per_pixel + (pstart[gb] - pstart[ga]) as usize * per_pair;
+        while gb < nact && gb - ga < STATS_GROUPS_PER_LAUNCH {
+            let more = per_pixel + (pstart[gb + 1] - pstart[gb]) as usize * per_pair;
+            if bytes + more > budget {
+                break;
+            }
+            bytes += more;
+            gb += 1;
+        }
+        let mut op = |range: std::ops::Range<usize>| -> Result<Vec<()>> {
+            let (pa, pb) = (ga + range.start, ga + range.end);
+            let (sa, sb) = (pstart[pa] as usize, pstart[pb] as usize);
+            let ns = sb - sa;
+            let slots = &ppid[sa..sb];
+            let plist_b = e.upload(&u32_bytes(plist[pa..pb].iter().copied()))?;
+            let pstart_b = e.upload(&u32_bytes(pstart[pa..=pb].iter().map(|&s| s - sa as u32)))?;
+            let pfr_b = e.upload(&u32_bytes(slots.iter().map(|&pid| pid % t as u32)))?;
+            let (pfy_b, pfx_b, tpl_b) = match tpl {
+                PairTemplates::Table { .. } => {
+                    let f: Vec<(f64, f64)> = slots.par_iter().map(|&pid| frac(pid)).collect();
+                    (
+                        Some(e.upload(&encode(f.iter().map(|v| v.0), dbl, ns))?),
+                        Some(e.upload(&encode(f.iter().map(|v| v.1), dbl, ns))?),
+                        None,
+                    )
+                }
+                PairTemplates::PerPair(tp) => {
+                    // the CPU's own template of every pair, encoded in parallel
+                    let mut bytes = vec![0u8; ns * k * rs];
+                    bytes
+                        .par_chunks_mut(k * rs)
+                        .zip(slots.par_iter())
+                        .for_each_init(
+                            || vec![0.0f64; k],
+                            |hv, (out, &pid)| {
+                                let (fy, fx) = frac(pid);
+                                tp.fill(fy, fx, hv);
+                                for (o, &v) in out.chunks_exact_mut(rs).zip(hv.iter()) {
+                                    if dbl {
+                                        o.copy_from_slice(&v.to_le_bytes());
+                                    } else {
+                                        o.copy_from_slice(&(v as f32).to_le_bytes());
+                                    }
+                                }
+                            },
+                        );
+                    (None, None, Some(e.upload(&bytes)?))
+                }
+            };
+            let cab = e.alloc(2 * ns * rs)?;
+            let scr = if big {
+                Some(e.alloc((pb - pa) * k * k * rs)?)
+            } else {
+                None
+            };
+            let pairs = PairArgs {
+                sub,
+                plist: &plist_b,
+                pstart: &pstart_b,
+                pfr: &pfr_b,
+                pfy: pfy_b.as_ref().unwrap_or(c.dummy),
+                pfx: pfx_b.as_ref().unwrap_or(c.dummy),
+                tbl: tpl_b.as_ref().or(tbl.as_ref()).unwrap_or(c.dummy),
+                tq,
+                nearest,
+                cab: &cab,
+            };
+            let l = StatsLaunch {
+                q: c.dummy,
+                wb: c.dummy,
+                scr: scr.as_ref(),
+                y0: 0,
+                x_lo: 0,
+                nx: 1,
+                groups: pb - pa,
+                pairs: Some(pairs),
+            };
+            launch_stats(e, c, &l)?;
+            let contrib = decode(&e.read(&cab, 2 * ns * rs)?, dbl);
+            drop((plist_b, pstart_b, pfr_b, pfy_b, pfx_b, tpl_b, cab, scr));
+            // the CPU's order: slots in (θ, pair id) order
+            for (&pid, cv) in slots.iter().zip(contrib.chunks_exact(2)) {
+                let i0 = pid as usize / t;
+                a[i0] += cv[0];
+                b[i0] += cv[1];
+            }
+            Ok(vec![(); pb - pa])
+        };
+        run_batched(&policy, e.device(), &NoRelease, gb - ga, &mut op, None)?;
+        ga = gb;
+    }
+    drop(tbl);
+    for ((av, bv), &ok) in a.iter_mut().zip(b.iter_mut()).zip(&valid) {
+        if !ok {
+            *av = f64::NAN;
+            *bv = f64::NAN;
+        }
+    }
+    Ok((a, b))
 }
 
-/// Buffers shared by every `paco_stats` launch of a run.
+/// Buffers and sizes shared by every `paco_stats` launch of a run.
 struct StatsCtx<'a, B> {
     opts: &'a [&'a str],
     cen: &'a B,
     offs: &'a B,
     h0: &'a B,
-    /// A 4-byte buffer for the pair arguments of runs without sub-pixel templates (never read;
-    /// distinct from every written buffer, as the kernel's `restrict` qualifiers require).
+    /// A 4-byte buffer for the arguments a launch never reads or writes (distinct from every
+    /// buffer that is written, as the kernel's `restrict` qualifiers require).
     dummy: &'a B,
-    q: &'a B,
     wu: u32,
     tu: u32,
     ku: u32,
-    xu: u32,
-    nx: usize,
     variant: u32,
 }
 
-/// The sub-pixel pair lists and template table of a run.
-struct SubBufs<B> {
-    pstart: B,
-    ppid: B,
-    pfy: B,
-    pfx: B,
-    tbl: B,
+/// The pair arguments of a `paco_stats` launch with sub-pixel templates.
+struct PairArgs<'a, B> {
+    /// 1: table templates, 2: per-pair templates.
+    sub: u32,
+    plist: &'a B,
+    pstart: &'a B,
+    pfr: &'a B,
+    pfy: &'a B,
+    pfx: &'a B,
+    tbl: &'a B,
     tq: u32,
     nearest: u32,
-    cab: B,
+    cab: &'a B,
 }
 
-/// One `paco_stats` launch over the box pixels of rows `[ya, yb)`.
+/// One `paco_stats` launch: `groups` pixels of rows from `y0` (columns `[x_lo, x_lo + nx)`)
+/// without templates, the pixels of `pairs.plist` with them.
+struct StatsLaunch<'a, B> {
+    q: &'a B,
+    wb: &'a B,
+    /// The K×K scratch matrices of the `COV_GLOBAL` variant (`groups·K²` values).
+    scr: Option<&'a B>,
+    y0: u32,
+    x_lo: u32,
+    nx: u32,
+    groups: usize,
+    pairs: Option<PairArgs<'a, B>>,
+}
+
 fn launch_stats<E: Exec>(
     e: &E,
     c: &StatsCtx<'_, E::Buf>,
-    wb: &E::Buf,
-    sub: Option<&SubBufs<E::Buf>>,
-    ya: usize,
-    yb: usize,
+    l: &StatsLaunch<'_, E::Buf>,
 ) -> Result<()> {
-    let groups = (yb - ya) * c.nx;
-    if groups == 0 {
+    if l.groups == 0 {
         return Ok(());
     }
-    // without sub-pixel templates the pair arguments are never read
-    let (pstart, ppid, pfy, pfx, tbl, cab) = match sub {
-        Some(s) => (&s.pstart, &s.ppid, &s.pfy, &s.pfx, &s.tbl, &s.cab),
-        None => {
-            let d = c.dummy;
-            (d, d, d, d, d, d)
-        }
-    };
+    let d = c.dummy;
+    let p = l.pairs.as_ref();
     e.launch(
         c.opts,
         "paco_stats",
-        groups * e.stats_wg(),
+        l.groups * e.stats_wg(),
         e.stats_wg(),
         &[
             Arg::Buf(c.cen),
             Arg::Buf(c.offs),
             Arg::Buf(c.h0),
-            Arg::Buf(c.q),
-            Arg::Buf(wb),
+            Arg::Buf(l.q),
+            Arg::Buf(l.wb),
+            Arg::Buf(l.scr.unwrap_or(d)),
             Arg::U32(c.wu),
             Arg::U32(c.tu),
             Arg::U32(c.ku),
-            Arg::U32(to_u32(ya, "row")?),
-            Arg::U32(c.xu),
-            Arg::U32(to_u32(c.nx, "columns")?),
-            Arg::U32(to_u32(groups, "pixels")?),
+            Arg::U32(l.y0),
+            Arg::U32(l.x_lo),
+            Arg::U32(l.nx),
+            Arg::U32(to_u32(l.groups, "pixels")?),
             Arg::U32(c.variant),
-            Arg::U32(u32::from(sub.is_some())),
-            Arg::Buf(pstart),
-            Arg::Buf(ppid),
-            Arg::Buf(pfy),
-            Arg::Buf(pfx),
-            Arg::Buf(tbl),
-            Arg::U32(sub.map_or(1, |s| s.tq)),
-            Arg::U32(sub.map_or(0, |s| s.nearest)),
-            Arg::Buf(cab),
+            Arg::U32(p.map_or(0, |p| p.sub)),
+            Arg::Buf(p.map_or(d, |p| p.plist)),
+            Arg::Buf(p.map_or(d, |p| p.pstart)),
+            Arg::Buf(p.map_or(d, |p| p.pfr)),
+            Arg::Buf(p.map_or(d, |p| p.pfy)),
+            Arg::Buf(p.map_or(d, |p| p.pfx)),
+            Arg::Buf(p.map_or(d, |p| p.tbl)),
+            Arg::U32(p.map_or(1, |p| p.tq)),
+            Arg::U32(p.map_or(0, |p| p.nearest)),
+            Arg::Buf(p.map_or(d, |p| p.cab)),
         ],
     )
-}
-
-/// `Ok` when this job has device kernels; a typed error otherwise (no silent CPU fallback).
-fn on_device(job: &PacoJob<'_>, name: &str) -> Result<()> {
-    if matches!(job.params.subpixel, SubPixel::Off | SubPixel::Table { .. }) {
-        return Ok(());
-    }
-    Err(BridgeError::Unsupported(format!(
-        "PACO sub-pixel templates {:?} have no {name} kernels; use the table interpolator \
-         (SubPixel::Table, the CLI's --subpixel) on this device, or --device cpu for the exact \
-         FFT shift",
-        job.params.subpixel
-    )))
 }
 
 /// Full-grid maps from the flat outputs.
@@ -706,13 +912,11 @@ impl PacoBackend for OpenClPaco {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        on_device(job, "OpenCL")?;
         let (a, b) = ab_device(&self.exec(), job, None, self.precision)?;
         to_maps(job, a, b)
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        on_device(job, "OpenCL")?;
         ab_device(&self.exec(), job, Some(phi0s), self.precision)
     }
 }
@@ -832,13 +1036,11 @@ impl PacoBackend for CudaPaco {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        on_device(job, "CUDA")?;
         let (a, b) = ab_device(&self.exec(), job, None, self.precision)?;
         to_maps(job, a, b)
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        on_device(job, "CUDA")?;
         ab_device(&self.exec(), job, Some(phi0s), self.precision)
     }
 }

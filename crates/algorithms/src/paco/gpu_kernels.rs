@@ -3,9 +3,17 @@
 //! The source follows the portable kernel contract of [`bridge_core::kernel`] (`KERNEL`,
 //! `GLOBAL`, `LOCAL`, `GID`, `LID`, `GROUP_ID`, `BARRIER`, ...) and is compiled with one of the
 //! [`PACO`] option sets: `-DREAL=double` (devices with doubles; the default) or `-DREAL=float`.
-//! `REAL` is the storage and arithmetic type of every kernel. The patch area is bounded by
-//! `KMAX` (default [`KMAX`] = 64, i.e. patch radii up to 4); the K×K matrix of one pixel lives
-//! in local (shared) memory: 32 KiB in double, 16 KiB in float.
+//! `REAL` is the storage and arithmetic type of every kernel.
+//!
+//! **Patch size.** With the default options the patch area is bounded by `KMAX` ([`KMAX`] =
+//! 64, patch radii up to 4) and the K×K matrix of one pixel lives in local (shared) memory:
+//! 32 KiB in double, 16 KiB in float (CUDA's static shared memory is limited to 48 KiB). Larger
+//! patches use the `-DKMAX=128 -DCOV_GLOBAL` variants ([`OPTS_F64_BIG`], [`OPTS_F32_BIG`]; K ≤
+//! [`KMAX_BIG`] = 128, radii up to 6): the matrix lives in a slice `K²` of a global scratch
+//! buffer per work group (`scr`, indexed by the group id of the launch, so the host bounds the
+//! groups per launch by the scratch it allocates), and the group's barriers also fence global
+//! memory. Everything else (the K-vectors in local memory, the per-thread K-vectors of the
+//! pair evaluation in private memory, `KMAX` values each) is the same code.
 //!
 //! Pipeline, no sub-pixel templates (spec §6 "fast form"; steps 1, 3 and 4 of the CPU data flow
 //! in the `paco/backend.rs` module docs):
@@ -13,8 +21,9 @@
 //! 1. `paco_centre`: `cen[p][t] = r_t[p] − μ[p]`, the cube centred per pixel and transposed to
 //!    pixel-major (one thread per pixel; the mean is the sequential sum over frames / T, as on
 //!    the CPU);
-//! 2. `paco_stats`: one work group per statistics-box pixel θ (any `LOCAL_SIZE(0)`;
-//!    [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):
+//! 2. `paco_stats` with `sub = 0`: one work group per statistics pixel θ of a band of rows
+//!    (rows from `y0`, columns `[x_lo, x_lo + nx)`: the edge rule's ranges, computed on the
+//!    host; any `LOCAL_SIZE(0)`: [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):
 //!    the sample covariance `S_ij = (1/T)·Σ_t cen[θ+d_i][t]·cen[θ+d_j][t]` (upper triangle, one
 //!    entry per thread, the CPU's four-accumulator order), the shrinkage ρ (paper or VIP
 //!    numerator, `variant` 0 / 1), `C = (1−ρ)·S + ρ·diag S` (×½ for VIP), the right-looking
@@ -25,23 +34,26 @@
 //!    thread per (pixel, frame);
 //! 4. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
 //!    `traj[i][ℓ]` (computed on the host with the CPU's bit-exact geometry, −1 when `[φ_ℓ]`
-//!    fails the box rule): `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an
+//!    fails the edge rule): `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an
 //!    invalid trajectory.
 //!
-//! With sub-pixel templates from a table (`SubPixel::Table { q }`, spec §5.2 and §10 "tile by
-//! θ"), `paco_stats` is launched with `sub = 1`: the host buckets the pairs (φ0, ℓ) by their
-//! trajectory pixel θ (CSR `pstart`, pair ids `ppid = i·T + ℓ` ascending within θ, fractional
-//! offsets `pfy`, `pfx`); after its Cholesky factorisation the work group evaluates every pair
-//! landing on θ (one thread per pair): the template `h_ℓ` is blended bilinearly from the
-//! `(q+1)²·K` table exactly like the CPU, then `L⁻¹[h_ℓ | c_ℓ(θ)]` in the CPU's
-//! `forward_multi` order, `a_c = |L⁻¹h|²`, `b_c = (L⁻¹h)·(L⁻¹c)`, written to `cab[pair id]`
-//! (no atomics). `paco_accumulate_pairs` then sums the contributions of each φ0 in increasing
-//! ℓ. C⁻¹ is never stored.
+//! With sub-pixel templates (spec §5.2 and §10 "tile by θ"), `paco_stats` is launched with
+//! `sub = 1` (table templates, `SubPixel::Table { q }`) or `sub = 2` (per-pair templates:
+//! `SubPixel::VipFft`, `SubPixel::Spline5`, any exact mode) over a batch of pixels: the host
+//! buckets the pairs (φ0, ℓ) by their trajectory pixel θ; group `g` takes pixel `plist[g]` and
+//! the pair slots `[pstart[g], pstart[g+1])` (batch-local CSR, slots in (θ, pair id) order),
+//! frame `pfr[slot]`. After its Cholesky factorisation the work group evaluates every pair of
+//! its pixel (one thread per pair): the template `h_ℓ` is blended bilinearly from the
+//! `(q+1)²·K` table `tbl` exactly like the CPU (`sub = 1`, fractional offsets `pfy`, `pfx`) or
+//! read from `tbl[slot·K..]` (`sub = 2`, the CPU's own templates computed on the host), then
+//! `L⁻¹[h_ℓ | c_ℓ(θ)]` in the CPU's `forward_multi` order, `a_c = |L⁻¹h|²`,
+//! `b_c = (L⁻¹h)·(L⁻¹c)`, written to `cab[2·slot]`, `cab[2·slot+1]` (no atomics). The host
+//! adds the contributions to a(φ0), b(φ0) in slot order, the CPU's order. C⁻¹ is never stored.
 //!
 //! Floating-point contraction is disabled (`FP_CONTRACT OFF` on OpenCL; on CUDA every product
 //! is rounded explicitly with `__dmul_rn` / `__fmul_rn`, so no FMA can form), and the sums
-//! follow the CPU's order: in double, the PoCL maps are bit-identical to the CPU backend
-//! without sub-pixel templates and within 1e-15 with table templates.
+//! follow the CPU's order: in double, the PoCL maps are bit-identical to the CPU backend, with
+//! and without sub-pixel templates (see the `paco/gpu.rs` module docs for the measured figures).
 
 use bridge_core::kernel::KernelSource;
 
@@ -49,9 +61,19 @@ use bridge_core::kernel::KernelSource;
 pub const OPTS_F64: &[&str] = &["-DREAL=double"];
 /// Build options: single precision.
 pub const OPTS_F32: &[&str] = &["-DREAL=float"];
+/// Build options: double precision, patches of up to [`KMAX_BIG`] pixels (K×K matrix in global
+/// scratch memory).
+pub const OPTS_F64_BIG: &[&str] = &["-DREAL=double", "-DKMAX=128", "-DCOV_GLOBAL"];
+/// Build options: single precision, patches of up to [`KMAX_BIG`] pixels.
+pub const OPTS_F32_BIG: &[&str] = &["-DREAL=float", "-DKMAX=128", "-DCOV_GLOBAL"];
 
-/// Largest patch area K the kernels accept (the `KMAX` default of the source).
+/// Largest patch area K of the default (local-memory) option sets (the `KMAX` default of the
+/// source).
 pub const KMAX: usize = 64;
+
+/// Largest patch area K of the global-scratch option sets ([`OPTS_F64_BIG`], [`OPTS_F32_BIG`]):
+/// radii up to 6 (K = 113).
+pub const KMAX_BIG: usize = 128;
 
 /// Work-group size of `paco_stats` (one group per pixel) on GPUs; the kernel works with any
 /// size (it reads `LOCAL_SIZE(0)`).
@@ -64,21 +86,27 @@ pub const STATS_WG_CPU: usize = 32;
 /// Work-group size of the per-pixel kernels `paco_centre` and `paco_accumulate`.
 pub const LINE_WG: usize = 64;
 
+/// The option set for a run: precision and patch area K (`None` when K > [`KMAX_BIG`]).
+pub fn options(f64_real: bool, k: usize) -> Option<&'static [&'static str]> {
+    match (f64_real, k) {
+        (_, k) if k > KMAX_BIG => None,
+        (true, k) if k > KMAX => Some(OPTS_F64_BIG),
+        (false, k) if k > KMAX => Some(OPTS_F32_BIG),
+        (true, _) => Some(OPTS_F64),
+        (false, _) => Some(OPTS_F32),
+    }
+}
+
 /// The PACO statistics, whitened matched filter and trajectory sums (see the module docs).
 pub const PACO: KernelSource = KernelSource {
     name: "paco",
     source: PACO_SRC,
-    entry_points: &[
-        "paco_centre",
-        "paco_stats",
-        "paco_z",
-        "paco_accumulate",
-        "paco_accumulate_pairs",
-    ],
-    option_sets: &[OPTS_F64, OPTS_F32],
+    entry_points: &["paco_centre", "paco_stats", "paco_z", "paco_accumulate"],
+    option_sets: &[OPTS_F64, OPTS_F32, OPTS_F64_BIG, OPTS_F32_BIG],
 };
 
-/// Every kernel source of the PACO module (each is compiled through NVRTC in CI).
+/// Every kernel source of the PACO module (each is compiled through NVRTC in CI, in every
+/// option set).
 pub const ALL: &[KernelSource] = &[PACO];
 
 const PACO_SRC: &str = r#"
@@ -96,6 +124,21 @@ const PACO_SRC: &str = r#"
 #define REAL_NAN ((REAL)NAN)
 #endif
 
+/* Where paco_stats keeps the K x K matrix of its pixel: local (shared) memory by default,
+   or a slice of the global scratch buffer `scr` with COV_GLOBAL (patches larger than the
+   local-memory KMAX); the group's barriers then also fence global memory. */
+#if defined(COV_GLOBAL)
+#define SMEM GLOBAL
+#if defined(__CUDACC__)
+#define SBARRIER() __syncthreads()
+#else
+#define SBARRIER() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+#endif
+#else
+#define SMEM LOCAL_PTR
+#define SBARRIER() BARRIER()
+#endif
+
 /* a*b rounded (no fused multiply-add). */
 #if defined(__CUDACC__)
 DEVICE_FN double pmul(double a, double b) { return __dmul_rn(a, b); }
@@ -108,34 +151,26 @@ DEVICE_FN float pmul(float a, float b) { return __fmul_rn(a, b); }
 /* finite and > 0 without library calls */
 #define POS_FINITE(d) ((d) > (REAL)0 && ((d) - (d)) == (REAL)0)
 
-/* CPU `dot`: four accumulators over blocks of 4, then the remainder. */
-DEVICE_FN REAL dot4_g(GLOBAL const REAL* a, GLOBAL const REAL* b, uint n) {
-    REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    uint n4 = n & ~3u;
-    for (uint i = 0; i < n4; i += 4) {
-        s0 += MUL(a[i], b[i]);
-        s1 += MUL(a[i + 1], b[i + 1]);
-        s2 += MUL(a[i + 2], b[i + 2]);
-        s3 += MUL(a[i + 3], b[i + 3]);
+/* CPU `dot`: four accumulators over blocks of 4, then the remainder (one definition per pair
+   of address spaces: OpenCL C has no overloading). */
+#define DEF_DOT4(NAME, QA, QB)                                                              \
+    DEVICE_FN REAL NAME(QA const REAL* a, QB const REAL* b, uint n) {                       \
+        REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                \
+        uint n4 = n & ~3u;                                                                  \
+        for (uint i = 0; i < n4; i += 4) {                                                  \
+            s0 += MUL(a[i], b[i]);                                                          \
+            s1 += MUL(a[i + 1], b[i + 1]);                                                  \
+            s2 += MUL(a[i + 2], b[i + 2]);                                                  \
+            s3 += MUL(a[i + 3], b[i + 3]);                                                  \
+        }                                                                                   \
+        REAL s = (s0 + s1) + (s2 + s3);                                                     \
+        for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);                                 \
+        return s;                                                                           \
     }
-    REAL s = (s0 + s1) + (s2 + s3);
-    for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);
-    return s;
-}
-
-DEVICE_FN REAL dot4_l(LOCAL_PTR const REAL* a, LOCAL_PTR const REAL* b, uint n) {
-    REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    uint n4 = n & ~3u;
-    for (uint i = 0; i < n4; i += 4) {
-        s0 += MUL(a[i], b[i]);
-        s1 += MUL(a[i + 1], b[i + 1]);
-        s2 += MUL(a[i + 2], b[i + 2]);
-        s3 += MUL(a[i + 3], b[i + 3]);
-    }
-    REAL s = (s0 + s1) + (s2 + s3);
-    for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);
-    return s;
-}
+DEF_DOT4(dot4_g, GLOBAL, GLOBAL)
+DEF_DOT4(dot4_ss, SMEM, SMEM)
+DEF_DOT4(dot4_sl, SMEM, LOCAL_PTR)
+DEF_DOT4(dot4_ll, LOCAL_PTR, LOCAL_PTR)
 
 /* cube [t][p] -> cen [p][t], centred per pixel. */
 KERNEL paco_centre(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen,
@@ -148,16 +183,22 @@ KERNEL paco_centre(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen,
     for (uint f = 0; f < t; ++f) cen[p * t + f] = cube[(size_t)f * npix + p] - mean;
 }
 
-/* One work group per box pixel of rows [y0, y0 + rows), columns [x_lo, x_lo + nx). */
+/* One work group per pixel theta: with sub == 0 the statistics pixels of rows
+   [y0, y0 + ngroups / nx), columns [x_lo, x_lo + nx); with sub != 0 the pixels plist[g]. */
 KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
                   GLOBAL const REAL* RESTRICT h0, GLOBAL REAL* RESTRICT q,
-                  GLOBAL REAL* RESTRICT wb, const uint w, const uint t, const uint k,
-                  const uint y0, const uint x_lo, const uint nx, const uint ngroups,
-                  const uint variant, const uint sub, GLOBAL const uint* RESTRICT pstart,
-                  GLOBAL const uint* RESTRICT ppid, GLOBAL const REAL* RESTRICT pfy,
+                  GLOBAL REAL* RESTRICT wb, GLOBAL REAL* RESTRICT scr, const uint w,
+                  const uint t, const uint k, const uint y0, const uint x_lo, const uint nx,
+                  const uint ngroups, const uint variant, const uint sub,
+                  GLOBAL const uint* RESTRICT plist, GLOBAL const uint* RESTRICT pstart,
+                  GLOBAL const uint* RESTRICT pfr, GLOBAL const REAL* RESTRICT pfy,
                   GLOBAL const REAL* RESTRICT pfx, GLOBAL const REAL* RESTRICT tbl,
                   const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab) {
+#if defined(COV_GLOBAL)
+    GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * k * k;
+#else
     LOCAL REAL S[KMAX * KMAX];
+#endif
     LOCAL REAL v[KMAX];
     LOCAL REAL hl[KMAX];
     LOCAL REAL invd[KMAX];
@@ -167,12 +208,13 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
     uint tid = (uint)LID(0);
     uint nt = (uint)LOCAL_SIZE(0);
     if (g >= ngroups) return; /* uniform per group */
-    size_t theta = (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
+    size_t theta = sub ? (size_t)plist[g]
+                       : (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
     for (uint i = tid; i < k; i += nt) {
         ol[i] = offs[i];
         hl[i] = h0[i];
     }
-    BARRIER();
+    SBARRIER();
     /* 1. sample covariance, upper triangle */
     REAL inv_t = (REAL)1 / (REAL)t;
     for (uint idx = tid; idx < k * k; idx += nt) {
@@ -183,7 +225,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
         S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
     }
-    BARRIER();
+    SBARRIER();
     /* 2. validity and shrinkage (one thread, the CPU's order) */
     if (tid == 0) {
         int ok = 1;
@@ -197,7 +239,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 REAL d = S[i * k + i];
                 tr += d;
                 dsq += MUL(d, d);
-                off += dot4_l(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+                off += dot4_ss(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
             }
             REAL tr2 = dsq + MUL((REAL)2, off);
             REAL num = variant == 0u ? (tr2 + MUL(tr, tr)) - MUL((REAL)2, dsq)
@@ -216,7 +258,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         }
         flag[0] = ok;
     }
-    BARRIER();
+    SBARRIER();
     int ok = flag[0];
     if (ok) {
         REAL dg = v[0];
@@ -228,7 +270,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
             S[idx] = MUL(S[idx], j == i ? dg : of);
         }
     }
-    BARRIER();
+    SBARRIER();
     /* 3. right-looking Cholesky, R = L^T in the upper triangle. Every barrier is reached by
        the whole group (no early exit): `flag` only guards the work. */
     for (uint j = 0; j < k; ++j) {
@@ -242,12 +284,12 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 invd[j] = (REAL)1 / ljj;
             }
         }
-        BARRIER();
+        SBARRIER();
         if (flag[0]) {
             REAL inv = invd[j];
             for (uint n = j + 1 + tid; n < k; n += nt) S[j * k + n] = MUL(S[j * k + n], inv);
         }
-        BARRIER();
+        SBARRIER();
         if (flag[0]) {
             uint m = k - j - 1;
             for (uint idx = tid; idx < m * m; idx += nt) {
@@ -257,47 +299,55 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 S[kk * k + c] -= MUL(S[j * k + kk], S[j * k + c]);
             }
         }
-        BARRIER();
+        SBARRIER();
     }
     ok = flag[0];
     if (sub) {
-        /* 4'. sub-pixel templates: every pair (phi0, l) whose [phi_l] is theta, one per thread:
-           h_l blended from the template table like the CPU, then L^-1 [h_l | c_l(theta)] (the
-           CPU's forward_multi order), a_c = |L^-1 h|^2, b_c = (L^-1 h).(L^-1 c) into
-           cab[2 pid], cab[2 pid + 1] */
-        uint p1 = pstart[theta + 1];
-        for (uint p = pstart[theta] + tid; p < p1; p += nt) {
-            uint pid = ppid[p];
-            uint l = pid % t;
+        /* 4'. sub-pixel templates: the pairs of slots [pstart[g], pstart[g + 1]) land on theta,
+           one per thread (frame pfr[p]). h_l is blended from the (tq+1)^2 template table tbl
+           like the CPU (sub == 1, offsets pfy[p], pfx[p]) or read from tbl[p k ..] (sub == 2,
+           per-pair templates computed on the host); then L^-1 [h_l | c_l(theta)] in the CPU's
+           forward_multi order, a_c = |L^-1 h|^2, b_c = (L^-1 h).(L^-1 c) into cab[2 p],
+           cab[2 p + 1] */
+        uint p1 = pstart[g + 1];
+        for (uint p = pstart[g] + tid; p < p1; p += nt) {
+            uint l = pfr[p];
             REAL ca = REAL_NAN;
             REAL cb = REAL_NAN;
             if (ok) {
                 REAL hv[KMAX];
                 REAL xv[KMAX];
-                REAL qf = (REAL)tq;
-                REAL lo = nearest ? (REAL)(-0.5) : (REAL)0;
-                REAL uy = MUL(pfy[p] - lo, qf);
-                REAL ux = MUL(pfx[p] - lo, qf);
-                uy = uy < (REAL)0 ? (REAL)0 : (uy > qf ? qf : uy);
-                ux = ux < (REAL)0 ? (REAL)0 : (ux > qf ? qf : ux);
-                uint iy = (uint)uy;
-                uint ix = (uint)ux;
-                iy = iy > tq - 1 ? tq - 1 : iy;
-                ix = ix > tq - 1 ? tq - 1 : ix;
-                REAL ty = uy - (REAL)iy;
-                REAL tx = ux - (REAL)ix;
-                REAL w00 = MUL((REAL)1 - ty, (REAL)1 - tx);
-                REAL w01 = MUL((REAL)1 - ty, tx);
-                REAL w10 = MUL(ty, (REAL)1 - tx);
-                REAL w11 = MUL(ty, tx);
-                uint n = tq + 1;
-                GLOBAL const REAL* t00 = tbl + (size_t)(iy * n + ix) * k;
-                GLOBAL const REAL* t01 = tbl + (size_t)(iy * n + ix + 1) * k;
-                GLOBAL const REAL* t10 = tbl + (size_t)((iy + 1) * n + ix) * k;
-                GLOBAL const REAL* t11 = tbl + (size_t)((iy + 1) * n + ix + 1) * k;
+                if (sub == 1u) {
+                    REAL qf = (REAL)tq;
+                    REAL lo = nearest ? (REAL)(-0.5) : (REAL)0;
+                    REAL uy = MUL(pfy[p] - lo, qf);
+                    REAL ux = MUL(pfx[p] - lo, qf);
+                    uy = uy < (REAL)0 ? (REAL)0 : (uy > qf ? qf : uy);
+                    ux = ux < (REAL)0 ? (REAL)0 : (ux > qf ? qf : ux);
+                    uint iy = (uint)uy;
+                    uint ix = (uint)ux;
+                    iy = iy > tq - 1 ? tq - 1 : iy;
+                    ix = ix > tq - 1 ? tq - 1 : ix;
+                    REAL ty = uy - (REAL)iy;
+                    REAL tx = ux - (REAL)ix;
+                    REAL w00 = MUL((REAL)1 - ty, (REAL)1 - tx);
+                    REAL w01 = MUL((REAL)1 - ty, tx);
+                    REAL w10 = MUL(ty, (REAL)1 - tx);
+                    REAL w11 = MUL(ty, tx);
+                    uint n = tq + 1;
+                    GLOBAL const REAL* t00 = tbl + (size_t)(iy * n + ix) * k;
+                    GLOBAL const REAL* t01 = tbl + (size_t)(iy * n + ix + 1) * k;
+                    GLOBAL const REAL* t10 = tbl + (size_t)((iy + 1) * n + ix) * k;
+                    GLOBAL const REAL* t11 = tbl + (size_t)((iy + 1) * n + ix + 1) * k;
+                    for (uint i = 0; i < k; ++i) {
+                        hv[i] = ((MUL(w00, t00[i]) + MUL(w01, t01[i])) + MUL(w10, t10[i]))
+                                + MUL(w11, t11[i]);
+                    }
+                } else {
+                    GLOBAL const REAL* tp = tbl + (size_t)p * k;
+                    for (uint i = 0; i < k; ++i) hv[i] = tp[i];
+                }
                 for (uint i = 0; i < k; ++i) {
-                    hv[i] = ((MUL(w00, t00[i]) + MUL(w01, t01[i])) + MUL(w10, t10[i]))
-                            + MUL(w11, t11[i]);
                     xv[i] = cen[(size_t)((long)theta + ol[i]) * t + l];
                 }
                 /* L[i][j] is stored at S[j k + i] */
@@ -332,8 +382,8 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 ca = sa;
                 cb = sb;
             }
-            cab[2 * (size_t)pid] = ca;
-            cab[2 * (size_t)pid + 1] = cb;
+            cab[2 * (size_t)p] = ca;
+            cab[2 * (size_t)p + 1] = cb;
         }
         return;
     }
@@ -350,10 +400,10 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
             }
             for (uint ii = k; ii > 0; --ii) {
                 uint i = ii - 1;
-                REAL s = dot4_l(S + i * k + i + 1, v + i + 1, k - i - 1);
+                REAL s = dot4_sl(S + i * k + i + 1, v + i + 1, k - i - 1);
                 v[i] = MUL(v[i] - s, invd[i]);
             }
-            q[theta] = dot4_l(hl, v, k);
+            q[theta] = dot4_ll(hl, v, k);
             for (uint i = 0; i < k; ++i) wg[i] = v[i];
         } else {
             q[theta] = REAL_NAN;
@@ -379,23 +429,6 @@ KERNEL paco_z(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
         acc += MUL(wg[i], cen[(size_t)((long)theta + offs[i]) * t + f]);
     }
     z[theta * t + f] = acc;
-}
-
-/* a, b of n positions from the per-pair contributions cab (sub-pixel templates), summed in
-   increasing l; NaN where valid[i] == 0. */
-KERNEL paco_accumulate_pairs(GLOBAL const int* RESTRICT valid, GLOBAL const REAL* RESTRICT cab,
-                             GLOBAL REAL* RESTRICT a, GLOBAL REAL* RESTRICT b, const uint n,
-                             const uint t) {
-    size_t i = GID(0);
-    if (i >= n) return;
-    REAL sa = 0, sb = 0;
-    for (uint l = 0; l < t; ++l) {
-        size_t pid = i * t + l;
-        sa += cab[2 * pid];
-        sb += cab[2 * pid + 1];
-    }
-    a[i] = valid[i] ? sa : REAL_NAN;
-    b[i] = valid[i] ? sb : REAL_NAN;
 }
 
 /* a, b of n positions; traj[i * t + l] = theta of frame l or -1. */

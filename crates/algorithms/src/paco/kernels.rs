@@ -14,10 +14,49 @@ pub(crate) struct GroupCtx<'a> {
     pub tpl: &'a Templates,
     pub geom: &'a Geometry,
     pub angles: &'a [f64],
-    pub phi0s: &'a [(usize, usize)],
+    pub traj: &'a Trajectories<'a>,
 }
 
-/// q and z for every box pixel of row `y` (fast path).
+/// The trajectories of one bucketed evaluation.
+pub(crate) enum Trajectories<'a> {
+    /// Output positions φ0 = (y0, x0), followed through the frames by the geometry (spec §4).
+    Grid(&'a [(usize, usize)]),
+    /// Explicit raw-frame positions `(y_ℓ, x_ℓ)`, T per trajectory, flattened.
+    Explicit(&'a [(f64, f64)]),
+}
+
+impl Trajectories<'_> {
+    /// Number of trajectories.
+    pub(crate) fn len(&self, t: usize) -> usize {
+        match self {
+            Trajectories::Grid(p) => p.len(),
+            Trajectories::Explicit(v) => v.len() / t.max(1),
+        }
+    }
+
+    /// Pixel and fractional offsets of trajectory `i0` in frame `l` (None: fails the edge rule).
+    #[inline]
+    pub(crate) fn pixel(
+        &self,
+        geom: &Geometry,
+        angles: &[f64],
+        i0: usize,
+        l: usize,
+    ) -> Option<(usize, f64, f64)> {
+        match self {
+            Trajectories::Grid(p) => {
+                let (y0, x0) = p[i0];
+                geom.pixel(y0 as f64, x0 as f64, angles[l])
+            }
+            Trajectories::Explicit(v) => {
+                let (y, x) = v[i0 * angles.len() + l];
+                geom.pixel_of(y, x)
+            }
+        }
+    }
+}
+
+/// q and z for the statistics pixels `xr` of row `y` (fast path).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn fast_row_impl(
@@ -25,7 +64,7 @@ fn fast_row_impl(
     g: &[f64],
     pa: usize,
     y: usize,
-    r: usize,
+    xr: (usize, usize),
     h0: &[f64],
     variant: Variant,
     sc: &mut Scratch,
@@ -33,7 +72,7 @@ fn fast_row_impl(
     zrow: &mut [f64],
 ) {
     let (w, t, k) = (prep.w, prep.t, prep.k());
-    for x in (r + 1)..(w - r - 1) {
+    for x in xr.0..xr.1 {
         let theta = y * w + x;
         prep.load_cov(theta, g, pa, sc);
         if !shrink_and_factor(sc, k, t, variant) {
@@ -63,14 +102,14 @@ fn fast_row_avx2(
     g: &[f64],
     pa: usize,
     y: usize,
-    r: usize,
+    xr: (usize, usize),
     h0: &[f64],
     variant: Variant,
     sc: &mut Scratch,
     qrow: &mut [f64],
     zrow: &mut [f64],
 ) {
-    fast_row_impl(prep, g, pa, y, r, h0, variant, sc, qrow, zrow)
+    fast_row_impl(prep, g, pa, y, xr, h0, variant, sc, qrow, zrow)
 }
 
 /// q and z for every box pixel of row `y` (fast path), AVX2 when the CPU has it.
@@ -80,7 +119,7 @@ pub(crate) fn fast_row(
     g: &[f64],
     pa: usize,
     y: usize,
-    r: usize,
+    xr: (usize, usize),
     h0: &[f64],
     variant: Variant,
     sc: &mut Scratch,
@@ -90,10 +129,10 @@ pub(crate) fn fast_row(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { fast_row_avx2(prep, g, pa, y, r, h0, variant, sc, qrow, zrow) };
+        unsafe { fast_row_avx2(prep, g, pa, y, xr, h0, variant, sc, qrow, zrow) };
         return;
     }
-    fast_row_impl(prep, g, pa, y, r, h0, variant, sc, qrow, zrow)
+    fast_row_impl(prep, g, pa, y, xr, h0, variant, sc, qrow, zrow)
 }
 
 /// Contributions (a_c, b_c) of all pairs landing on one pixel θ (pairs sorted by θ).
@@ -132,8 +171,7 @@ fn group_impl(ctx: &GroupCtx<'_>, pairs: &[(u32, u32)], sc: &mut Scratch, out: &
     let mut valid = true;
     for (c, &(_, pid)) in pairs.iter().enumerate() {
         let (i0, l) = (pid as usize / t, pid as usize % t);
-        let (y0, x0) = ctx.phi0s[i0];
-        let Some((_, fy, fx)) = ctx.geom.pixel(y0 as f64, x0 as f64, ctx.angles[l]) else {
+        let Some((_, fy, fx)) = ctx.traj.pixel(ctx.geom, ctx.angles, i0, l) else {
             valid = false;
             break;
         };
