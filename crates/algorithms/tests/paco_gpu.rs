@@ -393,48 +393,8 @@ fn check_edge_disk(dev: &dyn PacoBackend, tol: f64, label: &str) {
     }
 }
 
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_f64_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture(&dev, 1e-9, "opencl f64");
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_f32_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F32) else {
-        return;
-    };
-    check_fixture(&dev, 1e-4, "opencl f32");
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_table_f64_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-9, "opencl f64", SubPixel::Table { q: 32 });
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_table_f32_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F32) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-4, "opencl f32", SubPixel::Table { q: 32 });
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_nearest_ab_at_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::Auto) else {
-        return;
-    };
+/// `Rounding::Nearest` with table templates through `ab_at`, against the CPU.
+fn check_nearest_ab_at(dev: &dyn PacoBackend, tol: f64) {
     let (cube, angles, psf) = (cube(), angles(), psf());
     let mut p = params_sub(Variant::Vip, SubPixel::Table { q: 16 });
     p.rounding = Rounding::Nearest;
@@ -445,99 +405,11 @@ fn opencl_subpixel_nearest_ab_at_matches_cpu() {
         .ab_at(&job, &phi0s)
         .unwrap();
     let (da, db) = dev.ab_at(&job, &phi0s).unwrap();
-    let tol = if dev.has_fp64() { 1e-9 } else { 1e-4 };
-    let maxb = cb
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0.0f64, |m, v| m.max(v.abs()));
-    for i in 0..phi0s.len() {
-        assert_eq!(ca[i].is_finite(), da[i].is_finite(), "{:?}", phi0s[i]);
-        if ca[i].is_finite() {
-            assert!(
-                (ca[i] - da[i]).abs() <= tol * ca[i].abs(),
-                "a at {:?}",
-                phi0s[i]
-            );
-            assert!((cb[i] - db[i]).abs() <= tol * maxb, "b at {:?}", phi0s[i]);
-        }
-    }
+    check_points(&phi0s, (&ca, &cb), (&da, &db), tol);
 }
 
-/// The exact VIP FFT shift on the device (per-pair templates computed on the host with the
-/// CPU's code): both variants against the CPU to 1e-12, and VIP 2.1.1's golden maps like the CPU
-/// golden tests (float-trap pixels tolerated).
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_vipfft_f64_matches_cpu_and_vip_golden() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-12, "opencl f64", SubPixel::VipFft);
-    let (cube, angles, psf) = (cube(), angles(), psf());
-    let p = params_sub(Variant::Vip, SubPixel::VipFft);
-    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-    let got = dev.ab_maps(&job).unwrap();
-    check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_vipfft_f32_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F32) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-4, "opencl f32", SubPixel::VipFft);
-}
-
-/// `SubPixel::Spline5` through the same per-pair template path: device vs CPU; skipped (with a
-/// message) while the CPU has no Spline5 templates.
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_spline5_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_spline5(&dev, 1e-12, "opencl f64");
-}
-
-/// Per-pair templates and table templates in many small batches (a tiny `max_tile_bytes`) give
-/// bit-identical maps, and `ab_at` (duplicates, NaN border) equals the CPU.
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_subpixel_batches_and_ab_at() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_batches_and_ab_at(&dev, 1e-12);
-}
-
-/// Patches larger than the local-memory KMAX (R = 5: K = 81, R = 6: K = 113; K×K matrices in
-/// global scratch memory), with and without sub-pixel templates, against the CPU.
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_large_patches_match_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_large_patches(&dev, 1e-12, "opencl f64");
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_large_patches_f32_match_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F32) else {
-        return;
-    };
-    check_large_patches(&dev, 1e-4, "opencl f32");
-}
-
-/// Beyond KMAX_BIG (R = 7, K = 149): a typed error, never a silent CPU run.
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_patch_over_kmax_big_is_an_error_not_a_fallback() {
-    let Some(dev) = opencl(GpuPrecision::Auto) else {
-        return;
-    };
+/// R = 7 (K = 149) is beyond every kernel variant: a typed error, never a silent CPU run.
+fn check_over_kmax_big(dev: &dyn PacoBackend) {
     let (cube, angles, psf) = (cube(), angles(), psf());
     let mut p = params(Variant::Vip);
     p.psf_rad = 7;
@@ -547,27 +419,11 @@ fn opencl_patch_over_kmax_big_is_an_error_not_a_fallback() {
     assert!(dev.ab_at(&job, &[(40, 45)]).is_err());
 }
 
-/// `EdgeRule::Disk` (statistics up to R pixels from the border): device vs CPU.
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_edge_disk_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::F64) else {
-        return;
-    };
-    check_edge_disk(&dev, 1e-12, "opencl f64");
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_odd_frame_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::Auto) else {
-        return;
-    };
-    // 63×61 frames: odd sizes, non-square, star at the centre pixel (host geometry)
+/// 63×61 frames: odd sizes, non-square, star at the centre pixel (host geometry).
+fn check_odd_frame(dev: &dyn PacoBackend, tol: f64) {
     let cube = cube();
     let cube = cube.slice(ndarray::s![.., 0..63, 1..62]).to_owned();
     let (angles, psf) = (angles(), psf());
-    let tol = if dev.has_fp64() { 1e-9 } else { 1e-4 };
     for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
         let p = params_sub(Variant::Paper, sub);
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
@@ -580,24 +436,10 @@ fn opencl_odd_frame_matches_cpu() {
     }
 }
 
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_ab_at_matches_cpu() {
-    let Some(dev) = opencl(GpuPrecision::Auto) else {
-        return;
-    };
-    check_ab_at(&dev, if dev.has_fp64() { 1e-9 } else { 1e-4 });
-}
-
-#[cfg(feature = "opencl")]
-#[test]
-fn opencl_backend_for_and_small_batches() {
-    let Some(_) = opencl(GpuPrecision::Auto) else {
-        return;
-    };
-    // backend_for picks the OpenCL backend; batch_size never changes results.
-    let dev = backend_for(Device::OpenCl(0)).unwrap();
-    assert_eq!(dev.name(), "opencl");
+/// `backend_for(device)` gives the back end named `name`; `batch_size` never changes results.
+fn check_backend_for_and_small_batches(device: Device, name: &str) {
+    let dev = backend_for(device).unwrap();
+    assert_eq!(dev.name(), name);
     let (cube, angles, psf) = (cube(), angles(), psf());
     let mut p = params(Variant::Vip);
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
@@ -614,6 +456,163 @@ fn opencl_backend_for_and_small_batches() {
         assert!(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
     }
 }
+
+/// The same suite for every device back end (run per device, like the workspace's
+/// `device_tests!`): `$ctor(precision)` gives the back end, or `None` to skip.
+macro_rules! paco_device_suite {
+    ($module:ident, $feature:literal, $ctor:path) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            use super::*;
+
+            const LABEL: &str = $feature;
+
+            fn tol_of(fp64: bool) -> f64 {
+                if fp64 { 1e-9 } else { 1e-4 }
+            }
+
+            #[test]
+            fn f64_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_fixture(&dev, 1e-9, &format!("{LABEL} f64"));
+            }
+
+            #[test]
+            fn f32_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F32) else {
+                    return;
+                };
+                check_fixture(&dev, 1e-4, &format!("{LABEL} f32"));
+            }
+
+            #[test]
+            fn subpixel_table_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_fixture_sub(
+                    &dev,
+                    1e-9,
+                    &format!("{LABEL} f64"),
+                    SubPixel::Table { q: 32 },
+                );
+                let dev = dev.with_precision(GpuPrecision::F32);
+                check_fixture_sub(
+                    &dev,
+                    1e-4,
+                    &format!("{LABEL} f32"),
+                    SubPixel::Table { q: 32 },
+                );
+            }
+
+            #[test]
+            fn subpixel_nearest_ab_at_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                    return;
+                };
+                check_nearest_ab_at(&dev, tol_of(dev.has_fp64()));
+            }
+
+            /// The exact VIP FFT shift on the device (per-pair templates computed on the host
+            /// with the CPU's code): both variants against the CPU to 1e-12, and VIP 2.1.1's
+            /// golden maps like the CPU golden tests (float-trap pixels explained the same way).
+            #[test]
+            fn subpixel_vipfft_matches_cpu_and_vip_golden() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_fixture_sub(&dev, 1e-12, &format!("{LABEL} f64"), SubPixel::VipFft);
+                let (cube, angles, psf) = (cube(), angles(), psf());
+                let p = params_sub(Variant::Vip, SubPixel::VipFft);
+                let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+                let got = dev.ab_maps(&job).unwrap();
+                check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
+                let dev = dev.with_precision(GpuPrecision::F32);
+                check_fixture_sub(&dev, 1e-4, &format!("{LABEL} f32"), SubPixel::VipFft);
+            }
+
+            /// `SubPixel::Spline5` through the same per-pair template path.
+            #[test]
+            fn subpixel_spline5_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_spline5(&dev, 1e-12, &format!("{LABEL} f64"));
+            }
+
+            /// Per-pair and table templates in many small batches (a tiny `max_tile_bytes`)
+            /// give bit-identical maps, and `ab_at` (duplicates, NaN border) equals the CPU.
+            #[test]
+            fn subpixel_batches_and_ab_at() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_batches_and_ab_at(&dev, 1e-12);
+            }
+
+            /// Patches larger than the local-memory KMAX (R = 5: K = 81, R = 6: K = 113; K×K
+            /// matrices in global scratch memory), with and without sub-pixel templates.
+            #[test]
+            fn large_patches_match_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_large_patches(&dev, 1e-12, &format!("{LABEL} f64"));
+                let dev = dev.with_precision(GpuPrecision::F32);
+                check_large_patches(&dev, 1e-4, &format!("{LABEL} f32"));
+            }
+
+            /// Beyond KMAX_BIG (R = 7, K = 149): a typed error, never a silent CPU run.
+            #[test]
+            fn patch_over_kmax_big_is_an_error_not_a_fallback() {
+                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                    return;
+                };
+                check_over_kmax_big(&dev);
+            }
+
+            /// `EdgeRule::Disk` (statistics up to R pixels from the border): device vs CPU.
+            #[test]
+            fn edge_disk_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                check_edge_disk(&dev, 1e-12, &format!("{LABEL} f64"));
+            }
+
+            #[test]
+            fn odd_frame_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                    return;
+                };
+                check_odd_frame(&dev, tol_of(dev.has_fp64()));
+            }
+
+            #[test]
+            fn ab_at_matches_cpu() {
+                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                    return;
+                };
+                check_ab_at(&dev, tol_of(dev.has_fp64()));
+            }
+
+            /// `backend_for` picks this back end; `batch_size` never changes results.
+            #[test]
+            fn backend_for_and_small_batches() {
+                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                    return;
+                };
+                let dev: Device = format!("{}:0", dev.name()).parse().unwrap();
+                check_backend_for_and_small_batches(dev, LABEL);
+            }
+        }
+    };
+}
+
+paco_device_suite!(opencl, "opencl", super::opencl);
+paco_device_suite!(cuda, "cuda", super::cuda);
 
 /// PoCL wall time of the device maps on the 61×100×100 synthetic cube (VIP), without and with
 /// sub-pixel templates (table q = 32, exact VIP FFT shift, patch radius 6), against the CPU
@@ -661,66 +660,6 @@ fn opencl_timing_61x100x100() {
         let best = best_of(cpu.as_ref(), &job, reps);
         eprintln!("cpu {sub:?} R={r} 61x100x100 ab_maps best of {reps}: {best:.3} s");
     }
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_f64_matches_cpu() {
-    let Some(dev) = cuda(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture(&dev, 1e-9, "cuda f64");
-    check_ab_at(&dev, 1e-9);
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_f32_matches_cpu() {
-    let Some(dev) = cuda(GpuPrecision::F32) else {
-        return;
-    };
-    check_fixture(&dev, 1e-4, "cuda f32");
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_subpixel_table_matches_cpu() {
-    let Some(dev) = cuda(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-9, "cuda f64", SubPixel::Table { q: 32 });
-    let dev = dev.with_precision(GpuPrecision::F32);
-    check_fixture_sub(&dev, 1e-4, "cuda f32", SubPixel::Table { q: 32 });
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_subpixel_exact_matches_cpu() {
-    let Some(dev) = cuda(GpuPrecision::F64) else {
-        return;
-    };
-    check_fixture_sub(&dev, 1e-12, "cuda f64", SubPixel::VipFft);
-    let (cube, angles, psf) = (cube(), angles(), psf());
-    let p = params_sub(Variant::Vip, SubPixel::VipFft);
-    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-    let got = dev.ab_maps(&job).unwrap();
-    check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
-    check_spline5(&dev, 1e-12, "cuda f64");
-    check_batches_and_ab_at(&dev, 1e-12);
-    let dev = dev.with_precision(GpuPrecision::F32);
-    check_fixture_sub(&dev, 1e-4, "cuda f32", SubPixel::VipFft);
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn cuda_large_patches_and_disk_match_cpu() {
-    let Some(dev) = cuda(GpuPrecision::F64) else {
-        return;
-    };
-    check_large_patches(&dev, 1e-12, "cuda f64");
-    check_edge_disk(&dev, 1e-12, "cuda f64");
-    let dev = dev.with_precision(GpuPrecision::F32);
-    check_large_patches(&dev, 1e-4, "cuda f32");
 }
 
 #[cfg(feature = "cuda")]

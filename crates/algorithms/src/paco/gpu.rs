@@ -1022,6 +1022,11 @@ impl CudaPaco {
         self
     }
 
+    /// Whether the device has doubles (every CUDA device does).
+    pub fn has_fp64(&self) -> bool {
+        true
+    }
+
     fn exec(&self) -> cuda_impl::CudaExec {
         cuda_impl::CudaExec {
             gpu: std::sync::Arc::clone(&self.gpu),
