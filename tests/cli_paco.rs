@@ -28,26 +28,35 @@ fn f(name: &str) -> String {
     fixtures().join(name).display().to_string()
 }
 
+/// `arraybridge paco` on the fixture's cube, angles and PSF, writing to `out`, plus `extra`.
+fn fixture_paco(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let (cube, angles, psf) = (
+        f("synth_adi40_64_cube.fits"),
+        f("synth_adi40_64_angles.fits"),
+        f("synth_adi40_64_psf.fits"),
+    );
+    let mut args = vec!["--cube", &cube, "--angles", &angles, "--psf", &psf, "-o"];
+    let out = out.to_str().unwrap();
+    args.push(out);
+    args.extend_from_slice(extra);
+    paco(&args)
+}
+
 #[test]
 fn fixture_end_to_end_vip_golden() {
     let out = tmpdir("vip");
-    let o = paco(&[
-        "--cube",
-        &f("synth_adi40_64_cube.fits"),
-        "--angles",
-        &f("synth_adi40_64_angles.fits"),
-        "--psf",
-        &f("synth_adi40_64_psf.fits"),
-        "-o",
-        out.to_str().unwrap(),
-        "--mode",
-        "vip",
-        "--psf-norm-factor",
-        "9.540355072844195",
-        "--flux",
-        "1",
-        "--json",
-    ]);
+    let o = fixture_paco(
+        &out,
+        &[
+            "--mode",
+            "vip",
+            "--psf-norm-factor",
+            "9.540355072844195",
+            "--flux",
+            "1",
+            "--json",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     for name in [
@@ -95,20 +104,7 @@ fn fixture_end_to_end_vip_golden() {
 #[test]
 fn table_output_with_subpixel_and_fitted_fwhm() {
     let out = tmpdir("table");
-    let o = paco(&[
-        "--cube",
-        &f("synth_adi40_64_cube.fits"),
-        "--angles",
-        &f("synth_adi40_64_angles.fits"),
-        "--psf",
-        &f("synth_adi40_64_psf.fits"),
-        "-o",
-        out.to_str().unwrap(),
-        "--subpixel",
-        "--calibrate",
-        "--device",
-        "cpu",
-    ]);
+    let o = fixture_paco(&out, &["--subpixel", "--calibrate", "--device", "cpu"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let first = stdout.lines().nth(1).unwrap();
@@ -293,27 +289,22 @@ fn read_png(path: &std::path::Path) -> (usize, usize, Vec<[u8; 3]>) {
 #[test]
 fn subpixel_method_table8_on_the_fixture() {
     let out = tmpdir("table8");
-    let o = paco(&[
-        "--cube",
-        &f("synth_adi40_64_cube.fits"),
-        "--angles",
-        &f("synth_adi40_64_angles.fits"),
-        "--psf",
-        &f("synth_adi40_64_psf.fits"),
-        "-o",
-        out.to_str().unwrap(),
-        "--subpixel-method",
-        "table:8",
-        "--edge",
-        "box",
-        "--fwhm",
-        "4",
-        "--device",
-        "cpu",
-        "--top",
-        "5",
-        "--json",
-    ]);
+    let o = fixture_paco(
+        &out,
+        &[
+            "--subpixel-method",
+            "table:8",
+            "--edge",
+            "box",
+            "--fwhm",
+            "4",
+            "--device",
+            "cpu",
+            "--top",
+            "5",
+            "--json",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(
@@ -411,23 +402,18 @@ fn subpixel_method_and_edge_errors_are_clap_errors() {
 #[test]
 fn subpixel_method_spline5_runs_or_is_unsupported() {
     let out = tmpdir("spline5");
-    let o = paco(&[
-        "--cube",
-        &f("synth_adi40_64_cube.fits"),
-        "--angles",
-        &f("synth_adi40_64_angles.fits"),
-        "--psf",
-        &f("synth_adi40_64_psf.fits"),
-        "-o",
-        out.to_str().unwrap(),
-        "--subpixel-method",
-        "spline5",
-        "--fwhm",
-        "4",
-        "--device",
-        "cpu",
-        "--json",
-    ]);
+    let o = fixture_paco(
+        &out,
+        &[
+            "--subpixel-method",
+            "spline5",
+            "--fwhm",
+            "4",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     if o.status.success() {
@@ -455,23 +441,10 @@ fn edge_rule_is_passed_and_reported() {
     let mut finite = Vec::new();
     for edge in ["box", "disk"] {
         let out = tmpdir(&format!("edge-{edge}"));
-        let o = paco(&[
-            "--cube",
-            &f("synth_adi40_64_cube.fits"),
-            "--angles",
-            &f("synth_adi40_64_angles.fits"),
-            "--psf",
-            &f("synth_adi40_64_psf.fits"),
-            "-o",
-            out.to_str().unwrap(),
-            "--edge",
-            edge,
-            "--fwhm",
-            "4",
-            "--device",
-            "cpu",
-            "--json",
-        ]);
+        let o = fixture_paco(
+            &out,
+            &["--edge", edge, "--fwhm", "4", "--device", "cpu", "--json"],
+        );
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{stderr}");
         assert!(
@@ -493,27 +466,22 @@ fn edge_rule_is_passed_and_reported() {
 #[test]
 fn refine_candidates_and_flux_at_the_refined_position() {
     let out = tmpdir("refine");
-    let o = paco(&[
-        "--cube",
-        &f("synth_adi40_64_cube.fits"),
-        "--angles",
-        &f("synth_adi40_64_angles.fits"),
-        "--psf",
-        &f("synth_adi40_64_psf.fits"),
-        "-o",
-        out.to_str().unwrap(),
-        "--mode",
-        "vip",
-        "--psf-norm-factor",
-        "9.540355072844195",
-        "--device",
-        "cpu",
-        "--refine",
-        "2",
-        "--flux",
-        "1",
-        "--json",
-    ]);
+    let o = fixture_paco(
+        &out,
+        &[
+            "--mode",
+            "vip",
+            "--psf-norm-factor",
+            "9.540355072844195",
+            "--device",
+            "cpu",
+            "--refine",
+            "2",
+            "--flux",
+            "1",
+            "--json",
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let c = &json["candidates"];
