@@ -228,6 +228,41 @@ impl Gpu {
         self.download_with(array, HostPath::PinnedStaged)
     }
 
+    /// Read `dst.len()` raw bytes of a CUDA array starting at byte `offset` (blocking, pageable
+    /// path): a part of a buffer without downloading all of it. A range outside the array is
+    /// an [`BridgeError::InvalidArgument`].
+    pub fn read_bytes(
+        self: &Arc<Self>,
+        array: &Array,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let st = storage_of(array)?;
+        if st.gpu().device() != self.device {
+            return Err(BridgeError::invalid_argument(
+                "array",
+                format!("lives on {}, not {}", st.gpu().device(), self.device),
+            ));
+        }
+        let end = offset.checked_add(dst.len());
+        if end.is_none_or(|e| e > array.nbytes()) {
+            return Err(BridgeError::invalid_argument(
+                "read_bytes",
+                format!(
+                    "bytes {offset}..{offset}+{} are outside the {}-byte array",
+                    dst.len(),
+                    array.nbytes()
+                ),
+            ));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        st.wait()?;
+        let stream = self.stream()?;
+        ffi::dtoh_sync(dst, st.mem(), offset, &stream)
+    }
+
     /// A device-to-device copy of a CUDA array on this device (blocking).
     pub fn copy(self: &Arc<Self>, array: &Array) -> Result<Array> {
         let src = storage_of(array)?;

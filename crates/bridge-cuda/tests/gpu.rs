@@ -74,6 +74,32 @@ fn devices_report_name_uuid_memory() {
     }
 }
 
+/// `read_bytes`: any sub-range of a buffer, bounds checked.
+#[test]
+fn read_bytes_ranges() {
+    let _s = shared();
+    let Some(g) = gpu_or_skip() else { return };
+    let h = random(DType::U8, &[10_000], 7);
+    let bytes = h.to_c_bytes().into_owned();
+    let d = g.upload(&h).unwrap();
+    for (off, len) in [
+        (0, 0),
+        (0, 4),
+        (0, 10_000),
+        (3, 997),
+        (9_999, 1),
+        (5_000, 5_000),
+    ] {
+        let mut out = vec![0u8; len];
+        g.read_bytes(&d, off, &mut out).unwrap();
+        assert_eq!(out, bytes[off..off + len], "{off}+{len}");
+    }
+    let mut out = vec![0u8; 2];
+    let e = g.read_bytes(&d, 9_999, &mut out).unwrap_err();
+    assert!(matches!(e, BridgeError::InvalidArgument { .. }), "{e}");
+    assert!(g.read_bytes(&d, usize::MAX, &mut out).is_err());
+}
+
 #[test]
 fn round_trip_every_dtype_both_paths() {
     let _s = shared();

@@ -43,9 +43,10 @@ use super::blob_log::{
     Accumulate, Blob, BlobLogParams, Converted, Prescale, convert_frame, prune_blobs,
 };
 use super::filters::LogKernels;
-use super::kernels::{MINMAX_WG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
+use super::kernels::{BLOB_LOG, MINMAX_WG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
 use super::locate::{Feature, LocateParams, locate};
 use super::real::Real;
+use crate::gpu::{Arg, Exec};
 
 /// Storage type of the device cube.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -81,41 +82,6 @@ impl Default for GpuDetectConfig {
             accumulate_f64: true,
         }
     }
-}
-
-/// A kernel argument for [`Exec::launch`].
-enum Arg<'a, B> {
-    /// A device buffer.
-    Buf(&'a B),
-    /// A `uint`.
-    U32(u32),
-}
-
-/// The few device operations the pipeline needs; implemented for OpenCL and CUDA.
-trait Exec {
-    /// A device buffer.
-    type Buf;
-    /// Whether the device has doubles.
-    fn has_fp64(&self) -> bool;
-    /// Work-group size (x, y) of the per-voxel kernels.
-    fn local_xy(&self) -> (usize, usize);
-    /// A buffer holding `bytes` (one transfer).
-    fn upload(&self, bytes: &[u8]) -> Result<Self::Buf>;
-    /// An uninitialised buffer of `bytes` bytes.
-    fn alloc(&self, bytes: usize) -> Result<Self::Buf>;
-    /// A zeroed buffer of `bytes` bytes.
-    fn zeroed(&self, bytes: usize) -> Result<Self::Buf>;
-    /// Launch `entry` of [`BLOB_LOG`] built with `opts` and wait for it.
-    fn launch(
-        &self,
-        opts: &[&str],
-        entry: &str,
-        global: &[usize],
-        local: &[usize],
-        args: &[Arg<'_, Self::Buf>],
-    ) -> Result<()>;
-    /// The first `bytes` bytes of `buf` (a multiple of 4).
-    fn read_prefix(&self, opts: &[&str], buf: &Self::Buf, bytes: usize) -> Result<Vec<u8>>;
 }
 
 /// Device storage types (f32, f64) with their byte encoding.
@@ -213,6 +179,15 @@ enum Input<'a, T> {
     Host(&'a [Vec<T>]),
     /// Raw integers (working type f64), converted on the device.
     Raw(RawFrames),
+}
+
+/// Work-group shape (x, y) of the per-voxel kernels: 64×4 on CUDA, 64×1 on OpenCL.
+fn local_xy<E: Exec>(e: &E) -> (usize, usize) {
+    if matches!(e.device(), Device::Cuda(_)) {
+        (64, 4)
+    } else {
+        (64, 1)
+    }
 }
 
 /// The device pipeline on one run of frames (working type `T`, cube in the device type `R`).
@@ -351,7 +326,7 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
     while frame0 < n_frames {
         let nb = chunk.min(n_frames - frame0);
         let nbu = to_u32(nb, "batch")?;
-        let (lx, ly) = e.local_xy();
+        let (lx, ly) = local_xy(e);
         let global = [round_up_to(w, lx), round_up_to(h, ly), nb * ns];
         let local = [lx, ly, 1];
         timed(&mut || {
@@ -395,7 +370,7 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
             )
         })?;
         if want_cube {
-            let bytes = e.read_prefix(opts, &cube, nb * per_frame * R::SIZE)?;
+            let bytes = e.read(&cube, nb * per_frame * R::SIZE)?;
             for f in bytes.chunks_exact(per_frame * R::SIZE) {
                 cubes_out.push(
                     f.chunks_exact(R::SIZE)
@@ -420,7 +395,7 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                 ],
             )
         })?;
-        let part = e.read_prefix(opts, &part, nb * groups * 2 * R::SIZE)?;
+        let part = e.read(&part, nb * groups * 2 * R::SIZE)?;
         let part: Vec<R> = part.chunks_exact(R::SIZE).map(R::get).collect();
         let mut thr = Vec::with_capacity(nb * R::SIZE);
         for f in part.chunks_exact(2 * groups) {
@@ -462,7 +437,7 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                         ],
                     )
                 })?;
-                let c = e.read_prefix(opts, &counter, 4)?;
+                let c = e.read(&counter, 4)?;
                 let n = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 let n = usize::try_from(n).map_err(|_| {
                     BridgeError::backend("detect", None, "candidate counter overflowed")
@@ -475,8 +450,8 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                 val_buf = e.alloc(cap * R::SIZE)?;
             };
             if count > 0 {
-                let idx = e.read_prefix(opts, &idx_buf, count * 4)?;
-                let val = e.read_prefix(opts, &val_buf, count * R::SIZE)?;
+                let idx = e.read(&idx_buf, count * 4)?;
+                let val = e.read(&val_buf, count * R::SIZE)?;
                 for (ib, vb) in idx.chunks_exact(4).zip(val.chunks_exact(R::SIZE)) {
                     let o = u32::from_le_bytes([ib[0], ib[1], ib[2], ib[3]]) as usize;
                     let b = o / per_frame;
@@ -738,93 +713,12 @@ fn cpu_locate(frames: &[FrameView<'_>], p: &LocateParams) -> Result<Vec<Vec<Feat
 // ---------------------------------------------------------------------------------------------
 // OpenCL
 
-#[cfg(feature = "opencl")]
-mod opencl_impl {
-    use std::sync::Arc;
-
-    use bridge_core::{DType, Device, Result};
-    use bridge_opencl::{ClBuffer, OpenClBackend};
-
-    use super::{Arg, Exec};
-    use crate::detect::kernels::BLOB_LOG;
-
-    /// The OpenCL executor: a backend instance and a device.
-    pub(super) struct ClExec {
-        pub(super) cl: Arc<OpenClBackend>,
-        pub(super) dev: Device,
-        pub(super) fp64: bool,
-    }
-
-    impl Exec for ClExec {
-        type Buf = ClBuffer;
-
-        fn has_fp64(&self) -> bool {
-            self.fp64
-        }
-
-        fn local_xy(&self) -> (usize, usize) {
-            (64, 1)
-        }
-
-        fn upload(&self, bytes: &[u8]) -> Result<ClBuffer> {
-            let buf = self.cl.alloc(self.dev, bytes.len().max(4))?;
-            if !bytes.is_empty() {
-                buf.write(0, bytes)?;
-            }
-            Ok(buf)
-        }
-
-        fn alloc(&self, bytes: usize) -> Result<ClBuffer> {
-            self.cl.alloc(self.dev, bytes.max(4))
-        }
-
-        fn zeroed(&self, bytes: usize) -> Result<ClBuffer> {
-            self.cl.alloc_zeroed(self.dev, bytes.max(4))
-        }
-
-        fn launch(
-            &self,
-            opts: &[&str],
-            entry: &str,
-            global: &[usize],
-            local: &[usize],
-            args: &[Arg<'_, ClBuffer>],
-        ) -> Result<()> {
-            let prog = self.cl.program_from(self.dev, &BLOB_LOG, opts)?;
-            let mut k = prog.kernel(entry)?;
-            for (i, a) in args.iter().enumerate() {
-                let i = i as u32;
-                match a {
-                    Arg::Buf(b) => k.arg_buffer(i, b)?,
-                    Arg::U32(v) => k.arg_scalar(i, *v)?,
-                };
-            }
-            k.launch(global, Some(local))
-        }
-
-        fn read_prefix(&self, _opts: &[&str], buf: &ClBuffer, bytes: usize) -> Result<Vec<u8>> {
-            let mut out = vec![0u8; bytes];
-            if bytes > 0 {
-                buf.read(0, &mut out)?;
-            }
-            Ok(out)
-        }
-    }
-
-    /// Whether the device has doubles.
-    pub(super) fn fp64(cl: &OpenClBackend, dev: Device) -> bool {
-        cl.check_dtype(dev, DType::F64).is_ok()
-    }
-}
-
 /// `blob_log` on an OpenCL device (feature `opencl`). See the [module docs](self) for the
 /// pipeline and its precision; `locate_batch` runs on the CPU.
 #[cfg(feature = "opencl")]
 #[derive(Debug, Clone)]
 pub struct OpenClDetect {
-    cl: std::sync::Arc<bridge_opencl::OpenClBackend>,
-    device: Device,
-    fp64: bool,
+    exec: crate::gpu::ClExec,
     config: GpuDetectConfig,
     last_kernel: LastKernel,
 }
@@ -834,14 +728,9 @@ impl OpenClDetect {
     /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
     /// [`BridgeError::BackendUnavailable`] without OpenCL or without that device.
     pub fn new(n: usize) -> Result<Self> {
-        let cl = bridge_opencl::shared();
-        let device = Device::OpenCl(n);
-        cl.device_info(device)?;
-        let fp64 = opencl_impl::fp64(&cl, device);
+        let exec = crate::gpu::ClExec::new(bridge_opencl::shared(), Device::OpenCl(n), &BLOB_LOG)?;
         Ok(OpenClDetect {
-            cl,
-            device,
-            fp64,
+            exec,
             config: GpuDetectConfig::default(),
             last_kernel: LastKernel::default(),
         })
@@ -860,21 +749,17 @@ impl OpenClDetect {
 
     /// Whether the device has doubles (the passes then accumulate in float64).
     pub fn has_fp64(&self) -> bool {
-        self.fp64
+        self.exec.fp64
     }
 
-    fn exec(&self) -> opencl_impl::ClExec {
-        opencl_impl::ClExec {
-            cl: std::sync::Arc::clone(&self.cl),
-            dev: self.device,
-            fp64: self.fp64,
-        }
+    fn exec(&self) -> &crate::gpu::ClExec {
+        &self.exec
     }
 
     /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64), as
     /// `blob_log_batch` computes it (a full download; not for production use).
     pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
-        let out = run_frames(&self.exec(), frames, p, &self.config, true)?;
+        let out = run_frames(self.exec(), frames, p, &self.config, true)?;
         out.cubes
             .ok_or_else(|| BridgeError::backend("opencl", None, "no cube was computed"))
     }
@@ -894,7 +779,7 @@ macro_rules! gpu_detect_backend {
                 frames: &[FrameView<'_>],
                 p: &BlobLogParams,
             ) -> Result<Vec<Vec<Blob>>> {
-                let out = run_frames(&self.exec(), frames, p, &self.config, false)?;
+                let out = run_frames(self.exec(), frames, p, &self.config, false)?;
                 self.last_kernel.set(out.kernel_s);
                 Ok(out.blobs)
             }
@@ -912,7 +797,7 @@ macro_rules! gpu_detect_backend {
                     accumulate_f64: acc == Accumulate::F64,
                     ..self.config
                 };
-                let out = run_frames(&self.exec(), frames, p, &cfg, false)?;
+                let out = run_frames(self.exec(), frames, p, &cfg, false)?;
                 self.last_kernel.set(out.kernel_s);
                 Ok(out.blobs)
             }
@@ -936,97 +821,10 @@ macro_rules! gpu_detect_backend {
 }
 
 #[cfg(feature = "opencl")]
-gpu_detect_backend!(OpenClDetect, |self| self.device);
+gpu_detect_backend!(OpenClDetect, |self| self.exec.dev);
 
 // ---------------------------------------------------------------------------------------------
 // CUDA
-
-#[cfg(feature = "cuda")]
-mod cuda_impl {
-    use std::sync::Arc;
-
-    use bridge_core::{Array, DType, HostData, Result};
-    use bridge_cuda::{Gpu, KernelArg};
-
-    use super::{Arg, Exec};
-    use crate::detect::kernels::BLOB_LOG;
-
-    /// The CUDA executor.
-    pub(super) struct CudaExec {
-        pub(super) gpu: Arc<Gpu>,
-    }
-
-    impl Exec for CudaExec {
-        type Buf = Array;
-
-        fn has_fp64(&self) -> bool {
-            true
-        }
-
-        fn local_xy(&self) -> (usize, usize) {
-            (64, 4)
-        }
-
-        fn upload(&self, bytes: &[u8]) -> Result<Array> {
-            if bytes.is_empty() {
-                return self.alloc(4);
-            }
-            let host = HostData::from_c_bytes(DType::U8, &[bytes.len()], bytes)?;
-            self.gpu.upload(&host)
-        }
-
-        fn alloc(&self, bytes: usize) -> Result<Array> {
-            self.gpu.alloc(DType::U8, &[bytes.max(4)])
-        }
-
-        fn zeroed(&self, bytes: usize) -> Result<Array> {
-            self.gpu.zeros(DType::U8, &[bytes.max(4)])
-        }
-
-        fn launch(
-            &self,
-            opts: &[&str],
-            entry: &str,
-            global: &[usize],
-            local: &[usize],
-            args: &[Arg<'_, Array>],
-        ) -> Result<()> {
-            let prog = self.gpu.program(&BLOB_LOG, opts)?;
-            let args: Vec<KernelArg<'_>> = args
-                .iter()
-                .map(|a| match a {
-                    Arg::Buf(b) => KernelArg::Buffer(b),
-                    Arg::U32(v) => KernelArg::U32(*v),
-                })
-                .collect();
-            self.gpu
-                .launch(&prog, entry, global, Some(local), &args, None)?;
-            Ok(())
-        }
-
-        fn read_prefix(&self, opts: &[&str], buf: &Array, bytes: usize) -> Result<Vec<u8>> {
-            if bytes == 0 {
-                return Ok(Vec::new());
-            }
-            let words = bytes.div_ceil(4);
-            let dst = self.gpu.alloc(DType::I32, &[words])?;
-            let n = u32::try_from(words).map_err(|_| {
-                bridge_core::BridgeError::invalid_argument("download", "over 2^32 words")
-            })?;
-            self.launch(
-                opts,
-                "copy_words",
-                &[super::round_up_to(words, 256)],
-                &[256],
-                &[Arg::Buf(buf), Arg::Buf(&dst), Arg::U32(n)],
-            )?;
-            let host = self.gpu.download(&dst)?;
-            let mut v = host.to_c_bytes().into_owned();
-            v.truncate(bytes);
-            Ok(v)
-        }
-    }
-}
 
 /// `blob_log` on a CUDA device (feature `cuda`), the same portable kernels as
 /// [`OpenClDetect`] compiled by NVRTC. See the [module docs](self); `locate_batch` runs on the
@@ -1034,7 +832,7 @@ mod cuda_impl {
 #[cfg(feature = "cuda")]
 #[derive(Debug, Clone)]
 pub struct CudaDetect {
-    gpu: std::sync::Arc<bridge_cuda::Gpu>,
+    exec: crate::gpu::CudaExec,
     config: GpuDetectConfig,
     last_kernel: LastKernel,
 }
@@ -1045,7 +843,10 @@ impl CudaDetect {
     /// or device.
     pub fn new(n: usize) -> Result<Self> {
         Ok(CudaDetect {
-            gpu: bridge_cuda::gpu(n)?,
+            exec: crate::gpu::CudaExec {
+                gpu: bridge_cuda::gpu(n)?,
+                program: &BLOB_LOG,
+            },
             config: GpuDetectConfig::default(),
             last_kernel: LastKernel::default(),
         })
@@ -1062,19 +863,17 @@ impl CudaDetect {
         self.config
     }
 
-    fn exec(&self) -> cuda_impl::CudaExec {
-        cuda_impl::CudaExec {
-            gpu: std::sync::Arc::clone(&self.gpu),
-        }
+    fn exec(&self) -> &crate::gpu::CudaExec {
+        &self.exec
     }
 
     /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64).
     pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
-        let out = run_frames(&self.exec(), frames, p, &self.config, true)?;
+        let out = run_frames(self.exec(), frames, p, &self.config, true)?;
         out.cubes
             .ok_or_else(|| BridgeError::backend("cuda", None, "no cube was computed"))
     }
 }
 
 #[cfg(feature = "cuda")]
-gpu_detect_backend!(CudaDetect, |self| self.gpu.device());
+gpu_detect_backend!(CudaDetect, |self| self.exec.gpu.device());

@@ -25,9 +25,8 @@
 //! 4. `log_peaks`: 3×3×3 (scale × y × x) maximum filter with `nearest` edges (out-of-range
 //!    neighbours ignored), strict threshold, spatial `exclude_border`; every peak is appended to
 //!    a candidate list through an atomic counter (`index`, `value`); the list order is
-//!    arbitrary, the host restores raster order before its stable sort;
-//! 5. `copy_words`: copies a prefix of a buffer (CUDA downloads whole arrays, so the candidates
-//!    are first copied into an array of their exact size).
+//!    arbitrary, the host restores raster order before its stable sort (only the filled prefix
+//!    of the candidate buffers is read back).
 //!
 //! Floating-point contraction (FMA) is disabled (`FP_CONTRACT OFF` on OpenCL, `__dmul_rn` /
 //! `__dadd_rn` on CUDA) so that with `ACC = double` the passes round exactly like the CPU code.
@@ -56,7 +55,6 @@ pub const BLOB_LOG: KernelSource = KernelSource {
         "log_pass_x",
         "cube_minmax",
         "log_peaks",
-        "copy_words",
     ],
     option_sets: &[OPTS_F32_ACC64, OPTS_F32_ACC32, OPTS_F64],
 };
@@ -269,11 +267,5 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
         cand_idx[k] = (uint)o;
         cand_val[k] = v;
     }
-}
-
-KERNEL copy_words(GLOBAL const uint* RESTRICT src, GLOBAL uint* RESTRICT dst, const uint n) {
-    size_t i = GID(0);
-    if (i >= n) return;
-    dst[i] = src[i];
 }
 "#;

@@ -79,6 +79,7 @@ use rayon::prelude::*;
 use super::backend::PacoBackend;
 use super::gpu_kernels::{self, KMAX, KMAX_BIG, LINE_WG};
 use super::{PacoJob, SubPixel, Templates, Variant};
+use crate::gpu::{Arg, Exec};
 
 /// Most `paco_stats` work groups (pixels) per launch.
 pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;
@@ -95,40 +96,13 @@ pub enum GpuPrecision {
     F32,
 }
 
-/// A kernel argument.
-enum Arg<'a, B> {
-    /// A device buffer.
-    Buf(&'a B),
-    /// A `uint`.
-    U32(u32),
-}
-
-/// The few device operations PACO needs; implemented for OpenCL and CUDA.
-trait Exec {
-    /// A device buffer.
-    type Buf;
-    /// The device.
-    fn device(&self) -> Device;
-    /// Whether the device has doubles.
-    fn has_fp64(&self) -> bool;
-    /// Work-group size of `paco_stats`.
-    fn stats_wg(&self) -> usize;
-    /// A buffer holding `bytes`.
-    fn upload(&self, bytes: &[u8]) -> Result<Self::Buf>;
-    /// An uninitialised buffer of `bytes` bytes.
-    fn alloc(&self, bytes: usize) -> Result<Self::Buf>;
-    /// Launch `entry` of the PACO program built with `opts` (completion is ordered before the
-    /// next read).
-    fn launch(
-        &self,
-        opts: &[&str],
-        entry: &str,
-        global: usize,
-        local: usize,
-        args: &[Arg<'_, Self::Buf>],
-    ) -> Result<()>;
-    /// The contents of `buf`, allocated with exactly `bytes` bytes.
-    fn read(&self, buf: &Self::Buf, bytes: usize) -> Result<Vec<u8>>;
+/// `paco_stats` work-group size: smaller on CPU devices (PoCL).
+fn stats_wg<E: Exec>(e: &E) -> usize {
+    if e.is_cpu() {
+        gpu_kernels::STATS_WG_CPU
+    } else {
+        gpu_kernels::STATS_WG
+    }
 }
 
 /// Pools are not released between attempts (PACO holds its buffers itself).
@@ -271,8 +245,8 @@ fn ab_device<E: Exec>(
     e.launch(
         opts,
         "paco_centre",
-        npix.div_ceil(LINE_WG) * LINE_WG,
-        LINE_WG,
+        &[npix.div_ceil(LINE_WG) * LINE_WG],
+        &[LINE_WG],
         &[Arg::Buf(&cube), Arg::Buf(&cen), Arg::U32(npu), Arg::U32(tu)],
     )?;
 
@@ -374,8 +348,8 @@ fn ab_fast<E: Exec>(
         e.launch(
             c.opts,
             "paco_z",
-            (groups * t).div_ceil(LINE_WG) * LINE_WG,
-            LINE_WG,
+            &[(groups * t).div_ceil(LINE_WG) * LINE_WG],
+            &[LINE_WG],
             &[
                 Arg::Buf(c.cen),
                 Arg::Buf(c.offs),
@@ -427,8 +401,8 @@ fn ab_fast<E: Exec>(
             e.launch(
                 c.opts,
                 "paco_accumulate",
-                n.div_ceil(LINE_WG) * LINE_WG,
-                LINE_WG,
+                &[n.div_ceil(LINE_WG) * LINE_WG],
+                &[LINE_WG],
                 &[
                     Arg::Buf(&traj_buf),
                     Arg::Buf(&q),
@@ -723,8 +697,8 @@ fn launch_stats<E: Exec>(
     e.launch(
         c.opts,
         "paco_stats",
-        l.groups * e.stats_wg(),
-        e.stats_wg(),
+        &[l.groups * stats_wg(e)],
+        &[stats_wg(e)],
         &[
             Arg::Buf(c.cen),
             Arg::Buf(c.offs),
@@ -767,102 +741,12 @@ fn to_maps(job: &PacoJob<'_>, a: Vec<f64>, b: Vec<f64>) -> Result<(Array2<f64>, 
 // ---------------------------------------------------------------------------------------------
 // OpenCL
 
-#[cfg(feature = "opencl")]
-mod opencl_impl {
-    use std::sync::Arc;
-
-    use bridge_core::{DType, Device, Result};
-    use bridge_opencl::{ClBuffer, OpenClBackend};
-
-    use super::{Arg, Exec};
-    use crate::paco::gpu_kernels::{PACO, STATS_WG, STATS_WG_CPU};
-
-    /// The OpenCL executor: a backend instance and a device.
-    pub(super) struct ClExec {
-        pub(super) cl: Arc<OpenClBackend>,
-        pub(super) dev: Device,
-        pub(super) fp64: bool,
-        pub(super) stats_wg: usize,
-    }
-
-    impl Exec for ClExec {
-        type Buf = ClBuffer;
-
-        fn device(&self) -> Device {
-            self.dev
-        }
-
-        fn has_fp64(&self) -> bool {
-            self.fp64
-        }
-
-        fn stats_wg(&self) -> usize {
-            self.stats_wg
-        }
-
-        fn upload(&self, bytes: &[u8]) -> Result<ClBuffer> {
-            let buf = self.cl.alloc(self.dev, bytes.len().max(4))?;
-            if !bytes.is_empty() {
-                buf.write(0, bytes)?;
-            }
-            Ok(buf)
-        }
-
-        fn alloc(&self, bytes: usize) -> Result<ClBuffer> {
-            self.cl.alloc(self.dev, bytes.max(4))
-        }
-
-        fn launch(
-            &self,
-            opts: &[&str],
-            entry: &str,
-            global: usize,
-            local: usize,
-            args: &[Arg<'_, ClBuffer>],
-        ) -> Result<()> {
-            let prog = self.cl.program_from(self.dev, &PACO, opts)?;
-            let mut k = prog.kernel(entry)?;
-            for (i, a) in args.iter().enumerate() {
-                let i = i as u32;
-                match a {
-                    Arg::Buf(b) => k.arg_buffer(i, b)?,
-                    Arg::U32(v) => k.arg_scalar(i, *v)?,
-                };
-            }
-            k.launch(&[global], Some(&[local]))
-        }
-
-        fn read(&self, buf: &ClBuffer, bytes: usize) -> Result<Vec<u8>> {
-            let mut out = vec![0u8; bytes];
-            if bytes > 0 {
-                buf.read(0, &mut out)?;
-            }
-            Ok(out)
-        }
-    }
-
-    /// Whether the device has doubles.
-    pub(super) fn fp64(cl: &OpenClBackend, dev: Device) -> bool {
-        cl.check_dtype(dev, DType::F64).is_ok()
-    }
-
-    /// `paco_stats` work-group size for the device: smaller on CPU devices.
-    pub(super) fn stats_wg(cl: &OpenClBackend, dev: Device) -> Result<usize> {
-        let info = cl.device_info(dev)?;
-        let cpu = info.details.iter().any(|(k, v)| k == "type" && v == "cpu");
-        Ok(if cpu { STATS_WG_CPU } else { STATS_WG })
-    }
-}
-
 /// PACO on an OpenCL device (feature `opencl`). See the [module docs](self) for the data flow,
 /// precision and what is delegated to the CPU.
 #[cfg(feature = "opencl")]
 #[derive(Debug, Clone)]
 pub struct OpenClPaco {
-    cl: std::sync::Arc<bridge_opencl::OpenClBackend>,
-    device: Device,
-    fp64: bool,
-    stats_wg: usize,
+    exec: crate::gpu::ClExec,
     precision: GpuPrecision,
 }
 
@@ -871,15 +755,13 @@ impl OpenClPaco {
     /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
     /// [`BridgeError::BackendUnavailable`] without OpenCL or without that device.
     pub fn new(n: usize) -> Result<Self> {
-        let cl = bridge_opencl::shared();
-        let device = Device::OpenCl(n);
-        let stats_wg = opencl_impl::stats_wg(&cl, device)?;
-        let fp64 = opencl_impl::fp64(&cl, device);
+        let exec = crate::gpu::ClExec::new(
+            bridge_opencl::shared(),
+            Device::OpenCl(n),
+            &gpu_kernels::PACO,
+        )?;
         Ok(OpenClPaco {
-            cl,
-            device,
-            fp64,
-            stats_wg,
+            exec,
             precision: GpuPrecision::Auto,
         })
     }
@@ -892,16 +774,7 @@ impl OpenClPaco {
 
     /// Whether the device has doubles.
     pub fn has_fp64(&self) -> bool {
-        self.fp64
-    }
-
-    fn exec(&self) -> opencl_impl::ClExec {
-        opencl_impl::ClExec {
-            cl: std::sync::Arc::clone(&self.cl),
-            dev: self.device,
-            fp64: self.fp64,
-            stats_wg: self.stats_wg,
-        }
+        self.exec.fp64
     }
 }
 
@@ -912,96 +785,24 @@ impl PacoBackend for OpenClPaco {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        let (a, b) = ab_device(&self.exec(), job, None, self.precision)?;
+        let (a, b) = ab_device(&self.exec, job, None, self.precision)?;
         to_maps(job, a, b)
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        ab_device(&self.exec(), job, Some(phi0s), self.precision)
+        ab_device(&self.exec, job, Some(phi0s), self.precision)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // CUDA
 
-#[cfg(feature = "cuda")]
-mod cuda_impl {
-    use std::sync::Arc;
-
-    use bridge_core::{Array, DType, Device, HostData, Result};
-    use bridge_cuda::{Gpu, KernelArg};
-
-    use super::{Arg, Exec};
-    use crate::paco::gpu_kernels::{PACO, STATS_WG};
-
-    /// The CUDA executor.
-    pub(super) struct CudaExec {
-        pub(super) gpu: Arc<Gpu>,
-    }
-
-    impl Exec for CudaExec {
-        type Buf = Array;
-
-        fn device(&self) -> Device {
-            self.gpu.device()
-        }
-
-        fn has_fp64(&self) -> bool {
-            true
-        }
-
-        fn stats_wg(&self) -> usize {
-            STATS_WG
-        }
-
-        fn upload(&self, bytes: &[u8]) -> Result<Array> {
-            if bytes.is_empty() {
-                return self.alloc(4);
-            }
-            let host = HostData::from_c_bytes(DType::U8, &[bytes.len()], bytes)?;
-            self.gpu.upload(&host)
-        }
-
-        fn alloc(&self, bytes: usize) -> Result<Array> {
-            self.gpu.alloc(DType::U8, &[bytes.max(4)])
-        }
-
-        fn launch(
-            &self,
-            opts: &[&str],
-            entry: &str,
-            global: usize,
-            local: usize,
-            args: &[Arg<'_, Array>],
-        ) -> Result<()> {
-            let prog = self.gpu.program(&PACO, opts)?;
-            let args: Vec<KernelArg<'_>> = args
-                .iter()
-                .map(|a| match a {
-                    Arg::Buf(b) => KernelArg::Buffer(b),
-                    Arg::U32(v) => KernelArg::U32(*v),
-                })
-                .collect();
-            self.gpu
-                .launch(&prog, entry, &[global], Some(&[local]), &args, None)?;
-            Ok(())
-        }
-
-        fn read(&self, buf: &Array, bytes: usize) -> Result<Vec<u8>> {
-            let host = self.gpu.download(buf)?;
-            let mut v = host.to_c_bytes().into_owned();
-            v.truncate(bytes);
-            Ok(v)
-        }
-    }
-}
-
 /// PACO on a CUDA device (feature `cuda`): the same portable kernels as [`OpenClPaco`],
 /// compiled by NVRTC. See the [module docs](self).
 #[cfg(feature = "cuda")]
 #[derive(Debug, Clone)]
 pub struct CudaPaco {
-    gpu: std::sync::Arc<bridge_cuda::Gpu>,
+    exec: crate::gpu::CudaExec,
     precision: GpuPrecision,
 }
 
@@ -1011,7 +812,10 @@ impl CudaPaco {
     /// or device.
     pub fn new(n: usize) -> Result<Self> {
         Ok(CudaPaco {
-            gpu: bridge_cuda::gpu(n)?,
+            exec: crate::gpu::CudaExec {
+                gpu: bridge_cuda::gpu(n)?,
+                program: &gpu_kernels::PACO,
+            },
             precision: GpuPrecision::Auto,
         })
     }
@@ -1026,12 +830,6 @@ impl CudaPaco {
     pub fn has_fp64(&self) -> bool {
         true
     }
-
-    fn exec(&self) -> cuda_impl::CudaExec {
-        cuda_impl::CudaExec {
-            gpu: std::sync::Arc::clone(&self.gpu),
-        }
-    }
 }
 
 #[cfg(feature = "cuda")]
@@ -1041,11 +839,11 @@ impl PacoBackend for CudaPaco {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        let (a, b) = ab_device(&self.exec(), job, None, self.precision)?;
+        let (a, b) = ab_device(&self.exec, job, None, self.precision)?;
         to_maps(job, a, b)
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        ab_device(&self.exec(), job, Some(phi0s), self.precision)
+        ab_device(&self.exec, job, Some(phi0s), self.precision)
     }
 }
