@@ -149,6 +149,22 @@ fn bad_inputs_fail_cleanly() {
         ],
         "not a fits file",
     );
+    // A star centre outside the frame.
+    expect_error(
+        &[
+            "--cube",
+            &cube,
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            o,
+            "--center",
+            "1000,1000",
+        ],
+        "outside the 64×64 frame",
+    );
     // Missing file.
     expect_error(
         &[

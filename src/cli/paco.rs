@@ -381,6 +381,13 @@ pub fn run(args: Args) -> Result<()> {
             .map(|f| format!(", FWHM {f:.4} px"))
             .unwrap_or_default()
     );
+    if !maps.snr.iter().any(|v| v.is_finite()) {
+        eprintln!(
+            "paco: warning: no output position has a valid trajectory (every map is NaN); \
+             the frames may be too small for --radius {} with --edge {edge}",
+            args.radius
+        );
+    }
     let (cy, cx) = match params.center {
         Center::At(y, x) => (y, x),
         _ => ((h / 2) as f64, (w / 2) as f64),

@@ -209,3 +209,29 @@ fn refine_peak_finds_the_planet() {
     assert!(refine_peak(&job, (f64::NAN, 45.0), 0.25, 1.0).is_err());
     assert!(refine_peak(&job, (0.0, 0.0), 0.25, 1.0).is_err());
 }
+
+/// A star centre off the frame is a typed error, not an all-NaN map.
+#[test]
+fn centre_outside_the_frame_is_an_error() {
+    use algorithms::paco::Center;
+    let (cube, angles, psf) = (cube(), angles(), psf());
+    for (cy, cx) in [(1000.0, 10.0), (-0.5, 32.0), (32.0, 63.5)] {
+        let p = PacoParams {
+            center: Center::At(cy, cx),
+            ..Default::default()
+        };
+        let err = PacoJob::new(cube.view(), angles.view(), psf.view(), &p)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, BridgeError::InvalidArgument { .. })
+                && err.to_string().contains("outside the 64×64 frame"),
+            "{err}"
+        );
+    }
+    let p = PacoParams {
+        center: Center::At(63.0, 0.0),
+        ..Default::default()
+    };
+    assert!(PacoJob::new(cube.view(), angles.view(), psf.view(), &p).is_ok());
+}

@@ -528,6 +528,17 @@ impl<'a> PacoJob<'a> {
                 if !(cy.is_finite() && cx.is_finite()) {
                     return Err(BridgeError::invalid_argument("center", "must be finite"));
                 }
+                // The star must be on the frame (every trajectory rotates about it).
+                if !(0.0..=(h - 1) as f64).contains(&cy) || !(0.0..=(w - 1) as f64).contains(&cx) {
+                    return Err(BridgeError::invalid_argument(
+                        "center",
+                        format!(
+                            "({cy}, {cx}) is outside the {h}×{w} frame (y in 0..={}, x in 0..={})",
+                            h - 1,
+                            w - 1
+                        ),
+                    ));
+                }
                 ((cy, cx), (cy, cx))
             }
         };
