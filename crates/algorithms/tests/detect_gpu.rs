@@ -14,7 +14,7 @@ mod common;
 use algorithms::detect::blob_log::{Blob, BlobLogParams, blob_log_diag, log_cube, sigma_list};
 use algorithms::detect::gpu::{DevicePrecision, GpuDetectConfig};
 use algorithms::detect::{DetectBackend, FrameView, Prescale, blob_log_frame};
-use common::{load_csv, load_npy};
+use common::{Frame, load_csv, load_npy, params};
 use ndarray::Array2;
 
 fn env_flag(name: &str) -> bool {
@@ -26,71 +26,6 @@ fn env_flag(name: &str) -> bool {
 
 // ------------------------------------------------------------------------------------------
 // inputs
-
-enum Frame {
-    F32(Array2<f32>),
-    F64(Array2<f64>),
-    U16(Array2<u16>),
-    U8(Array2<u8>),
-}
-
-impl Frame {
-    fn load(name: &str) -> Frame {
-        let n = load_npy(&format!("blob_log/{name}.npy"));
-        let dim = (n.shape[0], n.shape[1]);
-        if name.ends_with("u16") {
-            Frame::U16(Array2::from_shape_vec(dim, n.u16s()).unwrap())
-        } else {
-            Frame::F32(Array2::from_shape_vec(dim, n.f32s()).unwrap())
-        }
-    }
-    fn view(&self) -> FrameView<'_> {
-        match self {
-            Frame::F32(a) => FrameView::F32(a.view()),
-            Frame::F64(a) => FrameView::F64(a.view()),
-            Frame::U16(a) => FrameView::U16(a.view()),
-            Frame::U8(a) => FrameView::U8(a.view()),
-        }
-    }
-}
-
-/// The fixture parameter sets (fixtures README §2.2).
-fn params(frame: &str, set: &str) -> BlobLogParams {
-    let mut p = BlobLogParams {
-        min_sigma: 1.0,
-        max_sigma: 3.0,
-        num_sigma: 10,
-        threshold: None,
-        threshold_rel: Some(0.2),
-        overlap: 0.5,
-        log_scale: false,
-        exclude_border: (0, 0),
-        prescale: Prescale::Legacy,
-    };
-    match set {
-        "default_rel" => {}
-        "abs" => {
-            p.threshold_rel = None;
-            p.threshold = Some(match frame {
-                "hisnr_f32" => 0.05,
-                "lowsnr_f32" => 0.1,
-                "hisnr_u16" => 0.00012,
-                "overlap_f32" => 0.05,
-                _ => unreachable!(),
-            });
-        }
-        "logscale" => {
-            p.max_sigma = 4.0;
-            p.num_sigma = 7;
-            p.log_scale = true;
-        }
-        "border5" => p.exclude_border = (5, 5),
-        "overlap0" => p.overlap = 0.0,
-        "overlap1" => p.overlap = 1.0,
-        _ => unreachable!(),
-    }
-    p
-}
 
 const FRAMES: [&str; 4] = ["hisnr_f32", "lowsnr_f32", "hisnr_u16", "overlap_f32"];
 const SETS: [&str; 6] = [

@@ -25,6 +25,35 @@
 //! Any further macros (`-D` options such as `REAL=float`) are passed as build options, which are
 //! part of each backend's program-cache key.
 
+/// The macros every backend preamble must define (the table above), as they appear after
+/// `#define`.
+pub const PORTABLE_MACROS: &[&str] = &[
+    "KERNEL",
+    "GLOBAL",
+    "LOCAL",
+    "LOCAL_PTR",
+    "DEVICE_FN",
+    "RESTRICT",
+    "GID(d)",
+    "LID(d)",
+    "GROUP_ID(d)",
+    "LOCAL_SIZE(d)",
+    "NUM_GROUPS(d)",
+    "BARRIER()",
+    "ATOMIC_ADD_INT(p, v)",
+    "HAS_FP64",
+];
+
+/// The [`PORTABLE_MACROS`] a backend `preamble` does not `#define` (empty when it fulfils the
+/// contract).
+pub fn missing_portable_macros(preamble: &str) -> Vec<&'static str> {
+    PORTABLE_MACROS
+        .iter()
+        .copied()
+        .filter(|m| !preamble.contains(&format!("#define {m}")))
+        .collect()
+}
+
 /// A kernel source shipped by a crate of the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelSource {
@@ -57,6 +86,17 @@ pub fn source_hash(source: &str, options: &[&str]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn missing_macros_are_named() {
+        let full: String = super::PORTABLE_MACROS
+            .iter()
+            .map(|m| format!("#define {m} x\n"))
+            .collect();
+        assert!(super::missing_portable_macros(&full).is_empty());
+        let partial = full.replace("#define BARRIER() x\n", "");
+        assert_eq!(super::missing_portable_macros(&partial), vec!["BARRIER()"]);
+    }
+
     #[test]
     fn hash_depends_on_options() {
         let a = super::source_hash("k", &["-DREAL=float"]);

@@ -735,51 +735,54 @@ impl OpenClDetect {
             last_kernel: LastKernel::default(),
         })
     }
-
-    /// The same back end with another configuration.
-    pub fn with_config(mut self, config: GpuDetectConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// The configuration in use.
-    pub fn config(&self) -> GpuDetectConfig {
-        self.config
-    }
-
-    /// Whether the device has doubles (the passes then accumulate in float64).
-    pub fn has_fp64(&self) -> bool {
-        self.exec.fp64
-    }
-
-    fn exec(&self) -> &crate::gpu::ClExec {
-        &self.exec
-    }
-
-    /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64), as
-    /// `blob_log_batch` computes it (a full download; not for production use).
-    pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
-        let out = run_frames(self.exec(), frames, p, &self.config, true)?;
-        out.cubes
-            .ok_or_else(|| BridgeError::backend("opencl", None, "no cube was computed"))
-    }
 }
 
-/// The [`DetectBackend`] methods shared by the OpenCL and CUDA detectors (they differ only in
-/// how they name their device): `blob_log` on the device, `locate` on the CPU.
+/// What the OpenCL and CUDA detectors share (both hold an `exec`, a `config` and a
+/// `last_kernel`): the configuration accessors, `has_fp64`, the `log_cubes` diagnostic and the
+/// [`DetectBackend`] impl (`blob_log` on the device, `locate` on the CPU).
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 macro_rules! gpu_detect_backend {
-    ($ty:ty, |$s:ident| $device:expr) => {
+    ($ty:ty, $name:literal) => {
+        impl $ty {
+            /// The same back end with another configuration.
+            pub fn with_config(mut self, config: GpuDetectConfig) -> Self {
+                self.config = config;
+                self
+            }
+
+            /// The configuration in use.
+            pub fn config(&self) -> GpuDetectConfig {
+                self.config
+            }
+
+            /// Whether the device has doubles (the passes then accumulate in float64).
+            pub fn has_fp64(&self) -> bool {
+                self.exec.has_fp64()
+            }
+
+            /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to
+            /// f64), as `blob_log_batch` computes it (a full download; not for production use).
+            pub fn log_cubes(
+                &self,
+                frames: &[FrameView<'_>],
+                p: &BlobLogParams,
+            ) -> Result<Vec<Vec<f64>>> {
+                let out = run_frames(&self.exec, frames, p, &self.config, true)?;
+                out.cubes
+                    .ok_or_else(|| BridgeError::backend($name, None, "no cube was computed"))
+            }
+        }
+
         impl DetectBackend for $ty {
-            fn device(&$s) -> Device {
-                $device
+            fn device(&self) -> Device {
+                self.exec.device()
             }
             fn blob_log_batch(
                 &self,
                 frames: &[FrameView<'_>],
                 p: &BlobLogParams,
             ) -> Result<Vec<Vec<Blob>>> {
-                let out = run_frames(self.exec(), frames, p, &self.config, false)?;
+                let out = run_frames(&self.exec, frames, p, &self.config, false)?;
                 self.last_kernel.set(out.kernel_s);
                 Ok(out.blobs)
             }
@@ -797,7 +800,7 @@ macro_rules! gpu_detect_backend {
                     accumulate_f64: acc == Accumulate::F64,
                     ..self.config
                 };
-                let out = run_frames(self.exec(), frames, p, &cfg, false)?;
+                let out = run_frames(&self.exec, frames, p, &cfg, false)?;
                 self.last_kernel.set(out.kernel_s);
                 Ok(out.blobs)
             }
@@ -821,7 +824,7 @@ macro_rules! gpu_detect_backend {
 }
 
 #[cfg(feature = "opencl")]
-gpu_detect_backend!(OpenClDetect, |self| self.exec.dev);
+gpu_detect_backend!(OpenClDetect, "opencl");
 
 // ---------------------------------------------------------------------------------------------
 // CUDA
@@ -851,29 +854,7 @@ impl CudaDetect {
             last_kernel: LastKernel::default(),
         })
     }
-
-    /// The same back end with another configuration.
-    pub fn with_config(mut self, config: GpuDetectConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// The configuration in use.
-    pub fn config(&self) -> GpuDetectConfig {
-        self.config
-    }
-
-    fn exec(&self) -> &crate::gpu::CudaExec {
-        &self.exec
-    }
-
-    /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64).
-    pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
-        let out = run_frames(self.exec(), frames, p, &self.config, true)?;
-        out.cubes
-            .ok_or_else(|| BridgeError::backend("cuda", None, "no cube was computed"))
-    }
 }
 
 #[cfg(feature = "cuda")]
-gpu_detect_backend!(CudaDetect, |self| self.exec.gpu.device());
+gpu_detect_backend!(CudaDetect, "cuda");

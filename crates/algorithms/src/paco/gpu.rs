@@ -738,6 +738,45 @@ fn to_maps(job: &PacoJob<'_>, a: Vec<f64>, b: Vec<f64>) -> Result<(Array2<f64>, 
     ))
 }
 
+/// What the OpenCL and CUDA back ends share (both hold an `exec` and a `precision`): the
+/// precision setter, `has_fp64` and the [`PacoBackend`] impl over [`ab_device`].
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+macro_rules! gpu_paco_backend {
+    ($ty:ty, $name:literal) => {
+        impl $ty {
+            /// The same back end with another arithmetic type.
+            pub fn with_precision(mut self, precision: GpuPrecision) -> Self {
+                self.precision = precision;
+                self
+            }
+
+            /// Whether the device has doubles (every CUDA device does).
+            pub fn has_fp64(&self) -> bool {
+                self.exec.has_fp64()
+            }
+        }
+
+        impl PacoBackend for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
+                let (a, b) = ab_device(&self.exec, job, None, self.precision)?;
+                to_maps(job, a, b)
+            }
+
+            fn ab_at(
+                &self,
+                job: &PacoJob<'_>,
+                phi0s: &[(usize, usize)],
+            ) -> Result<(Vec<f64>, Vec<f64>)> {
+                ab_device(&self.exec, job, Some(phi0s), self.precision)
+            }
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // OpenCL
 
@@ -765,34 +804,10 @@ impl OpenClPaco {
             precision: GpuPrecision::Auto,
         })
     }
-
-    /// The same back end with another arithmetic type.
-    pub fn with_precision(mut self, precision: GpuPrecision) -> Self {
-        self.precision = precision;
-        self
-    }
-
-    /// Whether the device has doubles.
-    pub fn has_fp64(&self) -> bool {
-        self.exec.fp64
-    }
 }
 
 #[cfg(feature = "opencl")]
-impl PacoBackend for OpenClPaco {
-    fn name(&self) -> &'static str {
-        "opencl"
-    }
-
-    fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        let (a, b) = ab_device(&self.exec, job, None, self.precision)?;
-        to_maps(job, a, b)
-    }
-
-    fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        ab_device(&self.exec, job, Some(phi0s), self.precision)
-    }
-}
+gpu_paco_backend!(OpenClPaco, "opencl");
 
 // ---------------------------------------------------------------------------------------------
 // CUDA
@@ -819,31 +834,7 @@ impl CudaPaco {
             precision: GpuPrecision::Auto,
         })
     }
-
-    /// The same back end with another arithmetic type.
-    pub fn with_precision(mut self, precision: GpuPrecision) -> Self {
-        self.precision = precision;
-        self
-    }
-
-    /// Whether the device has doubles (every CUDA device does).
-    pub fn has_fp64(&self) -> bool {
-        true
-    }
 }
 
 #[cfg(feature = "cuda")]
-impl PacoBackend for CudaPaco {
-    fn name(&self) -> &'static str {
-        "cuda"
-    }
-
-    fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        let (a, b) = ab_device(&self.exec, job, None, self.precision)?;
-        to_maps(job, a, b)
-    }
-
-    fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        ab_device(&self.exec, job, Some(phi0s), self.precision)
-    }
-}
+gpu_paco_backend!(CudaPaco, "cuda");

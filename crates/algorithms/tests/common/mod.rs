@@ -119,3 +119,72 @@ pub fn load_csv(rel: &str) -> Table {
         .collect();
     Table { header, rows }
 }
+
+/// A fixture or generated frame of any supported pixel type.
+pub enum Frame {
+    F32(ndarray::Array2<f32>),
+    F64(ndarray::Array2<f64>),
+    U16(ndarray::Array2<u16>),
+    U8(ndarray::Array2<u8>),
+}
+
+impl Frame {
+    /// `blob_log/<name>.npy` (u16 when the name ends in `u16`, f32 otherwise).
+    pub fn load(name: &str) -> Frame {
+        let n = load_npy(&format!("blob_log/{name}.npy"));
+        let dim = (n.shape[0], n.shape[1]);
+        if name.ends_with("u16") {
+            Frame::U16(ndarray::Array2::from_shape_vec(dim, n.u16s()).unwrap())
+        } else {
+            Frame::F32(ndarray::Array2::from_shape_vec(dim, n.f32s()).unwrap())
+        }
+    }
+
+    pub fn view(&self) -> algorithms::detect::FrameView<'_> {
+        use algorithms::detect::FrameView;
+        match self {
+            Frame::F32(a) => FrameView::F32(a.view()),
+            Frame::F64(a) => FrameView::F64(a.view()),
+            Frame::U16(a) => FrameView::U16(a.view()),
+            Frame::U8(a) => FrameView::U8(a.view()),
+        }
+    }
+}
+
+/// The fixture parameter sets (fixtures README §2.2) of `frame`.
+pub fn params(frame: &str, set: &str) -> algorithms::detect::blob_log::BlobLogParams {
+    let mut p = algorithms::detect::blob_log::BlobLogParams {
+        min_sigma: 1.0,
+        max_sigma: 3.0,
+        num_sigma: 10,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        overlap: 0.5,
+        log_scale: false,
+        exclude_border: (0, 0),
+        prescale: algorithms::detect::Prescale::Legacy,
+    };
+    match set {
+        "default_rel" => {}
+        "abs" => {
+            p.threshold_rel = None;
+            p.threshold = Some(match frame {
+                "hisnr_f32" => 0.05,
+                "lowsnr_f32" => 0.1,
+                "hisnr_u16" => 0.00012,
+                "overlap_f32" => 0.05,
+                _ => unreachable!(),
+            });
+        }
+        "logscale" => {
+            p.max_sigma = 4.0;
+            p.num_sigma = 7;
+            p.log_scale = true;
+        }
+        "border5" => p.exclude_border = (5, 5),
+        "overlap0" => p.overlap = 0.0,
+        "overlap1" => p.overlap = 1.0,
+        _ => unreachable!(),
+    }
+    p
+}
