@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source me after scripts/setup.sh: exports LIBTORCH (needed to build the `torch` feature),
 # ARRAYBRIDGE_NVRTC_LIB and LD_LIBRARY_PATH (NVRTC and libtorch for the test binaries).
 _ab_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

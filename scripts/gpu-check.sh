@@ -1,113 +1,370 @@
 #!/usr/bin/env bash
-# Prove the CUDA backend on a GPU machine in two steps.
+# Validate and measure every CUDA and Torch-CUDA path on a GPU machine that has no Rust
+# compiler: build here, carry the binaries, run there. docs/gpu.md is the plan and the manual.
 #
-#   bash scripts/gpu-check.sh build     # HERE: build test + bench binaries (release, stripped)
-#                                       # and copy them to .carry/gpu-check/ (git-ignored)
-#   bash scripts/gpu-check.sh run       # ON THE GPU MACHINE (with .carry carried): run every
-#                                       # test binary with ARRAYBRIDGE_REQUIRE_GPU=1, then the
-#                                       # transfer benchmark, and print a table
+#   bash scripts/gpu-check.sh build           # HERE: release test/bench binaries and the CLI,
+#                                             # stripped, into .carry/gpu-check/ (git-ignored)
+#   bash scripts/gpu-check.sh run PHASE...    # THERE (carry .carry): PHASE is one or more of
+#                                             #   correctness  every GPU test binary
+#                                             #   sanitize     compute-sanitizer on two small tests
+#                                             #   bench        ceilings, transfers, detection, PACO
+#                                             #   profile      ncu on the hottest kernels
+#                                             #   all          the four, in that order
+#   bash scripts/gpu-check.sh dry-run         # HERE: `run correctness` on a machine without a GPU;
+#                                             # every GPU test must report itself skipped
 #
-# Environment:
-#   GPU_CHECK_PACKAGES   packages whose tests and benches to build
-#                        (default: bridge-cuda algorithms)
-#   GPU_CHECK_FEATURES   cargo features for them (default: algorithms/cuda, which turns on the
-#                        detection and PACO CUDA tests)
-#   CARGO_TARGET_DIR     honoured by `build`
-#   ARRAYBRIDGE_BENCH_MAX_MB   largest transfer size for the benchmark (default 4096)
-#   GPU_CHECK_CRITERION=1      also run the full criterion benchmark (slow; default: the quick
-#                              best-of-5 table only)
-# `run` finds libnvrtc on the GPU machine (CUDA toolkit, ldconfig or the nvidia-cuda-nvrtc
-# wheel) and requires it (ARRAYBRIDGE_REQUIRE_NVRTC=1). Results also go to $OUT when it is set.
-# Binaries are release builds (debug test binaries do not fit the 64 MiB a device call carries).
-set -euo pipefail
+# Every binary runs, whatever happened to the one before: each one's outcome (passed, failed,
+# crashed with its signal, timed out, could not start) is a row of the summary table. Results
+# are one archive gpu-check-<phases>.tar.gz (every log) and summary.md, under $OUT when it is
+# set (the device tool brings them back), else .carry/gpu-check-results/. The exit status is 0
+# only when every row passed.
+#
+# Environment (defaults in brackets; every knob is also listed in docs/gpu.md):
+#   ARRAYBRIDGE_REQUIRE_GPU [0]    1: a missing GPU fails the GPU tests instead of skipping them
+#   ARRAYBRIDGE_FIXTURES [<repo>/fixtures]  the golden data the tests read
+#   GPU_CHECK_TIMEOUT [300]        seconds one test binary may run before it is killed
+#   GPU_CHECK_DEADLINE []          seconds for the whole run: later rows are "not run" (fit a call)
+#   GPU_CHECK_THREADS [4]          libtest threads per test binary
+#   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
+#   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
+#                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
+#   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
+#   GPU_CHECK_MAX_MIB [48]         build: the largest carried folder (the device call carries at
+#                                  most 64 MiB together with the repository and its fixtures)
+#   GPU_CHECK_TORCH [auto]         build: 1 requires the Torch-CUDA binaries, 0 leaves them out
+set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 1
 carry="$root/.carry/gpu-check"
-packages="${GPU_CHECK_PACKAGES:-bridge-cuda algorithms}"
-features="${GPU_CHECK_FEATURES:-algorithms/cuda}"
 
-build() {
-  command -v jq >/dev/null || { echo "gpu-check: jq is required for build" >&2; exit 1; }
-  rm -rf "$carry"
-  mkdir -p "$carry/tests" "$carry/bench"
-  local pk=() p
-  for p in $packages; do pk+=(-p "$p"); done
-  [ -n "$features" ] && pk+=(--features "$features")
-  echo "gpu-check: building tests (${packages})" >&2
-  cargo test --release "${pk[@]}" --no-run --message-format=json |
-    jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test == true) | "\(.target.name)\t\(.executable)"' |
-    while IFS=$'\t' read -r name exe; do
-      cp "$exe" "$carry/tests/$name-$(basename "$exe" | sed 's/.*-//')"
-    done
-  echo "gpu-check: building benches" >&2
-  cargo bench "${pk[@]}" --no-run --message-format=json |
-    jq -r 'select(.reason == "compiler-artifact" and .executable != null and (.target.kind | index("bench"))) | "\(.target.name)\t\(.executable)"' |
-    while IFS=$'\t' read -r name exe; do
-      cp "$exe" "$carry/bench/$name"
-    done
-  if command -v strip >/dev/null; then strip "$carry"/tests/* "$carry"/bench/* 2>/dev/null || true; fi
-  ls -la "$carry/tests" "$carry/bench" >&2
-  du -sh "$carry" >&2
-  if [ -z "$(ls -A "$carry/tests")" ]; then echo "gpu-check: no test binaries were built" >&2; exit 1; fi
-  echo "gpu-check: now run on the GPU machine (carry .carry): bash scripts/gpu-check.sh run" >&2
+die() { echo "gpu-check: $*" >&2; exit 2; }
+
+# ------------------------------------------------------------------------------------------
+# build (here)
+
+cargo_artifacts() { # cargo args... -> "name<TAB>executable" lines of the test/bench artifacts
+  cargo "$@" --message-format=json |
+    jq -r 'select(.reason == "compiler-artifact" and .executable != null) | "\(.target.name)\t\(.executable)"'
 }
 
-find_nvrtc() {
-  local d
-  if [ -n "${ARRAYBRIDGE_NVRTC_LIB:-}" ] && [ -d "$ARRAYBRIDGE_NVRTC_LIB" ]; then echo "$ARRAYBRIDGE_NVRTC_LIB"; return; fi
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then echo "$d"; return; fi
+copy_artifacts() { # destdir < name<TAB>exe lines
+  local dest="$1" name exe
+  while IFS=$'\t' read -r name exe; do
+    cp "$exe" "$dest/$name"
   done
-  d="$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF; exit}')"
-  if [ -n "$d" ]; then dirname "$d"; return; fi
-  for py in python3 /opt/torch/.venv/bin/python3; do
-    d="$("$py" -c 'import sysconfig,glob; print((glob.glob(sysconfig.get_paths()["purelib"]+"/nvidia/cu*/lib/libnvrtc.so*") or [""])[0])' 2>/dev/null || true)"
-    if [ -n "$d" ]; then dirname "$d"; return; fi
+}
+
+build() {
+  set -e
+  command -v jq >/dev/null || die "jq is required for build (apt-get install jq)"
+  rm -rf "$carry"
+  mkdir -p "$carry/tests" "$carry/bench" "$carry/bin"
+  echo "gpu-check: building the CUDA test binaries" >&2
+  cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile |
+    copy_artifacts "$carry/tests"
+  cargo_artifacts test --release --no-run -p algorithms --features cuda \
+    --test detect_gpu --test paco_gpu | copy_artifacts "$carry/tests"
+  cargo_artifacts bench --no-run -p bridge-cuda --bench cuda_transfer | copy_artifacts "$carry/bench"
+  echo "gpu-check: building the CLI (arraybridge bench)" >&2
+  cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"
+  local torch="${GPU_CHECK_TORCH:-auto}"
+  if [ "$torch" != 0 ]; then
+    local env_ok=1
+    if [ -z "${LIBTORCH:-}" ]; then
+      # shellcheck disable=SC2046
+      eval "$(bash scripts/libtorch.sh --print-env 2>/dev/null)" || env_ok=0
+    fi
+    if [ "$env_ok" = 1 ] && [ -n "${LIBTORCH:-}" ]; then
+      echo "gpu-check: building the Torch-CUDA test binaries (LIBTORCH=$LIBTORCH)" >&2
+      cargo_artifacts test --release --no-run -p bridge-torch --features cuda-interop \
+        --test torch_cuda --test torch_cuda_interop | copy_artifacts "$carry/tests"
+      cargo_artifacts bench --no-run -p bridge-torch --features cuda-interop \
+        --bench torch_cuda_exchange | copy_artifacts "$carry/bench"
+    elif [ "$torch" = 1 ]; then
+      die "GPU_CHECK_TORCH=1 but libtorch is not installed (bash scripts/libtorch.sh)"
+    else
+      echo "gpu-check: libtorch not found: the Torch-CUDA binaries are left out" >&2
+    fi
+  fi
+  set +e
+  if command -v strip >/dev/null; then
+    strip "$carry"/tests/* "$carry"/bench/* "$carry"/bin/* 2>/dev/null || true
+  fi
+  ls -la "$carry"/tests "$carry"/bench "$carry"/bin >&2
+  local kib max
+  kib=$(du -sk "$carry" | cut -f1)
+  max="${GPU_CHECK_MAX_MIB:-48}"
+  [ -n "$(ls -A "$carry/tests")" ] || die "no test binaries were built"
+  if [ "$kib" -gt $((max * 1024)) ]; then
+    die "the carried folder is $((kib / 1024)) MiB, over GPU_CHECK_MAX_MIB=$max MiB"
+  fi
+  echo "gpu-check: $carry is $((kib / 1024)) MiB; carry .carry and run: bash scripts/gpu-check.sh run all" >&2
+}
+
+# ------------------------------------------------------------------------------------------
+# run (there)
+
+python_with_torch() {
+  local py
+  for py in /opt/torch/.venv/bin/python3 python3; do
+    if command -v "$py" >/dev/null && "$py" -c 'import torch' >/dev/null 2>&1; then
+      echo "$py"; return 0
+    fi
   done
+  return 1
+}
+
+# Library paths on the GPU machine: libtorch and its CUDA wheels from the Python that has
+# PyTorch, NVRTC from the same wheels (or the CUDA toolkit). Nothing points at the build machine.
+setup_env() {
+  local py tlib nvlib d
+  if py="$(python_with_torch)"; then
+    PY="$py"
+    tlib="$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)"
+    nvlib="$("$py" -c 'import sysconfig, glob; print(":".join(sorted(glob.glob(sysconfig.get_paths()["purelib"] + "/nvidia/*/lib"))))' 2>/dev/null)"
+    [ -n "$tlib" ] && LIBS="$tlib"
+    [ -n "$nvlib" ] && LIBS="${LIBS:+$LIBS:}$nvlib"
+    if [ -z "${ARRAYBRIDGE_NVRTC_LIB:-}" ]; then
+      local IFS=:
+      for d in $nvlib; do
+        if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export ARRAYBRIDGE_NVRTC_LIB="$d"; break; fi
+      done
+      unset IFS
+    fi
+  else
+    PY=python3
+  fi
+  if [ -z "${ARRAYBRIDGE_NVRTC_LIB:-}" ]; then
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+      if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export ARRAYBRIDGE_NVRTC_LIB="$d"; break; fi
+    done
+  fi
+  if [ -n "${ARRAYBRIDGE_NVRTC_LIB:-}" ]; then
+    LIBS="$ARRAYBRIDGE_NVRTC_LIB${LIBS:+:$LIBS}"
+    export ARRAYBRIDGE_REQUIRE_NVRTC=1
+  fi
+  [ -n "${LIBS:-}" ] && export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export ARRAYBRIDGE_FIXTURES="${ARRAYBRIDGE_FIXTURES:-$root/fixtures}"
+  export ARRAYBRIDGE_REQUIRE_GPU="${ARRAYBRIDGE_REQUIRE_GPU:-0}"
+  export RUST_BACKTRACE=1
+}
+
+# Classify one finished test binary from its exit code and log.
+# Prints: result passed failed ignored skipped
+classify() {
+  local rc="$1" log="$2" res passed failed ignored skipped
+  passed=$(sed -n 's/^test result: .* \([0-9]*\) passed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+  failed=$(sed -n 's/^test result: .* \([0-9]*\) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+  ignored=$(sed -n 's/^test result: .* \([0-9]*\) ignored.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+  # With --show-output, each passing test's output follows "---- NAME stdout ----"; a GPU test
+  # that skipped says so on a line starting with "skipped" or "skipping".
+  skipped=$(awk '/^---- .* stdout ----$/ {cur=$2; next}
+                 /^(skipped|skipping)/ && cur != "" {s[cur]=1}
+                 END {n=0; for (k in s) n++; print n}' "$log")
+  if [ "$rc" = 0 ]; then res=passed
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then res="timed out"
+  elif [ "$rc" = 126 ] || [ "$rc" = 127 ] || grep -q "error while loading shared libraries" "$log"; then
+    res="could not start"
+  elif [ "$rc" -gt 128 ]; then res="crashed (signal $((rc - 128)))"
+  else res="failed (exit $rc)"
+  fi
+  echo "$res|$passed|$failed|$ignored|$skipped"
+}
+
+ROWS=""
+FAIL=0
+# Each row also goes to $OUT/rows.md at once, so a call cut off at its limit still reports.
+row() { ROWS+="$1"$'\n'; [ -n "${ROWS_FILE:-}" ] && printf '%s\n' "$1" >>"$ROWS_FILE"; }
+
+run_binary() { # label logfile command...
+  local label="$1" log="$2"; shift 2
+  local start rc secs c limit left
+  limit="${GPU_CHECK_TIMEOUT:-300}"
+  if [ -n "${GPU_CHECK_DEADLINE:-}" ]; then
+    left=$((DEADLINE_AT - $(date +%s)))
+    if [ "$left" -lt 10 ]; then
+      row "| $label | not run (GPU_CHECK_DEADLINE) | 0 | 0 | 0 | 0 | 0 |"
+      FAIL=1
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit="$left"
+  fi
+  start=$(date +%s%N)
+  timeout --signal=KILL "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN {printf "%.1f", (b - a) / 1e9}')
+  [ "$rc" = 137 ] && echo "gpu-check: killed after $limit s" >>"$log"
+  c="$(classify "$rc" "$log")"
+  IFS='|' read -r res passed failed ignored skipped <<<"$c"
+  row "| $label | $res | $passed | $failed | $skipped | $ignored | $secs |"
+  [ "$rc" = 0 ] || FAIL=1
+  if [ "$rc" != 0 ]; then
+    { echo "### $label: $res"; grep -E "panicked|FAILED|error|Error|signal" "$log" | head -15; } >>"$WORK/failures.md"
+  fi
+}
+
+phase_correctness() {
+  local t filter=()
+  [ -n "${GPU_CHECK_FILTER:-}" ] && filter=("$GPU_CHECK_FILTER")
+  for t in "$carry"/tests/*; do
+    [ -x "$t" ] || continue
+    run_binary "test $(basename "$t")" "$WORK/test-$(basename "$t").log" \
+      "$t" --show-output --test-threads="${GPU_CHECK_THREADS:-4}" "${filter[@]}"
+  done
+}
+
+# compute-sanitizer on one small detection test and one radius-6 PACO test.
+phase_sanitize() {
+  local cs tool
+  cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+  if [ -z "$cs" ]; then row "| sanitize | could not start (no compute-sanitizer) | 0 | 0 | 0 | 0 | 0 |"; FAIL=1; return; fi
+  # the launch-time parameter check asks the driver for one index past the last parameter
+  # (CUDA 13.0 has no cuFuncGetParamCount); that deliberate failing call is not a finding
+  for tool in memcheck racecheck synccheck; do
+    run_binary "sanitize $tool detect" "$WORK/sanitize-$tool-detect.log" \
+      env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_gpu" \
+      --exact cuda::cuda_batch_equals_single_frames --test-threads=1 --show-output
+    run_binary "sanitize $tool paco r6" "$WORK/sanitize-$tool-paco.log" \
+      env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/paco_gpu" \
+      --exact cuda::large_patches_match_cpu --test-threads=1 --show-output
+  done
+}
+
+bench_once() { # tag: one pass of every measurement, under the current environment
+  local tag="$1" cli="$carry/bin/arraybridge" b frames
+  frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  env | grep -E '^ARRAYBRIDGE_' | sort >"$WORK/bench-$tag-env.txt"
+  run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
+    "$cli" bench transfer --device cuda:0 --sizes-mb 1,4,16,64,256,1024 --reps 10
+  run_binary "bench $tag detect ${frames}x512" "$WORK/bench-$tag-detect512.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
+  run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
+    "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes 1,4
+  run_binary "bench $tag paco 61x100" "$WORK/bench-$tag-paco100.md" \
+    "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 10
+  if [ "${GPU_CHECK_PACO_BIG:-1}" = 1 ]; then
+    run_binary "bench $tag paco 100x1024" "$WORK/bench-$tag-paco1024.md" \
+      "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1
+  fi
+}
+
+phase_bench() {
+  local cli="$carry/bin/arraybridge" b v frames
+  frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  run_binary "ceilings (torch: d2d copy, matmul, pinned copies)" "$WORK/bench-ceilings.md" \
+    "$PY" "$root/scripts/gpu/ceilings.py"
+  run_binary "peer: CuPy blob_log ${frames}x512" "$WORK/bench-peer-cupy.md" \
+    "$PY" "$root/scripts/gpu/cupy_blob_log.py" --frames "$frames" --size 512
+  bench_once default
+  if [ -n "${GPU_CHECK_VARIANTS:-}" ]; then
+    local i=0 IFS=';'
+    for v in $GPU_CHECK_VARIANTS; do
+      i=$((i + 1))
+      echo "variant$i: $v" >>"$WORK/variants.txt"
+      # a subshell, so the variant's settings end with it; its rows come back through a file
+      # shellcheck disable=SC2030,SC2031
+      ( IFS=','; for kv in $v; do export "${kv%%=*}=${kv#*=}"; done; unset IFS
+        ROWS=""; FAIL=0; bench_once "variant$i"
+        printf '%s' "$ROWS" >"$WORK/rows-variant$i"; exit "$FAIL" ) || FAIL=1
+      # shellcheck disable=SC2031
+      ROWS+="$(cat "$WORK/rows-variant$i")"$'\n'
+    done
+    unset IFS
+  fi
+  # CPU on this machine's cores, for the GPU/CPU ratio
+  run_binary "bench cpu detect 200x512" "$WORK/bench-cpu-detect512.md" \
+    "$cli" bench detect --device cpu --frames 200 --size 512 --particles 100 --batch-sizes 16
+  run_binary "bench cpu paco 61x100" "$WORK/bench-cpu-paco100.md" \
+    "$cli" bench paco --device cpu --frames 61 --size 100 --reps 3
+  for b in "$carry"/bench/*; do
+    [ -x "$b" ] || continue
+    run_binary "bench binary $(basename "$b")" "$WORK/bench-bin-$(basename "$b").md" \
+      env ARRAYBRIDGE_BENCH_TABLE=1 ARRAYBRIDGE_BENCH_MAX_MB=1024 "$b" --bench
+  done
+}
+
+phase_profile() {
+  local ncu cli="$carry/bin/arraybridge"
+  ncu="$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)"
+  if [ -z "$ncu" ]; then row "| profile | could not start (no ncu) | 0 | 0 | 0 | 0 | 0 |"; FAIL=1; return; fi
+  export ARRAYBRIDGE_NVRTC_OPTIONS="${ARRAYBRIDGE_NVRTC_OPTIONS:---fmad=false} -lineinfo"
+  run_binary "profile detect 32x512" "$WORK/profile-detect.txt" \
+    "$ncu" --clock-control none --launch-skip 4 --launch-count 40 --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    "$cli" bench detect --device cuda:0 --frames 32 --size 512 --batch-sizes 16
+  run_binary "profile paco 61x100" "$WORK/profile-paco.txt" \
+    "$ncu" --clock-control none --launch-count 30 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section MemoryWorkloadAnalysis \
+    "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 1
 }
 
 run() {
-  [ -d "$carry/tests" ] || { echo "gpu-check: $carry missing; run 'build' here and carry .carry" >&2; exit 1; }
-  local out="${OUT:-$root/.carry/gpu-check-results}"
+  [ $# -gt 0 ] || die "run needs a phase: correctness, sanitize, bench, profile or all"
+  [ -d "$carry/tests" ] || die "$carry missing: run 'bash scripts/gpu-check.sh build' here and carry .carry"
+  local phases=() p out
+  for p in "$@"; do
+    case "$p" in
+      all) phases+=(correctness sanitize bench profile) ;;
+      correctness|sanitize|bench|profile) phases+=("$p") ;;
+      *) die "unknown phase $p (correctness, sanitize, bench, profile, all)" ;;
+    esac
+  done
+  setup_env
+  out="${OUT:-$root/.carry/gpu-check-results}"
   mkdir -p "$out"
-  local nv
-  nv="$(find_nvrtc || true)"
-  if [ -n "$nv" ]; then
-    export LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export ARRAYBRIDGE_REQUIRE_NVRTC=1
-  else
-    echo "gpu-check: libnvrtc not found on this machine; kernel tests will fail" >&2
+  ROWS_FILE="$out/rows.md"
+  : >"$ROWS_FILE"
+  DEADLINE_AT=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-0} ))
+  WORK="$(mktemp -d)"
+  local name
+  name="gpu-check-$(IFS=-; echo "${phases[*]}")"
+  {
+    echo "date: $(date -u +%FT%TZ)"
+    echo "host: $(uname -srm)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 || echo "nvidia-smi: none"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    env | grep -E '^(ARRAYBRIDGE_|GPU_CHECK_)' | sort
+  } >"$WORK/env.txt" 2>&1
+  for p in "${phases[@]}"; do
+    echo "gpu-check: phase $p" >&2
+    "phase_$p"
+  done
+  {
+    echo "# gpu-check ${phases[*]}"
+    echo
+    sed 's/^/    /' "$WORK/env.txt"
+    echo
+    echo "| what | result | passed | failed | skipped | ignored | seconds |"
+    echo "|---|---|---|---|---|---|---|"
+    printf '%s' "$ROWS"
+    if [ -f "$WORK/failures.md" ]; then echo; echo "## Failures"; cat "$WORK/failures.md"; fi
+  } >"$WORK/summary.md"
+  cp "$WORK/summary.md" "$out/summary.md"
+  tar -C "$WORK" -czf "$out/$name.tar.gz" .
+  rm -rf "$WORK"
+  cat "$out/summary.md"
+  if [ "$FAIL" = 0 ]; then echo "gpu-check: every row passed"; else echo "gpu-check: FAILURES (see summary.md and $name.tar.gz in $out)"; fi
+  return "$FAIL"
+}
+
+# The dry run: every carried test binary runs on a machine without a GPU; each GPU test must
+# report itself skipped, and nothing may crash or fail.
+dry_run() {
+  local status=0
+  unset OUT
+  ARRAYBRIDGE_REQUIRE_GPU=0 run correctness || status=1
+  local s="$root/.carry/gpu-check-results/summary.md"
+  # nvrtc_compile needs NVRTC, not a GPU: it runs for real here
+  if grep -vE '\| test nvrtc_compile ' "$s" | grep -qE '\| test [^|]* \| passed \| [0-9]+ \| 0 \| 0 \|'; then
+    echo "gpu-check: dry run: a test binary reported no skipped test on a machine without a GPU" >&2
+    status=1
   fi
-  export ARRAYBRIDGE_REQUIRE_GPU=1
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$out/device.txt" || true
-  local table="| test binary | result | passed | failed | seconds |\n|---|---|---|---|---|\n"
-  local fail=0 t log start secs passed failed res
-  for t in "$carry"/tests/*; do
-    log="$out/$(basename "$t").log"
-    start=$(date +%s%N)
-    if "$t" --test-threads=4 >"$log" 2>&1; then res=ok; else res=FAILED; fail=1; fi
-    secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN {printf "%.1f", (b - a) / 1e9}')
-    passed=$(grep -o '[0-9]* passed' "$log" | awk '{s+=$1} END {print s+0}')
-    failed=$(grep -o '[0-9]* failed' "$log" | awk '{s+=$1} END {print s+0}')
-    table+="| $(basename "$t") | $res | $passed | $failed | ${secs} |\n"
-    if [ "$res" = FAILED ]; then grep -E "panicked|FAILED|Error" "$log" | head -20 >&2 || true; fi
-  done
-  printf "%b" "$table" | tee "$out/tests.md"
-  local b
-  for b in "$carry"/bench/*; do
-    [ -x "$b" ] || continue
-    echo "## $(basename "$b") ($(date -u +%F), $(head -1 "$out/device.txt" 2>/dev/null))" | tee "$out/bench.md"
-    if ! ARRAYBRIDGE_BENCH_TABLE=1 "$b" --bench 2>&1 | tee -a "$out/bench.md"; then fail=1; fi
-    if [ "${GPU_CHECK_CRITERION:-0}" = 1 ]; then
-      "$b" --bench --noplot 2>&1 | tee "$out/criterion.log" | grep -E "^cuda_|time:|thrpt:" || fail=1
-    fi
-  done
-  if [ "$fail" = 0 ]; then echo "gpu-check: all passed"; else echo "gpu-check: FAILURES (logs in $out)"; fi
-  return "$fail"
+  return "$status"
 }
 
 case "${1:-}" in
   build) build ;;
-  run) run ;;
-  *) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  run) shift; run "$@" ;;
+  dry-run) dry_run ;;
+  *) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

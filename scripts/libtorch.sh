@@ -21,7 +21,6 @@ TORCH_VERSION="2.11.0"
 CUDA_RUNTIME_VERSION="13.0.96"
 CUPTI_VERSION="13.0.85"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${ARRAYBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arraybridge}"
 venv="$cache/torch-venv"
 python="${PYTHON:-python3}"
@@ -84,6 +83,7 @@ done
 
 if [ "$print_env" = 1 ]; then
   printf 'export LIBTORCH=%q\n' "$libtorch"
+  # shellcheck disable=SC2016 # the variable expands where the line is eval'd
   printf 'export LD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' "$ld"
 else
   echo "libtorch.sh: libtorch $TORCH_VERSION at $libtorch" >&2

@@ -14,7 +14,6 @@ set -euo pipefail
 
 NVRTC_VERSION="13.0.88"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${ARRAYBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arraybridge}"
 venv="$cache/nvrtc-venv"
 python="${PYTHON:-python3}"
@@ -57,4 +56,5 @@ fi
 
 lib="$(site_packages)/nvidia/cu13/lib"
 printf 'export ARRAYBRIDGE_NVRTC_LIB=%q\n' "$lib"
+# shellcheck disable=SC2016 # the variable expands where the line is eval'd
 printf 'export LD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' "$lib"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs, idempotently:
 #   - PoCL (a real CPU OpenCL device) and the OpenCL ICD loader, from Debian's packages;
+#   - shellcheck and jq (the GPU harness scripts/gpu-check.sh is linted and dry-run in CI);
 #   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU), so every CUDA kernel is
 #     compiled in CI;
 #   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature.
@@ -11,7 +12,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 need_apt=()
-for pkg in pocl-opencl-icd ocl-icd-opencl-dev clinfo; do
+for pkg in pocl-opencl-icd ocl-icd-opencl-dev clinfo shellcheck jq; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

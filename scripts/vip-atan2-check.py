@@ -19,7 +19,7 @@ trajectory coordinate is an integer. Disable the dispatch and NumPy equals glibc
 (Older NumPy releases name the features AVX512F, AVX512_SKX, ...; `np.show_runtime()` lists them.)
 Measured on 2026-11-21 with NumPy 2.4.6: 0 and 62 mismatches with AVX-512; 62 and 62 without.
 
-Usage: vip-atan2-check.py [FIXTURE_DIR]   (default: ../shared/fixtures/paco next to the repo)
+Usage: vip-atan2-check.py [FIXTURE_DIR]   (default: the repository's fixtures/paco)
 """
 import math
 import os
@@ -55,7 +55,7 @@ def read_fits(path):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    fix = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "shared", "fixtures", "paco")
+    fix = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "fixtures", "paco")
     cube = read_fits(os.path.join(fix, "synth_adi40_64_cube.fits"))
     angles = read_fits(os.path.join(fix, "synth_adi40_64_angles.fits")).ravel()
     psf = read_fits(os.path.join(fix, "synth_adi40_64_psf.fits"))

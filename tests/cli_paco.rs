@@ -7,7 +7,7 @@ use std::process::Command;
 use arraybridge::io::fits;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/paco")
+    bridge_core::fixtures::path("paco")
 }
 
 fn tmpdir(name: &str) -> PathBuf {

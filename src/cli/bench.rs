@@ -165,15 +165,16 @@ fn detect(a: DetectArgs) -> Result<()> {
     let detector = algorithms::detect::LogDetector::default();
     let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &a.batch_sizes)?;
     println!(
-        "| batch | frames | total s | ms/frame | frames/s | detections | recall | precision | rmse px |"
+        "| batch | frames | total s | kernel s | ms/frame | frames/s | detections | recall | precision | rmse px |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {:.3} | {:.2} | {:.1} | {} | {:.3} | {:.3} | {:.3} |",
+            "| {} | {} | {:.3} | {} | {:.2} | {:.1} | {} | {:.3} | {:.3} | {:.3} |",
             r.batch_size,
             r.frames,
             r.end_to_end_s,
+            r.kernel_s.map_or("-".to_owned(), |k| format!("{k:.3}")),
             r.ms_per_frame,
             r.frames_per_s,
             r.detections,

@@ -170,9 +170,7 @@ impl Exec for CudaExec {
         if bytes.is_empty() {
             return self.alloc(4);
         }
-        let host =
-            bridge_core::HostData::from_c_bytes(bridge_core::DType::U8, &[bytes.len()], bytes)?;
-        self.gpu.upload(&host)
+        self.gpu.upload_bytes(bytes)
     }
 
     fn alloc(&self, bytes: usize) -> Result<Self::Buf> {

@@ -13,6 +13,7 @@ pub mod convert;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod fixtures;
 pub mod kernel;
 pub mod memory;
 pub mod offload;

@@ -431,9 +431,18 @@ pub(crate) fn driver_version() -> Option<i32> {
     (r == sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
-/// The byte size of each parameter of `func` (`cuFuncGetParamCount`/`cuFuncGetParamInfo`), or
-/// `None` when the driver cannot say (older than CUDA 12.4).
+/// The byte size of each parameter of `func` (`cuFuncGetParamInfo` for indices 0, 1, … until
+/// the driver answers `CUDA_ERROR_INVALID_VALUE`), or `None` when the driver cannot say (older
+/// than CUDA 12.4) or `ARRAYBRIDGE_CHECK_PARAMS=0`.
+///
+/// CUDA 13.0 has no `cuFuncGetParamCount` (13.2 adds it), so finding the count takes one call
+/// that fails by design. Callers cache the result per function, so that call happens once per
+/// kernel and process; compute-sanitizer reports it as an API error, which is why the
+/// harness's sanitizer phase sets `ARRAYBRIDGE_CHECK_PARAMS=0`.
 pub(crate) fn param_sizes(func: &CudaFunction) -> Option<Vec<usize>> {
+    if std::env::var("ARRAYBRIDGE_CHECK_PARAMS").is_ok_and(|v| v.trim() == "0") {
+        return None;
+    }
     catch_unwind(AssertUnwindSafe(|| {
         let f = func.cu_function();
         let mut sizes = Vec::new();

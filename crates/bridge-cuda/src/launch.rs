@@ -79,7 +79,8 @@ impl Gpu {
         stream: Option<&CudaStream>,
     ) -> Result<Option<Ready>> {
         let dims = LaunchDims::new(global, local)?;
-        let func = program.function(entry)?;
+        let cached = program.cached_function(entry)?;
+        let func = cached.func;
         // One 8-byte slot per argument; the vector is never resized after the pointers are taken.
         let mut slots: Vec<u64> = Vec::with_capacity(args.len());
         let mut buffers = Vec::new();
@@ -109,9 +110,9 @@ impl Gpu {
             };
             slots.push(w);
         }
-        if let Some(sizes) = ffi::param_sizes(&func) {
+        if let Some(sizes) = cached.param_sizes.as_deref() {
             let ours: Vec<usize> = args.iter().map(KernelArg::size).collect();
-            if sizes != ours {
+            if sizes != ours.as_slice() {
                 return Err(BridgeError::invalid_argument(
                     "kernel arguments",
                     format!(

@@ -33,6 +33,31 @@ impl Target {
 /// The architecture CI compiles for: sm_90 (H100/H200, the GPU machine's).
 pub const CHECK_TARGET: Target = Target::Cubin(9, 0);
 
+/// The environment variable holding the NVRTC options added to every program a [`Gpu`](crate::Gpu)
+/// compiles (whitespace-separated).
+pub const OPTIONS_ENV: &str = "ARRAYBRIDGE_NVRTC_OPTIONS";
+
+/// The default of [`OPTIONS_ENV`]: no fused multiply-add contraction, so that CUDA computes the
+/// same roundings as the CPU path and PoCL (bit-identical results where the algorithms promise
+/// them). `ARRAYBRIDGE_NVRTC_OPTIONS="--fmad=true"` trades that for speed;
+/// `"--fmad=false -lineinfo"` adds source lines for profilers.
+pub const DEFAULT_OPTIONS: &str = "--fmad=false";
+
+/// The options [`OPTIONS_ENV`] asks for (read once per process), or [`DEFAULT_OPTIONS`].
+pub fn device_options() -> &'static [String] {
+    static O: OnceLock<Vec<String>> = OnceLock::new();
+    O.get_or_init(|| parse_options(std::env::var(OPTIONS_ENV).ok().as_deref()))
+}
+
+/// Split an options string (`None`: [`DEFAULT_OPTIONS`]) on whitespace.
+pub fn parse_options(value: Option<&str>) -> Vec<String> {
+    value
+        .unwrap_or(DEFAULT_OPTIONS)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Compiled code: a CUBIN or a NUL-terminated PTX image, ready for `cuModuleLoadData`.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -201,4 +226,20 @@ fn compile_raw(
         Target::Ptx(..) => fetch(&prog, sys::nvrtcGetPTXSize, sys::nvrtcGetPTX, "nvrtcGetPTX")?,
     };
     Ok(Image { bytes, log })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEFAULT_OPTIONS, parse_options};
+
+    #[test]
+    fn device_options_default_to_no_fma_contraction() {
+        assert_eq!(DEFAULT_OPTIONS, "--fmad=false");
+        assert_eq!(parse_options(None), vec!["--fmad=false".to_owned()]);
+        assert_eq!(
+            parse_options(Some(" --fmad=false  -lineinfo ")),
+            vec!["--fmad=false".to_owned(), "-lineinfo".to_owned()]
+        );
+        assert!(parse_options(Some("")).is_empty());
+    }
 }

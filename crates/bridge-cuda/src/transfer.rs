@@ -1,9 +1,10 @@
 //! Host↔CUDA and CUDA↔CUDA copies.
 //!
 //! - *Pageable*: one `cuMemcpyHtoD`/`DtoH` straight from/to the ndarray's memory.
-//! - *Pinned-staged*: the bytes go through two reusable pinned chunks of
-//!   [`crate::device::STAGING_CHUNK`] bytes, double-buffered: while the DMA engine
-//!   copies one chunk, the host (in parallel threads) fills or drains the other.
+//! - *Pinned-staged*: the bytes go through reusable pinned chunks ([`crate::device::Staging`]:
+//!   16 MiB, two buffers by default; `ARRAYBRIDGE_STAGING_CHUNK_MB` and
+//!   `ARRAYBRIDGE_STAGING_BUFFERS` change them): while the DMA engine copies one chunk, the
+//!   host (in parallel threads) fills or drains another.
 //! - *Peer*: `cuMemcpyPeerAsync` between devices with peer access enabled; otherwise
 //!   *pinned-staged* through host memory, device→pinned on the source stream and pinned→device on
 //!   the destination stream, chained by events.
@@ -15,12 +16,12 @@
 use std::sync::Arc;
 
 use bridge_core::convert::TransferKind;
-use bridge_core::{Array, BridgeError, HostData, HostElement, Result, dispatch_dtype};
+use bridge_core::{Array, BridgeError, DType, HostData, HostElement, Result, dispatch_dtype};
 use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use crate::buffer::{CudaStorage, storage_of};
-use crate::device::{Gpu, Ready, STAGING_CHUNK, gpu};
+use crate::device::{Gpu, Ready, Staging, gpu};
 use crate::error;
 use crate::ffi::{self, DeviceMem, PinnedMem};
 
@@ -44,6 +45,10 @@ impl HostPath {
     }
 }
 
+/// Uploads of at most this many bytes go as one plain (driver-staged) copy: below it the pinned
+/// chunking costs more than it saves.
+pub const DIRECT_COPY_MAX: usize = 1 << 20;
+
 /// Copy `src` into `dst` with several threads for large buffers.
 fn par_copy(dst: &mut [u8], src: &[u8]) {
     const PIECE: usize = 2 << 20;
@@ -63,7 +68,8 @@ impl Gpu {
             .map_err(error::op(self.device, "cuStreamSynchronize"))
     }
 
-    /// Copy host bytes to `dst[0..]` through the staging chunks (blocking).
+    /// Copy host bytes to `dst[0..]` through the staging chunks (blocking): chunk `i` is
+    /// copied into pinned buffer `i % buffers` while the DMA engine sends the chunks before it.
     pub(crate) fn h2d_staged(
         &self,
         dst: &DeviceMem,
@@ -73,26 +79,21 @@ impl Gpu {
         if src.is_empty() {
             return Ok(());
         }
-        let mut bufs = self.take_staging(2)?;
-        let run = |bufs: &mut Vec<PinnedPair>| -> Result<()> {
-            let mut events = [None, None];
-            for (i, chunk) in src.chunks(STAGING_CHUNK).enumerate() {
-                let k = i % 2;
+        let Staging { chunk, buffers } = Staging::get();
+        let nbuf = buffers.min(src.len().div_ceil(chunk)).max(1);
+        let mut bufs = self.take_staging(nbuf)?;
+        let run = |bufs: &mut Vec<PinnedMem>| -> Result<()> {
+            let mut events: Vec<Option<Ready>> = (0..nbuf).map(|_| None).collect();
+            for (i, piece) in src.chunks(chunk).enumerate() {
+                let k = i % nbuf;
                 if let Some(ev) = events[k].take() {
                     Ready::synchronize(&ev)?;
                 }
                 let buf = &mut bufs[k];
-                par_copy(&mut buf.as_mut_slice()[..chunk.len()], chunk);
+                par_copy(&mut buf.as_mut_slice()[..piece.len()], piece);
                 // SAFETY: buffer `k` is not touched again until `events[k]` (recorded right
                 // after this copy) has been synchronised, or the stream is synchronised below.
-                unsafe {
-                    ffi::htod_async(
-                        dst,
-                        i * STAGING_CHUNK,
-                        &buf.as_slice()[..chunk.len()],
-                        stream,
-                    )?
-                };
+                unsafe { ffi::htod_async(dst, i * chunk, &buf.as_slice()[..piece.len()], stream)? };
                 events[k] = Some(self.record(stream)?);
             }
             Ok(())
@@ -104,7 +105,8 @@ impl Gpu {
         r.and(s)
     }
 
-    /// Copy `src[0..dst.len()]` to host bytes through the staging chunks (blocking).
+    /// Copy `src[0..dst.len()]` to host bytes through the staging chunks (blocking): up to
+    /// `buffers` chunk copies are in flight on the DMA engine while the host drains the oldest.
     pub(crate) fn d2h_staged(
         &self,
         dst: &mut [u8],
@@ -114,40 +116,44 @@ impl Gpu {
         if dst.is_empty() {
             return Ok(());
         }
-        let mut bufs = self.take_staging(2)?;
-        let run = |bufs: &mut Vec<PinnedPair>, dst: &mut [u8]| -> Result<()> {
-            let chunks: Vec<&mut [u8]> = dst.chunks_mut(STAGING_CHUNK).collect();
+        let Staging { chunk, buffers } = Staging::get();
+        let nbuf = buffers.min(dst.len().div_ceil(chunk)).max(1);
+        let mut bufs = self.take_staging(nbuf)?;
+        let run = |bufs: &mut Vec<PinnedMem>, dst: &mut [u8]| -> Result<()> {
+            let chunks: Vec<&mut [u8]> = dst.chunks_mut(chunk).collect();
             let n = chunks.len();
             let lens: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
-            let mut events: Vec<Option<Ready>> = vec![None, None];
+            let mut events: Vec<Option<Ready>> = (0..nbuf).map(|_| None).collect();
             let enqueue = |i: usize,
-                           bufs: &mut Vec<PinnedPair>,
+                           bufs: &mut Vec<PinnedMem>,
                            events: &mut Vec<Option<Ready>>|
              -> Result<()> {
-                let k = i % 2;
+                let k = i % nbuf;
                 // SAFETY: buffer `k` is only read after `events[k]` is synchronised, and the
                 // stream is synchronised before the buffers are reused or freed.
                 unsafe {
                     ffi::dtoh_async(
                         &mut bufs[k].as_mut_slice()[..lens[i]],
                         src,
-                        i * STAGING_CHUNK,
+                        i * chunk,
                         stream,
                     )?
                 };
                 events[k] = Some(self.record(stream)?);
                 Ok(())
             };
-            enqueue(0, bufs, &mut events)?;
+            for i in 0..nbuf.min(n) {
+                enqueue(i, bufs, &mut events)?;
+            }
             for (i, out) in chunks.into_iter().enumerate() {
-                if i + 1 < n {
-                    enqueue(i + 1, bufs, &mut events)?;
-                }
-                let k = i % 2;
+                let k = i % nbuf;
                 if let Some(ev) = events[k].take() {
                     ev.synchronize()?;
                 }
                 par_copy(out, &bufs[k].as_slice()[..lens[i]]);
+                if i + nbuf < n {
+                    enqueue(i + nbuf, bufs, &mut events)?;
+                }
             }
             Ok(())
         };
@@ -155,6 +161,21 @@ impl Gpu {
         let s = self.sync(stream);
         self.give_staging(bufs);
         r.and(s)
+    }
+
+    /// Upload raw bytes as a new one-dimensional `u8` CUDA array of `bytes.len()` elements (at
+    /// least one), straight from the caller's slice (blocking): no host copy before the
+    /// transfer. Below [`DIRECT_COPY_MAX`] bytes one plain copy; above, the pinned staging path.
+    pub fn upload_bytes(self: &Arc<Self>, bytes: &[u8]) -> Result<Array> {
+        let out = self.alloc(DType::U8, &[bytes.len().max(1)])?;
+        let st = storage_of(&out)?;
+        let stream = self.stream()?;
+        if bytes.len() <= DIRECT_COPY_MAX {
+            ffi::htod_sync(st.mem(), 0, bytes, &stream)?;
+        } else {
+            self.h2d_staged(st.mem(), bytes, &stream)?;
+        }
+        Ok(out)
     }
 
     /// Upload a host array (any layout) as a new CUDA array, by `path` (blocking).
@@ -187,8 +208,9 @@ impl Gpu {
         let bytes = host.to_c_bytes();
         let out = self.alloc(host.dtype(), host.shape())?;
         let st = storage_of(&out)?;
-        // SAFETY: `bytes` is pageable memory: the driver copies it to its own staging area
-        // before cuMemcpyHtoDAsync returns.
+        // SAFETY: `bytes` is pageable memory. CUDA's documented API synchronisation behaviour
+        // for cuMemcpyHtoDAsync from pageable memory: the call returns once the source has
+        // been copied to the driver's staging memory, so `bytes` may be dropped afterwards.
         unsafe { ffi::htod_async(st.mem(), 0, &bytes, stream)? };
         st.mark_used(stream)?;
         let ready = self.record(stream)?;
@@ -360,7 +382,7 @@ impl Gpu {
             let mut off = 0usize;
             let mut i = 0usize;
             while off < n {
-                let len = STAGING_CHUNK.min(n - off);
+                let len = Staging::get().chunk.min(n - off);
                 let k = i % 2;
                 if let Some(ev) = dst_done[k].take() {
                     ev.synchronize()?;

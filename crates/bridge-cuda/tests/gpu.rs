@@ -447,7 +447,8 @@ fn foreign_owner_can_be_taken_back() {
     assert!(!pool.is_foreign());
     let ptr = pool.device_ptr();
     // SAFETY: the range is `pool`'s buffer, which becomes the owner.
-    let f = unsafe { bridge_cuda::CudaStorage::from_foreign(&g, ptr, 64, Box::new(pool)) }.unwrap();
+    // (`pool` is already a box: it becomes the owner as is, not boxed again)
+    let f = unsafe { bridge_cuda::CudaStorage::from_foreign(&g, ptr, 64, pool) }.unwrap();
     let owner = Box::new(f).into_foreign_owner().unwrap();
     let back = owner.downcast::<bridge_cuda::CudaStorage>().unwrap();
     assert_eq!(back.device_ptr(), ptr);

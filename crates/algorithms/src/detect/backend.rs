@@ -250,6 +250,7 @@ impl LogDetector {
         let mut out = Vec::new();
         let mut done = 0usize;
         for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
+            let t_batch = std::time::Instant::now();
             let results = backend
                 .blob_log_batch_acc(batch, &p, self.accumulate)
                 .map_err(|e| match e {
@@ -260,6 +261,8 @@ impl LogDetector {
                     )),
                     other => other,
                 })?;
+            let t_host = std::time::Instant::now();
+            let blob_s = t_host.duration_since(t_batch).as_secs_f64();
             let extra: Vec<(f64, Option<Vec<Refined>>)> = batch
                 .par_iter()
                 .zip(results.par_iter())
@@ -290,6 +293,13 @@ impl LogDetector {
                         refined: refined.as_ref().map(|r| r[j]),
                     });
                 }
+            }
+            if std::env::var_os("ARRAYBRIDGE_TRACE").is_some() {
+                eprintln!(
+                    "[trace] detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
+                    batch.len(),
+                    t_host.elapsed().as_secs_f64()
+                );
             }
             done += batch.len();
             progress(done);

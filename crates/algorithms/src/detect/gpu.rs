@@ -202,6 +202,8 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
     cfg: &GpuDetectConfig,
     want_cube: bool,
 ) -> Result<RunOut> {
+    let t_all = std::time::Instant::now();
+    let (mut up_s, mut read_s, mut prune_s) = (0.0f64, 0.0f64, 0.0f64);
     let mut kernel_s = 0.0f64;
     let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         let t = std::time::Instant::now();
@@ -259,7 +261,9 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
             e.upload(&img)?
         }
         Input::Raw(raw) => {
+            let t = std::time::Instant::now();
             let raw_buf = e.upload(&raw.bytes)?;
+            up_s += t.elapsed().as_secs_f64();
             let mut pp = Vec::with_capacity(raw.params.len() * 16);
             for &(c, k) in &raw.params {
                 if acc64 {
@@ -395,7 +399,9 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                 ],
             )
         })?;
+        let t = std::time::Instant::now();
         let part = e.read(&part, nb * groups * 2 * R::SIZE)?;
+        read_s += t.elapsed().as_secs_f64();
         let part: Vec<R> = part.chunks_exact(R::SIZE).map(R::get).collect();
         let mut thr = Vec::with_capacity(nb * R::SIZE);
         for f in part.chunks_exact(2 * groups) {
@@ -450,8 +456,10 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                 val_buf = e.alloc(cap * R::SIZE)?;
             };
             if count > 0 {
+                let t = std::time::Instant::now();
                 let idx = e.read(&idx_buf, count * 4)?;
                 let val = e.read(&val_buf, count * R::SIZE)?;
+                read_s += t.elapsed().as_secs_f64();
                 for (ib, vb) in idx.chunks_exact(4).zip(val.chunks_exact(R::SIZE)) {
                     let o = u32::from_le_bytes([ib[0], ib[1], ib[2], ib[3]]) as usize;
                     let b = o / per_frame;
@@ -468,13 +476,20 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
                 }
             }
         }
+        let t = std::time::Instant::now();
         let done: Vec<Vec<Blob>> = per
             .into_par_iter()
             .map(|c| order_and_prune::<T, R>(c, &sigmas, p.overlap))
             .collect();
+        prune_s += t.elapsed().as_secs_f64();
         blobs_out.extend(done);
         frame0 += nb;
     }
+    trace(&format!(
+        "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels {kernel_s:.3} \
+         + reads {read_s:.3} + host prune {prune_s:.3} + other",
+        t_all.elapsed().as_secs_f64()
+    ));
     Ok(RunOut {
         blobs: blobs_out,
         cubes: want_cube.then_some(cubes_out),
@@ -650,20 +665,25 @@ fn run_frames<E: Exec>(
                 }
             }
             Kind::RawU8 | Kind::RawU16 => {
-                let mut bytes =
-                    Vec::with_capacity(n * h * w * if kind == Kind::RawU8 { 1 } else { 2 });
-                let mut params = Vec::with_capacity(n);
-                let mut mode = 0;
-                for f in run {
-                    let (m, c, k) = raw_params(f, p.prescale)?;
-                    mode = m;
-                    params.push((c, k));
-                    match f {
-                        FrameView::U8(a) => bytes.extend(a.iter().copied()),
-                        FrameView::U16(a) => bytes.extend(a.iter().flat_map(|v| v.to_le_bytes())),
-                        _ => {}
-                    }
-                }
+                let t_pack = std::time::Instant::now();
+                let px = if kind == Kind::RawU8 { 1 } else { 2 };
+                let fb = h * w * px;
+                // per-frame prescale parameters and little-endian pixels, in parallel
+                let pr: Vec<(u32, f64, f64)> = run
+                    .par_iter()
+                    .map(|f| raw_params(f, p.prescale))
+                    .collect::<Result<_>>()?;
+                let mode = pr.last().map_or(0, |r| r.0);
+                let params: Vec<(f64, f64)> = pr.iter().map(|r| (r.1, r.2)).collect();
+                let mut bytes = vec![0u8; n * fb];
+                bytes
+                    .par_chunks_mut(fb.max(1))
+                    .zip(run.par_iter())
+                    .for_each(|(dst, f)| pack_le(f, dst));
+                trace(&format!(
+                    "detect: pack {n} raw frames {:.3} s",
+                    t_pack.elapsed().as_secs_f64()
+                ));
                 let raw = RawFrames {
                     bytes,
                     entry: if kind == Kind::RawU8 {
@@ -689,6 +709,38 @@ fn run_frames<E: Exec>(
         i = j;
     }
     Ok(out)
+}
+
+/// A frame's pixels as little-endian bytes into `dst` (exactly its size); u8 and u16 only.
+fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
+    match f {
+        FrameView::U8(a) => match a.as_slice() {
+            Some(s) => dst.copy_from_slice(s),
+            None => dst.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v),
+        },
+        FrameView::U16(a) => {
+            for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `ARRAYBRIDGE_TRACE=1`: the device pipelines print a per-stage time breakdown
+/// (host packing, uploads, kernels, reads, host pruning) on stderr.
+pub(crate) fn tracing() -> bool {
+    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("ARRAYBRIDGE_TRACE").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    })
+}
+
+/// Print `msg` on stderr when [`tracing`].
+pub(crate) fn trace(msg: &str) {
+    if tracing() {
+        eprintln!("[trace] {msg}");
+    }
 }
 
 /// Kernel time of the last batch, shared by clones of a back end.

@@ -2,7 +2,7 @@
 //! movie-level [`LogDetector`].
 //!
 //! The normative behaviour is `shared/docs/detection.md`; the golden data is
-//! `shared/fixtures/detect/`. Everything here is the CPU implementation (ndarray + rayon). The
+//! `fixtures/detect/` (in this repository). Everything here is the CPU implementation (ndarray + rayon). The
 //! device-independent pieces (parameter validation, the sigma list, candidate ordering, overlap
 //! pruning) are public so GPU back ends can reuse them behind [`DetectBackend`].
 

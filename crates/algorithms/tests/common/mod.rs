@@ -4,13 +4,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// `shared/fixtures/detect/<rel>`.
+/// `fixtures/detect/<rel>` (see [`bridge_core::fixtures::dir`]).
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/detect"
-    ))
-    .join(rel)
+    bridge_core::fixtures::path("detect").join(rel)
 }
 
 /// A loaded `.npy` (little-endian, C order).

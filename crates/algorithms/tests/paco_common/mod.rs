@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
 
-/// `/work/shared/fixtures/paco` relative to this crate.
+/// `fixtures/paco` (see [`bridge_core::fixtures::dir`]).
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/paco")
+    bridge_core::fixtures::path("paco")
 }
 
 /// Read the primary image of a FITS file as f64 (C order).
