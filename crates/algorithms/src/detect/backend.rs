@@ -294,13 +294,13 @@ impl LogDetector {
                     });
                 }
             }
-            if std::env::var_os("ARRAYBRIDGE_TRACE").is_some() {
-                eprintln!(
-                    "[trace] detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
+            super::trace(|| {
+                format!(
+                    "detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
                     batch.len(),
                     t_host.elapsed().as_secs_f64()
-                );
-            }
+                )
+            });
             done += batch.len();
             progress(done);
         }

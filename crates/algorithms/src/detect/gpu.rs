@@ -37,7 +37,6 @@
 use bridge_core::{BridgeError, Device, Result};
 use rayon::prelude::*;
 
-use super::FrameView;
 use super::backend::DetectBackend;
 use super::blob_log::{
     Accumulate, Blob, BlobLogParams, Converted, Prescale, convert_frame, prune_blobs,
@@ -46,6 +45,7 @@ use super::filters::LogKernels;
 use super::kernels::{BLOB_LOG, MINMAX_WG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
 use super::locate::{Feature, LocateParams, locate};
 use super::real::Real;
+use super::{FrameView, trace};
 use crate::gpu::{Arg, Exec};
 
 /// Storage type of the device cube.
@@ -485,11 +485,13 @@ fn run_typed<E: Exec, T: Real, R: DevReal>(
         blobs_out.extend(done);
         frame0 += nb;
     }
-    trace(&format!(
-        "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels {kernel_s:.3} \
-         + reads {read_s:.3} + host prune {prune_s:.3} + other",
-        t_all.elapsed().as_secs_f64()
-    ));
+    trace(|| {
+        format!(
+            "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \
+             {kernel_s:.3} + reads {read_s:.3} + host prune {prune_s:.3} + other",
+            t_all.elapsed().as_secs_f64()
+        )
+    });
     Ok(RunOut {
         blobs: blobs_out,
         cubes: want_cube.then_some(cubes_out),
@@ -680,10 +682,12 @@ fn run_frames<E: Exec>(
                     .par_chunks_mut(fb.max(1))
                     .zip(run.par_iter())
                     .for_each(|(dst, f)| pack_le(f, dst));
-                trace(&format!(
-                    "detect: pack {n} raw frames {:.3} s",
-                    t_pack.elapsed().as_secs_f64()
-                ));
+                trace(|| {
+                    format!(
+                        "detect: pack {n} raw frames {:.3} s",
+                        t_pack.elapsed().as_secs_f64()
+                    )
+                });
                 let raw = RawFrames {
                     bytes,
                     entry: if kind == Kind::RawU8 {
@@ -724,22 +728,6 @@ fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
             }
         }
         _ => {}
-    }
-}
-
-/// Whether `ARRAYBRIDGE_TRACE=1`: the device pipelines print a per-stage time breakdown
-/// (host packing, uploads, kernels, reads, host pruning) on stderr.
-pub(crate) fn tracing() -> bool {
-    static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        std::env::var("ARRAYBRIDGE_TRACE").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
-    })
-}
-
-/// Print `msg` on stderr when [`tracing`].
-pub(crate) fn trace(msg: &str) {
-    if tracing() {
-        eprintln!("[trace] {msg}");
     }
 }
 

@@ -168,3 +168,16 @@ impl Movie {
         }
     }
 }
+
+/// When `ARRAYBRIDGE_TRACE` is `1`/`true`/`yes` (read once), print `msg()` on stderr as a
+/// `[trace]` line: the per-stage time breakdown of the detection pipelines. `msg` is only
+/// evaluated when tracing.
+pub(crate) fn trace(msg: impl FnOnce() -> String) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        std::env::var("ARRAYBRIDGE_TRACE").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    });
+    if on {
+        eprintln!("[trace] {}", msg());
+    }
+}
