@@ -148,6 +148,26 @@ pub enum BridgeError {
         /// How many attempts were made (1 = no retry).
         attempts: u32,
     },
+    /// A host allocation whose size comes from a file header, a flag or a parameter would not
+    /// fit in the memory the process may use (see [`crate::host::Budget`]). Not retried.
+    #[error(
+        "{what} needs {} but only {} fit ({limited_by}){}",
+        crate::host::format_bytes(*requested),
+        crate::host::format_bytes(*limit),
+        if hint.is_empty() { String::new() } else { format!("; {hint}") }
+    )]
+    TooLarge {
+        /// What asked for the memory, as the user wrote it (`--num-sigma 100000`, `m.npy (shape …)`).
+        what: String,
+        /// Bytes needed.
+        requested: u64,
+        /// Bytes that may be allocated.
+        limit: u64,
+        /// What sets the limit (available memory, cgroup, ulimit, the environment variable).
+        limited_by: String,
+        /// What would fit, or what to change (may be empty).
+        hint: String,
+    },
     /// A runtime-compiled kernel failed to build; `log` is the compiler's build log.
     #[error("kernel {kernel} failed to compile for {device}:\n{log}")]
     KernelCompile {

@@ -14,6 +14,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod fixtures;
+pub mod host;
 pub mod kernel;
 pub mod memory;
 pub mod offload;
