@@ -4,7 +4,11 @@
 //! `paco` (PACO on a synthetic ADI cube) and `detect` (LoG detection on a synthetic movie, the
 //! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`).
 
+use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
+
+use super::common::Global;
+use super::device::{DETECT, DeviceArg, PACO, check_explicit, parse_device_arg};
 
 /// Arguments of `arraybridge bench`.
 #[derive(Debug, clap::Args)]
@@ -29,20 +33,21 @@ pub enum What {
 #[derive(Debug, clap::Args)]
 pub struct DetectArgs {
     /// Frames in the synthetic movie.
-    #[arg(long, default_value_t = 100)]
-    pub frames: usize,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub frames: u64,
     /// Frame side in pixels.
-    #[arg(long, default_value_t = 512)]
-    pub size: usize,
-    /// Particles in the movie.
-    #[arg(long, default_value_t = 100)]
-    pub particles: usize,
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(16..=65_536))]
+    pub size: u64,
+    /// Particles in the movie (at most one per 100 pixels: they are placed 10 px apart).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    pub particles: u64,
     /// Batch sizes to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
-    pub batch_sizes: Vec<usize>,
-    /// Device to run on.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8",
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch_sizes: Vec<u64>,
+    /// Device: `auto` (the offload decision), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
     /// Seed of the synthetic movie.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -52,82 +57,162 @@ pub struct DetectArgs {
 #[derive(Debug, clap::Args)]
 pub struct PacoArgs {
     /// Frames in the synthetic cube.
-    #[arg(long, default_value_t = 61)]
-    pub frames: usize,
+    #[arg(long, default_value_t = 61, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub frames: u64,
     /// Frame side in pixels.
-    #[arg(long, default_value_t = 100)]
-    pub size: usize,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(16..=65_536))]
+    pub size: u64,
     /// Repetitions (the report gives the median and best).
-    #[arg(long, default_value_t = 5)]
-    pub reps: usize,
-    /// Device to run on.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub reps: u64,
+    /// Device: `auto` (the offload decision), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
 }
 
 /// Arguments of `arraybridge bench transfer`.
 #[derive(Debug, clap::Args)]
 pub struct TransferArgs {
-    /// Device to measure (`cuda:N` or `opencl:N`).
-    #[arg(long, default_value = "cuda:0")]
-    pub device: Device,
+    /// Device: `auto` (the first GPU or OpenCL device; the CPU has no transfers to measure),
+    /// `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
     /// Sizes in MiB, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
-    pub sizes_mb: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256",
+          value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub sizes_mb: Vec<u64>,
     /// Repetitions per size (the best is reported).
-    #[arg(long, default_value_t = 5)]
-    pub reps: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub reps: u64,
 }
 
 /// Run a benchmark.
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, g: Global) -> Result<()> {
     match args.what {
-        What::Transfer(a) => transfer(a),
-        What::Detect(a) => detect(a),
-        What::Paco(a) => {
-            if a.frames == 0 || a.size == 0 || a.reps == 0 {
-                return Err(BridgeError::invalid_argument(
-                    "bench paco",
-                    "--frames, --size and --reps must be positive",
-                ));
-            }
-            eprintln!(
-                "bench paco on {}: {}x{}x{}, {} reps",
-                a.device, a.frames, a.size, a.size, a.reps
-            );
-            let rows = algorithms::paco::bench::bench_report(a.frames, a.size, a.reps, a.device)?;
-            print!("{}", algorithms::paco::bench::format_table(&rows));
-            Ok(())
+        What::Transfer(a) => transfer(a, g),
+        What::Detect(a) => detect(a, g),
+        What::Paco(a) => paco(a, g),
+    }
+}
+
+/// A `u64` flag as `usize` (a typed error on 32-bit targets where it does not fit).
+fn to_usize(v: u64, flag: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| BridgeError::invalid_argument(flag, format!("{v} is too large")))
+}
+
+/// The device a benchmark runs on: an explicit one is checked; `auto` is the CPU for compute
+/// benches (a bench measures one device; pass it explicitly to measure a GPU).
+fn bench_device(arg: DeviceArg, stage: super::device::Stage, g: Global) -> Result<Device> {
+    match arg {
+        DeviceArg::Explicit(d) => {
+            check_explicit(d, &[stage])?;
+            Ok(d)
+        }
+        DeviceArg::Auto => {
+            let d = arraybridge::registry()
+                .device_infos()
+                .map(|i| i.device)
+                .find(|&d| (stage.supports)(d).is_ok())
+                .unwrap_or(Device::Cpu);
+            g.note(format!(
+                "bench: device auto → {d} (the first device with a {} back end, else the CPU)",
+                stage.name
+            ));
+            Ok(d)
         }
     }
 }
 
-fn transfer(a: TransferArgs) -> Result<()> {
-    if a.sizes_mb.is_empty() || a.sizes_mb.contains(&0) {
+fn paco(a: PacoArgs, g: Global) -> Result<()> {
+    let (frames, size, reps) = (
+        to_usize(a.frames, "--frames")?,
+        to_usize(a.size, "--size")?,
+        to_usize(a.reps, "--reps")?,
+    );
+    // The cube, its derotated copies and the five maps, in f64.
+    let bytes = checked_product(&[a.frames, a.size, a.size, 8, 3]).unwrap_or(u64::MAX);
+    check_allocation(
+        bytes,
+        &format!("bench paco --frames {} --size {}", a.frames, a.size),
+        "use fewer frames or a smaller --size",
+    )?;
+    let device = bench_device(a.device, PACO, g)?;
+    g.note(format!(
+        "bench paco on {device}: {frames}x{size}x{size}, {reps} reps"
+    ));
+    let rows = algorithms::paco::bench::bench_report(frames, size, reps, device)?;
+    if g.json {
+        return g.print_json(&serde_json::json!({
+            "command": "bench paco", "device": device.to_string(),
+            "frames": frames, "size": size, "reps": reps,
+            "rows": rows.iter().map(|r| serde_json::json!({
+                "what": r.what, "shape": [r.shape.0, r.shape.1, r.shape.2],
+                "best_s": r.best_s, "median_s": r.median_s,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    print!("{}", algorithms::paco::bench::format_table(&rows));
+    Ok(())
+}
+
+fn transfer(a: TransferArgs, g: Global) -> Result<()> {
+    let largest = a.sizes_mb.iter().copied().max().unwrap_or(0);
+    if a.sizes_mb.is_empty() {
         return Err(BridgeError::invalid_argument(
             "--sizes-mb",
-            "sizes must be positive",
+            "give at least one size",
         ));
     }
+    // The source and destination host buffers of the largest size.
+    check_allocation(
+        largest.saturating_mul(2 << 20),
+        &format!("bench transfer --sizes-mb {largest}"),
+        "use smaller sizes",
+    )?;
     #[cfg_attr(
         not(any(feature = "cuda", feature = "opencl")),
         allow(unused_variables)
     )]
-    let sizes: Vec<usize> = a.sizes_mb.iter().map(|m| m << 20).collect();
-    eprintln!(
-        "bench transfer on {}: sizes {:?} MiB, best of {}",
-        a.device, a.sizes_mb, a.reps
-    );
-    match a.device {
+    let sizes: Vec<usize> = a
+        .sizes_mb
+        .iter()
+        .map(|&m| to_usize(m << 20, "--sizes-mb"))
+        .collect::<Result<_>>()?;
+    let reps = to_usize(a.reps, "--reps")?;
+    let device = match a.device {
+        DeviceArg::Explicit(d) => d,
+        DeviceArg::Auto => {
+            let d = arraybridge::registry()
+                .device_infos()
+                .map(|i| i.device)
+                .next()
+                .ok_or_else(|| {
+                    BridgeError::unavailable(
+                        "cuda/opencl",
+                        "bench transfer measures host↔device copies, and no CUDA or OpenCL \
+                         device is available (see `arraybridge devices`)",
+                    )
+                })?;
+            g.note(format!(
+                "bench transfer: device auto → {d} (the first device)"
+            ));
+            d
+        }
+    };
+    g.note(format!(
+        "bench transfer on {device}: sizes {:?} MiB, best of {reps}",
+        a.sizes_mb
+    ));
+    match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
             let gpu = bridge_cuda::gpu(n)?;
-            let rows = bridge_cuda::bench::transfer_report(&gpu, &sizes, a.reps)?;
+            let rows = bridge_cuda::bench::transfer_report(&gpu, &sizes, reps)?;
             print!("{}", bridge_cuda::bench::format_table(&rows));
             Ok(())
         }
         #[cfg(feature = "opencl")]
-        Device::OpenCl(_) => opencl_transfer(a.device, &sizes, a.reps),
+        Device::OpenCl(_) => opencl_transfer(device, &sizes, reps),
         other => Err(BridgeError::Unsupported(format!(
             "bench transfer measures the devices of the compiled-in backends (cuda:N with the \
              `cuda` feature, opencl:N with `opencl`); got {other}"
@@ -148,22 +233,79 @@ fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -
     Ok(bytes as f64 / best / 1e9)
 }
 
-fn detect(a: DetectArgs) -> Result<()> {
+fn detect(a: DetectArgs, g: Global) -> Result<()> {
     use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
-    if a.frames == 0 || a.size < 16 || a.batch_sizes.is_empty() || a.batch_sizes.contains(&0) {
+    let (frames, size, particles) = (
+        to_usize(a.frames, "--frames")?,
+        to_usize(a.size, "--size")?,
+        to_usize(a.particles, "--particles")?,
+    );
+    let batch_sizes: Vec<usize> = a
+        .batch_sizes
+        .iter()
+        .map(|&b| to_usize(b, "--batch-sizes"))
+        .collect::<Result<_>>()?;
+    if batch_sizes.is_empty() {
         return Err(BridgeError::invalid_argument(
-            "bench detect",
-            "--frames and --batch-sizes must be positive and --size at least 16",
+            "--batch-sizes",
+            "give at least one batch size",
         ));
     }
-    let backend = algorithms::detect::backend_for(a.device)?;
-    eprintln!(
-        "bench detect on {}: {}x{}x{} movie, {} particles",
-        a.device, a.frames, a.size, a.size, a.particles
-    );
-    let movie = synthetic_movie(a.frames, a.size, a.particles, 1.0, a.seed);
+    // Particles are placed at least 10 px apart, inside an 8-px margin.
+    let room = (a.size.saturating_sub(17)).pow(2) / 100;
+    if a.particles > room {
+        return Err(BridgeError::invalid_argument(
+            "--particles",
+            format!(
+                "{} particles do not fit {}x{} frames (they are placed 10 px apart); at most \
+                 {room} fit",
+                a.particles, a.size, a.size
+            ),
+        ));
+    }
+    // The u16 movie, the truth table and the largest batch's scale space.
+    let movie_bytes = checked_product(&[a.frames, a.size, a.size, 2]).unwrap_or(u64::MAX);
+    let truth_bytes = checked_product(&[a.frames, a.particles, 40]).unwrap_or(u64::MAX);
+    check_allocation(
+        movie_bytes.saturating_add(truth_bytes),
+        &format!(
+            "bench detect --frames {} --size {} --particles {}",
+            a.frames, a.size, a.particles
+        ),
+        "use fewer frames, smaller frames or fewer particles",
+    )?;
     let detector = algorithms::detect::LogDetector::default();
-    let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &a.batch_sizes)?;
+    for &b in &batch_sizes {
+        algorithms::detect::LogDetector {
+            batch_size: b,
+            ..detector.clone()
+        }
+        .check_memory(size, size, frames)?;
+    }
+    let device = bench_device(a.device, DETECT, g)?;
+    let backend = algorithms::detect::backend_for(device)?;
+    g.note(format!(
+        "bench detect on {device}: {frames}x{size}x{size} movie, {particles} particles"
+    ));
+    let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
+    let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?;
+    if g.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "batch": r.batch_size, "frames": r.frames, "total_s": r.end_to_end_s,
+                    "kernel_s": r.kernel_s, "ms_per_frame": r.ms_per_frame,
+                    "frames_per_s": r.frames_per_s, "detections": r.detections,
+                    "recall": r.score.recall, "precision": r.score.precision,
+                    "rmse_px": r.score.rmse,
+                })
+            })
+            .collect();
+        return g.print_json(&serde_json::json!({
+            "command": "bench detect", "device": device.to_string(), "rows": v,
+        }));
+    }
     println!(
         "| batch | frames | total s | kernel s | ms/frame | frames/s | detections | recall | precision | rmse px |"
     );

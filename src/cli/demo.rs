@@ -19,28 +19,34 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::common::{Global, check_output_dir};
+use super::device::{
+    Choice, DETECT, DeviceArg, PACO, check_explicit, choose, detect_workload, measure_cpu,
+    paco_workload, parse_device_arg,
+};
 use algorithms::detect::synth::{SplitMix, TruthPoint, erf, match_truth, synthetic_movie};
-use algorithms::detect::{CpuBackend, DetectBackend, LogDetector, Movie, Particle, RefineParams};
+use algorithms::detect::{DetectBackend, LogDetector, Movie, Particle, RefineParams};
 use algorithms::paco::{FluxOptions, PacoMaps, PacoParams, PsfNorm, unbiased_flux};
 use algorithms::track::{LinkParams, link_particles};
-use arraybridge::core::backend::DeviceInfo;
-use arraybridge::core::offload::{
-    CpuProfile, DeviceProfile, OffloadDecision, OffloadThresholds, Workload, decide,
-};
 use arraybridge::io::draw::{self, Canvas, GREEN, Marker, RED, SnrFigure, SnrMapOptions, WHITE};
 use arraybridge::io::{fits, npy};
-use bridge_core::{BridgeError, Device, Result};
-use ndarray::{Array1, Array2, Array3, s};
+use bridge_core::{BridgeError, Result};
+use ndarray::{Array1, Array2, Array3};
 
 /// Arguments of `arraybridge demo`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Device: `auto` (the offload decision, per stage), `cpu`, `opencl:N` or `cuda:N`.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// Output directory (created if needed; existing demo files are replaced).
-    #[arg(short = 'o', long = "out", default_value = "arraybridge-demo")]
-    pub out: PathBuf,
+    /// Device: `auto` (the offload decision, per stage, printed), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
+    /// Output folder (created if needed; existing demo files are replaced).
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "out",
+        default_value = "arraybridge-demo"
+    )]
+    pub output: PathBuf,
     /// Seed of the data generators (same seed, same data, same results).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -75,29 +81,29 @@ const OVERLAY_SCALE: usize = 2;
 const SNR_PNG_SIDE: usize = 480;
 
 /// Run `arraybridge demo`.
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, g: Global) -> Result<()> {
     let t_all = Instant::now();
-    let request = parse_request(&args.device)?;
+    let request = args.device;
     // Fail before any work when an explicit device cannot run every stage.
-    if let Request::Explicit(d) = request {
-        check_explicit(d)?;
+    if let DeviceArg::Explicit(d) = request {
+        check_explicit(d, &[DETECT, PACO])?;
     }
-    let out = args.out.clone();
-    std::fs::create_dir_all(&out).map_err(|e| BridgeError::io(out.display().to_string(), e))?;
+    let out = args.output.clone();
+    check_output_dir(&out, &[], &[], "--output")?;
     let mut timings: Vec<(&'static str, f64)> = Vec::new();
 
-    eprintln!(
+    g.note(format!(
         "demo: generating a {}-frame {}x{} movie of {} Brownian particles (seed {})",
         MOVIE.0, MOVIE.1, MOVIE.1, MOVIE.2, args.seed
-    );
+    ));
     let t = Instant::now();
     let synth = synthetic_movie(MOVIE.0, MOVIE.1, MOVIE.2, MOVIE.3, args.seed);
     timings.push(("generate movie", t.elapsed().as_secs_f64()));
 
-    eprintln!(
+    g.note(format!(
         "demo: generating a {}-frame {}x{} ADI cube with one planet",
         ADI.0, ADI.1, ADI.1
-    );
+    ));
     let t = Instant::now();
     let adi = synthetic_adi_with_planet(ADI.0, ADI.1, args.seed);
     timings.push(("generate ADI cube", t.elapsed().as_secs_f64()));
@@ -109,64 +115,39 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let (mut det_choice, mut paco_choice) = match request {
-        Request::Explicit(d) => {
-            let why = format!("requested with --device {d}");
-            (
-                Choice {
-                    device: d,
-                    reason: why.clone(),
-                    estimate: None,
-                },
-                Choice {
-                    device: d,
-                    reason: why,
-                    estimate: None,
-                },
-            )
-        }
-        Request::Auto => {
+        DeviceArg::Explicit(d) => (Choice::explicit(d), Choice::explicit(d)),
+        DeviceArg::Auto => {
             let (cpu, sample) = measure_cpu(&synth.movie, &detector)?;
-            let note = format!("the first {sample} frames");
+            let note = format!("measured on the first {sample} frames");
             let det_work = detect_workload(&synth.movie, &detector);
             let paco_work = paco_workload(ADI.0, ADI.1, PacoParams::default().psf_rad);
             (
-                choose("detection", &det_work, &cpu, &note, |d| {
-                    algorithms::detect::backend_for(d).map(|_| ())
-                }),
-                choose("PACO", &paco_work, &cpu, &note, |d| {
-                    algorithms::paco::backend_for(d).map(|_| ())
-                }),
+                choose(DETECT, &det_work, &cpu, &note),
+                choose(PACO, &paco_work, &cpu, &note),
             )
         }
     };
     timings.push(("offload decision", t.elapsed().as_secs_f64()));
-    eprintln!(
+    g.note(format!(
         "demo: detection + tracking on {}: {}",
         det_choice.device, det_choice.reason
-    );
-    eprintln!(
+    ));
+    g.note(format!(
         "demo: PACO on {}: {}",
         paco_choice.device, paco_choice.reason
-    );
+    ));
 
     // Detection.
     let (nt, h, w) = synth.movie.dim();
-    eprintln!(
+    g.note(format!(
         "demo: detecting (blob_log + refinement) on {}",
         det_choice.device
-    );
+    ));
     let t = Instant::now();
-    let run_detect = |d: Device| -> Result<Vec<Particle>> {
+    let mut particles = det_choice.run("demo", |d| -> Result<Vec<Particle>> {
         let backend: Box<dyn DetectBackend> = algorithms::detect::backend_for(d)?;
         detector.detect_movie_with(&synth.movie, backend.as_ref(), |_| {})
-    };
-    let mut particles = match run_detect(det_choice.device) {
-        Err(e) if request == Request::Auto && det_choice.device != Device::Cpu => {
-            det_choice.fell_back(&e);
-            run_detect(Device::Cpu)?
-        }
-        r => r?,
-    };
+    })?;
     let detect_s = t.elapsed().as_secs_f64();
     timings.push(("detect", detect_s));
     let points: Vec<(u32, f64, f64)> = particles
@@ -179,7 +160,7 @@ pub fn run(args: Args) -> Result<()> {
     let score = match_truth(&points, &synth.truth, MATCH_RADIUS);
 
     // Tracking.
-    eprintln!("demo: linking {} detections", particles.len());
+    g.note(format!("demo: linking {} detections", particles.len()));
     let t = Instant::now();
     let link_stats = link_particles(&mut particles, &LinkParams::new(LINK.0, LINK.1))?;
     timings.push(("track", t.elapsed().as_secs_f64()));
@@ -187,24 +168,21 @@ pub fn run(args: Args) -> Result<()> {
     let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
 
     // PACO.
-    eprintln!("demo: PACO on {}", paco_choice.device);
+    g.note(format!("demo: PACO on {}", paco_choice.device));
     let mut params = PacoParams {
         psf_norm: PsfNorm::Fwhm(FWHM),
         device: paco_choice.device,
         ..Default::default()
     };
     let t = Instant::now();
-    let run_paco = |p: &PacoParams| {
-        algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), p)
-    };
-    let maps = match run_paco(&params) {
-        Err(e) if request == Request::Auto && params.device != Device::Cpu => {
-            paco_choice.fell_back(&e);
-            params.device = Device::Cpu;
-            run_paco(&params)?
-        }
-        r => r?,
-    };
+    let maps = paco_choice.run("demo", |d| {
+        let p = PacoParams {
+            device: d,
+            ..params.clone()
+        };
+        algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), &p)
+    })?;
+    params.device = paco_choice.device;
     timings.push(("PACO", t.elapsed().as_secs_f64()));
     let mut planet = recover_planet(&maps, &adi.planet, adi.centre);
     let t = Instant::now();
@@ -222,7 +200,7 @@ pub fn run(args: Args) -> Result<()> {
     timings.push(("PACO unbiased flux", t.elapsed().as_secs_f64()));
 
     // Outputs.
-    eprintln!("demo: writing {}", out.display());
+    g.note(format!("demo: writing {}", out.display()));
     let t = Instant::now();
     write_detections(&out.join("detections.csv"), &particles, false)?;
     write_detections(&out.join("tracks.csv"), &particles, true)?;
@@ -239,7 +217,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let report = Report {
         seed: args.seed,
-        requested: args.device.trim().to_ascii_lowercase(),
+        requested: args.device.to_string(),
         det: &det_choice,
         paco: &paco_choice,
         movie: (nt, h, w),
@@ -265,307 +243,12 @@ pub fn run(args: Args) -> Result<()> {
     let json_text = serde_json::to_string_pretty(&json)
         .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}")))?;
     write_file(&out.join("summary.json"), json_text.as_bytes())?;
-    print!("{text}");
+    if g.json {
+        println!("{json_text}");
+    } else {
+        print!("{text}");
+    }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Device choice
-
-/// What `--device` asked for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Request {
-    Auto,
-    Explicit(Device),
-}
-
-fn parse_request(s: &str) -> Result<Request> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("auto") {
-        return Ok(Request::Auto);
-    }
-    let d: Device = t.parse().map_err(|e| {
-        let why = match e {
-            BridgeError::ParseDevice { reason, .. } => reason,
-            other => other.to_string(),
-        };
-        BridgeError::invalid_argument(
-            "--device",
-            format!("{t:?} is not a device ({why}); expected auto, cpu, opencl:N or cuda:N"),
-        )
-    })?;
-    match d {
-        Device::Cpu | Device::Cuda(_) | Device::OpenCl(_) => Ok(Request::Explicit(d)),
-        other => Err(BridgeError::invalid_argument(
-            "--device",
-            format!("the demo runs on cpu, opencl:N or cuda:N, not {other}"),
-        )),
-    }
-}
-
-/// Names of the devices the registry sees, `cpu` first.
-fn available_devices() -> Vec<String> {
-    std::iter::once("cpu".to_owned())
-        .chain(
-            arraybridge::registry()
-                .device_infos()
-                .map(|i| i.device.to_string()),
-        )
-        .collect()
-}
-
-/// An explicit device must exist and every stage must have a back end for it.
-fn check_explicit(d: Device) -> Result<()> {
-    if d == Device::Cpu {
-        return Ok(());
-    }
-    let reg = arraybridge::registry();
-    if !reg.device_infos().any(|i| i.device == d) {
-        let mt = d.memory_type();
-        let why = reg
-            .reports()
-            .iter()
-            .find(|r| r.memory_type == mt)
-            .and_then(|r| r.unavailable.clone())
-            .map_or_else(String::new, |u| format!(" ({} backend: {u})", mt.name()));
-        return Err(BridgeError::unavailable(
-            mt.name(),
-            format!(
-                "device {d} was requested with --device but does not exist{why}; available: {}. \
-                 Use --device auto to let the demo choose",
-                available_devices().join(", ")
-            ),
-        ));
-    }
-    let stage = |name: &str, r: Result<()>| {
-        r.map_err(|e| {
-            BridgeError::unavailable(
-                d.memory_type().name(),
-                format!(
-                    "{name} cannot run on {d}, which --device requested: {e}. Use --device auto \
-                     to run each stage on the best device that supports it, or --device cpu"
-                ),
-            )
-        })
-    };
-    stage(
-        "particle detection",
-        algorithms::detect::backend_for(d).map(|_| ()),
-    )?;
-    stage("PACO", algorithms::paco::backend_for(d).map(|_| ()))
-}
-
-/// The device of one stage and why.
-#[derive(Debug, Clone)]
-struct Choice {
-    device: Device,
-    reason: String,
-    /// The offload estimate, with `--device auto`.
-    estimate: Option<OffloadDecision>,
-}
-
-impl Choice {
-    /// With `--device auto`, a stage that fails on its device is rerun on the CPU — loudly: the
-    /// failure is printed and becomes part of the reason.
-    fn fell_back(&mut self, e: &BridgeError) {
-        let msg = one_line(&e.to_string(), 160);
-        eprintln!(
-            "demo: warning: failed on {}: {msg}; rerunning on the CPU",
-            self.device
-        );
-        self.reason = format!(
-            "{} — but it failed there ({msg}), so it was rerun on the CPU",
-            self.reason
-        );
-        self.device = Device::Cpu;
-    }
-}
-
-/// Shorten a (possibly multi-line) reason to one line of at most `n` characters.
-fn one_line(s: &str, n: usize) -> String {
-    let line = s.lines().next().unwrap_or_default().trim();
-    if line.chars().count() > n {
-        format!("{}…", line.chars().take(n).collect::<String>())
-    } else {
-        line.to_owned()
-    }
-}
-
-/// `decide` over the devices of the registry that `supports`; the reason also names the devices
-/// left out and why.
-fn choose(
-    stage: &str,
-    work: &Workload,
-    cpu: &CpuProfile,
-    cpu_note: &str,
-    supports: impl Fn(Device) -> Result<()>,
-) -> Choice {
-    let reg = arraybridge::registry();
-    let mut skipped = Vec::new();
-    let mut profiles = Vec::new();
-    let mut notes = Vec::new();
-    for info in reg.device_infos() {
-        match supports(info.device) {
-            Ok(()) => {
-                let (p, note) = nominal_profile(info, cpu);
-                profiles.push(p);
-                notes.push(note);
-            }
-            Err(e) => skipped.push(format!("{}: {}", info.device, one_line(&e.to_string(), 90))),
-        }
-    }
-    let d = decide(work, cpu, &profiles, &OffloadThresholds::default());
-    let reason = if profiles.is_empty() {
-        let est = format!("est. {:.3} s on the CPU", d.cpu_s);
-        if skipped.is_empty() {
-            let missing: Vec<String> = reg
-                .reports()
-                .iter()
-                .filter_map(|r| {
-                    r.unavailable
-                        .as_ref()
-                        .map(|u| format!("{}: {}", r.name, one_line(u, 70)))
-                })
-                .collect();
-            format!(
-                "no GPU device is available ({}); running on the CPU, {est}",
-                missing.join("; ")
-            )
-        } else {
-            format!(
-                "no device has a {stage} back end ({}); running on the CPU, {est}",
-                skipped.join("; ")
-            )
-        }
-    } else {
-        let mut r = format!(
-            "{} [CPU throughput measured on {cpu_note}; {}]",
-            d.reason,
-            notes.join("; ")
-        );
-        if !skipped.is_empty() {
-            let _ = write!(r, " (without a {stage} back end: {})", skipped.join("; "));
-        }
-        r
-    };
-    Choice {
-        device: d.device,
-        reason,
-        estimate: Some(d),
-    }
-}
-
-/// Nominal figures of a device (peak arithmetic × 10 % for stencil-bound work, typical link
-/// bandwidth); an OpenCL CPU device (PoCL) shares the host cores, so it gets the measured CPU
-/// throughput. Also returns how the figures were obtained.
-fn nominal_profile(info: &DeviceInfo, cpu: &CpuProfile) -> (DeviceProfile, String) {
-    let cu = f64::from(info.capabilities.compute_units.unwrap_or(8));
-    let kind = info
-        .details
-        .iter()
-        .find(|(k, _)| k == "type")
-        .map(|(_, v)| v.to_ascii_lowercase());
-    let d = info.device;
-    let (flops, bw, note) = match d {
-        Device::Cuda(_) => (
-            cu * 128.0 * 2.0 * 1.4e9 * 0.1,
-            1.2e10,
-            format!("{d}: nominal figures for {cu} SMs"),
-        ),
-        Device::OpenCl(_) if kind.as_deref() == Some("cpu") => (
-            cpu.flops_per_s,
-            1.0e10,
-            format!("{d} is an OpenCL CPU device sharing the host cores"),
-        ),
-        _ => (
-            cu * 64.0 * 2.0 * 1.0e9 * 0.1,
-            8.0e9,
-            format!("{d}: nominal figures for {cu} compute units"),
-        ),
-    };
-    (
-        DeviceProfile {
-            device: d,
-            h2d_bytes_per_s: bw,
-            d2h_bytes_per_s: bw,
-            flops_per_s: flops,
-            free_memory: info.free_memory.or(info.total_memory),
-            launch_overhead_s: 5e-3,
-        },
-        note,
-    )
-}
-
-/// Arithmetic of `blob_log` per pixel: for each σ, four separable passes of `2⌈4σ⌉+1` taps (two
-/// flops each) plus the 3×3×3 maximum test.
-fn detect_flops_per_pixel(d: &LogDetector) -> f64 {
-    let n = d.num_sigma.max(1);
-    (0..n)
-        .map(|i| {
-            let sigma = if n == 1 {
-                d.min_sigma
-            } else {
-                d.min_sigma + (d.max_sigma - d.min_sigma) * i as f64 / (n - 1) as f64
-            };
-            let taps = 2.0 * (4.0 * sigma).ceil() + 1.0;
-            4.0 * taps * 2.0 + 30.0
-        })
-        .sum()
-}
-
-fn detect_workload(movie: &Movie, d: &LogDetector) -> Workload {
-    let (t, h, w) = movie.dim();
-    let bytes_per_px = match movie {
-        Movie::U8(_) => 1,
-        Movie::U16(_) => 2,
-        Movie::F32(_) => 4,
-        Movie::F64(_) => 8,
-    };
-    Workload {
-        input_bytes: (t * h * w * bytes_per_px) as u64,
-        output_bytes: (t * 200 * 48) as u64,
-        flops: (t * h * w) as f64 * detect_flops_per_pixel(d),
-    }
-}
-
-/// PACO (fast mode): lag tables, one K×K Cholesky and solve per pixel, and the trajectory sums.
-fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
-    let k = algorithms::paco::disk_offsets(radius).len() as f64;
-    let lags = algorithms::paco::disk_offsets(2 * radius).len() as f64;
-    let px = (n * n) as f64;
-    let t = t as f64;
-    Workload {
-        input_bytes: (t * px * 8.0) as u64,
-        output_bytes: (5.0 * px * 8.0) as u64,
-        flops: t * px * lags * 2.0
-            + px * (k * k * k / 3.0 + 4.0 * k * k + 2.0 * t * k)
-            + 4.0 * t * px,
-    }
-}
-
-/// CPU throughput in the units of [`detect_flops_per_pixel`], measured on the first batch of
-/// frames.
-fn measure_cpu(movie: &Movie, d: &LogDetector) -> Result<(CpuProfile, usize)> {
-    let n = movie.len().min(d.batch_size.max(2));
-    let sample = match movie {
-        Movie::U8(a) => Movie::U8(a.slice(s![..n, .., ..]).to_owned()),
-        Movie::U16(a) => Movie::U16(a.slice(s![..n, .., ..]).to_owned()),
-        Movie::F32(a) => Movie::F32(a.slice(s![..n, .., ..]).to_owned()),
-        Movie::F64(a) => Movie::F64(a.slice(s![..n, .., ..]).to_owned()),
-    };
-    let plain = LogDetector {
-        refine: None,
-        ..d.clone()
-    };
-    let t = Instant::now();
-    plain.detect_movie_with(&sample, &CpuBackend, |_| {})?;
-    let secs = t.elapsed().as_secs_f64().max(1e-6);
-    Ok((
-        CpuProfile {
-            flops_per_s: detect_workload(&sample, d).flops / secs,
-        },
-        n,
-    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1148,33 +831,6 @@ mod tests {
     use algorithms::paco::{EdgeRule, Geometry, Rounding};
 
     #[test]
-    fn device_requests() {
-        assert_eq!(parse_request(" AUTO ").unwrap(), Request::Auto);
-        assert_eq!(
-            parse_request("opencl:1").unwrap(),
-            Request::Explicit(Device::OpenCl(1))
-        );
-        let e = parse_request("gpu").unwrap_err().to_string();
-        assert!(e.contains("\"gpu\"") && e.contains("expected auto"), "{e}");
-        assert!(parse_request("torch:cpu").is_err());
-        assert!(check_explicit(Device::Cpu).is_ok());
-        let e = check_explicit(Device::Cuda(99)).unwrap_err().to_string();
-        assert!(e.contains("cuda:99") && e.contains("available: cpu"), "{e}");
-    }
-
-    #[test]
-    fn fallback_is_recorded() {
-        let mut c = Choice {
-            device: Device::Cuda(0),
-            reason: "faster".into(),
-            estimate: None,
-        };
-        c.fell_back(&BridgeError::InvalidInput("boom".into()));
-        assert_eq!(c.device, Device::Cpu);
-        assert!(c.reason.starts_with("faster") && c.reason.contains("boom"));
-    }
-
-    #[test]
     fn planet_follows_paco_geometry() {
         let g = Geometry {
             height: 80,
@@ -1222,23 +878,5 @@ mod tests {
         assert!(a.cube.iter().all(|v| v.is_finite()));
         let c = synthetic_adi_with_planet(8, 48, 4);
         assert_ne!(a.cube, c.cube);
-    }
-
-    #[test]
-    fn workloads_and_profiles() {
-        let d = LogDetector::default();
-        let per_px = detect_flops_per_pixel(&d);
-        assert!(per_px > 100.0 && per_px < 10_000.0);
-        let w = paco_workload(48, 80, 4);
-        assert_eq!(w.input_bytes, 48 * 80 * 80 * 8);
-        assert!(w.flops > 1e8);
-        let cpu = CpuProfile { flops_per_s: 1e10 };
-        let mut info = DeviceInfo::new(Device::OpenCl(0), "pocl");
-        info.details.push(("type".into(), "cpu".into()));
-        let (p, note) = nominal_profile(&info, &cpu);
-        assert_eq!(p.flops_per_s, 1e10);
-        assert!(note.contains("CPU device"));
-        let (p, _) = nominal_profile(&DeviceInfo::new(Device::Cuda(0), "gpu"), &cpu);
-        assert!(p.flops_per_s > cpu.flops_per_s);
     }
 }

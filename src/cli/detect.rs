@@ -5,17 +5,24 @@
 //!   `y_refined,x_refined,mass,size,ecc,signal,background`;
 //! * `--method locate`: `frame,y,x,mass,size,ecc,signal,raw_mass,ep`.
 
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use algorithms::detect::{
     Accumulate, DetectBackend, Feature, LocateParams, LogDetector, Movie, Particle, Prescale,
     RefineParams, backend_for,
 };
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::{BridgeError, Result};
 
+use arraybridge::io::csv::create_writer;
 use arraybridge::io::image::read_movie;
+use indicatif::ProgressBar;
+
+use super::common::{Global, check_output_file};
+use super::device::{
+    DETECT, DeviceArg, check_explicit, detect_estimate, detect_workload, nominal_cpu,
+    parse_device_arg, resolve,
+};
 
 /// Detection method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -133,119 +140,66 @@ pub struct Args {
     #[arg(long)]
     pub locate_threshold: Option<f64>,
 
-    /// Device: cpu, opencl:N, cuda:N or auto (the first available GPU, else cpu).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
     /// Frames per batch (a device launch / a parallel CPU chunk); does not change results.
-    #[arg(long, default_value_t = 4)]
-    pub batch_size: usize,
-    /// No progress bar and no summary line.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch_size: u64,
 }
 
-fn pick_backend(device: &str) -> Result<Box<dyn DetectBackend>> {
-    if device.trim().eq_ignore_ascii_case("auto") {
-        for d in [Device::Cuda(0), Device::OpenCl(0)] {
-            if let Ok(b) = backend_for(d) {
-                return Ok(b);
-            }
-        }
-        return backend_for(Device::Cpu);
-    }
-    let d: Device = device.parse()?;
-    backend_for(d)
-}
-
-struct Progress {
-    enabled: bool,
-    total: usize,
-    start: Instant,
-}
-
-impl Progress {
-    fn new(quiet: bool, total: usize) -> Self {
-        Progress {
-            enabled: !quiet && std::io::stderr().is_terminal(),
-            total,
-            start: Instant::now(),
-        }
-    }
-    fn update(&self, done: usize) {
-        if !self.enabled {
-            return;
-        }
-        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        let width = 30;
-        let filled = (done * width).checked_div(self.total).unwrap_or(width);
-        eprint!(
-            "\r[{}{}] {done}/{} frames, {:.1} frames/s",
-            "#".repeat(filled),
-            " ".repeat(width - filled.min(width)),
-            self.total,
-            done as f64 / secs
-        );
-        if done >= self.total {
-            eprintln!();
-        }
-    }
-}
-
-fn create_output(path: &PathBuf) -> Result<std::io::BufWriter<std::fs::File>> {
-    let f =
-        std::fs::File::create(path).map_err(|e| BridgeError::io(path.display().to_string(), e))?;
-    Ok(std::io::BufWriter::new(f))
-}
-
-fn write_log_csv(path: &PathBuf, ps: &[Particle], refine: bool) -> Result<()> {
-    let name = path.display().to_string();
-    let mut w = create_output(path)?;
-    let io = |e| BridgeError::io(name.clone(), e);
-    let mut header = String::from("frame,y,x,sigma,response");
+fn write_log_csv(path: &Path, ps: &[Particle], refine: bool) -> Result<()> {
+    let mut w = create_writer(path)?;
+    let mut header = vec!["frame", "y", "x", "sigma", "response"];
     if refine {
-        header.push_str(",y_refined,x_refined,mass,size,ecc,signal,background");
+        header.extend([
+            "y_refined",
+            "x_refined",
+            "mass",
+            "size",
+            "ecc",
+            "signal",
+            "background",
+        ]);
     }
-    writeln!(w, "{header}").map_err(io)?;
+    w.write_record(header)?;
     for p in ps {
-        write!(w, "{},{},{},{},{}", p.frame, p.y, p.x, p.sigma, p.response).map_err(io)?;
+        let mut row = vec![
+            p.frame.to_string(),
+            p.y.to_string(),
+            p.x.to_string(),
+            p.sigma.to_string(),
+            p.response.to_string(),
+        ];
         if let Some(r) = &p.refined {
-            write!(
-                w,
-                ",{},{},{},{},{},{},{}",
-                r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background
-            )
-            .map_err(io)?;
+            row.extend(
+                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
+            );
         }
-        writeln!(w).map_err(io)?;
+        w.write_record(row.iter().map(String::as_str))?;
     }
-    w.flush().map_err(io)
+    w.finish()
 }
 
-fn write_locate_csv(path: &PathBuf, rows: &[(usize, Feature)]) -> Result<()> {
-    let name = path.display().to_string();
-    let mut w = create_output(path)?;
-    let io = |e| BridgeError::io(name.clone(), e);
-    writeln!(w, "frame,y,x,mass,size,ecc,signal,raw_mass,ep").map_err(io)?;
+fn write_locate_csv(path: &Path, rows: &[(usize, Feature)]) -> Result<()> {
+    let mut w = create_writer(path)?;
+    w.write_record([
+        "frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep",
+    ])?;
     for (t, f) in rows {
-        writeln!(
-            w,
-            "{t},{},{},{},{},{},{},{},{}",
-            f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep
-        )
-        .map_err(io)?;
+        let mut row = vec![t.to_string()];
+        row.extend(
+            [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep].map(|v| v.to_string()),
+        );
+        w.write_record(row.iter().map(String::as_str))?;
     }
-    w.flush().map_err(io)
+    w.finish()
 }
 
-fn run_locate(
-    args: &Args,
-    movie: &Movie,
-    backend: &dyn DetectBackend,
-    progress: &Progress,
-) -> Result<Vec<(usize, Feature)>> {
+fn locate_params(args: &Args) -> Result<LocateParams> {
     let diameter = args.diameter.ok_or_else(|| {
         BridgeError::invalid_argument(
-            "diameter",
+            "--diameter",
             "--method locate needs --diameter (an odd integer)",
         )
     })?;
@@ -265,28 +219,33 @@ fn run_locate(
         characterize: true,
     };
     p.validate()?;
+    Ok(p)
+}
+
+fn run_locate(
+    p: &LocateParams,
+    batch_size: usize,
+    movie: &Movie,
+    backend: &dyn DetectBackend,
+    progress: &ProgressBar,
+) -> Result<Vec<(usize, Feature)>> {
     let frames = movie.frames();
     let mut out = Vec::new();
-    let mut done = 0;
-    for (bi, batch) in frames.chunks(args.batch_size).enumerate() {
-        let res = backend.locate_batch(batch, &p)?;
+    progress.set_position(0);
+    for (bi, batch) in frames.chunks(batch_size).enumerate() {
+        let res = backend.locate_batch(batch, p)?;
         for (k, feats) in res.into_iter().enumerate() {
-            out.extend(feats.into_iter().map(|f| (bi * args.batch_size + k, f)));
+            out.extend(feats.into_iter().map(|f| (bi * batch_size + k, f)));
         }
-        done += batch.len();
-        progress.update(done);
+        progress.inc(batch.len() as u64);
     }
     Ok(out)
 }
 
 /// Run `arraybridge detect`.
-pub fn run(args: Args) -> Result<()> {
-    if args.batch_size == 0 {
-        return Err(BridgeError::invalid_argument(
-            "batch-size",
-            "must be at least 1",
-        ));
-    }
+pub fn run(args: Args, g: Global) -> Result<()> {
+    let batch_size = usize::try_from(args.batch_size)
+        .map_err(|_| BridgeError::invalid_argument("--batch-size", "too large"))?;
     let det = LogDetector {
         min_sigma: args.min_sigma,
         max_sigma: args.max_sigma,
@@ -297,7 +256,7 @@ pub fn run(args: Args) -> Result<()> {
         log_scale: args.log_scale,
         exclude_border: (args.exclude_border, args.exclude_border),
         prescale: args.prescale,
-        batch_size: args.batch_size,
+        batch_size,
         refine: args.refine.then(RefineParams::default),
         accumulate: if args.fast {
             Accumulate::F32
@@ -305,50 +264,97 @@ pub fn run(args: Args) -> Result<()> {
             Accumulate::F64
         },
     };
-    if args.method == Method::Log {
-        det.params().validate()?;
+    // Everything that can be checked before reading the movie is checked first.
+    let locate = match args.method {
+        Method::Log => {
+            det.params().validate()?;
+            None
+        }
+        Method::Locate => Some(locate_params(&args)?),
+    };
+    if let DeviceArg::Explicit(d) = args.device {
+        check_explicit(d, &[DETECT])?;
     }
-    let backend = pick_backend(&args.device)?;
+    check_output_file(&args.output, &[&args.input], "--output")?;
     let start = Instant::now();
     let movie = read_movie(&args.input)?;
     let (t, h, w) = movie.dim();
-    let progress = Progress::new(args.quiet, t);
-    let n = match args.method {
-        Method::Log => {
-            let ps = det.detect_movie_with(&movie, backend.as_ref(), |d| progress.update(d))?;
+    if args.method == Method::Log {
+        det.check_memory(h, w, t)?;
+    }
+    let mut choice = resolve(args.device, DETECT, || match args.method {
+        Method::Log => detect_estimate(&movie, &det),
+        Method::Locate => {
+            let (cpu, note) = nominal_cpu();
+            Ok((detect_workload(&movie, &det), cpu, note))
+        }
+    })?;
+    if args.device == DeviceArg::Auto {
+        g.note(format!(
+            "detect: device auto → {}: {}",
+            choice.device, choice.reason
+        ));
+    }
+    let progress = g.progress(t as u64, "frames");
+    let n = match &locate {
+        None => {
+            let ps = choice.run("detect", |d| {
+                let backend = backend_for(d)?;
+                progress.set_position(0);
+                det.detect_movie_with(&movie, backend.as_ref(), |done| {
+                    progress.set_position(done as u64)
+                })
+            })?;
+            progress.finish_and_clear();
             write_log_csv(&args.output, &ps, args.refine)?;
             if ps.is_empty()
                 && det.threshold.is_some()
                 && args.prescale == Prescale::Legacy
                 && matches!(movie, Movie::U8(_) | Movie::U16(_))
             {
-                eprintln!(
+                g.note(format!(
                     "note: no detection. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
                      the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
                      --prescale none with a threshold in counts",
                     det.threshold.unwrap_or_default()
-                );
+                ));
             }
             ps.len()
         }
-        Method::Locate => {
-            let rows = run_locate(&args, &movie, backend.as_ref(), &progress)?;
+        Some(p) => {
+            let rows = choice.run("detect", |d| {
+                let backend = backend_for(d)?;
+                run_locate(p, batch_size, &movie, backend.as_ref(), &progress)
+            })?;
+            progress.finish_and_clear();
             write_locate_csv(&args.output, &rows)?;
             rows.len()
         }
     };
-    if !args.quiet {
-        let secs = start.elapsed().as_secs_f64();
-        eprintln!(
-            "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {}, device {}",
+    let secs = start.elapsed().as_secs_f64();
+    let method = match args.method {
+        Method::Log => "log",
+        Method::Locate => "locate",
+    };
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "detect",
+            "input": args.input.display().to_string(),
+            "output": args.output.display().to_string(),
+            "frames": t, "height": h, "width": w, "dtype": movie.dtype_name(),
+            "method": method,
+            "detections": n,
+            "seconds": secs,
+            "device": choice.device.to_string(),
+            "device_reason": choice.reason,
+        }))?;
+    } else {
+        g.note(format!(
+            "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {method}, device {}",
             movie.dtype_name(),
             t as f64 / secs.max(1e-9),
-            match args.method {
-                Method::Log => "log",
-                Method::Locate => "locate",
-            },
-            backend.device()
-        );
+            choice.device
+        ));
     }
     Ok(())
 }

@@ -3,30 +3,14 @@
 
 use arraybridge::core::backend::{BackendReport, DeviceInfo};
 
-/// Arguments of `arraybridge devices`.
+use super::common::Global;
+
+/// Arguments of `arraybridge devices` (none of its own; `--json` prints JSON).
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
+pub struct Args {}
 
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
-
-fn host_memory() -> (Option<u64>, Option<u64>) {
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
-        return (None, None);
-    };
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-    };
-    (field("MemTotal:"), field("MemAvailable:"))
 }
 
 fn caps(d: &DeviceInfo) -> String {
@@ -47,24 +31,21 @@ fn caps(d: &DeviceInfo) -> String {
 }
 
 /// Print the device table (or JSON).
-pub fn run(args: Args) -> bridge_core::Result<()> {
+pub fn run(_args: Args, g: Global) -> bridge_core::Result<()> {
     let reg = arraybridge::registry();
     let reports: &[BackendReport] = reg.reports();
-    let (total, free) = host_memory();
+    let budget = bridge_core::host::Budget::current();
+    let (total, free) = (budget.total, budget.bytes());
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    if args.json {
+    if g.json {
         let v = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "host": { "device": "cpu", "threads": cpus, "memory_total": total, "memory_free": free },
             "backends": reports,
         });
-        let text = serde_json::to_string_pretty(&v).map_err(|e| {
-            bridge_core::BridgeError::InvalidInput(format!("JSON encoding failed: {e}"))
-        })?;
-        println!("{text}");
-        return Ok(());
+        return g.print_json(&v);
     }
     println!(
         "{:<14} {:<34} {:>22}  capabilities",

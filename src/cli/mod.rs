@@ -1,14 +1,17 @@
 //! Command-line interface: one module per subcommand.
 //!
 //! To add a subcommand: create `src/cli/NAME.rs` with a `#[derive(clap::Args)] pub struct Args`
-//! and `pub fn run(args: Args) -> bridge_core::Result<()>`, add `mod NAME;` below, one variant to
-//! [`Command`] and one arm to [`run`].
+//! and `pub fn run(args: Args, g: Global) -> bridge_core::Result<()>`, add `mod NAME;` below, one
+//! variant to [`Command`] and one arm to [`run`]. Use the shared grammar of [`common`] and
+//! [`device`]: `-o/--output`, `--device` (default `auto`), the global `--quiet` and `--json`.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+pub mod common;
 mod demo;
 mod detect;
+pub mod device;
 mod devices;
 mod paco;
 mod track;
@@ -18,6 +21,12 @@ mod track;
 #[derive(Debug, Parser)]
 #[command(name = "arraybridge", version, about, long_about = None)]
 pub struct Cli {
+    /// No progress bars, notes or summaries on stderr (errors are still printed).
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
+    /// Print the result as one JSON document on stdout (instead of a table or summary).
+    #[arg(long, global = true)]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -42,12 +51,16 @@ pub enum Command {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
+    let g = common::Global {
+        quiet: cli.quiet,
+        json: cli.json,
+    };
     match cli.command {
-        Command::Devices(a) => devices::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Paco(a) => paco::run(a),
-        Command::Detect(a) => detect::run(a),
-        Command::Track(a) => track::run(a),
-        Command::Demo(a) => demo::run(a),
+        Command::Devices(a) => devices::run(a, g),
+        Command::Bench(a) => bench::run(a, g),
+        Command::Paco(a) => paco::run(a, g),
+        Command::Detect(a) => detect::run(a, g),
+        Command::Track(a) => track::run(a, g),
+        Command::Demo(a) => demo::run(a, g),
     }
 }

@@ -6,9 +6,14 @@ use std::time::Instant;
 
 use algorithms::paco::{
     Center, EdgeRule, FluxOptions, PacoJob, PacoMaps, PacoParams, PsfNorm, Rounding, Strategy,
-    SubPixel, Variant, backend_for, calibrated_snr, paco, refine_peak, unbiased_flux,
+    SubPixel, Variant, calibrated_snr, paco, refine_peak, unbiased_flux,
 };
 use bridge_core::{BridgeError, Device, Result};
+
+use super::common::{Global, check_output_dir};
+use super::device::{
+    DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg, resolve,
+};
 use ndarray::{Array1, Array2, Array3, ArrayD, Ix2, Ix3};
 
 use arraybridge::io::draw::{self, Marker, RED, SnrMapOptions, WHITE};
@@ -26,15 +31,16 @@ pub struct Args {
     /// Off-axis PSF (odd, centred) in FITS.
     #[arg(long)]
     pub psf: PathBuf,
-    /// Output directory (created if needed).
-    #[arg(short = 'o', long = "out")]
-    pub out: PathBuf,
+    /// Output folder (created if needed; checked before the inputs are read; never holds an
+    /// input that would be overwritten).
+    #[arg(short = 'o', long = "output", visible_alias = "out")]
+    pub output: PathBuf,
     /// Patch radius in pixels (psf_rad); 4 gives 49-pixel patches.
-    #[arg(long, default_value_t = 4)]
-    pub radius: usize,
-    /// Covariance formulas: `paper` or `vip` (VIP 2.1.1 quirks).
-    #[arg(long, default_value = "paper")]
-    pub mode: String,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=MAX_RADIUS))]
+    pub radius: u64,
+    /// Covariance formulas.
+    #[arg(long, value_enum, default_value_t = Mode::Paper)]
+    pub mode: Mode,
     /// Sub-pixel PSF templates; shorthand for `--subpixel-method table:32`.
     #[arg(long)]
     pub subpixel: bool,
@@ -69,18 +75,18 @@ pub struct Args {
     /// Reproduce VIP's half-pixel centre shift for odd frame sizes (compatibility only).
     #[arg(long, conflicts_with = "center")]
     pub vip_odd_center: bool,
-    /// Unbiased flux (paper Algorithm 3) for the N best candidates.
-    #[arg(long, value_name = "N")]
-    pub flux: Option<usize>,
-    /// Sub-pixel astrometry for the N best candidates: the S/N on a 0.25-px grid within 1 px of
-    /// each, along exact trajectories (on the CPU, with the run's sub-pixel templates, or a
-    /// q = 32 table if the run has none). Adds y_sub, x_sub, snr_sub; `--flux` then uses the
-    /// refined positions.
-    #[arg(long, value_name = "N")]
-    pub refine: Option<usize>,
-    /// Memory strategy: `fast` (precomputed matched filter) or `full` (on demand, bounded).
-    #[arg(long, default_value = "fast")]
-    pub strategy: String,
+    /// Unbiased flux (paper Algorithm 3) of every listed candidate (`--top`).
+    #[arg(long)]
+    pub flux: bool,
+    /// Sub-pixel astrometry of every listed candidate (`--top`): the S/N on a 0.25-px grid
+    /// within 1 px of each, along exact trajectories (on the CPU, with the run's sub-pixel
+    /// templates, or a q = 32 table if the run has none). Adds y_sub, x_sub, snr_sub; `--flux`
+    /// then uses the refined positions.
+    #[arg(long)]
+    pub refine: bool,
+    /// How the statistics are computed.
+    #[arg(long, value_enum, default_value_t = StatsStrategy::Fast)]
+    pub stats_strategy: StatsStrategy,
     /// Upper bound of one statistics band, MiB (bands split further on allocation failure).
     #[arg(long, default_value_t = 256)]
     pub tile_mb: usize,
@@ -89,14 +95,54 @@ pub struct Args {
     #[arg(long)]
     pub calibrate: bool,
     /// Number of candidates to list.
-    #[arg(long, default_value_t = 10)]
-    pub top: usize,
-    /// Device: cpu, opencl:N, cuda:N or auto.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub top: u64,
+    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
+}
+
+/// Largest `--radius`: a patch of radius R has about πR² pixels and every pixel of the map
+/// solves a system of that size, so radii past the PSF core (a few pixels) are mistakes. The
+/// memory check of the job catches large radii that do not fit well before this bound.
+pub const MAX_RADIUS: u64 = 512;
+
+/// Every file `paco` writes in its output folder.
+pub const OUTPUT_FILES: [&str; 7] = [
+    "snr.fits",
+    "flux.fits",
+    "a.fits",
+    "b.fits",
+    "snr_calibrated.fits",
+    "candidates.csv",
+    "snr.png",
+];
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The paper's covariance formulas.
+    Paper,
+    /// VIP 2.1.1's formulas, quirks included (the golden files).
+    Vip,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Paper => "paper",
+            Mode::Vip => "vip",
+        }
+    }
+}
+
+/// `--stats-strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsStrategy {
+    /// Precomputed matched filter (more memory, fastest).
+    Fast,
+    /// Statistics on demand in bounded bands (`--tile-mb`).
+    Full,
 }
 
 /// `--edge`.
@@ -230,24 +276,35 @@ fn load(path: &Path, what: &str) -> Result<ArrayD<f64>> {
 }
 
 /// Run `arraybridge paco`.
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, g: Global) -> Result<()> {
     let t0 = Instant::now();
-    let device = match args.device.trim().to_ascii_lowercase().as_str() {
-        "auto" => Device::Cpu,
-        s => s.parse::<Device>()?,
+    if let DeviceArg::Explicit(d) = args.device {
+        check_explicit(d, &[PACO])?;
+    }
+    let variant = match args.mode {
+        Mode::Paper => Variant::Paper,
+        Mode::Vip => Variant::Vip,
     };
-    backend_for(device)?;
-    let variant = match args.mode.as_str() {
-        "paper" => Variant::Paper,
-        "vip" => Variant::Vip,
-        m => {
-            return Err(BridgeError::invalid_argument(
-                "--mode",
-                format!("{m:?}: expected paper or vip"),
-            ));
+    let radius = usize::try_from(args.radius)
+        .map_err(|_| BridgeError::invalid_argument("--radius", "too large"))?;
+    let top = usize::try_from(args.top)
+        .map_err(|_| BridgeError::invalid_argument("--top", "too large"))?;
+    check_output_dir(
+        &args.output,
+        &OUTPUT_FILES,
+        &[&args.cube, &args.angles, &args.psf],
+        "--output",
+    )?;
+    let spinner = g.spinner();
+    let say = |msg: String| {
+        if spinner.is_hidden() {
+            g.note(msg);
+        } else {
+            spinner.println(&msg);
+            spinner.set_message(msg);
         }
     };
-    eprintln!("paco: reading {}", args.cube.display());
+    say(format!("paco: reading {}", args.cube.display()));
     let cube = load(&args.cube, "cube")?;
     let cube: Array3<f64> = if cube.ndim() == 3 {
         cube.into_dimensionality::<Ix3>()
@@ -276,7 +333,9 @@ pub fn run(args: Args) -> Result<()> {
         // A cube of PSFs: their per-pixel median, as VIP does.
         3 => {
             let (n, ph, pw) = (psf.shape()[0], psf.shape()[1], psf.shape()[2]);
-            eprintln!("paco: the PSF file holds {n} PSFs; using their per-pixel median");
+            say(format!(
+                "paco: the PSF file holds {n} PSFs; using their per-pixel median"
+            ));
             Array2::from_shape_fn((ph, pw), |(y, x)| {
                 let mut v: Vec<f64> = (0..n)
                     .map(|i| psf[[i, y, x]])
@@ -312,13 +371,18 @@ pub fn run(args: Args) -> Result<()> {
             "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
         )));
     }
-    if !cube.iter().any(|v| v.is_finite()) {
-        return Err(BridgeError::InvalidInput(
-            "the cube contains only NaN/inf values".into(),
+    let mut choice = resolve(args.device, PACO, || {
+        let (cpu, note) = nominal_cpu();
+        Ok((paco_workload(t, h.max(w), radius), cpu, note))
+    })?;
+    if args.device == DeviceArg::Auto {
+        say(format!(
+            "paco: device auto → {}: {}",
+            choice.device, choice.reason
         ));
     }
-    let params = PacoParams {
-        psf_rad: args.radius,
+    let mut params = PacoParams {
+        psf_rad: radius,
         variant,
         rounding: if args.nearest {
             Rounding::Nearest
@@ -337,15 +401,9 @@ pub fn run(args: Args) -> Result<()> {
             (None, true) => Center::VipOdd,
             (None, false) => Center::Auto,
         },
-        strategy: match args.strategy.as_str() {
-            "fast" => Strategy::Fast,
-            "full" => Strategy::Full,
-            s => {
-                return Err(BridgeError::invalid_argument(
-                    "--strategy",
-                    format!("{s:?}: expected fast or full"),
-                ));
-            }
+        strategy: match args.stats_strategy {
+            StatsStrategy::Fast => Strategy::Fast,
+            StatsStrategy::Full => Strategy::Full,
         },
         max_tile_bytes: args
             .tile_mb
@@ -354,72 +412,86 @@ pub fn run(args: Args) -> Result<()> {
             .ok_or_else(|| {
                 BridgeError::invalid_argument("--tile-mb", "must be a positive number of MiB")
             })?,
-        device,
+        device: choice.device,
         ..Default::default()
     };
     let subpixel = subpixel_name(params.subpixel);
     let edge = edge_name(params.edge);
-    eprintln!(
-        "paco: {t} frames of {h}×{w}, radius {}, mode {}, sub-pixel {subpixel}, edge {edge}, \
-         device {device}",
-        args.radius, args.mode
-    );
+    let mode = args.mode.name();
+    say(format!(
+        "paco: {t} frames of {h}×{w}, radius {radius}, mode {mode}, sub-pixel {subpixel}, edge \
+         {edge}, device {}",
+        choice.device
+    ));
     let t1 = Instant::now();
-    let maps = paco(cube.view(), angles.view(), psf.view(), &params).map_err(|e| match e {
-        BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
-            BridgeError::Unsupported(format!(
-                "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
-            ))
-        }
-        other => other,
-    })?;
-    eprintln!(
+    let maps = choice
+        .run("paco", |d| {
+            let p = PacoParams {
+                device: d,
+                ..params.clone()
+            };
+            paco(cube.view(), angles.view(), psf.view(), &p)
+        })
+        .map_err(|e| match e {
+            BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
+                BridgeError::Unsupported(format!(
+                    "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
+                ))
+            }
+            other => other,
+        })?;
+    params.device = choice.device;
+    say(format!(
         "paco: maps in {:.3} s (PSF divided by {:.6}{})",
         t1.elapsed().as_secs_f64(),
         maps.psf_norm_factor,
         maps.fwhm
             .map(|f| format!(", FWHM {f:.4} px"))
             .unwrap_or_default()
-    );
+    ));
     if !maps.snr.iter().any(|v| v.is_finite()) {
         eprintln!(
             "paco: warning: no output position has a valid trajectory (every map is NaN); \
-             the frames may be too small for --radius {} with --edge {edge}",
-            args.radius
+             the frames may be too small for --radius {radius} with --edge {edge}"
         );
     }
     let (cy, cx) = match params.center {
         Center::At(y, x) => (y, x),
         _ => ((h / 2) as f64, (w / 2) as f64),
     };
-    let mut cands = candidates(&maps, args.top, cy, cx);
-    if let Some(n) = args.refine {
-        let n = n.min(cands.len());
-        eprintln!("paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)");
+    let mut cands = candidates(&maps, top, cy, cx);
+    if args.refine {
+        let n = cands.len();
+        say(format!(
+            "paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)"
+        ));
         let mut rp = params.clone();
         rp.device = Device::Cpu;
         if rp.subpixel == SubPixel::Off {
             rp.subpixel = SubPixel::Table { q: 32 };
         }
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &rp)?;
-        for c in cands.iter_mut().take(n) {
+        for c in cands.iter_mut() {
             match refine_peak(&job, (c.y as f64, c.x as f64), 0.25, 1.0) {
                 Ok(pk) => {
                     c.y_sub = Some(pk.y);
                     c.x_sub = Some(pk.x);
                     c.snr_sub = Some(pk.snr);
                 }
-                Err(BridgeError::InvalidInput(m)) => {
-                    eprintln!("paco: candidate ({}, {}) not refined: {m}", c.y, c.x)
-                }
+                Err(BridgeError::InvalidInput(m)) => g.note(format!(
+                    "paco: candidate ({}, {}) not refined: {m}",
+                    c.y, c.x
+                )),
                 Err(e) => return Err(e),
             }
         }
     }
-    if let Some(n) = args.flux {
-        let n = n.min(cands.len());
-        eprintln!("paco: unbiased flux for {n} candidate(s)");
-        let pos: Vec<(f64, f64)> = cands[..n]
+    if args.flux {
+        say(format!(
+            "paco: unbiased flux for {} candidate(s)",
+            cands.len()
+        ));
+        let pos: Vec<(f64, f64)> = cands
             .iter()
             .map(|c| match (c.y_sub, c.x_sub) {
                 (Some(y), Some(x)) => (y, x),
@@ -439,15 +511,16 @@ pub fn run(args: Args) -> Result<()> {
             c.unbiased_flux_err = Some(e.std);
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| BridgeError::io(args.out.display().to_string(), e))?;
     for (name, m) in [
         ("snr", &maps.snr),
         ("flux", &maps.flux),
         ("a", &maps.a),
         ("b", &maps.b),
     ] {
-        fits::write_image(args.out.join(format!("{name}.fits")), &m.clone().into_dyn())?;
+        fits::write_image(
+            args.output.join(format!("{name}.fits")),
+            &m.clone().into_dyn(),
+        )?;
     }
     if args.calibrate {
         let strong: Vec<(usize, usize)> = cands
@@ -457,36 +530,35 @@ pub fn run(args: Args) -> Result<()> {
             .collect();
         let radius = 2.0 * maps.fwhm.unwrap_or(4.0);
         let cal = calibrated_snr(&maps.snr, (cy, cx), &strong, radius);
-        fits::write_image(args.out.join("snr_calibrated.fits"), &cal.into_dyn())?;
+        fits::write_image(args.output.join("snr_calibrated.fits"), &cal.into_dyn())?;
     }
     write_csv(
-        &args.out.join("candidates.csv"),
+        &args.output.join("candidates.csv"),
         &cands,
-        args.flux.is_some(),
-        args.refine.is_some(),
+        args.flux,
+        args.refine,
     )?;
-    let title = format!("PACO S/N  {}  SUB-PIXEL {subpixel}  EDGE {edge}", args.mode);
-    write_png(&args.out.join("snr.png"), &maps.snr, &cands, title)?;
-    eprintln!(
+    let title = format!("PACO S/N  {mode}  SUB-PIXEL {subpixel}  EDGE {edge}");
+    write_png(&args.output.join("snr.png"), &maps.snr, &cands, title)?;
+    spinner.finish_and_clear();
+    g.note(format!(
         "paco: wrote {} in {:.3} s total",
-        args.out.display(),
+        args.output.display(),
         t0.elapsed().as_secs_f64()
-    );
-    if args.json {
-        let v = serde_json::json!({
-            "frames": t, "height": h, "width": w, "mode": args.mode,
-            "radius": args.radius, "subpixel": subpixel, "edge": edge,
-            "device": device.to_string(),
+    ));
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "paco",
+            "output": args.output.display().to_string(),
+            "frames": t, "height": h, "width": w, "mode": mode,
+            "radius": radius, "subpixel": subpixel, "edge": edge,
+            "device": choice.device.to_string(),
+            "device_reason": choice.reason,
             "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
             "candidates": cands,
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v)
-                .map_err(|e| BridgeError::InvalidInput(e.to_string()))?
-        );
+        }))?;
     } else {
-        print_table(&cands, args.flux.is_some(), args.refine.is_some());
+        print_table(&cands, args.flux, args.refine);
     }
     Ok(())
 }

@@ -1,15 +1,20 @@
 //! `arraybridge track`: link detections into trajectories (trackpy `link` semantics).
 //!
-//! Reads a CSV with a header (at least `frame` and the position columns, `y,x` by default),
-//! writes every input column unchanged plus a final `particle` column. Rows keep the input
-//! order; with `--min-length`, rows of shorter tracks are dropped.
+//! Reads a CSV with a header (at least `frame` and the position columns, `y,x` by default;
+//! see [`arraybridge::io::csv`] for what is accepted: byte-order mark, quotes, CRLF, blank
+//! lines), writes every input column unchanged plus a final `particle` column. Rows keep the
+//! input order; with `--min-length`, rows of shorter tracks are dropped. Frame numbers must be
+//! integers with |frame| ≤ 2^53; positions must be finite numbers. Missing frame numbers cost
+//! nothing, whatever `--memory` is.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use algorithms::track::{GreedyParams, LinkParams, Strategy, filter_stubs, link, link_greedy};
+use arraybridge::io::csv::{create_writer, read_table};
 use bridge_core::{BridgeError, Result};
+
+use super::common::{Global, check_output_file};
 
 /// Linking strategy on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -25,13 +30,15 @@ pub enum StrategyArg {
 pub struct Args {
     /// Detections CSV (from `arraybridge detect`, or any CSV with frame,y,x columns).
     pub input: PathBuf,
-    /// Output CSV: the input columns plus `particle`.
+    /// Output CSV: the input columns plus `particle` (checked before the input is read; never
+    /// the input).
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
     /// Maximum displacement between frames, in pixels.
     #[arg(long)]
     pub search_range: f64,
-    /// Frames a particle may vanish and still be linked (default 0).
+    /// Frames a particle may be absent between two appearances and still be linked (0: only
+    /// consecutive frames link).
     #[arg(long, default_value_t = 0)]
     pub memory: usize,
     /// Linking strategy.
@@ -46,107 +53,45 @@ pub struct Args {
     /// Subnets with more sources are solved by the bounded greedy fallback (reported).
     #[arg(long, default_value_t = 600)]
     pub max_subnet: usize,
-    /// No summary line.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
-}
-
-struct Csv {
-    header: Vec<String>,
-    lines: Vec<String>,
-    fields: Vec<Vec<String>>,
-}
-
-fn read_csv(path: &PathBuf) -> Result<Csv> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-    let mut it = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let (_, head) = it
-        .next()
-        .ok_or_else(|| BridgeError::InvalidInput(format!("{name}: empty CSV (no header)")))?;
-    let header: Vec<String> = head
-        .trim_end_matches('\r')
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect();
-    let mut lines = Vec::new();
-    let mut fields = Vec::new();
-    for (ln, l) in it {
-        let l = l.trim_end_matches('\r');
-        let f: Vec<String> = l.split(',').map(|s| s.trim().to_string()).collect();
-        if f.len() != header.len() {
-            return Err(BridgeError::InvalidInput(format!(
-                "{name}:{}: {} fields, the header has {}",
-                ln + 1,
-                f.len(),
-                header.len()
-            )));
-        }
-        lines.push(l.to_string());
-        fields.push(f);
-    }
-    Ok(Csv {
-        header,
-        lines,
-        fields,
-    })
-}
-
-fn column(csv: &Csv, name: &str, file: &str) -> Result<usize> {
-    csv.header.iter().position(|h| h == name).ok_or_else(|| {
-        BridgeError::InvalidInput(format!(
-            "{file}: no column {name:?} (columns: {})",
-            csv.header.join(",")
-        ))
-    })
 }
 
 /// Run `arraybridge track`.
-pub fn run(args: Args) -> Result<()> {
+pub fn run(args: Args, g: Global) -> Result<()> {
     let start = Instant::now();
-    let file = args.input.display().to_string();
-    let csv = read_csv(&args.input)?;
+    check_output_file(&args.output, &[&args.input], "--output")?;
+    let csv = read_table(&args.input)?;
+    let file = csv.path.clone();
     let pc: Vec<&str> = args.pos_columns.split(',').map(str::trim).collect();
     if pc.len() != 2 {
         return Err(BridgeError::invalid_argument(
-            "pos-columns",
+            "--pos-columns",
             "expected two column names, e.g. y,x",
         ));
     }
-    if csv.header.iter().any(|h| h == "particle") {
+    if csv.has_column("particle") {
         return Err(BridgeError::InvalidInput(format!(
-            "{file}: already has a `particle` column"
+            "{file}: already has a `particle` column (remove it, or rename it, before linking)"
         )));
     }
-    let (cf, cy, cx) = (
-        column(&csv, "frame", &file)?,
-        column(&csv, pc[0], &file)?,
-        column(&csv, pc[1], &file)?,
-    );
-    let num = |row: usize, c: usize| -> Result<f64> {
-        csv.fields[row][c].parse::<f64>().map_err(|_| {
-            BridgeError::InvalidInput(format!(
-                "{file}: row {}: {:?} is not a number",
-                row + 1,
-                csv.fields[row][c]
-            ))
-        })
-    };
-    let mut frames = Vec::with_capacity(csv.fields.len());
-    let mut pos = Vec::with_capacity(csv.fields.len());
-    for r in 0..csv.fields.len() {
-        let f = num(r, cf)?;
-        if f.fract() != 0.0 || !f.is_finite() {
+    for c in &pc {
+        if !csv.has_column(c) {
             return Err(BridgeError::InvalidInput(format!(
-                "{file}: row {}: frame {f} is not an integer",
-                r + 1
+                "{file}: no position column {c:?} (columns: {}); name them with \
+                 --pos-columns Y,X",
+                csv.header
+                    .iter()
+                    .map(|h| h.trim())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
-        frames.push(f as i64);
-        pos.push([num(r, cy)?, num(r, cx)?]);
+    }
+    let (cf, cy, cx) = (csv.column("frame")?, csv.column(pc[0])?, csv.column(pc[1])?);
+    let mut frames = Vec::with_capacity(csv.rows.len());
+    let mut pos = Vec::with_capacity(csv.rows.len());
+    for r in 0..csv.rows.len() {
+        frames.push(csv.frame(r, cf)?);
+        pos.push([csv.finite_f64(r, cy)?, csv.finite_f64(r, cx)?]);
     }
     let strategy = match args.strategy {
         StrategyArg::Optimal => Strategy::Optimal,
@@ -187,28 +132,33 @@ pub fn run(args: Args) -> Result<()> {
             (link_greedy(&frames, &pos, &p)?, "greedy".to_string())
         }
     };
-    let name = args.output.display().to_string();
-    let f = std::fs::File::create(&args.output).map_err(|e| BridgeError::io(name.clone(), e))?;
-    let mut w = std::io::BufWriter::new(f);
-    let io = |e| BridgeError::io(name.clone(), e);
-    writeln!(w, "{},particle", csv.header.join(",")).map_err(io)?;
+    let mut w = create_writer(&args.output)?;
+    w.write_record(csv.header.iter().map(String::as_str).chain(["particle"]))?;
     let mut kept = 0usize;
-    for (line, id) in csv.lines.iter().zip(&ids) {
+    for (row, id) in csv.rows.iter().zip(&ids) {
         if *id >= 0 {
-            writeln!(w, "{line},{id}").map_err(io)?;
+            let id = id.to_string();
+            w.write_record(row.iter().chain([id.as_str()]))?;
             kept += 1;
         }
     }
-    w.flush().map_err(io)?;
-    if !args.quiet {
-        let tracks: std::collections::HashSet<i64> =
-            ids.iter().copied().filter(|&i| i >= 0).collect();
-        eprintln!(
-            "track: {} rows in, {kept} rows out, {} tracks, {detail}, {:.3} s",
+    w.finish()?;
+    let tracks: std::collections::HashSet<i64> = ids.iter().copied().filter(|&i| i >= 0).collect();
+    let secs = start.elapsed().as_secs_f64();
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "track",
+            "input": args.input.display().to_string(),
+            "output": args.output.display().to_string(),
+            "rows_in": ids.len(), "rows_out": kept, "tracks": tracks.len(),
+            "detail": detail, "seconds": secs,
+        }))?;
+    } else {
+        g.note(format!(
+            "track: {} rows in, {kept} rows out, {} tracks, {detail}, {secs:.3} s",
             ids.len(),
             tracks.len(),
-            start.elapsed().as_secs_f64()
-        );
+        ));
     }
     Ok(())
 }

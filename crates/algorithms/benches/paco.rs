@@ -1,6 +1,6 @@
 //! PACO on a synthetic 61×100×100 ADI cube (the size of the reference figures), CPU.
 //!
-//! `CARGO_TARGET_DIR=/work/tgt-paco cargo bench -p algorithms --bench paco`
+//! `cargo bench -p algorithms --bench paco`
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,6 @@
 //! Time PACO on a synthetic ADI cube: best wall time and process CPU time per run.
 //!
-//! `CARGO_TARGET_DIR=/work/tgt-paco cargo run --release -p algorithms --example paco_time [T N REPS MODES]`
+//! `cargo run --release -p algorithms --example paco_time [T N REPS MODES]`
 //! (MODES: bit mask, 1 = no sub-pixel, 2 = sub-pixel table, 4 = VIP FFT, 8 = quintic B-spline;
 //! default 15).
 

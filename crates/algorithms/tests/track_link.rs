@@ -108,3 +108,118 @@ fn huge_frame_gaps_are_skipped() {
     assert_eq!(ids[1], ids[2]);
     assert!(stats.levels < 20);
 }
+
+fn greedy(frames: &[i64], pos: &[[f64; 2]], max_distance: f64, max_gap: usize) -> Vec<i64> {
+    link_greedy(
+        frames,
+        pos,
+        &GreedyParams {
+            max_distance,
+            max_gap,
+            min_track_length: 0,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn greedy_memory_means_frames_absent() {
+    // max_gap 0: consecutive frames are linked, a one-frame hole is not
+    let frames = [0, 1, 3];
+    let pos = [[5.0, 5.0], [5.5, 5.0], [6.0, 5.0]];
+    let ids = greedy(&frames, &pos, 2.0, 0);
+    assert_eq!(ids[0], ids[1]);
+    assert_ne!(ids[1], ids[2]);
+    // max_gap 1: absent at frame 2 only, still linked; like link's memory
+    let ids = greedy(&frames, &pos, 2.0, 1);
+    assert_eq!(ids[0], ids[2]);
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 1)).unwrap();
+    assert_eq!(ids[0], ids[2]);
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 0)).unwrap();
+    assert_ne!(ids[1], ids[2]);
+}
+
+/// A 4×4 grid of particles 20 px apart drifting 0.3 px per frame over 12 frames; particle k is
+/// absent from some frames (holes of 1, 2 and 3 frames), so memory decides where tracks split.
+fn separated_particles() -> (Vec<i64>, Vec<[f64; 2]>) {
+    let mut frames = Vec::new();
+    let mut pos = Vec::new();
+    for t in 0..12i64 {
+        for k in 0..16usize {
+            let absent = match k % 4 {
+                1 => t == 4,
+                2 => (5..7).contains(&t),
+                3 => (3..6).contains(&t) || t == 9,
+                _ => false,
+            };
+            if absent {
+                continue;
+            }
+            frames.push(t);
+            let (i, j) = ((k / 4) as f64, (k % 4) as f64);
+            let d = 0.3 * t as f64;
+            pos.push([20.0 + 20.0 * i + d, 20.0 + 20.0 * j + 0.5 * d]);
+        }
+    }
+    (frames, pos)
+}
+
+#[test]
+fn greedy_and_optimal_agree_on_separated_particles() {
+    let (frames, pos) = separated_particles();
+    for (memory, tracks) in [(0usize, 16 + 4 + 4 + 8), (2, 16 + 4)] {
+        let g = greedy(&frames, &pos, 5.0, memory);
+        let (o, _) = link(&frames, &pos, &LinkParams::new(5.0, memory)).unwrap();
+        assert_eq!(partition(&g), partition(&o), "memory {memory}");
+        assert_eq!(partition(&o).len(), tracks, "memory {memory}");
+    }
+}
+
+#[test]
+fn gap_of_a_billion_frames_costs_nothing() {
+    let frames = [0, 1, 1_000_000_001, 1_000_000_002];
+    let pos = [[1.0, 1.0], [1.2, 1.0], [1.4, 1.0], [1.6, 1.0]];
+    let start = std::time::Instant::now();
+    // absent for 999 999 999 frames: linked with memory ≥ that, split below it
+    let (ids, stats) = link(&frames, &pos, &LinkParams::new(2.0, 1_000_000_000)).unwrap();
+    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+    assert_eq!(stats.levels, 4);
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_999)).unwrap();
+    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_998)).unwrap();
+    assert_eq!((ids[0] == ids[1], ids[1] == ids[2]), (true, false));
+    let ids = greedy(&frames, &pos, 2.0, 999_999_999);
+    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+    let ids = greedy(&frames, &pos, 2.0, 999_999_998);
+    assert_eq!((ids[0] == ids[1], ids[1] == ids[2]), (true, false));
+    assert!(start.elapsed().as_secs_f64() < 0.5, "{:?}", start.elapsed());
+}
+
+#[test]
+fn extreme_frame_numbers_do_not_overflow() {
+    let frames = [i64::MIN, i64::MAX, i64::MAX, 0];
+    let pos = [[1.0, 1.0], [1.0, 1.0], [1e300, -1e300], [1.0, 1.0]];
+    let max = 1usize << 40;
+    let (ids, stats) = link(&frames, &pos, &LinkParams::new(2.0, max)).unwrap();
+    assert_eq!(stats.levels, 3);
+    assert_eq!(stats.tracks, 4);
+    assert_eq!(partition(&ids).len(), 4);
+    let ids = link_greedy(
+        &frames,
+        &pos,
+        &GreedyParams {
+            max_distance: 2.0,
+            max_gap: max,
+            min_track_length: 2,
+        },
+    )
+    .unwrap();
+    assert_eq!(ids, vec![-1; 4]);
+    // huge coordinates and a tiny search range: grid keys saturate, nothing overflows
+    let frames = [0, 1, 1];
+    let pos = [[1e300, 1e300], [1e300, 1e300], [-1e300, 1e300]];
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(1e-300, 0)).unwrap();
+    assert_eq!(ids[0], ids[1]);
+    let ids = greedy(&frames, &pos, 1e-300, 0);
+    assert_eq!(ids[0], ids[1]);
+}

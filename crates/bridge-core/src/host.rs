@@ -195,8 +195,8 @@ mod tests {
 
     #[test]
     fn huge_requests_fail_with_the_cause_named() {
-        let e = check_allocation(u64::MAX, "--num-sigma 100000", "at most 64 scales fit")
-            .unwrap_err();
+        let e =
+            check_allocation(u64::MAX, "--num-sigma 100000", "at most 64 scales fit").unwrap_err();
         let s = e.to_string();
         assert!(s.contains("--num-sigma 100000"), "{s}");
         assert!(s.contains("at most 64 scales fit"), "{s}");
@@ -215,7 +215,9 @@ mod tests {
             limit: (1 << 20, LimitSource::Environment),
         };
         assert!(b.check(1 << 20, "x", "").is_ok());
-        let e = b.check((1 << 20) + 1, "file.npy (shape [1, 2])", "").unwrap_err();
+        let e = b
+            .check((1 << 20) + 1, "file.npy (shape [1, 2])", "")
+            .unwrap_err();
         assert!(e.to_string().contains(LIMIT_ENV), "{e}");
     }
 

@@ -227,6 +227,26 @@ impl LogDetector {
         self.detect_movie_with(movie, backend.as_ref(), |_| {})
     }
 
+    /// Host memory of one batch: each frame in flight holds its f64 scale space (`num_sigma`
+    /// images) plus a few f64 work images; a [`BridgeError::TooLarge`] naming the parameters
+    /// when that does not fit (before anything is allocated).
+    pub fn check_memory(&self, h: usize, w: usize, frames: usize) -> Result<()> {
+        let in_flight = self.batch_size.min(frames).max(1);
+        let images = (self.num_sigma as u64).saturating_add(4);
+        let bytes =
+            bridge_core::host::checked_product(&[in_flight as u64, images, h as u64, w as u64, 8])
+                .unwrap_or(u64::MAX);
+        bridge_core::host::check_allocation(
+            bytes,
+            &format!(
+                "blob_log with {} scales (--num-sigma) on {in_flight} frame(s) of {h}x{w} at once \
+                 (--batch-size)",
+                self.num_sigma
+            ),
+            "use fewer scales or a smaller batch",
+        )
+    }
+
     /// Detect with an explicit back end; `progress(frames_done)` is called after each batch.
     pub fn detect_movie_with(
         &self,
@@ -247,6 +267,7 @@ impl LogDetector {
         }
         let frames = movie.frames();
         let (h, w) = frames[0].dim();
+        self.check_memory(h, w, frames.len())?;
         let mut out = Vec::new();
         let mut done = 0usize;
         for (bi, batch) in frames.chunks(self.batch_size).enumerate() {

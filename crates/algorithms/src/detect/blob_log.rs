@@ -59,6 +59,10 @@ impl std::str::FromStr for Prescale {
     }
 }
 
+/// The largest accepted [`BlobLogParams::num_sigma`]: a scale space of more scales than this is
+/// a mistake (scikit-image's default is 10), and each scale costs a full f64 image per frame.
+pub const MAX_NUM_SIGMA: usize = 1000;
+
 /// Parameters of [`blob_log`]; [`Default`] gives scikit-image's defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlobLogParams {
@@ -123,8 +127,14 @@ impl BlobLogParams {
                 ),
             );
         }
-        if self.num_sigma == 0 {
-            return bad("num_sigma", "must be at least 1".into());
+        if self.num_sigma == 0 || self.num_sigma > MAX_NUM_SIGMA {
+            return bad(
+                "num_sigma",
+                format!(
+                    "must be in 1..={MAX_NUM_SIGMA} (scales of the LoG scale space), got {}",
+                    self.num_sigma
+                ),
+            );
         }
         if self.max_sigma > 1.0e4 {
             return bad(

@@ -60,7 +60,9 @@ impl FrameView<'_> {
         }
     }
 
-    /// Rejects empty frames and frames that contain NaN (an all-NaN frame in particular).
+    /// Rejects empty frames and frames with non-finite pixels (NaN, +Inf or −Inf): one infinite
+    /// pixel would saturate the prescaling and the LoG responses of its neighbourhood, changing
+    /// detections far from it, so it is an error rather than a silent change.
     pub fn validate(&self) -> Result<()> {
         let (h, w) = self.dim();
         if h == 0 || w == 0 {
@@ -68,17 +70,28 @@ impl FrameView<'_> {
                 "empty frame of shape {h}x{w}"
             )));
         }
-        let nan = match self {
-            FrameView::F32(a) => a.iter().filter(|v| v.is_nan()).count(),
-            FrameView::F64(a) => a.iter().filter(|v| v.is_nan()).count(),
-            _ => 0,
+        let (nan, inf) = match self {
+            FrameView::F32(a) => a.iter().fold((0, 0), |(n, i), v| {
+                (
+                    n + usize::from(v.is_nan()),
+                    i + usize::from(v.is_infinite()),
+                )
+            }),
+            FrameView::F64(a) => a.iter().fold((0, 0), |(n, i), v| {
+                (
+                    n + usize::from(v.is_nan()),
+                    i + usize::from(v.is_infinite()),
+                )
+            }),
+            _ => (0, 0),
         };
         if nan == h * w {
             return Err(BridgeError::InvalidInput("frame is all NaN".into()));
         }
-        if nan > 0 {
+        if nan + inf > 0 {
             return Err(BridgeError::InvalidInput(format!(
-                "frame contains {nan} NaN pixel(s); replace them before detection"
+                "frame contains {nan} NaN and {inf} infinite pixel(s); replace them (e.g. by the \
+                 frame median) before detection"
             )));
         }
         Ok(())

@@ -437,6 +437,40 @@ pub struct PacoJob<'a> {
     pub(crate) disk: Vec<(isize, isize)>,
 }
 
+/// Every pixel of every frame enters the statistics of its neighbours, so one NaN makes all
+/// maps NaN and one infinite pixel silently hides what is around it: non-finite pixels are an
+/// error that says where they are.
+fn check_finite(cube: ArrayView3<'_, f64>) -> Result<()> {
+    let t = cube.dim().0;
+    let mut first: Option<(usize, usize)> = None;
+    let (mut frames, mut pixels) = (0usize, 0usize);
+    let mut all_bad = true;
+    for i in 0..t {
+        let f = cube.index_axis(ndarray::Axis(0), i);
+        let bad = f.iter().filter(|v| !v.is_finite()).count();
+        if bad > 0 {
+            frames += 1;
+            pixels += bad;
+            first.get_or_insert((i, bad));
+        }
+        all_bad &= bad == f.len();
+    }
+    if all_bad {
+        return Err(BridgeError::InvalidInput(
+            "the cube has no finite value".into(),
+        ));
+    }
+    match first {
+        None => Ok(()),
+        Some((i, n)) => Err(BridgeError::InvalidInput(format!(
+            "the cube has {pixels} non-finite pixel(s) (NaN or ±Inf) in {frames} frame(s), the \
+             first in frame {i} ({n} pixels); PACO uses every pixel of every frame in the \
+             statistics of its neighbours, so remove those frames (with their angles) or \
+             replace the pixels (e.g. by the frame median) first"
+        ))),
+    }
+}
+
 impl<'a> PacoJob<'a> {
     /// Validate inputs and normalise the PSF.
     pub fn new(
@@ -470,6 +504,19 @@ impl<'a> PacoJob<'a> {
                 "must be at least 1",
             ));
         }
+        // The smallest frame with one pixel that may hold statistics. Checked before anything
+        // of size R² is built (and without overflow for absurd radii).
+        let min_side = match params.edge {
+            EdgeRule::Box => r.checked_mul(2).and_then(|d| d.checked_add(3)),
+            EdgeRule::Disk => r.checked_mul(2).and_then(|d| d.checked_add(1)),
+        }
+        .unwrap_or(usize::MAX);
+        if h < min_side || w < min_side {
+            return Err(BridgeError::InvalidInput(format!(
+                "frames of {h}×{w} are too small for patches of radius {r} with the {:?} edge rule (need at least {min_side}×{min_side})",
+                params.edge
+            )));
+        }
         let disk = disk_offsets(r);
         if let Some(pa) = params.patch_area
             && pa != disk.len()
@@ -479,21 +526,30 @@ impl<'a> PacoJob<'a> {
                 format!("a disk of radius {r} has {} pixels, not {pa}", disk.len()),
             ));
         }
-        // The smallest frame with one pixel that may hold statistics.
-        let min_side = match params.edge {
-            EdgeRule::Box => 2 * r + 3,
-            EdgeRule::Disk => 2 * r + 1,
-        };
-        if h < min_side || w < min_side {
-            return Err(BridgeError::InvalidInput(format!(
-                "frames of {h}×{w} are too small for patches of radius {r} with the {:?} edge rule (need at least {min_side}×{min_side})",
-                params.edge
-            )));
-        }
+        // Each worker holds at least one K×K covariance (and its factor) at a time.
+        let k = disk.len() as u64;
+        let workers = rayon::current_num_threads() as u64;
+        bridge_core::host::check_allocation(
+            k.saturating_mul(k)
+                .saturating_mul(16)
+                .saturating_mul(workers),
+            &format!(
+                "PACO patches of radius {r} (--radius; {k} pixels, a {k}×{k} covariance per \
+                 thread, {workers} threads)"
+            ),
+            "use a smaller patch radius (about the PSF's FWHM)",
+        )?;
         let (ph, pw) = psf.dim();
         if ph > h || pw > w {
             return Err(BridgeError::InvalidInput(format!(
                 "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
+            )));
+        }
+        if ph % 2 == 0 || pw % 2 == 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "the PSF is {ph}×{pw}: PACO needs odd sides with the star on the centre pixel \
+                 (an even side has no centre pixel and would shift every template by half a \
+                 pixel); crop one row and/or column so the peak is in the middle"
             )));
         }
         if ph < 2 * r + 1 || pw < 2 * r + 1 {
@@ -502,11 +558,7 @@ impl<'a> PacoJob<'a> {
                 2 * r + 1
             )));
         }
-        if !cube.iter().any(|v| v.is_finite()) {
-            return Err(BridgeError::InvalidInput(
-                "the cube has no finite value".into(),
-            ));
-        }
+        check_finite(cube)?;
         if params.batch_size == 0 {
             return Err(BridgeError::invalid_argument(
                 "batch_size",

@@ -1,20 +1,24 @@
 //! Linking detections into trajectories (spec §3).
 //!
-//! * [`link`]: trackpy `link` semantics. Levels run over every frame number from the first to
-//!   the last (missing numbers are empty levels). Sources at a level are the tracks seen at the
-//!   previous level plus those lost for at most `memory` levels (at their last position);
-//!   destinations are the new rows. Each destination keeps its ≤ `max_neighbors` (10) nearest
-//!   sources within `search_range` (+1e-7). Connected components (subnets) of this bipartite
+//! * [`link`]: trackpy `link` semantics. Levels are frame numbers (a missing number is an
+//!   empty level: it links nothing, it only ages the tracks in memory). Sources at a frame `t`
+//!   are the tracks last seen at a frame `l` with `t − l ≤ memory + 1`, i.e. absent for at most
+//!   `memory` frames (at their last position); destinations are the new rows. Only the frames
+//!   present are visited and ageing comes from frame-number differences, so gaps cost
+//!   nothing. Each destination keeps its ≤ `max_neighbors` (10) nearest sources within
+//!   `search_range` (+1e-7). Connected components (subnets) of this bipartite
 //!   graph are solved **optimally** as a rectangular assignment (Hungarian / shortest augmenting
 //!   path): a link costs d², leaving a source unlinked costs `search_range²`. Subnets with more
 //!   than `max_subnet_sources` sources (default 600) are solved by a **bounded greedy fallback**
 //!   (links taken in ascending distance, ties by (source, destination) index); how often this
 //!   happened is reported in [`LinkStats`]. Unclaimed destinations start new tracks, numbered in
 //!   destination row order.
-//! * [`link_greedy`]: the seed's greedy `ParticleTracker` (spec §3.5) for compatibility.
+//! * [`link_greedy`]: the seed's greedy `ParticleTracker` (spec §3.5) for compatibility. Its
+//!   `max_gap` means what `memory` means for [`link`]: a track absent for at most `max_gap`
+//!   frames between two appearances is continued (0 = consecutive frames only).
 //! * [`filter_stubs`]: keep only tracks with at least n points.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bridge_core::{BridgeError, Result};
 
@@ -33,7 +37,8 @@ pub enum Strategy {
 pub struct LinkParams {
     /// Maximum displacement between linked points (same units as the positions).
     pub search_range: f64,
-    /// Number of levels a lost particle stays linkable.
+    /// Frames a particle may be absent between two appearances and still be linked (0 = only
+    /// consecutive frames are linked; trackpy's `memory`).
     pub memory: usize,
     /// Candidates kept per destination (trackpy: 10).
     pub max_neighbors: usize,
@@ -78,8 +83,8 @@ impl LinkParams {
 /// What the linker did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LinkStats {
-    /// Levels processed (frames from first to last, gaps included; runs of empty levels with
-    /// nothing in memory are skipped).
+    /// Levels processed: the distinct frame numbers present (missing frame numbers are never
+    /// visited, whatever the memory).
     pub levels: usize,
     /// Non-trivial subnets solved (≥ 1 source and ≥ 1 destination).
     pub subnets: usize,
@@ -104,7 +109,8 @@ fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
         .position(|p| !(p[0].is_finite() && p[1].is_finite()))
     {
         return Err(BridgeError::InvalidInput(format!(
-            "row {i} has a non-finite position"
+            "point {i} (0-based) has a non-finite position {:?}",
+            pos[i]
         )));
     }
     Ok(())
@@ -140,7 +146,11 @@ impl Grid {
         let (ky, kx) = Self::key(p, self.cell);
         for dy in -1..=1 {
             for dx in -1..=1 {
-                if let Some(v) = self.map.get(&(ky + dy, kx + dx)) {
+                // keys saturate for huge coordinates; a neighbour past i64's range is empty
+                let (Some(y), Some(x)) = (ky.checked_add(dy), kx.checked_add(dx)) else {
+                    continue;
+                };
+                if let Some(v) = self.map.get(&(y, x)) {
                     out.extend_from_slice(v);
                 }
             }
@@ -279,11 +289,6 @@ pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64
     check_inputs(frames, pos)?;
     let mut ids = vec![-1i64; pos.len()];
     let mut stats = LinkStats::default();
-    let groups = group_by_frame(frames);
-    let Some(first) = groups.first().map(|g| g.0) else {
-        return Ok((ids, stats));
-    };
-    let last = groups.last().map_or(first, |g| g.0);
     // track state: last position, last frame
     let mut track_pos: Vec<[f64; 2]> = Vec::new();
     let mut track_last: Vec<i64> = Vec::new();
@@ -291,31 +296,21 @@ pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64
     let sr = p.search_range;
     let null_cost = sr * sr;
     let reach = sr + 1e-7;
-    let mut gi = 0usize;
+    // a track last seen at frame `l` is a source at frame `t` iff t − l ≤ memory + 1
+    let max_step = p.memory as u64 + 1;
     let mut near = Vec::new();
-    let mut t = first;
-    while t <= last {
-        // empty levels with nothing left in memory change nothing: jump to the next frame
-        if active
-            .iter()
-            .all(|&tr| t - track_last[tr] > p.memory as i64 + 1)
-            && gi < groups.len()
-            && groups[gi].0 > t
-        {
-            active.clear();
-            t = groups[gi].0;
-        }
+    // Only the frames present are visited: a missing frame number is an empty level, which
+    // links nothing and only ages the tracks in memory, and ageing is applied below from the
+    // frame-number difference. Gaps therefore cost nothing, whatever their length.
+    for (t, rows) in group_by_frame(frames) {
+        let rows: &[usize] = &rows;
         stats.levels += 1;
-        let rows: &[usize] = if gi < groups.len() && groups[gi].0 == t {
-            gi += 1;
-            &groups[gi - 1].1
-        } else {
-            &[]
-        };
         // sources: tracks last seen within memory + 1 levels
-        active.retain(|&tr| t - track_last[tr] <= p.memory as i64 + 1);
+        active.retain(|&tr| t.abs_diff(track_last[tr]) <= max_step);
         let src_pos: Vec<[f64; 2]> = active.iter().map(|&tr| track_pos[tr]).collect();
-        let grid = Grid::new(&src_pos, sr.max(1e-9));
+        // cells wider than the reach (margin for rounding): a source within reach of a
+        // destination is always in one of the 3×3 cells around it
+        let grid = Grid::new(&src_pos, reach * 1.25);
         // candidates per destination: ≤ max_neighbors nearest sources within reach
         let mut src_cands: Vec<Vec<(usize, f64)>> = vec![Vec::new(); active.len()];
         let mut dest_has = vec![false; rows.len()];
@@ -413,7 +408,6 @@ pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64
             ids[row] = tr as i64;
         }
         active.sort_unstable();
-        t += 1;
     }
     stats.tracks = track_pos.len();
     Ok((ids, stats))
@@ -424,14 +418,20 @@ pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64
 pub struct GreedyParams {
     /// Maximum distance between a track's last point and a new particle.
     pub max_distance: f64,
-    /// Frames a track may miss and still be continued (gaps are filled by interpolation).
+    /// Frames a track may miss and still be continued: a track last seen at frame `e` may be
+    /// continued at frame `f` iff `f − e − 1 ≤ max_gap` (0 = consecutive frames only), the same
+    /// meaning as [`LinkParams::memory`]. Gaps are filled by interpolation.
     pub max_gap: usize,
     /// Tracks with fewer points (interpolated points included) are dropped (id −1).
     pub min_track_length: usize,
 }
 
-/// The seed's greedy tracker. Returns an id per row (−1 for rows of dropped short tracks) and
-/// the number of interpolated gap points of each kept track is counted towards its length.
+/// The seed's greedy tracker. At each frame present (ascending; missing frame numbers cost
+/// nothing), every track still within `max_gap` picks its nearest particle of the frame (ties:
+/// lowest row); the (distance, track, row) triples within `max_distance` are taken in ascending
+/// order, each track and row at most once; unclaimed particles start new tracks. Returns an id
+/// per row, −1 for rows of tracks shorter than `min_track_length`, where a track's length is
+/// `last frame − first frame + 1` (interpolated gap points count).
 pub fn link_greedy(frames: &[i64], pos: &[[f64; 2]], p: &GreedyParams) -> Result<Vec<i64>> {
     check_inputs(frames, pos)?;
     if p.max_gap > (1 << 40) {
@@ -446,26 +446,38 @@ pub fn link_greedy(frames: &[i64], pos: &[[f64; 2]], p: &GreedyParams) -> Result
             "must be a positive number",
         ));
     }
+    let max_step = p.max_gap as u64 + 1;
     let mut ids = vec![-1i64; pos.len()];
     // track: last pos, end frame, start frame
     let mut tracks: Vec<([f64; 2], i64, i64)> = Vec::new();
+    let mut active: Vec<usize> = Vec::new(); // tracks within max_gap, ascending
+    let mut near = Vec::new();
+    // cells wider than max_distance (margin for rounding): a row within max_distance of a
+    // point is always in one of the 3×3 cells around it
+    let cell = p.max_distance * 1.25;
     for (frame, rows) in group_by_frame(frames) {
+        active.retain(|&tr| frame.abs_diff(tracks[tr].1) <= max_step);
+        let row_pos: Vec<[f64; 2]> = rows.iter().map(|&r| pos[r]).collect();
+        let grid = Grid::new(&row_pos, cell);
         let mut triples = Vec::new();
-        for (tr, &(last, end, _)) in tracks.iter().enumerate() {
-            if end < frame - p.max_gap as i64 {
-                continue;
-            }
-            let best = rows
+        for &tr in &active {
+            let last = tracks[tr].0;
+            // nearest row (first in row order among equals), kept if within max_distance
+            grid.near(&last, &mut near);
+            let best = near
                 .iter()
-                .map(|&r| {
-                    let dy = pos[r][0] - last[0];
-                    let dx = pos[r][1] - last[1];
-                    ((dy * dy + dx * dx).sqrt(), r)
+                .map(|&k| {
+                    let dy = row_pos[k][0] - last[0];
+                    let dx = row_pos[k][1] - last[1];
+                    ((dy * dy + dx * dx).sqrt(), rows[k])
                 })
-                .min_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
-            if let Some((d, r)) = best
-                && d <= p.max_distance
-            {
+                .filter(|&(d, _)| d <= p.max_distance)
+                .min_by(|a, b| {
+                    a.0.partial_cmp(&b.0)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(a.1.cmp(&b.1))
+                });
+            if let Some((d, r)) = best {
                 triples.push((d, tr, r));
             }
         }
@@ -474,22 +486,23 @@ pub fn link_greedy(frames: &[i64], pos: &[[f64; 2]], p: &GreedyParams) -> Result
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then((a.1, a.2).cmp(&(b.1, b.2)))
         });
-        let mut used_track = vec![false; tracks.len()];
-        let mut used_row: HashMap<usize, bool> = HashMap::new();
+        let mut used_track: HashSet<usize> = HashSet::new();
+        let mut used_row: HashSet<usize> = HashSet::new();
         for (_, tr, r) in triples {
-            if used_track[tr] || used_row.contains_key(&r) {
+            if used_track.contains(&tr) || used_row.contains(&r) {
                 continue;
             }
-            used_track[tr] = true;
-            used_row.insert(r, true);
+            used_track.insert(tr);
+            used_row.insert(r);
             tracks[tr].0 = pos[r];
             tracks[tr].1 = frame;
             ids[r] = tr as i64;
         }
         for &r in &rows {
-            if !used_row.contains_key(&r) {
+            if !used_row.contains(&r) {
                 tracks.push((pos[r], frame, frame));
                 ids[r] = (tracks.len() - 1) as i64;
+                active.push(tracks.len() - 1);
             }
         }
     }
@@ -497,7 +510,7 @@ pub fn link_greedy(frames: &[i64], pos: &[[f64; 2]], p: &GreedyParams) -> Result
     for id in &mut ids {
         if *id >= 0 {
             let (_, end, start) = tracks[*id as usize];
-            if ((end - start + 1) as usize) < p.min_track_length {
+            if end.abs_diff(start).saturating_add(1) < p.min_track_length as u64 {
                 *id = -1;
             }
         }

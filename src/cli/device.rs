@@ -1,0 +1,506 @@
+//! `--device`: one parser and one `auto` policy for every command.
+//!
+//! * `--device auto` (the default of every command) runs [`bridge_core::offload::decide`] over
+//!   the devices of [`arraybridge::registry`] that the stage has a back end for, and prints the
+//!   choice with its reason (unless `--quiet`). When the chosen device then fails, the stage is
+//!   rerun on the CPU, loudly ([`Choice::fell_back`]): `auto` is the opt-in to that fallback.
+//! * An explicit device (`cpu`, `cuda:N`, `opencl:N`) must exist and have a back end for every
+//!   stage of the command; otherwise the command fails before doing any work, naming what is
+//!   available. There is no silent fallback.
+//!
+//! The value is checked by the argument parser: `--device gpu` is a usage error.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use algorithms::detect::{CpuBackend, LogDetector, Movie};
+use arraybridge::core::backend::DeviceInfo;
+use arraybridge::core::offload::{
+    CpuProfile, DeviceProfile, OffloadDecision, OffloadThresholds, Workload, decide,
+};
+use bridge_core::{BridgeError, Device, Result};
+use ndarray::s;
+
+/// What `--device` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// Let the offload decision choose, per stage.
+    Auto,
+    /// This device, or fail.
+    Explicit(Device),
+}
+
+impl std::fmt::Display for DeviceArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceArg::Auto => f.write_str("auto"),
+            DeviceArg::Explicit(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// The `--device` value parser: `auto`, `cpu`, `cuda:N` or `opencl:N` (case-insensitive).
+pub fn parse_device_arg(s: &str) -> std::result::Result<DeviceArg, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(DeviceArg::Auto);
+    }
+    let d: Device = t.parse().map_err(|e| {
+        let why = match e {
+            BridgeError::ParseDevice { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        format!("{t:?} is not a device ({why}); expected auto, cpu, cuda:N or opencl:N")
+    })?;
+    match d {
+        Device::Cpu | Device::Cuda(_) | Device::OpenCl(_) => Ok(DeviceArg::Explicit(d)),
+        other => Err(format!(
+            "the commands run on cpu, cuda:N or opencl:N, not {other}; expected auto, cpu, \
+             cuda:N or opencl:N"
+        )),
+    }
+}
+
+/// A stage of a command and the test of whether a device has a back end for it.
+#[derive(Clone, Copy)]
+pub struct Stage {
+    /// Name in messages (`particle detection`, `PACO`).
+    pub name: &'static str,
+    /// `Ok` when the stage can run on the device.
+    pub supports: fn(Device) -> Result<()>,
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Particle detection (`detect`, the demo).
+pub const DETECT: Stage = Stage {
+    name: "particle detection",
+    supports: |d| algorithms::detect::backend_for(d).map(|_| ()),
+};
+
+/// PACO (`paco`, the demo).
+pub const PACO: Stage = Stage {
+    name: "PACO",
+    supports: |d| algorithms::paco::backend_for(d).map(|_| ()),
+};
+
+/// Resolve `--device` for one stage: an explicit device is checked ([`check_explicit`]); `auto`
+/// runs the offload decision on the workload `estimate` gives (called only for `auto`).
+pub fn resolve(
+    arg: DeviceArg,
+    stage: Stage,
+    estimate: impl FnOnce() -> Result<(Workload, CpuProfile, String)>,
+) -> Result<Choice> {
+    match arg {
+        DeviceArg::Explicit(d) => {
+            check_explicit(d, &[stage])?;
+            Ok(Choice::explicit(d))
+        }
+        DeviceArg::Auto => {
+            let (work, cpu, note) = estimate()?;
+            Ok(choose(stage, &work, &cpu, &note))
+        }
+    }
+}
+
+/// Nominal CPU throughput (for stages whose CPU speed is not measured first): 2·10⁹ work units
+/// per second per hardware thread.
+pub fn nominal_cpu() -> (CpuProfile, String) {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (
+        CpuProfile {
+            flops_per_s: 2e9 * n as f64,
+        },
+        format!("nominal figures for {n} CPU threads"),
+    )
+}
+
+/// Names of the devices the registry sees, `cpu` first.
+fn available_devices() -> Vec<String> {
+    std::iter::once("cpu".to_owned())
+        .chain(
+            arraybridge::registry()
+                .device_infos()
+                .map(|i| i.device.to_string()),
+        )
+        .collect()
+}
+
+/// An explicit device must exist and every stage must have a back end for it.
+pub fn check_explicit(d: Device, stages: &[Stage]) -> Result<()> {
+    if d == Device::Cpu {
+        return Ok(());
+    }
+    let reg = arraybridge::registry();
+    if !reg.device_infos().any(|i| i.device == d) {
+        let mt = d.memory_type();
+        let why = reg
+            .reports()
+            .iter()
+            .find(|r| r.memory_type == mt)
+            .and_then(|r| r.unavailable.clone())
+            .map_or_else(String::new, |u| format!(" ({} backend: {u})", mt.name()));
+        return Err(BridgeError::unavailable(
+            mt.name(),
+            format!(
+                "device {d} was requested with --device but does not exist{why}; available: {}. \
+                 Use --device auto to let the command choose",
+                available_devices().join(", ")
+            ),
+        ));
+    }
+    for s in stages {
+        (s.supports)(d).map_err(|e| {
+            BridgeError::unavailable(
+                d.memory_type().name(),
+                format!(
+                    "{} cannot run on {d}, which --device requested: {e}. Use --device auto \
+                     to run each stage on the best device that supports it, or --device cpu",
+                    s.name
+                ),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The device of one stage and why.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// The device.
+    pub device: Device,
+    /// Why, in words (printed).
+    pub reason: String,
+    /// The offload estimate, with `--device auto`.
+    pub estimate: Option<OffloadDecision>,
+    /// True when `--device auto` chose it (a failure there may fall back to the CPU).
+    pub auto: bool,
+}
+
+impl Choice {
+    /// The choice of an explicit `--device d` (checked by [`check_explicit`]).
+    pub fn explicit(d: Device) -> Self {
+        Choice {
+            device: d,
+            reason: format!("requested with --device {d}"),
+            estimate: None,
+            auto: false,
+        }
+    }
+
+    /// True when a failure on [`Choice::device`] may be retried on the CPU: `auto` chose a
+    /// device other than the CPU.
+    pub fn may_fall_back(&self) -> bool {
+        self.auto && self.device != Device::Cpu
+    }
+
+    /// Run `f` on the chosen device; with `auto`, a failure there reruns it on the CPU, loudly.
+    pub fn run<T>(&mut self, command: &str, mut f: impl FnMut(Device) -> Result<T>) -> Result<T> {
+        match f(self.device) {
+            Err(e) if self.may_fall_back() => {
+                self.fell_back(command, &e);
+                f(Device::Cpu)
+            }
+            r => r,
+        }
+    }
+
+    /// With `--device auto`, a stage that fails on its device is rerun on the CPU — loudly: the
+    /// failure is printed and becomes part of the reason.
+    pub fn fell_back(&mut self, command: &str, e: &BridgeError) {
+        let msg = one_line(&e.to_string(), 160);
+        eprintln!(
+            "{command}: warning: failed on {}: {msg}; rerunning on the CPU",
+            self.device
+        );
+        self.reason = format!(
+            "{} — but it failed there ({msg}), so it was rerun on the CPU",
+            self.reason
+        );
+        self.device = Device::Cpu;
+    }
+}
+
+/// Shorten a (possibly multi-line) reason to one line of at most `n` characters.
+pub fn one_line(s: &str, n: usize) -> String {
+    let line = s.lines().next().unwrap_or_default().trim();
+    if line.chars().count() > n {
+        format!("{}…", line.chars().take(n).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}
+
+/// `decide` over the devices of the registry that `supports`; the reason also names the devices
+/// left out and why.
+pub fn choose(stage: Stage, work: &Workload, cpu: &CpuProfile, cpu_note: &str) -> Choice {
+    let supports = stage.supports;
+    let stage = stage.name;
+    let reg = arraybridge::registry();
+    let mut skipped = Vec::new();
+    let mut profiles = Vec::new();
+    let mut notes = Vec::new();
+    for info in reg.device_infos() {
+        match supports(info.device) {
+            Ok(()) => {
+                let (p, note) = nominal_profile(info, cpu);
+                profiles.push(p);
+                notes.push(note);
+            }
+            Err(e) => skipped.push(format!("{}: {}", info.device, one_line(&e.to_string(), 90))),
+        }
+    }
+    let d = decide(work, cpu, &profiles, &OffloadThresholds::default());
+    let reason = if profiles.is_empty() {
+        let est = format!("est. {:.3} s on the CPU", d.cpu_s);
+        if skipped.is_empty() {
+            let missing: Vec<String> = reg
+                .reports()
+                .iter()
+                .filter_map(|r| {
+                    r.unavailable
+                        .as_ref()
+                        .map(|u| format!("{}: {}", r.name, one_line(u, 70)))
+                })
+                .collect();
+            format!(
+                "no GPU device is available ({}); running on the CPU, {est}",
+                missing.join("; ")
+            )
+        } else {
+            format!(
+                "no device has a {stage} back end ({}); running on the CPU, {est}",
+                skipped.join("; ")
+            )
+        }
+    } else {
+        let mut r = format!(
+            "{} [CPU throughput: {cpu_note}; {}]",
+            d.reason,
+            notes.join("; ")
+        );
+        if !skipped.is_empty() {
+            let _ = write!(r, " (without a {stage} back end: {})", skipped.join("; "));
+        }
+        r
+    };
+    Choice {
+        device: d.device,
+        reason,
+        estimate: Some(d),
+        auto: true,
+    }
+}
+
+/// Nominal figures of a device (peak arithmetic × 10 % for stencil-bound work, typical link
+/// bandwidth); an OpenCL CPU device (PoCL) shares the host cores, so it gets the measured CPU
+/// throughput. Also returns how the figures were obtained.
+pub fn nominal_profile(info: &DeviceInfo, cpu: &CpuProfile) -> (DeviceProfile, String) {
+    let cu = f64::from(info.capabilities.compute_units.unwrap_or(8));
+    let kind = info
+        .details
+        .iter()
+        .find(|(k, _)| k == "type")
+        .map(|(_, v)| v.to_ascii_lowercase());
+    let d = info.device;
+    let (flops, bw, note) = match d {
+        Device::Cuda(_) => (
+            cu * 128.0 * 2.0 * 1.4e9 * 0.1,
+            1.2e10,
+            format!("{d}: nominal figures for {cu} SMs"),
+        ),
+        Device::OpenCl(_) if kind.as_deref() == Some("cpu") => (
+            cpu.flops_per_s,
+            1.0e10,
+            format!("{d} is an OpenCL CPU device sharing the host cores"),
+        ),
+        _ => (
+            cu * 64.0 * 2.0 * 1.0e9 * 0.1,
+            8.0e9,
+            format!("{d}: nominal figures for {cu} compute units"),
+        ),
+    };
+    (
+        DeviceProfile {
+            device: d,
+            h2d_bytes_per_s: bw,
+            d2h_bytes_per_s: bw,
+            flops_per_s: flops,
+            free_memory: info.free_memory.or(info.total_memory),
+            launch_overhead_s: 5e-3,
+        },
+        note,
+    )
+}
+
+/// Arithmetic of `blob_log` per pixel: for each σ, four separable passes of `2⌈4σ⌉+1` taps (two
+/// flops each) plus the 3×3×3 maximum test.
+pub fn detect_flops_per_pixel(d: &LogDetector) -> f64 {
+    let n = d.num_sigma.max(1);
+    (0..n)
+        .map(|i| {
+            let sigma = if n == 1 {
+                d.min_sigma
+            } else {
+                d.min_sigma + (d.max_sigma - d.min_sigma) * i as f64 / (n - 1) as f64
+            };
+            let taps = 2.0 * (4.0 * sigma).ceil() + 1.0;
+            4.0 * taps * 2.0 + 30.0
+        })
+        .sum()
+}
+
+/// The work of detecting `movie` with `d`.
+pub fn detect_workload(movie: &Movie, d: &LogDetector) -> Workload {
+    let (t, h, w) = movie.dim();
+    let bytes_per_px = match movie {
+        Movie::U8(_) => 1,
+        Movie::U16(_) => 2,
+        Movie::F32(_) => 4,
+        Movie::F64(_) => 8,
+    };
+    Workload {
+        input_bytes: (t * h * w * bytes_per_px) as u64,
+        output_bytes: (t * 200 * 48) as u64,
+        flops: (t * h * w) as f64 * detect_flops_per_pixel(d),
+    }
+}
+
+/// PACO (fast mode): lag tables, one K×K Cholesky and solve per pixel, and the trajectory sums.
+pub fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
+    let k = algorithms::paco::disk_offsets(radius).len() as f64;
+    let lags = algorithms::paco::disk_offsets(2 * radius).len() as f64;
+    let px = (n * n) as f64;
+    let t = t as f64;
+    Workload {
+        input_bytes: (t * px * 8.0) as u64,
+        output_bytes: (5.0 * px * 8.0) as u64,
+        flops: t * px * lags * 2.0
+            + px * (k * k * k / 3.0 + 4.0 * k * k + 2.0 * t * k)
+            + 4.0 * t * px,
+    }
+}
+
+/// CPU throughput in the units of [`detect_flops_per_pixel`], measured on the first batch of
+/// frames.
+pub fn measure_cpu(movie: &Movie, d: &LogDetector) -> Result<(CpuProfile, usize)> {
+    let n = movie.len().min(d.batch_size.max(2));
+    let sample = match movie {
+        Movie::U8(a) => Movie::U8(a.slice(s![..n, .., ..]).to_owned()),
+        Movie::U16(a) => Movie::U16(a.slice(s![..n, .., ..]).to_owned()),
+        Movie::F32(a) => Movie::F32(a.slice(s![..n, .., ..]).to_owned()),
+        Movie::F64(a) => Movie::F64(a.slice(s![..n, .., ..]).to_owned()),
+    };
+    let plain = LogDetector {
+        refine: None,
+        ..d.clone()
+    };
+    let t = Instant::now();
+    plain.detect_movie_with(&sample, &CpuBackend, |_| {})?;
+    let secs = t.elapsed().as_secs_f64().max(1e-6);
+    Ok((
+        CpuProfile {
+            flops_per_s: detect_workload(&sample, d).flops / secs,
+        },
+        n,
+    ))
+}
+
+/// The `auto` estimate of a detection: its workload and the CPU throughput measured on the
+/// first frames.
+pub fn detect_estimate(movie: &Movie, d: &LogDetector) -> Result<(Workload, CpuProfile, String)> {
+    let (cpu, n) = measure_cpu(movie, d)?;
+    Ok((
+        detect_workload(movie, d),
+        cpu,
+        format!("measured on the first {n} frames"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn device_requests() {
+        assert_eq!(parse_device_arg(" AUTO ").unwrap(), DeviceArg::Auto);
+        assert_eq!(
+            parse_device_arg("opencl:1").unwrap(),
+            DeviceArg::Explicit(Device::OpenCl(1))
+        );
+        let e = parse_device_arg("gpu").unwrap_err();
+        assert!(e.contains("\"gpu\"") && e.contains("expected auto"), "{e}");
+        assert!(parse_device_arg("torch:cpu").is_err());
+        assert!(check_explicit(Device::Cpu, &[DETECT, PACO]).is_ok());
+        let e = check_explicit(Device::Cuda(99), &[DETECT])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cuda:99") && e.contains("available: cpu"), "{e}");
+        let c = resolve(DeviceArg::Explicit(Device::Cpu), PACO, || {
+            unreachable!("no estimate for an explicit device")
+        })
+        .unwrap();
+        assert!(!c.may_fall_back());
+        assert_eq!(DeviceArg::Explicit(Device::Cuda(2)).to_string(), "cuda:2");
+    }
+
+    #[test]
+    fn fallback_is_recorded() {
+        let mut c = Choice {
+            device: Device::Cuda(0),
+            reason: "faster".into(),
+            estimate: None,
+            auto: true,
+        };
+        let mut tried = Vec::new();
+        let r = c.run("test", |d| {
+            tried.push(d);
+            if d == Device::Cpu {
+                Ok(1)
+            } else {
+                Err(BridgeError::InvalidInput("boom".into()))
+            }
+        });
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(tried, [Device::Cuda(0), Device::Cpu]);
+        assert_eq!(c.device, Device::Cpu);
+        assert!(c.reason.starts_with("faster") && c.reason.contains("boom"));
+        // An explicit device never falls back.
+        let mut c = Choice {
+            device: Device::Cuda(0),
+            reason: String::new(),
+            estimate: None,
+            auto: false,
+        };
+        assert!(
+            c.run("test", |_| Err::<(), _>(BridgeError::InvalidInput(
+                "x".into()
+            )))
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn workloads_and_profiles() {
+        let d = LogDetector::default();
+        let per_px = detect_flops_per_pixel(&d);
+        assert!(per_px > 100.0 && per_px < 10_000.0);
+        let w = paco_workload(48, 80, 4);
+        assert_eq!(w.input_bytes, 48 * 80 * 80 * 8);
+        assert!(w.flops > 1e8);
+        let cpu = CpuProfile { flops_per_s: 1e10 };
+        let mut info = DeviceInfo::new(Device::OpenCl(0), "pocl");
+        info.details.push(("type".into(), "cpu".into()));
+        let (p, note) = nominal_profile(&info, &cpu);
+        assert_eq!(p.flops_per_s, 1e10);
+        assert!(note.contains("CPU device"));
+        let (p, _) = nominal_profile(&DeviceInfo::new(Device::Cuda(0), "gpu"), &cpu);
+        assert!(p.flops_per_s > cpu.flops_per_s);
+    }
+}

@@ -1,0 +1,564 @@
+//! CSV tables with a header row, read and written with the `csv` crate.
+//!
+//! Reading ([`read_table`]) accepts what spreadsheet and pandas exports contain: a UTF-8
+//! byte-order mark, quoted fields (with `""` escapes and embedded commas or line breaks), LF or
+//! CRLF line ends, and blank lines (skipped). A row with another number of fields than the
+//! header is an error naming its line. Fields are kept exactly as read (no trimming), so a table
+//! can be written back unchanged; lookups ([`Table::column`]) and numbers ([`Table::f64`],
+//! [`Table::frame`]) ignore surrounding spaces.
+//!
+//! Writing ([`create_writer`]) produces LF line ends and quotes a field only when it needs it
+//! (a comma, a quote or a line break in it), so numeric tables are plain `a,b,c` lines.
+//!
+//! Every error is a [`BridgeError`]: [`BridgeError::Io`] (with the path) when the file cannot
+//! be opened, read or written, [`BridgeError::InvalidInput`] for bad content, with the file,
+//! the line number as an editor shows it (1-based, the header is line 1) and the column.
+//!
+//! ```no_run
+//! # fn main() -> bridge_core::Result<()> {
+//! use std::path::Path;
+//!
+//! use arraybridge::io::csv::{create_writer, read_table};
+//! let t = read_table(Path::new("detections.csv"))?;
+//! let (cf, cy) = (t.column("frame")?, t.column("y")?);
+//! let mut w = create_writer(Path::new("out.csv"))?;
+//! w.write_record(["frame", "y"])?;
+//! for r in 0..t.rows.len() {
+//!     let (f, y) = (t.frame(r, cf)?, t.f64(r, cy)?);
+//!     w.write_record([f.to_string(), y.to_string()])?;
+//! }
+//! w.finish()?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use bridge_core::host::{Budget, format_bytes};
+use bridge_core::{BridgeError, Result};
+
+/// Largest frame number magnitude accepted by [`Table::frame`]: 2^53, the range in which every
+/// integer is exactly representable as an `f64` (the type pandas and NumPy give such columns).
+pub const MAX_FRAME: i64 = 1 << 53;
+
+/// A CSV table: the header and the data rows, every field as read.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// The file, as shown in messages.
+    pub path: String,
+    /// Column names as read (a byte-order mark removed, spaces kept).
+    pub header: Vec<String>,
+    /// Data rows, each with exactly `header.len()` fields; [`Table::line`] gives the line of
+    /// each in the file.
+    pub rows: Vec<::csv::StringRecord>,
+}
+
+/// Lines longer than this (bytes between two line ends) are refused: no table has them, and a
+/// stream without line ends (`/dev/zero`) would otherwise be buffered whole.
+pub const MAX_LINE: u64 = 64 << 20;
+
+/// Read a CSV file with a header row (see the module documentation for what is accepted).
+///
+/// The file is parsed as it is read; the rows are kept (memory about twice the file's size),
+/// so a file that cannot fit in the host memory budget ([`bridge_core::host::Budget`]) is
+/// refused with [`BridgeError::TooLarge`]: up front for a regular file, once half the budget
+/// has been read for a stream (a pipe, a device).
+///
+/// Errors: [`BridgeError::Io`] when the file cannot be read; [`BridgeError::TooLarge`];
+/// [`BridgeError::InvalidInput`] for an empty file, text that is not UTF-8, a line longer than
+/// [`MAX_LINE`], or a row whose field count differs from the header's (naming the line).
+pub fn read_table(path: &Path) -> Result<Table> {
+    let name = path.display().to_string();
+    let file = File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+    let budget = Budget::current();
+    let size = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    if let Some(len) = size {
+        let what = format!("{name} ({}, read and kept)", format_bytes(len));
+        budget.check(len.saturating_mul(2), &what, TOO_LARGE_HINT)?;
+    }
+    let mut rd = ::csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(Lines::new(file, budget.limit.0 / 2));
+    let header: Vec<String> = match rd.headers() {
+        Ok(h) => h.iter().map(str::to_string).collect(),
+        Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
+    };
+    if header.iter().all(|h| h.trim().is_empty()) {
+        return Err(BridgeError::InvalidInput(format!(
+            "{name}: empty CSV (the first line must be a header naming the columns)"
+        )));
+    }
+    let mut rows = Vec::new();
+    let mut record = ::csv::StringRecord::new();
+    loop {
+        match rd.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
+        }
+        if let Some(p) = record.position() {
+            let mut p = p.clone();
+            p.set_line(rd.get_mut().line_at(p.byte()));
+            record.set_position(Some(p));
+        }
+        if record.len() == 1 && record[0].trim().is_empty() {
+            continue; // a line of spaces only: blank
+        }
+        if record.len() != header.len() {
+            return Err(BridgeError::InvalidInput(format!(
+                "{name}:{}: {} field(s), the header has {} (every row needs one value per \
+                 column; quote fields that contain a comma)",
+                line_of(&record),
+                record.len(),
+                header.len()
+            )));
+        }
+        rows.push(record.clone());
+    }
+    Ok(Table {
+        path: name,
+        header,
+        rows,
+    })
+}
+
+const TOO_LARGE_HINT: &str = "split the table into smaller files";
+
+/// The reader under the CSV parser: counts line ends, to give each record the line it starts
+/// on (the `csv` crate's positions count lines only up to where the previous record stopped,
+/// before its line end and any blank lines), and stops at [`MAX_LINE`] and at `cap` bytes.
+struct Lines<R> {
+    inner: R,
+    /// Bytes handed to the parser so far.
+    offset: u64,
+    /// Line ends seen so far (`\n`, `\r\n`, or a lone `\r`, as the parser counts them).
+    breaks: u64,
+    /// The previous byte.
+    prev: u8,
+    /// Bytes since the last line end.
+    line_len: u64,
+    /// Start offset and preceding line ends of each non-empty line not yet asked about.
+    starts: VecDeque<(u64, u64)>,
+    /// Bytes the parser may read.
+    cap: u64,
+    /// Why reading stopped early, if it did.
+    stop: Option<BridgeError>,
+}
+
+impl<R: Read> Lines<R> {
+    fn new(inner: R, cap: u64) -> Self {
+        Lines {
+            inner,
+            offset: 0,
+            breaks: 0,
+            prev: b'\n',
+            line_len: 0,
+            starts: VecDeque::new(),
+            cap,
+            stop: None,
+        }
+    }
+
+    /// The line (1-based) of the record whose reading started at byte `from`: the record
+    /// begins at the first byte from there on that is not a line end. Asked in ascending order.
+    fn line_at(&mut self, from: u64) -> u64 {
+        while self.starts.front().is_some_and(|s| s.0 < from) {
+            self.starts.pop_front();
+        }
+        self.starts
+            .front()
+            .map_or(self.breaks, |&(_, before)| before)
+            + 1
+    }
+
+    fn refuse(&mut self, e: BridgeError) -> std::io::Error {
+        let msg = e.to_string();
+        self.stop = Some(e);
+        std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
+    }
+}
+
+impl<R: Read> Read for Lines<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.offset > self.cap {
+            let e = BridgeError::TooLarge {
+                what: String::new(), // named by `csv_error`
+                requested: self.offset.saturating_mul(2),
+                limit: self.cap.saturating_mul(2),
+                limited_by: Budget::current().limit.1.to_string(),
+                hint: TOO_LARGE_HINT.to_string(),
+            };
+            return Err(self.refuse(e));
+        }
+        let n = self.inner.read(buf)?;
+        for (k, &b) in buf[..n].iter().enumerate() {
+            // a line end is counted at its `\n`, or at the byte after a lone `\r`
+            if b == b'\n' || self.prev == b'\r' {
+                self.breaks += 1;
+            }
+            if b == b'\n' || b == b'\r' {
+                self.line_len = 0;
+            } else {
+                if self.line_len == 0 {
+                    self.starts.push_back((self.offset + k as u64, self.breaks));
+                }
+                self.line_len += 1;
+                if self.line_len > MAX_LINE {
+                    let e = BridgeError::InvalidInput(format!(
+                        "line {} is longer than {} (not a CSV table?)",
+                        self.breaks + 1,
+                        format_bytes(MAX_LINE)
+                    ));
+                    return Err(self.refuse(e));
+                }
+            }
+            self.prev = b;
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+fn line_of(record: &::csv::StringRecord) -> u64 {
+    record.position().map_or(0, ::csv::Position::line)
+}
+
+/// A `csv` crate error as a [`BridgeError`] naming the file (and the line when known).
+fn csv_error<R: Read>(name: &str, lines: Option<&mut Lines<R>>, e: ::csv::Error) -> BridgeError {
+    let mut lines = lines;
+    if let Some(stop) = lines.as_mut().and_then(|l| l.stop.take()) {
+        return match stop {
+            BridgeError::TooLarge {
+                requested,
+                limit,
+                limited_by,
+                hint,
+                ..
+            } => BridgeError::TooLarge {
+                what: format!("{name} (a stream longer than half the budget, read and kept)"),
+                requested,
+                limit,
+                limited_by,
+                hint,
+            },
+            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!("{name}: {m}")),
+            other => other,
+        };
+    }
+    let at = match (e.position(), lines) {
+        (Some(p), Some(l)) => format!("{name}:{}", l.line_at(p.byte())),
+        _ => name.to_string(),
+    };
+    let text = e.to_string();
+    match e.into_kind() {
+        ::csv::ErrorKind::Io(io) => BridgeError::io(name.to_string(), io),
+        ::csv::ErrorKind::Utf8 { err, .. } => BridgeError::InvalidInput(format!(
+            "{at}: field {} is not valid UTF-8 (save the file as UTF-8)",
+            err.field() + 1
+        )),
+        ::csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => BridgeError::InvalidInput(format!(
+            "{at}: {len} field(s), expected {expected_len} like the header"
+        )),
+        _ => BridgeError::InvalidInput(format!("{at}: {text}")),
+    }
+}
+
+impl Table {
+    /// Index of the column named `name` (surrounding spaces in the header ignored).
+    ///
+    /// Errors ([`BridgeError::InvalidInput`]) when no column or more than one has that name;
+    /// the message lists the available columns.
+    pub fn column(&self, name: &str) -> Result<usize> {
+        let mut found = self
+            .header
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.trim() == name)
+            .map(|(i, _)| i);
+        match (found.next(), found.next()) {
+            (Some(i), None) => Ok(i),
+            (None, _) => Err(BridgeError::InvalidInput(format!(
+                "{}: no column {name:?} (columns: {})",
+                self.path,
+                self.columns_list()
+            ))),
+            (Some(a), Some(b)) => Err(BridgeError::InvalidInput(format!(
+                "{}: column {name:?} appears more than once (columns {} and {} of: {})",
+                self.path,
+                a + 1,
+                b + 1,
+                self.columns_list()
+            ))),
+        }
+    }
+
+    /// Whether a column named `name` exists (surrounding spaces ignored).
+    pub fn has_column(&self, name: &str) -> bool {
+        self.header.iter().any(|h| h.trim() == name)
+    }
+
+    fn columns_list(&self) -> String {
+        self.header
+            .iter()
+            .map(|h| h.trim())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The line of data row `row` in the file (1-based; the header is line 1, blank lines and
+    /// line breaks inside quoted fields counted).
+    pub fn line(&self, row: usize) -> u64 {
+        line_of(&self.rows[row])
+    }
+
+    /// Field `col` of data row `row`, as read.
+    pub fn field(&self, row: usize, col: usize) -> &str {
+        &self.rows[row][col]
+    }
+
+    /// `file:line: column NAME: ` prefix of the messages about one field.
+    fn at(&self, row: usize, col: usize) -> String {
+        format!(
+            "{}:{}: column {}",
+            self.path,
+            self.line(row),
+            self.header[col].trim()
+        )
+    }
+
+    /// Field `col` of data row `row` as a number (surrounding spaces ignored; `nan` and `inf`
+    /// are numbers, check finiteness where it matters).
+    ///
+    /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value.
+    pub fn f64(&self, row: usize, col: usize) -> Result<f64> {
+        let v = self.field(row, col);
+        v.trim().parse::<f64>().map_err(|_| {
+            BridgeError::InvalidInput(format!("{}: {v:?} is not a number", self.at(row, col)))
+        })
+    }
+
+    /// Field `col` of data row `row` as a finite number (as [`Table::f64`], and `nan`/`inf`
+    /// are errors too).
+    pub fn finite_f64(&self, row: usize, col: usize) -> Result<f64> {
+        let x = self.f64(row, col)?;
+        if x.is_finite() {
+            Ok(x)
+        } else {
+            Err(BridgeError::InvalidInput(format!(
+                "{}: {:?} is not a finite number",
+                self.at(row, col),
+                self.field(row, col)
+            )))
+        }
+    }
+
+    /// Every value of the column named `name` as a number ([`Table::column`], [`Table::f64`]).
+    pub fn f64_column(&self, name: &str) -> Result<Vec<f64>> {
+        let c = self.column(name)?;
+        (0..self.rows.len()).map(|r| self.f64(r, c)).collect()
+    }
+
+    /// Field `col` of data row `row` as a frame number: an integer with |value| ≤
+    /// [`MAX_FRAME`] (2^53), written as an integer (`12`) or as a float with an integral value
+    /// (`12.0`, `1.2e1`, as pandas and NumPy write integer columns that went through `float`).
+    ///
+    /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value, for a
+    /// non-number, a fraction, `nan`/`inf` and values out of the range (such as `1e19`).
+    pub fn frame(&self, row: usize, col: usize) -> Result<i64> {
+        let v = self.field(row, col).trim();
+        let bad = |why: &str| {
+            BridgeError::InvalidInput(format!(
+                "{}: frame {v:?} {why} (frame numbers must be integers between -2^53 and 2^53 \
+                 = {MAX_FRAME})",
+                self.at(row, col)
+            ))
+        };
+        if let Ok(i) = v.parse::<i64>() {
+            return if i.unsigned_abs() <= MAX_FRAME as u64 {
+                Ok(i)
+            } else {
+                Err(bad("is out of range"))
+            };
+        }
+        let x = v.parse::<f64>().map_err(|_| bad("is not a number"))?;
+        if !x.is_finite() {
+            Err(bad("is not finite"))
+        } else if x.fract() != 0.0 {
+            Err(bad("is not an integer"))
+        } else if x.abs() > MAX_FRAME as f64 {
+            Err(bad("is out of range"))
+        } else {
+            Ok(x as i64)
+        }
+    }
+}
+
+/// A CSV file being written (see [`create_writer`]). Call [`TableWriter::finish`] at the end:
+/// it flushes and reports the last write errors, which dropping the writer would lose.
+#[derive(Debug)]
+pub struct TableWriter {
+    path: String,
+    inner: ::csv::Writer<File>,
+}
+
+/// Create (or truncate) `path` for writing CSV: LF line ends, fields quoted only when needed.
+///
+/// Errors: [`BridgeError::Io`] naming the path.
+pub fn create_writer(path: &Path) -> Result<TableWriter> {
+    let name = path.display().to_string();
+    let file = File::create(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+    Ok(TableWriter {
+        inner: ::csv::WriterBuilder::new().from_writer(file),
+        path: name,
+    })
+}
+
+impl TableWriter {
+    /// Write one row (the header is the first row written). Every row should have the same
+    /// number of fields; a different count is an [`BridgeError::InvalidInput`].
+    pub fn write_record<I, T>(&mut self, fields: I) -> Result<()>
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<[u8]>,
+    {
+        let path = &self.path;
+        self.inner
+            .write_record(fields)
+            .map_err(|e| csv_error::<File>(path, None, e))
+    }
+
+    /// Write one row from a `serde::Serialize` value (a struct writes its field values; its
+    /// field names are written first as a header when this is the first row).
+    pub fn serialize<S: serde::Serialize>(&mut self, row: S) -> Result<()> {
+        let path = &self.path;
+        self.inner
+            .serialize(row)
+            .map_err(|e| csv_error::<File>(path, None, e))
+    }
+
+    /// The file, as shown in messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Flush everything to the file.
+    pub fn finish(mut self) -> Result<()> {
+        self.inner
+            .flush()
+            .map_err(|e| BridgeError::io(self.path.clone(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn table(name: &str, bytes: &[u8]) -> Result<Table> {
+        let d = std::env::temp_dir().join(format!("ab-io-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        read_table(&p)
+    }
+
+    #[test]
+    fn bom_quotes_crlf_blank_lines() {
+        let t = table(
+            "a.csv",
+            b"\xEF\xBB\xBFframe, y ,x,note\r\n\r\n0,1.5,2,\"a, \"\"b\"\"\"\r\n   \r\n\
+              1,2,3,\"two\nlines\"\r\n",
+        )
+        .unwrap();
+        assert_eq!(t.header, ["frame", " y ", "x", "note"]);
+        assert_eq!(t.column("y").unwrap(), 1);
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.field(0, 3), "a, \"b\"");
+        assert_eq!((t.line(0), t.line(1)), (3, 5));
+        assert_eq!(t.f64_column("y").unwrap(), [1.5, 2.0]);
+        assert_eq!(t.frame(1, 0).unwrap(), 1);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let t = table("b.csv", b"frame,y\n0,1\n\n1,oops\n1e19,2\n2.5,1\nnan,1\n").unwrap();
+        let e = t.f64_column("y").unwrap_err().to_string();
+        assert!(e.contains("b.csv:4: column y: \"oops\""), "{e}");
+        let e = t.column("x").unwrap_err().to_string();
+        assert!(e.contains("no column \"x\" (columns: frame, y)"), "{e}");
+        for (r, what) in [
+            (2, "out of range"),
+            (3, "not an integer"),
+            (4, "not finite"),
+        ] {
+            let e = t.frame(r, 0).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("column frame"), "{e}");
+        }
+        assert_eq!(t.frame(0, 0).unwrap(), 0);
+        let e = table("c.csv", b"frame,y\n0,1\n1,2,3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.csv:3: 3 field(s), the header has 2"), "{e}");
+        // old Mac line ends (lone CR), and a quoted line break inside a row
+        let t = table("cr.csv", b"frame,y\r0,\"1\n\"\r\r1,x\r").unwrap();
+        let e = t.f64_column("y").unwrap_err().to_string();
+        assert!(e.contains("cr.csv:5: column y: \"x\""), "{e}");
+        let e = table("d.csv", b"").unwrap_err().to_string();
+        assert!(e.contains("empty CSV"), "{e}");
+        let e = table("e.csv", b"frame,y\n0,\xff\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("e.csv:2") && e.contains("UTF-8"), "{e}");
+        let e = table("dup.csv", b"y,y\n1,2\n").unwrap();
+        assert!(
+            e.column("y")
+                .unwrap_err()
+                .to_string()
+                .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn frame_limits() {
+        let t = table(
+            "f.csv",
+            b"frame\n9007199254740992\n-9007199254740992\n9007199254740993\n3.0\n4e0\n\
+              -9223372036854775808\n",
+        )
+        .unwrap();
+        assert_eq!(t.frame(0, 0).unwrap(), MAX_FRAME);
+        assert_eq!(t.frame(1, 0).unwrap(), -MAX_FRAME);
+        assert!(t.frame(2, 0).is_err());
+        assert_eq!(t.frame(3, 0).unwrap(), 3);
+        assert_eq!(t.frame(4, 0).unwrap(), 4);
+        assert!(t.frame(5, 0).is_err());
+    }
+
+    #[test]
+    fn writer_round_trips_quoted_fields() {
+        let d = std::env::temp_dir().join(format!("ab-io-csv-w-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("w.csv");
+        let mut w = create_writer(&p).unwrap();
+        w.write_record(["a", "b,c"]).unwrap();
+        w.write_record(["1", "say \"hi\""]).unwrap();
+        w.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "a,\"b,c\"\n1,\"say \"\"hi\"\"\"\n"
+        );
+        let t = read_table(&p).unwrap();
+        assert_eq!(t.header, ["a", "b,c"]);
+        assert_eq!(t.field(0, 1), "say \"hi\"");
+    }
+}

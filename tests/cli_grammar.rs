@@ -1,0 +1,450 @@
+//! One command-line grammar, and hostile flags and values through the command line: every case
+//! ends with a typed error that names the flag or file (never a panic, an abort or a hang), and
+//! outputs never replace inputs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use arraybridge::io::fits;
+use arraybridge::io::npy::encode_npy;
+
+const BIN: &str = env!("CARGO_BIN_EXE_arraybridge");
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-cli-grammar-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Run the binary with a deadline (a hang fails the test instead of hanging it).
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("ARRAYBRIDGE_MEMORY_LIMIT_MB");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            panic!("hang: {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "panic on {args:?}: {stderr}");
+    assert!(
+        out.status.code().is_some(),
+        "killed by a signal (abort?) on {args:?}: {stderr}"
+    );
+    out
+}
+
+fn run(args: &[&str]) -> Output {
+    run_env(args, &[])
+}
+
+/// The command fails with exit code 1 or 2 and stderr contains every needle (case-insensitive).
+fn fails(args: &[&str], needles: &[&str]) -> String {
+    fails_env(args, &[], needles)
+}
+
+fn fails_env(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String {
+    let o = run_env(args, env);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "should fail: {args:?}\n{stderr}");
+    for n in needles {
+        assert!(
+            stderr.to_lowercase().contains(&n.to_lowercase()),
+            "{n:?} not in the error of {args:?}:\n{stderr}"
+        );
+    }
+    stderr
+}
+
+fn paco_fixture(name: &str) -> String {
+    bridge_core::fixtures::path("paco")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn detect_fixture(name: &str) -> String {
+    bridge_core::fixtures::path("detect")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn every_command_has_the_same_grammar() {
+    for cmd in ["detect", "track", "paco", "demo"] {
+        let o = run(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{cmd}");
+        assert!(help.contains("-o, --output"), "{cmd}: {help}");
+        assert!(help.contains("-q, --quiet"), "{cmd}: {help}");
+        assert!(help.contains("--json"), "{cmd}: {help}");
+        if cmd != "track" {
+            assert!(help.contains("[default: auto]"), "{cmd}: {help}");
+        }
+    }
+    for cmd in [
+        vec!["bench", "transfer", "--help"],
+        vec!["bench", "detect", "--help"],
+        vec!["bench", "paco", "--help"],
+        vec!["devices", "--help"],
+    ] {
+        let o = run(&cmd);
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.contains("-q, --quiet") && help.contains("--json"),
+            "{cmd:?}"
+        );
+        if cmd[0] == "bench" {
+            assert!(help.contains("[default: auto]"), "{cmd:?}: {help}");
+        }
+    }
+    // Global switches go before or after the command.
+    assert!(run(&["--quiet", "devices", "--json"]).status.success());
+    assert!(run(&["devices", "-q", "--json"]).status.success());
+    // Values are checked by the parser (exit code 2, usage error).
+    let o = run(&[
+        "paco", "--cube", "c", "--angles", "a", "--psf", "p", "-o", "o", "--mode", "fast",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&[
+        "paco",
+        "--cube",
+        "c",
+        "--angles",
+        "a",
+        "--psf",
+        "p",
+        "-o",
+        "o",
+        "--stats-strategy",
+        "optimal",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["detect", "m.npy", "-o", "x.csv", "--device", "gpu"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected auto, cpu"));
+}
+
+#[test]
+fn absurd_flags_are_typed_errors() {
+    let d = tmpdir("flags");
+    let m = detect_fixture("blob_log/hisnr_f32.npy");
+    let o = d.join("x.csv");
+    for n in ["100000", "18446744073709551615"] {
+        fails(
+            &[
+                "detect",
+                &m,
+                "-o",
+                s(&o),
+                "--num-sigma",
+                n,
+                "--device",
+                "cpu",
+            ],
+            &["num_sigma", "1..=1000"],
+        );
+    }
+    fails(
+        &[
+            "detect",
+            &m,
+            "-o",
+            s(&o),
+            "--num-sigma",
+            "18446744073709551616",
+        ],
+        &["--num-sigma"],
+    );
+    fails(
+        &["detect", &m, "-o", s(&o), "--batch-size", "0"],
+        &["--batch-size"],
+    );
+    let (cube, ang, psf) = (
+        paco_fixture("synth_adi40_64_cube.fits"),
+        paco_fixture("synth_adi40_64_angles.fits"),
+        paco_fixture("synth_adi40_64_psf.fits"),
+    );
+    let out = d.join("paco");
+    for r in ["10000", "2147483648", "9223372036854775808", "0"] {
+        fails(
+            &[
+                "paco",
+                "--cube",
+                &cube,
+                "--angles",
+                &ang,
+                "--psf",
+                &psf,
+                "-o",
+                s(&out),
+                "--radius",
+                r,
+            ],
+            &["--radius"],
+        );
+    }
+    // A radius the frame cannot hold: a clear message, quickly.
+    fails(
+        &[
+            "paco",
+            "--cube",
+            &cube,
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            s(&out),
+            "--radius",
+            "300",
+            "--device",
+            "cpu",
+        ],
+        &["too small for patches of radius 300"],
+    );
+    // Benchmarks: sizes are bounded by the parser or by the memory the machine has.
+    fails(
+        &["bench", "transfer", "--sizes-mb", "1000000"],
+        &["--sizes-mb 1000000", "fit"],
+    );
+    fails(&["bench", "detect", "--size", "1000000"], &["--size"]);
+    fails(&["bench", "detect", "--frames", "100000000"], &["--frames"]);
+    fails(
+        &["bench", "detect", "--particles", "100000000"],
+        &["--particles"],
+    );
+    fails(
+        &["bench", "detect", "--particles", "5000000", "--size", "512"],
+        &["--particles", "at most"],
+    );
+    fails(
+        &[
+            "bench",
+            "detect",
+            "--frames",
+            "1000000",
+            "--size",
+            "65536",
+            "--particles",
+            "0",
+        ],
+        &["bench detect --frames 1000000 --size 65536", "fit"],
+    );
+    fails(
+        &["bench", "paco", "--frames", "100000", "--size", "65536"],
+        &["bench paco --frames 100000 --size 65536", "fit"],
+    );
+}
+
+#[test]
+fn outputs_never_replace_inputs() {
+    let d = tmpdir("overwrite");
+    let m = d.join("m.npy");
+    std::fs::copy(detect_fixture("blob_log/hisnr_f32.npy"), &m).unwrap();
+    let before = std::fs::read(&m).unwrap();
+    fails(
+        &["detect", s(&m), "-o", s(&m)],
+        &["would overwrite the input"],
+    );
+    assert_eq!(std::fs::read(&m).unwrap(), before, "the movie was changed");
+    // The same file spelled differently.
+    let other = d.join(".").join("m.npy");
+    fails(&["detect", s(&m), "-o", s(&other)], &["would overwrite"]);
+    // track: -o equal to its input.
+    let csv = d.join("d.csv");
+    std::fs::write(&csv, "frame,y,x\n0,1,1\n1,1.5,1\n").unwrap();
+    fails(
+        &["track", s(&csv), "-o", s(&csv), "--search-range", "3"],
+        &["would overwrite"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&csv).unwrap(),
+        "frame,y,x\n0,1,1\n1,1.5,1\n"
+    );
+    // paco: the cube inside the output folder under an output's name.
+    let cube = d.join("snr.fits");
+    std::fs::copy(paco_fixture("synth_adi40_64_cube.fits"), &cube).unwrap();
+    fails(
+        &[
+            "paco",
+            "--cube",
+            s(&cube),
+            "--angles",
+            &paco_fixture("synth_adi40_64_angles.fits"),
+            "--psf",
+            &paco_fixture("synth_adi40_64_psf.fits"),
+            "-o",
+            s(&d),
+        ],
+        &["would overwrite the input"],
+    );
+    // Output folders that do not exist, or are files, fail before the movie is read.
+    fails(
+        &["detect", s(&m), "-o", s(&d.join("no/such/dir/x.csv"))],
+        &["does not exist"],
+    );
+    fails(&["detect", s(&m), "-o", s(&d)], &["is a folder"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn read_only_output_folders_fail_before_work() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tmpdir("readonly");
+    let ro = d.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // Root ignores permissions: nothing to test then.
+    if std::fs::write(ro.join("probe"), b"x").is_ok() {
+        return;
+    }
+    let m = detect_fixture("blob_log/hisnr_f32.npy");
+    let e = fails(
+        &["detect", &m, "-o", s(&ro.join("x.csv"))],
+        &["i/o error", "ro"],
+    );
+    assert!(!e.contains("invalid input"), "{e}");
+    // The OS error is printed once.
+    assert_eq!(e.matches("Permission denied").count(), 1, "{e}");
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn non_finite_pixels_are_errors() {
+    let d = tmpdir("nonfinite");
+    // detect: one +Inf pixel in an f32 movie.
+    let (t, h, w) = (3usize, 32usize, 32usize);
+    let mut px: Vec<f32> = (0..t * h * w).map(|i| (i % 17) as f32 * 0.01).collect();
+    px[h * w + 5 * w + 7] = f32::INFINITY;
+    let bytes: Vec<u8> = px.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let m = d.join("inf.npy");
+    std::fs::write(&m, encode_npy("<f4", &[t, h, w], &bytes)).unwrap();
+    fails(
+        &[
+            "detect",
+            s(&m),
+            "-o",
+            s(&d.join("x.csv")),
+            "--device",
+            "cpu",
+        ],
+        &["frames 0..3", "infinite"],
+    );
+    // paco: one all-NaN frame, one +Inf pixel.
+    let cube = fits::read_image(paco_fixture("synth_adi40_64_cube.fits")).unwrap();
+    let (ang, psf) = (
+        paco_fixture("synth_adi40_64_angles.fits"),
+        paco_fixture("synth_adi40_64_psf.fits"),
+    );
+    let mut nan_frame = cube.clone();
+    nan_frame.index_axis_mut(ndarray::Axis(0), 7).fill(f64::NAN);
+    let p = d.join("nanframe.fits");
+    fits::write_image(&p, &nan_frame).unwrap();
+    let out = d.join("out");
+    fails(
+        &[
+            "paco",
+            "--cube",
+            s(&p),
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            s(&out),
+            "--device",
+            "cpu",
+        ],
+        &["non-finite", "first in frame 7"],
+    );
+    let mut inf = cube.clone();
+    inf[[3, 40, 45]] = f64::INFINITY;
+    let p = d.join("inf.fits");
+    fits::write_image(&p, &inf).unwrap();
+    fails(
+        &[
+            "paco",
+            "--cube",
+            s(&p),
+            "--angles",
+            &ang,
+            "--psf",
+            &psf,
+            "-o",
+            s(&out),
+            "--device",
+            "cpu",
+        ],
+        &["non-finite", "first in frame 3"],
+    );
+    // An even-sized PSF.
+    let psf_a = fits::read_image(&psf).unwrap();
+    let even = psf_a
+        .slice_each_axis(|ax| ndarray::Slice::from(0..ax.len - 1))
+        .to_owned();
+    let p = d.join("even_psf.fits");
+    fits::write_image(&p, &even).unwrap();
+    fails(
+        &[
+            "paco",
+            "--cube",
+            &paco_fixture("synth_adi40_64_cube.fits"),
+            "--angles",
+            &ang,
+            "--psf",
+            s(&p),
+            "-o",
+            s(&out),
+            "--device",
+            "cpu",
+        ],
+        &["odd sides"],
+    );
+}
+
+#[test]
+fn large_movies_get_a_memory_error_that_says_what_fits() {
+    let d = tmpdir("large");
+    // 1 × 2000 × 2000 u8: 4 MB on disk, a 0.4 GB scale space for blob_log.
+    let (h, w) = (2000usize, 2000usize);
+    let px: Vec<u8> = (0..h * w).map(|i| (i % 251) as u8).collect();
+    let m = d.join("big.npy");
+    std::fs::write(&m, encode_npy("|u1", &[1, h, w], &px)).unwrap();
+    fails_env(
+        &[
+            "detect",
+            s(&m),
+            "-o",
+            s(&d.join("x.csv")),
+            "--device",
+            "cpu",
+        ],
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "200")],
+        &["--num-sigma", "ARRAYBRIDGE_MEMORY_LIMIT_MB", "fewer scales"],
+    );
+}

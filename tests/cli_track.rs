@@ -1,0 +1,382 @@
+//! End-to-end tests of `arraybridge track`: CSV dialects (byte-order mark, quotes, CRLF, blank
+//! lines), errors naming the line and column, frame numbers out of range, frame gaps that cost
+//! nothing, and the meaning of `--memory` for both strategies. Every run has a deadline: a hang
+//! fails the test instead of hanging it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_arraybridge");
+
+/// The deadline of one run of the binary.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-cli-track-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Run {
+    ok: bool,
+    stderr: String,
+    secs: f64,
+}
+
+/// Run the binary with a deadline (killed and failed past it); stderr must not show a panic.
+fn run(dir: &Path, args: &[&str]) -> Run {
+    run_env(dir, args, &[])
+}
+
+/// [`run`] with extra environment variables.
+fn run_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let (out, err) = (dir.join("stdout.txt"), dir.join("stderr.txt"));
+    let start = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after {DEADLINE:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let secs = start.elapsed().as_secs_f64();
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    Run {
+        ok: status.success(),
+        stderr,
+        secs,
+    }
+}
+
+/// `track IN -o OUT --search-range 5 EXTRA…` on `csv` written to `dir/in.csv`.
+fn track(dir: &Path, csv: &[u8], extra: &[&str]) -> Run {
+    let inp = dir.join("in.csv");
+    std::fs::write(&inp, csv).unwrap();
+    let out = dir.join("out.csv");
+    let mut args = vec![
+        "track",
+        inp.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--search-range",
+        "5",
+    ];
+    args.extend_from_slice(extra);
+    run(dir, &args)
+}
+
+/// Fails with an error message containing every one of `needles`.
+fn fails_with(dir: &Path, csv: &[u8], extra: &[&str], needles: &[&str]) {
+    let r = track(dir, csv, extra);
+    assert!(!r.ok, "should fail: {}", String::from_utf8_lossy(csv));
+    assert!(r.stderr.contains("error"), "{}", r.stderr);
+    for n in needles {
+        assert!(r.stderr.contains(n), "{n:?} not in: {}", r.stderr);
+    }
+}
+
+/// The `particle` column of an output CSV (plain numeric fields: split on commas is enough).
+fn particles(path: &Path) -> Vec<i64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(*header.last().unwrap(), "particle");
+    lines
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn partition(ids: &[i64]) -> BTreeSet<Vec<usize>> {
+    let mut m: HashMap<i64, Vec<usize>> = HashMap::new();
+    for (i, &id) in ids.iter().enumerate() {
+        m.entry(id).or_default().push(i);
+    }
+    m.into_values().collect()
+}
+
+#[test]
+fn bom_quotes_crlf_and_blank_lines_are_read_and_columns_kept() {
+    let d = tmpdir("dialect");
+    let csv = "\u{feff}frame,y,x,note\r\n\r\n0,10,10,\"a, \"\"quoted\"\" note\"\r\n\
+               0,40,40,plain\r\n   \r\n1,10.5,10,\"two\nlines\"\r\n1, 40.5 ,40,\r\n";
+    let r = track(&d, csv.as_bytes(), &[]);
+    assert!(r.ok, "{}", r.stderr);
+    let text = std::fs::read_to_string(d.join("out.csv")).unwrap();
+    assert_eq!(
+        text,
+        "frame,y,x,note,particle\n0,10,10,\"a, \"\"quoted\"\" note\",0\n0,40,40,plain,1\n\
+         1,10.5,10,\"two\nlines\",0\n1, 40.5 ,40,,1\n"
+    );
+}
+
+#[test]
+fn plain_numeric_rows_are_copied_unchanged() {
+    let d = tmpdir("plain");
+    let input = std::fs::read_to_string(
+        bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv"),
+    )
+    .unwrap();
+    let r = track(&d, input.as_bytes(), &["--memory", "2"]);
+    assert!(r.ok, "{}", r.stderr);
+    let out = std::fs::read_to_string(d.join("out.csv")).unwrap();
+    let (a, b): (Vec<&str>, Vec<&str>) = (input.lines().collect(), out.lines().collect());
+    assert_eq!(a.len(), b.len());
+    assert_eq!(b[0], format!("{},particle", a[0]));
+    for (x, y) in a.iter().zip(&b).skip(1) {
+        let (head, id) = y.rsplit_once(',').unwrap();
+        assert_eq!(head, *x);
+        id.parse::<u64>().unwrap();
+    }
+}
+
+#[test]
+fn bad_content_names_file_line_and_column() {
+    let d = tmpdir("bad");
+    // ragged rows, quoted or not
+    fails_with(
+        &d,
+        b"frame,y,x\n0,1,1\n1,2\n",
+        &[],
+        &["in.csv:3", "2 field(s)"],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x\r\n0,1,1\r\n\r\n1,2,3,4\r\n",
+        &[],
+        &["in.csv:4", "4 field(s)", "header has 3"],
+    );
+    // non-numeric values
+    fails_with(
+        &d,
+        b"frame,y,x\n0,1,1\n1,abc,2\n",
+        &[],
+        &["in.csv:3", "column y", "\"abc\" is not a number"],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x\n0,1,1\n1,2,nan\n",
+        &[],
+        &["in.csv:3", "column x", "not a finite number"],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x\n0.5,1,1\n",
+        &[],
+        &["in.csv:2", "column frame", "not an integer"],
+    );
+    // missing, duplicate and existing columns; empty file; not UTF-8
+    fails_with(
+        &d,
+        b"y,x\n1,1\n",
+        &[],
+        &["no column \"frame\"", "columns: y, x"],
+    );
+    fails_with(
+        &d,
+        b"\xEF\xBB\xBFframe,y\n0,1\n",
+        &[],
+        &[
+            "no position column \"x\"",
+            "columns: frame, y",
+            "--pos-columns",
+        ],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x\n0,1,1\n",
+        &["--pos-columns", "y_refined,x_refined"],
+        &["no position column \"y_refined\""],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x,x\n0,1,1,1\n",
+        &[],
+        &["\"x\" appears more than once"],
+    );
+    fails_with(
+        &d,
+        b"frame,y,x,particle\n0,1,1,3\n",
+        &[],
+        &["already has a `particle` column"],
+    );
+    fails_with(&d, b"", &[], &["empty CSV"]);
+    fails_with(&d, b"frame,y,x\n0,1,\xff\n", &[], &["in.csv:2", "UTF-8"]);
+    // a header only: no rows, no tracks, a valid output
+    let r = track(&d, b"frame,y,x\n", &[]);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(d.join("out.csv")).unwrap(),
+        "frame,y,x,particle\n"
+    );
+}
+
+#[test]
+fn huge_frame_numbers_are_rejected_not_looped_on() {
+    let d = tmpdir("huge");
+    for (frame, why) in [
+        ("9223372036854775808", "out of range"),
+        ("1e300", "out of range"),
+        ("1e19", "out of range"),
+        ("9007199254740993", "out of range"),
+        ("-9223372036854775808", "out of range"),
+        ("inf", "not finite"),
+    ] {
+        for strategy in ["optimal", "greedy"] {
+            let csv = format!("frame,y,x\n0,1,1\n{frame},1,1\n");
+            fails_with(
+                &d,
+                csv.as_bytes(),
+                &["--strategy", strategy, "--memory", "1000000000"],
+                &[
+                    "in.csv:3",
+                    "column frame",
+                    &format!("{frame:?} is {why}"),
+                    "2^53",
+                ],
+            );
+        }
+    }
+    // i64::MIN and i64::MAX together
+    fails_with(
+        &d,
+        b"frame,y,x\n-9223372036854775808,1,1\n9223372036854775807,1,1\n",
+        &[],
+        &["in.csv:2", "out of range"],
+    );
+    // the limits themselves are fine, and far apart: two tracks
+    let r = track(
+        &d,
+        b"frame,y,x\n-9007199254740992,1,1\n9007199254740992,1,1\n",
+        &["--memory", "1000000000"],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(particles(&d.join("out.csv")), [0, 1]);
+}
+
+#[test]
+fn a_gap_of_a_billion_frames_costs_nothing() {
+    let d = tmpdir("gap");
+    let csv = b"frame,y,x\n0,1,1\n1,1.2,1\n1000000001,1.4,1\n1000000002,1.6,1\n";
+    for strategy in ["optimal", "greedy"] {
+        // absent for 999 999 999 frames: linked with --memory ≥ that
+        let r = track(&d, csv, &["--strategy", strategy, "--memory", "1000000000"]);
+        assert!(r.ok, "{}", r.stderr);
+        assert!(r.secs < 1.0, "{strategy}: {} s", r.secs);
+        assert_eq!(particles(&d.join("out.csv")), [0, 0, 0, 0], "{strategy}");
+        let r = track(&d, csv, &["--strategy", strategy, "--memory", "999999998"]);
+        assert!(r.ok, "{}", r.stderr);
+        assert!(r.secs < 1.0, "{strategy}: {} s", r.secs);
+        assert_eq!(particles(&d.join("out.csv")), [0, 0, 1, 1], "{strategy}");
+    }
+}
+
+/// 16 particles 20 px apart drifting 0.3 px per frame over 12 frames, some absent for 1, 2 or
+/// 3 frames: an unambiguous input on which both strategies must give the same tracks.
+fn separated_particles() -> String {
+    let mut s = String::from("frame,y,x\n");
+    for t in 0..12 {
+        for k in 0..16 {
+            let absent = match k % 4 {
+                1 => t == 4,
+                2 => (5..7).contains(&t),
+                3 => (3..6).contains(&t) || t == 9,
+                _ => false,
+            };
+            if !absent {
+                let d = 0.3 * f64::from(t);
+                let (i, j) = (f64::from(k / 4), f64::from(k % 4));
+                s += &format!(
+                    "{t},{},{}\n",
+                    20.0 + 20.0 * i + d,
+                    20.0 + 20.0 * j + d / 2.0
+                );
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn memory_means_the_same_for_greedy_and_optimal() {
+    let d = tmpdir("memory");
+    let csv = separated_particles();
+    // memory 0: only consecutive frames link (16 + 4 + 4 + 8 tracks); memory 2: holes of up to
+    // 2 frames are bridged (16 + 4: only the 3-frame holes split)
+    for (memory, tracks) in [("0", 32), ("2", 20)] {
+        let mut ids = Vec::new();
+        for strategy in ["optimal", "greedy"] {
+            let r = track(
+                &d,
+                csv.as_bytes(),
+                &["--strategy", strategy, "--memory", memory],
+            );
+            assert!(r.ok, "{}", r.stderr);
+            ids.push(particles(&d.join("out.csv")));
+        }
+        assert_eq!(partition(&ids[0]), partition(&ids[1]), "memory {memory}");
+        assert_eq!(partition(&ids[0]).len(), tracks, "memory {memory}");
+    }
+    // on a real detection table greedy with the default memory links (it used to link nothing)
+    let input =
+        std::fs::read(bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv"))
+            .unwrap();
+    let r = track(&d, &input, &["--strategy", "greedy"]);
+    assert!(r.ok, "{}", r.stderr);
+    let ids = particles(&d.join("out.csv"));
+    let tracks = partition(&ids).len();
+    assert!(
+        tracks * 5 < ids.len(),
+        "{tracks} tracks for {} rows",
+        ids.len()
+    );
+}
+
+#[test]
+fn inputs_beyond_the_memory_budget_are_refused() {
+    let d = tmpdir("budget");
+    let inp = d.join("big.csv");
+    let mut csv = String::from("frame,y,x\n");
+    for i in 0..100_000 {
+        csv += &format!("{},{}.5,{}.25\n", i % 100, i % 977, i % 331);
+    }
+    std::fs::write(&inp, &csv).unwrap();
+    let out = d.join("out.csv");
+    let env = [("ARRAYBRIDGE_MEMORY_LIMIT_MB", "1")];
+    for input in [inp.to_str().unwrap(), "/dev/zero"] {
+        let args = [
+            "track",
+            input,
+            "-o",
+            out.to_str().unwrap(),
+            "--search-range",
+            "5",
+        ];
+        if !Path::new(input).exists() {
+            continue;
+        }
+        let r = run_env(&d, &args, &env);
+        assert!(!r.ok, "{input} should be refused");
+        assert!(
+            r.stderr.contains(input) && r.stderr.contains("ARRAYBRIDGE_MEMORY_LIMIT_MB"),
+            "{}",
+            r.stderr
+        );
+    }
+}
