@@ -3,17 +3,321 @@
 //!
 //! Arrays are in C order: a FITS file with `NAXIS1 = W, NAXIS2 = H, NAXIS3 = T` becomes an array
 //! of shape `(T, H, W)`, indexed `[t][y][x]`, so images keep the orientation of the file.
+//!
+//! # Hostile files
+//!
+//! The reader trusts nothing in a header. It talks to cfitsio directly (`fitsio::sys`), not
+//! through `fitsio`'s high-level HDU API, which allocates whatever the header declares and panics
+//! on some legal headers (unsigned 64-bit images). Before any pixel is read it
+//! * opens the file with `fits_open_diskfile` (no extended-filename syntax, no decompression of
+//!   gzip'd files: those fail the `SIMPLE` signature check first);
+//! * multiplies the axes and `|BITPIX|/8` with checked arithmetic;
+//! * rejects an HDU whose data would run past the end of the file (a truncated file, or a
+//!   corrupt header declaring more data than there is) — tile-compressed images are exempt
+//!   from this rule, as their data is stored compressed;
+//! * checks the f64 output (`8 · prod(NAXISn)` bytes) against the host memory budget
+//!   ([`bridge_core::host`]) and allocates it fallibly.
+//!
+//! cfitsio's numeric status codes are turned into words ([`status_text`]).
 
+use std::ffi::{CString, c_int};
 use std::path::Path;
 
+use bridge_core::host::{Budget, checked_product, format_bytes};
 use bridge_core::{BridgeError, Result};
 use fitsio::FitsFile;
-use fitsio::hdu::HduInfo;
 use fitsio::images::{ImageDescription, ImageType};
+use fitsio::sys;
 use ndarray::{ArrayD, IxDyn};
 
 fn fits_err(path: &Path, what: &str, e: impl std::fmt::Display) -> BridgeError {
     BridgeError::InvalidInput(format!("{}: {what}: {e}", path.display()))
+}
+
+/// A `fitsio` error with cfitsio's status code in words.
+fn fitsio_err(path: &Path, what: &str, e: fitsio::errors::Error) -> BridgeError {
+    match e {
+        fitsio::errors::Error::Fits(f) => fits_err(path, what, status_text(f.status)),
+        other => fits_err(path, what, other),
+    }
+}
+
+/// cfitsio status codes used below.
+mod status {
+    pub const FILE_NOT_OPENED: i32 = 104;
+    pub const END_OF_FILE: i32 = 107;
+    pub const READ_ERROR: i32 = 108;
+    pub const MEMORY_ALLOCATION: i32 = 113;
+    pub const SEEK_ERROR: i32 = 116;
+    pub const NO_END: i32 = 210;
+    pub const BAD_BITPIX: i32 = 211;
+    pub const BAD_NAXIS: i32 = 212;
+    pub const BAD_NAXES: i32 = 213;
+    pub const BAD_PCOUNT: i32 = 214;
+    pub const BAD_GCOUNT: i32 = 215;
+    pub const NO_SIMPLE: i32 = 221;
+    pub const UNKNOWN_REC: i32 = 252;
+    pub const BAD_HEADER_FILL: i32 = 254;
+    pub const BAD_DATA_FILL: i32 = 255;
+    pub const DATA_DECOMPRESSION_ERR: i32 = 414;
+    pub const NUM_OVERFLOW: i32 = 412;
+}
+
+/// cfitsio's one-line text for `status` (at most 30 characters).
+fn cfitsio_text(code: c_int) -> String {
+    let mut buf = [0 as std::ffi::c_char; 81];
+    // SAFETY: ffgerr writes at most FLEN_STATUS (31) bytes, NUL included, into `buf` (81).
+    unsafe { sys::ffgerr(code, buf.as_mut_ptr()) };
+    buf[80] = 0;
+    // SAFETY: `buf` is NUL-terminated (ffgerr terminates it; the last byte is forced to 0).
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .trim()
+        .to_string()
+}
+
+/// A cfitsio status code in words: what went wrong and, where it helps, the likely cause.
+pub fn status_text(code: i32) -> String {
+    use status::*;
+    let what = match code {
+        FILE_NOT_OPENED => "could not open the file",
+        END_OF_FILE => "tried to read past the end of the file (truncated?)",
+        READ_ERROR => "error reading the file (truncated or unreadable?)",
+        MEMORY_ALLOCATION => "cfitsio could not allocate memory",
+        SEEK_ERROR => "could not seek in the file (truncated?)",
+        NO_END => "the header has no END card (truncated, or not a FITS file?)",
+        BAD_BITPIX => "illegal BITPIX (must be 8, 16, 32, 64, -32 or -64)",
+        BAD_NAXIS => "illegal NAXIS (must be 0 to 999)",
+        BAD_NAXES => "illegal NAXISn (must be a non-negative integer)",
+        BAD_PCOUNT => "illegal PCOUNT",
+        BAD_GCOUNT => "illegal GCOUNT",
+        NO_SIMPLE..=229 => {
+            "a required header keyword (SIMPLE/XTENSION, BITPIX, NAXIS, NAXISn, PCOUNT, GCOUNT) \
+             is missing or out of order"
+        }
+        UNKNOWN_REC => "not a FITS file, or a corrupt header (unrecognizable FITS record)",
+        BAD_HEADER_FILL | BAD_DATA_FILL => "corrupt fill bytes after a header or data unit",
+        DATA_DECOMPRESSION_ERR => "could not decompress the tile-compressed image (corrupt?)",
+        NUM_OVERFLOW => "numerical overflow while converting the data to float64",
+        _ => "",
+    };
+    if what.is_empty() {
+        format!("cfitsio status {code} ({})", cfitsio_text(code))
+    } else {
+        format!("{what} (cfitsio status {code})")
+    }
+}
+
+/// An open cfitsio handle, closed on drop.
+struct Handle(*mut sys::fitsfile);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let mut st = 0;
+        // SAFETY: the pointer came from a successful ffdkopn and is closed exactly once.
+        unsafe { sys::ffclos(self.0, &mut st) };
+    }
+}
+
+fn cfitsio_fail(path: &Path, doing: &str, code: c_int) -> BridgeError {
+    // Drop cfitsio's error-message stack (nothing here reads it; the status code says it all).
+    // SAFETY: ffcmsg only clears that stack, under cfitsio's lock in this reentrant build.
+    unsafe { sys::ffcmsg() };
+    BridgeError::InvalidInput(format!(
+        "{}: {doing}: {}",
+        path.display(),
+        status_text(code)
+    ))
+}
+
+/// Open `path` read-only without cfitsio's extended filename syntax.
+fn open_disk(path: &Path) -> Result<Handle> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes().to_vec()
+    };
+    #[cfg(not(unix))]
+    let bytes = path
+        .to_str()
+        .ok_or_else(|| {
+            BridgeError::InvalidInput(format!("{}: the path is not valid UTF-8", path.display()))
+        })?
+        .as_bytes()
+        .to_vec();
+    let c_path = CString::new(bytes).map_err(|_| {
+        BridgeError::InvalidInput(format!("{}: the path contains a NUL byte", path.display()))
+    })?;
+    let mut fptr: *mut sys::fitsfile = std::ptr::null_mut();
+    let mut st: c_int = 0;
+    // SAFETY: valid out-pointers and a NUL-terminated path.
+    unsafe { sys::ffdkopn(&mut fptr, c_path.as_ptr(), sys::READONLY as c_int, &mut st) };
+    if st != 0 || fptr.is_null() {
+        if !fptr.is_null() {
+            drop(Handle(fptr));
+        }
+        return Err(cfitsio_fail(path, "cannot open FITS file", st));
+    }
+    Ok(Handle(fptr))
+}
+
+/// What an image HDU declares, validated against the file.
+struct ImageHdu {
+    /// Axes in C order (NAXISn reversed).
+    shape: Vec<usize>,
+    /// Pixels (checked product of the axes; 0 when the HDU has no data).
+    count: u64,
+}
+
+/// Move to HDU `i` (0-based) and describe it: `Ok(None)` when it is not an image.
+fn image_hdu(
+    h: &Handle,
+    path: &Path,
+    i: usize,
+    file_len: u64,
+    budget: &Budget,
+) -> std::result::Result<Option<ImageHdu>, (c_int, BridgeError)> {
+    let name = path.display();
+    let num = c_int::try_from(i + 1).map_err(|_| {
+        (
+            0,
+            BridgeError::InvalidInput(format!("{name}: HDU {i} is out of range")),
+        )
+    })?;
+    let mut st: c_int = 0;
+    let mut hdutype: c_int = -1;
+    // SAFETY: `h.0` is an open handle; out-pointers are valid.
+    unsafe { sys::ffmahd(h.0, num, &mut hdutype, &mut st) };
+    if st != 0 {
+        return Err((st, cfitsio_fail(path, &format!("cannot read HDU {i}"), st)));
+    }
+    if hdutype != 0 {
+        return Ok(None);
+    }
+    const MAXDIM: usize = 999;
+    let mut naxes = vec![0 as sys::LONGLONG; MAXDIM];
+    let (mut bitpix, mut naxis): (c_int, c_int) = (0, 0);
+    // SAFETY: `naxes` holds MAXDIM values, the most cfitsio writes when told maxaxis = MAXDIM.
+    unsafe {
+        sys::ffgiprll(
+            h.0,
+            MAXDIM as c_int,
+            &mut bitpix,
+            &mut naxis,
+            naxes.as_mut_ptr(),
+            &mut st,
+        )
+    };
+    if st != 0 {
+        return Err((
+            st,
+            cfitsio_fail(path, &format!("cannot read the header of HDU {i}"), st),
+        ));
+    }
+    let fail = |msg: String| {
+        (
+            0,
+            BridgeError::InvalidInput(format!("{name}: HDU {i}: {msg}")),
+        )
+    };
+    let naxis = usize::try_from(naxis)
+        .ok()
+        .filter(|&n| n <= MAXDIM)
+        .ok_or_else(|| fail(format!("illegal NAXIS = {naxis} (must be 0 to 999)")))?;
+    let axes = &naxes[..naxis];
+    let mut dims = Vec::with_capacity(naxis);
+    for (k, &a) in axes.iter().enumerate() {
+        let a = u64::try_from(a).map_err(|_| {
+            fail(format!(
+                "illegal NAXIS{} = {a} (must not be negative)",
+                k + 1
+            ))
+        })?;
+        dims.push(a);
+    }
+    let declared = || {
+        dims.iter()
+            .enumerate()
+            .map(|(k, d)| format!("NAXIS{} = {d}", k + 1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let bytes_per = match bitpix {
+        8 | 16 | 32 | 64 | -32 | -64 => u64::from(bitpix.unsigned_abs() / 8),
+        b => {
+            return Err(fail(format!(
+                "illegal BITPIX = {b} (must be 8, 16, 32, 64, -32 or -64)"
+            )));
+        }
+    };
+    // NAXIS = 0: no data (not the empty product 1).
+    let count = checked_product(&dims)
+        .map(|c| if dims.is_empty() { 0 } else { c })
+        .filter(|&c| c <= i64::MAX as u64 / 8)
+        .ok_or_else(|| {
+            fail(format!(
+                "the header declares {}: more pixels than any file can hold (corrupt header)",
+                declared()
+            ))
+        })?;
+    let shape = dims
+        .iter()
+        .rev()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<Vec<usize>, _>>()
+        .map_err(|_| {
+            fail(format!(
+                "{} does not fit this machine's address space",
+                declared()
+            ))
+        })?;
+    if count == 0 {
+        return Ok(Some(ImageHdu { shape, count }));
+    }
+    // SAFETY: `h.0` is an open handle positioned on this HDU.
+    let compressed = unsafe { sys::fits_is_compressed_image(h.0, &mut st) } != 0;
+    if !compressed {
+        let mut data_start: sys::LONGLONG = 0;
+        // SAFETY: a valid out-pointer; cfitsio skips the null ones. The handle is on this HDU.
+        unsafe {
+            sys::ffghadll(
+                h.0,
+                std::ptr::null_mut(),
+                &mut data_start,
+                std::ptr::null_mut(),
+                &mut st,
+            )
+        };
+        if st != 0 {
+            return Err((
+                st,
+                cfitsio_fail(path, &format!("cannot locate the data of HDU {i}"), st),
+            ));
+        }
+        let data_start = u64::try_from(data_start).unwrap_or(u64::MAX);
+        let data_bytes = count * bytes_per; // count ≤ i64::MAX / 8, bytes_per ≤ 8
+        let available = file_len.saturating_sub(data_start);
+        if data_bytes > available {
+            return Err(fail(format!(
+                "the header declares {} with BITPIX = {bitpix}, i.e. {} of data, but only {} \
+                 follow the header: the file is truncated or its header is corrupt (copy or \
+                 export the file again)",
+                declared(),
+                format_bytes(data_bytes),
+                format_bytes(available),
+            )));
+        }
+    }
+    let out_bytes = count * 8;
+    budget
+        .check(
+            out_bytes,
+            &format!("{name} (HDU {i}: {}, read as float64)", declared()),
+            "crop the image (for example with fitscopy 'in.fits[1:512,1:512]' out.fits) or read \
+             it on a machine with more memory",
+        )
+        .map_err(|e| (0, e))?;
+    Ok(Some(ImageHdu { shape, count }))
 }
 
 /// Read the first image HDU with data (the primary HDU, or the first image extension when the
@@ -23,65 +327,117 @@ pub fn read_image(path: impl AsRef<Path>) -> Result<ArrayD<f64>> {
 }
 
 /// Read image HDU `hdu` (0 = primary), or the first image with data when `None`.
+///
+/// Every problem with the file (not FITS, truncated, a header declaring more data than the file
+/// holds or than memory can take, a non-image HDU) is a typed error naming the file; nothing is
+/// allocated before the header has been checked against the file's length and the host memory
+/// budget.
 pub fn read_image_hdu(path: impl AsRef<Path>, hdu: Option<usize>) -> Result<ArrayD<f64>> {
+    read_image_hdu_with_budget(path, hdu, &Budget::current())
+}
+
+/// [`read_image_hdu`] under an explicit memory budget (tests simulate a small machine with it).
+pub fn read_image_hdu_with_budget(
+    path: impl AsRef<Path>,
+    hdu: Option<usize>,
+    budget: &Budget,
+) -> Result<ArrayD<f64>> {
     let path = path.as_ref();
+    let name = path.display().to_string();
     // Report missing/unreadable files as I/O errors, and check the FITS signature ourselves so a
     // non-FITS file gives a clear message rather than a cfitsio status code.
-    let mut head = [0u8; 9];
-    {
+    let file_len = {
         use std::io::Read;
-        let mut f = std::fs::File::open(path)
-            .map_err(|e| BridgeError::io(path.display().to_string(), e))?;
-        let n = f
-            .read(&mut head)
-            .map_err(|e| BridgeError::io(path.display().to_string(), e))?;
-        if n < 9 || &head != b"SIMPLE  =" {
+        let mut f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+        let meta = f.metadata().map_err(|e| BridgeError::io(name.clone(), e))?;
+        if meta.is_dir() {
             return Err(BridgeError::InvalidInput(format!(
-                "{}: not a FITS file (it does not start with a SIMPLE card)",
-                path.display()
+                "{name}: is a folder, not a FITS file"
             )));
         }
-    }
-    let mut f = FitsFile::open(path).map_err(|e| fits_err(path, "cannot open FITS file", e))?;
-    let n_hdus = f.iter().count();
-    let candidates: Vec<usize> = match hdu {
-        Some(i) => vec![i],
-        None => (0..n_hdus).collect(),
-    };
-    for i in candidates {
-        let h = f
-            .hdu(i)
-            .map_err(|e| fits_err(path, &format!("no HDU {i}"), e))?;
-        let shape = match &h.info {
-            HduInfo::ImageInfo { shape, .. } => shape.clone(),
-            _ => {
-                if hdu.is_some() {
-                    return Err(BridgeError::InvalidInput(format!(
-                        "{}: HDU {i} is not an image",
-                        path.display()
-                    )));
-                }
-                continue;
+        let mut head = [0u8; 9];
+        let mut n = 0;
+        while n < head.len() {
+            match f.read(&mut head[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BridgeError::io(name.clone(), e)),
             }
-        };
-        if shape.is_empty() || shape.contains(&0) {
-            if hdu.is_some() {
-                return Err(BridgeError::InvalidInput(format!(
-                    "{}: HDU {i} has no data",
-                    path.display()
-                )));
-            }
-            continue;
         }
-        let data: Vec<f64> = h
-            .read_image(&mut f)
-            .map_err(|e| fits_err(path, "cannot read image data", e))?;
-        return ArrayD::from_shape_vec(IxDyn(&shape), data)
-            .map_err(|e| fits_err(path, "image size does not match its header", e));
+        if n < 9 || &head != b"SIMPLE  =" {
+            return Err(BridgeError::InvalidInput(format!(
+                "{name}: not a FITS file (it does not start with a SIMPLE card)"
+            )));
+        }
+        meta.len()
+    };
+    let h = open_disk(path)?;
+    let read = |i: usize, img: ImageHdu| -> Result<ArrayD<f64>> {
+        let n = usize::try_from(img.count).map_err(|_| {
+            BridgeError::InvalidInput(format!("{name}: HDU {i} is too large for this machine"))
+        })?;
+        let mut data: Vec<f64> = Vec::new();
+        data.try_reserve_exact(n)
+            .map_err(|_| BridgeError::TooLarge {
+                what: format!("{name} (HDU {i}, {} pixels as float64)", img.count),
+                requested: img.count * 8,
+                limit: budget.limit.0,
+                limited_by: "the allocator refused".into(),
+                hint: "read it on a machine with more memory".into(),
+            })?;
+        data.resize(n, 0.0);
+        let (mut st, mut anynul): (c_int, c_int) = (0, 0);
+        // SAFETY: `data` holds `n` f64 (TDOUBLE); a null nulval means no null substitution, as
+        // in `fitsio`'s read_image.
+        unsafe {
+            sys::ffgpv(
+                h.0,
+                sys::TDOUBLE as c_int,
+                1,
+                img.count as sys::LONGLONG,
+                std::ptr::null_mut(),
+                data.as_mut_ptr().cast(),
+                &mut anynul,
+                &mut st,
+            )
+        };
+        if st != 0 {
+            return Err(cfitsio_fail(
+                path,
+                &format!("cannot read the data of HDU {i}"),
+                st,
+            ));
+        }
+        ArrayD::from_shape_vec(IxDyn(&img.shape), data)
+            .map_err(|e| fits_err(path, "image size does not match its header", e))
+    };
+    if let Some(i) = hdu {
+        return match image_hdu(&h, path, i, file_len, budget) {
+            Err((status::END_OF_FILE, _)) => Err(BridgeError::InvalidInput(format!(
+                "{name}: there is no HDU {i} (the file has fewer HDUs, or is truncated)"
+            ))),
+            Err((_, e)) => Err(e),
+            Ok(None) => Err(BridgeError::InvalidInput(format!(
+                "{name}: HDU {i} is not an image"
+            ))),
+            Ok(Some(img)) if img.count == 0 => Err(BridgeError::InvalidInput(format!(
+                "{name}: HDU {i} has no data"
+            ))),
+            Ok(Some(img)) => read(i, img),
+        };
+    }
+    for i in 0.. {
+        match image_hdu(&h, path, i, file_len, budget) {
+            // Past the last HDU.
+            Err((status::END_OF_FILE, _)) if i > 0 => break,
+            Err((_, e)) => return Err(e),
+            Ok(Some(img)) if img.count > 0 => return read(i, img),
+            Ok(_) => {}
+        }
     }
     Err(BridgeError::InvalidInput(format!(
-        "{}: no image HDU with data",
-        path.display()
+        "{name}: no image HDU with data"
     )))
 }
 
@@ -92,6 +448,16 @@ pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
         return Err(BridgeError::invalid_argument(
             "data",
             "a FITS image needs at least one axis",
+        ));
+    }
+    if path.to_str().is_none() {
+        // fitsio panics on such paths.
+        return Err(BridgeError::invalid_argument(
+            "path",
+            format!(
+                "{}: FITS files can only be written to UTF-8 paths",
+                path.display()
+            ),
         ));
     }
     if path.exists() {
@@ -105,13 +471,13 @@ pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
     let mut f = FitsFile::create(path)
         .with_custom_primary(&desc)
         .open()
-        .map_err(|e| fits_err(path, "cannot create FITS file", e))?;
+        .map_err(|e| fitsio_err(path, "cannot create FITS file", e))?;
     let hdu = f
         .primary_hdu()
-        .map_err(|e| fits_err(path, "no primary HDU", e))?;
+        .map_err(|e| fitsio_err(path, "no primary HDU", e))?;
     let flat: Vec<f64> = data.iter().copied().collect();
     hdu.write_image(&mut f, &flat)
-        .map_err(|e| fits_err(path, "cannot write image", e))?;
+        .map_err(|e| fitsio_err(path, "cannot write image", e))?;
     Ok(())
 }
 

@@ -5,10 +5,23 @@
 //! `prod(shape) · itemsize` bytes. Every problem is a typed [`BridgeError`]; nothing panics.
 //! Supported dtypes: `u1`, `u2`, `f4`, `f8` (little- or big-endian); Fortran-ordered arrays are
 //! transposed to C order.
+//!
+//! [`read_npy`] reads the header alone first (at most [`MAX_HEADER_LEN`] bytes), computes the
+//! payload size with checked arithmetic, compares it with the file's length and checks the
+//! decoded array against the host memory budget ([`bridge_core::host`]) before it reads the
+//! payload, straight into the typed array (no second copy of the raw bytes).
+//!
+//! Kept instead of `ndarray-npy` because the movie readers learn the element type from the file
+//! and dispatch on it at run time, while `ndarray-npy` needs it at compile time (the header would
+//! have to be parsed here anyway); because every size is checked against the file and the host
+//! memory budget, with arraybridge's typed errors, before anything is allocated; and because it
+//! needs no extra dependency. Big-endian payloads and Fortran order are handled here too.
 
+use std::io::Read;
 use std::path::Path;
 
 use algorithms::detect::Movie;
+use bridge_core::host::{Budget, format_bytes};
 use bridge_core::{BridgeError, Result};
 use ndarray::{Array3, ArrayD, IxDyn};
 
@@ -26,6 +39,16 @@ pub enum NpyDType {
 }
 
 impl NpyDType {
+    /// NumPy's name for it (`uint8`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            NpyDType::U8 => "uint8",
+            NpyDType::U16 => "uint16",
+            NpyDType::F32 => "float32",
+            NpyDType::F64 => "float64",
+        }
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
@@ -151,7 +174,7 @@ pub fn parse_header(bytes: &[u8], path: &str) -> Result<NpyHeader> {
     let descr =
         dict_value(header, "descr").ok_or_else(|| invalid(path, "header has no 'descr'"))?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
-    let (order, code) = descr.split_at(descr.len().min(1));
+    let (order, code) = descr.split_at_checked(1).unwrap_or((descr, ""));
     let big_endian = match order {
         "<" | "|" | "=" => false,
         ">" => true,
@@ -195,27 +218,105 @@ pub fn parse_header(bytes: &[u8], path: &str) -> Result<NpyHeader> {
     })
 }
 
-/// Decode a whole `.npy` byte buffer.
-pub fn parse_npy(bytes: &[u8], path: &str) -> Result<NpyArray> {
-    let h = parse_header(bytes, path)?;
-    let count = h
-        .shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| invalid(path, "shape overflows"))?;
-    let nbytes = count
-        .checked_mul(h.dtype.size())
-        .ok_or_else(|| invalid(path, "size overflows"))?;
-    let payload = &bytes[h.data_offset..];
-    if payload.len() != nbytes {
-        return Err(BridgeError::shape_mismatch(
-            format!(
-                "{nbytes} data bytes for shape {:?} of {:?}",
-                h.shape, h.dtype
-            ),
-            format!("{} bytes", payload.len()),
-            path.to_string(),
-        ));
+/// Largest header accepted, in bytes (NumPy itself refuses headers over 10 000 bytes by default).
+pub const MAX_HEADER_LEN: usize = 1 << 20;
+
+impl NpyHeader {
+    /// Elements and payload bytes, with checked arithmetic.
+    fn sizes(&self, path: &str) -> Result<(usize, usize)> {
+        let count = self
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| invalid(path, format!("shape {:?} overflows", self.shape)))?;
+        let nbytes = count
+            .checked_mul(self.dtype.size())
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                invalid(
+                    path,
+                    format!("shape {:?} of {} overflows", self.shape, self.dtype.name()),
+                )
+            })?;
+        Ok((count, nbytes))
+    }
+
+    /// Check the payload length and that the decoded array fits `budget`.
+    fn check(&self, payload_len: u64, path: &str, budget: &Budget) -> Result<usize> {
+        let (count, nbytes) = self.sizes(path)?;
+        if payload_len != nbytes as u64 {
+            return Err(BridgeError::shape_mismatch(
+                format!(
+                    "{nbytes} data bytes for shape {:?} of {}",
+                    self.shape,
+                    self.dtype.name()
+                ),
+                format!(
+                    "{payload_len} bytes{}",
+                    if payload_len < nbytes as u64 {
+                        " (truncated file?)"
+                    } else {
+                        ""
+                    }
+                ),
+                path.to_string(),
+            ));
+        }
+        // The array, plus a second copy while a Fortran-ordered one is transposed.
+        let copies = if self.fortran_order { 2 } else { 1 };
+        budget.check(
+            (nbytes as u64).saturating_mul(copies),
+            &format!("{path} (shape {:?} of {})", self.shape, self.dtype.name()),
+            "crop or subsample the array, or read it on a machine with more memory",
+        )?;
+        Ok(count)
+    }
+}
+
+/// Decode `count` elements from `payload` (exactly `count · itemsize` bytes) without an
+/// intermediate copy of the raw bytes (beyond a small chunk).
+fn decode_payload<R: Read>(
+    h: &NpyHeader,
+    count: usize,
+    mut payload: R,
+    path: &str,
+) -> Result<NpyArray> {
+    let io_err = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            invalid(path, "the file ended before its data (truncated?)")
+        } else {
+            BridgeError::io(path.to_string(), e)
+        }
+    };
+    let alloc = |what: usize| {
+        BridgeError::InvalidInput(format!(
+            "{path}: could not allocate {} for the array",
+            format_bytes(what as u64)
+        ))
+    };
+    fn typed<T: Copy + Default, const N: usize, R: Read>(
+        count: usize,
+        payload: &mut R,
+        conv: impl Fn([u8; N]) -> T,
+        io_err: &dyn Fn(std::io::Error) -> BridgeError,
+        alloc: &dyn Fn(usize) -> BridgeError,
+    ) -> Result<Vec<T>> {
+        let mut v: Vec<T> = Vec::new();
+        v.try_reserve_exact(count).map_err(|_| alloc(count * N))?;
+        let mut chunk = vec![0u8; (1 << 16) * N];
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(1 << 16);
+            let buf = &mut chunk[..n * N];
+            payload.read_exact(buf).map_err(io_err)?;
+            v.extend(buf.chunks_exact(N).map(|c| {
+                let mut b = [0u8; N];
+                b.copy_from_slice(c);
+                conv(b)
+            }));
+            left -= n;
+        }
+        Ok(v)
     }
     // Fortran order: read with the reversed shape, then transpose back.
     let read_shape: Vec<usize> = if h.fortran_order {
@@ -234,56 +335,119 @@ pub fn parse_npy(bytes: &[u8], path: &str) -> Result<NpyArray> {
     let be = h.big_endian;
     let f = h.fortran_order;
     Ok(match h.dtype {
-        NpyDType::U8 => NpyArray::U8(build(&read_shape, payload.to_vec(), f, path)?),
+        NpyDType::U8 => {
+            let mut v: Vec<u8> = Vec::new();
+            v.try_reserve_exact(count).map_err(|_| alloc(count))?;
+            v.resize(count, 0);
+            payload.read_exact(&mut v).map_err(io_err)?;
+            NpyArray::U8(build(&read_shape, v, f, path)?)
+        }
         NpyDType::U16 => {
-            let v = payload
-                .chunks_exact(2)
-                .map(|c| {
-                    if be {
-                        u16::from_be_bytes([c[0], c[1]])
-                    } else {
-                        u16::from_le_bytes([c[0], c[1]])
-                    }
-                })
-                .collect();
+            let conv = |b: [u8; 2]| {
+                if be {
+                    u16::from_be_bytes(b)
+                } else {
+                    u16::from_le_bytes(b)
+                }
+            };
+            let v = typed(count, &mut payload, conv, &io_err, &alloc)?;
             NpyArray::U16(build(&read_shape, v, f, path)?)
         }
         NpyDType::F32 => {
-            let v = payload
-                .chunks_exact(4)
-                .map(|c| {
-                    let b = [c[0], c[1], c[2], c[3]];
-                    if be {
-                        f32::from_be_bytes(b)
-                    } else {
-                        f32::from_le_bytes(b)
-                    }
-                })
-                .collect();
+            let conv = |b: [u8; 4]| {
+                if be {
+                    f32::from_be_bytes(b)
+                } else {
+                    f32::from_le_bytes(b)
+                }
+            };
+            let v = typed(count, &mut payload, conv, &io_err, &alloc)?;
             NpyArray::F32(build(&read_shape, v, f, path)?)
         }
         NpyDType::F64 => {
-            let v = payload
-                .chunks_exact(8)
-                .map(|c| {
-                    let b = [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]];
-                    if be {
-                        f64::from_be_bytes(b)
-                    } else {
-                        f64::from_le_bytes(b)
-                    }
-                })
-                .collect();
+            let conv = |b: [u8; 8]| {
+                if be {
+                    f64::from_be_bytes(b)
+                } else {
+                    f64::from_le_bytes(b)
+                }
+            };
+            let v = typed(count, &mut payload, conv, &io_err, &alloc)?;
             NpyArray::F64(build(&read_shape, v, f, path)?)
         }
     })
 }
 
+/// Decode a whole `.npy` byte buffer.
+pub fn parse_npy(bytes: &[u8], path: &str) -> Result<NpyArray> {
+    let h = parse_header(bytes, path)?;
+    let payload = &bytes[h.data_offset..];
+    let count = h.check(payload.len() as u64, path, &Budget::current())?;
+    decode_payload(&h, count, payload, path)
+}
+
 /// Read a `.npy` file.
+///
+/// Only the header is read before the sizes are checked: the payload must hold exactly
+/// `prod(shape) · itemsize` bytes and the decoded array must fit the host memory budget
+/// ([`bridge_core::host`]), so a multi-gigabyte or lying file is refused before anything large
+/// is allocated.
 pub fn read_npy(path: &Path) -> Result<NpyArray> {
+    read_npy_with_budget(path, &Budget::current())
+}
+
+/// [`read_npy`] under an explicit memory budget (tests simulate a small machine with it).
+pub fn read_npy_with_budget(path: &Path, budget: &Budget) -> Result<NpyArray> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-    parse_npy(&bytes, &name)
+    let io = |e: std::io::Error| BridgeError::io(name.clone(), e);
+    let f = std::fs::File::open(path).map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(invalid(&name, "it is a folder"));
+    }
+    let file_len = meta.len();
+    let mut r = std::io::BufReader::new(f);
+    // Magic, version and header length first (10 or 12 bytes), then the header itself.
+    let mut head = Vec::with_capacity(12);
+    (&mut r).take(12).read_to_end(&mut head).map_err(io)?;
+    let hlen = match head.get(6) {
+        _ if head.len() < 10 || &head[..6] != b"\x93NUMPY" => {
+            return Err(invalid(&name, "missing the \\x93NUMPY magic string"));
+        }
+        Some(1) => usize::from(u16::from_le_bytes([head[8], head[9]])) + 10,
+        Some(2 | 3) if head.len() == 12 => {
+            (u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize).saturating_add(12)
+        }
+        _ => {
+            // Unsupported version or a short version-2/3 prefix: parse_header says which.
+            return Err(parse_header(&head, &name)
+                .err()
+                .unwrap_or_else(|| invalid(&name, "truncated header")));
+        }
+    };
+    if hlen > MAX_HEADER_LEN {
+        return Err(invalid(
+            &name,
+            format!("header length {hlen} exceeds {MAX_HEADER_LEN} bytes (corrupt header?)"),
+        ));
+    }
+    if hlen as u64 > file_len {
+        return Err(invalid(
+            &name,
+            format!("header length {hlen} runs past the end of the file ({file_len} bytes)"),
+        ));
+    }
+    if hlen > head.len() {
+        (&mut r)
+            .take((hlen - head.len()) as u64)
+            .read_to_end(&mut head)
+            .map_err(io)?;
+    }
+    let h = parse_header(&head, &name)?;
+    let count = h.check(file_len - h.data_offset as u64, &name, budget)?;
+    // `head` may hold a few payload bytes already (a version-1 header is 10 bytes + hlen).
+    let already = head.split_off(h.data_offset);
+    decode_payload(&h, count, already.as_slice().chain(r), &name)
 }
 
 fn to3<T: Clone>(a: ArrayD<T>, path: &str) -> Result<Array3<T>> {
@@ -302,8 +466,13 @@ fn to3<T: Clone>(a: ArrayD<T>, path: &str) -> Result<Array3<T>> {
 
 /// Read a `.npy` frame (2-D) or movie (3-D, `[T][H][W]`) as a [`Movie`].
 pub fn read_movie(path: &Path) -> Result<Movie> {
+    read_movie_with_budget(path, &Budget::current())
+}
+
+/// [`read_movie`] under an explicit memory budget (tests simulate a small machine with it).
+pub fn read_movie_with_budget(path: &Path, budget: &Budget) -> Result<Movie> {
     let name = path.display().to_string();
-    Ok(match read_npy(path)? {
+    Ok(match read_npy_with_budget(path, budget)? {
         NpyArray::U8(a) => Movie::U8(to3(a, &name)?),
         NpyArray::U16(a) => Movie::U16(to3(a, &name)?),
         NpyArray::F32(a) => Movie::F32(to3(a, &name)?),

@@ -2,20 +2,36 @@
 //!
 //! Every page must be single-channel and have the same size and sample type as the first;
 //! anything else is a typed error, never a panic.
+//!
+//! # Memory
+//!
+//! A TIFF page compresses without bound (one deflate strip of zeros can be shared by every page
+//! of a file), so the file's size says nothing about what decoding it costs. Pages are decoded
+//! one at a time into a [`Stack`], which adds each page's decoded size (checked arithmetic) to a
+//! running total *before* decoding it, and refuses with [`BridgeError::TooLarge`] once the
+//! total, plus the one page being decoded, exceeds the memory budget taken when the read began
+//! ([`bridge_core::host::Budget`]). The decoder's own limit is set from what is left of that
+//! budget as well.
 
 use std::io::{BufReader, Read, Seek};
 use std::path::Path;
 
 use algorithms::detect::Movie;
+use bridge_core::host::{Budget, checked_product, format_bytes};
 use bridge_core::{BridgeError, Result};
 use ndarray::Array3;
 use tiff::decoder::{Decoder, DecodingResult, Limits};
+use tiff::tags::Tag;
 
 fn terr(path: &str, e: impl std::fmt::Display) -> BridgeError {
     BridgeError::InvalidInput(format!("{path}: cannot decode TIFF: {e}"))
 }
 
-/// Pixels of one decoded page.
+/// The pixel formats read (single-channel, greyscale), for error messages.
+pub const SUPPORTED: &str =
+    "single-channel greyscale of 8- or 16-bit unsigned integers, or 32- or 64-bit floats";
+
+/// Pixels of one decoded page (or of every page of a [`Stack`], concatenated).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Page {
     /// 8-bit pixels.
@@ -37,121 +53,292 @@ impl Page {
             Page::F64(_) => "f64",
         }
     }
+
+    fn len(&self) -> usize {
+        match self {
+            Page::U8(v) => v.len(),
+            Page::U16(v) => v.len(),
+            Page::F32(v) => v.len(),
+            Page::F64(v) => v.len(),
+        }
+    }
+
+    /// Append `other` (same kind) to `self` without over-allocating; false when kinds differ.
+    fn append(
+        &mut self,
+        other: Page,
+    ) -> std::result::Result<bool, std::collections::TryReserveError> {
+        macro_rules! app {
+            ($a:expr, $b:expr) => {{
+                $a.try_reserve_exact($b.len())?;
+                $a.extend($b);
+                Ok(true)
+            }};
+        }
+        match (self, other) {
+            (Page::U8(a), Page::U8(b)) => app!(a, b),
+            (Page::U16(a), Page::U16(b)) => app!(a, b),
+            (Page::F32(a), Page::F32(b)) => app!(a, b),
+            (Page::F64(a), Page::F64(b)) => app!(a, b),
+            _ => Ok(false),
+        }
+    }
 }
 
-/// Decode every page of a TIFF stream: `(height, width, pages)`.
-pub fn decode_pages<R: Read + Seek>(reader: R, path: &str) -> Result<(usize, usize, Vec<Page>)> {
-    let mut limits = Limits::default();
-    limits.decoding_buffer_size = 1 << 31;
-    let mut dec = Decoder::new(reader)
-        .map_err(|e| terr(path, e))?
-        .with_limits(limits);
-    let mut pages = Vec::new();
-    let mut dims: Option<(usize, usize)> = None;
-    loop {
-        let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
-        let ct = dec.colortype().map_err(|e| terr(path, e))?;
-        if !matches!(ct, tiff::ColorType::Gray(_)) {
-            return Err(BridgeError::Unsupported(format!(
-                "{path}: page {} has color type {ct:?}; only single-channel grayscale is supported",
-                pages.len()
+/// Bytes per pixel of a page kind.
+fn kind_size(kind: &str) -> u64 {
+    match kind {
+        "u8" => 1,
+        "u16" => 2,
+        "f32" => 4,
+        _ => 8,
+    }
+}
+
+/// Pages of one movie (a multi-page file, or a folder of single-page files) being assembled
+/// under one memory budget: every page must have the size and pixel type of the first, and the
+/// running total of decoded bytes is checked before each page is decoded.
+#[derive(Debug)]
+pub struct Stack {
+    name: String,
+    first: Option<String>,
+    budget: Budget,
+    dims: Option<(usize, usize, &'static str)>,
+    pages: usize,
+    bytes: u64,
+    data: Option<Page>,
+}
+
+impl Stack {
+    /// An empty stack for the movie `name` (a file or a folder), checked against `budget`.
+    pub fn new(name: impl Into<String>, budget: Budget) -> Self {
+        Stack {
+            name: name.into(),
+            first: None,
+            budget,
+            dims: None,
+            pages: 0,
+            bytes: 0,
+            data: None,
+        }
+    }
+
+    /// Pages so far.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    /// Bytes of the budget not yet taken by the stacked pages.
+    pub fn remaining(&self) -> u64 {
+        self.budget.limit.0.saturating_sub(self.bytes)
+    }
+
+    /// Check that one more page of `h × w` pixels of `kind` from `source` may be decoded: same
+    /// size and type as the first, and the running total (plus the page itself, decoded before
+    /// it is appended) within the budget. Returns the bytes the decoder may use for it.
+    pub fn admit(&mut self, source: &str, h: usize, w: usize, kind: &'static str) -> Result<u64> {
+        if h == 0 || w == 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "{source}: empty image ({h}x{w})"
             )));
         }
-        let (h, w) = (h as usize, w as usize);
-        if let Some(d) = dims
-            && d != (h, w)
-        {
-            return Err(BridgeError::shape_mismatch(
-                format!("{}x{}", d.0, d.1),
-                format!("{h}x{w}"),
-                format!("{path} page {}", pages.len()),
-            ));
+        if let Some((h0, w0, k0)) = self.dims {
+            if (h0, w0) != (h, w) {
+                return Err(BridgeError::shape_mismatch(
+                    format!(
+                        "{h0}x{w0} (the size of the first frame, {})",
+                        self.first.as_deref().unwrap_or("")
+                    ),
+                    format!("{h}x{w}"),
+                    source.to_string(),
+                ));
+            }
+            if k0 != kind {
+                return Err(BridgeError::InvalidInput(format!(
+                    "{source}: pixels are {kind} but those of the first frame ({}) are {k0} \
+                     (every frame must have the same pixel type)",
+                    self.first.as_deref().unwrap_or("")
+                )));
+            }
         }
-        dims = Some((h, w));
-        let page = match dec.read_image().map_err(|e| terr(path, e))? {
+        let page = checked_product(&[h as u64, w as u64, kind_size(kind)]).unwrap_or(u64::MAX);
+        let total = self.bytes.saturating_add(page);
+        let n = self.pages + 1;
+        self.budget.check(
+            total.saturating_add(page),
+            &format!(
+                "{} ({n} page{} of {h}x{w} {kind}: {} decoded, plus the page being decoded)",
+                self.name,
+                if n == 1 { "" } else { "s" },
+                format_bytes(total)
+            ),
+            "read fewer or smaller frames (split the stack), or run on a machine with more memory",
+        )?;
+        self.dims = Some((h, w, kind));
+        self.first.get_or_insert_with(|| source.to_string());
+        // What the decoder may allocate for this page: the budget less the stacked pages.
+        Ok(self.remaining().max(page))
+    }
+
+    /// Append a decoded page admitted by [`Stack::admit`].
+    pub fn push(&mut self, source: &str, page: Page) -> Result<()> {
+        let Some((h, w, kind)) = self.dims else {
+            return Err(BridgeError::InvalidInput(format!(
+                "{source}: page decoded before it was sized"
+            )));
+        };
+        if page.len() != h * w || page.kind() != kind {
+            return Err(BridgeError::InvalidInput(format!(
+                "{source}: decoded {} {} pixels where the header declares {h}x{w} {kind} \
+                 (corrupt file?)",
+                page.len(),
+                page.kind()
+            )));
+        }
+        let bytes = page.len() as u64 * kind_size(kind);
+        match &mut self.data {
+            None => self.data = Some(page),
+            Some(d) => match d.append(page) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(BridgeError::InvalidInput(format!(
+                        "{source}: mixed pixel types"
+                    )));
+                }
+                Err(_) => {
+                    return Err(BridgeError::TooLarge {
+                        what: format!("{} ({} pages)", self.name, self.pages + 1),
+                        requested: self.bytes + bytes,
+                        limit: self.budget.limit.0,
+                        limited_by: "the allocator refused".into(),
+                        hint: "run on a machine with more memory".into(),
+                    });
+                }
+            },
+        }
+        self.pages += 1;
+        self.bytes += bytes;
+        Ok(())
+    }
+
+    /// The stacked movie `[pages][H][W]`.
+    pub fn into_movie(self) -> Result<Movie> {
+        let (Some((h, w, _)), Some(data)) = (self.dims, self.data) else {
+            return Err(BridgeError::InvalidInput(format!(
+                "{}: no image",
+                self.name
+            )));
+        };
+        let t = self.pages;
+        let name = self.name;
+        let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("{name}: {e}"));
+        Ok(match data {
+            Page::U8(v) => Movie::U8(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
+            Page::U16(v) => Movie::U16(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
+            Page::F32(v) => Movie::F32(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
+            Page::F64(v) => Movie::F64(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
+        })
+    }
+}
+
+/// The page kind of the decoder's current image, or a typed error naming what is unsupported.
+fn page_kind<R: Read + Seek>(
+    dec: &mut Decoder<R>,
+    path: &str,
+    page: usize,
+) -> Result<&'static str> {
+    let ct = dec.colortype().map_err(|e| terr(path, e))?;
+    let tiff::ColorType::Gray(bits) = ct else {
+        return Err(BridgeError::Unsupported(format!(
+            "{path}: page {page} has color type {ct:?}; only single-channel greyscale is \
+             supported ({SUPPORTED})"
+        )));
+    };
+    let format = dec
+        .find_tag_unsigned_vec::<u16>(Tag::SampleFormat)
+        .map_err(|e| terr(path, e))?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(1);
+    match (format, bits) {
+        (1, 8) => Ok("u8"),
+        (1, 16) => Ok("u16"),
+        (3, 32) => Ok("f32"),
+        (3, 64) => Ok("f64"),
+        _ => {
+            let f = match format {
+                1 => "unsigned integer",
+                2 => "signed integer",
+                3 => "floating-point",
+                _ => "undefined-format",
+            };
+            Err(BridgeError::Unsupported(format!(
+                "{path}: page {page} has {bits}-bit {f} pixels, an unsupported pixel format \
+                 (supported: {SUPPORTED})"
+            )))
+        }
+    }
+}
+
+/// Decode every page of a TIFF stream onto `stack` (whose running total and frame size they
+/// share); returns how many pages the stream held. With `single_frame`, a stream of more than
+/// one page is refused before any is decoded.
+pub fn decode_into<R: Read + Seek>(
+    reader: R,
+    path: &str,
+    stack: &mut Stack,
+    single_frame: bool,
+) -> Result<usize> {
+    let mut dec = Decoder::new(reader).map_err(|e| terr(path, e))?;
+    if single_frame && dec.more_images() {
+        return Err(BridgeError::InvalidInput(format!(
+            "{path}: expected a single-frame image, found several pages (a folder holds one \
+             frame per file; read a multi-page TIFF on its own)"
+        )));
+    }
+    let mut n = 0;
+    loop {
+        let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
+        let kind = page_kind(&mut dec, path, n)?;
+        let source = if n == 0 && !dec.more_images() {
+            path.to_string()
+        } else {
+            format!("{path} page {n}")
+        };
+        let allowed = stack.admit(&source, h as usize, w as usize, kind)?;
+        let mut limits = Limits::default();
+        limits.decoding_buffer_size = usize::try_from(allowed).unwrap_or(usize::MAX);
+        dec = dec.with_limits(limits);
+        let page = match dec.read_image().map_err(|e| terr(&source, e))? {
             DecodingResult::U8(v) => Page::U8(v),
             DecodingResult::U16(v) => Page::U16(v),
             DecodingResult::F32(v) => Page::F32(v),
             DecodingResult::F64(v) => Page::F64(v),
             _ => {
                 return Err(BridgeError::Unsupported(format!(
-                    "{path}: sample type of page {} (supported: u8, u16, f32, f64)",
-                    pages.len()
+                    "{source}: unsupported pixel format (supported: {SUPPORTED})"
                 )));
             }
         };
-        let len = match &page {
-            Page::U8(v) => v.len(),
-            Page::U16(v) => v.len(),
-            Page::F32(v) => v.len(),
-            Page::F64(v) => v.len(),
-        };
-        if len != h * w {
-            return Err(BridgeError::shape_mismatch(
-                h * w,
-                len,
-                format!("{path} page {} pixels", pages.len()),
-            ));
-        }
-        if let Some(first) = pages.first()
-            && Page::kind(first) != page.kind()
-        {
-            return Err(BridgeError::InvalidInput(format!(
-                "{path}: page {} is {} but page 0 is {}",
-                pages.len(),
-                page.kind(),
-                Page::kind(first)
-            )));
-        }
-        pages.push(page);
+        stack.push(&source, page)?;
+        n += 1;
         if !dec.more_images() {
             break;
         }
         dec.next_image().map_err(|e| terr(path, e))?;
     }
-    let (h, w) = dims.unwrap_or((0, 0));
-    Ok((h, w, pages))
-}
-
-/// Stack same-typed pages into a movie.
-pub fn pages_to_movie(h: usize, w: usize, pages: Vec<Page>, path: &str) -> Result<Movie> {
-    let t = pages.len();
-    if t == 0 {
-        return Err(BridgeError::InvalidInput(format!("{path}: no image")));
-    }
-    macro_rules! stack {
-        ($variant:ident) => {{
-            let mut all = Vec::with_capacity(t * h * w);
-            for p in pages {
-                match p {
-                    Page::$variant(v) => all.extend(v),
-                    other => {
-                        return Err(BridgeError::InvalidInput(format!(
-                            "{path}: mixed pixel types ({} among {})",
-                            other.kind(),
-                            stringify!($variant)
-                        )));
-                    }
-                }
-            }
-            Movie::$variant(
-                Array3::from_shape_vec((t, h, w), all)
-                    .map_err(|e| BridgeError::InvalidInput(format!("{path}: {e}")))?,
-            )
-        }};
-    }
-    Ok(match &pages[0] {
-        Page::U8(_) => stack!(U8),
-        Page::U16(_) => stack!(U16),
-        Page::F32(_) => stack!(F32),
-        Page::F64(_) => stack!(F64),
-    })
+    Ok(n)
 }
 
 /// Read a (multi-page) TIFF file as a movie `[pages][H][W]`.
 pub fn read_movie(path: &Path) -> Result<Movie> {
+    read_movie_with_budget(path, &Budget::current())
+}
+
+/// [`read_movie`] under an explicit memory budget (tests simulate a small machine with it).
+pub fn read_movie_with_budget(path: &Path, budget: &Budget) -> Result<Movie> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-    let (h, w, pages) = decode_pages(BufReader::new(f), &name)?;
-    pages_to_movie(h, w, pages, &name)
+    let mut stack = Stack::new(name.clone(), *budget);
+    decode_into(BufReader::new(f), &name, &mut stack, false)?;
+    stack.into_movie()
 }
