@@ -28,6 +28,7 @@ pub use bridge_opencl;
 pub use bridge_torch;
 
 mod backends;
+pub mod figures;
 pub mod io;
 pub mod kernels;
 pub mod testing;

@@ -1,7 +1,6 @@
 //! File formats read and written by the command-line tool (each format in its own module).
 
 pub mod csv;
-pub mod draw;
 pub mod fits;
 pub mod image;
 pub mod npy;

@@ -1,8 +1,8 @@
 //! Scientific pipelines for arraybridge.
 
 pub mod detect;
-#[cfg(any(feature = "opencl", feature = "cuda"))]
-mod gpu;
+pub mod exec;
 pub mod track;
 
 pub mod paco;
+pub mod synth;

@@ -16,13 +16,7 @@ use algorithms::detect::gpu::{DevicePrecision, GpuDetectConfig};
 use algorithms::detect::{DetectBackend, FrameView, Prescale, blob_log_frame};
 use common::{Frame, load_csv, load_npy, params};
 use ndarray::Array2;
-
-fn env_flag(name: &str) -> bool {
-    matches!(
-        std::env::var(name).as_deref(),
-        Ok("1") | Ok("true") | Ok("yes")
-    )
-}
+use test_support::env_flag;
 
 // ------------------------------------------------------------------------------------------
 // inputs

@@ -27,10 +27,7 @@ use algorithms::paco::{
 use bridge_core::Device;
 use ndarray::Array2;
 use paco_common::*;
-
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1")
-}
+use test_support::env_flag;
 
 fn params(variant: Variant) -> PacoParams {
     params_sub(variant, SubPixel::Off)

@@ -78,6 +78,10 @@ macro_rules! dispatch_dtype {
 }
 
 /// Owned memory of some backend. Implemented by every backend's buffer type.
+///
+/// `Any` is a supertrait, so a `&dyn Storage` upcasts to `&dyn Any` (and a `Box<dyn Storage>`
+/// to a `Box<dyn Any>`) for downcasting to the backend's type; [`Array::storage`],
+/// [`Array::storage_mut`] and [`Array::into_storage`] do that.
 pub trait Storage: Any + Send + Sync + fmt::Debug {
     /// Which framework owns the memory.
     fn memory_type(&self) -> MemoryType;
@@ -85,12 +89,6 @@ pub trait Storage: Any + Send + Sync + fmt::Debug {
     fn device(&self) -> Device;
     /// Size of the allocation in bytes.
     fn nbytes(&self) -> usize;
-    /// Upcast for downcasting by reference.
-    fn as_any(&self) -> &dyn Any;
-    /// Upcast for downcasting by mutable reference.
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-    /// Upcast for downcasting by value.
-    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 /// A host ndarray of one of the eight element types.
@@ -296,15 +294,6 @@ impl Storage for HostStorage {
     fn nbytes(&self) -> usize {
         self.0.shape().iter().product::<usize>() * self.0.dtype().size_of()
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
 }
 
 /// A type-erased n-dimensional array on any device.
@@ -420,17 +409,19 @@ impl Array {
     }
     /// The storage downcast to a backend's type.
     pub fn storage<S: Storage>(&self) -> Option<&S> {
-        self.storage.as_any().downcast_ref::<S>()
+        let any: &dyn Any = self.storage.as_ref();
+        any.downcast_ref::<S>()
     }
     /// Mutable storage downcast.
     pub fn storage_mut<S: Storage>(&mut self) -> Option<&mut S> {
-        self.storage.as_any_mut().downcast_mut::<S>()
+        let any: &mut dyn Any = self.storage.as_mut();
+        any.downcast_mut::<S>()
     }
     /// Take the storage out as a backend's type; gives the array back on a type mismatch.
     pub fn into_storage<S: Storage>(
         self,
     ) -> std::result::Result<(Box<S>, Vec<usize>, DType), Array> {
-        if !self.storage.as_any().is::<S>() {
+        if self.storage::<S>().is_none() {
             return Err(self);
         }
         let Array {
@@ -439,7 +430,8 @@ impl Array {
             storage,
             ..
         } = self;
-        match storage.into_any().downcast::<S>() {
+        let any: Box<dyn Any> = storage;
+        match any.downcast::<S>() {
             Ok(s) => Ok((s, shape, dtype)),
             Err(_) => unreachable!("the storage type was checked with `is` above"),
         }
@@ -531,6 +523,42 @@ mod tests {
         assert!(HostData::from_c_bytes(DType::F32, &[2, 2], &[0u8; 15]).is_err());
         let h = HostData::from_c_bytes(DType::F32, &[2, 2], &[0u8; 16]);
         assert!(matches!(h, Ok(HostData::F32(_))));
+    }
+
+    #[test]
+    fn storage_downcasts_through_any_upcasting() {
+        #[derive(Debug)]
+        struct Other;
+        impl Storage for Other {
+            fn memory_type(&self) -> MemoryType {
+                MemoryType::Cuda
+            }
+            fn device(&self) -> Device {
+                Device::Cuda(0)
+            }
+            fn nbytes(&self) -> usize {
+                8
+            }
+        }
+        let mut a = Array::from_ndarray(ArrayD::<f32>::zeros(IxDyn(&[2])));
+        assert!(a.storage::<HostStorage>().is_some());
+        assert!(a.storage_mut::<HostStorage>().is_some());
+        assert!(a.storage::<Other>().is_none());
+        let a = match a.into_storage::<Other>() {
+            Ok(_) => panic!("downcast to the wrong type"),
+            Err(a) => a,
+        };
+        let (s, shape, dtype) = a
+            .into_storage::<HostStorage>()
+            .unwrap_or_else(|_| panic!("downcast to the right type"));
+        assert_eq!(
+            (s.0.shape(), shape.as_slice(), dtype),
+            (&[2][..], &[2][..], DType::F32)
+        );
+        let other = Array::from_storage(Box::new(Other), vec![2], DType::F32);
+        let other = other.unwrap_or_else(|e| panic!("{e}"));
+        assert!(other.storage::<Other>().is_some());
+        assert!(other.storage::<HostStorage>().is_none());
     }
 
     #[test]

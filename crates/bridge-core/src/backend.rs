@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use crate::convert::Converter;
 use crate::device::{Device, MemoryType};
 use crate::error::Result;
 use crate::memory::MemoryInfo;
+use crate::planner::Converter;
 
 /// What a device can do.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

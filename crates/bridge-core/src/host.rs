@@ -137,21 +137,7 @@ pub fn checked_product(factors: &[u64]) -> Option<u64> {
     factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))
 }
 
-/// Human-readable byte count (`1.5 GiB`).
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use crate::units::format_bytes;
 
 fn cgroup_headroom() -> Option<u64> {
     // cgroup v2: "0::/path" in /proc/self/cgroup.

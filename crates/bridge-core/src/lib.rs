@@ -13,13 +13,17 @@ pub mod convert;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod exec;
 pub mod fixtures;
 pub mod host;
 pub mod kernel;
 pub mod memory;
 pub mod offload;
 pub mod oom;
+mod planner;
+mod registry;
 pub mod stack;
+pub mod units;
 
 pub use array::{Array, HostData, HostElement, Storage};
 pub use device::{Device, MemoryType};

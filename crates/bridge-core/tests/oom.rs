@@ -1,8 +1,6 @@
 //! OOM retry, batch splitting, CPU fallback and pool release on the fake backend.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::sync::Arc;
 
 use bridge_core::convert::{OomEvent, Registry};
@@ -10,6 +8,7 @@ use bridge_core::memory::MemoryLimit;
 use bridge_core::oom::{OnExhausted, ReleaseScope, RetryPolicy, run_batched, with_oom_retry};
 use bridge_core::{BridgeError, Device, MemoryType};
 use support::{FakeBackend, Recorder, new_log};
+use test_support::fake as support;
 
 fn setup(
     capacity: u64,

@@ -1,8 +1,6 @@
 //! Route planning and conversion execution over fake backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::sync::Arc;
 
 use bridge_core::convert::{Registry, TransferKind};
@@ -10,6 +8,7 @@ use bridge_core::{Array, BridgeError, Device, MemoryType};
 use ndarray::ArrayD;
 use rand::Rng;
 use support::{FakeBackend, FakeZeroCopy, Recorder, new_log};
+use test_support::fake as support;
 
 use MemoryType::{Cuda, Host, OpenCl, Torch};
 use TransferKind::{HostCopy, PeerCopy, PinnedStaged, ZeroCopy};

@@ -1,8 +1,6 @@
 //! Slice stacking and the offload decision.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::sync::Arc;
 
 use bridge_core::convert::Registry;
@@ -12,6 +10,7 @@ use bridge_core::{Array, BridgeError, DType, Device, MemoryType};
 use ndarray::{Array2, ArrayD};
 use rand::Rng;
 use support::{FakeBackend, Recorder, new_log};
+use test_support::fake as support;
 
 fn frames(n: usize, r: usize, c: usize) -> Vec<Array2<f32>> {
     let mut rng = rand::rng();

@@ -159,15 +159,6 @@ impl Storage for CudaStorage {
     fn nbytes(&self) -> usize {
         self.nbytes
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
 }
 
 /// The [`CudaStorage`] of a CUDA array, or an error naming where the array lives.

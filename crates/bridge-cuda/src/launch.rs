@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bridge_core::{Array, BridgeError, Result};
 use cudarc::driver::CudaStream;
 
-use crate::buffer::storage_of;
+use crate::buffer::{CudaStorage, storage_of};
 use crate::device::{Gpu, Program, Ready};
 use crate::error;
 use crate::ffi;
@@ -31,6 +31,9 @@ use crate::kernel::LaunchDims;
 pub enum KernelArg<'a> {
     /// A CUDA array (passed as a device pointer). It must live on the launching device.
     Buffer(&'a Array),
+    /// A raw CUDA allocation (passed as a device pointer), e.g. an executor buffer. It must
+    /// live on the launching device.
+    Storage(&'a CudaStorage),
     /// `int`.
     I32(i32),
     /// `uint` / `unsigned int`.
@@ -45,7 +48,30 @@ pub enum KernelArg<'a> {
     F64(f64),
 }
 
-impl KernelArg<'_> {
+impl<'a> KernelArg<'a> {
+    /// The device allocation of a buffer argument; `None` for scalars.
+    fn storage(&self) -> Result<Option<&'a CudaStorage>> {
+        match *self {
+            KernelArg::Buffer(arr) => storage_of(arr).map(Some),
+            KernelArg::Storage(st) => Ok(Some(st)),
+            _ => Ok(None),
+        }
+    }
+
+    /// A scalar's bytes in the low bytes of an 8-byte slot (0 for buffers, which pass their
+    /// device pointer instead).
+    fn scalar_word(&self) -> u64 {
+        match *self {
+            KernelArg::I32(v) => word(&v.to_ne_bytes()),
+            KernelArg::U32(v) => word(&v.to_ne_bytes()),
+            KernelArg::I64(v) => word(&v.to_ne_bytes()),
+            KernelArg::U64(v) => v,
+            KernelArg::F32(v) => word(&v.to_ne_bytes()),
+            KernelArg::F64(v) => word(&v.to_ne_bytes()),
+            KernelArg::Buffer(_) | KernelArg::Storage(_) => 0,
+        }
+    }
+
     /// The argument's size in bytes as the kernel sees it.
     pub fn size(&self) -> usize {
         match self {
@@ -85,28 +111,21 @@ impl Gpu {
         let mut slots: Vec<u64> = Vec::with_capacity(args.len());
         let mut buffers = Vec::new();
         for a in args {
-            let w = match *a {
-                KernelArg::Buffer(arr) => {
-                    let st = storage_of(arr)?;
-                    if st.gpu().device() != self.device() {
-                        return Err(BridgeError::invalid_argument(
-                            "kernel argument",
-                            format!(
-                                "buffer on {} passed to a launch on {}",
-                                st.gpu().device(),
-                                self.device()
-                            ),
-                        ));
-                    }
-                    buffers.push(st);
-                    st.device_ptr()
+            let w = if let Some(st) = a.storage()? {
+                if st.gpu().device() != self.device() {
+                    return Err(BridgeError::invalid_argument(
+                        "kernel argument",
+                        format!(
+                            "buffer on {} passed to a launch on {}",
+                            st.gpu().device(),
+                            self.device()
+                        ),
+                    ));
                 }
-                KernelArg::I32(v) => word(&v.to_ne_bytes()),
-                KernelArg::U32(v) => word(&v.to_ne_bytes()),
-                KernelArg::I64(v) => word(&v.to_ne_bytes()),
-                KernelArg::U64(v) => v,
-                KernelArg::F32(v) => word(&v.to_ne_bytes()),
-                KernelArg::F64(v) => word(&v.to_ne_bytes()),
+                buffers.push(st);
+                st.device_ptr()
+            } else {
+                a.scalar_word()
             };
             slots.push(w);
         }

@@ -167,15 +167,20 @@ impl Gpu {
     /// least one), straight from the caller's slice (blocking): no host copy before the
     /// transfer. Below [`DIRECT_COPY_MAX`] bytes one plain copy; above, the pinned staging path.
     pub fn upload_bytes(self: &Arc<Self>, bytes: &[u8]) -> Result<Array> {
-        let out = self.alloc(DType::U8, &[bytes.len().max(1)])?;
-        let st = storage_of(&out)?;
+        let st = self.upload_storage(bytes)?;
+        Array::from_storage(Box::new(st), vec![bytes.len().max(1)], DType::U8)
+    }
+
+    /// [`Gpu::upload_bytes`] as a raw [`CudaStorage`] of `bytes.len()` bytes (at least one).
+    pub fn upload_storage(self: &Arc<Self>, bytes: &[u8]) -> Result<CudaStorage> {
+        let st = CudaStorage::alloc(self, bytes.len().max(1))?;
         let stream = self.stream()?;
         if bytes.len() <= DIRECT_COPY_MAX {
             ffi::htod_sync(st.mem(), 0, bytes, &stream)?;
         } else {
             self.h2d_staged(st.mem(), bytes, &stream)?;
         }
-        Ok(out)
+        Ok(st)
     }
 
     /// Upload a host array (any layout) as a new CUDA array, by `path` (blocking).
@@ -260,6 +265,31 @@ impl Gpu {
         dst: &mut [u8],
     ) -> Result<()> {
         let st = storage_of(array)?;
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|e| e > array.nbytes())
+        {
+            return Err(BridgeError::invalid_argument(
+                "read_bytes",
+                format!(
+                    "bytes {offset}..{offset}+{} are outside the {}-byte array",
+                    dst.len(),
+                    array.nbytes()
+                ),
+            ));
+        }
+        self.read_storage(st, offset, dst)
+    }
+
+    /// Read `dst.len()` raw bytes of a [`CudaStorage`] from byte `offset` (blocking, after the
+    /// work pending on it). A range outside the allocation is an
+    /// [`BridgeError::InvalidArgument`].
+    pub fn read_storage(
+        self: &Arc<Self>,
+        st: &CudaStorage,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
         if st.gpu().device() != self.device {
             return Err(BridgeError::invalid_argument(
                 "array",
@@ -267,13 +297,13 @@ impl Gpu {
             ));
         }
         let end = offset.checked_add(dst.len());
-        if end.is_none_or(|e| e > array.nbytes()) {
+        if end.is_none_or(|e| e > st.nbytes) {
             return Err(BridgeError::invalid_argument(
                 "read_bytes",
                 format!(
                     "bytes {offset}..{offset}+{} are outside the {}-byte array",
                     dst.len(),
-                    array.nbytes()
+                    st.nbytes
                 ),
             ));
         }

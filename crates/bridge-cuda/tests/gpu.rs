@@ -7,9 +7,10 @@ use bridge_core::convert::{ConversionObserver, ConversionRecord, Registry, Trans
 use bridge_core::oom::{RetryPolicy, with_oom_retry};
 use bridge_core::{Array, BridgeError, DType, Device, HostData, MemoryType};
 use bridge_cuda::device::STAGING_CHUNK;
-use bridge_cuda::kernel::{KERNELS, env_flag};
+use bridge_cuda::kernel::KERNELS;
 use bridge_cuda::{Gpu, HostPath, KernelArg, gpu, probe, storage_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use test_support::require::{GPU as REQUIRE_GPU, skip};
 
 /// The OOM test sets a pool limit; it takes this lock exclusively, every other test shares it.
 static EXCLUSIVE: RwLock<()> = RwLock::new(());
@@ -26,11 +27,7 @@ fn gpu_or_skip() -> Option<Arc<Gpu>> {
         Err(e) => e.to_string(),
         Ok(()) => "no CUDA device".into(),
     };
-    assert!(
-        !env_flag("ARRAYBRIDGE_REQUIRE_GPU"),
-        "ARRAYBRIDGE_REQUIRE_GPU=1 but {why}"
-    );
-    eprintln!("skipped: {why}");
+    skip(Some(REQUIRE_GPU), "a CUDA device", why);
     None
 }
 

@@ -4,20 +4,11 @@
 
 use bridge_core::BridgeError;
 use bridge_core::kernel::KernelSource;
-use bridge_cuda::kernel::{KERNELS, PREAMBLE, compile_check, env_flag};
+use bridge_cuda::kernel::{KERNELS, PREAMBLE, compile_check};
+use test_support::require::{NVRTC as REQUIRE_NVRTC, or_skip};
 
 fn nvrtc_or_skip() -> bool {
-    match bridge_cuda::nvrtc::available() {
-        Ok(_) => true,
-        Err(reason) => {
-            assert!(
-                !env_flag("ARRAYBRIDGE_REQUIRE_NVRTC"),
-                "ARRAYBRIDGE_REQUIRE_NVRTC=1 but {reason}"
-            );
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
+    or_skip(REQUIRE_NVRTC, "libnvrtc", bridge_cuda::nvrtc::available()).is_some()
 }
 
 #[test]

@@ -1,60 +1,38 @@
-//! [`OpenClBackend`]: discovery, per-device state (context, queue, pool, program cache), the
-//! [`Backend`] and [`MemoryInfo`] implementations, and the array-level API.
+//! [`OpenClBackend`]: discovery, per-device state (context, queue, pool) and program caches,
+//! the [`MemoryInfo`] implementation, and the array-level API. The
+//! [`Backend`](bridge_core::backend::Backend) implementation, which hands the registry this
+//! backend's converters, is in `registration.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bridge_core::array::HostData;
-use bridge_core::backend::{Backend, DeviceInfo};
-use bridge_core::convert::Converter;
+use bridge_core::backend::DeviceInfo;
 use bridge_core::kernel::KernelSource;
 use bridge_core::memory::{CachingPool, MemoryInfo, MemoryLimit, MemoryStats, PoolStats};
 use bridge_core::{
     Array, BridgeError, DType, Device, Element, HostElement, MemoryType, Result, dispatch_dtype,
 };
 use ndarray::{ArrayD, IxDyn};
-use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 
-use crate::buffer::{ClAllocator, ClBuffer, ClStorage, Pending};
-use crate::convert;
+use crate::buffer::{ClBuffer, ClStorage, Pending};
 use crate::discovery::{self, DeviceEntry, Discovery};
 use crate::error::cl_error;
 use crate::kernel::{ClProgram, ProgramCache};
 use crate::raw;
+use crate::state::{ClAllocator, DeviceState};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Everything one device needs once it is used: created on first use, never at discovery.
-pub(crate) struct DeviceState {
-    pub(crate) entry: DeviceEntry,
-    pub(crate) context: Arc<Context>,
-    pub(crate) queue: CommandQueue,
-    pub(crate) pool: CachingPool<ClAllocator>,
-    pub(crate) programs: ProgramCache,
-}
-
-impl DeviceState {
-    pub(crate) fn device(&self) -> Device {
-        self.entry.device
-    }
-}
-
-impl fmt::Debug for DeviceState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceState")
-            .field("device", &self.entry.device)
-            .field("pool", &self.pool)
-            .finish()
-    }
-}
-
 pub(crate) struct Inner {
     contexts: Mutex<HashMap<usize, Arc<Context>>>,
     states: Mutex<HashMap<usize, Arc<DeviceState>>>,
+    /// Built programs, one cache per device ordinal.
+    programs: Mutex<HashMap<usize, Arc<ProgramCache>>>,
 }
 
 impl Inner {
@@ -138,10 +116,15 @@ impl Inner {
             context,
             queue,
             pool,
-            programs: ProgramCache::default(),
         });
         states.insert(n, Arc::clone(&state));
         Ok(state)
+    }
+
+    /// The program cache of `state`'s device (created empty on first use).
+    pub(crate) fn programs(&self, state: &DeviceState) -> Arc<ProgramCache> {
+        let n = state.device().ordinal().unwrap_or_default();
+        Arc::clone(lock(&self.programs).entry(n).or_default())
     }
 
     pub(crate) fn alloc(&self, device: Device, bytes: usize) -> Result<ClBuffer> {
@@ -186,6 +169,7 @@ impl OpenClBackend {
             inner: Arc::new(Inner {
                 contexts: Mutex::new(HashMap::new()),
                 states: Mutex::new(HashMap::new()),
+                programs: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -316,7 +300,8 @@ impl OpenClBackend {
         options: &[&str],
     ) -> Result<Arc<ClProgram>> {
         let state = self.inner.state(device)?;
-        ClProgram::build_cached(&state, name, source, options)
+        let cache = self.inner.programs(&state);
+        ClProgram::build_cached(&state, &cache, name, source, options)
     }
 
     /// [`program`](Self::program) for a shipped [`KernelSource`].
@@ -378,43 +363,5 @@ impl MemoryInfo for OpenClBackend {
     fn set_memory_limit(&self, device: Device, limit: Option<MemoryLimit>) -> Result<()> {
         self.inner.state(device)?.pool.set_limit(limit);
         Ok(())
-    }
-}
-
-impl Backend for OpenClBackend {
-    fn name(&self) -> &'static str {
-        "opencl"
-    }
-
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::OpenCl
-    }
-
-    fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        Ok(self
-            .inner
-            .discovery()?
-            .devices
-            .iter()
-            .map(|e| e.info.clone())
-            .collect())
-    }
-
-    fn can_access_peer(&self, a: Device, b: Device) -> bool {
-        match (self.inner.entry(a), self.inner.entry(b)) {
-            (Ok(x), Ok(y)) => x.platform == y.platform,
-            _ => false,
-        }
-    }
-
-    fn release_pool(&self, device: Device) -> u64 {
-        self.inner
-            .existing_state(device)
-            .map(|s| s.pool.release())
-            .unwrap_or(0)
-    }
-
-    fn converters(&self) -> Vec<Arc<dyn Converter>> {
-        convert::converters(self)
     }
 }

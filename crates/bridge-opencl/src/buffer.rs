@@ -1,83 +1,23 @@
 //! Device buffers, the pool allocator behind them, the [`Storage`] type that puts them in an
 //! [`Array`](bridge_core::Array), and [`Pending`], the ready token of non-blocking work.
 
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use bridge_core::memory::{PoolBlock, RawAllocator};
+use bridge_core::memory::PoolBlock;
 use bridge_core::{BridgeError, Device, Element, MemoryType, Result, Storage};
-use opencl3::context::Context;
 use opencl3::memory::{Buffer, ClMem};
 use opencl3::types::cl_mem;
 
-use crate::backend::DeviceState;
-use crate::error::{BACKEND, cl_error};
+use crate::error::{BACKEND, cl_error, is_oom_code};
 use crate::raw;
+use crate::state::DeviceState;
+
+// The pool allocator is defined with the device state that owns the pool.
+pub use crate::state::ClAllocator;
 
 /// Chunk size of copies staged through host memory (between contexts).
 pub const STAGING_CHUNK: usize = 64 << 20;
-
-/// The [`RawAllocator`] of one device: plain `clCreateBuffer` in the device's context.
-///
-/// Requests above the device's `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, and the native codes
-/// `CL_MEM_OBJECT_ALLOCATION_FAILURE`, `CL_OUT_OF_RESOURCES` and `CL_OUT_OF_HOST_MEMORY`, are
-/// [`BridgeError::OutOfMemory`]; every other failure is [`BridgeError::Backend`].
-pub struct ClAllocator {
-    device: Device,
-    context: Arc<Context>,
-    total: u64,
-    max_alloc: u64,
-}
-
-impl fmt::Debug for ClAllocator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClAllocator")
-            .field("device", &self.device)
-            .field("total", &self.total)
-            .field("max_alloc", &self.max_alloc)
-            .finish()
-    }
-}
-
-impl ClAllocator {
-    pub(crate) fn new(device: Device, context: Arc<Context>, total: u64, max_alloc: u64) -> Self {
-        ClAllocator {
-            device,
-            context,
-            total,
-            max_alloc,
-        }
-    }
-}
-
-impl RawAllocator for ClAllocator {
-    type Block = Buffer<u8>;
-
-    fn device(&self) -> Device {
-        self.device
-    }
-
-    fn total_memory(&self) -> u64 {
-        self.total
-    }
-
-    fn allocate(&self, bytes: usize) -> Result<Buffer<u8>> {
-        if self.max_alloc > 0 && bytes as u64 > self.max_alloc {
-            return Err(BridgeError::OutOfMemory {
-                device: self.device,
-                requested: bytes as u64,
-                attempts: 1,
-            });
-        }
-        raw::create_buffer(&self.context, bytes)
-            .map_err(|c| cl_error(self.device, "clCreateBuffer", c, bytes as u64))
-    }
-
-    fn free(&self, block: Buffer<u8>) {
-        drop(block);
-    }
-}
 
 /// The memory behind a [`ClBuffer`]: a pool block, or a sub-buffer of another.
 enum Mem {
@@ -384,15 +324,6 @@ impl Storage for ClStorage {
     fn nbytes(&self) -> usize {
         self.buffer.len()
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
 }
 
 type Finish<T> = Box<dyn FnOnce(Vec<u8>) -> Result<T> + Send>;
@@ -482,7 +413,7 @@ impl<T> Pending<T> {
             ..
         } = self;
         let host = flight.wait().map_err(|c| {
-            if crate::error::is_oom_code(c) {
+            if is_oom_code(c) {
                 cl_error(device, "waiting for an event", c, 0)
             } else {
                 BridgeError::backend(

@@ -27,10 +27,10 @@ use opencl3::error_codes::CL_BUILD_PROGRAM_FAILURE;
 use opencl3::kernel::Kernel;
 use opencl3::program::Program;
 
-use crate::backend::DeviceState;
 use crate::buffer::{ClBuffer, Pending};
 use crate::error::cl_error;
 use crate::raw;
+use crate::state::DeviceState;
 
 /// The OpenCL preamble implementing the portable kernel vocabulary of
 /// [`bridge_core::kernel`]; prepended to every program source.
@@ -74,7 +74,8 @@ pub fn round_up(n: usize, multiple: usize) -> usize {
     }
 }
 
-/// Per-device cache of built programs, keyed by (source hash, options).
+/// Per-device cache of built programs, keyed by (source hash, options). The backend keeps one
+/// per device it has built programs for.
 #[derive(Default)]
 pub(crate) struct ProgramCache {
     map: Mutex<HashMap<(u64, String), Arc<ClProgram>>>,
@@ -102,8 +103,10 @@ impl fmt::Debug for ClProgram {
 }
 
 impl ClProgram {
+    /// The program for `state`'s device from `cache`, built (and cached) on a miss.
     pub(crate) fn build_cached(
         state: &Arc<DeviceState>,
+        cache: &ProgramCache,
         name: &str,
         source: &str,
         options: &[&str],
@@ -111,7 +114,7 @@ impl ClProgram {
         let hash = source_hash(source, options);
         let opts = options.join(" ");
         let key = (hash, opts.clone());
-        let mut map = state.programs.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = cache.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = map.get(&key) {
             return Ok(Arc::clone(p));
         }

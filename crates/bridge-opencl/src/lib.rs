@@ -42,14 +42,18 @@ pub mod buffer;
 pub mod convert;
 mod discovery;
 mod error;
+pub mod executor;
 pub mod kernel;
 pub mod kernels;
 mod raw;
+mod registration;
+mod state;
 
 use std::sync::Arc;
 
 pub use backend::OpenClBackend;
 pub use buffer::{ClAllocator, ClBuffer, ClStorage, Pending, STAGING_CHUNK};
+pub use executor::OpenClExecutor;
 pub use kernel::{ClKernel, ClProgram, KernelScalar, PREAMBLE, round_up};
 
 /// A new OpenCL backend, ready for `Registry::register_backend`. Touches no driver until used.

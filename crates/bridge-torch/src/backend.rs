@@ -24,45 +24,20 @@
 //! torch's allocator limit (`set_per_process_memory_fraction`) is not reachable through the C++
 //! accelerator API, so `set_memory_limit` only accepts `None`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bridge_core::backend::{Backend, Capabilities, DeviceInfo};
 use bridge_core::convert::Converter;
 use bridge_core::memory::{MemoryInfo, MemoryLimit, MemoryStats};
 use bridge_core::{BridgeError, Device, MemoryType, Result};
 
+use crate::cuda_state::cuda_state;
+pub use crate::cuda_state::{cuda_device_count, cuda_unavailable_reason};
+use crate::error::map_torch_error;
 use crate::ffi;
 
 /// The libtorch lib directory this crate was built against.
 pub const LIBTORCH_LIB_DIR: &str = env!("ARRAYBRIDGE_TORCH_LIB_DIR");
-
-/// What loading torch's CUDA backend gave: the device count, or why there is none.
-fn cuda_state() -> &'static std::result::Result<usize, String> {
-    static STATE: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
-    STATE.get_or_init(load_cuda)
-}
-
-fn load_cuda() -> std::result::Result<usize, String> {
-    if let Err(e) = ffi::cuda_load_state() {
-        log::info!("torch: CUDA backend not loaded: {e}");
-        return Err(format!("libtorch's CUDA backend could not be loaded: {e}"));
-    }
-    match ffi::cuda_device_count() {
-        Ok(0) => Err("libtorch sees no CUDA device".to_owned()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("libtorch CUDA device count failed: {e}")),
-    }
-}
-
-/// Whether torch has CUDA devices (loads the CUDA backend on first call; never panics).
-pub fn cuda_device_count() -> usize {
-    cuda_state().as_ref().copied().unwrap_or(0)
-}
-
-/// Why torch has no CUDA device, if it has none.
-pub fn cuda_unavailable_reason() -> Option<String> {
-    cuda_state().as_ref().err().cloned()
-}
 
 /// Format a CUDA UUID as `nvidia-smi` does (the format bridge-cuda uses too).
 pub fn format_uuid(bytes: [u8; 16]) -> String {
@@ -154,7 +129,7 @@ impl MemoryInfo for TorchBackend {
                     "torch",
                     "torch has no CUDA backend",
                 )),
-                Err(e) => Err(crate::error::map_torch_error(device, 0, &e)),
+                Err(e) => Err(map_torch_error(device, 0, &e)),
             },
         }
     }

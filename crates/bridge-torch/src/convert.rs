@@ -21,8 +21,9 @@ use bridge_core::convert::{Converted, Converter, Topology, TransferKind};
 use bridge_core::{Array, BridgeError, Device, HostData, MemoryType, Result};
 use tch::Tensor;
 
-use crate::ffi::{self, Place};
-use crate::storage::{HostOwner, TorchStorage, not_torch};
+use crate::error::map_torch_error;
+use crate::ffi::{self, HostOwner, Place};
+use crate::storage::{TorchStorage, not_torch};
 
 fn place_of(device: Device) -> Result<Place> {
     match device {
@@ -37,7 +38,7 @@ fn place_of(device: Device) -> Result<Place> {
 
 fn sync(place: Place) -> Result<()> {
     if let Place::Cuda(n) = place {
-        ffi::cuda_synchronize(n).map_err(|m| crate::error::torch_error(place, 0, &m))?;
+        ffi::cuda_synchronize(n).map_err(|m| map_torch_error(place.device(), 0, &m))?;
     }
     Ok(())
 }

@@ -17,28 +17,13 @@ use std::sync::{Mutex, PoisonError};
 use bridge_core::{BridgeError, DType, Device, Result};
 use tch::Tensor;
 
+use crate::cuda_state::{cuda_device_count, cuda_unavailable_reason};
 use crate::dtype::dtype_of;
+use crate::error::map_torch_error;
 use crate::ffi::{self, Place};
 
-/// Device memory owned by another library, which a torch tensor may alias.
-///
-/// # Safety
-///
-/// Implementors guarantee that [`device_ptr`](Self::device_ptr) is the address of at least
-/// [`nbytes`](Self::nbytes) bytes of device memory on CUDA device
-/// [`cuda_ordinal`](Self::cuda_ordinal) (the driver ordinal, which is torch's index), that the
-/// memory stays allocated and is not reused while `self` lives, and that once
-/// [`synchronize`](Self::synchronize) has returned no pending work of the owner writes it.
-pub unsafe trait ForeignCudaMemory: Send + 'static {
-    /// Device address.
-    fn device_ptr(&self) -> u64;
-    /// Size in bytes.
-    fn nbytes(&self) -> usize;
-    /// CUDA device ordinal.
-    fn cuda_ordinal(&self) -> usize;
-    /// Block until the owner's pending work on the memory has finished.
-    fn synchronize(&self) -> Result<()>;
-}
+// The contract is defined beside the code that relies on it (the shim's deleter context).
+pub use crate::ffi::ForeignCudaMemory;
 
 /// A C-order torch tensor of `dtype` and `shape` on `torch:cuda:N` over `mem` (no copy). The
 /// tensor (and every view of it) keeps `mem` alive.
@@ -47,10 +32,10 @@ pub fn tensor_from_foreign_cuda<M: ForeignCudaMemory>(
     shape: &[usize],
     dtype: DType,
 ) -> Result<Tensor> {
-    if crate::backend::cuda_device_count() <= mem.cuda_ordinal() {
+    if cuda_device_count() <= mem.cuda_ordinal() {
         return Err(BridgeError::unavailable(
             "torch",
-            crate::backend::cuda_unavailable_reason()
+            cuda_unavailable_reason()
                 .unwrap_or_else(|| format!("no torch:cuda:{}", mem.cuda_ordinal())),
         ));
     }
@@ -127,7 +112,7 @@ pub fn export_cuda(tensor: &Tensor) -> Result<(CudaExport, bool)> {
         tensor.shallow_clone()
     };
     ffi::cuda_synchronize(ordinal)
-        .map_err(|m| crate::error::map_torch_error(Device::TorchCuda(ordinal), 0, &m))?;
+        .map_err(|m| map_torch_error(Device::TorchCuda(ordinal), 0, &m))?;
     let shape: Vec<usize> = t
         .size()
         .iter()

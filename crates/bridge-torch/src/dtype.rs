@@ -22,28 +22,11 @@
 use bridge_core::{BridgeError, DType, Result};
 use tch::{Kind, Tensor};
 
-/// c10::ScalarType codes (stable across libtorch versions; see c10/core/ScalarType.h).
-const BYTE: i32 = 0;
-const INT: i32 = 3;
-const LONG: i32 = 4;
-const HALF: i32 = 5;
-const FLOAT: i32 = 6;
-const DOUBLE: i32 = 7;
-const BFLOAT16: i32 = 15;
-const UINT16: i32 = 27;
+use crate::ffi;
 
-/// The c10::ScalarType code torch uses for `dtype`.
+/// The c10::ScalarType code torch uses for `dtype` (the codes are the C side's, in `ffi`).
 pub fn scalar_type(dtype: DType) -> i32 {
-    match dtype {
-        DType::U8 => BYTE,
-        DType::U16 => UINT16,
-        DType::I32 => INT,
-        DType::I64 => LONG,
-        DType::F16 => HALF,
-        DType::BF16 => BFLOAT16,
-        DType::F32 => FLOAT,
-        DType::F64 => DOUBLE,
-    }
+    ffi::scalar_type_code(dtype)
 }
 
 /// torch's name of a c10::ScalarType code, for messages.
@@ -105,22 +88,12 @@ pub fn scalar_type_name(code: i32) -> &'static str {
 /// The [`DType`] of a c10::ScalarType code, or [`BridgeError::Unsupported`] naming the torch
 /// dtype when arraybridge has none for it.
 pub fn scalar_type_to_dtype(code: i32) -> Result<DType> {
-    Ok(match code {
-        BYTE => DType::U8,
-        UINT16 => DType::U16,
-        INT => DType::I32,
-        LONG => DType::I64,
-        HALF => DType::F16,
-        BFLOAT16 => DType::BF16,
-        FLOAT => DType::F32,
-        DOUBLE => DType::F64,
-        other => {
-            return Err(BridgeError::Unsupported(format!(
-                "torch dtype {} (c10::ScalarType {other}) has no arraybridge dtype \
-                 (supported: uint8, uint16, int32, int64, float16, bfloat16, float32, float64)",
-                scalar_type_name(other)
-            )));
-        }
+    ffi::dtype_of_code(code).ok_or_else(|| {
+        BridgeError::Unsupported(format!(
+            "torch dtype {} (c10::ScalarType {code}) has no arraybridge dtype \
+             (supported: uint8, uint16, int32, int64, float16, bfloat16, float32, float64)",
+            scalar_type_name(code)
+        ))
     })
 }
 
@@ -176,12 +149,7 @@ pub fn dtype_of(tensor: &Tensor) -> Result<DType> {
             "undefined tensor has no dtype",
         ));
     }
-    scalar_type_to_dtype(crate::ffi::scalar_type(tensor)?)
-}
-
-/// Like [`dtype_of`], for internal callers that only need a size estimate.
-pub(crate) fn scalar_type_of(tensor: &Tensor) -> Result<DType> {
-    dtype_of(tensor)
+    scalar_type_to_dtype(ffi::scalar_type(tensor)?)
 }
 
 #[cfg(test)]

@@ -10,8 +10,6 @@
 
 use bridge_core::{BridgeError, Device};
 
-use crate::ffi::Place;
-
 /// True when `message` is libtorch's CUDA out-of-memory error.
 pub fn is_cuda_oom(message: &str) -> bool {
     message.contains("CUDA out of memory")
@@ -55,17 +53,6 @@ pub fn map_torch_error(device: Device, requested: u64, message: &str) -> BridgeE
 /// Map a [`tch::TchError`] on `device` (see [`map_torch_error`]).
 pub fn map_tch_error(device: Device, requested: u64, err: &tch::TchError) -> BridgeError {
     map_torch_error(device, requested, &err.to_string())
-}
-
-pub(crate) fn place_device(place: Place) -> Device {
-    match place {
-        Place::Cpu => Device::TorchCpu,
-        Place::Cuda(n) => Device::TorchCuda(n),
-    }
-}
-
-pub(crate) fn torch_error(place: Place, requested: u64, message: &str) -> BridgeError {
-    map_torch_error(place_device(place), requested, message)
 }
 
 #[cfg(test)]

@@ -1,18 +1,28 @@
-//! The only module with `unsafe`: the C++ shim (`shim/torch_shim.cpp`) and the raw-pointer work
-//! of the zero-copy paths, each under a safe wrapper whose comment says why it is sound.
+//! The crate's unsafe code: the C++ shim (`shim/torch_shim.cpp`) and the raw-pointer work of the
+//! zero-copy paths, each under a safe wrapper whose comment says why it is sound. (The one other
+//! `unsafe` block, in `cuda_interop`, calls bridge-cuda's `CudaStorage::from_foreign`.)
+//!
+//! It speaks C-level types — tensors, raw pointers, integers — and its own small C-side types:
+//! [`Place`] (the shim's device argument), the c10::ScalarType codes, [`HostOwner`] (what a
+//! host alias's deleter owns), [`ForeignCudaMemory`] (what a CUDA alias's deleter owns),
+//! [`CudaMemory`] (allocator figures). Of bridge-core it uses the dtype and the host ndarray,
+//! because soundness depends on reading element types and layouts itself. Of this crate it
+//! imports only the error mapping (`error.rs`, which imports nothing of the crate); the
+//! conversions to the crate's types (dtype names, storages, precise tensor-view errors) live in
+//! the safe modules above it.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use bridge_core::{BridgeError, DType, HostElement, Result, dispatch_dtype, with_host_data};
+use bridge_core::{
+    BridgeError, DType, Device, HostData, HostElement, Result, dispatch_dtype, with_host_data,
+};
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 use tch::Tensor;
 use torch_sys::C_tensor;
 
-use crate::dtype::{scalar_type_of, scalar_type_to_dtype};
-use crate::error::torch_error;
-use crate::storage::HostOwner;
+use crate::error::map_torch_error;
 
 /// Where a tensor lives, as the shim takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +40,103 @@ impl Place {
             Place::Cuda(n) => (1, c_int::try_from(n).unwrap_or(c_int::MAX)),
         }
     }
+
+    /// The arraybridge device (`torch:cpu`, `torch:cuda:N`).
+    pub(crate) fn device(self) -> Device {
+        match self {
+            Place::Cpu => Device::TorchCpu,
+            Place::Cuda(n) => Device::TorchCuda(n),
+        }
+    }
+}
+
+/// A libtorch failure on `place` as a [`BridgeError`] (CUDA OOM becomes `OutOfMemory`).
+fn torch_error(place: Place, requested: u64, message: &str) -> BridgeError {
+    map_torch_error(place.device(), requested, message)
+}
+
+/// c10::ScalarType codes of the eight dtypes (stable across libtorch versions; see
+/// c10/core/ScalarType.h).
+mod code {
+    use std::ffi::c_int;
+
+    pub(super) const BYTE: c_int = 0;
+    pub(super) const INT: c_int = 3;
+    pub(super) const LONG: c_int = 4;
+    pub(super) const HALF: c_int = 5;
+    pub(super) const FLOAT: c_int = 6;
+    pub(super) const DOUBLE: c_int = 7;
+    pub(super) const BFLOAT16: c_int = 15;
+    pub(super) const UINT16: c_int = 27;
+}
+
+/// The c10::ScalarType code torch uses for `dtype`.
+pub(crate) fn scalar_type_code(dtype: DType) -> c_int {
+    match dtype {
+        DType::U8 => code::BYTE,
+        DType::U16 => code::UINT16,
+        DType::I32 => code::INT,
+        DType::I64 => code::LONG,
+        DType::F16 => code::HALF,
+        DType::BF16 => code::BFLOAT16,
+        DType::F32 => code::FLOAT,
+        DType::F64 => code::DOUBLE,
+    }
+}
+
+/// The dtype of a c10::ScalarType code, or `None` for the codes arraybridge has no dtype for.
+pub(crate) fn dtype_of_code(st: c_int) -> Option<DType> {
+    Some(match st {
+        code::BYTE => DType::U8,
+        code::UINT16 => DType::U16,
+        code::INT => DType::I32,
+        code::LONG => DType::I64,
+        code::HALF => DType::F16,
+        code::BFLOAT16 => DType::BF16,
+        code::FLOAT => DType::F32,
+        code::DOUBLE => DType::F64,
+        _ => return None,
+    })
+}
+
+/// The ndarray a zero-copy host tensor aliases: the context its storage deleter owns (through an
+/// `Arc`). Shared by the array's storage and the tensor; never handed out mutably, so torch's
+/// view of the buffer cannot race a Rust reference.
+pub(crate) struct HostOwner(HostData);
+
+impl HostOwner {
+    /// Wrap an ndarray.
+    pub(crate) fn new(data: HostData) -> Self {
+        HostOwner(data)
+    }
+    /// The ndarray (crate-internal: only its layout and base pointer are read).
+    pub(crate) fn data(&self) -> &HostData {
+        &self.0
+    }
+    /// Take the ndarray back (only once no tensor aliases it: the `Arc` is unique).
+    pub(crate) fn into_data(self) -> HostData {
+        self.0
+    }
+}
+
+/// Device memory owned by another library, which a torch tensor may alias.
+///
+/// # Safety
+///
+/// Implementors guarantee that [`device_ptr`](Self::device_ptr) is the address of at least
+/// [`nbytes`](Self::nbytes) bytes of device memory on CUDA device
+/// [`cuda_ordinal`](Self::cuda_ordinal) (the driver ordinal, which is torch's index), that the
+/// memory stays allocated and is not reused while `self` lives, and that once
+/// [`synchronize`](Self::synchronize) has returned no pending work of the owner writes it.
+pub unsafe trait ForeignCudaMemory: Send + 'static {
+    /// Device address.
+    fn device_ptr(&self) -> u64;
+    /// Size in bytes.
+    fn nbytes(&self) -> usize;
+    /// CUDA device ordinal.
+    fn cuda_ordinal(&self) -> usize;
+    /// Block until the owner's pending work on the memory has finished.
+    fn synchronize(&self) -> Result<()>;
 }
 
 type Deleter = extern "C" fn(*mut c_void);
@@ -113,7 +220,7 @@ fn dims_i64(shape: &[usize]) -> Result<Vec<i64>> {
 }
 
 /// The raw c10::ScalarType code of a tensor (works for every dtype, unlike `Tensor::kind`).
-pub(crate) fn scalar_type(t: &Tensor) -> Result<i32> {
+pub(crate) fn scalar_type(t: &Tensor) -> Result<c_int> {
     // SAFETY: `t` is a live tch tensor; the shim only reads its dtype.
     let st = unsafe { ab_scalar_type(raw(t)) };
     if st < 0 {
@@ -156,7 +263,7 @@ pub(crate) fn alias_host(owner: &Arc<HostOwner>) -> Result<Option<Tensor>> {
             sizes.len() as i64,
             sizes.as_ptr(),
             strides.as_ptr(),
-            crate::dtype::scalar_type(dtype),
+            scalar_type_code(dtype),
             dt,
             di,
             drop_host_owner,
@@ -180,12 +287,12 @@ pub(crate) fn aliases(t: &Tensor, owner: &HostOwner) -> bool {
     t.data_ptr().cast_const() == base
         && t.size() == sizes
         && t.stride() == strides
-        && scalar_type(t).ok() == Some(crate::dtype::scalar_type(d.dtype()))
+        && scalar_type(t).ok() == Some(scalar_type_code(d.dtype()))
 }
 
 /// A fresh standard-layout host array with the (logical) contents of `src` (any device, any
 /// strides), copied by torch. `dtype` must be the tensor's dtype.
-pub(crate) fn copy_to_host(src: &Tensor, dtype: DType) -> Result<bridge_core::HostData> {
+pub(crate) fn copy_to_host(src: &Tensor, dtype: DType) -> Result<HostData> {
     let shape: Vec<usize> = src
         .size()
         .iter()
@@ -215,7 +322,7 @@ pub(crate) fn copy_to_host(src: &Tensor, dtype: DType) -> Result<bridge_core::Ho
                 sizes.len() as i64,
                 sizes.as_ptr(),
                 strides.as_ptr(),
-                crate::dtype::scalar_type(dtype),
+                scalar_type_code(dtype),
                 dt,
                 di,
                 no_delete,
@@ -247,21 +354,14 @@ pub(crate) fn device_place(t: &Tensor) -> Place {
     }
 }
 
-/// Borrow a CPU tensor's elements as an ndarray view (no copy).
+/// Borrow a CPU tensor's elements as an ndarray view (no copy). The caller reports a dtype or
+/// device mismatch precisely (`storage::tensor_view`); they are checked again here because
+/// soundness depends on them.
 pub(crate) fn view<T: HostElement>(t: &Tensor) -> Result<ArrayViewD<'_, T>> {
-    let st = scalar_type(t)?;
-    let dtype = scalar_type_to_dtype(st)?;
-    if dtype != T::DTYPE {
-        return Err(BridgeError::DTypeMismatch {
-            expected: T::DTYPE,
-            found: dtype,
-            context: "bridge_torch::tensor_view".into(),
-        });
-    }
-    if device_place(t) != Place::Cpu {
+    if scalar_type(t)? != scalar_type_code(T::DTYPE) || device_place(t) != Place::Cpu {
         return Err(BridgeError::Unsupported(format!(
-            "tensor_view needs a CPU tensor, this one is on {:?}; convert it to torch:cpu first",
-            t.device()
+            "tensor_view needs a CPU tensor of {}",
+            T::DTYPE
         )));
     }
     let shape: Vec<usize> = t.size().iter().map(|&d| d.max(0) as usize).collect();
@@ -302,8 +402,16 @@ pub(crate) fn to_device(src: &Tensor, place: Place, non_blocking: bool) -> Resul
     wrap(raw, place, "torch to(device)")
 }
 
+/// The element size of a tensor's dtype, for error messages (1 when it has no dtype).
 fn scalar_type_of_size(t: &Tensor) -> u64 {
-    scalar_type_of(t).map(|d| d.size_of() as u64).unwrap_or(1)
+    if !t.defined() {
+        return 1;
+    }
+    scalar_type(t)
+        .ok()
+        .and_then(dtype_of_code)
+        .map(|d| d.size_of() as u64)
+        .unwrap_or(1)
 }
 
 /// A pinned, contiguous host copy of a CPU tensor.
@@ -413,7 +521,7 @@ struct ForeignBox<M> {
     ordinal: usize,
 }
 
-extern "C" fn drop_foreign<M: crate::cuda::ForeignCudaMemory>(ctx: *mut c_void) {
+extern "C" fn drop_foreign<M: ForeignCudaMemory>(ctx: *mut c_void) {
     // SAFETY: ctx is the `Box::into_raw` of `alias_cuda::<M>`, handed to torch, which calls
     // this deleter exactly once, when the last reference to the tensor storage goes.
     let owner = unsafe { Box::from_raw(ctx.cast::<ForeignBox<M>>()) };
@@ -430,7 +538,7 @@ extern "C" fn drop_foreign<M: crate::cuda::ForeignCudaMemory>(ctx: *mut c_void) 
 
 /// A CUDA tensor (C order) over device memory owned by `mem`, which torch keeps alive (and
 /// drops, after synchronising the device, when the last tensor reference goes).
-pub(crate) fn alias_cuda<M: crate::cuda::ForeignCudaMemory>(
+pub(crate) fn alias_cuda<M: ForeignCudaMemory>(
     mem: M,
     shape: &[usize],
     dtype: DType,
@@ -466,7 +574,7 @@ pub(crate) fn alias_cuda<M: crate::cuda::ForeignCudaMemory>(
             sizes.len() as i64,
             sizes.as_ptr(),
             strides.as_ptr(),
-            crate::dtype::scalar_type(dtype),
+            scalar_type_code(dtype),
             dt,
             di,
             drop_foreign::<M>,

@@ -44,6 +44,7 @@ pub mod convert;
 pub mod cuda;
 #[cfg(feature = "cuda-interop")]
 pub mod cuda_interop;
+mod cuda_state;
 pub mod dtype;
 pub mod error;
 mod ffi;

@@ -25,37 +25,15 @@
 //!   strided (a zero-copy alias of a transposed ndarray, a transposed torch tensor). The tensor's
 //!   own `stride()` is the truth, and every conversion out of torch honours it.
 
-use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bridge_core::{
-    Array, BridgeError, DType, Device, HostData, HostElement, MemoryType, Result, Storage,
-};
+use bridge_core::{Array, BridgeError, DType, Device, HostElement, MemoryType, Result, Storage};
 use ndarray::ArrayViewD;
 use tch::Tensor;
 
 use crate::dtype::dtype_of;
-use crate::ffi;
-
-/// The ndarray a zero-copy tensor aliases. Shared by the [`TorchStorage`] and the tensor's
-/// storage deleter; never handed out by reference.
-pub(crate) struct HostOwner(HostData);
-
-impl HostOwner {
-    /// Wrap an ndarray.
-    pub(crate) fn new(data: HostData) -> Self {
-        HostOwner(data)
-    }
-    /// The ndarray (crate-internal: only its layout and base pointer are read).
-    pub(crate) fn data(&self) -> &HostData {
-        &self.0
-    }
-    /// Take the ndarray back (only once no tensor aliases it: the `Arc` is unique).
-    pub(crate) fn into_data(self) -> HostData {
-        self.0
-    }
-}
+use crate::ffi::{self, HostOwner, Place};
 
 /// A torch tensor holding an [`Array`]'s data (on `torch:cpu` or `torch:cuda:N`).
 ///
@@ -208,15 +186,6 @@ impl Storage for TorchStorage {
     fn nbytes(&self) -> usize {
         self.shape.iter().product::<usize>() * self.dtype.size_of()
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
 }
 
 /// Wrap a tensor as an [`Array`] of memory type `torch` (no copy).
@@ -259,6 +228,20 @@ pub fn tensor_view<'a, T: HostElement>(tensor: &'a Tensor) -> Result<ArrayViewD<
             "tensor",
             "undefined tensor has no data",
         ));
+    }
+    let dtype = dtype_of(tensor)?;
+    if dtype != T::DTYPE {
+        return Err(BridgeError::DTypeMismatch {
+            expected: T::DTYPE,
+            found: dtype,
+            context: "bridge_torch::tensor_view".into(),
+        });
+    }
+    if ffi::device_place(tensor) != Place::Cpu {
+        return Err(BridgeError::Unsupported(format!(
+            "tensor_view needs a CPU tensor, this one is on {:?}; convert it to torch:cpu first",
+            tensor.device()
+        )));
     }
     ffi::view::<T>(tensor)
 }

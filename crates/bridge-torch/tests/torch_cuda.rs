@@ -8,12 +8,7 @@ use bridge_core::memory::MemoryInfo;
 use bridge_core::oom::{RetryPolicy, with_oom_retry};
 use bridge_core::{Array, BridgeError, DType, Device, MemoryType};
 use ndarray::{ArrayD, IxDyn};
-
-fn require_gpu() -> bool {
-    std::env::var("ARRAYBRIDGE_REQUIRE_GPU")
-        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-        .unwrap_or(false)
-}
+use test_support::require::{GPU as REQUIRE_GPU, skip};
 
 /// The GPU tests read allocator figures: run them one at a time.
 static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -23,11 +18,7 @@ static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn gpu_or_skip() -> Option<(Registry, std::sync::MutexGuard<'static, ()>)> {
     if bridge_torch::cuda_device_count() == 0 {
         let why = bridge_torch::cuda_unavailable_reason().unwrap_or_default();
-        assert!(
-            !require_gpu(),
-            "torch:cuda:0 is required (ARRAYBRIDGE_REQUIRE_GPU=1) but unavailable: {why}"
-        );
-        eprintln!("skipping torch CUDA test: {why}");
+        skip(Some(REQUIRE_GPU), "torch:cuda:0", why);
         return None;
     }
     let lock = GPU.lock().unwrap_or_else(|p| p.into_inner());

@@ -11,12 +11,7 @@ use bridge_cuda::{Gpu, storage_of};
 use bridge_torch::cuda_interop::{CudaToTorch, TorchToCuda};
 use bridge_torch::tch::{self, Tensor};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-
-fn require_gpu() -> bool {
-    std::env::var("ARRAYBRIDGE_REQUIRE_GPU")
-        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-        .unwrap_or(false)
-}
+use test_support::require::{GPU as REQUIRE_GPU, skip};
 
 static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -35,11 +30,7 @@ fn gpu_or_skip() -> Option<Env> {
         None
     };
     if let Some(why) = why {
-        assert!(
-            !require_gpu(),
-            "a GPU is required (ARRAYBRIDGE_REQUIRE_GPU=1) but unavailable: {why}"
-        );
-        eprintln!("skipping torch ↔ bridge-cuda test: {why}");
+        skip(Some(REQUIRE_GPU), "a GPU for torch ↔ bridge-cuda", why);
         return None;
     }
     let lock = GPU.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,9 +1,9 @@
-//! Device dispatch for detection and the seed-style [`LogDetector`].
+//! The detection back-end trait and its CPU implementation.
 //!
 //! A [`DetectBackend`] runs detection on a batch of frames. [`CpuBackend`] is the ndarray + rayon
-//! implementation (frames of a batch in parallel, scales of a frame in parallel). [`backend_for`]
-//! is the one place that maps a [`Device`] to a back end: `cuda:N` / `opencl:N` currently return
-//! [`BridgeError::BackendUnavailable`].
+//! implementation (frames of a batch in parallel, scales of a frame in parallel); the device
+//! implementation is [`super::gpu::GpuDetect`], and [`super::backend_for`] maps a [`Device`] to
+//! one of them.
 //!
 //! Slotting in a GPU back end: implement [`DetectBackend`] (upload the batch once, raw u16 if
 //! possible, and apply the prescale on the device), build the cube with the kernels of
@@ -13,17 +13,14 @@
 //! [`crate::detect::blob_log::peaks_and_prune`], or emit the 3×3×3 maxima with their responses,
 //! sort by (−response, raster index) and prune on the host with
 //! [`crate::detect::blob_log::prune_blobs`] (ascending (i, j) pair order). Report kernel-only
-//! time through [`DetectBackend::last_kernel_seconds`]; add the arm to [`backend_for`].
+//! time through [`DetectBackend::last_kernel_seconds`]; add the arm to [`super::backend_for`].
 
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::{Device, Result};
 use rayon::prelude::*;
 
-use super::blob_log::{
-    Accumulate, Blob, BlobLogParams, Prescale, blob_log_frame, blob_log_frame_acc,
-};
+use super::FrameView;
+use super::blob_log::{Accumulate, Blob, BlobLogParams, blob_log_frame, blob_log_frame_acc};
 use super::locate::{Feature, LocateParams, locate};
-use super::refine::{RefineParams, Refined, refine_blobs};
-use super::{FrameView, Movie};
 
 /// Detection on one device, a batch of frames at a time.
 pub trait DetectBackend: Send + Sync {
@@ -97,255 +94,4 @@ impl DetectBackend for CpuBackend {
         p.validate()?;
         frames.par_iter().map(|f| locate(*f, p)).collect()
     }
-}
-
-/// The detection back end for a device: `cpu`; `cuda:N` and `opencl:N` with the `cuda` /
-/// `opencl` features (the device back ends of `detect::gpu`), otherwise they report
-/// [`BridgeError::BackendUnavailable`]; other devices are [`BridgeError::Unsupported`].
-pub fn backend_for(device: Device) -> Result<Box<dyn DetectBackend>> {
-    match device {
-        Device::Cpu => Ok(Box::new(CpuBackend)),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(n) => Ok(Box::new(super::gpu::CudaDetect::new(n)?)),
-        #[cfg(not(feature = "cuda"))]
-        Device::Cuda(_) => Err(BridgeError::unavailable(
-            "cuda",
-            format!(
-                "particle detection has no CUDA back end in this build (asked for {device}); use --device cpu"
-            ),
-        )),
-        #[cfg(feature = "opencl")]
-        Device::OpenCl(n) => Ok(Box::new(super::gpu::OpenClDetect::new(n)?)),
-        #[cfg(not(feature = "opencl"))]
-        Device::OpenCl(_) => Err(BridgeError::unavailable(
-            "opencl",
-            format!(
-                "particle detection has no OpenCL back end in this build (asked for {device}); use --device cpu"
-            ),
-        )),
-        other => Err(BridgeError::Unsupported(format!(
-            "particle detection on device {other}"
-        ))),
-    }
-}
-
-/// One detection in the seed's vocabulary (spec §4), plus the LoG response and the optional
-/// refinement.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Particle {
-    /// Frame index.
-    pub frame: u32,
-    /// Column (integer pixel of the LoG maximum).
-    pub x: f64,
-    /// Row (integer pixel of the LoG maximum).
-    pub y: f64,
-    /// `2 · response`: an estimate of the peak amplitude in prescaled units (spec §1.4).
-    pub intensity: f64,
-    /// σ of the detecting scale.
-    pub sigma: f64,
-    /// `intensity / noise`, noise = 1.4826·MAD of the prescaled frame (an estimate; the MAD is
-    /// taken on every 4th pixel).
-    pub snr: f64,
-    /// `(rows, cols)` of the frame.
-    pub frame_size: (u32, u32),
-    /// Track id once linked.
-    pub id: Option<i64>,
-    /// The cube value at the maximum.
-    pub response: f64,
-    /// Sub-pixel refinement and measures, when requested.
-    pub refined: Option<Refined>,
-}
-
-/// The seed's LoG detector: `LogDetector { min_sigma: 1, max_sigma: 3, threshold_rel: 0.2,
-/// batch_size: 4, .. }`. `threshold` defaults to `None` (no hidden absolute 0.2, spec §4).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogDetector {
-    /// Smallest σ.
-    pub min_sigma: f64,
-    /// Largest σ.
-    pub max_sigma: f64,
-    /// Number of scales.
-    pub num_sigma: usize,
-    /// Absolute threshold (`None` = cube minimum).
-    pub threshold: Option<f64>,
-    /// Relative threshold.
-    pub threshold_rel: Option<f64>,
-    /// Pruning overlap.
-    pub overlap: f64,
-    /// Logarithmic scales.
-    pub log_scale: bool,
-    /// Border exclusion `(rows, cols)`.
-    pub exclude_border: (usize, usize),
-    /// Input scaling.
-    pub prescale: Prescale,
-    /// Frames per batch (changes no result).
-    pub batch_size: usize,
-    /// Run sub-pixel refinement.
-    pub refine: Option<RefineParams>,
-    /// LoG accumulation: exact f64 (default) or fast f32.
-    pub accumulate: Accumulate,
-}
-
-impl Default for LogDetector {
-    fn default() -> Self {
-        LogDetector {
-            min_sigma: 1.0,
-            max_sigma: 3.0,
-            num_sigma: 10,
-            threshold: None,
-            threshold_rel: Some(0.2),
-            overlap: 0.5,
-            log_scale: false,
-            exclude_border: (0, 0),
-            prescale: Prescale::Legacy,
-            batch_size: 4,
-            refine: None,
-            accumulate: Accumulate::F64,
-        }
-    }
-}
-
-impl LogDetector {
-    /// The equivalent `blob_log` parameters.
-    pub fn params(&self) -> BlobLogParams {
-        BlobLogParams {
-            min_sigma: self.min_sigma,
-            max_sigma: self.max_sigma,
-            num_sigma: self.num_sigma,
-            threshold: self.threshold,
-            threshold_rel: self.threshold_rel,
-            overlap: self.overlap,
-            log_scale: self.log_scale,
-            exclude_border: self.exclude_border,
-            prescale: self.prescale,
-        }
-    }
-
-    /// Detect every frame of `movie` on `device`.
-    pub fn detect_movie(&self, movie: &Movie, device: Device) -> Result<Vec<Particle>> {
-        let backend = backend_for(device)?;
-        self.detect_movie_with(movie, backend.as_ref(), |_| {})
-    }
-
-    /// Host memory of one batch: each frame in flight holds its f64 scale space (`num_sigma`
-    /// images) plus a few f64 work images; a [`BridgeError::TooLarge`] naming the parameters
-    /// when that does not fit (before anything is allocated).
-    pub fn check_memory(&self, h: usize, w: usize, frames: usize) -> Result<()> {
-        let in_flight = self.batch_size.min(frames).max(1);
-        let images = (self.num_sigma as u64).saturating_add(4);
-        let bytes =
-            bridge_core::host::checked_product(&[in_flight as u64, images, h as u64, w as u64, 8])
-                .unwrap_or(u64::MAX);
-        bridge_core::host::check_allocation(
-            bytes,
-            &format!(
-                "blob_log with {} scales (--num-sigma) on {in_flight} frame(s) of {h}x{w} at once \
-                 (--batch-size)",
-                self.num_sigma
-            ),
-            "use fewer scales or a smaller batch",
-        )
-    }
-
-    /// Detect with an explicit back end; `progress(frames_done)` is called after each batch.
-    pub fn detect_movie_with(
-        &self,
-        movie: &Movie,
-        backend: &dyn DetectBackend,
-        mut progress: impl FnMut(usize),
-    ) -> Result<Vec<Particle>> {
-        let p = self.params();
-        p.validate()?;
-        if self.batch_size == 0 {
-            return Err(BridgeError::invalid_argument(
-                "batch_size",
-                "must be at least 1",
-            ));
-        }
-        if movie.is_empty() {
-            return Err(BridgeError::InvalidInput("the movie has no frame".into()));
-        }
-        let frames = movie.frames();
-        let (h, w) = frames[0].dim();
-        self.check_memory(h, w, frames.len())?;
-        let mut out = Vec::new();
-        let mut done = 0usize;
-        for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
-            let t_batch = std::time::Instant::now();
-            let results = backend
-                .blob_log_batch_acc(batch, &p, self.accumulate)
-                .map_err(|e| match e {
-                    BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
-                        "in frames {}..{}: {m}",
-                        bi * self.batch_size,
-                        bi * self.batch_size + batch.len()
-                    )),
-                    other => other,
-                })?;
-            let t_host = std::time::Instant::now();
-            let blob_s = t_host.duration_since(t_batch).as_secs_f64();
-            let extra: Vec<(f64, Option<Vec<Refined>>)> = batch
-                .par_iter()
-                .zip(results.par_iter())
-                .map(|(f, blobs)| {
-                    let noise = frame_noise(f, self.prescale);
-                    let refined = self.refine.as_ref().map(|rp| refine_blobs(*f, blobs, rp));
-                    (noise, refined)
-                })
-                .collect();
-            for (k, (blobs, (noise, refined))) in results.into_iter().zip(extra).enumerate() {
-                let frame = (bi * self.batch_size + k) as u32;
-                for (j, b) in blobs.iter().enumerate() {
-                    let intensity = 2.0 * b.response;
-                    out.push(Particle {
-                        frame,
-                        x: b.x,
-                        y: b.y,
-                        intensity,
-                        sigma: b.sigma,
-                        snr: if noise > 0.0 {
-                            intensity / noise
-                        } else {
-                            f64::INFINITY
-                        },
-                        frame_size: (h as u32, w as u32),
-                        id: None,
-                        response: b.response,
-                        refined: refined.as_ref().map(|r| r[j]),
-                    });
-                }
-            }
-            super::trace(|| {
-                format!(
-                    "detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
-                    batch.len(),
-                    t_host.elapsed().as_secs_f64()
-                )
-            });
-            done += batch.len();
-            progress(done);
-        }
-        Ok(out)
-    }
-}
-
-/// 1.4826 · MAD of the prescaled frame, on every 4th pixel.
-fn frame_noise(f: &FrameView<'_>, prescale: Prescale) -> f64 {
-    let mut v: Vec<f64> = match super::blob_log::convert_frame(f, prescale) {
-        Ok(super::blob_log::Converted::F32(v)) => {
-            v.iter().step_by(4).map(|&x| f64::from(x)).collect()
-        }
-        Ok(super::blob_log::Converted::F64(v)) => v.iter().step_by(4).copied().collect(),
-        Err(_) => return f64::NAN,
-    };
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let cmp = |a: &f64, b: &f64| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal);
-    let mid = v.len() / 2;
-    let med = *v.select_nth_unstable_by(mid, cmp).1;
-    for x in &mut v {
-        *x = (*x - med).abs();
-    }
-    1.4826 * *v.select_nth_unstable_by(mid, cmp).1
 }

@@ -93,15 +93,17 @@ const BLOB_LOG_SRC: &str = r#"
 
 /* Input conversion of raw integer frames (spec 1.2/1.3), in ACC as the CPU does it in f64:
    mode 0: v * k (Legacy: k = 1/dtype_max; None: k = 1); mode 1: (v - c) / k (MinMax, Range;
-   k = d - c). pp[2f] = c, pp[2f + 1] = k for frame f. Launched over (plane, frames). */
+   k = d - c). pp[2f] = c, pp[2f + 1] = k for frame f. Launched over (plane, frames); frame f
+   of the output is frame f0 + f of raw (a caller's device-resident movie, read in place). */
 #define PRESCALE_KERNEL(NAME, T)                                                         \
 KERNEL NAME(GLOBAL const T* RESTRICT raw, GLOBAL const ACC* RESTRICT pp,                 \
-            GLOBAL REAL* RESTRICT img, const uint plane, const uint nf, const uint mode) { \
+            GLOBAL REAL* RESTRICT img, const uint plane, const uint nf, const uint mode, \
+            const uint f0) {                                                             \
     size_t i = GID(0);                                                                   \
     size_t f = GID(1);                                                                   \
     if (i >= plane || f >= nf) return;                                                   \
     size_t o = f * plane + i;                                                            \
-    ACC v = (ACC)raw[o];                                                                 \
+    ACC v = (ACC)raw[((size_t)f0 + f) * plane + i];                                      \
     ACC r = mode == 0 ? MUL_RN(v, pp[2 * f + 1])                                         \
                       : DIV_RN(ADD_RN(v, -pp[2 * f]), pp[2 * f + 1]);                    \
     img[o] = (REAL)r;                                                                    \

@@ -8,17 +8,29 @@
 
 pub mod backend;
 pub mod blob_log;
+pub mod detector;
+pub mod dispatch;
 pub mod filters;
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 pub mod gpu;
+pub mod input;
 pub mod kernels;
 pub mod locate;
 pub mod real;
 pub mod refine;
 pub mod synth;
 
-pub use backend::{CpuBackend, DetectBackend, LogDetector, Particle, backend_for};
+pub use backend::{CpuBackend, DetectBackend};
 pub use blob_log::{Accumulate, Blob, BlobLogParams, Prescale, blob_log, blob_log_frame};
+pub use detector::{LogDetector, Particle};
+pub use dispatch::backend_for;
+#[cfg(feature = "cuda")]
+pub use gpu::CudaDetect;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+pub use gpu::GpuDetect;
+#[cfg(feature = "opencl")]
+pub use gpu::OpenClDetect;
+pub use input::blob_log_array;
 pub use locate::{Feature, LocateParams, locate};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};

@@ -1,9 +1,9 @@
-//! Device dispatch for PACO.
+//! The PACO back-end trait and its CPU implementation.
 //!
 //! A backend implements the two passes of the algorithm on its device: full-grid maps and the
-//! `phi0s` subset. The CPU backend is always present; the OpenCL and CUDA backends
-//! (`OpenClPaco`, `CudaPaco` in `paco/gpu.rs`, behind the crate features `opencl` / `cuda`, one
-//! portable kernel source in [`super::gpu_kernels`]) are selected by [`backend_for`].
+//! `phi0s` subset. The CPU backend is always present; the device backend is
+//! `GpuPaco<E>` (`paco/gpu/`, one portable kernel source in [`super::gpu_kernels`]), and
+//! [`super::backend_for`] maps a device to one of them.
 //!
 //! The CPU data flow, which a device backend mirrors kernel by kernel (everything it needs is on
 //! [`PacoJob`]: `cube()`, `angles()`, `geometry()`, `disk()`, `centred_template()`,
@@ -22,10 +22,12 @@
 //! Devices should use `bridge_core::oom::run_batched` with `SplitBatch` over bands/batches of
 //! `batch_size` φ0 so an out-of-memory error splits the work instead of failing.
 
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::Result;
 use ndarray::Array2;
 
-use super::{PacoJob, Strategy, SubPixel, cpu};
+use super::cpu;
+use super::job::PacoJob;
+use super::settings::{Strategy, SubPixel};
 
 /// One implementation of the PACO passes.
 pub trait PacoBackend: Send + Sync {
@@ -55,32 +57,6 @@ impl PacoBackend for CpuBackend {
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        cpu::bucket_ab(job, &super::kernels::Trajectories::Grid(phi0s))
-    }
-}
-
-/// The backend for `device`: the CPU, and OpenCL / CUDA devices when the crate is built with
-/// the `opencl` / `cuda` feature (`OpenClPaco` / `CudaPaco`, see `paco/gpu.rs`; without the
-/// feature those devices report [`BridgeError::BackendUnavailable`]).
-pub fn backend_for(device: Device) -> Result<Box<dyn PacoBackend>> {
-    match device {
-        Device::Cpu => Ok(Box::new(CpuBackend)),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(n) => Ok(Box::new(super::gpu::CudaPaco::new(n)?)),
-        #[cfg(not(feature = "cuda"))]
-        Device::Cuda(_) => Err(BridgeError::unavailable(
-            "cuda",
-            "PACO's CUDA backend needs the `cuda` feature (use --device cpu)",
-        )),
-        #[cfg(feature = "opencl")]
-        Device::OpenCl(n) => Ok(Box::new(super::gpu::OpenClPaco::new(n)?)),
-        #[cfg(not(feature = "opencl"))]
-        Device::OpenCl(_) => Err(BridgeError::unavailable(
-            "opencl",
-            "PACO's OpenCL backend needs the `opencl` feature (use --device cpu)",
-        )),
-        other => Err(BridgeError::Unsupported(format!(
-            "PACO does not run on {other}"
-        ))),
+        cpu::bucket_ab(job, &super::simd::Trajectories::Grid(phi0s))
     }
 }

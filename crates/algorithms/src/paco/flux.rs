@@ -5,9 +5,10 @@ use bridge_core::Result;
 use ndarray::{Array2, ArrayView1, ArrayView2, ArrayView3};
 use rayon::prelude::*;
 
+use super::job::PacoJob;
 use super::psf::VipShifter;
+use super::settings::PacoParams;
 use super::stats::{Scratch, dot, forward2, shrink_and_factor};
-use super::{PacoJob, PacoParams};
 
 /// Iteration settings of [`unbiased_flux`].
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,7 +2,7 @@
 
 use std::f64::consts::PI;
 
-use super::{EdgeRule, Rounding};
+use super::settings::{EdgeRule, Rounding};
 
 /// The patch disk `D_R = {(dy, dx) : dy² + dx² ≤ R²}` in row-major order (dy outer, dx inner).
 pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {

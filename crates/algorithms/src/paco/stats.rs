@@ -10,7 +10,7 @@ use bridge_core::{BridgeError, Device, Result};
 use ndarray::ArrayView3;
 use rayon::prelude::*;
 
-use super::Variant;
+use super::settings::Variant;
 
 /// Centred cube and the index tables shared by all kernels.
 #[derive(Debug)]

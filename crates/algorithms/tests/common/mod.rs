@@ -4,75 +4,18 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// `fixtures/detect/<rel>` (see [`bridge_core::fixtures::dir`]).
+/// `fixtures/detect/<rel>` (see [`test_support::fixtures::dir`]).
 pub fn fixture(rel: &str) -> PathBuf {
-    bridge_core::fixtures::path("detect").join(rel)
+    test_support::fixtures::path("detect").join(rel)
 }
 
-/// A loaded `.npy` (little-endian, C order).
-pub struct Npy {
-    pub descr: String,
-    pub shape: Vec<usize>,
-    pub data: Vec<u8>,
-}
+/// A loaded `.npy` (little-endian, C order): the reader of `test_support::npy`.
+pub use test_support::npy::Npy;
 
-impl Npy {
-    pub fn f64s(&self) -> Vec<f64> {
-        assert_eq!(self.descr, "<f8");
-        self.data
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    }
-    pub fn f32s(&self) -> Vec<f32> {
-        assert_eq!(self.descr, "<f4");
-        self.data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    }
-    pub fn u16s(&self) -> Vec<u16> {
-        assert_eq!(self.descr, "<u2");
-        self.data
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    }
-}
-
+/// `fixtures/detect/<rel>` as a loaded `.npy`.
 pub fn load_npy(rel: &str) -> Npy {
     let bytes = std::fs::read(fixture(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
-    assert_eq!(&bytes[..6], b"\x93NUMPY");
-    let (hlen, start) = if bytes[6] == 1 {
-        (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
-    } else {
-        (
-            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
-            12,
-        )
-    };
-    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
-    let descr = header
-        .split("'descr':")
-        .nth(1)
-        .unwrap()
-        .split('\'')
-        .nth(1)
-        .unwrap()
-        .to_string();
-    assert!(header.contains("'fortran_order': False"));
-    let shape_txt = header.split("'shape':").nth(1).unwrap();
-    let shape_txt = &shape_txt[shape_txt.find('(').unwrap() + 1..shape_txt.find(')').unwrap()];
-    let shape = shape_txt
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
-    Npy {
-        descr,
-        shape,
-        data: bytes[start + hlen..].to_vec(),
-    }
+    Npy::parse(&bytes, rel)
 }
 
 /// A CSV table of strings with a header.

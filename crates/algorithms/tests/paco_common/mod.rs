@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
 
-/// `fixtures/paco` (see [`bridge_core::fixtures::dir`]).
+/// `fixtures/paco` (see [`test_support::fixtures::dir`]).
 pub fn fixtures() -> PathBuf {
-    bridge_core::fixtures::path("paco")
+    test_support::fixtures::path("paco")
 }
 
 /// Read the primary image of a FITS file as f64 (C order).

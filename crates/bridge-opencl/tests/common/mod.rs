@@ -1,4 +1,4 @@
-//! Shared test helpers: find an OpenCL device or skip.
+//! Shared test helpers: find an OpenCL device or skip (the rule of `test_support::require`).
 
 #![allow(dead_code)]
 
@@ -8,25 +8,18 @@ use bridge_core::Device;
 use bridge_core::backend::Backend;
 use bridge_core::convert::Registry;
 use bridge_opencl::OpenClBackend;
+use test_support::require::{OPENCL, or_skip};
 
 /// A fresh backend and its first device, or `None` (test skipped) when OpenCL has no device.
 /// With `ARRAYBRIDGE_REQUIRE_OPENCL=1` a missing device fails the test instead.
 pub fn device() -> Option<(Arc<OpenClBackend>, Device)> {
     let backend = bridge_opencl::backend();
-    match backend.devices() {
-        Ok(d) if !d.is_empty() => Some((backend, d[0].device)),
-        other => {
-            let why = match other {
-                Ok(_) => "no device".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            if std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").is_ok_and(|v| v == "1") {
-                panic!("ARRAYBRIDGE_REQUIRE_OPENCL=1 but OpenCL is unavailable: {why}");
-            }
-            eprintln!("note: skipping OpenCL test, no OpenCL device: {why}");
-            None
-        }
-    }
+    let probe = match backend.devices() {
+        Ok(d) if !d.is_empty() => Ok(d[0].device),
+        Ok(_) => Err("no device".to_owned()),
+        Err(e) => Err(e.to_string()),
+    };
+    or_skip(OPENCL, "an OpenCL device", probe).map(|d| (backend, d))
 }
 
 /// A registry with this backend registered.

@@ -1,0 +1,69 @@
+//! Conversion of a frame to the working type (f32 for f32 input, f64 otherwise) according to
+//! its [`Prescale`] (spec §1.2, §1.3).
+
+use bridge_core::{BridgeError, Result};
+
+use super::params::Prescale;
+use crate::detect::FrameView;
+
+/// The frame converted to the working type according to `prescale`.
+pub enum Converted {
+    /// Working type f32.
+    F32(Vec<f32>),
+    /// Working type f64.
+    F64(Vec<f64>),
+}
+
+fn min_max(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
+}
+
+/// Convert a frame to the working type (spec §1.2, §1.3).
+pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Converted> {
+    let range = match prescale {
+        Prescale::MinMax => {
+            let (lo, hi) = match frame {
+                FrameView::U8(a) => min_max(a.iter().map(|&v| f64::from(v))),
+                FrameView::U16(a) => min_max(a.iter().map(|&v| f64::from(v))),
+                FrameView::F32(a) => min_max(a.iter().map(|&v| f64::from(v))),
+                FrameView::F64(a) => min_max(a.iter().copied()),
+            };
+            if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
+                return Err(BridgeError::InvalidInput(format!(
+                    "prescale minmax needs min < max, but the frame is constant ({lo})"
+                )));
+            }
+            Some((lo, hi))
+        }
+        Prescale::Range(c, d) => Some((c, d)),
+        _ => None,
+    };
+    Ok(match (frame, prescale, range) {
+        (FrameView::U8(a), Prescale::Legacy, _) => {
+            let s = 1.0 / 255.0;
+            Converted::F64(a.iter().map(|&v| f64::from(v) * s).collect())
+        }
+        (FrameView::U16(a), Prescale::Legacy, _) => {
+            let s = 1.0 / 65535.0;
+            Converted::F64(a.iter().map(|&v| f64::from(v) * s).collect())
+        }
+        (FrameView::F32(a), Prescale::Legacy | Prescale::None, _) => {
+            Converted::F32(a.iter().copied().collect())
+        }
+        (FrameView::F64(a), Prescale::Legacy | Prescale::None, _) => {
+            Converted::F64(a.iter().copied().collect())
+        }
+        (FrameView::F32(a), _, Some((c, d))) => {
+            let (c, d) = (c as f32, d as f32);
+            let span = d - c;
+            Converted::F32(a.iter().map(|&v| (v - c) / span).collect())
+        }
+        (f, _, Some((c, d))) => {
+            let span = d - c;
+            Converted::F64(f.to_f64_vec().into_iter().map(|v| (v - c) / span).collect())
+        }
+        (f, _, None) => Converted::F64(f.to_f64_vec()),
+    })
+}

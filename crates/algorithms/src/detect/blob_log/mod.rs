@@ -1,0 +1,187 @@
+//! `skimage.feature.blob_log` (scikit-image 0.26) on 2-D frames, plus the `prescale` extension.
+//!
+//! Pipeline (spec §1): input conversion → σ list → scale-space cube
+//! `cube[i] = −σ_i²·(L_yy + L_xx)` → threshold → 3×3×3 local maxima (`nearest` edges, plateaus
+//! included) → border exclusion (spatial axes only) → stable sort by descending response →
+//! overlap pruning over the pairs in **ascending lexicographic (i, j) order**.
+//!
+//! The working type is f32 for f32 input and f64 otherwise; every intermediate is rounded where
+//! NumPy rounds it, including the σ list (NumPy's float32 `linspace`) and the pruning arithmetic
+//! (float32 for float32 input), so the fixture blob sets are reproduced exactly.
+//!
+//! Only isotropic σ on 2-D frames is implemented.
+//!
+//! The settings and the σ list are in `params.rs`, the input conversion in `convert.rs`, the
+//! scale-space cube with its threshold and local maxima in `scale_space.rs`, the overlap pruning
+//! in `prune.rs`; this file holds the results and the drivers that chain them.
+
+mod convert;
+mod params;
+mod prune;
+mod scale_space;
+
+use bridge_core::{BridgeError, Result};
+
+use super::FrameView;
+use super::real::{Real, give_buf};
+use scale_space::{find_peaks, threshold_of};
+
+pub use convert::{Converted, convert_frame};
+pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
+pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};
+pub use scale_space::{Accumulate, log_cube, log_cube_acc};
+
+/// One detection: integer position, σ of its scale and the cube value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Blob {
+    /// Row (an integer value).
+    pub y: f64,
+    /// Column (an integer value).
+    pub x: f64,
+    /// σ of the scale (in the working type, widened).
+    pub sigma: f64,
+    /// Cube value at the peak (LoG response, spec §1.9).
+    pub response: f64,
+    /// Index of the scale in the σ list.
+    pub scale_index: usize,
+}
+
+/// Everything `blob_log` computes for one frame in the working type.
+#[derive(Debug, Clone)]
+pub struct BlobLogDiag {
+    /// Candidates before pruning, in candidate order.
+    pub candidates: Vec<Blob>,
+    /// Survivors, in candidate order.
+    pub blobs: Vec<Blob>,
+    /// Effective threshold.
+    pub threshold: f64,
+    /// Cube minimum.
+    pub cube_min: f64,
+    /// Cube maximum.
+    pub cube_max: f64,
+}
+
+/// Run the whole pipeline on a frame already in the working type.
+pub fn blob_log_typed<T: Real>(
+    image: &[T],
+    h: usize,
+    w: usize,
+    p: &BlobLogParams,
+) -> Result<BlobLogDiag> {
+    blob_log_typed_acc(image, h, w, p, Accumulate::F64)
+}
+
+/// [`blob_log_typed`] with a chosen accumulation.
+pub fn blob_log_typed_acc<T: Real>(
+    image: &[T],
+    h: usize,
+    w: usize,
+    p: &BlobLogParams,
+    acc: Accumulate,
+) -> Result<BlobLogDiag> {
+    p.validate()?;
+    if h == 0 || w == 0 || image.len() != h * w {
+        return Err(BridgeError::shape_mismatch(
+            h * w,
+            image.len(),
+            "blob_log frame",
+        ));
+    }
+    let sigmas = p.sigma_list::<T>();
+    let cube = log_cube_acc(image, h, w, &sigmas, acc);
+    let out = peaks_and_prune(&cube, h, w, &sigmas, p);
+    give_buf(cube);
+    Ok(out)
+}
+
+/// The post-cube part of the pipeline (threshold, peaks, order, pruning); shared with device
+/// back ends that compute the cube themselves.
+pub fn peaks_and_prune<T: Real>(
+    cube: &[T],
+    h: usize,
+    w: usize,
+    sigmas: &[T],
+    p: &BlobLogParams,
+) -> BlobLogDiag {
+    let ns = sigmas.len();
+    let (thr, lo, hi) = threshold_of(cube, p);
+    let mut cands = if lo == hi || lo.is_nan() || hi.is_nan() {
+        Vec::new()
+    } else {
+        find_peaks(cube, h, w, ns, thr, p.exclude_border)
+    };
+    cands.sort_by(|a, b| b.v.partial_cmp(&a.v).unwrap_or(std::cmp::Ordering::Equal));
+    let typed: Vec<(T, T, T)> = cands
+        .iter()
+        .map(|c| {
+            (
+                T::from_f64(c.y as f64),
+                T::from_f64(c.x as f64),
+                sigmas[c.s],
+            )
+        })
+        .collect();
+    let keep = prune_blobs(&typed, p.overlap);
+    let candidates: Vec<Blob> = cands
+        .iter()
+        .map(|c| Blob {
+            y: c.y as f64,
+            x: c.x as f64,
+            sigma: sigmas[c.s].to_f64(),
+            response: c.v.to_f64(),
+            scale_index: c.s,
+        })
+        .collect();
+    let blobs = candidates
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(b, _)| *b)
+        .collect();
+    BlobLogDiag {
+        candidates,
+        blobs,
+        threshold: thr.to_f64(),
+        cube_min: lo.to_f64(),
+        cube_max: hi.to_f64(),
+    }
+}
+
+/// `blob_log` on one frame with full diagnostics (candidates, threshold, cube extrema).
+pub fn blob_log_diag(frame: FrameView<'_>, p: &BlobLogParams) -> Result<BlobLogDiag> {
+    blob_log_diag_acc(frame, p, Accumulate::F64)
+}
+
+/// [`blob_log_diag`] with a chosen accumulation.
+pub fn blob_log_diag_acc(
+    frame: FrameView<'_>,
+    p: &BlobLogParams,
+    acc: Accumulate,
+) -> Result<BlobLogDiag> {
+    p.validate()?;
+    frame.validate()?;
+    let (h, w) = frame.dim();
+    match convert_frame(&frame, p.prescale)? {
+        Converted::F32(v) => blob_log_typed_acc(&v, h, w, p, acc),
+        Converted::F64(v) => blob_log_typed_acc(&v, h, w, p, acc),
+    }
+}
+
+/// [`blob_log_frame`] with a chosen accumulation.
+pub fn blob_log_frame_acc(
+    frame: FrameView<'_>,
+    p: &BlobLogParams,
+    acc: Accumulate,
+) -> Result<Vec<Blob>> {
+    Ok(blob_log_diag_acc(frame, p, acc)?.blobs)
+}
+
+/// `blob_log` on one frame: the surviving blobs in candidate order.
+pub fn blob_log_frame(frame: FrameView<'_>, p: &BlobLogParams) -> Result<Vec<Blob>> {
+    Ok(blob_log_diag(frame, p)?.blobs)
+}
+
+/// `blob_log` on a 2-D f64 array view (convenience, f64 working type).
+pub fn blob_log(image: ndarray::ArrayView2<'_, f64>, p: &BlobLogParams) -> Result<Vec<Blob>> {
+    blob_log_frame(FrameView::F64(image), p)
+}

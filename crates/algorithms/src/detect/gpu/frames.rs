@@ -1,0 +1,267 @@
+//! How frames reach the device: host frames grouped in runs of equal shape and pixel type
+//! (floats converted on the host, raw integers packed in parallel and converted on the device),
+//! or a device-resident movie read in place.
+
+use bridge_core::exec::Executor;
+use bridge_core::{BridgeError, Result};
+use rayon::prelude::*;
+
+use super::super::FrameView;
+use super::super::blob_log::{BlobLogParams, Converted, Prescale, convert_frame};
+use super::super::trace;
+use super::pipeline::{Input, Prescaling, RunOut, run_typed};
+use super::{DevicePrecision, GpuDetectConfig};
+
+/// How a frame reaches the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Converted on the host, working type f32.
+    HostF32,
+    /// Converted on the host, working type f64.
+    HostF64,
+    /// Raw u8, converted on the device (working type f64).
+    RawU8,
+    /// Raw u16, converted on the device (working type f64).
+    RawU16,
+}
+
+fn kind_of(f: &FrameView<'_>) -> Kind {
+    match f {
+        FrameView::U8(_) => Kind::RawU8,
+        FrameView::U16(_) => Kind::RawU16,
+        FrameView::F32(_) => Kind::HostF32,
+        FrameView::F64(_) => Kind::HostF64,
+    }
+}
+
+/// `(mode, c, k)` of the device conversion of an integer frame, with the CPU's arithmetic
+/// ([`convert_frame`]); the CPU's error for `MinMax` on a constant frame.
+fn raw_params(f: &FrameView<'_>, prescale: Prescale) -> Result<(u32, f64, f64)> {
+    let (lo, hi, dmax) = match f {
+        FrameView::U8(a) => {
+            let (lo, hi) = a
+                .iter()
+                .fold((u8::MAX, u8::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+            (f64::from(lo), f64::from(hi), 255.0)
+        }
+        FrameView::U16(a) => {
+            let (lo, hi) = a
+                .iter()
+                .fold((u16::MAX, u16::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+            (f64::from(lo), f64::from(hi), 65535.0)
+        }
+        _ => {
+            return Err(BridgeError::invalid_argument(
+                "frame",
+                "device prescale takes u8 or u16 frames",
+            ));
+        }
+    };
+    match prescale {
+        Prescale::Legacy => Ok((0, 0.0, 1.0 / dmax)),
+        Prescale::None => Ok((0, 0.0, 1.0)),
+        Prescale::MinMax => {
+            if lo < hi {
+                Ok((1, lo, hi - lo))
+            } else {
+                // the CPU's error message
+                match convert_frame(f, prescale) {
+                    Err(e) => Err(e),
+                    Ok(_) => Err(BridgeError::InvalidInput(format!(
+                        "prescale minmax needs min < max, but the frame is constant ({lo})"
+                    ))),
+                }
+            }
+        }
+        Prescale::Range(c, d) => Ok((1, c, d - c)),
+    }
+}
+
+/// Group into runs of equal shape and kind, run each on the device (one upload per run).
+pub(super) fn run_frames<E: Executor>(
+    e: &E,
+    frames: &[FrameView<'_>],
+    p: &BlobLogParams,
+    cfg: &GpuDetectConfig,
+    want_cube: bool,
+) -> Result<RunOut> {
+    p.validate()?;
+    for f in frames {
+        f.validate()?;
+    }
+    let mut out = RunOut {
+        blobs: Vec::with_capacity(frames.len()),
+        cubes: want_cube.then(Vec::new),
+        kernel_s: 0.0,
+    };
+    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
+    let mut i = 0;
+    while i < frames.len() {
+        let dim = frames[i].dim();
+        let kind = kind_of(&frames[i]);
+        let mut j = i + 1;
+        // CUDA grids: at most 65535 frames along y in the prescale launch
+        while j < frames.len()
+            && j - i < 65_535
+            && frames[j].dim() == dim
+            && kind_of(&frames[j]) == kind
+        {
+            j += 1;
+        }
+        let run = &frames[i..j];
+        let (h, w) = dim;
+        let n = run.len();
+        let res = match kind {
+            Kind::HostF32 | Kind::HostF64 => {
+                let converted: Vec<Converted> = run
+                    .par_iter()
+                    .map(|f| convert_frame(f, p.prescale))
+                    .collect::<Result<_>>()?;
+                if kind == Kind::HostF32 {
+                    let imgs: Vec<Vec<f32>> = converted
+                        .into_iter()
+                        .map(|c| match c {
+                            Converted::F32(v) => v,
+                            Converted::F64(v) => v.iter().map(|&x| x as f32).collect(),
+                        })
+                        .collect();
+                    run_typed::<E, f32, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                } else {
+                    let imgs: Vec<Vec<f64>> = converted
+                        .into_iter()
+                        .map(|c| match c {
+                            Converted::F64(v) => v,
+                            Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                        })
+                        .collect();
+                    if f64_cube {
+                        run_typed::<E, f64, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                    } else {
+                        run_typed::<E, f64, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                    }
+                }
+            }
+            Kind::RawU8 | Kind::RawU16 => {
+                let t_pack = std::time::Instant::now();
+                let px = if kind == Kind::RawU8 { 1 } else { 2 };
+                let fb = h * w * px;
+                // per-frame prescale parameters and little-endian pixels, in parallel
+                let pr: Vec<(u32, f64, f64)> = run
+                    .par_iter()
+                    .map(|f| raw_params(f, p.prescale))
+                    .collect::<Result<_>>()?;
+                let mode = pr.last().map_or(0, |r| r.0);
+                let params: Vec<(f64, f64)> = pr.iter().map(|r| (r.1, r.2)).collect();
+                let mut bytes = vec![0u8; n * fb];
+                bytes
+                    .par_chunks_mut(fb.max(1))
+                    .zip(run.par_iter())
+                    .for_each(|(dst, f)| pack_le(f, dst));
+                trace(|| {
+                    format!(
+                        "detect: pack {n} raw frames {:.3} s",
+                        t_pack.elapsed().as_secs_f64()
+                    )
+                });
+                let pre = Prescaling {
+                    entry: if kind == Kind::RawU8 {
+                        "prescale_u8"
+                    } else {
+                        "prescale_u16"
+                    },
+                    params,
+                    mode,
+                };
+                let input = Input::Raw(bytes, pre);
+                if f64_cube {
+                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube)?
+                } else {
+                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube)?
+                }
+            }
+        };
+        out.blobs.extend(res.blobs);
+        out.kernel_s += res.kernel_s;
+        if let (Some(all), Some(c)) = (out.cubes.as_mut(), res.cubes) {
+            all.extend(c);
+        }
+        i = j;
+    }
+    Ok(out)
+}
+
+/// A frame's pixels as little-endian bytes into `dst` (exactly its size); u8 and u16 only.
+fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
+    match f {
+        FrameView::U8(a) => match a.as_slice() {
+            Some(s) => dst.copy_from_slice(s),
+            None => dst.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v),
+        },
+        FrameView::U16(a) => {
+            for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `blob_log` on a movie that already lives on the executor's device: `buf` holds `t` frames
+/// of `h × w` raw `u8` (`u16_pixels` false) or `u16` pixels, C order, read in place (no
+/// upload). The prescale is applied on the device; [`Prescale::MinMax`] needs per-frame
+/// extrema, which this path does not compute ([`BridgeError::Unsupported`]; the caller
+/// converts the movie to the host instead).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_resident<E: Executor>(
+    e: &E,
+    buf: &E::Buffer,
+    u16_pixels: bool,
+    (t, h, w): (usize, usize, usize),
+    p: &BlobLogParams,
+    cfg: &GpuDetectConfig,
+    mut progress: impl FnMut(usize),
+) -> Result<RunOut> {
+    p.validate()?;
+    let dmax = if u16_pixels { 65535.0 } else { 255.0 };
+    let (mode, c, k) = match p.prescale {
+        Prescale::Legacy => (0, 0.0, 1.0 / dmax),
+        Prescale::None => (0, 0.0, 1.0),
+        Prescale::Range(c, d) => (1, c, d - c),
+        Prescale::MinMax => {
+            return Err(BridgeError::Unsupported(
+                "prescale minmax on a device-resident movie (it needs per-frame extrema)".into(),
+            ));
+        }
+    };
+    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
+    let mut out = RunOut {
+        blobs: Vec::with_capacity(t),
+        cubes: None,
+        kernel_s: 0.0,
+    };
+    let mut frame0 = 0;
+    while frame0 < t {
+        // CUDA grids: at most 65535 frames along y in the prescale launch
+        let n = (t - frame0).min(65_535);
+        let pre = Prescaling {
+            entry: if u16_pixels {
+                "prescale_u16"
+            } else {
+                "prescale_u8"
+            },
+            params: vec![(c, k); n],
+            mode,
+        };
+        let input = Input::Device(buf, frame0, pre);
+        let res = if f64_cube {
+            run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, false)?
+        } else {
+            run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, false)?
+        };
+        out.blobs.extend(res.blobs);
+        out.kernel_s += res.kernel_s;
+        frame0 += n;
+        progress(frame0);
+    }
+    Ok(out)
+}

@@ -1,0 +1,317 @@
+//! The device back end of the LoG blob detector, written once over the executor trait:
+//! [`GpuDetect<E>`] for any [`Executor`]; [`OpenClDetect`] (feature `opencl`) and [`CudaDetect`]
+//! (feature `cuda`) are its instances, both running the one portable source
+//! [`kernels::BLOB_LOG`](super::kernels::BLOB_LOG).
+//!
+//! * `pipeline`: one run of frames on the device (prescale, LoG passes, extrema, peaks, the
+//!   host's ordering and pruning);
+//! * `frames`: how frames reach the device (host frames grouped in runs, raw integers packed
+//!   in parallel, or a device-resident movie read in place).
+//!
+//! Per batch ([`DetectBackend::blob_log_batch`]):
+//!
+//! 1. the whole batch is uploaded in **one** transfer (one per run of consecutive frames with
+//!    the same shape and pixel type; a movie is one run): u8 and u16 frames raw, converted on
+//!    the device by `prescale_u8` / `prescale_u16` with the CPU's arithmetic
+//!    ([`convert_frame`](super::blob_log::convert_frame): `v · (1/max)` or `(v − c)/(d − c)` in float64 where the device has
+//!    doubles); float frames converted on the host exactly as on the CPU;
+//! 2. the LoG cube, its per-frame extrema, the 3×3×3 maxima, the threshold and `exclude_border`
+//!    are evaluated on the device, in sub-batches that keep the device working set (cube plus
+//!    two pass buffers) under [`GpuDetectConfig::max_device_bytes`];
+//! 3. only the candidates (flat index and cube value) and the per-work-group extrema are
+//!    downloaded; the host restores raster order, applies the CPU's stable sort by descending
+//!    response and the CPU's overlap pruning ([`prune_blobs`](super::blob_log::prune_blobs), pairs in ascending `(i, j)`).
+//!
+//! **Precision.** The cube is float32 ([`DevicePrecision::Float32`], the default); each 1-D pass
+//! accumulates in float64 where the device has doubles, in the CPU's order and without FMA
+//! contraction. For float32 frames (working type f32) the device cube is then bit-identical to
+//! the CPU cube and so are the detections. For integer and float64 frames the CPU works in
+//! float64; the float32 cube differs from it by about 1e-7 relative, which can only matter for
+//! peaks within that margin of the threshold or of a neighbour
+//! ([`DevicePrecision::MatchCpu`] stores the cube in float64 on devices with doubles and is
+//! then identical to the CPU for every input type). Without doubles, or with
+//! [`GpuDetectConfig::accumulate_f64`] off, the passes accumulate in float32 (cube within the
+//! 1e-4 tolerance; detections near the threshold may differ).
+//!
+//! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
+//! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
+//!
+//! **`locate_batch`** delegates to the CPU implementation ([`locate`]) on every back end here:
+//! trackpy's pipeline (integer bandpass, percentile, iterative centroid) has no device kernels
+//! yet. The results are therefore exactly the CPU's.
+
+use bridge_core::exec::Executor;
+use bridge_core::{Array, BridgeError, DType, Device, Result};
+use rayon::prelude::*;
+
+use super::FrameView;
+use super::backend::DetectBackend;
+use super::blob_log::{Accumulate, Blob, BlobLogParams};
+use super::locate::{Feature, LocateParams, locate};
+use super::real::Real;
+
+mod frames;
+mod pipeline;
+
+/// Storage type of the device cube.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DevicePrecision {
+    /// float32 cube (passes accumulated in float64 where the device has doubles). Identical to
+    /// the CPU for float32 frames; within ~1e-7 relative of the CPU's float64 cube otherwise.
+    #[default]
+    Float32,
+    /// The cube in the CPU's working type (float64 for integer and float64 frames) on devices
+    /// with doubles; falls back to [`DevicePrecision::Float32`] without them.
+    MatchCpu,
+}
+
+/// Tuning of the device back ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuDetectConfig {
+    /// Storage type of the cube.
+    pub precision: DevicePrecision,
+    /// Upper bound of the device working set of one sub-batch (cube and two pass buffers); at
+    /// least one frame is always processed at a time.
+    pub max_device_bytes: usize,
+    /// Accumulate the passes in float64 where the device has doubles (default `true`; needed
+    /// for a cube bit-identical to the CPU). `false` accumulates in float32, which is faster
+    /// on GPUs with slow doubles (cube within ~1e-6 relative).
+    pub accumulate_f64: bool,
+}
+
+impl Default for GpuDetectConfig {
+    fn default() -> Self {
+        GpuDetectConfig {
+            precision: DevicePrecision::Float32,
+            max_device_bytes: 512 << 20,
+            accumulate_f64: true,
+        }
+    }
+}
+
+/// Device storage types (f32, f64) with their byte encoding.
+pub(crate) trait DevReal: Real {
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Append the little-endian bytes.
+    fn put(self, out: &mut Vec<u8>);
+    /// Decode one element from `SIZE` little-endian bytes.
+    fn get(bytes: &[u8]) -> Self;
+}
+
+impl DevReal for f32 {
+    const SIZE: usize = 4;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get(bytes: &[u8]) -> Self {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&bytes[..4]);
+        f32::from_le_bytes(b)
+    }
+}
+
+impl DevReal for f64 {
+    const SIZE: usize = 8;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get(bytes: &[u8]) -> Self {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[..8]);
+        f64::from_le_bytes(b)
+    }
+}
+
+/// Kernel time of the last batch, shared by clones of a back end.
+#[derive(Debug, Clone, Default)]
+struct LastKernel(std::sync::Arc<std::sync::Mutex<Option<f64>>>);
+
+impl LastKernel {
+    fn set(&self, v: f64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+    }
+
+    fn get(&self) -> Option<f64> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn cpu_locate(frames: &[FrameView<'_>], p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
+    p.validate()?;
+    frames.par_iter().map(|f| locate(*f, p)).collect()
+}
+
+/// `blob_log` on a device, over its executor `E`. See the [module docs](self) for the pipeline
+/// and its precision; `locate_batch` runs on the CPU.
+#[derive(Debug, Clone)]
+pub struct GpuDetect<E: Executor> {
+    exec: E,
+    config: GpuDetectConfig,
+    last_kernel: LastKernel,
+}
+
+/// [`GpuDetect`] on an OpenCL device.
+#[cfg(feature = "opencl")]
+pub type OpenClDetect = GpuDetect<bridge_opencl::OpenClExecutor>;
+
+/// [`GpuDetect`] on a CUDA device (the same portable kernels, compiled by NVRTC).
+#[cfg(feature = "cuda")]
+pub type CudaDetect = GpuDetect<bridge_cuda::CudaExecutor>;
+
+#[cfg(feature = "opencl")]
+impl GpuDetect<bridge_opencl::OpenClExecutor> {
+    /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
+    /// [`BridgeError::BackendUnavailable`] without OpenCL or without that device.
+    pub fn new(n: usize) -> Result<Self> {
+        Ok(Self::with_executor(bridge_opencl::OpenClExecutor::new(
+            bridge_opencl::shared(),
+            Device::OpenCl(n),
+        )?))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl GpuDetect<bridge_cuda::CudaExecutor> {
+    /// The back end for CUDA device `n`; [`BridgeError::BackendUnavailable`] without a driver
+    /// or device.
+    pub fn new(n: usize) -> Result<Self> {
+        Ok(Self::with_executor(bridge_cuda::CudaExecutor::new(n)?))
+    }
+}
+
+impl<E: Executor> GpuDetect<E> {
+    /// The back end over `exec`, with the default configuration.
+    pub fn with_executor(exec: E) -> Self {
+        GpuDetect {
+            exec,
+            config: GpuDetectConfig::default(),
+            last_kernel: LastKernel::default(),
+        }
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.exec
+    }
+
+    /// The same back end with another configuration.
+    pub fn with_config(mut self, config: GpuDetectConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> GpuDetectConfig {
+        self.config
+    }
+
+    /// Whether the device has doubles (the passes then accumulate in float64).
+    pub fn has_fp64(&self) -> bool {
+        self.exec.has_fp64()
+    }
+
+    /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64), as
+    /// `blob_log_batch` computes it (a full download; not for production use).
+    pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
+        let out = frames::run_frames(&self.exec, frames, p, &self.config, true)?;
+        out.cubes.ok_or_else(|| {
+            BridgeError::backend(self.exec.device().to_string(), None, "no cube was computed")
+        })
+    }
+
+    /// `blob_log` on a movie that already lives on this device: a `(T, H, W)` (or `(H, W)`)
+    /// C-contiguous `u8` or `u16` [`Array`] of this executor's backend, read in place (no
+    /// upload, no copy). `Ok(None)` when the array is not such an array (another device or
+    /// memory type, another dtype, not contiguous) or the prescale needs per-frame extrema
+    /// ([`super::Prescale::MinMax`]): the caller then converts it to the host once.
+    /// `progress(frames_done)` is called as runs of frames complete.
+    pub fn blob_log_resident(
+        &self,
+        movie: &Array,
+        p: &BlobLogParams,
+        progress: impl FnMut(usize),
+    ) -> Result<Option<Vec<Vec<Blob>>>> {
+        let Some(buf) = self.exec.buffer_of(movie) else {
+            return Ok(None);
+        };
+        let u16_pixels = match movie.dtype() {
+            DType::U8 => false,
+            DType::U16 => true,
+            _ => return Ok(None),
+        };
+        if !movie.is_contiguous() || p.prescale == super::Prescale::MinMax {
+            return Ok(None);
+        }
+        let dims = match *movie.shape() {
+            [t, h, w] => (t, h, w),
+            [h, w] => (1, h, w),
+            _ => {
+                return Err(BridgeError::shape_mismatch(
+                    "a movie of shape (T, H, W) or a frame (H, W)",
+                    format!("{:?}", movie.shape()),
+                    "blob_log",
+                ));
+            }
+        };
+        if dims.0 == 0 || dims.1 == 0 || dims.2 == 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "empty movie of shape {:?}",
+                movie.shape()
+            )));
+        }
+        let out =
+            frames::run_resident(&self.exec, buf, u16_pixels, dims, p, &self.config, progress)?;
+        self.last_kernel.set(out.kernel_s);
+        Ok(Some(out.blobs))
+    }
+}
+
+impl<E: Executor> DetectBackend for GpuDetect<E> {
+    fn device(&self) -> Device {
+        self.exec.device()
+    }
+
+    fn blob_log_batch(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &BlobLogParams,
+    ) -> Result<Vec<Vec<Blob>>> {
+        let out = frames::run_frames(&self.exec, frames, p, &self.config, false)?;
+        self.last_kernel.set(out.kernel_s);
+        Ok(out.blobs)
+    }
+
+    /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
+    /// [`Accumulate::F32`] in float32; this overrides [`GpuDetectConfig::accumulate_f64`] for
+    /// the call.
+    fn blob_log_batch_acc(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &BlobLogParams,
+        acc: Accumulate,
+    ) -> Result<Vec<Vec<Blob>>> {
+        let cfg = GpuDetectConfig {
+            accumulate_f64: acc == Accumulate::F64,
+            ..self.config
+        };
+        let out = frames::run_frames(&self.exec, frames, p, &cfg, false)?;
+        self.last_kernel.set(out.kernel_s);
+        Ok(out.blobs)
+    }
+
+    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks; the
+    /// launches are blocking), without transfers and host work.
+    fn last_kernel_seconds(&self) -> Option<f64> {
+        self.last_kernel.get()
+    }
+
+    /// Runs on the CPU ([`locate`]); there are no device kernels for `locate` yet.
+    fn locate_batch(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &LocateParams,
+    ) -> Result<Vec<Vec<Feature>>> {
+        cpu_locate(frames, p)
+    }
+}

@@ -1,0 +1,193 @@
+//! Detection on a movie given as a [`bridge_core::Array`] on any memory type (host ndarray,
+//! CUDA, OpenCL, torch): the movie is converted through the [`Registry`] **at most once**, and
+//! not at all when it already lives where the work runs.
+//!
+//! * On a device (`cuda:N`, `opencl:N`) a C-contiguous `u8`/`u16` movie is read **in place**
+//!   when it already lives on that device ([`GpuDetect::blob_log_resident`]); from anywhere
+//!   else it is converted to the device once, and the converted movie is handed back so the
+//!   next call reads it in place.
+//! * Float movies, and the `minmax` prescale (which needs per-frame extrema), run from host
+//!   frames, as on the CPU:
+//! * host arrays are read in place, `torch:cpu` tensors too (through a view of the tensor's
+//!   memory: no conversion at all); anything else is converted to the host once.
+//!
+//! Results come back on the host, with the movie (wherever it now lives).
+
+use bridge_core::convert::Registry;
+use bridge_core::{Array, BridgeError, DType, Device, MemoryType, Result};
+use ndarray::Ix3;
+
+use super::FrameView;
+use super::backend::DetectBackend;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+use super::blob_log::Prescale;
+use super::blob_log::{Blob, BlobLogParams};
+use super::dispatch::backend_for;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+use super::gpu::GpuDetect;
+
+/// `blob_log` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`; `u8`, `u16`, `f32` or
+/// `f64`) on `device`. Returns the blobs of each frame and the movie, on the device it was read
+/// from (see the [module docs](self) for when it is converted). `reg` is the registry that
+/// converts (usually `arraybridge::registry()`); its observer sees every conversion.
+pub fn blob_log_array(
+    reg: &Registry,
+    movie: Array,
+    p: &BlobLogParams,
+    device: Device,
+) -> Result<(Vec<Vec<Blob>>, Array)> {
+    p.validate()?;
+    check_movie(&movie)?;
+    #[cfg(any(feature = "opencl", feature = "cuda"))]
+    if device != Device::Cpu {
+        use crate::exec::{AnyExecutor, executor_for};
+        return match executor_for(device, "particle detection")? {
+            #[cfg(feature = "opencl")]
+            AnyExecutor::OpenCl(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
+            #[cfg(feature = "cuda")]
+            AnyExecutor::Cuda(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
+        };
+    }
+    via_host(reg, backend_for(device)?.as_ref(), movie, p)
+}
+
+/// Shape and dtype checks before anything moves.
+fn check_movie(movie: &Array) -> Result<()> {
+    match movie.dtype() {
+        DType::U8 | DType::U16 | DType::F32 | DType::F64 => {}
+        other => {
+            return Err(BridgeError::InvalidInput(format!(
+                "a movie of {other} pixels: detection takes u8, u16, f32 or f64 (cast it first)"
+            )));
+        }
+    }
+    match movie.shape() {
+        [t, h, w] if *t > 0 && *h > 0 && *w > 0 => Ok(()),
+        [h, w] if *h > 0 && *w > 0 => Ok(()),
+        s => Err(BridgeError::shape_mismatch(
+            "a non-empty movie (T, H, W) or frame (H, W)",
+            format!("{s:?}"),
+            "blob_log_array",
+        )),
+    }
+}
+
+/// The movie on the host: one registry conversion, zero-copy where the registry can.
+fn to_host(reg: &Registry, movie: Array) -> Result<Array> {
+    if movie.memory_type() == MemoryType::Host {
+        return Ok(movie);
+    }
+    reg.convert(movie, MemoryType::Host, Device::Cpu)
+}
+
+/// `blob_log` on the frames of a `(T, H, W)` or `(H, W)` view with `backend`.
+fn blobs_of_view<'a, T: bridge_core::HostElement>(
+    backend: &dyn DetectBackend,
+    v: ndarray::ArrayViewD<'a, T>,
+    wrap: fn(ndarray::ArrayView2<'a, T>) -> FrameView<'a>,
+    p: &BlobLogParams,
+) -> Result<Vec<Vec<Blob>>> {
+    let v = if v.ndim() == 2 {
+        v.insert_axis(ndarray::Axis(0))
+    } else {
+        v
+    };
+    let v = v
+        .into_dimensionality::<Ix3>()
+        .map_err(|e| BridgeError::InvalidInput(format!("movie: {e}")))?;
+    let frames: Vec<FrameView<'a>> = (0..v.len_of(ndarray::Axis(0)))
+        .map(|i| wrap(v.index_axis_move(ndarray::Axis(0), i)))
+        .collect();
+    backend.blob_log_batch(&frames, p)
+}
+
+fn unsupported_dtype(dtype: DType) -> BridgeError {
+    BridgeError::InvalidInput(format!(
+        "a movie of {dtype} pixels: detection takes u8, u16, f32 or f64"
+    ))
+}
+
+/// `blob_log` on the frames of a host movie with `backend` (read in place).
+fn from_host(
+    backend: &dyn DetectBackend,
+    movie: &Array,
+    p: &BlobLogParams,
+) -> Result<Vec<Vec<Blob>>> {
+    match movie.dtype() {
+        DType::U8 => blobs_of_view(backend, movie.as_ndarray::<u8>()?, FrameView::U8, p),
+        DType::U16 => blobs_of_view(backend, movie.as_ndarray::<u16>()?, FrameView::U16, p),
+        DType::F32 => blobs_of_view(backend, movie.as_ndarray::<f32>()?, FrameView::F32, p),
+        DType::F64 => blobs_of_view(backend, movie.as_ndarray::<f64>()?, FrameView::F64, p),
+        other => Err(unsupported_dtype(other)),
+    }
+}
+
+/// `blob_log` on the frames of a `torch:cpu` tensor, read in place through a view of its
+/// memory (no conversion, no copy); `None` when `movie` is not such a tensor.
+#[cfg(feature = "torch")]
+fn from_torch_cpu(
+    backend: &dyn DetectBackend,
+    movie: &Array,
+    p: &BlobLogParams,
+) -> Result<Option<Vec<Vec<Blob>>>> {
+    use bridge_torch::tensor_view;
+    if movie.device() != Device::TorchCpu {
+        return Ok(None);
+    }
+    let Some(st) = movie.storage::<bridge_torch::TorchStorage>() else {
+        return Ok(None);
+    };
+    let t = st.tensor();
+    let blobs = match movie.dtype() {
+        DType::U8 => blobs_of_view(backend, tensor_view::<u8>(&t)?, FrameView::U8, p),
+        DType::U16 => blobs_of_view(backend, tensor_view::<u16>(&t)?, FrameView::U16, p),
+        DType::F32 => blobs_of_view(backend, tensor_view::<f32>(&t)?, FrameView::F32, p),
+        DType::F64 => blobs_of_view(backend, tensor_view::<f64>(&t)?, FrameView::F64, p),
+        other => Err(unsupported_dtype(other)),
+    }?;
+    Ok(Some(blobs))
+}
+
+/// `blob_log` from host frames: a `torch:cpu` tensor is read in place; anything else is
+/// converted to the host once (zero-copy for host arrays).
+fn via_host(
+    reg: &Registry,
+    backend: &dyn DetectBackend,
+    movie: Array,
+    p: &BlobLogParams,
+) -> Result<(Vec<Vec<Blob>>, Array)> {
+    #[cfg(feature = "torch")]
+    if let Some(blobs) = from_torch_cpu(backend, &movie, p)? {
+        return Ok((blobs, movie));
+    }
+    let movie = to_host(reg, movie)?;
+    let blobs = from_host(backend, &movie, p)?;
+    Ok((blobs, movie))
+}
+
+/// On a device: in place when resident (or after one conversion to the device) for integer
+/// movies; from host frames otherwise.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn on_device<E: bridge_core::exec::Executor>(
+    reg: &Registry,
+    g: &GpuDetect<E>,
+    movie: Array,
+    p: &BlobLogParams,
+) -> Result<(Vec<Vec<Blob>>, Array)> {
+    let resident_ok =
+        matches!(movie.dtype(), DType::U8 | DType::U16) && p.prescale != Prescale::MinMax;
+    if resident_ok {
+        let dev = g.executor().device();
+        let movie = if g.executor().buffer_of(&movie).is_some() {
+            movie
+        } else {
+            reg.convert(movie, dev.memory_type(), dev)?
+        };
+        if let Some(blobs) = g.blob_log_resident(&movie, p, |_| {})? {
+            return Ok((blobs, movie));
+        }
+        // Not readable in place after all (e.g. a strided view): from the host.
+        return via_host(reg, g, movie, p);
+    }
+    via_host(reg, g, movie, p)
+}

@@ -1,0 +1,98 @@
+//! The settings of [`locate`](super::locate): [`LocateParams`], trackpy's defaults and their
+//! validation.
+
+use bridge_core::{BridgeError, Result};
+
+/// Parameters of [`locate`](crate::detect::locate::locate); `LocateParams::new(diameter)` gives
+/// trackpy's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocateParams {
+    /// Feature diameter in pixels (odd).
+    pub diameter: usize,
+    /// Minimum integrated brightness (strict `mass > minmass`); trackpy's `None` is 0.
+    pub minmass: f64,
+    /// Maximum radius of gyration (`size < maxsize`).
+    pub maxsize: Option<f64>,
+    /// Minimum separation between features (default `diameter + 1`).
+    pub separation: Option<f64>,
+    /// Width of the Gaussian lowpass (default 1).
+    pub noise_size: f64,
+    /// Boxcar width of the background (default `diameter`, odd).
+    pub smoothing_size: Option<usize>,
+    /// Bandpass clipping threshold (default 1 for integers, 1/255 for floats).
+    pub threshold: Option<f64>,
+    /// Look for dark features on a bright background.
+    pub invert: bool,
+    /// Percentile of the non-zero pixels that a maximum must exceed (default 64).
+    pub percentile: f64,
+    /// Keep only the `topn` brightest features.
+    pub topn: Option<usize>,
+    /// Apply the bandpass (default true).
+    pub preprocess: bool,
+    /// Maximum centroid iterations (default 10).
+    pub max_iterations: usize,
+    /// Compute size, ecc, signal, raw_mass and ep (default true).
+    pub characterize: bool,
+}
+
+impl LocateParams {
+    /// trackpy's defaults for a given diameter.
+    pub fn new(diameter: usize) -> Self {
+        LocateParams {
+            diameter,
+            minmass: 0.0,
+            maxsize: None,
+            separation: None,
+            noise_size: 1.0,
+            smoothing_size: None,
+            threshold: None,
+            invert: false,
+            percentile: 64.0,
+            topn: None,
+            preprocess: true,
+            max_iterations: 10,
+            characterize: true,
+        }
+    }
+
+    /// Check every parameter.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |n: &str, r: String| Err(BridgeError::invalid_argument(n, r));
+        if self.diameter == 0 || self.diameter.is_multiple_of(2) {
+            return bad(
+                "diameter",
+                format!("must be a positive odd integer, got {}", self.diameter),
+            );
+        }
+        let sm = self.smoothing_size.unwrap_or(self.diameter);
+        if sm.is_multiple_of(2) {
+            return bad("smoothing_size", format!("must be odd, got {sm}"));
+        }
+        if !(self.noise_size.is_finite() && self.noise_size >= 0.0)
+            || (sm as f64) <= self.noise_size
+        {
+            return bad(
+                "noise_size",
+                format!(
+                    "must be non-negative and smaller than smoothing_size ({sm}), got {}",
+                    self.noise_size
+                ),
+            );
+        }
+        if let Some(s) = self.separation
+            && !(s.is_finite() && s >= 0.0)
+        {
+            return bad("separation", format!("must be non-negative, got {s}"));
+        }
+        if !(0.0..=100.0).contains(&self.percentile) {
+            return bad(
+                "percentile",
+                format!("must lie in [0, 100], got {}", self.percentile),
+            );
+        }
+        if !self.minmass.is_finite() {
+            return bad("minmass", "must be finite".into());
+        }
+        Ok(())
+    }
+}

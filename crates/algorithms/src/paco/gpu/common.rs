@@ -1,0 +1,100 @@
+//! What the device passes share: byte encodings, index conversion, the precision decision,
+//! the OOM policy and the template kinds of the pairs path.
+
+use bridge_core::exec::Executor;
+use bridge_core::oom::{OnExhausted, PoolReleaser, ReleaseScope, RetryPolicy};
+use bridge_core::{BridgeError, Device, Result};
+
+use super::super::gpu_kernels;
+use super::super::templates::Templates;
+use super::GpuPrecision;
+
+/// `paco_stats` work-group size: smaller on CPU devices (PoCL).
+pub(super) fn stats_wg<E: Executor>(e: &E) -> usize {
+    if e.is_cpu() {
+        gpu_kernels::STATS_WG_CPU
+    } else {
+        gpu_kernels::STATS_WG
+    }
+}
+
+/// Pools are not released between attempts (PACO holds its buffers itself).
+pub(super) struct NoRelease;
+
+impl PoolReleaser for NoRelease {
+    fn release(&self, _device: Device, _scope: &ReleaseScope) -> u64 {
+        0
+    }
+}
+
+pub(super) fn to_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        BridgeError::invalid_argument(what, format!("{v} does not fit the device's 32-bit index"))
+    })
+}
+
+/// Encode f64 values as `REAL` (8 or 4 bytes, little-endian).
+pub(super) fn encode(vals: impl Iterator<Item = f64>, f64_real: bool, cap: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(cap * if f64_real { 8 } else { 4 });
+    for v in vals {
+        if f64_real {
+            out.extend_from_slice(&v.to_le_bytes());
+        } else {
+            out.extend_from_slice(&(v as f32).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Decode `REAL` bytes to f64.
+pub(super) fn decode(bytes: &[u8], f64_real: bool) -> Vec<f64> {
+    if f64_real {
+        bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect()
+    } else {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect()
+    }
+}
+
+pub(super) fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub(super) fn u32_bytes(v: impl Iterator<Item = u32>) -> Vec<u8> {
+    v.flat_map(u32::to_le_bytes).collect()
+}
+
+/// Whether the run uses double precision on this device.
+pub(super) fn resolve_precision(p: GpuPrecision, fp64: bool, device: Device) -> Result<bool> {
+    match p {
+        GpuPrecision::Auto => Ok(fp64),
+        GpuPrecision::F32 => Ok(false),
+        GpuPrecision::F64 if fp64 => Ok(true),
+        GpuPrecision::F64 => Err(BridgeError::Unsupported(format!(
+            "PACO in double precision: {device} has no float64 support"
+        ))),
+    }
+}
+
+/// Templates of the bucketed-pairs path.
+pub(super) enum PairTemplates {
+    /// The `(q+1)²·K` table, blended on the device (`sub = 1`).
+    Table { q: usize, data: Vec<f64> },
+    /// The CPU's templates, one per pair, computed on the host (`sub = 2`).
+    PerPair(Templates),
+}
+
+/// The OOM policy of every batched step: an out-of-memory error halves the batch.
+pub(super) fn split_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 0,
+        release: ReleaseScope::Nothing,
+        on_exhausted: OnExhausted::SplitBatch,
+        ..RetryPolicy::default()
+    }
+}

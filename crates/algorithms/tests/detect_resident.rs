@@ -1,0 +1,243 @@
+//! Movies that already live where the work runs go in without a conversion: a `u16` movie
+//! uploaded once to an OpenCL device is read in place by `blob_log_array` (the registry's
+//! conversion records prove that no byte moves), and a `torch:cpu` tensor is read through a view
+//! of its memory. Results are those of the host path on the same device.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use algorithms::detect::{Blob, BlobLogParams, FrameView, Prescale, blob_log_array};
+use bridge_core::convert::{ConversionObserver, ConversionRecord, Registry};
+use bridge_core::{Array, Device};
+use ndarray::Array3;
+use rand::{Rng, SeedableRng};
+
+/// Conversion records, as the registry's observer sees them.
+#[derive(Default)]
+struct Records(Mutex<Vec<ConversionRecord>>);
+
+impl ConversionObserver for Records {
+    fn on_conversion(&self, record: &ConversionRecord) {
+        self.0.lock().unwrap().push(record.clone());
+    }
+}
+
+impl Records {
+    fn take(&self) -> Vec<ConversionRecord> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A random u16 movie with bright Gaussian spots on a noisy background.
+fn movie(t: usize, n: usize, seed: u64) -> Array3<u16> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut m = Array3::<u16>::zeros((t, n, n));
+    for f in 0..t {
+        let spots: Vec<(f64, f64, f64)> = (0..6)
+            .map(|_| {
+                (
+                    rng.random_range(6.0..n as f64 - 6.0),
+                    rng.random_range(6.0..n as f64 - 6.0),
+                    rng.random_range(1.2..2.5),
+                )
+            })
+            .collect();
+        for y in 0..n {
+            for x in 0..n {
+                let mut v = 800.0 + rng.random_range(0.0..200.0);
+                for &(cy, cx, s) in &spots {
+                    let d2 = (y as f64 - cy).powi(2) + (x as f64 - cx).powi(2);
+                    v += 30000.0 * (-d2 / (2.0 * s * s)).exp();
+                }
+                m[[f, y, x]] = v.min(65535.0) as u16;
+            }
+        }
+    }
+    m
+}
+
+fn params() -> BlobLogParams {
+    BlobLogParams {
+        min_sigma: 1.0,
+        max_sigma: 3.0,
+        num_sigma: 5,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        ..BlobLogParams::default()
+    }
+}
+
+fn frames(m: &Array3<u16>) -> Vec<FrameView<'_>> {
+    m.outer_iter().map(FrameView::U16).collect()
+}
+
+fn assert_same(a: &[Vec<Blob>], b: &[Vec<Blob>]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x, y);
+    }
+}
+
+#[test]
+fn host_movies_on_the_cpu_are_read_in_place() {
+    let rec = Arc::new(Records::default());
+    let mut reg = Registry::new();
+    reg.set_observer(Some(rec.clone()));
+    let m = movie(3, 48, 1);
+    let want = algorithms::detect::CpuBackend;
+    let want =
+        algorithms::detect::DetectBackend::blob_log_batch(&want, &frames(&m), &params()).unwrap();
+    let (got, back) = blob_log_array(
+        &reg,
+        Array::from_ndarray(m.clone().into_dyn()),
+        &params(),
+        Device::Cpu,
+    )
+    .unwrap();
+    assert_same(&got, &want);
+    assert!(rec.take().is_empty(), "a host movie needs no conversion");
+    assert_eq!(back.device(), Device::Cpu);
+    // Bad movies are typed errors before anything moves.
+    let e = blob_log_array(
+        &reg,
+        Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8])),
+        &params(),
+        Device::Cpu,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("u8, u16, f32 or f64"), "{e}");
+    let e = blob_log_array(
+        &reg,
+        Array::from_ndarray(ndarray::ArrayD::<u16>::zeros(vec![0, 8, 8])),
+        &params(),
+        Device::Cpu,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("non-empty"), "{e}");
+}
+
+#[cfg(feature = "opencl")]
+mod opencl {
+    use super::*;
+    use bridge_core::MemoryType;
+
+    fn registry() -> Option<(Registry, Arc<Records>)> {
+        let cl = bridge_opencl::shared();
+        if bridge_core::backend::Backend::devices(cl.as_ref()).map_or(true, |d| d.is_empty()) {
+            assert!(
+                std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").is_err(),
+                "ARRAYBRIDGE_REQUIRE_OPENCL is set but there is no OpenCL device"
+            );
+            eprintln!("skipped: no OpenCL device");
+            return None;
+        }
+        let rec = Arc::new(Records::default());
+        let mut reg = Registry::new();
+        reg.register_backend(cl);
+        reg.set_observer(Some(rec.clone()));
+        Some((reg, rec))
+    }
+
+    #[test]
+    fn a_resident_movie_is_read_in_place_with_zero_bytes_moved() {
+        let Some((reg, rec)) = registry() else { return };
+        let dev = Device::OpenCl(0);
+        let m = movie(5, 64, 7);
+        let nbytes = (m.len() * 2) as u64;
+        // The host path on the same device: the reference.
+        let want = algorithms::detect::OpenClDetect::new(0).unwrap();
+        let want = algorithms::detect::DetectBackend::blob_log_batch(&want, &frames(&m), &params())
+            .unwrap();
+        assert!(want.iter().map(Vec::len).sum::<usize>() > 5, "spots found");
+        // Upload once: one conversion, the movie's bytes.
+        let on_dev = reg
+            .convert(
+                Array::from_ndarray(m.clone().into_dyn()),
+                MemoryType::OpenCl,
+                dev,
+            )
+            .unwrap();
+        let r = rec.take();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].bytes_moved, nbytes);
+        // Then run twice on the resident movie: no conversion at all.
+        let mut movie = on_dev;
+        for _ in 0..2 {
+            let (got, back) = blob_log_array(&reg, movie, &params(), dev).unwrap();
+            assert_same(&got, &want);
+            assert_eq!(back.device(), dev, "the movie stays on the device");
+            let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
+            assert_eq!(moved, 0, "a resident movie must not move");
+            movie = back;
+        }
+        // A host movie sent to the device is converted once and handed back there.
+        let (got, back) = blob_log_array(
+            &reg,
+            Array::from_ndarray(m.clone().into_dyn()),
+            &params(),
+            dev,
+        )
+        .unwrap();
+        assert_same(&got, &want);
+        assert_eq!(back.memory_type(), MemoryType::OpenCl);
+        let r = rec.take();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].bytes_moved, nbytes);
+        // minmax needs per-frame extrema: one conversion to the host, the host path's result.
+        let mm = BlobLogParams {
+            prescale: Prescale::MinMax,
+            ..params()
+        };
+        let want_mm = algorithms::detect::DetectBackend::blob_log_batch(
+            &algorithms::detect::OpenClDetect::new(0).unwrap(),
+            &frames(&m),
+            &mm,
+        )
+        .unwrap();
+        let (got, back) = blob_log_array(&reg, back, &mm, dev).unwrap();
+        assert_same(&got, &want_mm);
+        assert_eq!(back.device(), Device::Cpu);
+        let r = rec.take();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].bytes_moved, nbytes);
+    }
+}
+
+#[cfg(feature = "torch")]
+mod torch {
+    use super::*;
+
+    #[test]
+    fn a_torch_cpu_tensor_is_read_without_a_copy() {
+        let rec = Arc::new(Records::default());
+        let mut reg = Registry::new();
+        reg.register_backend(bridge_torch::backend());
+        reg.set_observer(Some(rec.clone()));
+        let m = movie(3, 48, 3).mapv(|v| f32::from(v) / 65535.0);
+        let fr: Vec<FrameView<'_>> = m.outer_iter().map(FrameView::F32).collect();
+        let want = algorithms::detect::DetectBackend::blob_log_batch(
+            &algorithms::detect::CpuBackend,
+            &fr,
+            &params(),
+        )
+        .unwrap();
+        // A tensor made by torch itself (not aliasing an ndarray): its own memory.
+        let flat: Vec<f32> = m.iter().copied().collect();
+        let tensor = bridge_torch::tch::Tensor::from_slice(&flat).reshape([3, 48, 48]);
+        let ptr = tensor.data_ptr() as usize;
+        let array = bridge_torch::array_from_tensor(tensor).unwrap();
+        assert_eq!(array.device(), Device::TorchCpu);
+        let (got, back) = blob_log_array(&reg, array, &params(), Device::Cpu).unwrap();
+        assert_same(&got, &want);
+        assert!(
+            rec.take().is_empty(),
+            "no conversion for a torch:cpu tensor"
+        );
+        let t = bridge_torch::tensor_of(&back).unwrap();
+        assert_eq!(
+            t.data_ptr() as usize,
+            ptr,
+            "the same tensor memory came back"
+        );
+    }
+}

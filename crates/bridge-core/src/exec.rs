@@ -1,0 +1,78 @@
+//! The executor: the few device operations a device algorithm needs, over one portable kernel
+//! source ([`crate::kernel::KernelSource`]).
+//!
+//! [`Executor`] is implemented by `bridge_opencl::OpenClExecutor` and `bridge_cuda::CudaExecutor`
+//! (each with its own raw buffer type: an OpenCL `cl_mem` or a CUDA device allocation). The
+//! algorithms are written once, generic over it (`algorithms::detect::GpuDetect<E>`,
+//! `algorithms::paco::GpuPaco<E>`), so the OpenCL path that CI runs on PoCL is the path a GPU
+//! runs. The trait is sealed: its contract (below) is what the algorithms rely on, and only the
+//! workspace's backends implement it.
+//!
+//! **Completion contract.** [`Executor::launch`] enqueues in order on the executor's queue or
+//! stream; [`Executor::read`] and [`Executor::synchronize`] return after every launch enqueued
+//! before them has completed. Buffers are freed when dropped (back to the device pools), after
+//! the work using them.
+//!
+//! **Device-resident inputs.** [`Executor::buffer_of`] gives the raw buffer of an [`Array`] that
+//! already lives on the executor's device, without a copy: an algorithm handed such an array
+//! reads it in place.
+
+use crate::array::Array;
+use crate::device::Device;
+use crate::error::Result;
+use crate::kernel::KernelSource;
+
+/// Only the workspace's backends implement [`Executor`].
+#[doc(hidden)]
+pub mod sealed {
+    /// The seal.
+    pub trait Sealed {}
+}
+
+/// A kernel argument for [`Executor::launch`].
+#[derive(Debug)]
+pub enum KernelArg<'a, B> {
+    /// A device buffer (passed as a pointer / `__global` buffer).
+    Buf(&'a B),
+    /// A `uint`.
+    U32(u32),
+}
+
+/// Device buffers, uploads, downloads, launches of portable kernels and synchronisation on one
+/// device. See the [module docs](self) for the completion contract.
+pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The executor's raw device buffer.
+    type Buffer: Send + Sync;
+
+    /// The device.
+    fn device(&self) -> Device;
+    /// Whether the device has doubles.
+    fn has_fp64(&self) -> bool;
+    /// Whether the device is a CPU (PoCL): algorithms pick smaller work groups there.
+    fn is_cpu(&self) -> bool;
+    /// A buffer holding `bytes` (one transfer; at least 4 bytes are allocated).
+    fn upload(&self, bytes: &[u8]) -> Result<Self::Buffer>;
+    /// An uninitialised buffer of `bytes` bytes (at least 4).
+    fn alloc(&self, bytes: usize) -> Result<Self::Buffer>;
+    /// A zeroed buffer of `bytes` bytes (at least 4).
+    fn zeroed(&self, bytes: usize) -> Result<Self::Buffer>;
+    /// Launch `entry` of `program` built with `opts` (`-D` defines) on a grid of `global` work
+    /// items in groups of `local` (1-D or 2-D, `global` a multiple of `local`).
+    fn launch(
+        &self,
+        program: &'static KernelSource,
+        opts: &[&str],
+        entry: &str,
+        global: &[usize],
+        local: &[usize],
+        args: &[KernelArg<'_, Self::Buffer>],
+    ) -> Result<()>;
+    /// The first `bytes` bytes of `buf` (only those are transferred), after every launch
+    /// enqueued before.
+    fn read(&self, buf: &Self::Buffer, bytes: usize) -> Result<Vec<u8>>;
+    /// Wait for every launch enqueued so far.
+    fn synchronize(&self) -> Result<()>;
+    /// The raw buffer of `array` when it lives on this executor's device in this backend's
+    /// memory (zero-copy access for device-resident inputs); `None` otherwise.
+    fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a Self::Buffer>;
+}

@@ -1,0 +1,284 @@
+//! The [`Registry`] of backends and converters, which executes the routes the planner
+//! ([`plan_route`]) finds, and the observer interface ([`ConversionObserver`],
+//! [`ConversionRecord`], [`OomEvent`]). Re-exported from [`crate::convert`], its public home.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::array::Array;
+use crate::backend::{Backend, BackendReport, DeviceInfo};
+use crate::device::{Device, MemoryType};
+use crate::error::{BridgeError, Result};
+use crate::memory::MemoryStats;
+use crate::planner::{Converter, Route, Topology, plan_route};
+
+/// What the observer receives for each conversion.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ConversionRecord {
+    /// The route taken.
+    pub route: Route,
+    /// Total bytes moved over all hops.
+    pub bytes_moved: u64,
+    /// Wall time of the whole conversion.
+    pub duration: Duration,
+}
+
+/// Events of OOM handling that an observer hears about.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum OomEvent {
+    /// An attempt ran out of memory; pools were released and the operation will be retried.
+    Retry {
+        /// Device.
+        device: Device,
+        /// The attempt that failed (1-based).
+        attempt: u32,
+        /// Bytes the pools gave back.
+        released: u64,
+    },
+    /// Retries were exhausted; the batch is split in two.
+    SplitBatch {
+        /// Device.
+        device: Device,
+        /// Items in the batch that failed.
+        len: usize,
+    },
+    /// Retries were exhausted; the work runs on the CPU instead (opt-in).
+    CpuFallback {
+        /// Device that ran out of memory.
+        device: Device,
+        /// The error that caused the fallback.
+        reason: String,
+    },
+}
+
+/// Receives conversion records and OOM events. Install with [`Registry::set_observer`].
+pub trait ConversionObserver: Send + Sync {
+    /// Called after every successful conversion.
+    fn on_conversion(&self, record: &ConversionRecord);
+    /// Called for OOM retries, batch splits and CPU fallbacks.
+    fn on_oom_event(&self, _event: &OomEvent) {}
+}
+
+/// The registry of backends and converters.
+///
+/// `Registry` is `Send + Sync`: conversions may run from many threads at once.
+pub struct Registry {
+    backends: Vec<Arc<dyn Backend>>,
+    converters: Vec<Arc<dyn Converter>>,
+    reports: Vec<BackendReport>,
+    topology: Topology,
+    observer: Option<Arc<dyn ConversionObserver>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("topology", &self.topology)
+            .field("converters", &self.converters.len())
+            .finish()
+    }
+}
+
+impl Registry {
+    /// A registry that knows only the host.
+    pub fn new() -> Self {
+        Registry {
+            backends: Vec::new(),
+            converters: Vec::new(),
+            reports: Vec::new(),
+            topology: Topology::host_only(),
+            observer: None,
+        }
+    }
+
+    /// Register a backend: enumerate its devices once (a failure marks it unavailable, with the
+    /// reason, rather than failing), snapshot peer access, and add its converters.
+    pub fn register_backend(&mut self, backend: Arc<dyn Backend>) {
+        let mt = backend.memory_type();
+        match backend.devices() {
+            Ok(devices) if devices.is_empty() => {
+                self.mark_unavailable(backend.name(), mt, "no device found");
+            }
+            Ok(devices) => {
+                for d in &devices {
+                    self.topology.add_device(d.device, d.uuid.clone());
+                }
+                for a in &devices {
+                    for b in &devices {
+                        if a.device != b.device && backend.can_access_peer(a.device, b.device) {
+                            self.topology.add_peer(a.device, b.device);
+                        }
+                    }
+                }
+                self.reports.push(BackendReport {
+                    name: backend.name().to_owned(),
+                    memory_type: mt,
+                    devices,
+                    unavailable: None,
+                });
+                self.converters.extend(backend.converters());
+                self.backends.push(backend);
+            }
+            Err(e) => {
+                let reason = match e {
+                    BridgeError::BackendUnavailable { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                self.mark_unavailable(backend.name(), mt, &reason);
+            }
+        }
+    }
+
+    /// Record that a backend cannot be used (not compiled in, library missing...).
+    pub fn mark_unavailable(&mut self, name: &str, memory_type: MemoryType, reason: &str) {
+        if self.topology.devices_of(memory_type).next().is_none() {
+            self.topology.set_unavailable(memory_type, reason);
+        }
+        self.reports.push(BackendReport {
+            name: name.to_owned(),
+            memory_type,
+            devices: Vec::new(),
+            unavailable: Some(reason.to_owned()),
+        });
+    }
+
+    /// Add a converter on its own (backends normally contribute theirs through
+    /// [`Registry::register_backend`]).
+    pub fn register_converter(&mut self, converter: Arc<dyn Converter>) {
+        self.converters.push(converter);
+    }
+
+    /// Add a device to the topology directly (for backends registered piecewise, and tests).
+    pub fn topology_mut(&mut self) -> &mut Topology {
+        &mut self.topology
+    }
+
+    /// The device snapshot the planner uses.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// One report per registered backend (available or not).
+    pub fn reports(&self) -> &[BackendReport] {
+        &self.reports
+    }
+
+    /// Every device of every available backend.
+    pub fn device_infos(&self) -> impl Iterator<Item = &DeviceInfo> {
+        self.reports.iter().flat_map(|r| r.devices.iter())
+    }
+
+    /// The registered, available backends.
+    pub fn backends(&self) -> &[Arc<dyn Backend>] {
+        &self.backends
+    }
+
+    /// The backend that owns `device`, if registered.
+    pub fn backend_for(&self, device: Device) -> Option<&Arc<dyn Backend>> {
+        self.backends
+            .iter()
+            .find(|b| b.memory_type() == device.memory_type())
+    }
+
+    /// Install (or remove) the observer that receives [`ConversionRecord`]s and [`OomEvent`]s.
+    pub fn set_observer(&mut self, observer: Option<Arc<dyn ConversionObserver>>) {
+        self.observer = observer;
+    }
+
+    /// The installed observer.
+    pub fn observer(&self) -> Option<&Arc<dyn ConversionObserver>> {
+        self.observer.as_ref()
+    }
+
+    /// Plan a conversion without touching any device. See [`plan_route`].
+    pub fn plan(
+        &self,
+        src: MemoryType,
+        src_device: Device,
+        dst: MemoryType,
+        dst_device: Device,
+    ) -> Result<Route> {
+        plan_route(
+            &self.topology,
+            &self.converters,
+            src,
+            src_device,
+            dst,
+            dst_device,
+        )
+    }
+
+    /// Convert `array` to `dst` memory on `dst_device`, following the planned route. The
+    /// request is validated before anything moves.
+    pub fn convert(&self, array: Array, dst: MemoryType, dst_device: Device) -> Result<Array> {
+        let route = self.plan(array.memory_type(), array.device(), dst, dst_device)?;
+        let start = self.observer.as_ref().map(|_| Instant::now());
+        let mut bytes_moved = 0u64;
+        let mut array = array;
+        for step in &route.steps {
+            let conv = self
+                .converters
+                .iter()
+                .find(|c| {
+                    c.source() == step.from.memory_type
+                        && c.target() == step.to.memory_type
+                        && c.edge(step.from.device, step.to.device, &self.topology)
+                            == Some(step.kind)
+                })
+                .ok_or_else(|| BridgeError::NoRoute {
+                    from_type: step.from.memory_type,
+                    from_device: step.from.device,
+                    to_type: step.to.memory_type,
+                    to_device: step.to.device,
+                    reason: "the planned converter disappeared".into(),
+                })?;
+            let out = conv.convert(array, step.to.device, step.kind)?;
+            bytes_moved += out.bytes_moved;
+            array = out.array;
+        }
+        if let (Some(obs), Some(start)) = (&self.observer, start) {
+            obs.on_conversion(&ConversionRecord {
+                route,
+                bytes_moved,
+                duration: start.elapsed(),
+            });
+        }
+        Ok(array)
+    }
+
+    /// Release cached pool memory of EVERY registered backend on `device` and on every device
+    /// that is the same hardware (e.g. `cuda:0` and `torch:cuda:0`). Returns bytes released.
+    pub fn release_pools(&self, device: Device) -> u64 {
+        let mut total = 0;
+        for b in &self.backends {
+            for d in self.topology.devices_of(b.memory_type()) {
+                if self.topology.same_physical(d, device) {
+                    total += b.release_pool(d);
+                }
+            }
+        }
+        total
+    }
+
+    /// Memory figures for a device from its backend.
+    pub fn memory_stats(&self, device: Device) -> Result<MemoryStats> {
+        match self.backend_for(device) {
+            Some(b) => b.memory_stats(device),
+            None => Err(BridgeError::BackendUnavailable {
+                backend: device.memory_type().name().to_owned(),
+                reason: self
+                    .topology
+                    .unavailable_reason(device.memory_type())
+                    .unwrap_or("not registered")
+                    .to_owned(),
+            }),
+        }
+    }
+}

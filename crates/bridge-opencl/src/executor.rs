@@ -1,0 +1,115 @@
+//! [`OpenClExecutor`]: the [`Executor`] of an OpenCL device (raw buffer: [`ClBuffer`]).
+
+use std::sync::Arc;
+
+use bridge_core::exec::{Executor, KernelArg, sealed};
+use bridge_core::kernel::KernelSource;
+use bridge_core::{Array, DType, Device, Result};
+
+use crate::backend::OpenClBackend;
+use crate::buffer::{ClBuffer, ClStorage};
+
+/// The executor of one OpenCL device on a backend instance (usually [`crate::shared`]).
+#[derive(Debug, Clone)]
+pub struct OpenClExecutor {
+    cl: Arc<OpenClBackend>,
+    device: Device,
+    fp64: bool,
+    cpu: bool,
+}
+
+impl OpenClExecutor {
+    /// The executor of `device` (`opencl:N`), querying its doubles and type once;
+    /// [`bridge_core::BridgeError::BackendUnavailable`] / `UnknownDevice` without it.
+    pub fn new(cl: Arc<OpenClBackend>, device: Device) -> Result<Self> {
+        let info = cl.device_info(device)?;
+        let fp64 = cl.check_dtype(device, DType::F64).is_ok();
+        let cpu = info.details.iter().any(|(k, v)| k == "type" && v == "cpu");
+        Ok(OpenClExecutor {
+            cl,
+            device,
+            fp64,
+            cpu,
+        })
+    }
+
+    /// The backend instance.
+    pub fn backend(&self) -> &Arc<OpenClBackend> {
+        &self.cl
+    }
+}
+
+impl sealed::Sealed for OpenClExecutor {}
+
+impl Executor for OpenClExecutor {
+    type Buffer = ClBuffer;
+
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn has_fp64(&self) -> bool {
+        self.fp64
+    }
+
+    fn is_cpu(&self) -> bool {
+        self.cpu
+    }
+
+    fn upload(&self, bytes: &[u8]) -> Result<ClBuffer> {
+        let buf = self.cl.alloc(self.device, bytes.len().max(4))?;
+        if !bytes.is_empty() {
+            buf.write(0, bytes)?;
+        }
+        Ok(buf)
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<ClBuffer> {
+        self.cl.alloc(self.device, bytes.max(4))
+    }
+
+    fn zeroed(&self, bytes: usize) -> Result<ClBuffer> {
+        self.cl.alloc_zeroed(self.device, bytes.max(4))
+    }
+
+    fn launch(
+        &self,
+        program: &'static KernelSource,
+        opts: &[&str],
+        entry: &str,
+        global: &[usize],
+        local: &[usize],
+        args: &[KernelArg<'_, ClBuffer>],
+    ) -> Result<()> {
+        let prog = self.cl.program_from(self.device, program, opts)?;
+        let mut k = prog.kernel(entry)?;
+        for (i, a) in args.iter().enumerate() {
+            let i = i as u32;
+            match a {
+                KernelArg::Buf(b) => k.arg_buffer(i, b)?,
+                KernelArg::U32(v) => k.arg_scalar(i, *v)?,
+            };
+        }
+        k.launch(global, Some(local))
+    }
+
+    fn read(&self, buf: &ClBuffer, bytes: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; bytes];
+        if bytes > 0 {
+            buf.read(0, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // Launches are blocking on this backend (`ClKernel::launch` waits for completion).
+        Ok(())
+    }
+
+    fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a ClBuffer> {
+        if array.device() != self.device {
+            return None;
+        }
+        array.storage::<ClStorage>().map(ClStorage::buffer)
+    }
+}

@@ -1,0 +1,45 @@
+//! The generated inputs under `inputs/` (so that `detect`, `track` and `paco` can be run on them
+//! by hand), and the one file writer of the demo.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use algorithms::detect::Movie;
+use algorithms::synth::adi::AdiWithPlanet;
+use algorithms::synth::movie::TruthPoint;
+use arraybridge::io::{fits, npy};
+use bridge_core::{BridgeError, Result};
+
+/// Write `bytes` to `path` (an error names the file).
+pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| BridgeError::io(path.display().to_string(), e))
+}
+
+/// The generated inputs, for running `detect`, `track` and `paco` by hand.
+pub(super) fn write_inputs(
+    dir: &Path,
+    movie: &Movie,
+    truth: &[TruthPoint],
+    adi: &AdiWithPlanet,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| BridgeError::io(dir.display().to_string(), e))?;
+    if let Movie::U16(a) = movie {
+        let payload: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+        write_file(
+            &dir.join("movie.npy"),
+            &npy::encode_npy("<u2", a.shape(), &payload),
+        )?;
+    }
+    let mut csv = String::from("frame,particle,y,x,sigma,amplitude\n");
+    for t in truth {
+        let _ = writeln!(
+            csv,
+            "{},{},{:.4},{:.4},{:.4},{:.3}",
+            t.frame, t.particle, t.y, t.x, t.sigma, t.amplitude
+        );
+    }
+    write_file(&dir.join("truth.csv"), csv.as_bytes())?;
+    fits::write_image(dir.join("adi_cube.fits"), &adi.cube.clone().into_dyn())?;
+    fits::write_image(dir.join("adi_angles.fits"), &adi.angles.clone().into_dyn())?;
+    fits::write_image(dir.join("adi_psf.fits"), &adi.psf.clone().into_dyn())
+}

@@ -1,0 +1,244 @@
+//! `arraybridge demo`: the whole product in one command, on generated data.
+//!
+//! 1. A fluorescence-microscopy movie (Brownian particles with pixel-integrated Gaussian PSFs on
+//!    a flat background, Poisson noise; [`algorithms::synth::movie::synthetic_movie`]) and an ADI cube
+//!    (a quasi-static speckle halo that stays fixed on the detector, the sky — and one injected
+//!    planet — turning with the parallactic angles, photon and read noise;
+//!    [`algorithms::synth::adi::synthetic_adi_with_planet`]), both from a seeded generator so every
+//!    run gives the same numbers.
+//! 2. A device per stage: with `--device auto`, [`bridge_core::offload::decide`] over the devices
+//!    of [`arraybridge::registry`] that the stage has a back end for (the choice and its reason
+//!    are printed); an explicit device must exist and every stage must support it, otherwise
+//!    the command fails before doing any work (never a silent CPU fallback).
+//! 3. Detection (`blob_log` + sub-pixel refinement), linking (trackpy `link`) and PACO.
+//! 4. Everything a user looks at, in the output directory: `detections.csv`, `tracks.csv`,
+//!    `overlay.png`, `snr.png`, `snr.fits`, `summary.txt`, `summary.json`, and the generated
+//!    inputs under `inputs/` (so `detect`, `track` and `paco` can be run on them by hand).
+//!
+//! This module holds the arguments and the run; `scenario` the fixed sizes and settings,
+//! `planet` the planet recovery from PACO's maps, `particles` the detection/track tables,
+//! `figures` the two PNGs, `inputs` the generated inputs, `report` the summary.
+
+mod figures;
+mod inputs;
+mod particles;
+mod planet;
+mod report;
+mod scenario;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::common::{Global, check_output_dir};
+use super::device::{
+    Choice, DETECT, DeviceArg, PACO, check_explicit, choose, detect_workload, measure_cpu,
+    paco_workload, parse_device_arg,
+};
+use algorithms::detect::synth::match_truth;
+use algorithms::detect::{DetectBackend, LogDetector, Particle, RefineParams};
+use algorithms::paco::{FluxOptions, PacoParams, PsfNorm, unbiased_flux};
+use algorithms::synth::adi::synthetic_adi_with_planet;
+use algorithms::synth::movie::synthetic_movie;
+use algorithms::track::{LinkParams, link_particles};
+use arraybridge::io::fits;
+use bridge_core::{BridgeError, Result};
+
+use figures::{render_overlay, render_snr};
+use inputs::{write_file, write_inputs};
+use particles::{collect_tracks, position, write_detections};
+use planet::recover_planet;
+use report::Report;
+use scenario::{ADI, FWHM, LINK, MATCH_RADIUS, MOVIE, adi_params};
+
+/// Arguments of `arraybridge demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Device: `auto` (the offload decision, per stage, printed), `cpu`, `cuda:N` or `opencl:N`.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
+    /// Output folder (created if needed; existing demo files are replaced).
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "out",
+        default_value = "arraybridge-demo"
+    )]
+    pub output: PathBuf,
+    /// Seed of the data generators (same seed, same data, same results).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Do not write the generated inputs (`inputs/movie.npy`, the ADI FITS files, the truth).
+    #[arg(long)]
+    pub no_inputs: bool,
+}
+
+/// Run `arraybridge demo`.
+pub fn run(args: Args, g: Global) -> Result<()> {
+    let t_all = Instant::now();
+    let request = args.device;
+    // Fail before any work when an explicit device cannot run every stage.
+    if let DeviceArg::Explicit(d) = request {
+        check_explicit(d, &[DETECT, PACO])?;
+    }
+    let out = args.output.clone();
+    check_output_dir(&out, &[], &[], "--output")?;
+    let mut timings: Vec<(&'static str, f64)> = Vec::new();
+
+    g.note(format!(
+        "demo: generating a {}-frame {}x{} movie of {} Brownian particles (seed {})",
+        MOVIE.0, MOVIE.1, MOVIE.1, MOVIE.2, args.seed
+    ));
+    let t = Instant::now();
+    let synth = synthetic_movie(MOVIE.0, MOVIE.1, MOVIE.2, MOVIE.3, args.seed);
+    timings.push(("generate movie", t.elapsed().as_secs_f64()));
+
+    g.note(format!(
+        "demo: generating a {}-frame {}x{} ADI cube with one planet",
+        ADI.0, ADI.1, ADI.1
+    ));
+    let t = Instant::now();
+    let adi = synthetic_adi_with_planet(ADI.0, ADI.1, args.seed, &adi_params());
+    timings.push(("generate ADI cube", t.elapsed().as_secs_f64()));
+
+    // Device choice, per stage.
+    let t = Instant::now();
+    let detector = LogDetector {
+        refine: Some(RefineParams::default()),
+        ..Default::default()
+    };
+    let (mut det_choice, mut paco_choice) = match request {
+        DeviceArg::Explicit(d) => (Choice::explicit(d), Choice::explicit(d)),
+        DeviceArg::Auto => {
+            let (cpu, sample) = measure_cpu(&synth.movie, &detector)?;
+            let note = format!("measured on the first {sample} frames");
+            let det_work = detect_workload(&synth.movie, &detector);
+            let paco_work = paco_workload(ADI.0, ADI.1, PacoParams::default().psf_rad);
+            (
+                choose(DETECT, &det_work, &cpu, &note),
+                choose(PACO, &paco_work, &cpu, &note),
+            )
+        }
+    };
+    timings.push(("offload decision", t.elapsed().as_secs_f64()));
+    g.note(format!(
+        "demo: detection + tracking on {}: {}",
+        det_choice.device, det_choice.reason
+    ));
+    g.note(format!(
+        "demo: PACO on {}: {}",
+        paco_choice.device, paco_choice.reason
+    ));
+
+    // Detection.
+    let (nt, h, w) = synth.movie.dim();
+    g.note(format!(
+        "demo: detecting (blob_log + refinement) on {}",
+        det_choice.device
+    ));
+    let t = Instant::now();
+    let mut particles = det_choice.run("demo", |d| -> Result<Vec<Particle>> {
+        let backend: Box<dyn DetectBackend> = algorithms::detect::backend_for(d)?;
+        detector.detect_movie_with(&synth.movie, backend.as_ref(), |_| {})
+    })?;
+    let detect_s = t.elapsed().as_secs_f64();
+    timings.push(("detect", detect_s));
+    let points: Vec<(u32, f64, f64)> = particles
+        .iter()
+        .map(|p| {
+            let (y, x) = position(p);
+            (p.frame, y, x)
+        })
+        .collect();
+    let score = match_truth(&points, &synth.truth, MATCH_RADIUS);
+
+    // Tracking.
+    g.note(format!("demo: linking {} detections", particles.len()));
+    let t = Instant::now();
+    let link_stats = link_particles(&mut particles, &LinkParams::new(LINK.0, LINK.1))?;
+    timings.push(("track", t.elapsed().as_secs_f64()));
+    let tracks = collect_tracks(&particles);
+    let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
+
+    // PACO.
+    g.note(format!("demo: PACO on {}", paco_choice.device));
+    let mut params = PacoParams {
+        psf_norm: PsfNorm::Fwhm(FWHM),
+        device: paco_choice.device,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let maps = paco_choice.run("demo", |d| {
+        let p = PacoParams {
+            device: d,
+            ..params.clone()
+        };
+        algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), &p)
+    })?;
+    params.device = paco_choice.device;
+    timings.push(("PACO", t.elapsed().as_secs_f64()));
+    let mut planet = recover_planet(&maps, &adi.planet, adi.centre);
+    let t = Instant::now();
+    let est = unbiased_flux(
+        adi.cube.view(),
+        adi.angles.view(),
+        adi.psf.view(),
+        &params,
+        &[(planet.y, planet.x)],
+        FluxOptions::default(),
+    )?;
+    if let Some(e) = est.first() {
+        planet.unbiased = Some((e.flux / maps.psf_norm_factor, e.std / maps.psf_norm_factor));
+    }
+    timings.push(("PACO unbiased flux", t.elapsed().as_secs_f64()));
+
+    // Outputs.
+    g.note(format!("demo: writing {}", out.display()));
+    let t = Instant::now();
+    write_detections(&out.join("detections.csv"), &particles, false)?;
+    write_detections(&out.join("tracks.csv"), &particles, true)?;
+    let overlay = render_overlay(&synth.movie, &particles, &tracks)?;
+    overlay.write_png(out.join("overlay.png"))?;
+    let snr_png = render_snr(&maps.snr, &planet, &adi.planet)?;
+    snr_png.write_png(out.join("snr.png"))?;
+    fits::write_image(out.join("snr.fits"), &maps.snr.clone().into_dyn())?;
+    if !args.no_inputs {
+        write_inputs(&out.join("inputs"), &synth.movie, &synth.truth, &adi)?;
+    }
+    timings.push(("write outputs", t.elapsed().as_secs_f64()));
+    timings.push(("total", t_all.elapsed().as_secs_f64()));
+
+    let report = Report {
+        seed: args.seed,
+        requested: args.device.to_string(),
+        det: &det_choice,
+        paco: &paco_choice,
+        movie: (nt, h, w),
+        score: &score,
+        detections: particles.len(),
+        tracks: tracks.len(),
+        long_tracks,
+        largest_subnet: link_stats.largest_subnet,
+        adi: &adi,
+        planet: &planet,
+        fwhm_used: maps.fwhm,
+        psf_norm_factor: maps.psf_norm_factor,
+        timings: &timings,
+        frames_per_s: nt as f64 / detect_s.max(1e-9),
+        overlay: (overlay.width(), overlay.height()),
+        snr_png: &snr_png,
+        out: &out,
+        inputs: !args.no_inputs,
+    };
+    let text = report.text();
+    let json = report.json();
+    write_file(&out.join("summary.txt"), text.as_bytes())?;
+    let json_text = serde_json::to_string_pretty(&json)
+        .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}")))?;
+    write_file(&out.join("summary.json"), json_text.as_bytes())?;
+    if g.json {
+        println!("{json_text}");
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! What `arraybridge paco` reports: the candidates (local maxima of the S/N map) and their
+//! writers: `candidates.csv`, the table on stdout and `snr.png`.
+
+use std::io::Write;
+use std::path::Path;
+
+use algorithms::paco::PacoMaps;
+use arraybridge::figures::{self, Marker, RED, SnrMapOptions, WHITE};
+use bridge_core::{BridgeError, Result};
+use ndarray::Array2;
+
+/// One detection candidate.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Candidate {
+    /// Row.
+    pub y: usize,
+    /// Column.
+    pub x: usize,
+    /// Distance from the star in pixels.
+    pub separation_px: f64,
+    /// Angle counter-clockwise from +x, degrees in [0, 360).
+    pub angle_deg: f64,
+    /// S/N.
+    pub snr: f64,
+    /// b/a.
+    pub flux: f64,
+    /// Unbiased flux (with --flux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unbiased_flux: Option<f64>,
+    /// Its standard deviation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unbiased_flux_err: Option<f64>,
+    /// Refined row (with --refine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub y_sub: Option<f64>,
+    /// Refined column.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x_sub: Option<f64>,
+    /// S/N at the refined position.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snr_sub: Option<f64>,
+}
+
+/// Local maxima of the S/N map (strict maximum over a 5×5 window), best first.
+pub(super) fn candidates(maps: &PacoMaps, top: usize, cy: f64, cx: f64) -> Vec<Candidate> {
+    let snr = &maps.snr;
+    let (h, w) = snr.dim();
+    let mut out = Vec::new();
+    for y in 0..h {
+        for x in 0..w {
+            let v = snr[[y, x]];
+            if !v.is_finite() {
+                continue;
+            }
+            let mut is_max = true;
+            'win: for yy in y.saturating_sub(2)..(y + 3).min(h) {
+                for xx in x.saturating_sub(2)..(x + 3).min(w) {
+                    if (yy, xx) == (y, x) {
+                        continue;
+                    }
+                    let u = snr[[yy, xx]];
+                    if u > v || (u == v && (yy, xx) < (y, x)) {
+                        is_max = false;
+                        break 'win;
+                    }
+                }
+            }
+            if is_max {
+                let (dy, dx) = (y as f64 - cy, x as f64 - cx);
+                out.push(Candidate {
+                    y,
+                    x,
+                    separation_px: (dy * dy + dx * dx).sqrt(),
+                    angle_deg: dy.atan2(dx).to_degrees().rem_euclid(360.0),
+                    snr: v,
+                    flux: maps.flux[[y, x]],
+                    unbiased_flux: None,
+                    unbiased_flux_err: None,
+                    y_sub: None,
+                    x_sub: None,
+                    snr_sub: None,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| b.snr.total_cmp(&a.snr));
+    out.truncate(top);
+    out
+}
+
+/// `candidates.csv`: one row per candidate, the unbiased-flux columns with `with_flux`, the
+/// refined-position columns with `with_sub`.
+pub(super) fn write_csv(
+    path: &Path,
+    cands: &[Candidate],
+    with_flux: bool,
+    with_sub: bool,
+) -> Result<()> {
+    let io = |e| BridgeError::io(path.display().to_string(), e);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    let mut head = "y,x,separation_px,angle_deg,snr,flux".to_string();
+    if with_flux {
+        head.push_str(",unbiased_flux,unbiased_flux_err");
+    }
+    if with_sub {
+        head.push_str(",y_sub,x_sub,snr_sub");
+    }
+    writeln!(f, "{head}").map_err(io)?;
+    for c in cands {
+        write!(
+            f,
+            "{},{},{:.4},{:.4},{:.6},{:.6}",
+            c.y, c.x, c.separation_px, c.angle_deg, c.snr, c.flux
+        )
+        .map_err(io)?;
+        if with_flux {
+            let g = |v: Option<f64>| v.map(|v| format!("{v:.6}")).unwrap_or_default();
+            write!(f, ",{},{}", g(c.unbiased_flux), g(c.unbiased_flux_err)).map_err(io)?;
+        }
+        if with_sub {
+            let g = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
+            write!(f, ",{},{},{}", g(c.y_sub), g(c.x_sub), g(c.snr_sub)).map_err(io)?;
+        }
+        writeln!(f).map_err(io)?;
+    }
+    f.flush().map_err(io)
+}
+
+/// The candidates as a table on stdout (the same optional columns as [`write_csv`]).
+pub(super) fn print_table(cands: &[Candidate], with_flux: bool, with_sub: bool) {
+    print!(
+        "{:>4} {:>5} {:>5} {:>9} {:>9} {:>9} {:>11}",
+        "rank", "y", "x", "sep_px", "angle", "S/N", "flux"
+    );
+    if with_flux {
+        print!(" {:>14} {:>10}", "unbiased_flux", "error");
+    }
+    if with_sub {
+        print!(" {:>8} {:>8} {:>9}", "y_sub", "x_sub", "S/N_sub");
+    }
+    println!();
+    for (i, c) in cands.iter().enumerate() {
+        print!(
+            "{:>4} {:>5} {:>5} {:>9.3} {:>9.2} {:>9.3} {:>11.3}",
+            i + 1,
+            c.y,
+            c.x,
+            c.separation_px,
+            c.angle_deg,
+            c.snr,
+            c.flux
+        );
+        if let (Some(f), Some(e)) = (c.unbiased_flux, c.unbiased_flux_err) {
+            print!(" {f:>14.3} {e:>10.3}");
+        } else if with_flux && with_sub {
+            print!(" {:>14} {:>10}", "", "");
+        }
+        if let (Some(y), Some(x), Some(v)) = (c.y_sub, c.x_sub, c.snr_sub) {
+            print!(" {y:>8.2} {x:>8.2} {v:>9.3}");
+        }
+        println!();
+    }
+}
+
+/// How many of the best candidates `snr.png` circles.
+const PNG_CANDIDATES: usize = 5;
+
+/// `snr.png`: the S/N map ([`figures::render_snr_map`]: row 0 at the bottom, NaN in dark grey, a
+/// colour bar with its range), the [`PNG_CANDIDATES`] best candidates circled (red at S/N ≥ 5,
+/// white below; the best drawn last, on top), the settings in the caption.
+pub(super) fn write_png(
+    path: &Path,
+    snr: &Array2<f64>,
+    cands: &[Candidate],
+    title: String,
+) -> Result<()> {
+    let markers = cands
+        .iter()
+        .take(PNG_CANDIDATES)
+        .rev()
+        .map(|c| {
+            let colour = if c.snr >= 5.0 { RED } else { WHITE };
+            Marker::circle(c.y as f64, c.x as f64, colour)
+        })
+        .collect();
+    let opts = SnrMapOptions {
+        title: Some(title),
+        markers,
+        ..Default::default()
+    };
+    figures::render_snr_map(snr.view(), &opts)?.write_png(path)
+}
