@@ -63,7 +63,7 @@ build() {
   cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile |
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p algorithms --features cuda \
-    --test detect_gpu --test paco_gpu | copy_artifacts "$carry/tests"
+    --test detect_gpu --test paco_gpu --test detect_resident | copy_artifacts "$carry/tests"
   cargo_artifacts bench --no-run -p bridge-cuda --bench cuda_transfer | copy_artifacts "$carry/bench"
   echo "gpu-check: building the CLI (arraybridge bench)" >&2
   cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"

@@ -8,7 +8,10 @@ use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
 
 use super::common::Global;
-use super::device::{DETECT, DeviceArg, PACO, check_explicit, parse_device_arg};
+use super::device::{
+    DETECT, DeviceArg, PACO, detect_estimate, nominal_cpu, paco_workload, parse_device_arg, resolve,
+};
+use arraybridge::core::offload::{CpuProfile, Workload};
 
 /// Arguments of `arraybridge bench`.
 #[derive(Debug, clap::Args)]
@@ -100,27 +103,22 @@ fn to_usize(v: u64, flag: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| BridgeError::invalid_argument(flag, format!("{v} is too large")))
 }
 
-/// The device a benchmark runs on: an explicit one is checked; `auto` is the CPU for compute
-/// benches (a bench measures one device; pass it explicitly to measure a GPU).
-fn bench_device(arg: DeviceArg, stage: super::device::Stage, g: Global) -> Result<Device> {
-    match arg {
-        DeviceArg::Explicit(d) => {
-            check_explicit(d, &[stage])?;
-            Ok(d)
-        }
-        DeviceArg::Auto => {
-            let d = arraybridge::registry()
-                .device_infos()
-                .map(|i| i.device)
-                .find(|&d| (stage.supports)(d).is_ok())
-                .unwrap_or(Device::Cpu);
-            g.note(format!(
-                "bench: device auto → {d} (the first device with a {} back end, else the CPU)",
-                stage.name
-            ));
-            Ok(d)
-        }
+/// The device a benchmark runs on: the commands' one `--device` policy ([`resolve`]: an
+/// explicit device is checked, `auto` is the offload decision on `estimate`, printed).
+fn bench_device(
+    arg: DeviceArg,
+    stage: super::device::Stage,
+    g: Global,
+    estimate: impl FnOnce() -> Result<(Workload, CpuProfile, String)>,
+) -> Result<Device> {
+    let choice = resolve(arg, stage, estimate)?;
+    if arg == DeviceArg::Auto {
+        g.note(format!(
+            "bench: device auto → {}: {}",
+            choice.device, choice.reason
+        ));
     }
+    Ok(choice.device)
 }
 
 fn paco(a: PacoArgs, g: Global) -> Result<()> {
@@ -136,7 +134,11 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
         &format!("bench paco --frames {} --size {}", a.frames, a.size),
         "use fewer frames or a smaller --size",
     )?;
-    let device = bench_device(a.device, PACO, g)?;
+    let device = bench_device(a.device, PACO, g, || {
+        let (cpu, note) = nominal_cpu();
+        let radius = algorithms::paco::PacoParams::default().psf_rad;
+        Ok((paco_workload(frames, size, radius), cpu, note))
+    })?;
     g.note(format!(
         "bench paco on {device}: {frames}x{size}x{size}, {reps} reps"
     ));
@@ -282,12 +284,14 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
         }
         .check_memory(size, size, frames)?;
     }
-    let device = bench_device(a.device, DETECT, g)?;
+    let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
+    let device = bench_device(a.device, DETECT, g, || {
+        detect_estimate(&movie.movie, &detector)
+    })?;
     let backend = algorithms::detect::backend_for(device)?;
     g.note(format!(
         "bench detect on {device}: {frames}x{size}x{size} movie, {particles} particles"
     ));
-    let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
     let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?;
     if g.json {
         let v: Vec<serde_json::Value> = rows

@@ -1,7 +1,8 @@
 //! Movies that already live where the work runs go in without a conversion: a `u16` movie
-//! uploaded once to an OpenCL device is read in place by `blob_log_array` (the registry's
-//! conversion records prove that no byte moves), and a `torch:cpu` tensor is read through a view
-//! of its memory. Results are those of the host path on the same device.
+//! uploaded once to an OpenCL or CUDA device is read in place by `blob_log_array` (the
+//! registry's conversion records prove that no byte moves), and a `torch:cpu` tensor is read
+//! through a view of its memory. Results are those of the host path on the same device. The
+//! per-device cases are one body run on every device (`test_support::device_suite!`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -116,92 +117,85 @@ fn host_movies_on_the_cpu_are_read_in_place() {
     assert!(e.to_string().contains("non-empty"), "{e}");
 }
 
-#[cfg(feature = "opencl")]
-mod opencl {
-    use super::*;
-    use bridge_core::MemoryType;
-
-    fn registry() -> Option<(Registry, Arc<Records>)> {
-        let cl = bridge_opencl::shared();
-        if bridge_core::backend::Backend::devices(cl.as_ref()).map_or(true, |d| d.is_empty()) {
-            assert!(
-                std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").is_err(),
-                "ARRAYBRIDGE_REQUIRE_OPENCL is set but there is no OpenCL device"
-            );
-            eprintln!("skipped: no OpenCL device");
-            return None;
-        }
-        let rec = Arc::new(Records::default());
-        let mut reg = Registry::new();
-        reg.register_backend(cl);
-        reg.set_observer(Some(rec.clone()));
-        Some((reg, rec))
-    }
-
-    #[test]
-    fn a_resident_movie_is_read_in_place_with_zero_bytes_moved() {
-        let Some((reg, rec)) = registry() else { return };
-        let dev = Device::OpenCl(0);
-        let m = movie(5, 64, 7);
-        let nbytes = (m.len() * 2) as u64;
-        // The host path on the same device: the reference.
-        let want = algorithms::detect::OpenClDetect::new(0).unwrap();
-        let want = algorithms::detect::DetectBackend::blob_log_batch(&want, &frames(&m), &params())
-            .unwrap();
-        assert!(want.iter().map(Vec::len).sum::<usize>() > 5, "spots found");
-        // Upload once: one conversion, the movie's bytes.
-        let on_dev = reg
-            .convert(
-                Array::from_ndarray(m.clone().into_dyn()),
-                MemoryType::OpenCl,
-                dev,
-            )
-            .unwrap();
-        let r = rec.take();
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].bytes_moved, nbytes);
-        // Then run twice on the resident movie: no conversion at all.
-        let mut movie = on_dev;
-        for _ in 0..2 {
-            let (got, back) = blob_log_array(&reg, movie, &params(), dev).unwrap();
-            assert_same(&got, &want);
-            assert_eq!(back.device(), dev, "the movie stays on the device");
-            let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
-            assert_eq!(moved, 0, "a resident movie must not move");
-            movie = back;
-        }
-        // A host movie sent to the device is converted once and handed back there.
-        let (got, back) = blob_log_array(
-            &reg,
-            Array::from_ndarray(m.clone().into_dyn()),
-            &params(),
-            dev,
-        )
-        .unwrap();
-        assert_same(&got, &want);
-        assert_eq!(back.memory_type(), MemoryType::OpenCl);
-        let r = rec.take();
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].bytes_moved, nbytes);
-        // minmax needs per-frame extrema: one conversion to the host, the host path's result.
-        let mm = BlobLogParams {
-            prescale: Prescale::MinMax,
-            ..params()
-        };
-        let want_mm = algorithms::detect::DetectBackend::blob_log_batch(
-            &algorithms::detect::OpenClDetect::new(0).unwrap(),
-            &frames(&m),
-            &mm,
-        )
-        .unwrap();
-        let (got, back) = blob_log_array(&reg, back, &mm, dev).unwrap();
-        assert_same(&got, &want_mm);
-        assert_eq!(back.device(), Device::Cpu);
-        let r = rec.take();
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].bytes_moved, nbytes);
-    }
+thread_local! {
+    /// The records of the registry built by [`registry`] on this test's thread.
+    static RECORDS: std::cell::RefCell<Option<Arc<Records>>> = const { std::cell::RefCell::new(None) };
 }
+
+/// A registry with every compiled-in device backend and a fresh observer for this thread.
+fn registry() -> Registry {
+    let rec = Arc::new(Records::default());
+    RECORDS.with(|r| *r.borrow_mut() = Some(rec.clone()));
+    #[allow(unused_mut)]
+    let mut reg = Registry::new();
+    #[cfg(feature = "opencl")]
+    reg.register_backend(bridge_opencl::shared());
+    #[cfg(feature = "cuda")]
+    reg.register_backend(bridge_cuda::backend());
+    reg.set_observer(Some(rec));
+    reg
+}
+
+fn records() -> Arc<Records> {
+    RECORDS.with(|r| {
+        r.borrow()
+            .clone()
+            .expect("registry() was called on this thread")
+    })
+}
+
+// The same body on cpu, opencl:0 and cuda:0 (skipped where absent, failing under the
+// ARRAYBRIDGE_REQUIRE_* variables): a movie that lives on the device it runs on is read in place
+// (zero bytes converted, twice), with the results of the host path on the same device; a host
+// movie sent to a device is converted once and handed back there; `minmax` (per-frame extrema)
+// goes through the host once.
+test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
+    use bridge_core::MemoryType;
+    let rec = records();
+    let m = movie(5, 64, 7);
+    let nbytes = (m.len() * 2) as u64;
+    let backend = algorithms::detect::backend_for(dev).unwrap();
+    let want = backend.blob_log_batch(&frames(&m), &params()).unwrap();
+    assert!(want.iter().map(Vec::len).sum::<usize>() > 5, "spots found");
+    let host = || Array::from_ndarray(m.clone().into_dyn());
+    let mut movie = if dev == Device::Cpu {
+        host()
+    } else {
+        let on = reg.convert(host(), dev.memory_type(), dev).unwrap();
+        let r = rec.take();
+        assert_eq!((r.len(), r[0].bytes_moved), (1, nbytes), "one upload");
+        on
+    };
+    for _ in 0..2 {
+        let (got, back) = blob_log_array(reg, movie, &params(), dev).unwrap();
+        assert_same(&got, &want);
+        assert_eq!(back.device(), dev, "the movie stays where it runs");
+        let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
+        assert_eq!(moved, 0, "a resident movie must not move");
+        movie = back;
+    }
+    if dev == Device::Cpu {
+        return;
+    }
+    // A host movie sent to the device is converted once and handed back there.
+    let (got, back) = blob_log_array(reg, host(), &params(), dev).unwrap();
+    assert_same(&got, &want);
+    assert_eq!(back.memory_type(), dev.memory_type());
+    let r = rec.take();
+    assert_eq!((r.len(), r[0].bytes_moved), (1, nbytes));
+    // minmax needs per-frame extrema: one conversion to the host, the host path's result.
+    let mm = BlobLogParams {
+        prescale: Prescale::MinMax,
+        ..params()
+    };
+    let want_mm = backend.blob_log_batch(&frames(&m), &mm).unwrap();
+    let (got, back) = blob_log_array(reg, back, &mm, dev).unwrap();
+    assert_same(&got, &want_mm);
+    assert_eq!(back.memory_type(), MemoryType::Host);
+    let r = rec.take();
+    assert_eq!((r.len(), r[0].bytes_moved), (1, nbytes));
+    drop(movie);
+});
 
 #[cfg(feature = "torch")]
 mod torch {
