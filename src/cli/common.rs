@@ -55,12 +55,46 @@ impl Global {
         pb
     }
 
+    /// A spinner for a command made of stages: [`Stages::say`] prints each stage's line (as
+    /// [`Self::note`] does) and shows it beside the spinner while it runs.
+    pub fn stages(&self) -> Stages {
+        Stages {
+            pb: self.spinner(),
+            g: *self,
+        }
+    }
+
     /// Print `value` as pretty JSON on stdout.
     pub fn print_json(&self, value: &serde_json::Value) -> Result<()> {
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| BridgeError::InvalidInput(format!("JSON output: {e}")))?;
         println!("{text}");
         Ok(())
+    }
+}
+
+/// The stages of a long command on stderr (see [`Global::stages`]).
+#[derive(Debug)]
+pub struct Stages {
+    pb: ProgressBar,
+    g: Global,
+}
+
+impl Stages {
+    /// Print the line of a new stage (unless `--quiet`) and show it beside the spinner.
+    pub fn say(&self, msg: impl std::fmt::Display) {
+        let msg = msg.to_string();
+        if self.pb.is_hidden() {
+            self.g.note(msg);
+        } else {
+            self.pb.println(&msg);
+            self.pb.set_message(msg);
+        }
+    }
+
+    /// Remove the spinner (before the command prints its result).
+    pub fn finish(&self) {
+        self.pb.finish_and_clear();
     }
 }
 

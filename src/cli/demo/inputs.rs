@@ -1,12 +1,12 @@
 //! The generated inputs under `inputs/` (so that `detect`, `track` and `paco` can be run on them
 //! by hand), and the one file writer of the demo.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use algorithms::detect::Movie;
 use algorithms::synth::adi::AdiWithPlanet;
 use algorithms::synth::movie::TruthPoint;
+use arraybridge::io::csv::create_writer;
 use arraybridge::io::{fits, npy};
 use bridge_core::{BridgeError, Result};
 
@@ -30,15 +30,19 @@ pub(super) fn write_inputs(
             &npy::encode_npy("<u2", a.shape(), &payload),
         )?;
     }
-    let mut csv = String::from("frame,particle,y,x,sigma,amplitude\n");
+    let mut w = create_writer(&dir.join("truth.csv"))?;
+    w.write_record(["frame", "particle", "y", "x", "sigma", "amplitude"])?;
     for t in truth {
-        let _ = writeln!(
-            csv,
-            "{},{},{:.4},{:.4},{:.4},{:.3}",
-            t.frame, t.particle, t.y, t.x, t.sigma, t.amplitude
-        );
+        w.write_record([
+            t.frame.to_string(),
+            t.particle.to_string(),
+            format!("{:.4}", t.y),
+            format!("{:.4}", t.x),
+            format!("{:.4}", t.sigma),
+            format!("{:.3}", t.amplitude),
+        ])?;
     }
-    write_file(&dir.join("truth.csv"), csv.as_bytes())?;
+    w.finish()?;
     fits::write_image(dir.join("adi_cube.fits"), &adi.cube.clone().into_dyn())?;
     fits::write_image(dir.join("adi_angles.fits"), &adi.angles.clone().into_dyn())?;
     fits::write_image(dir.join("adi_psf.fits"), &adi.psf.clone().into_dyn())

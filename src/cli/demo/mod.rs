@@ -74,6 +74,7 @@ pub struct Args {
 
 /// Run `arraybridge demo`.
 pub fn run(args: Args, g: Global) -> Result<()> {
+    let stages = g.stages();
     let t_all = Instant::now();
     let request = args.device;
     // Fail before any work when an explicit device cannot run every stage.
@@ -84,7 +85,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     check_output_dir(&out, &[], &[], "--output")?;
     let mut timings: Vec<(&'static str, f64)> = Vec::new();
 
-    g.note(format!(
+    stages.say(format!(
         "demo: generating a {}-frame {}x{} movie of {} Brownian particles (seed {})",
         MOVIE.0, MOVIE.1, MOVIE.1, MOVIE.2, args.seed
     ));
@@ -92,7 +93,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let synth = synthetic_movie(MOVIE.0, MOVIE.1, MOVIE.2, MOVIE.3, args.seed);
     timings.push(("generate movie", t.elapsed().as_secs_f64()));
 
-    g.note(format!(
+    stages.say(format!(
         "demo: generating a {}-frame {}x{} ADI cube with one planet",
         ADI.0, ADI.1, ADI.1
     ));
@@ -120,18 +121,18 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
     };
     timings.push(("offload decision", t.elapsed().as_secs_f64()));
-    g.note(format!(
+    stages.say(format!(
         "demo: detection + tracking on {}: {}",
         det_choice.device, det_choice.reason
     ));
-    g.note(format!(
+    stages.say(format!(
         "demo: PACO on {}: {}",
         paco_choice.device, paco_choice.reason
     ));
 
     // Detection.
     let (nt, h, w) = synth.movie.dim();
-    g.note(format!(
+    stages.say(format!(
         "demo: detecting (blob_log + refinement) on {}",
         det_choice.device
     ));
@@ -152,7 +153,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let score = match_truth(&points, &synth.truth, MATCH_RADIUS);
 
     // Tracking.
-    g.note(format!("demo: linking {} detections", particles.len()));
+    stages.say(format!("demo: linking {} detections", particles.len()));
     let t = Instant::now();
     let link_stats = link_particles(&mut particles, &LinkParams::new(LINK.0, LINK.1))?;
     timings.push(("track", t.elapsed().as_secs_f64()));
@@ -160,7 +161,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
 
     // PACO.
-    g.note(format!("demo: PACO on {}", paco_choice.device));
+    stages.say(format!("demo: PACO on {}", paco_choice.device));
     let mut params = PacoParams {
         psf_norm: PsfNorm::Fwhm(FWHM),
         device: paco_choice.device,
@@ -192,7 +193,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     timings.push(("PACO unbiased flux", t.elapsed().as_secs_f64()));
 
     // Outputs.
-    g.note(format!("demo: writing {}", out.display()));
+    stages.say(format!("demo: writing {}", out.display()));
     let t = Instant::now();
     write_detections(&out.join("detections.csv"), &particles, false)?;
     write_detections(&out.join("tracks.csv"), &particles, true)?;
@@ -235,6 +236,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let json_text = serde_json::to_string_pretty(&json)
         .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}")))?;
     write_file(&out.join("summary.json"), json_text.as_bytes())?;
+    stages.finish();
     if g.json {
         println!("{json_text}");
     } else {

@@ -1,11 +1,11 @@
 //! The particle side's results: detection positions, tracks grouped by id, and the
 //! `detections.csv` / `tracks.csv` tables.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use algorithms::detect::Particle;
-use bridge_core::{BridgeError, Result};
+use arraybridge::io::csv::create_writer;
+use bridge_core::Result;
 
 /// Where a detection is: its refined position when it has one, else its pixel.
 pub(super) fn position(p: &Particle) -> (f64, f64) {
@@ -32,31 +32,43 @@ pub(super) fn collect_tracks(ps: &[Particle]) -> Vec<Vec<(u32, f64, f64)>> {
 
 /// The `arraybridge detect --refine` columns, plus `particle` for the tracks.
 pub(super) fn write_detections(path: &Path, ps: &[Particle], with_id: bool) -> Result<()> {
-    let name = path.display().to_string();
-    let io = |e| BridgeError::io(name.clone(), e);
-    let f = std::fs::File::create(path).map_err(io)?;
-    let mut w = std::io::BufWriter::new(f);
-    write!(
-        w,
-        "frame,y,x,sigma,response,y_refined,x_refined,mass,size,ecc,signal,background"
-    )
-    .map_err(io)?;
-    writeln!(w, "{}", if with_id { ",particle" } else { "" }).map_err(io)?;
-    for p in ps {
-        write!(w, "{},{},{},{},{}", p.frame, p.y, p.x, p.sigma, p.response).map_err(io)?;
-        match &p.refined {
-            Some(r) => write!(
-                w,
-                ",{},{},{},{},{},{},{}",
-                r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background
-            ),
-            None => write!(w, ",,,,,,,"),
-        }
-        .map_err(io)?;
-        if with_id {
-            write!(w, ",{}", p.id.unwrap_or(-1)).map_err(io)?;
-        }
-        writeln!(w).map_err(io)?;
+    let mut w = create_writer(path)?;
+    let mut head = vec![
+        "frame",
+        "y",
+        "x",
+        "sigma",
+        "response",
+        "y_refined",
+        "x_refined",
+        "mass",
+        "size",
+        "ecc",
+        "signal",
+        "background",
+    ];
+    if with_id {
+        head.push("particle");
     }
-    w.flush().map_err(io)
+    w.write_record(head)?;
+    for p in ps {
+        let mut row = vec![
+            p.frame.to_string(),
+            p.y.to_string(),
+            p.x.to_string(),
+            p.sigma.to_string(),
+            p.response.to_string(),
+        ];
+        match &p.refined {
+            Some(r) => row.extend(
+                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
+            ),
+            None => row.extend(std::iter::repeat_n(String::new(), 7)),
+        }
+        if with_id {
+            row.push(p.id.unwrap_or(-1).to_string());
+        }
+        w.write_record(row.iter().map(String::as_str))?;
+    }
+    w.finish()
 }

@@ -251,15 +251,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         &[&args.cube, &args.angles, &args.psf],
         "--output",
     )?;
-    let spinner = g.spinner();
-    let say = |msg: String| {
-        if spinner.is_hidden() {
-            g.note(msg);
-        } else {
-            spinner.println(&msg);
-            spinner.set_message(msg);
-        }
-    };
+    let stages = g.stages();
+    let say = |msg: String| stages.say(msg);
     let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &say)?;
     let (t, h, w) = cube.dim();
     let mut choice = resolve(args.device, PACO, || {
@@ -431,7 +424,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     )?;
     let title = format!("PACO S/N  {mode}  SUB-PIXEL {subpixel}  EDGE {edge}");
     write_png(&args.output.join("snr.png"), &maps.snr, &cands, title)?;
-    spinner.finish_and_clear();
+    stages.finish();
     g.note(format!(
         "paco: wrote {} in {:.3} s total",
         args.output.display(),

@@ -1,12 +1,12 @@
 //! What `arraybridge paco` reports: the candidates (local maxima of the S/N map) and their
 //! writers: `candidates.csv`, the table on stdout and `snr.png`.
 
-use std::io::Write;
 use std::path::Path;
 
 use algorithms::paco::PacoMaps;
 use arraybridge::figures::{self, Marker, RED, SnrMapOptions, WHITE};
-use bridge_core::{BridgeError, Result};
+use arraybridge::io::csv::create_writer;
+use bridge_core::Result;
 use ndarray::Array2;
 
 /// One detection candidate.
@@ -96,34 +96,35 @@ pub(super) fn write_csv(
     with_flux: bool,
     with_sub: bool,
 ) -> Result<()> {
-    let io = |e| BridgeError::io(path.display().to_string(), e);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
-    let mut head = "y,x,separation_px,angle_deg,snr,flux".to_string();
+    let mut w = create_writer(path)?;
+    let mut head = vec!["y", "x", "separation_px", "angle_deg", "snr", "flux"];
     if with_flux {
-        head.push_str(",unbiased_flux,unbiased_flux_err");
+        head.extend(["unbiased_flux", "unbiased_flux_err"]);
     }
     if with_sub {
-        head.push_str(",y_sub,x_sub,snr_sub");
+        head.extend(["y_sub", "x_sub", "snr_sub"]);
     }
-    writeln!(f, "{head}").map_err(io)?;
+    w.write_record(head)?;
     for c in cands {
-        write!(
-            f,
-            "{},{},{:.4},{:.4},{:.6},{:.6}",
-            c.y, c.x, c.separation_px, c.angle_deg, c.snr, c.flux
-        )
-        .map_err(io)?;
+        let mut row = vec![
+            c.y.to_string(),
+            c.x.to_string(),
+            format!("{:.4}", c.separation_px),
+            format!("{:.4}", c.angle_deg),
+            format!("{:.6}", c.snr),
+            format!("{:.6}", c.flux),
+        ];
         if with_flux {
             let g = |v: Option<f64>| v.map(|v| format!("{v:.6}")).unwrap_or_default();
-            write!(f, ",{},{}", g(c.unbiased_flux), g(c.unbiased_flux_err)).map_err(io)?;
+            row.extend([g(c.unbiased_flux), g(c.unbiased_flux_err)]);
         }
         if with_sub {
             let g = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_default();
-            write!(f, ",{},{},{}", g(c.y_sub), g(c.x_sub), g(c.snr_sub)).map_err(io)?;
+            row.extend([g(c.y_sub), g(c.x_sub), g(c.snr_sub)]);
         }
-        writeln!(f).map_err(io)?;
+        w.write_record(row.iter().map(String::as_str))?;
     }
-    f.flush().map_err(io)
+    w.finish()
 }
 
 /// The candidates as a table on stdout (the same optional columns as [`write_csv`]).

@@ -11,7 +11,7 @@
 
 use ndarray::{Array1, Array2, Array3};
 
-use super::{SplitMix, XorShift64Star, pixel_weight};
+use super::{SplitMix, pixel_weight};
 
 /// What [`synthetic_adi_with_planet`] generates: optics, planet and field rotation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -216,11 +216,11 @@ pub fn synthetic_adi_with_planet(
 /// A synthetic ADI cube (`t` frames of `n`×`n`) for timing PACO: a quasi-static speckle field
 /// falling off with the distance to the star, slowly evolving speckles and white noise; angles
 /// 0…60°; a 21×21 Gaussian PSF of nominal FWHM 4 px. Deterministic for a given `seed`.
-///
-/// Its random numbers come from the xorshift64* stream it has always used (not [`SplitMix`]),
-/// so that the cube — and every timing taken on it — stays bit-for-bit the same for a seed.
+/// Its random numbers come from the one generator, [`SplitMix`] (until 2026-11-23 this cube
+/// drew from its own xorshift64* stream: same distributions, other values for a seed, so the
+/// timings in `docs/perf.md` taken before are on a statistically identical cube).
 pub fn synthetic_adi(t: usize, n: usize, seed: u64) -> (Array3<f64>, Array1<f64>, Array2<f64>) {
-    let mut rng = XorShift64Star::new(seed);
+    let mut rng = SplitMix::new(seed);
     let stat = Array2::from_shape_fn((n, n), |_| rng.uniform());
     let c = (n / 2) as f64;
     let cube = Array3::from_shape_fn((t, n, n), |(f, y, x)| {

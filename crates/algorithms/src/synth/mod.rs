@@ -8,16 +8,14 @@
 //!   injected planet (`arraybridge demo`) and the simple timing cube of
 //!   [`crate::paco::bench`].
 //!
-//! Every generator is deterministic for a seed and needs no external random-number crate: the
-//! same seed gives the same numbers on every machine. The one exception to [`SplitMix`] is the
-//! timing cube [`adi::synthetic_adi`], which keeps the xorshift64* stream it was created with so
-//! that its numbers (and the PACO timings taken on it) do not change.
+//! Every generator draws from [`SplitMix`], is deterministic for a seed and needs no external
+//! random-number crate: the same seed gives the same numbers on every machine.
 
 pub mod adi;
 pub mod movie;
 
-/// A deterministic SplitMix64 stream: the random numbers of the generators of [`crate::synth`]
-/// (all but the timing cube [`adi::synthetic_adi`]).
+/// A deterministic SplitMix64 stream: the random numbers of every generator of
+/// [`crate::synth`].
 #[derive(Debug, Clone)]
 pub struct SplitMix(u64);
 
@@ -71,31 +69,6 @@ impl SplitMix {
             }
         }
         (lambda + lambda.sqrt() * self.normal()).round().max(0.0)
-    }
-}
-
-/// The xorshift64* stream of the timing cube [`adi::synthetic_adi`], uniform in `[0, 1)`.
-///
-/// It predates [`SplitMix`] and is kept only so that the timing cube — and with it every PACO
-/// timing taken on it (`docs/perf.md`, `arraybridge bench paco`, the criterion bench) — stays
-/// bit-for-bit the same: drawing from [`SplitMix`] would give different numbers for the same
-/// seed. New generators use [`SplitMix`].
-pub(crate) struct XorShift64Star(u64);
-
-impl XorShift64Star {
-    /// A stream for `seed` (the timing cube's seeding).
-    pub(crate) fn new(seed: u64) -> Self {
-        XorShift64Star(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn uniform(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

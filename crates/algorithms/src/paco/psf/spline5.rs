@@ -353,16 +353,10 @@ mod tests {
     use super::*;
     use crate::paco::psf::fft_shift::VipShifter;
 
-    /// xorshift64* uniform numbers in [−1, 1).
+    /// Uniform numbers in [−1, 1) from the workspace's one generator.
     fn rng(seed: u64) -> impl FnMut() -> f64 {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        move || {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
-            2.0 * u - 1.0
-        }
+        let mut s = crate::synth::SplitMix::new(seed);
+        move || s.range(-1.0, 1.0)
     }
 
     fn random_image(h: usize, w: usize, seed: u64) -> Array2<f64> {
