@@ -14,9 +14,8 @@ use algorithms::detect::{
 };
 use bridge_core::{BridgeError, Result};
 
-use arraybridge::io::csv::create_writer;
-use arraybridge::io::image::read_movie;
-use indicatif::ProgressBar;
+use arraybridge::io::csv::{TableWriter, create_writer};
+use arraybridge::io::stream::MovieStream;
 
 use super::common::{Global, check_output_file};
 use super::device::{
@@ -143,57 +142,82 @@ pub struct Args {
     /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
+    /// Frames read and detected at a time: memory is bounded by one chunk (the next one is read
+    /// while this one is detected), whatever the movie's length; results do not depend on it.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub chunk_frames: u64,
     /// Frames per batch (a device launch / a parallel CPU chunk); does not change results.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch_size: u64,
 }
 
-fn write_log_csv(path: &Path, ps: &[Particle], refine: bool) -> Result<()> {
-    let mut w = create_writer(path)?;
-    let mut header = vec!["frame", "y", "x", "sigma", "response"];
-    if refine {
-        header.extend([
-            "y_refined",
-            "x_refined",
-            "mass",
-            "size",
-            "ecc",
-            "signal",
-            "background",
-        ]);
-    }
-    w.write_record(header)?;
-    for p in ps {
-        let mut row = vec![
-            p.frame.to_string(),
-            p.y.to_string(),
-            p.x.to_string(),
-            p.sigma.to_string(),
-            p.response.to_string(),
-        ];
-        if let Some(r) = &p.refined {
-            row.extend(
-                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
-            );
-        }
-        w.write_record(row.iter().map(String::as_str))?;
-    }
-    w.finish()
+/// The output CSV, written chunk by chunk as detections come.
+struct Output {
+    w: TableWriter,
 }
 
-fn write_locate_csv(path: &Path, rows: &[(usize, Feature)]) -> Result<()> {
-    let mut w = create_writer(path)?;
-    w.write_record([
-        "frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep",
-    ])?;
-    for (t, f) in rows {
-        let mut row = vec![t.to_string()];
-        row.extend(
-            [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep].map(|v| v.to_string()),
-        );
-        w.write_record(row.iter().map(String::as_str))?;
+impl Output {
+    fn log(path: &Path, refine: bool) -> Result<Self> {
+        let mut w = create_writer(path)?;
+        let mut header = vec!["frame", "y", "x", "sigma", "response"];
+        if refine {
+            header.extend([
+                "y_refined",
+                "x_refined",
+                "mass",
+                "size",
+                "ecc",
+                "signal",
+                "background",
+            ]);
+        }
+        w.write_record(header)?;
+        Ok(Output { w })
     }
-    w.finish()
+
+    fn locate(path: &Path) -> Result<Self> {
+        let mut w = create_writer(path)?;
+        w.write_record([
+            "frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep",
+        ])?;
+        Ok(Output { w })
+    }
+
+    fn particles(&mut self, ps: &[Particle]) -> Result<()> {
+        for p in ps {
+            let mut row = vec![
+                p.frame.to_string(),
+                p.y.to_string(),
+                p.x.to_string(),
+                p.sigma.to_string(),
+                p.response.to_string(),
+            ];
+            if let Some(r) = &p.refined {
+                row.extend(
+                    [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background]
+                        .map(|v| v.to_string()),
+                );
+            }
+            self.w.write_record(row.iter().map(String::as_str))?;
+        }
+        Ok(())
+    }
+
+    fn features(&mut self, rows: &[(usize, Feature)]) -> Result<()> {
+        for (t, f) in rows {
+            let mut row = vec![t.to_string()];
+            row.extend(
+                [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep]
+                    .map(|v| v.to_string()),
+            );
+            self.w.write_record(row.iter().map(String::as_str))?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        self.w.finish()
+    }
 }
 
 fn locate_params(args: &Args) -> Result<LocateParams> {
@@ -226,18 +250,16 @@ fn run_locate(
     p: &LocateParams,
     batch_size: usize,
     movie: &Movie,
+    frame0: usize,
     backend: &dyn DetectBackend,
-    progress: &ProgressBar,
 ) -> Result<Vec<(usize, Feature)>> {
     let frames = movie.frames();
     let mut out = Vec::new();
-    progress.set_position(0);
     for (bi, batch) in frames.chunks(batch_size).enumerate() {
         let res = backend.locate_batch(batch, p)?;
         for (k, feats) in res.into_iter().enumerate() {
-            out.extend(feats.into_iter().map(|f| (bi * batch_size + k, f)));
+            out.extend(feats.into_iter().map(|f| (frame0 + bi * batch_size + k, f)));
         }
-        progress.inc(batch.len() as u64);
     }
     Ok(out)
 }
@@ -277,16 +299,24 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     }
     check_output_file(&args.output, &[&args.input], "--output")?;
     let start = Instant::now();
-    let movie = read_movie(&args.input)?;
-    let (t, h, w) = movie.dim();
+    let chunk_frames = usize::try_from(args.chunk_frames)
+        .map_err(|_| BridgeError::invalid_argument("--chunk-frames", "too large"))?;
+    let mut stream = MovieStream::open(&args.input, chunk_frames)?;
+    let total = stream.total_frames();
+    let first = stream.next_chunk()?.ok_or_else(|| {
+        BridgeError::InvalidInput(format!("{}: the movie has no frame", args.input.display()))
+    })?;
+    let (_, h, w) = first.dim();
+    let dtype = first.dtype_name();
+    let integer = matches!(first, Movie::U8(_) | Movie::U16(_));
     if args.method == Method::Log {
-        det.check_memory(h, w, t)?;
+        det.check_memory(h, w, first.len())?;
     }
     let mut choice = resolve(args.device, DETECT, || match args.method {
-        Method::Log => detect_estimate(&movie, &det),
+        Method::Log => detect_estimate(&first, &det),
         Method::Locate => {
             let (cpu, note) = nominal_cpu();
-            Ok((detect_workload(&movie, &det), cpu, note))
+            Ok((detect_workload(&first, &det), cpu, note))
         }
     })?;
     if args.device == DeviceArg::Auto {
@@ -295,42 +325,73 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             choice.device, choice.reason
         ));
     }
-    let progress = g.progress(t as u64, "frames");
-    let n = match &locate {
-        None => {
-            let ps = choice.run("detect", |d| {
-                let backend = backend_for(d)?;
-                progress.set_position(0);
-                det.detect_movie_with(&movie, backend.as_ref(), |done| {
-                    progress.set_position(done as u64)
-                })
-            })?;
-            progress.finish_and_clear();
-            write_log_csv(&args.output, &ps, args.refine)?;
-            if ps.is_empty()
-                && det.threshold.is_some()
-                && args.prescale == Prescale::Legacy
-                && matches!(movie, Movie::U8(_) | Movie::U16(_))
-            {
-                g.note(format!(
-                    "note: no detection. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
-                     the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
-                     --prescale none with a threshold in counts",
-                    det.threshold.unwrap_or_default()
-                ));
-            }
-            ps.len()
-        }
-        Some(p) => {
-            let rows = choice.run("detect", |d| {
-                let backend = backend_for(d)?;
-                run_locate(p, batch_size, &movie, backend.as_ref(), &progress)
-            })?;
-            progress.finish_and_clear();
-            write_locate_csv(&args.output, &rows)?;
-            rows.len()
-        }
+    let progress = g.progress(total.unwrap_or(0) as u64, "frames");
+    let mut out = match args.method {
+        Method::Log => Output::log(&args.output, args.refine)?,
+        Method::Locate => Output::locate(&args.output)?,
     };
+    // The next chunk is read while this one is detected (one chunk ahead: memory stays bounded).
+    let (n, t) = std::thread::scope(|scope| -> Result<(usize, usize)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Movie>>(1);
+        scope.spawn(move || {
+            for chunk in stream {
+                if tx.send(chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let (mut n, mut frame0) = (0usize, 0usize);
+        for chunk in std::iter::once(Ok(first)).chain(rx) {
+            let chunk = chunk?;
+            let len = chunk.len();
+            if total.is_none() {
+                progress.set_length((frame0 + len) as u64);
+            }
+            match &locate {
+                None => {
+                    let mut ps = choice.run("detect", |d| {
+                        let backend = backend_for(d)?;
+                        det.detect_movie_with(&chunk, backend.as_ref(), |done| {
+                            progress.set_position((frame0 + done) as u64)
+                        })
+                    })?;
+                    let f0 = u32::try_from(frame0)
+                        .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
+                    for p in &mut ps {
+                        p.frame += f0;
+                    }
+                    out.particles(&ps)?;
+                    n += ps.len();
+                }
+                Some(p) => {
+                    let rows = choice.run("detect", |d| {
+                        let backend = backend_for(d)?;
+                        run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
+                    })?;
+                    out.features(&rows)?;
+                    n += rows.len();
+                }
+            }
+            frame0 += len;
+            progress.set_position(frame0 as u64);
+        }
+        Ok((n, frame0))
+    })?;
+    out.finish()?;
+    progress.finish_and_clear();
+    if n == 0
+        && args.method == Method::Log
+        && det.threshold.is_some()
+        && args.prescale == Prescale::Legacy
+        && integer
+    {
+        g.note(format!(
+            "note: no detection. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
+             the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
+             --prescale none with a threshold in counts",
+            det.threshold.unwrap_or_default()
+        ));
+    }
     let secs = start.elapsed().as_secs_f64();
     let method = match args.method {
         Method::Log => "log",
@@ -341,7 +402,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "command": "detect",
             "input": args.input.display().to_string(),
             "output": args.output.display().to_string(),
-            "frames": t, "height": h, "width": w, "dtype": movie.dtype_name(),
+            "frames": t, "height": h, "width": w, "dtype": dtype,
             "method": method,
             "detections": n,
             "seconds": secs,
@@ -351,7 +412,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     } else {
         g.note(format!(
             "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {method}, device {}",
-            movie.dtype_name(),
+            dtype,
             t as f64 / secs.max(1e-9),
             choice.device
         ));

@@ -147,7 +147,9 @@ fn png_into(path: &Path, stack: &mut Stack) -> Result<(usize, usize)> {
     Ok((h, w))
 }
 
-fn read_folder(dir: &Path, budget: &Budget) -> Result<Movie> {
+/// The frame files of a folder (`.tif`, `.tiff`, `.png`), in name order; an error when there
+/// is none.
+pub(crate) fn folder_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let name = dir.display().to_string();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| BridgeError::io(name.clone(), e))?
@@ -160,17 +162,34 @@ fn read_folder(dir: &Path, budget: &Budget) -> Result<Movie> {
             "{name}: the folder has no .tif/.tiff/.png file"
         )));
     }
+    Ok(files)
+}
+
+/// Decode one single-frame file of a folder (PNG or single-page TIFF) onto `stack`.
+pub(crate) fn frame_into(f: &Path, stack: &mut Stack) -> Result<()> {
+    let fname = f.display().to_string();
+    if ext_of(f) == "png" {
+        png_into(f, stack)?;
+    } else {
+        let file = std::fs::File::open(f).map_err(|e| BridgeError::io(fname.clone(), e))?;
+        decode_into(BufReader::new(file), &fname, stack, true)?;
+    }
+    Ok(())
+}
+
+fn read_folder(dir: &Path, budget: &Budget) -> Result<Movie> {
+    let name = dir.display().to_string();
+    let files = folder_files(dir)?;
     let mut stack = Stack::new(format!("{name} ({} files)", files.len()), *budget);
     for f in &files {
-        let fname = f.display().to_string();
-        if ext_of(f) == "png" {
-            png_into(f, &mut stack)?;
-        } else {
-            let file = std::fs::File::open(f).map_err(|e| BridgeError::io(fname.clone(), e))?;
-            decode_into(BufReader::new(file), &fname, &mut stack, true)?;
-        }
+        frame_into(f, &mut stack)?;
     }
     stack.into_movie()
+}
+
+/// The extension of `p`, lower-case (`""` without one).
+pub(crate) fn extension(p: &Path) -> String {
+    ext_of(p)
 }
 
 /// Read any supported movie input (see the module documentation) and check it is not empty.

@@ -4,4 +4,5 @@ pub mod csv;
 pub mod fits;
 pub mod image;
 pub mod npy;
+pub mod stream;
 pub mod tiff;

@@ -398,6 +398,18 @@ pub fn read_npy(path: &Path) -> Result<NpyArray> {
 
 /// [`read_npy`] under an explicit memory budget (tests simulate a small machine with it).
 pub fn read_npy_with_budget(path: &Path, budget: &Budget) -> Result<NpyArray> {
+    let (h, payload, file_len) = open_header(path)?;
+    let name = path.display().to_string();
+    let count = h.check(file_len - h.data_offset as u64, &name, budget)?;
+    decode_payload(&h, count, payload, &name)
+}
+
+/// The payload of an opened `.npy` file: the bytes read with the header, then the file.
+type Payload = std::io::Chain<std::io::Cursor<Vec<u8>>, std::io::BufReader<std::fs::File>>;
+
+/// Open `path`, read and check its header (nothing else); returns the header, a reader
+/// positioned at the payload and the file length.
+fn open_header(path: &Path) -> Result<(NpyHeader, Payload, u64)> {
     let name = path.display().to_string();
     let io = |e: std::io::Error| BridgeError::io(name.clone(), e);
     let f = std::fs::File::open(path).map_err(io)?;
@@ -444,10 +456,99 @@ pub fn read_npy_with_budget(path: &Path, budget: &Budget) -> Result<NpyArray> {
             .map_err(io)?;
     }
     let h = parse_header(&head, &name)?;
-    let count = h.check(file_len - h.data_offset as u64, &name, budget)?;
     // `head` may hold a few payload bytes already (a version-1 header is 10 bytes + hlen).
-    let already = head.split_off(h.data_offset);
-    decode_payload(&h, count, already.as_slice().chain(r), &name)
+    let already = head.split_off(h.data_offset.min(head.len()));
+    Ok((h, std::io::Cursor::new(already).chain(r), file_len))
+}
+
+/// The frames of a C-ordered `.npy` movie `(T, H, W)` (or frame `(H, W)`) read a chunk at a
+/// time (the streaming reader of [`super::stream::MovieStream`]): only one chunk is in memory.
+pub struct NpyFrames {
+    header: NpyHeader,
+    payload: Payload,
+    name: String,
+    frames: usize,
+    next: usize,
+}
+
+impl NpyFrames {
+    /// Open `path` and check its header and length. A Fortran-ordered array (whose frames are
+    /// not contiguous in the file) is [`BridgeError::Unsupported`]: read it whole instead.
+    pub fn open(path: &Path) -> Result<Self> {
+        let (header, payload, file_len) = open_header(path)?;
+        let name = path.display().to_string();
+        let (_, nbytes) = header.sizes(&name)?;
+        if file_len - header.data_offset as u64 != nbytes as u64 {
+            // The whole-file check gives the detailed message.
+            header.check(
+                file_len - header.data_offset as u64,
+                &name,
+                &Budget::current(),
+            )?;
+        }
+        if header.fortran_order {
+            return Err(BridgeError::Unsupported(format!(
+                "{name}: a Fortran-ordered array cannot be streamed frame by frame"
+            )));
+        }
+        let frames = match header.shape.len() {
+            2 => 1,
+            3 => header.shape[0],
+            n => {
+                return Err(BridgeError::InvalidInput(format!(
+                    "{name}: expected a 2-D frame or a 3-D movie (T, H, W), got {n} dimensions"
+                )));
+            }
+        };
+        Ok(NpyFrames {
+            header,
+            payload,
+            name,
+            frames,
+            next: 0,
+        })
+    }
+
+    /// Frames in the file.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// The next (at most) `n` frames, decoded under `budget`; `None` at the end.
+    pub fn next_chunk(&mut self, n: usize, budget: &Budget) -> Result<Option<Movie>> {
+        if self.next >= self.frames {
+            return Ok(None);
+        }
+        let k = n.max(1).min(self.frames - self.next);
+        let s = &self.header.shape;
+        let (h, w) = (s[s.len() - 2], s[s.len() - 1]);
+        let sub = NpyHeader {
+            shape: vec![k, h, w],
+            ..self.header.clone()
+        };
+        let (count, nbytes) = sub.sizes(&self.name)?;
+        budget.check(
+            nbytes as u64,
+            &format!(
+                "{} (frames {}..{} of shape {:?} of {})",
+                self.name,
+                self.next,
+                self.next + k,
+                self.header.shape,
+                self.header.dtype.name()
+            ),
+            "stream smaller chunks (--chunk-frames)",
+        )?;
+        let what = format!("{} (frames {}..{})", self.name, self.next, self.next + k);
+        let arr = decode_payload(&sub, count, &mut self.payload, &what)?;
+        self.next += k;
+        Ok(Some(match arr {
+            NpyArray::U8(a) => Movie::U8(to3(a, &what)?),
+            NpyArray::U16(a) => Movie::U16(to3(a, &what)?),
+            NpyArray::F32(a) => Movie::F32(to3(a, &what)?),
+            NpyArray::F64(a) => Movie::F64(to3(a, &what)?),
+        }))
+    }
 }
 
 fn to3<T: Clone>(a: ArrayD<T>, path: &str) -> Result<Array3<T>> {

@@ -297,29 +297,7 @@ pub fn decode_into<R: Read + Seek>(
     }
     let mut n = 0;
     loop {
-        let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
-        let kind = page_kind(&mut dec, path, n)?;
-        let source = if n == 0 && !dec.more_images() {
-            path.to_string()
-        } else {
-            format!("{path} page {n}")
-        };
-        let allowed = stack.admit(&source, h as usize, w as usize, kind)?;
-        let mut limits = Limits::default();
-        limits.decoding_buffer_size = usize::try_from(allowed).unwrap_or(usize::MAX);
-        dec = dec.with_limits(limits);
-        let page = match dec.read_image().map_err(|e| terr(&source, e))? {
-            DecodingResult::U8(v) => Page::U8(v),
-            DecodingResult::U16(v) => Page::U16(v),
-            DecodingResult::F32(v) => Page::F32(v),
-            DecodingResult::F64(v) => Page::F64(v),
-            _ => {
-                return Err(BridgeError::Unsupported(format!(
-                    "{source}: unsupported pixel format (supported: {SUPPORTED})"
-                )));
-            }
-        };
-        stack.push(&source, page)?;
+        dec = decode_page(dec, path, n, stack)?;
         n += 1;
         if !dec.more_images() {
             break;
@@ -327,6 +305,82 @@ pub fn decode_into<R: Read + Seek>(
         dec.next_image().map_err(|e| terr(path, e))?;
     }
     Ok(n)
+}
+
+/// Decode the decoder's current page (page `n` of `path`) onto `stack`.
+fn decode_page<R: Read + Seek>(
+    mut dec: Decoder<R>,
+    path: &str,
+    n: usize,
+    stack: &mut Stack,
+) -> Result<Decoder<R>> {
+    let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
+    let kind = page_kind(&mut dec, path, n)?;
+    let source = if n == 0 && !dec.more_images() {
+        path.to_string()
+    } else {
+        format!("{path} page {n}")
+    };
+    let allowed = stack.admit(&source, h as usize, w as usize, kind)?;
+    let mut limits = Limits::default();
+    limits.decoding_buffer_size = usize::try_from(allowed).unwrap_or(usize::MAX);
+    let mut dec = dec.with_limits(limits);
+    let page = match dec.read_image().map_err(|e| terr(&source, e))? {
+        DecodingResult::U8(v) => Page::U8(v),
+        DecodingResult::U16(v) => Page::U16(v),
+        DecodingResult::F32(v) => Page::F32(v),
+        DecodingResult::F64(v) => Page::F64(v),
+        _ => {
+            return Err(BridgeError::Unsupported(format!(
+                "{source}: unsupported pixel format (supported: {SUPPORTED})"
+            )));
+        }
+    };
+    stack.push(&source, page)?;
+    Ok(dec)
+}
+
+/// The pages of a multi-page TIFF read a chunk at a time (the streaming reader of
+/// [`super::stream::MovieStream`]): only one chunk is decoded at once.
+pub struct TiffPages {
+    dec: Option<Decoder<BufReader<std::fs::File>>>,
+    path: String,
+    page: usize,
+    done: bool,
+}
+
+impl TiffPages {
+    /// Open `path` (its first page's header is read).
+    pub fn open(path: &Path) -> Result<Self> {
+        let name = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+        let dec = Decoder::new(BufReader::new(f)).map_err(|e| terr(&name, e))?;
+        Ok(TiffPages {
+            dec: Some(dec),
+            path: name,
+            page: 0,
+            done: false,
+        })
+    }
+
+    /// The next (at most) `n` pages as a movie, decoded under `budget`; `None` at the end.
+    pub fn next_chunk(&mut self, n: usize, budget: &Budget) -> Result<Option<Movie>> {
+        let Some(mut dec) = self.dec.take().filter(|_| !self.done) else {
+            return Ok(None);
+        };
+        let mut stack = Stack::new(format!("{} (pages from {})", self.path, self.page), *budget);
+        for _ in 0..n.max(1) {
+            dec = decode_page(dec, &self.path, self.page, &mut stack)?;
+            self.page += 1;
+            if !dec.more_images() {
+                self.done = true;
+                break;
+            }
+            dec.next_image().map_err(|e| terr(&self.path, e))?;
+        }
+        self.dec = Some(dec);
+        stack.into_movie().map(Some)
+    }
 }
 
 /// Read a (multi-page) TIFF file as a movie `[pages][H][W]`.

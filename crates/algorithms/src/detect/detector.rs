@@ -130,6 +130,36 @@ impl LogDetector {
         )
     }
 
+    /// Detect a movie that arrives in chunks (a streaming reader, a long acquisition): each
+    /// chunk is detected as [`Self::detect_movie_with`] does and its particles come out as soon
+    /// as it is done, with frame numbers counted from the first frame of the first chunk.
+    /// Results equal those of the whole movie in one piece; memory is bounded by one chunk.
+    pub fn detect_stream<'a, I>(
+        &'a self,
+        chunks: I,
+        backend: &'a dyn DetectBackend,
+    ) -> impl Iterator<Item = Result<Vec<Particle>>> + 'a
+    where
+        I: IntoIterator<Item = Result<Movie>> + 'a,
+    {
+        let mut frame0: u32 = 0;
+        chunks.into_iter().map(move |chunk| {
+            let chunk = chunk?;
+            let mut ps = self.detect_movie_with(&chunk, backend, |_| {})?;
+            let n = u32::try_from(chunk.len())
+                .ok()
+                .and_then(|n| frame0.checked_add(n))
+                .ok_or_else(|| {
+                    BridgeError::InvalidInput("a stream of more than 2^32 frames".into())
+                })?;
+            for p in &mut ps {
+                p.frame += frame0;
+            }
+            frame0 = n;
+            Ok(ps)
+        })
+    }
+
     /// Detect with an explicit back end; `progress(frames_done)` is called after each batch.
     pub fn detect_movie_with(
         &self,
