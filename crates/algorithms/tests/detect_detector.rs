@@ -214,3 +214,34 @@ fn benchmark_rows() {
     }
     assert_eq!(rows[0].detections, rows[2].detections);
 }
+
+/// `detect_stream` over chunks of a movie gives the particles of the whole movie, with frame
+/// numbers counted across chunks.
+#[test]
+fn streamed_chunks_equal_the_whole_movie() {
+    use algorithms::detect::{CpuBackend, LogDetector, Movie};
+    let synth = algorithms::detect::synth::synthetic_movie(7, 64, 6, 1.0, 5);
+    let Movie::U16(m) = &synth.movie else {
+        panic!("u16 movie")
+    };
+    let det = LogDetector::default();
+    let whole = det
+        .detect_movie_with(&synth.movie, &CpuBackend, |_| {})
+        .unwrap();
+    let chunks: Vec<bridge_core::Result<Movie>> = [0..3, 3..5, 5..7]
+        .into_iter()
+        .map(|r| Ok(Movie::U16(m.slice(ndarray::s![r, .., ..]).to_owned())))
+        .collect();
+    let streamed: Vec<_> = det
+        .detect_stream(chunks, &CpuBackend)
+        .collect::<bridge_core::Result<Vec<_>>>()
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(!whole.is_empty());
+    assert_eq!(streamed, whole);
+    // An error in a chunk is reported, not skipped.
+    let bad = vec![Err(bridge_core::BridgeError::InvalidInput("boom".into()))];
+    assert!(det.detect_stream(bad, &CpuBackend).any(|r| r.is_err()));
+}
