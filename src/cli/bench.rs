@@ -112,11 +112,8 @@ fn bench_device(
     estimate: impl FnOnce() -> Result<(Workload, CpuProfile, String)>,
 ) -> Result<Device> {
     let choice = resolve(arg, stage, estimate)?;
-    if arg == DeviceArg::Auto {
-        g.note(format!(
-            "bench: device auto → {}: {}",
-            choice.device, choice.reason
-        ));
+    if let Some(note) = choice.auto_note("bench") {
+        g.note(note);
     }
     Ok(choice.device)
 }

@@ -151,6 +151,45 @@ pub struct Args {
     pub batch_size: u64,
 }
 
+/// The `--method log` columns: `frame,y,x,sigma,response`, and with `refine` the refinement's
+/// `y_refined,x_refined,mass,size,ecc,signal,background`.
+pub(super) fn particle_header(refine: bool) -> Vec<&'static str> {
+    let mut header = vec!["frame", "y", "x", "sigma", "response"];
+    if refine {
+        header.extend([
+            "y_refined",
+            "x_refined",
+            "mass",
+            "size",
+            "ecc",
+            "signal",
+            "background",
+        ]);
+    }
+    header
+}
+
+/// One particle's fields under [`particle_header`]; with `refine`, a particle without a
+/// refinement gets empty refinement fields.
+pub(super) fn particle_fields(p: &Particle, refine: bool) -> Vec<String> {
+    let mut row = vec![
+        p.frame.to_string(),
+        p.y.to_string(),
+        p.x.to_string(),
+        p.sigma.to_string(),
+        p.response.to_string(),
+    ];
+    if refine {
+        match &p.refined {
+            Some(r) => row.extend(
+                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
+            ),
+            None => row.extend(std::iter::repeat_n(String::new(), 7)),
+        }
+    }
+    row
+}
+
 /// The output CSV, written chunk by chunk as detections come.
 struct Output {
     w: TableWriter,
@@ -159,19 +198,7 @@ struct Output {
 impl Output {
     fn log(path: &Path, refine: bool) -> Result<Self> {
         let mut w = create_writer(path)?;
-        let mut header = vec!["frame", "y", "x", "sigma", "response"];
-        if refine {
-            header.extend([
-                "y_refined",
-                "x_refined",
-                "mass",
-                "size",
-                "ecc",
-                "signal",
-                "background",
-            ]);
-        }
-        w.write_record(header)?;
+        w.write_record(particle_header(refine))?;
         Ok(Output { w })
     }
 
@@ -185,19 +212,7 @@ impl Output {
 
     fn particles(&mut self, ps: &[Particle]) -> Result<()> {
         for p in ps {
-            let mut row = vec![
-                p.frame.to_string(),
-                p.y.to_string(),
-                p.x.to_string(),
-                p.sigma.to_string(),
-                p.response.to_string(),
-            ];
-            if let Some(r) = &p.refined {
-                row.extend(
-                    [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background]
-                        .map(|v| v.to_string()),
-                );
-            }
+            let row = particle_fields(p, p.refined.is_some());
             self.w.write_record(row.iter().map(String::as_str))?;
         }
         Ok(())
@@ -319,11 +334,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             Ok((detect_workload(&first, &det), cpu, note))
         }
     })?;
-    if args.device == DeviceArg::Auto {
-        g.note(format!(
-            "detect: device auto → {}: {}",
-            choice.device, choice.reason
-        ));
+    if let Some(note) = choice.auto_note("detect") {
+        g.note(note);
     }
     let progress = g.progress(total.unwrap_or(0) as u64, "frames");
     let mut out = match args.method {

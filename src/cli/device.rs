@@ -192,6 +192,13 @@ impl Choice {
         }
     }
 
+    /// The line `COMMAND: device auto → DEVICE: REASON` for a choice `auto` made (printed by
+    /// every command), `None` for an explicit device.
+    pub fn auto_note(&self, command: &str) -> Option<String> {
+        self.auto
+            .then(|| format!("{command}: device auto → {}: {}", self.device, self.reason))
+    }
+
     /// True when a failure on [`Choice::device`] may be retried on the CPU: `auto` chose a
     /// device other than the CPU.
     pub fn may_fall_back(&self) -> bool {

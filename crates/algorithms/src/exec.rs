@@ -38,10 +38,7 @@ pub fn executor_for(device: Device, algorithm: &str) -> Result<AnyExecutor> {
             ),
         )),
         #[cfg(feature = "opencl")]
-        Device::OpenCl(n) => Ok(AnyExecutor::OpenCl(OpenClExecutor::new(
-            bridge_opencl::shared(),
-            Device::OpenCl(n),
-        )?)),
+        Device::OpenCl(n) => Ok(AnyExecutor::OpenCl(OpenClExecutor::on_shared(n)?)),
         #[cfg(not(feature = "opencl"))]
         Device::OpenCl(_) => Err(BridgeError::unavailable(
             "opencl",

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use algorithms::paco::{PacoParams, PsfNorm, paco, paco_array};
+use bridge_core::Array;
 use bridge_core::convert::{ConversionObserver, ConversionRecord, Registry};
-use bridge_core::{Array, MemoryType};
 
 #[derive(Default)]
 struct Records(Mutex<Vec<ConversionRecord>>);
@@ -93,7 +93,7 @@ fn a_device_cube_is_downloaded_once() {
     let on_dev = reg
         .convert(
             Array::from_ndarray(cube.clone().into_dyn()),
-            MemoryType::OpenCl,
+            bridge_core::MemoryType::OpenCl,
             dev,
         )
         .unwrap();
@@ -110,7 +110,7 @@ fn a_device_cube_is_downloaded_once() {
     let r = rec.0.lock().unwrap().clone();
     assert_eq!(r.len(), 1, "one conversion: {r:?}");
     assert_eq!(r[0].bytes_moved, (12 * 32 * 32 * 8) as u64);
-    assert_eq!(back[0].memory_type(), MemoryType::Host);
+    assert_eq!(back[0].memory_type(), bridge_core::MemoryType::Host);
 }
 
 #[cfg(feature = "torch")]

@@ -71,17 +71,9 @@ pub struct Budget {
 impl Budget {
     /// Read the current budget (a few small `/proc` and `/sys` reads; no allocation of note).
     pub fn current() -> Self {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-        let field = |text: &str, name: &str| -> Option<u64> {
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|kib| kib.saturating_mul(1024))
-        };
-        let total = meminfo.as_deref().and_then(|t| field(t, "MemTotal:"));
+        let (total, available) = meminfo();
         let mut candidates: Vec<(u64, LimitSource)> = vec![(MAX_ALLOCATION, LimitSource::HardCap)];
-        if let Some(a) = meminfo.as_deref().and_then(|t| field(t, "MemAvailable:")) {
+        if let Some(a) = available {
             candidates.push((a, LimitSource::Available));
         }
         if let Some(c) = cgroup_headroom() {
@@ -122,6 +114,22 @@ impl Budget {
             hint: hint.to_string(),
         })
     }
+}
+
+/// Host RAM `(MemTotal, MemAvailable)` from `/proc/meminfo`, in bytes (`None` where it cannot
+/// be read).
+pub fn meminfo() -> (Option<u64>, Option<u64>) {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return (None, None);
+    };
+    let field = |name: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kib| kib.saturating_mul(1024))
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
 }
 
 /// Fail with [`BridgeError::TooLarge`] unless `bytes` fit in the host [`Budget`] now.

@@ -33,6 +33,11 @@ impl OpenClExecutor {
         })
     }
 
+    /// The executor of `opencl:n` on the process-wide backend ([`crate::shared`]).
+    pub fn on_shared(n: usize) -> Result<Self> {
+        Self::new(crate::shared(), Device::OpenCl(n))
+    }
+
     /// The backend instance.
     pub fn backend(&self) -> &Arc<OpenClBackend> {
         &self.cl

@@ -52,21 +52,6 @@ pub fn format_uuid(bytes: [u8; 16]) -> String {
     )
 }
 
-/// Host RAM (total, available) from `/proc/meminfo`, in bytes.
-fn host_memory() -> (Option<u64>, Option<u64>) {
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
-        return (None, None);
-    };
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    };
-    (field("MemTotal:"), field("MemAvailable:"))
-}
-
 /// The torch backend (tch / libtorch 2.11).
 #[derive(Debug, Default)]
 pub struct TorchBackend {
@@ -110,7 +95,7 @@ impl MemoryInfo for TorchBackend {
     fn memory_stats(&self, device: Device) -> Result<MemoryStats> {
         match self.cuda_index(device)? {
             None => {
-                let (total, free) = host_memory();
+                let (total, free) = bridge_core::host::meminfo();
                 Ok(MemoryStats {
                     total: total.unwrap_or(0),
                     free,
@@ -156,7 +141,7 @@ impl Backend for TorchBackend {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        let (total, free) = host_memory();
+        let (total, free) = bridge_core::host::meminfo();
         let cuda = cuda_state();
         let mut cpu = DeviceInfo::new(Device::TorchCpu, "libtorch CPU");
         cpu.total_memory = total;

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use algorithms::detect::Particle;
 use arraybridge::io::csv::create_writer;
+
+use super::super::detect::{particle_fields, particle_header};
 use bridge_core::Result;
 
 /// Where a detection is: its refined position when it has one, else its pixel.
@@ -33,38 +35,13 @@ pub(super) fn collect_tracks(ps: &[Particle]) -> Vec<Vec<(u32, f64, f64)>> {
 /// The `arraybridge detect --refine` columns, plus `particle` for the tracks.
 pub(super) fn write_detections(path: &Path, ps: &[Particle], with_id: bool) -> Result<()> {
     let mut w = create_writer(path)?;
-    let mut head = vec![
-        "frame",
-        "y",
-        "x",
-        "sigma",
-        "response",
-        "y_refined",
-        "x_refined",
-        "mass",
-        "size",
-        "ecc",
-        "signal",
-        "background",
-    ];
+    let mut head = particle_header(true);
     if with_id {
         head.push("particle");
     }
     w.write_record(head)?;
     for p in ps {
-        let mut row = vec![
-            p.frame.to_string(),
-            p.y.to_string(),
-            p.x.to_string(),
-            p.sigma.to_string(),
-            p.response.to_string(),
-        ];
-        match &p.refined {
-            Some(r) => row.extend(
-                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
-            ),
-            None => row.extend(std::iter::repeat_n(String::new(), 7)),
-        }
+        let mut row = particle_fields(p, true);
         if with_id {
             row.push(p.id.unwrap_or(-1).to_string());
         }

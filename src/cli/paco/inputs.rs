@@ -1,6 +1,7 @@
 //! Reading the inputs of `arraybridge paco`: the ADI cube, the derotation angles and the PSF
 //! (FITS), squeezed to their expected shapes and checked against each other.
 
+use super::super::common::Stages;
 use std::path::Path;
 
 use arraybridge::io::fits;
@@ -35,16 +36,16 @@ fn load(path: &Path, what: &str) -> Result<ArrayD<f64>> {
     })
 }
 
-/// Read `--cube`, `--angles` and `--psf`, reporting progress through `say`. Errors: a cube that
+/// Read `--cube`, `--angles` and `--psf`, reporting progress through `stages`. Errors: a cube that
 /// is not 3-D (`--cube`), angles that are not `(T,)` or `(T, 1)` or not one per frame
 /// (`--angles`), a PSF that is not 2-D or a cube of PSFs (`--psf`), a PSF larger than the frames.
 pub(super) fn read(
     cube_path: &Path,
     angles_path: &Path,
     psf_path: &Path,
-    say: &dyn Fn(String),
+    stages: &Stages,
 ) -> Result<Inputs> {
-    say(format!("paco: reading {}", cube_path.display()));
+    stages.say(format!("paco: reading {}", cube_path.display()));
     let cube = load(cube_path, "cube")?;
     let cube: Array3<f64> = if cube.ndim() == 3 {
         cube.into_dimensionality::<Ix3>()
@@ -73,7 +74,7 @@ pub(super) fn read(
         // A cube of PSFs: their per-pixel median, as VIP does.
         3 => {
             let (n, ph, pw) = (psf.shape()[0], psf.shape()[1], psf.shape()[2]);
-            say(format!(
+            stages.say(format!(
                 "paco: the PSF file holds {n} PSFs; using their per-pixel median"
             ));
             Array2::from_shape_fn((ph, pw), |(y, x)| {

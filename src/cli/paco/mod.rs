@@ -252,18 +252,14 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         "--output",
     )?;
     let stages = g.stages();
-    let say = |msg: String| stages.say(msg);
-    let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &say)?;
+    let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
     let (t, h, w) = cube.dim();
     let mut choice = resolve(args.device, PACO, || {
         let (cpu, note) = nominal_cpu();
         Ok((paco_workload(t, h.max(w), radius), cpu, note))
     })?;
-    if args.device == DeviceArg::Auto {
-        say(format!(
-            "paco: device auto → {}: {}",
-            choice.device, choice.reason
-        ));
+    if let Some(note) = choice.auto_note("paco") {
+        stages.say(note);
     }
     let mut params = PacoParams {
         psf_rad: radius,
@@ -302,7 +298,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let subpixel = subpixel_name(params.subpixel);
     let edge = edge_name(params.edge);
     let mode = args.mode.name();
-    say(format!(
+    stages.say(format!(
         "paco: {t} frames of {h}×{w}, radius {radius}, mode {mode}, sub-pixel {subpixel}, edge \
          {edge}, device {}",
         choice.device
@@ -325,7 +321,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             other => other,
         })?;
     params.device = choice.device;
-    say(format!(
+    stages.say(format!(
         "paco: maps in {:.3} s (PSF divided by {:.6}{})",
         t1.elapsed().as_secs_f64(),
         maps.psf_norm_factor,
@@ -346,7 +342,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let mut cands = candidates(&maps, top, cy, cx);
     if args.refine {
         let n = cands.len();
-        say(format!(
+        stages.say(format!(
             "paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)"
         ));
         let mut rp = params.clone();
@@ -371,7 +367,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
     }
     if args.flux {
-        say(format!(
+        stages.say(format!(
             "paco: unbiased flux for {} candidate(s)",
             cands.len()
         ));

@@ -6,6 +6,7 @@ use bridge_core::{Device, Result};
 use super::backend::{CpuBackend, DetectBackend};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::gpu::GpuDetect;
+use crate::exec::executor_for;
 
 /// The detection back end for a device: the CPU, or the device's executor
 /// ([`crate::exec::executor_for`]: [`bridge_core::BridgeError::BackendUnavailable`] when its backend is not
@@ -14,22 +15,12 @@ pub fn backend_for(device: Device) -> Result<Box<dyn DetectBackend>> {
     if device == Device::Cpu {
         return Ok(Box::new(CpuBackend));
     }
-    #[cfg(any(feature = "opencl", feature = "cuda"))]
-    {
-        use crate::exec::{AnyExecutor, executor_for};
-        match executor_for(device, "particle detection")? {
-            #[cfg(feature = "opencl")]
-            AnyExecutor::OpenCl(e) => Ok(Box::new(GpuDetect::with_executor(e))),
-            #[cfg(feature = "cuda")]
-            AnyExecutor::Cuda(e) => Ok(Box::new(GpuDetect::with_executor(e))),
-        }
-    }
-    #[cfg(not(any(feature = "opencl", feature = "cuda")))]
-    {
-        Err(crate::exec::executor_for(device, "particle detection")
-            .err()
-            .unwrap_or_else(|| {
-                bridge_core::BridgeError::Unsupported(format!("particle detection on {device}"))
-            }))
+    // Exhaustive over the compiled-in executors (no arm at all without a device backend:
+    // `executor_for` then only returns its error).
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => Ok(Box::new(GpuDetect::with_executor(e))),
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => Ok(Box::new(GpuDetect::with_executor(e))),
     }
 }

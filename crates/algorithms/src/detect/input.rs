@@ -18,13 +18,13 @@ use bridge_core::{Array, BridgeError, DType, Device, MemoryType, Result};
 use ndarray::Ix3;
 
 use super::FrameView;
-use super::backend::DetectBackend;
+use super::backend::{CpuBackend, DetectBackend};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::blob_log::Prescale;
 use super::blob_log::{Blob, BlobLogParams};
-use super::dispatch::backend_for;
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::gpu::GpuDetect;
+use crate::exec::executor_for;
 
 /// `blob_log` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`; `u8`, `u16`, `f32` or
 /// `f64`) on `device`. Returns the blobs of each frame and the movie, on the device it was read
@@ -38,17 +38,17 @@ pub fn blob_log_array(
 ) -> Result<(Vec<Vec<Blob>>, Array)> {
     p.validate()?;
     check_movie(&movie)?;
-    #[cfg(any(feature = "opencl", feature = "cuda"))]
-    if device != Device::Cpu {
-        use crate::exec::{AnyExecutor, executor_for};
-        return match executor_for(device, "particle detection")? {
-            #[cfg(feature = "opencl")]
-            AnyExecutor::OpenCl(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
-            #[cfg(feature = "cuda")]
-            AnyExecutor::Cuda(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
-        };
+    if device == Device::Cpu {
+        return via_host(reg, &CpuBackend, movie, p);
     }
-    via_host(reg, backend_for(device)?.as_ref(), movie, p)
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            on_device(reg, &GpuDetect::with_executor(e), movie, p)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
+    }
 }
 
 /// Shape and dtype checks before anything moves.

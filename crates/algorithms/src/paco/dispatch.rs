@@ -4,6 +4,9 @@
 use bridge_core::{Device, Result};
 
 use super::backend::{CpuBackend, PacoBackend};
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+use super::gpu::GpuPaco;
+use crate::exec::executor_for;
 
 /// The PACO back end for `device`: the CPU, or the device's executor
 /// ([`crate::exec::executor_for`]: [`bridge_core::BridgeError::BackendUnavailable`] when its
@@ -12,21 +15,12 @@ pub fn backend_for(device: Device) -> Result<Box<dyn PacoBackend>> {
     if device == Device::Cpu {
         return Ok(Box::new(CpuBackend));
     }
-    #[cfg(any(feature = "opencl", feature = "cuda"))]
-    {
-        use super::gpu::GpuPaco;
-        use crate::exec::{AnyExecutor, executor_for};
-        match executor_for(device, "PACO")? {
-            #[cfg(feature = "opencl")]
-            AnyExecutor::OpenCl(e) => Ok(Box::new(GpuPaco::with_executor(e))),
-            #[cfg(feature = "cuda")]
-            AnyExecutor::Cuda(e) => Ok(Box::new(GpuPaco::with_executor(e))),
-        }
-    }
-    #[cfg(not(any(feature = "opencl", feature = "cuda")))]
-    {
-        Err(crate::exec::executor_for(device, "PACO")
-            .err()
-            .unwrap_or_else(|| bridge_core::BridgeError::Unsupported(format!("PACO on {device}"))))
+    // Exhaustive over the compiled-in executors (no arm at all without a device backend:
+    // `executor_for` then only returns its error).
+    match executor_for(device, "PACO")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => Ok(Box::new(GpuPaco::with_executor(e))),
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => Ok(Box::new(GpuPaco::with_executor(e))),
     }
 }

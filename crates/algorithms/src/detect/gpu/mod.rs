@@ -36,18 +36,17 @@
 //! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
 //! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
 //!
-//! **`locate_batch`** delegates to the CPU implementation ([`locate`]) on every back end here:
+//! **`locate_batch`** delegates to the CPU implementation ([`locate`](super::locate::locate)) on every back end here:
 //! trackpy's pipeline (integer bandpass, percentile, iterative centroid) has no device kernels
 //! yet. The results are therefore exactly the CPU's.
 
 use bridge_core::exec::Executor;
 use bridge_core::{Array, BridgeError, DType, Device, Result};
-use rayon::prelude::*;
 
 use super::FrameView;
 use super::backend::DetectBackend;
 use super::blob_log::{Accumulate, Blob, BlobLogParams};
-use super::locate::{Feature, LocateParams, locate};
+use super::locate::{Feature, LocateParams};
 use super::real::Real;
 
 mod frames;
@@ -137,11 +136,6 @@ impl LastKernel {
     }
 }
 
-fn cpu_locate(frames: &[FrameView<'_>], p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
-    p.validate()?;
-    frames.par_iter().map(|f| locate(*f, p)).collect()
-}
-
 /// `blob_log` on a device, over its executor `E`. See the [module docs](self) for the pipeline
 /// and its precision; `locate_batch` runs on the CPU.
 #[derive(Debug, Clone)]
@@ -164,10 +158,9 @@ impl GpuDetect<bridge_opencl::OpenClExecutor> {
     /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
     /// [`BridgeError::BackendUnavailable`] without OpenCL or without that device.
     pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(bridge_opencl::OpenClExecutor::new(
-            bridge_opencl::shared(),
-            Device::OpenCl(n),
-        )?))
+        Ok(Self::with_executor(
+            bridge_opencl::OpenClExecutor::on_shared(n)?,
+        ))
     }
 }
 
@@ -306,12 +299,12 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         self.last_kernel.get()
     }
 
-    /// Runs on the CPU ([`locate`]); there are no device kernels for `locate` yet.
+    /// Runs on the CPU ([`locate`](super::locate::locate)); there are no device kernels for `locate` yet.
     fn locate_batch(
         &self,
         frames: &[FrameView<'_>],
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
-        cpu_locate(frames, p)
+        super::backend::CpuBackend.locate_batch(frames, p)
     }
 }

@@ -123,10 +123,9 @@ impl GpuPaco<bridge_opencl::OpenClExecutor> {
     /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
     /// [`bridge_core::BridgeError::BackendUnavailable`] without OpenCL or without that device.
     pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(bridge_opencl::OpenClExecutor::new(
-            bridge_opencl::shared(),
-            Device::OpenCl(n),
-        )?))
+        Ok(Self::with_executor(
+            bridge_opencl::OpenClExecutor::on_shared(n)?,
+        ))
     }
 }
 
