@@ -237,7 +237,10 @@ bench_once() { # tag: one pass of every measurement, under the current environme
   run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
     "$cli" bench transfer --device cuda:0 --sizes-mb 1,4,16,64,256,1024 --reps 10
   run_binary "bench $tag detect ${frames}x512" "$WORK/bench-$tag-detect512.md" \
-    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
+    "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
+  # the per-stage breakdown waits for every kernel, so it is a separate, shorter run
+  run_binary "bench $tag detect 128x512 traced" "$WORK/bench-$tag-detect512-trace.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64
   run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
     "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes 1,4
   run_binary "bench $tag paco 61x100" "$WORK/bench-$tag-paco100.md" \

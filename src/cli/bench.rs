@@ -89,13 +89,36 @@ pub struct TransferArgs {
     pub reps: u64,
 }
 
-/// Run a benchmark.
+/// Run a benchmark. The tuning knobs in effect ([`bridge_core::tuning`]) come first (a line on
+/// stdout, or the `knobs` object of the JSON), so a figure always says what it was measured
+/// with.
 pub fn run(args: Args, g: Global) -> Result<()> {
+    if !g.json {
+        println!("knobs: {}", knobs_line());
+    }
     match args.what {
         What::Transfer(a) => transfer(a, g),
         What::Detect(a) => detect(a, g),
         What::Paco(a) => paco(a, g),
     }
+}
+
+/// The knobs in effect as `NAME=value` pairs.
+fn knobs_line() -> String {
+    bridge_core::tuning::snapshot()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The knobs in effect as a JSON object.
+fn knobs_json() -> serde_json::Value {
+    bridge_core::tuning::snapshot()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// A `u64` flag as `usize` (a typed error on 32-bit targets where it does not fit).
@@ -142,7 +165,7 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
     let rows = algorithms::paco::bench::bench_report(frames, size, reps, device)?;
     if g.json {
         return g.print_json(&serde_json::json!({
-            "command": "bench paco", "device": device.to_string(),
+            "command": "bench paco", "device": device.to_string(), "knobs": knobs_json(),
             "frames": frames, "size": size, "reps": reps,
             "rows": rows.iter().map(|r| serde_json::json!({
                 "what": r.what, "shape": [r.shape.0, r.shape.1, r.shape.2],
@@ -304,7 +327,8 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
             })
             .collect();
         return g.print_json(&serde_json::json!({
-            "command": "bench detect", "device": device.to_string(), "rows": v,
+            "command": "bench detect", "device": device.to_string(), "knobs": knobs_json(),
+            "rows": v,
         }));
     }
     println!(

@@ -709,3 +709,34 @@ mod cuda {
         );
     }
 }
+
+/// The same checks again in a child process with every detection knob moved off its default
+/// (odd work-group shapes, small prescale groups, traced kernels; on CUDA also synchronous
+/// launches and every upload staged): results are independent of the knobs.
+#[test]
+fn detections_do_not_depend_on_the_knobs() {
+    let mut tests = Vec::new();
+    if cfg!(feature = "opencl") {
+        tests.extend([
+            "opencl::opencl_detections_match_cpu_on_fixtures",
+            "opencl::opencl_batch_equals_single_frames",
+        ]);
+    }
+    if cfg!(feature = "cuda") {
+        tests.extend([
+            "cuda::cuda_detections_match_cpu",
+            "cuda::cuda_batch_equals_single_frames",
+        ]);
+    }
+    test_support::rerun_with_env(
+        &[
+            ("ARRAYBRIDGE_DETECT_WG_X", "32"),
+            ("ARRAYBRIDGE_DETECT_WG_Y", "3"),
+            ("ARRAYBRIDGE_DETECT_PREP_WG", "64"),
+            ("ARRAYBRIDGE_TRACE", "1"),
+            ("ARRAYBRIDGE_CUDA_LAUNCH", "sync"),
+            ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
+        ],
+        &tests,
+    );
+}

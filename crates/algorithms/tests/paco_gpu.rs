@@ -670,3 +670,49 @@ fn nvrtc_compiles_every_paco_kernel() {
         }
     }
 }
+
+/// The same checks again in a child process with every PACO knob moved off its default: a
+/// `paco_stats` group smaller than the four solve strands (3), other per-pixel groups, small
+/// device batches (many batches, the trajectories computed ahead); on CUDA also synchronous
+/// launches and every upload staged. The maps stay bit-identical to the CPU's in double.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+#[test]
+fn maps_do_not_depend_on_the_knobs() {
+    let mut tests = Vec::new();
+    for dev in [
+        #[cfg(feature = "opencl")]
+        "opencl",
+        #[cfg(feature = "cuda")]
+        "cuda",
+    ] {
+        for t in [
+            "f64_matches_cpu",
+            "ab_at_matches_cpu",
+            "backend_for_and_small_batches",
+            "large_patches_match_cpu",
+        ] {
+            tests.push(format!("{dev}::{t}"));
+        }
+    }
+    let tests: Vec<&str> = tests.iter().map(String::as_str).collect();
+    let out = test_support::rerun_with_env(
+        &[
+            ("ARRAYBRIDGE_PACO_STATS_WG", "3"),
+            ("ARRAYBRIDGE_PACO_LINE_WG", "32"),
+            ("ARRAYBRIDGE_PACO_DEVICE_BATCH", "257"),
+            ("ARRAYBRIDGE_CUDA_LAUNCH", "sync"),
+            ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
+        ],
+        &tests,
+    );
+    // in double the maps are the CPU's bit for bit (the worst errors print as zero)
+    for line in out
+        .lines()
+        .filter(|l| l.contains(" f64 ") && l.contains("worst"))
+    {
+        assert!(
+            line.contains("a worst rel 0.000e0, b worst 0.000e0"),
+            "{line}"
+        );
+    }
+}

@@ -210,9 +210,17 @@ impl HostData {
     /// The elements as bytes in row-major logical order: borrowed when already contiguous,
     /// copied otherwise.
     pub fn to_c_bytes(&self) -> Cow<'_, [u8]> {
+        let item = self.dtype().size_of();
         with_host_data!(self, a => match a.as_slice() {
             Some(s) => Cow::Borrowed(bytemuck::cast_slice(s)),
-            None => Cow::Owned(bytemuck::cast_slice(&a.iter().copied().collect::<Vec<_>>()).to_vec()),
+            // one pass: gathered straight into the byte vector
+            None => {
+                let mut out = Vec::with_capacity(a.len() * item);
+                for v in a.iter() {
+                    out.extend_from_slice(bytemuck::bytes_of(v));
+                }
+                Cow::Owned(out)
+            }
         })
     }
 

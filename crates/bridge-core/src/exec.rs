@@ -36,6 +36,9 @@ pub enum KernelArg<'a, B> {
     Buf(&'a B),
     /// A `uint`.
     U32(u32),
+    /// The kernel's `LOCAL_ARG` parameter: this many bytes of local (shared) memory per work
+    /// group, sized at launch ([`crate::kernel`]). At most one per launch.
+    Local(usize),
 }
 
 /// Device buffers, uploads, downloads, launches of portable kernels and synchronisation on one

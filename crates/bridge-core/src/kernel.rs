@@ -9,7 +9,9 @@
 //! | `KERNEL` | `__kernel void` | `extern "C" __global__ void` |
 //! | `GLOBAL` | `__global` | (nothing) |
 //! | `LOCAL` (a shared array declared inside a kernel) | `__local` | `__shared__` |
-//! | `LOCAL_PTR` (a kernel parameter pointing to local memory) | `__local` | (nothing; unsupported) |
+//! | `LOCAL_PTR` (a pointer into local memory) | `__local` | (nothing) |
+//! | `LOCAL_ARG(T, name)` (last kernel parameter: local memory sized at launch) | `__local T* name` | `const unsigned int name_bytes_` (the size; the memory is the launch's dynamic shared memory) |
+//! | `DYN_LOCAL(T, name)` (first statement of a kernel with `LOCAL_ARG`: makes `name` usable) | (nothing) | `T* name` over `extern __shared__` memory |
 //! | `DEVICE_FN` (helper functions) | `inline` | `__device__ inline` |
 //! | `RESTRICT` | `restrict` | `__restrict__` |
 //! | `GID(d)`, `LID(d)`, `GROUP_ID(d)`, `LOCAL_SIZE(d)`, `NUM_GROUPS(d)` | `get_global_id(d)` ... | from `blockIdx`, `threadIdx`, `blockDim`, `gridDim` |
@@ -17,6 +19,11 @@
 //! | `ATOMIC_ADD_INT(p, v)` | `atomic_add(p, v)` | `atomicAdd(p, v)` |
 //! | types `uint`, `ulong`, `ushort`, `uchar` | built in | typedefs |
 //! | `HAS_FP64` | defined when the device supports doubles (and the extension is enabled) | always defined |
+//!
+//! Local memory sized at launch time: a kernel declares `LOCAL_ARG(T, name)` as a parameter and
+//! opens with `DYN_LOCAL(T, name);`; the host passes `exec::KernelArg::Local(bytes)` for it
+//! (OpenCL: a `__local` argument of that size; CUDA: the launch's dynamic shared memory, with
+//! the opt-in above 48 KiB). A kernel has at most one such parameter.
 //!
 //! Launches are expressed in *global* work size (OpenCL style: total threads per dimension) and
 //! local size; the CUDA backend converts to a grid of blocks, and kernels guard with
@@ -32,6 +39,8 @@ pub const PORTABLE_MACROS: &[&str] = &[
     "GLOBAL",
     "LOCAL",
     "LOCAL_PTR",
+    "LOCAL_ARG(T, name)",
+    "DYN_LOCAL(T, name)",
     "DEVICE_FN",
     "RESTRICT",
     "GID(d)",

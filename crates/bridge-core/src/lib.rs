@@ -23,6 +23,7 @@ pub mod oom;
 mod planner;
 mod registry;
 pub mod stack;
+pub mod tuning;
 pub mod units;
 
 pub use array::{Array, HostData, HostElement, Storage};

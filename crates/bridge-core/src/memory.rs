@@ -122,6 +122,21 @@ struct State<B> {
     stats: PoolStats,
 }
 
+/// Blocks taken out of the cache, to be freed outside the lock.
+struct Cached<B> {
+    blocks: Vec<B>,
+    bytes: u64,
+}
+
+impl<B> Default for Cached<B> {
+    fn default() -> Self {
+        Cached {
+            blocks: Vec::new(),
+            bytes: 0,
+        }
+    }
+}
+
 struct Inner<A: RawAllocator> {
     alloc: A,
     state: Mutex<State<A::Block>>,
@@ -134,17 +149,31 @@ impl<A: RawAllocator> Inner<A> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn release_locked(&self, st: &mut State<A::Block>) -> u64 {
-        let mut freed = 0u64;
-        for (size, blocks) in std::mem::take(&mut st.free) {
-            for b in blocks {
-                self.alloc.free(b);
-                freed += size as u64;
-            }
+    /// Take every cached block out of the pool's books (the caller frees them with
+    /// [`Inner::free_all`] after dropping the lock: device frees never run under the mutex).
+    fn take_cached(&self, st: &mut State<A::Block>) -> Cached<A::Block> {
+        let mut blocks = Vec::new();
+        let mut bytes = 0u64;
+        for (size, list) in std::mem::take(&mut st.free) {
+            bytes += (size * list.len()) as u64;
+            blocks.extend(list);
         }
-        st.stats.reserved -= freed;
-        st.stats.cached -= freed;
-        freed
+        st.stats.reserved -= bytes;
+        st.stats.cached -= bytes;
+        Cached { blocks, bytes }
+    }
+
+    fn free_all(&self, cached: Cached<A::Block>) {
+        for b in cached.blocks {
+            self.alloc.free(b);
+        }
+    }
+
+    /// Give back a reservation made for a device allocation that failed.
+    fn unreserve(&self, size: usize) {
+        let mut st = self.lock();
+        st.stats.reserved -= size as u64;
+        st.stats.in_use -= size as u64;
     }
 }
 
@@ -208,7 +237,9 @@ impl<A: RawAllocator> CachingPool<A> {
         if let Some(l) = st.stats.limit
             && st.stats.reserved > l
         {
-            self.inner.release_locked(&mut st);
+            let cached = self.inner.take_cached(&mut st);
+            drop(st);
+            self.inner.free_all(cached);
         }
     }
 
@@ -219,13 +250,23 @@ impl<A: RawAllocator> CachingPool<A> {
 
     /// Free every cached (unused) block; returns the bytes given back to the device.
     pub fn release(&self) -> u64 {
-        let mut st = self.inner.lock();
-        self.inner.release_locked(&mut st)
+        let cached = {
+            let mut st = self.inner.lock();
+            self.inner.take_cached(&mut st)
+        };
+        let bytes = cached.bytes;
+        self.inner.free_all(cached);
+        bytes
     }
 
     /// Allocate at least `bytes`. Reuses a cached block of up to twice the rounded size; on a
     /// limit breach or a device OOM, releases the cache and tries once more before returning
     /// [`BridgeError::OutOfMemory`].
+    ///
+    /// The pool's mutex is never held across the device's allocate or free calls (which can
+    /// take milliseconds and synchronise the device): the size is reserved against the limit
+    /// under the lock, the device call runs without it, and a failed call gives the
+    /// reservation back. Other threads' cache hits, frees and statistics proceed meanwhile.
     pub fn allocate(&self, bytes: usize) -> Result<PoolBlock<A>> {
         let size = round_size(bytes);
         let oom = |attempts| BridgeError::OutOfMemory {
@@ -247,34 +288,51 @@ impl<A: RawAllocator> CachingPool<A> {
             st.stats.cache_hits += 1;
             return Ok(self.wrap(block, s));
         }
+        let mut to_free = Cached::default();
         if let Some(limit) = st.stats.limit {
             if size as u64 > limit {
                 return Err(oom(1));
             }
             if st.stats.reserved + size as u64 > limit {
-                self.inner.release_locked(&mut st);
+                to_free = self.inner.take_cached(&mut st);
                 if st.stats.reserved + size as u64 > limit {
+                    drop(st);
+                    self.inner.free_all(to_free);
                     return Err(oom(1));
                 }
             }
         }
+        // Reserve now, so concurrent allocations see this one against the limit.
+        st.stats.reserved += size as u64;
+        st.stats.in_use += size as u64;
+        drop(st);
+        self.inner.free_all(to_free);
         let block = match self.inner.alloc.allocate(size) {
             Ok(b) => b,
             Err(e) if e.is_oom() => {
-                if self.inner.release_locked(&mut st) == 0 {
+                let cached = {
+                    let mut st = self.inner.lock();
+                    self.inner.take_cached(&mut st)
+                };
+                if cached.blocks.is_empty() {
+                    self.inner.unreserve(size);
                     return Err(oom(1));
                 }
+                self.inner.free_all(cached);
                 match self.inner.alloc.allocate(size) {
                     Ok(b) => b,
-                    Err(e) if e.is_oom() => return Err(oom(2)),
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        self.inner.unreserve(size);
+                        return Err(if e.is_oom() { oom(2) } else { e });
+                    }
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                self.inner.unreserve(size);
+                return Err(e);
+            }
         };
-        st.stats.reserved += size as u64;
-        st.stats.in_use += size as u64;
-        st.stats.device_allocs += 1;
+        self.inner.lock().stats.device_allocs += 1;
         Ok(self.wrap(block, size))
     }
 
@@ -347,5 +405,111 @@ impl<A: RawAllocator> Drop for PoolBlock<A> {
                 st.free.entry(self.size).or_default().push(b);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An allocator whose `allocate` blocks until the test lets it go.
+    struct Gate {
+        entered: Mutex<mpsc::Sender<()>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl RawAllocator for Gate {
+        type Block = usize;
+        fn device(&self) -> Device {
+            Device::Cpu
+        }
+        fn total_memory(&self) -> u64 {
+            1 << 30
+        }
+        fn allocate(&self, bytes: usize) -> Result<usize> {
+            if bytes > 4096 {
+                let _ = self.entered.lock().unwrap().send(());
+                let _ = self.release.lock().unwrap().recv();
+            }
+            Ok(bytes)
+        }
+        fn free(&self, _block: usize) {}
+    }
+
+    #[test]
+    fn device_allocations_do_not_hold_the_pool_lock() {
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        let pool = CachingPool::new(Gate {
+            entered: Mutex::new(entered_tx),
+            release: Mutex::new(release_rx),
+        });
+        // a small block cached for the second thread
+        drop(pool.allocate(1024).unwrap());
+        let slow = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.allocate(1 << 20).map(|b| b.size()))
+        };
+        entered_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the slow allocation started");
+        // While the device call of the other thread is in flight: statistics, a cache hit and
+        // a release all complete (they would deadlock if the lock were held).
+        let (done_tx, done_rx) = mpsc::channel();
+        {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let st = pool.stats();
+                let hit = pool.allocate(1000).map(|b| b.size());
+                let released = pool.release();
+                let _ = done_tx.send((st, hit, released));
+            });
+        }
+        let (st, hit, released) = done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("pool operations finish while a device allocation is in flight");
+        // the in-flight allocation is already counted against the pool
+        assert_eq!(st.in_use, 1 << 20);
+        assert_eq!(st.reserved, (1 << 20) + 1024);
+        assert_eq!(hit.unwrap(), 1024);
+        assert_eq!(
+            released, 1024,
+            "the hit block came back to the cache and was released"
+        );
+        release_tx.send(()).unwrap();
+        assert_eq!(slow.join().unwrap().unwrap(), 1 << 20);
+        let st = pool.stats();
+        assert_eq!((st.in_use, st.device_allocs, st.cache_hits), (0, 2, 1));
+        assert_eq!(st.reserved, 1 << 20);
+    }
+
+    struct Failing;
+    impl RawAllocator for Failing {
+        type Block = usize;
+        fn device(&self) -> Device {
+            Device::Cpu
+        }
+        fn total_memory(&self) -> u64 {
+            1 << 20
+        }
+        fn allocate(&self, bytes: usize) -> Result<usize> {
+            Err(BridgeError::OutOfMemory {
+                device: Device::Cpu,
+                requested: bytes as u64,
+                attempts: 1,
+            })
+        }
+        fn free(&self, _block: usize) {}
+    }
+
+    #[test]
+    fn a_failed_device_allocation_gives_its_reservation_back() {
+        let pool = CachingPool::new(Failing);
+        assert!(pool.allocate(4096).unwrap_err().is_oom());
+        let st = pool.stats();
+        assert_eq!((st.reserved, st.in_use, st.device_allocs), (0, 0, 0));
     }
 }

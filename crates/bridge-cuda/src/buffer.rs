@@ -10,9 +10,10 @@ use bridge_core::{Array, DType, Device, MemoryType, Result, Storage};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUdeviceptr;
 
-use crate::device::{CudaAllocator, Gpu, Ready};
+use crate::device::{CudaAllocator, Gpu, Ready, stream_key};
 use crate::error;
 use crate::ffi::{self, DeviceMem};
+use crate::pending::Pending;
 
 /// Where a [`CudaStorage`]'s memory comes from.
 pub(crate) enum Backing {
@@ -24,13 +25,14 @@ pub(crate) enum Backing {
 }
 
 /// A CUDA array's memory: a pool block on one device (or foreign device memory kept alive by
-/// its owner, see [`CudaStorage::from_foreign`]), plus the last pending use (an event), which
-/// is waited for before the block returns to the pool or the owner is released.
+/// its owner, see [`CudaStorage::from_foreign`]), plus the last pending use (an event) and any
+/// host memory an asynchronous copy into it still reads; both are waited for before the block
+/// returns to the pool or the owner is released.
 pub struct CudaStorage {
     pub(crate) block: Backing,
     pub(crate) nbytes: usize,
     pub(crate) gpu: Arc<Gpu>,
-    pub(crate) pending: Mutex<Option<Ready>>,
+    pub(crate) pending: Mutex<Pending<Ready>>,
     /// The owner of foreign memory; declared after `block` so it is dropped after it.
     pub(crate) owner: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -54,7 +56,7 @@ impl CudaStorage {
             block: Backing::Pool(gpu.alloc_bytes(nbytes)?),
             nbytes,
             gpu: Arc::clone(gpu),
-            pending: Mutex::new(None),
+            pending: Mutex::new(Pending::default()),
             owner: None,
         })
     }
@@ -94,31 +96,44 @@ impl CudaStorage {
         &self.gpu
     }
 
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending<Ready>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Record that work on `stream` uses this buffer: dropping the buffer will wait for it, and
-    /// [`CudaStorage::wait`] blocks on it.
+    /// [`CudaStorage::wait`] blocks on it. The stream must already be ordered after the
+    /// buffer's earlier uses ([`CudaStorage::wait_on`]).
     pub fn mark_used(&self, stream: &CudaStream) -> Result<()> {
-        let ready = self.gpu.record(stream)?;
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(ready);
+        let ready = Arc::new(self.gpu.record(stream)?);
+        self.set_pending(ready);
         Ok(())
+    }
+
+    /// Record `ready` (an event after the work using this buffer) as its last use.
+    pub(crate) fn set_pending(&self, ready: Arc<Ready>) {
+        self.pending().set(ready);
+    }
+
+    /// Keep `host` (the source of an asynchronous copy into this buffer) alive until the last
+    /// recorded use has completed.
+    pub(crate) fn keep_host(&self, host: Vec<u8>) {
+        self.pending().keep(host);
     }
 
     /// Block until the last recorded use of the buffer has completed.
     pub fn wait(&self) -> Result<()> {
-        let p = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        match p {
-            Some(r) => r.synchronize(),
-            None => Ok(()),
-        }
+        self.pending().wait()
     }
 
-    /// Make `stream` wait for the last recorded use (no host blocking).
+    /// Make `stream` wait for the last recorded use (no host blocking; nothing when that use
+    /// was on `stream` itself or has completed).
     pub fn wait_on(&self, stream: &CudaStream) -> Result<()> {
-        let p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        match p.as_ref() {
+        let ev = {
+            let mut p = self.pending();
+            p.collect();
+            p.to_wait_on(stream_key(stream))
+        };
+        match ev {
             Some(r) => r.wait_on(stream),
             None => Ok(()),
         }
@@ -131,6 +146,14 @@ impl CudaStorage {
         ffi::memset_async(self.mem(), value, &s)?;
         s.synchronize()
             .map_err(error::op(self.gpu.device(), "cuStreamSynchronize"))
+    }
+
+    /// Fill every byte with `value`, queued on `stream` after the buffer's earlier uses (no
+    /// host blocking); the fill becomes the buffer's last use.
+    pub fn fill_bytes_on(&self, value: u8, stream: &CudaStream) -> Result<()> {
+        self.wait_on(stream)?;
+        ffi::memset_async(self.mem(), value, stream)?;
+        self.mark_used(stream)
     }
 }
 

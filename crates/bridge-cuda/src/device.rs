@@ -75,6 +75,25 @@ pub fn format_uuid(bytes: [u8; 16]) -> String {
 pub struct Ready {
     event: CudaEvent,
     device: Device,
+    /// The raw handle of the stream it was recorded on (work on one stream is ordered).
+    stream: usize,
+}
+
+impl crate::pending::Completion for Ready {
+    fn stream_key(&self) -> usize {
+        self.stream
+    }
+    fn is_complete(&self) -> bool {
+        self.event.is_complete()
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ready::synchronize(self)
+    }
+}
+
+/// The key [`Ready`] events use for `stream`.
+pub(crate) fn stream_key(stream: &CudaStream) -> usize {
+    stream.cu_stream() as usize
 }
 
 impl Ready {
@@ -203,9 +222,9 @@ pub const STAGING_BUFFERS: usize = 4;
 const STAGING_KEEP: usize = 8;
 
 /// How staged host↔device copies are cut: chunks of `chunk` bytes through `buffers` pinned
-/// buffers in flight (double-buffered by default). Read once per process from
-/// `ARRAYBRIDGE_STAGING_CHUNK_MB` (1–1024, default 16) and `ARRAYBRIDGE_STAGING_BUFFERS`
-/// (2–8, default 2); values out of range fall back to the defaults with a warning.
+/// buffers in flight. Read once per process from `ARRAYBRIDGE_STAGING_CHUNK_MB` (1–1024,
+/// default 64) and `ARRAYBRIDGE_STAGING_BUFFERS` (2–8, default 4); values out of range fall
+/// back to the defaults with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Staging {
     /// Bytes per chunk.
@@ -434,6 +453,7 @@ impl Gpu {
         Ok(Ready {
             event,
             device: self.device,
+            stream: stream_key(stream),
         })
     }
 

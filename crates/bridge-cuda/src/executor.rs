@@ -1,37 +1,189 @@
 //! [`CudaExecutor`]: the [`Executor`] of a CUDA device (raw buffer: [`CudaStorage`]).
+//!
+//! **One stream per executor.** Every upload, fill, launch and read of an executor is queued on
+//! its own stream, in order, and the host waits only where it must: [`Executor::read`] (the
+//! bytes are needed), [`Executor::synchronize`], a large upload (its borrowed source must be
+//! consumed before the call returns) and a buffer dropped while a kernel still uses it. Small
+//! uploads (up to `ARRAYBRIDGE_DIRECT_COPY_KB`, 1 MiB by default) are copied into a ring of
+//! pinned host buffers and sent asynchronously; a ring buffer is reused only once its copy has
+//! completed ([`crate::pending::Ring`]). Each launch records one event, shared by its buffer
+//! arguments as their last use ([`crate::pending::Pending`]), so the device pool never hands out
+//! memory a queued kernel still reads.
+//!
+//! `ARRAYBRIDGE_CUDA_LAUNCH=sync` makes every operation wait for its own completion (the
+//! behaviour before the stream was kept), for A/B comparisons on a GPU.
+//!
+//! Programs are looked up by the address of their `&'static` [`KernelSource`] and the options,
+//! so a launch neither hashes the source text nor takes the device-wide program lock; kernel
+//! handles and their parameter sizes are cached by the [`crate::Program`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bridge_core::exec::{Executor, KernelArg as ExecArg, sealed};
 use bridge_core::kernel::KernelSource;
-use bridge_core::{Array, Device, Result};
+use bridge_core::{Array, BridgeError, Device, Result};
+use cudarc::driver::CudaStream;
 
 use crate::buffer::{CudaStorage, storage_of};
-use crate::device::{Gpu, gpu};
+use crate::device::{Gpu, Program, Ready, gpu};
+use crate::error;
+use crate::ffi::{self, PinnedMem};
 use crate::launch::KernelArg;
+use crate::pending::Ring;
+use crate::transfer::direct_copy_max;
 
-/// The executor of one CUDA device. Programs are compiled by NVRTC once per (source, options)
-/// and cached by the [`Gpu`].
-#[derive(Debug, Clone)]
+/// How an executor's operations complete (`ARRAYBRIDGE_CUDA_LAUNCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LaunchMode {
+    /// Queued on the executor's stream; the host waits only to read (the default).
+    #[default]
+    Stream,
+    /// Every operation waits for its own completion.
+    Sync,
+}
+
+impl LaunchMode {
+    /// The process's setting (`ARRAYBRIDGE_CUDA_LAUNCH=stream|sync`, read once).
+    pub fn get() -> LaunchMode {
+        LaunchMode::parse(&bridge_core::tuning::choice("ARRAYBRIDGE_CUDA_LAUNCH"))
+    }
+
+    /// The mode a knob value names (`sync`, anything else the default).
+    pub fn parse(v: &str) -> LaunchMode {
+        if v.trim().eq_ignore_ascii_case("sync") {
+            LaunchMode::Sync
+        } else {
+            LaunchMode::Stream
+        }
+    }
+}
+
+/// Pinned buffers of the small-upload ring in flight at most.
+const RING_BUFFERS: usize = 16;
+
+/// Program-cache key of an executor: the source's address (sources are `'static`) and the
+/// options.
+type ExecKey = (usize, Vec<String>);
+
+struct Shared {
+    stream: Arc<CudaStream>,
+    mode: LaunchMode,
+    programs: Mutex<HashMap<ExecKey, Arc<Program>>>,
+    ring: Mutex<Ring<Ready, PinnedMem>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The executor of one CUDA device: its own stream, a program lookup without hashing, and a
+/// ring of pinned buffers for small uploads (see the [module docs](self)). Clones share all
+/// three.
+#[derive(Clone)]
 pub struct CudaExecutor {
     gpu: Arc<Gpu>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CudaExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaExecutor")
+            .field("device", &self.gpu.device())
+            .field("mode", &self.shared.mode)
+            .finish()
+    }
 }
 
 impl CudaExecutor {
     /// The executor of CUDA device `ordinal`; [`bridge_core::BridgeError::BackendUnavailable`]
     /// without a driver or that device.
     pub fn new(ordinal: usize) -> Result<Self> {
-        Ok(CudaExecutor { gpu: gpu(ordinal)? })
+        Self::with_mode(gpu(ordinal)?, LaunchMode::get())
     }
 
-    /// The executor of an opened device.
-    pub fn from_gpu(gpu: Arc<Gpu>) -> Self {
-        CudaExecutor { gpu }
+    /// The executor of an opened device (in the process's [`LaunchMode`]).
+    pub fn from_gpu(gpu: Arc<Gpu>) -> Result<Self> {
+        Self::with_mode(gpu, LaunchMode::get())
+    }
+
+    /// The executor of an opened device in `mode`.
+    pub fn with_mode(gpu: Arc<Gpu>, mode: LaunchMode) -> Result<Self> {
+        let stream = gpu.new_stream()?;
+        Ok(CudaExecutor {
+            gpu,
+            shared: Arc::new(Shared {
+                stream,
+                mode,
+                programs: Mutex::new(HashMap::new()),
+                ring: Mutex::new(Ring::new(RING_BUFFERS)),
+            }),
+        })
     }
 
     /// The device handle.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// The executor's stream (every operation of the executor is queued on it).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.shared.stream
+    }
+
+    /// How operations complete.
+    pub fn mode(&self) -> LaunchMode {
+        self.shared.mode
+    }
+
+    fn sync_stream(&self) -> Result<()> {
+        self.shared
+            .stream
+            .synchronize()
+            .map_err(error::op(self.gpu.device(), "cuStreamSynchronize"))
+    }
+
+    /// In [`LaunchMode::Sync`], wait for what was just queued.
+    fn settle(&self) -> Result<()> {
+        match self.shared.mode {
+            LaunchMode::Sync => self.sync_stream(),
+            LaunchMode::Stream => Ok(()),
+        }
+    }
+
+    fn program(&self, src: &'static KernelSource, opts: &[&str]) -> Result<Arc<Program>> {
+        let key: ExecKey = (
+            std::ptr::from_ref(src) as usize,
+            opts.iter().map(|s| (*s).to_owned()).collect(),
+        );
+        if let Some(p) = lock(&self.shared.programs).get(&key) {
+            return Ok(Arc::clone(p));
+        }
+        let p = self.gpu.program(src, opts)?;
+        lock(&self.shared.programs).insert(key, Arc::clone(&p));
+        Ok(p)
+    }
+
+    /// A small upload: copied into a pinned ring buffer, sent asynchronously.
+    fn upload_small(&self, st: &CudaStorage, bytes: &[u8]) -> Result<()> {
+        // ring buffers of 64 KiB, or the next power of two for larger uploads
+        let want = bytes.len().next_power_of_two().max(64 << 10);
+        let alloc = || PinnedMem::alloc(self.gpu.context(), self.gpu.device(), want);
+        let mut ring = lock(&self.shared.ring);
+        let mut buf = ring.take(alloc)?;
+        if buf.len() < bytes.len() {
+            buf = alloc()?;
+        }
+        buf.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+        let s = &self.shared.stream;
+        // SAFETY: the pinned buffer goes back to the ring with the event recorded right after
+        // this copy and is not written again before that event has completed.
+        unsafe { ffi::htod_async(st.mem(), 0, &buf.as_slice()[..bytes.len()], s)? };
+        let ready = Arc::new(self.gpu.record(s)?);
+        st.set_pending(Arc::clone(&ready));
+        ring.retire(ready, buf);
+        Ok(())
     }
 }
 
@@ -53,10 +205,18 @@ impl Executor for CudaExecutor {
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<CudaStorage> {
+        let st = CudaStorage::alloc(&self.gpu, bytes.len().max(4))?;
         if bytes.is_empty() {
-            return self.alloc(4);
+            return Ok(st);
         }
-        self.gpu.upload_storage(bytes)
+        if bytes.len() <= direct_copy_max() {
+            self.upload_small(&st, bytes)?;
+            self.settle()?;
+        } else {
+            // staged through the pinned chunks; returns once `bytes` has been consumed
+            self.gpu.h2d_staged(st.mem(), bytes, &self.shared.stream)?;
+        }
+        Ok(st)
     }
 
     fn alloc(&self, bytes: usize) -> Result<CudaStorage> {
@@ -65,7 +225,8 @@ impl Executor for CudaExecutor {
 
     fn zeroed(&self, bytes: usize) -> Result<CudaStorage> {
         let st = CudaStorage::alloc(&self.gpu, bytes.max(4))?;
-        st.fill_bytes(0)?;
+        st.fill_bytes_on(0, &self.shared.stream)?;
+        self.settle()?;
         Ok(st)
     }
 
@@ -78,27 +239,54 @@ impl Executor for CudaExecutor {
         local: &[usize],
         args: &[ExecArg<'_, CudaStorage>],
     ) -> Result<()> {
-        let prog = self.gpu.program(program, opts)?;
+        let prog = self.program(program, opts)?;
         let args: Vec<KernelArg<'_>> = args
             .iter()
             .map(|a| match a {
                 ExecArg::Buf(b) => KernelArg::Storage(b),
                 ExecArg::U32(v) => KernelArg::U32(*v),
+                ExecArg::Local(b) => KernelArg::Local(*b),
             })
             .collect();
-        self.gpu
-            .launch(&prog, entry, global, Some(local), &args, None)?;
-        Ok(())
+        self.gpu.launch(
+            &prog,
+            entry,
+            global,
+            Some(local),
+            &args,
+            Some(&self.shared.stream),
+        )?;
+        self.settle()
     }
 
     fn read(&self, buf: &CudaStorage, bytes: usize) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; bytes];
-        self.gpu.read_storage(buf, 0, &mut out)?;
+        if bytes > buf.nbytes {
+            return Err(BridgeError::invalid_argument(
+                "read",
+                format!("{bytes} bytes of a {}-byte buffer", buf.nbytes),
+            ));
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(bytes);
+        if bytes > 0 {
+            let s = &self.shared.stream;
+            buf.wait_on(s)?;
+            let dst: &mut [MaybeUninit<u8>] = &mut out.spare_capacity_mut()[..bytes];
+            if bytes <= direct_copy_max() {
+                ffi::dtoh_sync(dst, buf.mem(), 0, s)?;
+            } else {
+                self.gpu.d2h_staged(dst, buf.mem(), s)?;
+            }
+            // SAFETY: the copy returned Ok after synchronising the stream, so all `bytes`
+            // bytes were written.
+            unsafe { out.set_len(bytes) };
+        }
+        lock(&self.shared.ring).reclaim();
         Ok(out)
     }
 
     fn synchronize(&self) -> Result<()> {
-        // Launches without a stream are blocking (`Gpu::launch` with `stream: None`).
+        self.sync_stream()?;
+        lock(&self.shared.ring).reclaim();
         Ok(())
     }
 
@@ -106,5 +294,19 @@ impl Executor for CudaExecutor {
         storage_of(array)
             .ok()
             .filter(|st| st.gpu().device() == self.gpu.device())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LaunchMode;
+
+    #[test]
+    fn launch_mode_knob() {
+        assert_eq!(LaunchMode::parse("sync"), LaunchMode::Sync);
+        assert_eq!(LaunchMode::parse(" SYNC "), LaunchMode::Sync);
+        assert_eq!(LaunchMode::parse("stream"), LaunchMode::Stream);
+        assert_eq!(LaunchMode::parse(""), LaunchMode::Stream);
+        assert_eq!(LaunchMode::default(), LaunchMode::Stream);
     }
 }

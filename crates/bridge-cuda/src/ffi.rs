@@ -3,6 +3,7 @@
 //! [`crate::probe::driver`] succeeded (cudarc panics when `libcuda` is missing).
 
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -279,7 +280,7 @@ pub(crate) unsafe fn htod_async(
 /// # Safety
 /// `dst` must not be read, written or freed until the copy has completed on `stream`.
 pub(crate) unsafe fn dtoh_async(
-    dst: &mut [u8],
+    dst: &mut [MaybeUninit<u8>],
     src: &DeviceMem,
     src_off: usize,
     stream: &CudaStream,
@@ -295,6 +296,23 @@ pub(crate) unsafe fn dtoh_async(
     // SAFETY: the source range is inside `src`; the caller upholds exclusive use of `dst`.
     unsafe { result::memcpy_dtoh_async(dst, s, stream.cu_stream()) }
         .map_err(error::op(src.device, "cuMemcpyDtoHAsync"))
+}
+
+/// Initialised bytes seen as possibly-uninitialised ones, as copy destinations: writing
+/// initialised bytes through the view keeps them initialised.
+pub(crate) fn as_uninit(bytes: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; the view only allows writes of whole
+    // (initialised) bytes, so the underlying `[u8]` stays valid.
+    unsafe { &mut *(bytes as *mut [u8] as *mut [MaybeUninit<u8>]) }
+}
+
+/// Bytes of a `Vec`'s spare capacity, for a copy that fills them before `set_len`.
+pub(crate) fn spare_bytes<T: bytemuck::Pod>(v: &mut Vec<T>) -> &mut [MaybeUninit<u8>] {
+    let spare = v.spare_capacity_mut();
+    let len = std::mem::size_of_val(spare);
+    // SAFETY: the spare capacity is `len` bytes of memory owned by the vector and not aliased;
+    // `MaybeUninit<u8>` makes no claim about its contents and has alignment 1.
+    unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<MaybeUninit<u8>>(), len) }
 }
 
 /// Synchronous host-to-device copy (enqueued on `stream`, which is then synchronised).
@@ -313,7 +331,7 @@ pub(crate) fn htod_sync(
 
 /// Synchronous device-to-host copy (enqueued on `stream`, which is then synchronised).
 pub(crate) fn dtoh_sync(
-    dst: &mut [u8],
+    dst: &mut [MaybeUninit<u8>],
     src: &DeviceMem,
     src_off: usize,
     stream: &CudaStream,
@@ -439,6 +457,15 @@ pub(crate) fn driver_version() -> Option<i32> {
 /// that fails by design. Callers cache the result per function, so that call happens once per
 /// kernel and process; compute-sanitizer reports it as an API error, which is why the
 /// harness's sanitizer phase sets `ARRAYBRIDGE_CHECK_PARAMS=0`.
+/// Allow `func` to use `bytes` of dynamic shared memory per block (needed above 48 KiB).
+pub(crate) fn allow_dynamic_shared(func: &CudaFunction, bytes: u32, device: Device) -> Result<()> {
+    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    // SAFETY: a valid function handle; the attribute takes an int byte count.
+    unsafe { sys::cuFuncSetAttribute(func.cu_function(), attr, bytes as i32) }
+        .result()
+        .map_err(error::op(device, "cuFuncSetAttribute"))
+}
+
 pub(crate) fn param_sizes(func: &CudaFunction) -> Option<Vec<usize>> {
     if std::env::var("ARRAYBRIDGE_CHECK_PARAMS").is_ok_and(|v| v.trim() == "0") {
         return None;

@@ -71,7 +71,7 @@ impl CudaStorage {
             block: Backing::Foreign(mem),
             nbytes,
             gpu: Arc::clone(gpu),
-            pending: Mutex::new(None),
+            pending: Mutex::new(crate::pending::Pending::default()),
             owner: Some(owner),
         })
     }

@@ -18,6 +18,8 @@ pub const PREAMBLE: &str = r#"// arraybridge portable-kernel preamble (CUDA)
 #define GLOBAL
 #define LOCAL __shared__
 #define LOCAL_PTR
+#define LOCAL_ARG(T, name) const unsigned int name##_bytes_
+#define DYN_LOCAL(T, name) extern __shared__ __align__(16) unsigned char ab_dyn_local_[]; T* name = (T*)ab_dyn_local_; (void)name##_bytes_
 #define DEVICE_FN __device__ inline
 #define RESTRICT __restrict__
 typedef unsigned int uint;

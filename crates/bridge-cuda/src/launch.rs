@@ -46,6 +46,10 @@ pub enum KernelArg<'a> {
     F32(f32),
     /// `double`.
     F64(f64),
+    /// The kernel's `LOCAL_ARG` parameter ([`bridge_core::kernel`]): this many bytes of dynamic
+    /// shared memory per block. The kernel receives the size as an `unsigned int`. At most one
+    /// per launch.
+    Local(usize),
 }
 
 impl<'a> KernelArg<'a> {
@@ -68,6 +72,8 @@ impl<'a> KernelArg<'a> {
             KernelArg::U64(v) => v,
             KernelArg::F32(v) => word(&v.to_ne_bytes()),
             KernelArg::F64(v) => word(&v.to_ne_bytes()),
+            // the size itself (checked to fit in 32 bits by `dynamic_shared`)
+            KernelArg::Local(b) => word(&(b as u32).to_ne_bytes()),
             KernelArg::Buffer(_) | KernelArg::Storage(_) => 0,
         }
     }
@@ -75,10 +81,35 @@ impl<'a> KernelArg<'a> {
     /// The argument's size in bytes as the kernel sees it.
     pub fn size(&self) -> usize {
         match self {
-            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) => 4,
+            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) | KernelArg::Local(_) => 4,
             _ => 8,
         }
     }
+}
+
+/// CUDA's limit of dynamic shared memory per block without the opt-in attribute.
+pub const SHARED_DEFAULT_MAX: usize = 48 << 10;
+
+/// Bytes of dynamic shared memory a launch with `args` needs (its one [`KernelArg::Local`], or
+/// 0). Two `Local` arguments, or a size beyond 32 bits, are an error.
+pub fn dynamic_shared(args: &[KernelArg<'_>]) -> Result<u32> {
+    let mut locals = args.iter().filter_map(|a| match a {
+        KernelArg::Local(b) => Some(*b),
+        _ => None,
+    });
+    let bytes = locals.next().unwrap_or(0);
+    if locals.next().is_some() {
+        return Err(BridgeError::invalid_argument(
+            "kernel arguments",
+            "a CUDA launch takes at most one LOCAL_ARG (one dynamic shared-memory block)",
+        ));
+    }
+    u32::try_from(bytes).map_err(|_| {
+        BridgeError::invalid_argument(
+            "kernel arguments",
+            format!("{bytes} bytes of shared memory per block"),
+        )
+    })
 }
 
 fn word(bytes: &[u8]) -> u64 {
@@ -93,8 +124,10 @@ impl Gpu {
     ///
     /// With `stream: None` the launch runs on a pooled stream and this call returns when the
     /// kernel has finished (blocking contract). With `Some(stream)` it returns at once with a
-    /// [`Ready`] event; every buffer argument records the launch as its pending use, so it cannot
-    /// be freed or reused before the kernel completes.
+    /// [`Ready`] event (one per launch, shared by the arguments): the stream first waits for
+    /// each buffer argument's earlier uses on other streams, and every buffer argument records
+    /// the launch as its pending use, so it cannot be freed or reused before the kernel
+    /// completes.
     pub fn launch(
         self: &Arc<Self>,
         program: &Program,
@@ -103,8 +136,9 @@ impl Gpu {
         local: Option<&[usize]>,
         args: &[KernelArg<'_>],
         stream: Option<&CudaStream>,
-    ) -> Result<Option<Ready>> {
+    ) -> Result<Option<Arc<Ready>>> {
         let dims = LaunchDims::new(global, local)?;
+        let shared = dynamic_shared(args)?;
         let cached = program.cached_function(entry)?;
         let func = cached.func;
         // One 8-byte slot per argument; the vector is never resized after the pointers are taken.
@@ -153,6 +187,9 @@ impl Gpu {
         for b in &buffers {
             b.wait_on(s)?;
         }
+        if shared as usize > SHARED_DEFAULT_MAX {
+            ffi::allow_dynamic_shared(&func, shared, self.device())?;
+        }
         // SAFETY: one slot per parameter (counts and sizes checked against the kernel above
         // where the driver can tell) holding the value's bytes (scalars little-endian in the
         // low bytes of an 8-byte slot, device pointers as 64-bit addresses); `slots` outlives the
@@ -163,7 +200,7 @@ impl Gpu {
                 &func,
                 dims.grid,
                 dims.block,
-                0,
+                shared,
                 s,
                 &mut params,
                 self.device(),
@@ -174,9 +211,30 @@ impl Gpu {
                 .map_err(error::op(self.device(), "cuStreamSynchronize"))?;
             return Ok(None);
         }
+        let ready = Arc::new(self.record(s)?);
         for b in &buffers {
-            b.mark_used(s)?;
+            b.set_pending(Arc::clone(&ready));
         }
-        Ok(Some(self.record(s)?))
+        Ok(Some(ready))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KernelArg, SHARED_DEFAULT_MAX, dynamic_shared};
+
+    #[test]
+    fn dynamic_shared_memory_comes_from_the_one_local_argument() {
+        assert_eq!(dynamic_shared(&[KernelArg::U32(3)]).unwrap(), 0);
+        let args = [KernelArg::U32(3), KernelArg::Local(4096)];
+        assert_eq!(dynamic_shared(&args).unwrap(), 4096);
+        assert_eq!(
+            args[1].size(),
+            4,
+            "the kernel sees the size as an unsigned int"
+        );
+        assert!(dynamic_shared(&[KernelArg::Local(8), KernelArg::Local(8)]).is_err());
+        assert!(dynamic_shared(&[KernelArg::Local(1 << 33)]).is_err());
+        assert_eq!(SHARED_DEFAULT_MAX, 49152);
     }
 }

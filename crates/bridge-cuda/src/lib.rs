@@ -43,6 +43,7 @@ pub mod foreign;
 pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
+mod pending;
 pub mod probe;
 pub mod transfer;
 
@@ -51,7 +52,7 @@ use std::sync::Arc;
 pub use backend::CudaBackend;
 pub use buffer::{CudaStorage, storage_of};
 pub use device::{Gpu, Program, Ready, StreamLease, format_uuid, gpu, gpu_for};
-pub use executor::CudaExecutor;
+pub use executor::{CudaExecutor, LaunchMode};
 pub use ffi::{DeviceMem, PinnedMem};
 pub use foreign::ExportedCuda;
 pub use launch::KernelArg;

@@ -2,7 +2,7 @@
 //!
 //! - *Pageable*: one `cuMemcpyHtoD`/`DtoH` straight from/to the ndarray's memory.
 //! - *Pinned-staged*: the bytes go through reusable pinned chunks ([`crate::device::Staging`]:
-//!   16 MiB, two buffers by default; `ARRAYBRIDGE_STAGING_CHUNK_MB` and
+//!   64 MiB, four buffers by default; `ARRAYBRIDGE_STAGING_CHUNK_MB` and
 //!   `ARRAYBRIDGE_STAGING_BUFFERS` change them): while the DMA engine copies one chunk, the
 //!   host (in parallel threads) fills or drains another.
 //! - *Peer*: `cuMemcpyPeerAsync` between devices with peer access enabled; otherwise
@@ -13,6 +13,7 @@
 //! All calls here are blocking unless named `_async` (see the completion contract in
 //! [`crate::device`]).
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use bridge_core::convert::TransferKind;
@@ -49,15 +50,32 @@ impl HostPath {
 /// chunking costs more than it saves.
 pub const DIRECT_COPY_MAX: usize = 1 << 20;
 
+/// The size up to which uploads are one plain copy ([`DIRECT_COPY_MAX`] unless
+/// `ARRAYBRIDGE_DIRECT_COPY_KB` says otherwise).
+pub fn direct_copy_max() -> usize {
+    bridge_core::tuning::usize_or("ARRAYBRIDGE_DIRECT_COPY_KB", DIRECT_COPY_MAX >> 10) << 10
+}
+
 /// Copy `src` into `dst` with several threads for large buffers.
 fn par_copy(dst: &mut [u8], src: &[u8]) {
+    par_fill(ffi::as_uninit(dst), src);
+}
+
+/// Copy `src` into possibly-uninitialised `dst` (same length) with several threads for large
+/// buffers.
+fn par_fill(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
     const PIECE: usize = 2 << 20;
+    let fill = |d: &mut [MaybeUninit<u8>], s: &[u8]| {
+        for (d, s) in d.iter_mut().zip(s) {
+            d.write(*s);
+        }
+    };
     if src.len() <= PIECE {
-        dst.copy_from_slice(src);
+        fill(dst, src);
     } else {
         dst.par_chunks_mut(PIECE)
             .zip(src.par_chunks(PIECE))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+            .for_each(|(d, s)| fill(d, s));
     }
 }
 
@@ -109,7 +127,7 @@ impl Gpu {
     /// `buffers` chunk copies are in flight on the DMA engine while the host drains the oldest.
     pub(crate) fn d2h_staged(
         &self,
-        dst: &mut [u8],
+        dst: &mut [MaybeUninit<u8>],
         src: &DeviceMem,
         stream: &CudaStream,
     ) -> Result<()> {
@@ -119,8 +137,8 @@ impl Gpu {
         let Staging { chunk, buffers } = Staging::get();
         let nbuf = buffers.min(dst.len().div_ceil(chunk)).max(1);
         let mut bufs = self.take_staging(nbuf)?;
-        let run = |bufs: &mut Vec<PinnedMem>, dst: &mut [u8]| -> Result<()> {
-            let chunks: Vec<&mut [u8]> = dst.chunks_mut(chunk).collect();
+        let run = |bufs: &mut Vec<PinnedMem>, dst: &mut [MaybeUninit<u8>]| -> Result<()> {
+            let chunks: Vec<&mut [MaybeUninit<u8>]> = dst.chunks_mut(chunk).collect();
             let n = chunks.len();
             let lens: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
             let mut events: Vec<Option<Ready>> = (0..nbuf).map(|_| None).collect();
@@ -133,7 +151,7 @@ impl Gpu {
                 // stream is synchronised before the buffers are reused or freed.
                 unsafe {
                     ffi::dtoh_async(
-                        &mut bufs[k].as_mut_slice()[..lens[i]],
+                        ffi::as_uninit(&mut bufs[k].as_mut_slice()[..lens[i]]),
                         src,
                         i * chunk,
                         stream,
@@ -150,7 +168,7 @@ impl Gpu {
                 if let Some(ev) = events[k].take() {
                     ev.synchronize()?;
                 }
-                par_copy(out, &bufs[k].as_slice()[..lens[i]]);
+                par_fill(out, &bufs[k].as_slice()[..lens[i]]);
                 if i + nbuf < n {
                     enqueue(i + nbuf, bufs, &mut events)?;
                 }
@@ -175,7 +193,7 @@ impl Gpu {
     pub fn upload_storage(self: &Arc<Self>, bytes: &[u8]) -> Result<CudaStorage> {
         let st = CudaStorage::alloc(self, bytes.len().max(1))?;
         let stream = self.stream()?;
-        if bytes.len() <= DIRECT_COPY_MAX {
+        if bytes.len() <= direct_copy_max() {
             ffi::htod_sync(st.mem(), 0, bytes, &stream)?;
         } else {
             self.h2d_staged(st.mem(), bytes, &stream)?;
@@ -202,23 +220,25 @@ impl Gpu {
     }
 
     /// Non-blocking upload on `stream`: returns the array and a [`Ready`] event the consumer
-    /// waits on. The host data may be dropped as soon as this returns (pageable copies are
-    /// staged by the driver before the call returns); the array must not be read before the
-    /// event has completed or been waited on.
+    /// waits on. The host data may be dropped as soon as this returns: the bytes are copied
+    /// once into memory the array keeps until the copy has completed (the CUDA documentation
+    /// does not promise that a pageable source is consumed when `cuMemcpyHtoDAsync` returns).
+    /// The array must not be read before the event has completed or been waited on.
     pub fn upload_async(
         self: &Arc<Self>,
         host: &HostData,
         stream: &CudaStream,
-    ) -> Result<(Array, Ready)> {
-        let bytes = host.to_c_bytes();
+    ) -> Result<(Array, Arc<Ready>)> {
+        let bytes = host.to_c_bytes().into_owned();
         let out = self.alloc(host.dtype(), host.shape())?;
         let st = storage_of(&out)?;
-        // SAFETY: `bytes` is pageable memory. CUDA's documented API synchronisation behaviour
-        // for cuMemcpyHtoDAsync from pageable memory: the call returns once the source has
-        // been copied to the driver's staging memory, so `bytes` may be dropped afterwards.
+        // SAFETY: `bytes` moves into the array's pending record below and is released only
+        // once the event recorded after this copy has completed (or the array is dropped,
+        // which waits for it first).
         unsafe { ffi::htod_async(st.mem(), 0, &bytes, stream)? };
-        st.mark_used(stream)?;
-        let ready = self.record(stream)?;
+        let ready = Arc::new(self.record(stream)?);
+        st.set_pending(Arc::clone(&ready));
+        st.keep_host(bytes);
         Ok((out, ready))
     }
 
@@ -236,14 +256,18 @@ impl Gpu {
         let shape = array.shape().to_vec();
         dispatch_dtype!(array.dtype(), T => {
             let n = array.len();
-            let mut v = vec![T::default(); n];
+            // Not zeroed first: every byte is written by the copy before `set_len`.
+            let mut v: Vec<T> = Vec::with_capacity(n);
             {
-                let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+                let dst = &mut ffi::spare_bytes(&mut v)[..n * std::mem::size_of::<T>()];
                 match path {
                     HostPath::Pageable => ffi::dtoh_sync(dst, st.mem(), 0, &stream)?,
                     HostPath::PinnedStaged => self.d2h_staged(dst, st.mem(), &stream)?,
                 }
             }
+            // SAFETY: the copy above returned Ok, so all `n` elements' bytes were written, and
+            // every bit pattern is a valid `T` (Pod).
+            unsafe { v.set_len(n) };
             let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), v)
                 .map_err(|e| BridgeError::shape_mismatch(format!("{shape:?}"), e.to_string(), "download"))?;
             Ok(T::wrap(a))
@@ -312,7 +336,7 @@ impl Gpu {
         }
         st.wait()?;
         let stream = self.stream()?;
-        ffi::dtoh_sync(dst, st.mem(), offset, &stream)
+        ffi::dtoh_sync(ffi::as_uninit(dst), st.mem(), offset, &stream)
     }
 
     /// A device-to-device copy of a CUDA array on this device (blocking).
@@ -420,7 +444,12 @@ impl Gpu {
                 // SAFETY: buffer `k` is free (its previous upload finished, checked above) and
                 // is next touched only by the upload ordered after this download by an event.
                 unsafe {
-                    ffi::dtoh_async(&mut bufs[k].as_mut_slice()[..len], src.mem(), off, &s_src)?
+                    ffi::dtoh_async(
+                        ffi::as_uninit(&mut bufs[k].as_mut_slice()[..len]),
+                        src.mem(),
+                        off,
+                        &s_src,
+                    )?
                 };
                 let downloaded = src_gpu.record(&s_src)?;
                 downloaded.wait_on(&s_dst)?;
@@ -480,7 +509,12 @@ impl Gpu {
         src.wait()?;
         let n = dst.len().min(src.mem().bytes());
         let s = self.stream()?;
-        ffi::dtoh_sync(&mut dst.as_mut_slice()[..n], src.mem(), 0, &s)
+        ffi::dtoh_sync(
+            ffi::as_uninit(&mut dst.as_mut_slice()[..n]),
+            src.mem(),
+            0,
+            &s,
+        )
     }
 
     /// Plain `cuMemcpyDtoD` between two buffers of this device (blocking): `min(len)` bytes.

@@ -93,6 +93,7 @@ impl Executor for OpenClExecutor {
             match a {
                 KernelArg::Buf(b) => k.arg_buffer(i, b)?,
                 KernelArg::U32(v) => k.arg_scalar(i, *v)?,
+                KernelArg::Local(bytes) => k.arg_local(i, (*bytes).max(1))?,
             };
         }
         k.launch(global, Some(local))

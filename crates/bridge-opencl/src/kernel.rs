@@ -43,6 +43,8 @@ pub const PREAMBLE: &str = r#"/* arraybridge portable kernel preamble: OpenCL */
 #define GLOBAL __global
 #define LOCAL __local
 #define LOCAL_PTR __local
+#define LOCAL_ARG(T, name) __local T* name
+#define DYN_LOCAL(T, name) (void)0
 #define DEVICE_FN inline
 #define RESTRICT restrict
 #define GID(d) get_global_id(d)

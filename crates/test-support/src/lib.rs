@@ -35,10 +35,12 @@
 pub mod fake;
 pub mod npy;
 pub mod require;
+pub mod rerun;
 
 /// Where the golden test data lives: `bridge_core::fixtures`, re-exported.
 pub use bridge_core::fixtures;
 pub use require::{device_or_skip, env_flag, or_skip};
+pub use rerun::rerun_with_env;
 
 /// Re-export for [`device_suite!`], so that a test crate needs no extra import.
 #[doc(hidden)]

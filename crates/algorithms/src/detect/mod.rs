@@ -198,11 +198,15 @@ impl Movie {
 /// `[trace]` line: the per-stage time breakdown of the detection pipelines. `msg` is only
 /// evaluated when tracing.
 pub(crate) fn trace(msg: impl FnOnce() -> String) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| {
-        std::env::var("ARRAYBRIDGE_TRACE").is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
-    });
-    if on {
+    if trace_enabled() {
         eprintln!("[trace] {}", msg());
     }
+}
+
+/// Whether `ARRAYBRIDGE_TRACE` asks for the breakdown (a [`bridge_core::tuning`] knob).
+pub(crate) fn trace_enabled() -> bool {
+    matches!(
+        bridge_core::tuning::choice("ARRAYBRIDGE_TRACE").as_str(),
+        "1" | "true" | "yes"
+    )
 }

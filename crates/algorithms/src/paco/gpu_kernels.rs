@@ -6,8 +6,10 @@
 //! `REAL` is the storage and arithmetic type of every kernel.
 //!
 //! **Patch size.** With the default options the patch area is bounded by `KMAX` ([`KMAX`] =
-//! 64, patch radii up to 4) and the K×K matrix of one pixel lives in local (shared) memory:
-//! 32 KiB in double, 16 KiB in float (CUDA's static shared memory is limited to 48 KiB). Larger
+//! 64, patch radii up to 4) and the K×K matrix of one pixel lives in local (shared) memory
+//! sized at launch: `K²·s` bytes (`LOCAL_ARG`/`DYN_LOCAL` of [`bridge_core::kernel`]), so a
+//! radius-2 patch (K = 13) takes 1.3 KiB in double instead of a fixed 32 KiB and many more
+//! groups fit on a multiprocessor. Larger
 //! patches use the `-DKMAX=128 -DCOV_GLOBAL` variants ([`OPTS_F64_BIG`], [`OPTS_F32_BIG`]; K ≤
 //! [`KMAX_BIG`] = 128, radii up to 6): the matrix lives in a slice `K²` of a global scratch
 //! buffer per work group (`scr`, indexed by the group id of the launch, so the host bounds the
@@ -26,10 +28,13 @@
 //!    host; any `LOCAL_SIZE(0)`: [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):
 //!    the sample covariance `S_ij = (1/T)·Σ_t cen[θ+d_i][t]·cen[θ+d_j][t]` (upper triangle, one
 //!    entry per thread, the CPU's four-accumulator order), the shrinkage ρ (paper or VIP
-//!    numerator, `variant` 0 / 1), `C = (1−ρ)·S + ρ·diag S` (×½ for VIP), the right-looking
-//!    Cholesky factor in place (the trailing updates spread over the group), `w = C⁻¹h0` (two
-//!    triangular solves; stored per pixel of the band in `wb`) and `q[θ] = h0·w`. Degenerate
-//!    pixels (`S_ii ≤ 0`, non-finite, not positive definite) get NaN;
+//!    numerator, `variant` 0 / 1; the rows' sums of squares in parallel), `C = (1−ρ)·S + ρ·diag
+//!    S` (×½ for VIP), the right-looking Cholesky factor in place (the trailing updates spread
+//!    over the group), `w = C⁻¹h0` (the forward solve column by column over the group, the
+//!    backward solve with the four accumulators of each row's dot product on four threads;
+//!    stored per pixel of the band in `wb`) and `q[θ] = h0·w`. Every parallel step keeps the
+//!    CPU's rounding sequence element by element. Degenerate pixels (`S_ii ≤ 0`, non-finite, not
+//!    positive definite) get NaN;
 //! 3. `paco_z`: the whitened matched-filter cube `z[θ][t] = w(θ)·cen_t(θ)` (disk order), one
 //!    thread per (pixel, frame);
 //! 4. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
@@ -169,7 +174,6 @@ DEVICE_FN float pmul(float a, float b) { return __fmul_rn(a, b); }
     }
 DEF_DOT4(dot4_g, GLOBAL, GLOBAL)
 DEF_DOT4(dot4_ss, SMEM, SMEM)
-DEF_DOT4(dot4_sl, SMEM, LOCAL_PTR)
 DEF_DOT4(dot4_ll, LOCAL_PTR, LOCAL_PTR)
 
 /* cube [t][p] -> cen [p][t], centred per pixel. */
@@ -193,15 +197,20 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                   GLOBAL const uint* RESTRICT plist, GLOBAL const uint* RESTRICT pstart,
                   GLOBAL const uint* RESTRICT pfr, GLOBAL const REAL* RESTRICT pfy,
                   GLOBAL const REAL* RESTRICT pfx, GLOBAL const REAL* RESTRICT tbl,
-                  const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab) {
+                  const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab,
+                  LOCAL_ARG(REAL, sdyn)) {
+    DYN_LOCAL(REAL, sdyn);
 #if defined(COV_GLOBAL)
     GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * k * k;
 #else
-    LOCAL REAL S[KMAX * KMAX];
+    /* k * k values of local memory sized by the launch */
+    SMEM REAL* S = sdyn;
 #endif
     LOCAL REAL v[KMAX];
     LOCAL REAL hl[KMAX];
     LOCAL REAL invd[KMAX];
+    LOCAL REAL xs[KMAX];
+    LOCAL REAL part[4];
     LOCAL int ol[KMAX];
     LOCAL int flag[1];
     size_t g = GROUP_ID(0);
@@ -226,7 +235,12 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
     }
     SBARRIER();
-    /* 2. validity and shrinkage (one thread, the CPU's order) */
+    /* 2. validity and shrinkage: the squared norms of the rows' off-diagonal parts in
+       parallel (one row per thread), then one thread sums them in the CPU's order */
+    for (uint i = tid; i < k; i += nt) {
+        xs[i] = dot4_ss(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+    }
+    SBARRIER();
     if (tid == 0) {
         int ok = 1;
         for (uint i = 0; i < k; ++i) {
@@ -239,7 +253,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 REAL d = S[i * k + i];
                 tr += d;
                 dsq += MUL(d, d);
-                off += dot4_ss(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+                off += xs[i];
             }
             REAL tr2 = dsq + MUL((REAL)2, off);
             REAL num = variant == 0u ? (tr2 + MUL(tr, tr)) - MUL((REAL)2, dsq)
@@ -387,29 +401,47 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         }
         return;
     }
-    /* 4. w = C^-1 h0 (forward then backward substitution, one thread), q = h0.w; w goes to
-       wb[g] for paco_z (NaN for a degenerate pixel) */
-    if (tid == 0) {
-        GLOBAL REAL* wg = wb + g * k;
+    /* 4. w = C^-1 h0, q = h0.w; w goes to wb[g] for paco_z (NaN for a degenerate pixel).
+       Spread over the group with the CPU's rounding sequence kept element by element:
+       forward substitution column by column (every thread reads the final v[j], the updates
+       of v[n], n > j, are split over the threads; the solution goes to xs); backward
+       substitution row by row with the four accumulators of the CPU's dot product each
+       summed by one thread, combined by thread 0. */
+    /* Every barrier is reached by the whole group (no early exit): `ok` only guards work. */
+    GLOBAL REAL* wg = wb + g * k;
+    for (uint i = tid; i < k; i += nt) v[i] = hl[i];
+    SBARRIER();
+    for (uint j = 0; j < k; ++j) {
         if (ok) {
-            for (uint i = 0; i < k; ++i) v[i] = hl[i];
-            for (uint j = 0; j < k; ++j) {
-                REAL vj = MUL(v[j], invd[j]);
-                v[j] = vj;
-                for (uint n = j + 1; n < k; ++n) v[n] -= MUL(vj, S[j * k + n]);
-            }
-            for (uint ii = k; ii > 0; --ii) {
-                uint i = ii - 1;
-                REAL s = dot4_sl(S + i * k + i + 1, v + i + 1, k - i - 1);
-                v[i] = MUL(v[i] - s, invd[i]);
-            }
-            q[theta] = dot4_ll(hl, v, k);
-            for (uint i = 0; i < k; ++i) wg[i] = v[i];
-        } else {
-            q[theta] = REAL_NAN;
-            for (uint i = 0; i < k; ++i) wg[i] = REAL_NAN;
+            REAL vj = MUL(v[j], invd[j]);
+            if (tid == 0) xs[j] = vj;
+            for (uint n = j + 1 + tid; n < k; n += nt) v[n] -= MUL(vj, S[j * k + n]);
         }
+        SBARRIER();
     }
+    for (uint ii = k; ii > 0; --ii) {
+        uint i = ii - 1;
+        uint n = k - i - 1;
+        uint n4 = n & ~3u;
+        SMEM const REAL* a = S + i * k + i + 1;
+        LOCAL_PTR const REAL* b = xs + i + 1;
+        if (ok) {
+            for (uint r = tid; r < 4u; r += nt) {
+                REAL sr = 0;
+                for (uint m = r; m < n4; m += 4) sr += MUL(a[m], b[m]);
+                part[r] = sr;
+            }
+        }
+        SBARRIER();
+        if (ok && tid == 0) {
+            REAL sum = (part[0] + part[1]) + (part[2] + part[3]);
+            for (uint m = n4; m < n; ++m) sum += MUL(a[m], b[m]);
+            xs[i] = MUL(xs[i] - sum, invd[i]);
+        }
+        SBARRIER();
+    }
+    for (uint i = tid; i < k; i += nt) wg[i] = ok ? xs[i] : REAL_NAN;
+    if (tid == 0) q[theta] = ok ? dot4_ll(hl, xs, k) : REAL_NAN;
 }
 
 /* z_t(theta) = w(theta) . cen_t(theta) in disk order, one thread per (pixel of the band,

@@ -3,7 +3,7 @@
 //! the host (see the [parent module](super)).
 
 use bridge_core::exec::{Executor, KernelArg};
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::{BridgeError, Device, Result, tuning};
 use rayon::prelude::*;
 
 use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
@@ -115,8 +115,8 @@ fn prescale<E: Executor>(
             &BLOB_LOG,
             opts,
             pre.entry,
-            &[round_up_to(plane, 256), n_frames],
-            &[256, 1],
+            &[round_up_to(plane, prep_wg()), n_frames],
+            &[prep_wg(), 1],
             &[
                 KernelArg::Buf(raw),
                 KernelArg::Buf(&pp_buf),
@@ -131,13 +131,27 @@ fn prescale<E: Executor>(
     Ok(img)
 }
 
-/// Work-group shape (x, y) of the per-voxel kernels: 64×4 on CUDA, 64×1 on OpenCL.
+/// Work-group shape (x, y) of the per-voxel kernels: `ARRAYBRIDGE_DETECT_WG_X` (64) ×
+/// `ARRAYBRIDGE_DETECT_WG_Y` (4 on CUDA, 1 on OpenCL), at most 1024 work items.
 pub(super) fn local_xy<E: Executor>(e: &E) -> (usize, usize) {
-    if matches!(e.device(), Device::Cuda(_)) {
-        (64, 4)
-    } else {
-        (64, 1)
+    let x = tuning::usize_or("ARRAYBRIDGE_DETECT_WG_X", 64);
+    let y = tuning::usize_knob("ARRAYBRIDGE_DETECT_WG_Y").unwrap_or(
+        if matches!(e.device(), Device::Cuda(_)) {
+            4
+        } else {
+            1
+        },
+    );
+    if x * y > 1024 {
+        log::warn!("ARRAYBRIDGE_DETECT_WG_X × _Y = {x}×{y} is over 1024 work items; using 64×1");
+        return (64, 1);
     }
+    (x, y)
+}
+
+/// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG`, default 256).
+fn prep_wg() -> usize {
+    tuning::usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
 }
 
 /// The device pipeline on one run of frames (working type `T`, cube in the device type `R`).
@@ -155,9 +169,15 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     let t_all = std::time::Instant::now();
     let (mut up_s, mut read_s, mut prune_s) = (0.0f64, 0.0f64, 0.0f64);
     let mut kernel_s = 0.0f64;
+    // With ARRAYBRIDGE_TRACE=1 each kernel is waited for, so the breakdown is exact (launches
+    // are asynchronous otherwise, and their time shows up in the next read).
+    let tracing = super::super::trace_enabled();
     let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         let t = std::time::Instant::now();
         f()?;
+        if tracing {
+            e.synchronize()?;
+        }
         kernel_s += t.elapsed().as_secs_f64();
         Ok(())
     };

@@ -3,19 +3,34 @@
 
 use bridge_core::exec::Executor;
 use bridge_core::oom::{OnExhausted, PoolReleaser, ReleaseScope, RetryPolicy};
+use bridge_core::tuning;
 use bridge_core::{BridgeError, Device, Result};
+use rayon::prelude::*;
 
 use super::super::gpu_kernels;
 use super::super::templates::Templates;
 use super::GpuPrecision;
 
-/// `paco_stats` work-group size: smaller on CPU devices (PoCL).
+/// `paco_stats` work-group size: `ARRAYBRIDGE_PACO_STATS_WG`, else smaller on CPU devices
+/// (PoCL) than on GPUs.
 pub(super) fn stats_wg<E: Executor>(e: &E) -> usize {
-    if e.is_cpu() {
+    tuning::usize_knob("ARRAYBRIDGE_PACO_STATS_WG").unwrap_or(if e.is_cpu() {
         gpu_kernels::STATS_WG_CPU
     } else {
         gpu_kernels::STATS_WG
-    }
+    })
+}
+
+/// Work-group size of the per-pixel kernels (`ARRAYBRIDGE_PACO_LINE_WG`, default
+/// [`gpu_kernels::LINE_WG`]).
+pub(super) fn line_wg() -> usize {
+    tuning::usize_or("ARRAYBRIDGE_PACO_LINE_WG", gpu_kernels::LINE_WG)
+}
+
+/// Output positions per `paco_accumulate` launch (`ARRAYBRIDGE_PACO_DEVICE_BATCH`, default
+/// [`super::DEVICE_BATCH`]).
+pub(super) fn device_batch() -> usize {
+    tuning::usize_or("ARRAYBRIDGE_PACO_DEVICE_BATCH", super::DEVICE_BATCH)
 }
 
 /// Pools are not released between attempts (PACO holds its buffers itself).
@@ -43,6 +58,28 @@ pub(super) fn encode(vals: impl Iterator<Item = f64>, f64_real: bool, cap: usize
             out.extend_from_slice(&(v as f32).to_le_bytes());
         }
     }
+    out
+}
+
+/// [`encode`] of a slice, written in parallel pieces for large inputs (the cube).
+pub(super) fn encode_slice(vals: &[f64], f64_real: bool) -> Vec<u8> {
+    const PIECE: usize = 1 << 18;
+    let size = if f64_real { 8 } else { 4 };
+    if vals.len() <= PIECE {
+        return encode(vals.iter().copied(), f64_real, vals.len());
+    }
+    let mut out = vec![0u8; vals.len() * size];
+    out.par_chunks_mut(PIECE * size)
+        .zip(vals.par_chunks(PIECE))
+        .for_each(|(o, v)| {
+            for (o, &x) in o.chunks_exact_mut(size).zip(v) {
+                if f64_real {
+                    o.copy_from_slice(&x.to_le_bytes());
+                } else {
+                    o.copy_from_slice(&(x as f32).to_le_bytes());
+                }
+            }
+        });
     out
 }
 

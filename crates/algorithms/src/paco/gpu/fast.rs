@@ -7,12 +7,13 @@ use bridge_core::oom::run_batched;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
-use super::super::gpu_kernels::{self, KMAX, KMAX_BIG, LINE_WG};
+use super::super::gpu_kernels::{self, KMAX, KMAX_BIG};
 use super::super::job::PacoJob;
 use super::super::settings::{SubPixel, Variant};
 use super::super::templates::Templates;
 use super::common::{
-    NoRelease, PairTemplates, decode, encode, i32_bytes, resolve_precision, split_policy, to_u32,
+    NoRelease, PairTemplates, decode, device_batch, encode, encode_slice, i32_bytes, line_wg,
+    resolve_precision, split_policy, to_u32,
 };
 use super::pairs::ab_pairs;
 use super::stats::{StatsCtx, StatsLaunch, launch_stats};
@@ -70,16 +71,20 @@ pub(super) fn ab_device<E: Executor>(
     // Launches are asynchronous and a released buffer may be reused at once by the backend's
     // pool, so every buffer a queued kernel reads stays alive until the blocking downloads at
     // the end.
-    let cube_bytes = encode(job.cube.iter().copied(), dbl, t * npix);
+    let cube_bytes = match job.cube.as_slice() {
+        Some(c) => encode_slice(c, dbl),
+        None => encode(job.cube.iter().copied(), dbl, t * npix),
+    };
     let cube = e.upload(&cube_bytes)?;
     drop(cube_bytes);
     let cen = e.alloc(npix * t * rs)?;
+    let lw = line_wg();
     e.launch(
         &gpu_kernels::PACO,
         opts,
         "paco_centre",
-        &[npix.div_ceil(LINE_WG) * LINE_WG],
-        &[LINE_WG],
+        &[npix.div_ceil(lw) * lw],
+        &[lw],
         &[
             KernelArg::Buf(&cube),
             KernelArg::Buf(&cen),
@@ -120,6 +125,7 @@ pub(super) fn ab_device<E: Executor>(
         tu,
         ku,
         variant,
+        local_bytes: if big { 8 } else { k * k * rs },
     };
     let out = match tpl {
         Some(tpl) => ab_pairs(e, &ctx, job, &pos, n0, &tpl, dbl, big)?,
@@ -164,6 +170,7 @@ pub(super) fn ab_fast<E: Executor>(
     };
     let xu = to_u32(x_lo, "column")?;
     let nxu = to_u32(nx, "columns")?;
+    let lw = line_wg();
     for ya in (y_lo..y_hi).step_by(band) {
         let yb = (ya + band).min(y_hi);
         let groups = (yb - ya) * nx;
@@ -187,8 +194,8 @@ pub(super) fn ab_fast<E: Executor>(
             &gpu_kernels::PACO,
             c.opts,
             "paco_z",
-            &[(groups * t).div_ceil(LINE_WG) * LINE_WG],
-            &[LINE_WG],
+            &[(groups * t).div_ceil(lw) * lw],
+            &[lw],
             &[
                 KernelArg::Buf(c.cen),
                 KernelArg::Buf(c.offs),
@@ -205,34 +212,48 @@ pub(super) fn ab_fast<E: Executor>(
         )?;
     }
 
-    // trajectory sums, in batches of output positions
+    // trajectory sums, in batches of output positions; the next batch's trajectories are
+    // computed on the host while the device sums the current one
     let geom = job.geom;
     let angles = &job.angles;
+    let trajectories = |lo: usize, hi: usize| -> Vec<i32> {
+        let mut traj = vec![-1i32; (hi - lo) * t];
+        traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
+            let (y0, x0) = pos(lo + i);
+            let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
+            for (o, &ang) in row.iter_mut().zip(angles) {
+                match geom.pixel_polar(rr, th0, ang) {
+                    // θ < H·W < 2³¹, checked above
+                    Some((theta, _, _)) => *o = theta as i32,
+                    None => {
+                        *o = -1;
+                        break;
+                    }
+                }
+            }
+        });
+        traj
+    };
     let policy = split_policy();
-    let batch = job.params.batch_size.max(1);
+    let batch = device_batch().max(1);
     let mut a_out = Vec::with_capacity(n0);
     let mut b_out = Vec::with_capacity(n0);
     let mut start = 0;
+    // (first position, trajectories) computed ahead for the next batch
+    let mut ahead: Option<(usize, Vec<i32>)> = None;
     while start < n0 {
         let len = batch.min(n0 - start);
+        let next = start + len;
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
             let (lo, hi) = (start + range.start, start + range.end);
             let n = hi - lo;
-            let mut traj = vec![-1i32; n * t];
-            traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
-                let (y0, x0) = pos(lo + i);
-                let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
-                for (o, &ang) in row.iter_mut().zip(angles) {
-                    match geom.pixel_polar(rr, th0, ang) {
-                        // θ < H·W < 2³¹, checked above
-                        Some((theta, _, _)) => *o = theta as i32,
-                        None => {
-                            *o = -1;
-                            break;
-                        }
-                    }
+            let traj = match ahead.take() {
+                Some((first, traj)) if first == lo && traj.len() == n * t => traj,
+                other => {
+                    ahead = other;
+                    trajectories(lo, hi)
                 }
-            });
+            };
             let traj_buf = e.upload(&i32_bytes(&traj))?;
             drop(traj);
             let a = e.alloc(n * rs)?;
@@ -241,8 +262,8 @@ pub(super) fn ab_fast<E: Executor>(
                 &gpu_kernels::PACO,
                 c.opts,
                 "paco_accumulate",
-                &[n.div_ceil(LINE_WG) * LINE_WG],
-                &[LINE_WG],
+                &[n.div_ceil(lw) * lw],
+                &[lw],
                 &[
                     KernelArg::Buf(&traj_buf),
                     KernelArg::Buf(&q),
@@ -253,6 +274,11 @@ pub(super) fn ab_fast<E: Executor>(
                     KernelArg::U32(c.tu),
                 ],
             )?;
+            // the whole batch in one piece: prepare the next while the device runs this one
+            if hi == next && range.start == 0 && next < n0 && ahead.is_none() {
+                let nhi = (next + batch).min(n0);
+                ahead = Some((next, trajectories(next, nhi)));
+            }
             let av = decode(&e.read(&a, n * rs)?, dbl);
             let bv = decode(&e.read(&b, n * rs)?, dbl);
             Ok(av.into_iter().zip(bv).collect())
@@ -262,7 +288,7 @@ pub(super) fn ab_fast<E: Executor>(
             a_out.push(a);
             b_out.push(b);
         }
-        start += len;
+        start = next;
     }
     drop((q, z, wb, scr));
     Ok((a_out, b_out))

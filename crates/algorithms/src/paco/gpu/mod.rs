@@ -11,12 +11,13 @@
 //!    `paco_stats` (one work group per pixel: covariance, shrinkage, Cholesky, `w = C⁻¹h0`,
 //!    `q = h0·w`; nothing K×K leaves the work group) and `paco_z` (the whitened matched-filter
 //!    cube `z_t = w·c_t`, one thread per pixel and frame);
-//! 3. the trajectory pixels `[φ_ℓ]` of a batch of `batch_size` output positions are computed on
-//!    the host with the CPU's bit-exact geometry ([`super::Geometry::pixel_polar`], so NaN
-//!    positions, the edge rule and float traps are exactly the CPU's), uploaded as `i32`, and
-//!    `paco_accumulate` sums `a = Σ q`, `b = Σ z` along them; only a and b are downloaded. Each
-//!    batch runs through [`bridge_core::oom::run_batched`] with `SplitBatch`: an out-of-memory
-//!    error halves it.
+//! 3. the trajectory pixels `[φ_ℓ]` of a batch of [`DEVICE_BATCH`] output positions (the
+//!    `ARRAYBRIDGE_PACO_DEVICE_BATCH` knob) are computed on the host with the CPU's bit-exact
+//!    geometry ([`super::Geometry::pixel_polar`], so NaN positions, the edge rule and float traps
+//!    are exactly the CPU's), uploaded as `i32`, and `paco_accumulate` sums `a = Σ q`, `b = Σ z`
+//!    along them; only a and b are downloaded. While the device sums one batch, the host
+//!    computes the next batch's trajectories. Each batch runs through
+//!    [`bridge_core::oom::run_batched`] with `SplitBatch`: an out-of-memory error halves it.
 //!
 //! With sub-pixel templates (spec §5.2, §10 "tile by θ"), every [`SubPixel`](super::SubPixel) mode: the host
 //! computes every pair (φ0, ℓ)'s trajectory pixel θ (same geometry) and buckets the pairs by θ
@@ -89,6 +90,12 @@ mod stats;
 
 /// Most `paco_stats` work groups (pixels) per launch.
 pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;
+
+/// Output positions per `paco_accumulate` launch on a device by default
+/// (`ARRAYBRIDGE_PACO_DEVICE_BATCH`): 64k threads fill a GPU, where the CPU's `batch_size`
+/// (1000) gave 16 blocks per launch. The host computes the next batch's trajectories while
+/// the device sums this one.
+pub const DEVICE_BATCH: usize = 1 << 16;
 
 /// Arithmetic type of the device kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -22,6 +22,9 @@ pub(super) struct StatsCtx<'a, B> {
     pub(super) tu: u32,
     pub(super) ku: u32,
     pub(super) variant: u32,
+    /// Bytes of the `LOCAL_ARG` of `paco_stats`: the K×K matrix (`K²·s`), or a token 8 bytes
+    /// with `COV_GLOBAL` (the matrix is in `scr` then).
+    pub(super) local_bytes: usize,
 }
 
 /// The pair arguments of a `paco_stats` launch with sub-pixel templates.
@@ -94,6 +97,7 @@ pub(super) fn launch_stats<E: Executor>(
             KernelArg::U32(p.map_or(1, |p| p.tq)),
             KernelArg::U32(p.map_or(0, |p| p.nearest)),
             KernelArg::Buf(p.map_or(d, |p| p.cab)),
+            KernelArg::Local(c.local_bytes),
         ],
     )
 }
