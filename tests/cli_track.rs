@@ -380,3 +380,180 @@ fn inputs_beyond_the_memory_budget_are_refused() {
         );
     }
 }
+
+/// `fixtures/track/<name>` without its golden `particle` column (written to `dir/in.csv`),
+/// and the golden ids.
+fn track_fixture(dir: &Path, name: &str) -> (PathBuf, Vec<i64>) {
+    let text = std::fs::read_to_string(bridge_core::fixtures::path("track").join(name)).unwrap();
+    let mut csv = String::new();
+    let mut golden = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let (head, id) = l.rsplit_once(',').unwrap();
+        csv += head;
+        csv.push('\n');
+        if i > 0 {
+            golden.push(id.parse().unwrap());
+        }
+    }
+    let inp = dir.join("in.csv");
+    std::fs::write(&inp, csv).unwrap();
+    (inp, golden)
+}
+
+/// `track FIXTURE -o OUT ARGS…`: the run and the output's ids.
+fn track_args(dir: &Path, name: &str, args: &[&str]) -> (Run, Vec<i64>, Vec<i64>) {
+    let (inp, golden) = track_fixture(dir, name);
+    let out = dir.join("out.csv");
+    let mut all = vec!["track", inp.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let r = run(dir, &all);
+    let ids = if r.ok { particles(&out) } else { Vec::new() };
+    (r, ids, golden)
+}
+
+#[test]
+fn every_subnet_is_solved_optimally_and_the_cap_is_reported() {
+    let d = tmpdir("nocap");
+    // trackpy raises SubnetOversizeException here; the golden is SciPy's global optimum
+    let (r, ids, golden) = track_args(&d, "optimal_dense_brownian.csv", &["--search-range", "5"]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("all solved optimally"), "{}", r.stderr);
+    assert_eq!(partition(&ids), partition(&golden));
+    // the cap is explicit, and said
+    let (r, ids, _) = track_args(
+        &d,
+        "optimal_dense_brownian.csv",
+        &["--search-range", "5", "--max-subnet", "30", "--json"],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert_ne!(partition(&ids), partition(&golden));
+    let json = std::fs::read_to_string(d.join("stdout.txt")).unwrap();
+    assert!(json.contains("\"greedy_capped_subnets\""), "{json}");
+    assert!(
+        json.contains("solved by the greedy cap (--max-subnet)"),
+        "{json}"
+    );
+}
+
+#[test]
+fn adaptive_search_and_velocity_prediction_match_trackpy() {
+    let d = tmpdir("trackpy-options");
+    for (file, args) in [
+        (
+            "adaptive_contracting_grid.csv",
+            &[
+                "--search-range",
+                "2",
+                "--adaptive-stop",
+                "0.64",
+                "--adaptive-step",
+                "0.8",
+            ][..],
+        ),
+        (
+            "adaptive_brownian_mem2.csv",
+            &[
+                "--search-range",
+                "4",
+                "--memory",
+                "2",
+                "--adaptive-stop",
+                "1",
+                "--adaptive-step",
+                "0.9",
+            ],
+        ),
+        (
+            "predict_swirl_span2.csv",
+            &[
+                "--search-range",
+                "6",
+                "--memory",
+                "1",
+                "--predict",
+                "velocity",
+                "--predict-span",
+                "2",
+            ],
+        ),
+        (
+            "predict_memory1.csv",
+            &[
+                "--search-range",
+                "45",
+                "--memory",
+                "1",
+                "--predict",
+                "velocity",
+            ],
+        ),
+    ] {
+        let (r, ids, golden) = track_args(&d, file, args);
+        assert!(r.ok, "{file}: {}", r.stderr);
+        assert_eq!(partition(&ids), partition(&golden), "{file}");
+    }
+    // where trackpy gives up (test_adaptive_fail), this goes on and says so
+    let (r, _, _) = track_args(
+        &d,
+        "adaptive_contracting_grid.csv",
+        &["--search-range", "2", "--adaptive-stop", "1.84"],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("SubnetOversizeException"), "{}", r.stderr);
+}
+
+#[test]
+fn linking_options_are_checked_before_reading() {
+    let d = tmpdir("options");
+    for (args, needle) in [
+        (&["--adaptive-step", "0.5"][..], "--adaptive-stop"),
+        (
+            &["--adaptive-stop", "1", "--adaptive-step", "1"],
+            "between 0 and 1",
+        ),
+        (&["--adaptive-stop", "0"], "positive"),
+        (&["--adaptive-stop", "nan"], "positive"),
+        (&["--max-subnet", "0"], "--max-subnet"),
+        (&["--predict", "sideways"], "velocity"),
+        (&["--predict-span", "2"], "--predict"),
+        (
+            &["--predict", "none", "--predict-span", "2"],
+            "--predict velocity",
+        ),
+        (
+            &["--predict", "velocity", "--predict-span", "0"],
+            "--predict-span",
+        ),
+        (
+            &["--strategy", "greedy", "--predict", "velocity"],
+            "--strategy optimal",
+        ),
+        (
+            &["--strategy", "greedy", "--adaptive-stop", "1"],
+            "--strategy optimal",
+        ),
+        (
+            &["--adaptive-stop", "1e-300", "--adaptive-step", "0.999999"],
+            "steps",
+        ),
+    ] {
+        // the input does not exist: the options fail first
+        let mut all = vec![
+            "track",
+            "missing.csv",
+            "-o",
+            "out.csv",
+            "--search-range",
+            "5",
+        ];
+        all.extend_from_slice(args);
+        let r = run(&d, &all);
+        assert!(!r.ok, "{args:?} should fail");
+        assert!(
+            r.stderr.contains(needle),
+            "{args:?}: {needle:?} not in {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("missing.csv"), "{args:?}: {}", r.stderr);
+    }
+}

@@ -1,26 +1,54 @@
 //! Linking detections into trajectories (spec §3).
 //!
-//! * [`link`]: trackpy `link` semantics. Levels are frame numbers (a missing number is an
-//!   empty level: it links nothing, it only ages the tracks in memory). Sources at a frame `t`
-//!   are the tracks last seen at a frame `l` with `t − l ≤ memory + 1`, i.e. absent for at most
-//!   `memory` frames (at their last position); destinations are the new rows. Only the frames
-//!   present are visited and ageing comes from frame-number differences, so gaps cost
-//!   nothing. Each destination keeps its ≤ `max_neighbors` (10) nearest sources within
-//!   `search_range` (+1e-7). Connected components (subnets) of this bipartite
-//!   graph are solved **optimally** as a rectangular assignment (Hungarian / shortest augmenting
-//!   path): a link costs d², leaving a source unlinked costs `search_range²`. Subnets with more
-//!   than `max_subnet_sources` sources (default 600) are solved by a **bounded greedy fallback**
-//!   (links taken in ascending distance, ties by (source, destination) index); how often this
-//!   happened is reported in [`LinkStats`]. Unclaimed destinations start new tracks, numbered in
-//!   destination row order.
+//! * [`link`] and the streaming [`Linker`]: trackpy `link` semantics. Levels are frame numbers
+//!   (a missing number is an empty level: it links nothing, it only ages the tracks in
+//!   memory). Sources at a frame `t` are the tracks last seen at a frame `l` with
+//!   `t − l ≤ memory + 1`, i.e. absent for at most `memory` frames (at their last position);
+//!   destinations are the new rows. Only the frames present are visited and ageing comes from
+//!   frame-number differences, so gaps cost nothing. Each destination keeps its
+//!   ≤ `max_neighbors` (10) nearest sources within `search_range` (+1e-7). Connected
+//!   components (subnets) of this bipartite graph are solved **optimally, however large**: a
+//!   link costs d², leaving a source unlinked costs `search_range²`, and the minimum-cost
+//!   assignment is found by sparse shortest augmenting paths (Jonker–Volgenant, as SciPy's
+//!   `linear_sum_assignment`, on the candidate edges only), subnets in parallel. Where trackpy
+//!   stops with `SubnetOversizeException` (more than 30 sources), this goes on. Unclaimed
+//!   destinations start new tracks, numbered in destination row order.
+//!   - [`LinkParams::max_subnet_sources`] (no cap by default) is an explicit opt-in: larger
+//!     subnets are then solved by a **bounded greedy** assignment (links taken in ascending
+//!     distance, ties by (source, destination) index), counted in
+//!     [`LinkStats::fallback_subnets`].
+//!   - [`LinkParams::adaptive`]: trackpy's adaptive search (`adaptive_stop`, `adaptive_step`):
+//!     a subnet with more than [`Adaptive::max_subnet`] (15) sources is split by reducing its
+//!     search range by `step` until its parts are small enough; each part's null link then
+//!     costs its own range². Where trackpy gives up (the range reached `stop`), the part is
+//!     solved exactly at that range and counted in [`LinkStats::adaptive_unresolved`].
+//!   - [`LinkParams::predictor`]: trackpy's `NearestVelocityPredict` (sources are searched at
+//!     their predicted positions). As with trackpy's predictors, which link the frames given,
+//!     `memory` then counts frames present, not frame numbers.
+//!   - [`Linker`] takes one frame at a time and holds only the tracks `memory` can still
+//!     continue: a movie of 10⁵ frames needs memory for its particles, not its frames.
 //! * [`link_greedy`]: the seed's greedy `ParticleTracker` (spec §3.5) for compatibility. Its
 //!   `max_gap` means what `memory` means for [`link`]: a track absent for at most `max_gap`
 //!   frames between two appearances is continued (0 = consecutive frames only).
 //! * [`filter_stubs`]: keep only tracks with at least n points.
+//!
+//! Every result is identical to trackpy 0.7 on its own test cases and on the fixtures
+//! (`crates/algorithms/tests/track_*.rs`, goldens made by `scripts/fixtures/track_trackpy.py`),
+//! up to track numbering, and wherever several assignments have exactly the same cost (then
+//! both are optimal, and each tool picks one deterministically).
 
-use std::collections::{HashMap, HashSet};
+mod assign;
+mod greedy;
+mod grid;
+mod linker;
+mod predict;
+
+use std::collections::HashMap;
 
 use bridge_core::{BridgeError, Result};
+
+pub use greedy::{GreedyParams, link_greedy};
+pub use linker::Linker;
 
 /// Linking strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,7 +60,70 @@ pub enum Strategy {
     Greedy,
 }
 
-/// Parameters of [`link`].
+/// trackpy's adaptive search: see the [module documentation](self).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    /// trackpy's `adaptive_stop`: the search range is not reduced below this.
+    pub stop: f64,
+    /// trackpy's `adaptive_step` (0.95 by default): the factor applied to the search range at
+    /// each reduction, in (0, 1).
+    pub step: f64,
+    /// Subnets with more sources are split (trackpy's `Linker.MAX_SUB_NET_SIZE_ADAPTIVE`, 15).
+    pub max_subnet: usize,
+}
+
+impl Adaptive {
+    /// trackpy's `adaptive_stop` and `adaptive_step`, with its subnet size (15).
+    pub fn new(stop: f64, step: f64) -> Self {
+        Adaptive {
+            stop,
+            step,
+            max_subnet: 15,
+        }
+    }
+}
+
+/// Velocity samples that stand for the velocity field before the second frame is linked
+/// (trackpy's `initial_guess_positions` and `initial_guess_vels`, `[y, x]` each).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitialVelocities {
+    /// Where the samples are.
+    pub positions: Vec<[f64; 2]>,
+    /// Their velocities, in position units per frame.
+    pub velocities: Vec<[f64; 2]>,
+}
+
+/// trackpy's `NearestVelocityPredict` parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VelocityPredict {
+    /// The velocity field is made from the `span + 1` most recent frames (trackpy's `span`,
+    /// 1 by default).
+    pub span: usize,
+    /// The field used for the first link, instead of zero velocities.
+    pub initial_guess: Option<InitialVelocities>,
+}
+
+impl Default for VelocityPredict {
+    fn default() -> Self {
+        VelocityPredict {
+            span: 1,
+            initial_guess: None,
+        }
+    }
+}
+
+/// Where a track is searched for in the next frame.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Predictor {
+    /// At its last position (trackpy's default).
+    #[default]
+    None,
+    /// Carried by the velocity of the nearest recently tracked particle (trackpy's
+    /// `NearestVelocityPredict`; the [module documentation](self) says how `memory` counts).
+    NearestVelocity(VelocityPredict),
+}
+
+/// Parameters of [`link`] and [`Linker`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkParams {
     /// Maximum displacement between linked points (same units as the positions).
@@ -42,22 +133,38 @@ pub struct LinkParams {
     pub memory: usize,
     /// Candidates kept per destination (trackpy: 10).
     pub max_neighbors: usize,
-    /// Subnets with more sources than this use the bounded greedy fallback.
+    /// Subnets with more sources than this are solved by the bounded greedy assignment
+    /// instead of exactly, and counted in [`LinkStats::fallback_subnets`]. `usize::MAX` (the
+    /// default): every subnet is solved exactly.
     pub max_subnet_sources: usize,
+    /// trackpy's adaptive search (`None`: off, the default).
+    pub adaptive: Option<Adaptive>,
+    /// Where tracks are searched for (trackpy's `predictor`).
+    pub predictor: Predictor,
 }
 
+/// At most this many search-range reductions in the adaptive search.
+pub const MAX_ADAPTIVE_STEPS: f64 = 10_000.0;
+
+/// Largest velocity predictor `span`.
+pub const MAX_SPAN: usize = 1000;
+
 impl LinkParams {
-    /// trackpy defaults for a search range and memory.
+    /// trackpy defaults for a search range and memory (no subnet cap, no adaptive search, no
+    /// predictor).
     pub fn new(search_range: f64, memory: usize) -> Self {
         LinkParams {
             search_range,
             memory,
             max_neighbors: 10,
-            max_subnet_sources: 600,
+            max_subnet_sources: usize::MAX,
+            adaptive: None,
+            predictor: Predictor::None,
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Check every value: [`BridgeError::InvalidArgument`] naming the parameter.
+    pub fn validate(&self) -> Result<()> {
         if !(self.search_range.is_finite() && self.search_range > 0.0) {
             return Err(BridgeError::invalid_argument(
                 "search_range",
@@ -76,6 +183,70 @@ impl LinkParams {
                 "must be at least 1",
             ));
         }
+        if self.max_subnet_sources == 0 {
+            return Err(BridgeError::invalid_argument(
+                "max_subnet_sources",
+                "must be at least 1",
+            ));
+        }
+        if let Some(a) = &self.adaptive {
+            if !(a.stop.is_finite() && a.stop > 0.0) {
+                return Err(BridgeError::invalid_argument(
+                    "adaptive_stop",
+                    format!("must be a positive number, got {}", a.stop),
+                ));
+            }
+            if !(a.step.is_finite() && a.step > 0.0 && a.step < 1.0) {
+                return Err(BridgeError::invalid_argument(
+                    "adaptive_step",
+                    format!("must be between 0 and 1 (exclusive), got {}", a.step),
+                ));
+            }
+            if a.max_subnet == 0 {
+                return Err(BridgeError::invalid_argument(
+                    "adaptive max_subnet",
+                    "must be at least 1",
+                ));
+            }
+            let steps = (a.stop / self.search_range).ln() / a.step.ln();
+            if steps.is_nan() || steps > MAX_ADAPTIVE_STEPS {
+                return Err(BridgeError::invalid_argument(
+                    "adaptive_step",
+                    format!(
+                        "reducing search_range {} by {} down to adaptive_stop {} takes more \
+                         than {MAX_ADAPTIVE_STEPS} steps; use a smaller step or a larger stop",
+                        self.search_range, a.step, a.stop
+                    ),
+                ));
+            }
+        }
+        if let Predictor::NearestVelocity(v) = &self.predictor {
+            if !(1..=MAX_SPAN).contains(&v.span) {
+                return Err(BridgeError::invalid_argument(
+                    "span",
+                    format!("must be between 1 and {MAX_SPAN}, got {}", v.span),
+                ));
+            }
+            if let Some(g) = &v.initial_guess {
+                if g.positions.len() != g.velocities.len() || g.positions.is_empty() {
+                    return Err(BridgeError::invalid_argument(
+                        "initial_guess",
+                        format!(
+                            "needs as many velocities as positions, at least one ({} and {})",
+                            g.positions.len(),
+                            g.velocities.len()
+                        ),
+                    ));
+                }
+                let all = g.positions.iter().chain(&g.velocities);
+                if all.flatten().any(|c| !c.is_finite()) {
+                    return Err(BridgeError::invalid_argument(
+                        "initial_guess",
+                        "positions and velocities must be finite",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -90,10 +261,16 @@ pub struct LinkStats {
     pub subnets: usize,
     /// Sources in the largest subnet.
     pub largest_subnet: usize,
-    /// Subnets solved by the bounded greedy fallback instead of exactly.
+    /// Subnets solved by the bounded greedy assignment ([`LinkParams::max_subnet_sources`])
+    /// instead of exactly.
     pub fallback_subnets: usize,
     /// Number of tracks.
     pub tracks: usize,
+    /// Subnets whose search range the adaptive search reduced.
+    pub adaptive_subnets: usize,
+    /// Parts of subnets still larger than [`Adaptive::max_subnet`] when the adaptive search
+    /// reached `adaptive_stop` (trackpy raises `SubnetOversizeException`): solved exactly.
+    pub adaptive_unresolved: usize,
 }
 
 fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
@@ -125,397 +302,25 @@ fn group_by_frame(frames: &[i64]) -> Vec<(i64, Vec<usize>)> {
     map.into_iter().collect()
 }
 
-struct Grid {
-    cell: f64,
-    map: HashMap<(i64, i64), Vec<usize>>,
-}
-
-impl Grid {
-    fn new(pts: &[[f64; 2]], cell: f64) -> Self {
-        let mut map: HashMap<(i64, i64), Vec<usize>> = HashMap::new();
-        for (i, p) in pts.iter().enumerate() {
-            map.entry(Self::key(p, cell)).or_default().push(i);
-        }
-        Grid { cell, map }
-    }
-    fn key(p: &[f64; 2], cell: f64) -> (i64, i64) {
-        ((p[0] / cell).floor() as i64, (p[1] / cell).floor() as i64)
-    }
-    fn near(&self, p: &[f64; 2], out: &mut Vec<usize>) {
-        out.clear();
-        let (ky, kx) = Self::key(p, self.cell);
-        for dy in -1..=1 {
-            for dx in -1..=1 {
-                // keys saturate for huge coordinates; a neighbour past i64's range is empty
-                let (Some(y), Some(x)) = (ky.checked_add(dy), kx.checked_add(dx)) else {
-                    continue;
-                };
-                if let Some(v) = self.map.get(&(y, x)) {
-                    out.extend_from_slice(v);
-                }
-            }
-        }
-    }
-}
-
-/// Solve a rectangular assignment `n ≤ m` minimising the sum of `cost[i][j]` (Hungarian method
-/// with potentials, O(n²m)); returns the column of every row.
-fn hungarian(cost: &[Vec<f64>], m: usize) -> Vec<usize> {
-    let n = cost.len();
-    let inf = f64::INFINITY;
-    let mut u = vec![0.0f64; n + 1];
-    let mut v = vec![0.0f64; m + 1];
-    let mut p = vec![0usize; m + 1];
-    let mut way = vec![0usize; m + 1];
-    for i in 1..=n {
-        p[0] = i;
-        let mut j0 = 0usize;
-        let mut minv = vec![inf; m + 1];
-        let mut used = vec![false; m + 1];
-        loop {
-            used[j0] = true;
-            let i0 = p[j0];
-            let mut delta = inf;
-            let mut j1 = 0usize;
-            for j in 1..=m {
-                if !used[j] {
-                    let cur = cost[i0 - 1][j - 1] - u[i0] - v[j];
-                    if cur < minv[j] {
-                        minv[j] = cur;
-                        way[j] = j0;
-                    }
-                    if minv[j] < delta {
-                        delta = minv[j];
-                        j1 = j;
-                    }
-                }
-            }
-            if j1 == 0 || !delta.is_finite() {
-                break;
-            }
-            for j in 0..=m {
-                if used[j] {
-                    u[p[j]] += delta;
-                    v[j] -= delta;
-                } else {
-                    minv[j] -= delta;
-                }
-            }
-            j0 = j1;
-            if p[j0] == 0 {
-                break;
-            }
-        }
-        loop {
-            let j1 = way[j0];
-            p[j0] = p[j1];
-            j0 = j1;
-            if j0 == 0 {
-                break;
-            }
-        }
-    }
-    let mut ans = vec![usize::MAX; n];
-    for j in 1..=m {
-        if p[j] != 0 {
-            ans[p[j] - 1] = j - 1;
-        }
-    }
-    ans
-}
-
-/// Solve one subnet: `cands[s]` = (local destination, d²) for local source s. Returns the local
-/// destination of each source (`None` = null link) and whether the fallback was used.
-fn solve_subnet(
-    cands: &[Vec<(usize, f64)>],
-    n_dest: usize,
-    null_cost: f64,
-    max_exact: usize,
-) -> (Vec<Option<usize>>, bool) {
-    let k = cands.len();
-    if k == 1 {
-        // single source: best candidate (nearest) if cheaper than the null link
-        let best = cands[0].iter().filter(|c| c.1 <= null_cost).min_by(|a, b| {
-            a.1.partial_cmp(&b.1)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(a.0.cmp(&b.0))
-        });
-        return (vec![best.map(|c| c.0)], false);
-    }
-    if k > max_exact {
-        let mut edges: Vec<(f64, usize, usize)> = cands
-            .iter()
-            .enumerate()
-            .flat_map(|(s, cs)| cs.iter().map(move |&(d, c)| (c, s, d)))
-            .collect();
-        edges.sort_by(|a, b| {
-            a.0.partial_cmp(&b.0)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then((a.1, a.2).cmp(&(b.1, b.2)))
-        });
-        let mut out = vec![None; k];
-        let mut taken = vec![false; n_dest];
-        for (c, s, d) in edges {
-            if out[s].is_none() && !taken[d] && c <= null_cost {
-                out[s] = Some(d);
-                taken[d] = true;
-            }
-        }
-        return (out, true);
-    }
-    // columns: destinations, then one private dummy per source
-    let m = n_dest + k;
-    let big = 1.0e18;
-    let mut cost = vec![vec![big; m]; k];
-    for (s, cs) in cands.iter().enumerate() {
-        for &(d, c) in cs {
-            cost[s][d] = c;
-        }
-        cost[s][n_dest + s] = null_cost;
-    }
-    let ans = hungarian(&cost, m);
-    (
-        ans.iter()
-            .map(|&j| if j < n_dest { Some(j) } else { None })
-            .collect(),
-        false,
-    )
-}
-
 /// trackpy-conformant linking. `frames[i]`, `pos[i] = [y, x]` per row (any row order); returns
-/// a particle id per row and statistics.
+/// a particle id per row and statistics. The frames present are pushed to a [`Linker`] in
+/// ascending order.
 pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64>, LinkStats)> {
     p.validate()?;
     check_inputs(frames, pos)?;
+    let mut linker = Linker::new(p.clone())?;
     let mut ids = vec![-1i64; pos.len()];
-    let mut stats = LinkStats::default();
-    // track state: last position, last frame
-    let mut track_pos: Vec<[f64; 2]> = Vec::new();
-    let mut track_last: Vec<i64> = Vec::new();
-    let mut active: Vec<usize> = Vec::new(); // track ids eligible as sources, ascending
-    let sr = p.search_range;
-    let null_cost = sr * sr;
-    let reach = sr + 1e-7;
-    // a track last seen at frame `l` is a source at frame `t` iff t − l ≤ memory + 1
-    let max_step = p.memory as u64 + 1;
-    let mut near = Vec::new();
-    // Only the frames present are visited: a missing frame number is an empty level, which
-    // links nothing and only ages the tracks in memory, and ageing is applied below from the
-    // frame-number difference. Gaps therefore cost nothing, whatever their length.
+    let mut frame_pos = Vec::new();
+    let mut frame_ids = Vec::new();
     for (t, rows) in group_by_frame(frames) {
-        let rows: &[usize] = &rows;
-        stats.levels += 1;
-        // sources: tracks last seen within memory + 1 levels
-        active.retain(|&tr| t.abs_diff(track_last[tr]) <= max_step);
-        let src_pos: Vec<[f64; 2]> = active.iter().map(|&tr| track_pos[tr]).collect();
-        // cells wider than the reach (margin for rounding): a source within reach of a
-        // destination is always in one of the 3×3 cells around it
-        let grid = Grid::new(&src_pos, reach * 1.25);
-        // candidates per destination: ≤ max_neighbors nearest sources within reach
-        let mut src_cands: Vec<Vec<(usize, f64)>> = vec![Vec::new(); active.len()];
-        let mut dest_has = vec![false; rows.len()];
-        for (di, &row) in rows.iter().enumerate() {
-            grid.near(&pos[row], &mut near);
-            let mut c: Vec<(f64, usize)> = near
-                .iter()
-                .map(|&s| {
-                    let dy = pos[row][0] - src_pos[s][0];
-                    let dx = pos[row][1] - src_pos[s][1];
-                    ((dy * dy + dx * dx).sqrt(), s)
-                })
-                .filter(|&(d, _)| d <= reach)
-                .collect();
-            c.sort_by(|a, b| {
-                a.0.partial_cmp(&b.0)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(a.1.cmp(&b.1))
-            });
-            c.truncate(p.max_neighbors);
-            dest_has[di] = !c.is_empty();
-            for (d, s) in c {
-                src_cands[s].push((di, d * d));
-            }
-        }
-        // subnets: union-find over sources (0..S) and destinations (S..S+D)
-        let ns = active.len();
-        let mut parent: Vec<usize> = (0..ns + rows.len()).collect();
-        fn find(parent: &mut [usize], mut a: usize) -> usize {
-            while parent[a] != a {
-                parent[a] = parent[parent[a]];
-                a = parent[a];
-            }
-            a
-        }
-        for (s, cs) in src_cands.iter().enumerate() {
-            for &(d, _) in cs {
-                let (a, b) = (find(&mut parent, s), find(&mut parent, ns + d));
-                if a != b {
-                    parent[a.max(b)] = a.min(b);
-                }
-            }
-        }
-        let mut comps: HashMap<usize, (Vec<usize>, Vec<usize>)> = HashMap::new();
-        for (s, cs) in src_cands.iter().enumerate() {
-            if !cs.is_empty() {
-                let r = find(&mut parent, s);
-                comps.entry(r).or_default().0.push(s);
-            }
-        }
-        for (d, &has) in dest_has.iter().enumerate() {
-            if has {
-                let r = find(&mut parent, ns + d);
-                comps.entry(r).or_default().1.push(d);
-            }
-        }
-        let mut roots: Vec<usize> = comps.keys().copied().collect();
-        roots.sort_unstable();
-        let mut dest_track: Vec<Option<usize>> = vec![None; rows.len()];
-        for root in roots {
-            let (srcs, dsts) = &comps[&root];
-            stats.subnets += 1;
-            stats.largest_subnet = stats.largest_subnet.max(srcs.len());
-            let local_d: HashMap<usize, usize> =
-                dsts.iter().enumerate().map(|(i, &d)| (d, i)).collect();
-            let cands: Vec<Vec<(usize, f64)>> = srcs
-                .iter()
-                .map(|&s| {
-                    src_cands[s]
-                        .iter()
-                        .map(|&(d, c)| (local_d[&d], c))
-                        .collect()
-                })
-                .collect();
-            let (assign, fb) = solve_subnet(&cands, dsts.len(), null_cost, p.max_subnet_sources);
-            stats.fallback_subnets += usize::from(fb);
-            for (ls, a) in assign.iter().enumerate() {
-                if let Some(ld) = a {
-                    dest_track[dsts[*ld]] = Some(active[srcs[ls]]);
-                }
-            }
-        }
-        for (di, &row) in rows.iter().enumerate() {
-            let tr = match dest_track[di] {
-                Some(tr) => tr,
-                None => {
-                    track_pos.push(pos[row]);
-                    track_last.push(t);
-                    active.push(track_pos.len() - 1);
-                    track_pos.len() - 1
-                }
-            };
-            track_pos[tr] = pos[row];
-            track_last[tr] = t;
-            ids[row] = tr as i64;
-        }
-        active.sort_unstable();
-    }
-    stats.tracks = track_pos.len();
-    Ok((ids, stats))
-}
-
-/// Parameters of the seed's greedy tracker (spec §3.5).
-#[derive(Debug, Clone, PartialEq)]
-pub struct GreedyParams {
-    /// Maximum distance between a track's last point and a new particle.
-    pub max_distance: f64,
-    /// Frames a track may miss and still be continued: a track last seen at frame `e` may be
-    /// continued at frame `f` iff `f − e − 1 ≤ max_gap` (0 = consecutive frames only), the same
-    /// meaning as [`LinkParams::memory`]. Gaps are filled by interpolation.
-    pub max_gap: usize,
-    /// Tracks with fewer points (interpolated points included) are dropped (id −1).
-    pub min_track_length: usize,
-}
-
-/// The seed's greedy tracker. At each frame present (ascending; missing frame numbers cost
-/// nothing), every track still within `max_gap` picks its nearest particle of the frame (ties:
-/// lowest row); the (distance, track, row) triples within `max_distance` are taken in ascending
-/// order, each track and row at most once; unclaimed particles start new tracks. Returns an id
-/// per row, −1 for rows of tracks shorter than `min_track_length`, where a track's length is
-/// `last frame − first frame + 1` (interpolated gap points count).
-pub fn link_greedy(frames: &[i64], pos: &[[f64; 2]], p: &GreedyParams) -> Result<Vec<i64>> {
-    check_inputs(frames, pos)?;
-    if p.max_gap > (1 << 40) {
-        return Err(BridgeError::invalid_argument(
-            "max_gap",
-            "is unreasonably large",
-        ));
-    }
-    if !(p.max_distance.is_finite() && p.max_distance > 0.0) {
-        return Err(BridgeError::invalid_argument(
-            "max_distance",
-            "must be a positive number",
-        ));
-    }
-    let max_step = p.max_gap as u64 + 1;
-    let mut ids = vec![-1i64; pos.len()];
-    // track: last pos, end frame, start frame
-    let mut tracks: Vec<([f64; 2], i64, i64)> = Vec::new();
-    let mut active: Vec<usize> = Vec::new(); // tracks within max_gap, ascending
-    let mut near = Vec::new();
-    // cells wider than max_distance (margin for rounding): a row within max_distance of a
-    // point is always in one of the 3×3 cells around it
-    let cell = p.max_distance * 1.25;
-    for (frame, rows) in group_by_frame(frames) {
-        active.retain(|&tr| frame.abs_diff(tracks[tr].1) <= max_step);
-        let row_pos: Vec<[f64; 2]> = rows.iter().map(|&r| pos[r]).collect();
-        let grid = Grid::new(&row_pos, cell);
-        let mut triples = Vec::new();
-        for &tr in &active {
-            let last = tracks[tr].0;
-            // nearest row (first in row order among equals), kept if within max_distance
-            grid.near(&last, &mut near);
-            let best = near
-                .iter()
-                .map(|&k| {
-                    let dy = row_pos[k][0] - last[0];
-                    let dx = row_pos[k][1] - last[1];
-                    ((dy * dy + dx * dx).sqrt(), rows[k])
-                })
-                .filter(|&(d, _)| d <= p.max_distance)
-                .min_by(|a, b| {
-                    a.0.partial_cmp(&b.0)
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                        .then(a.1.cmp(&b.1))
-                });
-            if let Some((d, r)) = best {
-                triples.push((d, tr, r));
-            }
-        }
-        triples.sort_by(|a, b| {
-            a.0.partial_cmp(&b.0)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then((a.1, a.2).cmp(&(b.1, b.2)))
-        });
-        let mut used_track: HashSet<usize> = HashSet::new();
-        let mut used_row: HashSet<usize> = HashSet::new();
-        for (_, tr, r) in triples {
-            if used_track.contains(&tr) || used_row.contains(&r) {
-                continue;
-            }
-            used_track.insert(tr);
-            used_row.insert(r);
-            tracks[tr].0 = pos[r];
-            tracks[tr].1 = frame;
-            ids[r] = tr as i64;
-        }
-        for &r in &rows {
-            if !used_row.contains(&r) {
-                tracks.push((pos[r], frame, frame));
-                ids[r] = (tracks.len() - 1) as i64;
-                active.push(tracks.len() - 1);
-            }
+        frame_pos.clear();
+        frame_pos.extend(rows.iter().map(|&r| pos[r]));
+        linker.push_frame_into(t, &frame_pos, &mut frame_ids)?;
+        for (&r, &id) in rows.iter().zip(&frame_ids) {
+            ids[r] = id;
         }
     }
-    // length = end − start + 1 (gaps are filled by interpolation)
-    for id in &mut ids {
-        if *id >= 0 {
-            let (_, end, start) = tracks[*id as usize];
-            if end.abs_diff(start).saturating_add(1) < p.min_track_length as u64 {
-                *id = -1;
-            }
-        }
-    }
-    Ok(ids)
+    Ok((ids, linker.stats()))
 }
 
 /// Set the id of rows whose track has fewer than `min_len` rows to −1 (trackpy `filter_stubs`).

@@ -1,0 +1,435 @@
+//! [`Linker`]: trackpy's linking one frame at a time, keeping only the tracks that `memory`
+//! can still continue.
+
+use rayon::prelude::*;
+
+use bridge_core::{BridgeError, Result};
+
+use super::assign::{Edges, Outcome, Rules, solve_subnet};
+use super::grid::Grid;
+use super::predict::{Field, Velocity};
+use super::{LinkParams, LinkStats, Predictor};
+
+/// "No index".
+const NONE: u32 = u32::MAX;
+
+/// Destinations per parallel work item of the candidate search.
+const CHUNK: usize = 2048;
+
+/// Links frames pushed in increasing frame order into tracks, with the semantics of [`link`]
+/// (trackpy's `link`), and returns each frame's track ids as it goes.
+///
+/// Memory is proportional to the tracks that can still be continued (those seen within the
+/// last `memory + 1` frames), never to the number of frames pushed: a track that `memory` can
+/// no longer continue is forgotten. Track ids are numbered from 0 in order of appearance (in a
+/// frame, in row order).
+///
+/// ```
+/// use algorithms::track::{LinkParams, Linker};
+/// let mut linker = Linker::new(LinkParams::new(2.0, 0))?;
+/// assert_eq!(linker.push_frame(0, &[[10.0, 10.0], [50.0, 50.0]])?, [0, 1]);
+/// assert_eq!(linker.push_frame(1, &[[50.5, 50.0], [10.5, 10.0], [90.0, 0.0]])?, [1, 0, 2]);
+/// assert_eq!(linker.stats().tracks, 3);
+/// // frames must increase
+/// assert!(linker.push_frame(1, &[]).is_err());
+/// # Ok::<(), bridge_core::BridgeError>(())
+/// ```
+///
+/// [`link`]: super::link
+#[derive(Debug, Clone)]
+pub struct Linker {
+    params: LinkParams,
+    rules: Rules,
+    /// Tracks that may still be continued, ascending id: id, last position, last frame number,
+    /// level (frames pushed so far) of the last appearance.
+    ids: Vec<i64>,
+    pos: Vec<[f64; 2]>,
+    last_frame: Vec<i64>,
+    last_level: Vec<u64>,
+    next_id: i64,
+    frame: Option<i64>,
+    level: u64,
+    stats: LinkStats,
+    velocity: Option<Velocity>,
+}
+
+/// Candidates of each destination: `off[d]..off[d + 1]` index `src` and `dist`, in ascending
+/// `(distance, source)` order, at most `max_neighbors`, each within reach.
+struct Cands {
+    off: Vec<u32>,
+    src: Vec<u32>,
+    dist: Vec<f64>,
+}
+
+impl Linker {
+    /// A linker with these parameters (checked: [`BridgeError::InvalidArgument`]).
+    pub fn new(params: LinkParams) -> Result<Self> {
+        params.validate()?;
+        let rules = Rules {
+            range: params.search_range,
+            cap: params.max_subnet_sources,
+            adaptive: params.adaptive.map(|a| (a.stop, a.step, a.max_subnet)),
+        };
+        let velocity = match &params.predictor {
+            Predictor::None => None,
+            Predictor::NearestVelocity(v) => Some(Velocity::new(
+                v.span,
+                v.initial_guess
+                    .as_ref()
+                    .map(|g| Field::new(g.positions.clone(), g.velocities.clone())),
+            )),
+        };
+        Ok(Linker {
+            params,
+            rules,
+            ids: Vec::new(),
+            pos: Vec::new(),
+            last_frame: Vec::new(),
+            last_level: Vec::new(),
+            next_id: 0,
+            frame: None,
+            level: 0,
+            stats: LinkStats::default(),
+            velocity,
+        })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &LinkParams {
+        &self.params
+    }
+
+    /// What the linker did so far (`tracks`: tracks started so far).
+    pub fn stats(&self) -> LinkStats {
+        LinkStats {
+            tracks: self.next_id as usize,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Tracks held: those that may still be continued.
+    pub fn active_tracks(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The last frame number pushed.
+    pub fn last_frame(&self) -> Option<i64> {
+        self.frame
+    }
+
+    /// Link the points of frame `frame` (`[y, x]` each) to the tracks so far and return the
+    /// track id of each point, in order. See [`Linker::push_frame_into`].
+    pub fn push_frame(&mut self, frame: i64, pos: &[[f64; 2]]) -> Result<Vec<i64>> {
+        let mut ids = Vec::with_capacity(pos.len());
+        self.push_frame_into(frame, pos, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// [`Linker::push_frame`] writing the ids into `ids` (cleared first), to reuse its buffer.
+    ///
+    /// Errors (the linker is unchanged): [`BridgeError::InvalidArgument`] when `frame` is not
+    /// greater than the previous frame pushed, [`BridgeError::InvalidInput`] for a non-finite
+    /// position.
+    pub fn push_frame_into(
+        &mut self,
+        frame: i64,
+        pos: &[[f64; 2]],
+        ids: &mut Vec<i64>,
+    ) -> Result<()> {
+        if let Some(prev) = self.frame
+            && frame <= prev
+        {
+            return Err(BridgeError::invalid_argument(
+                "frame",
+                format!("frames must be pushed in increasing order: {frame} after {prev}"),
+            ));
+        }
+        if let Some(i) = pos
+            .iter()
+            .position(|p| !(p[0].is_finite() && p[1].is_finite()))
+        {
+            return Err(BridgeError::InvalidInput(format!(
+                "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
+                pos[i]
+            )));
+        }
+        self.frame = Some(frame);
+        self.level += 1;
+        self.stats.levels += 1;
+        self.expire(frame);
+        let src_pos: Vec<[f64; 2]> = match &self.velocity {
+            None => self.pos.clone(),
+            Some(v) => self
+                .pos
+                .iter()
+                .zip(&self.last_frame)
+                .map(|(p, &l)| v.predict(p, l, frame))
+                .collect(),
+        };
+        let cands = self.candidates(&src_pos, pos);
+        let dest_src = self.solve(&cands, src_pos.len(), pos.len());
+        ids.clear();
+        for (d, p) in pos.iter().enumerate() {
+            let s = match dest_src[d] {
+                NONE => {
+                    self.ids.push(self.next_id);
+                    self.next_id += 1;
+                    self.pos.push(*p);
+                    self.last_frame.push(frame);
+                    self.last_level.push(self.level);
+                    self.ids.len() - 1
+                }
+                s => s as usize,
+            };
+            self.pos[s] = *p;
+            self.last_frame[s] = frame;
+            self.last_level[s] = self.level;
+            ids.push(self.ids[s]);
+        }
+        if let Some(v) = &mut self.velocity {
+            v.observe(
+                frame,
+                ids.iter().copied().zip(pos.iter().copied()).collect(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Forget the tracks absent for more than `memory` frames: frame numbers, or frames pushed
+    /// with the velocity predictor (trackpy's predictors link the frames present only).
+    fn expire(&mut self, frame: i64) {
+        let max_step = self.params.memory as u64 + 1;
+        let level = self.level;
+        let by_level = self.velocity.is_some();
+        let keep = |i: usize| {
+            if by_level {
+                level - self.last_level[i] <= max_step
+            } else {
+                frame.abs_diff(self.last_frame[i]) <= max_step
+            }
+        };
+        let kept: Vec<bool> = (0..self.ids.len()).map(keep).collect();
+        let mut w = 0;
+        for (r, k) in kept.into_iter().enumerate() {
+            if k {
+                self.ids[w] = self.ids[r];
+                self.pos[w] = self.pos[r];
+                self.last_frame[w] = self.last_frame[r];
+                self.last_level[w] = self.last_level[r];
+                w += 1;
+            }
+        }
+        self.ids.truncate(w);
+        self.pos.truncate(w);
+        self.last_frame.truncate(w);
+        self.last_level.truncate(w);
+    }
+
+    /// The ≤ `max_neighbors` nearest sources within reach of every destination.
+    fn candidates(&self, src: &[[f64; 2]], dst: &[[f64; 2]]) -> Cands {
+        let reach = self.params.search_range + 1e-7;
+        let max_nb = self.params.max_neighbors;
+        // cells wider than the reach (margin for rounding): a source within reach of a
+        // destination is always in one of the 3×3 cells around it
+        let grid = Grid::new(src, reach * 1.25);
+        let one = |chunk: &[[f64; 2]]| {
+            let mut near = Vec::new();
+            let mut c: Vec<(f64, u32)> = Vec::new();
+            let (mut count, mut s_out, mut d_out) = (Vec::new(), Vec::new(), Vec::new());
+            for p in chunk {
+                grid.near(p, &mut near);
+                c.clear();
+                for &s in &near {
+                    let q = src[s as usize];
+                    let (dy, dx) = (p[0] - q[0], p[1] - q[1]);
+                    let d = (dy * dy + dx * dx).sqrt();
+                    if d <= reach {
+                        c.push((d, s));
+                    }
+                }
+                c.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                c.truncate(max_nb);
+                count.push(c.len() as u32);
+                s_out.extend(c.iter().map(|x| x.1));
+                d_out.extend(c.iter().map(|x| x.0));
+            }
+            (count, s_out, d_out)
+        };
+        let parts: Vec<(Vec<u32>, Vec<u32>, Vec<f64>)> = if dst.len() <= CHUNK || src.is_empty() {
+            vec![one(dst)]
+        } else {
+            dst.par_chunks(CHUNK).map(one).collect()
+        };
+        let total: usize = parts.iter().map(|p| p.1.len()).sum();
+        let mut out = Cands {
+            off: Vec::with_capacity(dst.len() + 1),
+            src: Vec::with_capacity(total),
+            dist: Vec::with_capacity(total),
+        };
+        out.off.push(0);
+        for (count, s, d) in parts {
+            for c in count {
+                let last = *out.off.last().unwrap_or(&0);
+                out.off.push(last + c);
+            }
+            out.src.extend(s);
+            out.dist.extend(d);
+        }
+        out
+    }
+
+    /// Subnets (connected parts of the candidate graph) solved in parallel: the source of
+    /// every destination (`NONE`: a new track).
+    fn solve(&mut self, c: &Cands, ns: usize, nd: usize) -> Vec<u32> {
+        let mut dest_src = vec![NONE; nd];
+        if c.src.is_empty() {
+            return dest_src;
+        }
+        // union-find over sources 0..ns and destinations ns..ns+nd, root = smallest index
+        let mut parent: Vec<u32> = (0..(ns + nd) as u32).collect();
+        fn find(parent: &mut [u32], mut a: u32) -> u32 {
+            while parent[a as usize] != a {
+                let g = parent[parent[a as usize] as usize];
+                parent[a as usize] = g;
+                a = g;
+            }
+            a
+        }
+        let mut src_has = vec![false; ns];
+        for d in 0..nd {
+            for x in c.off[d] as usize..c.off[d + 1] as usize {
+                let s = c.src[x];
+                src_has[s as usize] = true;
+                let (a, b) = (find(&mut parent, s), find(&mut parent, (ns + d) as u32));
+                if a != b {
+                    parent[a.max(b) as usize] = a.min(b);
+                }
+            }
+        }
+        // subnet of every node with candidates, numbered in order of first appearance
+        let mut comp_of_root = vec![NONE; ns + nd];
+        let mut local = vec![NONE; ns + nd];
+        let mut n_src: Vec<u32> = Vec::new();
+        let mut n_dst: Vec<u32> = Vec::new();
+        let mut comp = vec![NONE; ns + nd];
+        let nodes = (0..ns)
+            .filter(|&s| src_has[s])
+            .chain((0..nd).filter(|&d| c.off[d + 1] > c.off[d]).map(|d| ns + d));
+        for v in nodes {
+            let r = find(&mut parent, v as u32) as usize;
+            if comp_of_root[r] == NONE {
+                comp_of_root[r] = n_src.len() as u32;
+                n_src.push(0);
+                n_dst.push(0);
+            }
+            let k = comp_of_root[r] as usize;
+            comp[v] = k as u32;
+            if v < ns {
+                local[v] = n_src[k];
+                n_src[k] += 1;
+            } else {
+                local[v] = n_dst[k];
+                n_dst[k] += 1;
+            }
+        }
+        let n_comps = n_src.len();
+        // members of each subnet, ascending: sources, then destinations
+        let mut src_off = vec![0u32; n_comps + 1];
+        let mut dst_off = vec![0u32; n_comps + 1];
+        for k in 0..n_comps {
+            src_off[k + 1] = src_off[k] + n_src[k];
+            dst_off[k + 1] = dst_off[k] + n_dst[k];
+        }
+        let mut src_of = vec![0u32; src_off[n_comps] as usize];
+        let mut dst_of = vec![0u32; dst_off[n_comps] as usize];
+        for v in 0..ns + nd {
+            let k = comp[v];
+            if k == NONE {
+                continue;
+            }
+            let k = k as usize;
+            if v < ns {
+                src_of[(src_off[k] + local[v]) as usize] = v as u32;
+            } else {
+                dst_of[(dst_off[k] + local[v]) as usize] = (v - ns) as u32;
+            }
+        }
+        let null = self.params.search_range * self.params.search_range;
+        let mut hard: Vec<usize> = Vec::new();
+        for k in 0..n_comps {
+            self.stats.subnets += 1;
+            self.stats.largest_subnet = self.stats.largest_subnet.max(n_src[k] as usize);
+            if n_src[k] == 1 && n_dst[k] == 1 {
+                // one source, one destination: linked if no dearer than the null link
+                let (s, d) = (
+                    src_of[src_off[k] as usize],
+                    dst_of[dst_off[k] as usize] as usize,
+                );
+                let dist = c.dist[c.off[d] as usize];
+                if dist * dist <= null {
+                    dest_src[d] = s;
+                }
+            } else {
+                hard.push(k);
+            }
+        }
+        let rules = self.rules;
+        let solve_one = |&k: &usize| -> (Vec<Option<u32>>, Outcome) {
+            let srcs = &src_of[src_off[k] as usize..src_off[k + 1] as usize];
+            let dsts = &dst_of[dst_off[k] as usize..dst_off[k + 1] as usize];
+            // edges by local source, each sorted by (distance, destination)
+            let mut off = vec![0u32; srcs.len() + 1];
+            for &d in dsts {
+                for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
+                    off[local[c.src[x] as usize] as usize + 1] += 1;
+                }
+            }
+            for i in 1..off.len() {
+                off[i] += off[i - 1];
+            }
+            let mut fill = off.clone();
+            let m = off[srcs.len()] as usize;
+            let mut e = Edges {
+                off,
+                dst: vec![0; m],
+                dist: vec![0.0; m],
+            };
+            for &d in dsts {
+                for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
+                    let ls = local[c.src[x] as usize] as usize;
+                    let at = fill[ls] as usize;
+                    e.dst[at] = local[ns + d as usize];
+                    e.dist[at] = c.dist[x];
+                    fill[ls] += 1;
+                }
+            }
+            for s in 0..srcs.len() {
+                let (a, b) = (e.off[s] as usize, e.off[s + 1] as usize);
+                let mut row: Vec<(f64, u32)> = (a..b).map(|x| (e.dist[x], e.dst[x])).collect();
+                row.sort_unstable_by(|p, q| p.0.total_cmp(&q.0).then(p.1.cmp(&q.1)));
+                for (i, (dist, dst)) in row.into_iter().enumerate() {
+                    e.dist[a + i] = dist;
+                    e.dst[a + i] = dst;
+                }
+            }
+            solve_subnet(&e, dsts.len(), &rules)
+        };
+        let solved: Vec<(Vec<Option<u32>>, Outcome)> = if hard.len() > 1 {
+            hard.par_iter().map(solve_one).collect()
+        } else {
+            hard.iter().map(solve_one).collect()
+        };
+        for (&k, (sol, out)) in hard.iter().zip(solved) {
+            self.stats.fallback_subnets += usize::from(out.capped);
+            self.stats.adaptive_subnets += usize::from(out.adapted);
+            self.stats.adaptive_unresolved += out.unresolved;
+            for (ls, a) in sol.into_iter().enumerate() {
+                if let Some(ld) = a {
+                    let d = dst_of[(dst_off[k] + ld) as usize] as usize;
+                    dest_src[d] = src_of[src_off[k] as usize + ls];
+                }
+            }
+        }
+        dest_src
+    }
+}
