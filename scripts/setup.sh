@@ -4,7 +4,9 @@
 #   - shellcheck and jq (the GPU harness scripts/gpu-check.sh is linted and dry-run in CI);
 #   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU), so every CUDA kernel is
 #     compiled in CI;
-#   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature.
+#   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature;
+#   - the Python test environment of crates/bridge-python (scripts/python.sh: maturin, pytest,
+#     NumPy, pandas, scikit-image, trackpy, JAX).
 # Python packages go into ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}, shared by every clone.
 # Prints nothing but progress; source scripts/env.sh afterwards to get the environment.
 set -euo pipefail
@@ -27,3 +29,4 @@ fi
 
 bash scripts/nvrtc.sh >/dev/null
 bash scripts/libtorch.sh >/dev/null
+bash scripts/python.sh >/dev/null

@@ -9,7 +9,10 @@ use bridge_core::convert::Registry;
 pub fn build_registry() -> Registry {
     let mut reg = Registry::new();
     #[cfg(feature = "cuda")]
-    reg.register_backend(bridge_cuda::backend());
+    {
+        reg.register_backend(bridge_cuda::backend());
+        reg.register_dlpack(bridge_cuda::dlpack::exchange());
+    }
     #[cfg(not(feature = "cuda"))]
     reg.mark_unavailable(
         "cuda",

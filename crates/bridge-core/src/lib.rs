@@ -11,6 +11,7 @@ pub mod array;
 pub mod backend;
 pub mod convert;
 pub mod device;
+pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod exec;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::array::Array;
 use crate::backend::{Backend, BackendReport, DeviceInfo};
 use crate::device::{Device, MemoryType};
+use crate::dlpack::DlpackExchange;
 use crate::error::{BridgeError, Result};
 use crate::memory::MemoryStats;
 use crate::planner::{Converter, Route, Topology, plan_route};
@@ -69,6 +70,7 @@ pub struct Registry {
     reports: Vec<BackendReport>,
     topology: Topology,
     observer: Option<Arc<dyn ConversionObserver>>,
+    dlpack: Vec<Arc<dyn DlpackExchange>>,
 }
 
 impl Default for Registry {
@@ -95,6 +97,7 @@ impl Registry {
             reports: Vec::new(),
             topology: Topology::host_only(),
             observer: None,
+            dlpack: Vec::new(),
         }
     }
 
@@ -153,6 +156,19 @@ impl Registry {
     /// [`Registry::register_backend`]).
     pub fn register_converter(&mut self, converter: Arc<dyn Converter>) {
         self.converters.push(converter);
+    }
+
+    /// Add a backend's DLPack exchange (the DLPack route for its memory type; see
+    /// [`crate::dlpack`]). A later one for the same memory type replaces an earlier one.
+    pub fn register_dlpack(&mut self, exchange: Arc<dyn DlpackExchange>) {
+        self.dlpack
+            .retain(|e| e.memory_type() != exchange.memory_type());
+        self.dlpack.push(exchange);
+    }
+
+    /// The DLPack exchange registered for `memory_type`, if any.
+    pub fn dlpack_exchange(&self, memory_type: MemoryType) -> Option<&Arc<dyn DlpackExchange>> {
+        self.dlpack.iter().find(|e| e.memory_type() == memory_type)
     }
 
     /// Add a device to the topology directly (for backends registered piecewise, and tests).

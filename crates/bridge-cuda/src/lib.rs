@@ -36,6 +36,7 @@ pub mod bench;
 pub mod buffer;
 pub mod convert;
 pub mod device;
+pub mod dlpack;
 pub mod error;
 pub mod executor;
 mod ffi;

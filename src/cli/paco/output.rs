@@ -41,51 +41,28 @@ pub struct Candidate {
     pub snr_sub: Option<f64>,
 }
 
-/// Local maxima of the S/N map (strict maximum over a 5×5 window), best first.
+/// Local maxima of the S/N map (strict maximum over a 5×5 window), best first
+/// ([`algorithms::paco::snr_peaks`]).
 pub(super) fn candidates(maps: &PacoMaps, top: usize, cy: f64, cx: f64) -> Vec<Candidate> {
-    let snr = &maps.snr;
-    let (h, w) = snr.dim();
-    let mut out = Vec::new();
-    for y in 0..h {
-        for x in 0..w {
-            let v = snr[[y, x]];
-            if !v.is_finite() {
-                continue;
+    algorithms::paco::snr_peaks(&maps.snr, top)
+        .into_iter()
+        .map(|(y, x)| {
+            let (dy, dx) = (y as f64 - cy, x as f64 - cx);
+            Candidate {
+                y,
+                x,
+                separation_px: (dy * dy + dx * dx).sqrt(),
+                angle_deg: dy.atan2(dx).to_degrees().rem_euclid(360.0),
+                snr: maps.snr[[y, x]],
+                flux: maps.flux[[y, x]],
+                unbiased_flux: None,
+                unbiased_flux_err: None,
+                y_sub: None,
+                x_sub: None,
+                snr_sub: None,
             }
-            let mut is_max = true;
-            'win: for yy in y.saturating_sub(2)..(y + 3).min(h) {
-                for xx in x.saturating_sub(2)..(x + 3).min(w) {
-                    if (yy, xx) == (y, x) {
-                        continue;
-                    }
-                    let u = snr[[yy, xx]];
-                    if u > v || (u == v && (yy, xx) < (y, x)) {
-                        is_max = false;
-                        break 'win;
-                    }
-                }
-            }
-            if is_max {
-                let (dy, dx) = (y as f64 - cy, x as f64 - cx);
-                out.push(Candidate {
-                    y,
-                    x,
-                    separation_px: (dy * dy + dx * dx).sqrt(),
-                    angle_deg: dy.atan2(dx).to_degrees().rem_euclid(360.0),
-                    snr: v,
-                    flux: maps.flux[[y, x]],
-                    unbiased_flux: None,
-                    unbiased_flux_err: None,
-                    y_sub: None,
-                    x_sub: None,
-                    snr_sub: None,
-                });
-            }
-        }
-    }
-    out.sort_by(|a, b| b.snr.total_cmp(&a.snr));
-    out.truncate(top);
-    out
+        })
+        .collect()
 }
 
 /// `candidates.csv`: one row per candidate, the unbiased-flux columns with `with_flux`, the

@@ -99,7 +99,7 @@ pub use gpu::GpuPrecision;
 pub use gpu::OpenClPaco;
 pub use input::paco_array;
 pub use job::PacoJob;
-pub use postprocess::{SubpixelPeak, calibrated_snr, refine_peak};
+pub use postprocess::{SubpixelPeak, calibrated_snr, refine_peak, snr_peaks};
 pub use psf::{
     AiryFit, NormalizedPsf, aperture_flux, centroid, circle_rect_overlap, fit_airy, fit_airy_fwhm,
     normalize_psf, recenter,

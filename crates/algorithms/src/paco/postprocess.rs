@@ -1,10 +1,45 @@
-//! Optional post-processing of the maps (spec §9, off by default): the calibrated S/N
-//! ([`calibrated_snr`]) and sub-pixel astrometry of a peak ([`refine_peak`]).
+//! Post-processing of the maps: the candidates ([`snr_peaks`]), and (spec §9, off by default)
+//! the calibrated S/N ([`calibrated_snr`]) and sub-pixel astrometry of a peak ([`refine_peak`]).
 
 use bridge_core::{BridgeError, Result};
 use ndarray::Array2;
 
 use super::job::PacoJob;
+
+/// The candidates of an S/N map: its local maxima (a finite pixel strictly above every other
+/// pixel of the 5×5 window about it, ties going to the first in raster order), best first, at
+/// most `top` of them, as `(row, column)`.
+pub fn snr_peaks(snr: &Array2<f64>, top: usize) -> Vec<(usize, usize)> {
+    let (h, w) = snr.dim();
+    let mut out = Vec::new();
+    for y in 0..h {
+        for x in 0..w {
+            let v = snr[[y, x]];
+            if !v.is_finite() {
+                continue;
+            }
+            let mut is_max = true;
+            'win: for yy in y.saturating_sub(2)..(y + 3).min(h) {
+                for xx in x.saturating_sub(2)..(x + 3).min(w) {
+                    if (yy, xx) == (y, x) {
+                        continue;
+                    }
+                    let u = snr[[yy, xx]];
+                    if u > v || (u == v && (yy, xx) < (y, x)) {
+                        is_max = false;
+                        break 'win;
+                    }
+                }
+            }
+            if is_max {
+                out.push((y, x));
+            }
+        }
+    }
+    out.sort_by(|a, b| snr[[b.0, b.1]].total_cmp(&snr[[a.0, a.1]]));
+    out.truncate(top);
+    out
+}
 
 /// Optional "calibrated S/N" (spec §9, off by default): the S/N divided by a robust per-annulus
 /// spread, `1.4826·MAD` over 1-px annuli about `center`, leaving out pixels within

@@ -1,0 +1,379 @@
+"""arraybridge: arrays between NumPy, PyTorch, CuPy and JAX through DLPack, and the
+detection / tracking / PACO pipelines on the CPU, OpenCL or CUDA.
+
+    import arraybridge as ab
+    a = ab.convert(x, device="cpu")          # any __dlpack__ or buffer-protocol object
+    blobs = ab.blob_log(image, max_sigma=3)  # scikit-image's blob_log
+    tracks = ab.link(features, 5, memory=2)  # trackpy's link
+
+Every compute function takes ``device=`` (``"auto"``, ``"cpu"``, ``"opencl:N"``,
+``"cuda:N"``); a device that is not there is a ``BackendUnavailable`` error, never a silent
+CPU run. ``"auto"`` computes where the input lives when that is a GPU, otherwise on the CPU.
+Inputs are read in place where they live (host arrays through DLPack, without a copy).
+The GIL is released while computing; Ctrl-C stops a long run between batches of frames
+(``KeyboardInterrupt``). See docs/python.md in the repository.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._native import (
+    Array,
+    ArrayBridgeError,
+    BackendUnavailable,
+    InvalidInput,
+    OutOfMemory,
+    backends,
+    copyto,
+    devices,
+)
+
+__all__ = [
+    "Array",
+    "ArrayBridgeError",
+    "BackendUnavailable",
+    "InvalidInput",
+    "OutOfMemory",
+    "PacoResult",
+    "backends",
+    "blob_log",
+    "convert",
+    "copyto",
+    "devices",
+    "link",
+    "locate",
+    "paco",
+    "unbiased_flux",
+]
+
+__version__ = "0.1.0"
+
+
+def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Array:
+    """Hold ``x`` (any object with ``__dlpack__``, a DLPack capsule, or a buffer-protocol
+    object) on ``device`` and return an :class:`Array` that any DLPack consumer takes
+    (``numpy.from_dlpack``, ``torch.from_dlpack``, ``cupy.from_dlpack``).
+
+    Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
+    read-only input stays read-only); otherwise the data is copied there. ``copy=True``
+    always copies; ``copy=False`` refuses to.
+    """
+    return _native.convert(x, device, copy=copy)
+
+
+def _pandas():
+    try:
+        import pandas  # noqa: PLC0415
+
+        return pandas
+    except ImportError:
+        return None
+
+
+def _table(columns: dict, like: Any = None):
+    """A DataFrame when pandas is installed (or ``like`` is one), else a structured array."""
+    pd = _pandas()
+    if pd is not None and (like is None or isinstance(like, pd.DataFrame)):
+        return pd.DataFrame(columns)
+    names = list(columns)
+    n = len(columns[names[0]]) if names else 0
+    out = np.empty(n, dtype=[(k, np.asarray(v).dtype) for k, v in columns.items()])
+    for k, v in columns.items():
+        out[k] = v
+    return out
+
+
+def _border(exclude_border: Union[bool, int, Tuple[int, int]]) -> Tuple[int, int]:
+    if exclude_border is False or exclude_border is None:
+        return (0, 0)
+    if exclude_border is True:
+        raise InvalidInput(
+            "exclude_border=True is resolved by scikit-image from the largest sigma; "
+            "give a number of pixels instead"
+        )
+    if isinstance(exclude_border, (tuple, list)):
+        if len(exclude_border) != 2:
+            raise InvalidInput("exclude_border takes (rows, cols) for 2-D images")
+        return (int(exclude_border[0]), int(exclude_border[1]))
+    return (int(exclude_border), int(exclude_border))
+
+
+def blob_log(
+    image: Any,
+    min_sigma: float = 1,
+    max_sigma: float = 50,
+    num_sigma: int = 10,
+    threshold: Optional[float] = 0.2,
+    overlap: float = 0.5,
+    log_scale: bool = False,
+    *,
+    threshold_rel: Optional[float] = None,
+    exclude_border: Union[bool, int, Tuple[int, int]] = False,
+    prescale: str = "legacy",
+    device: str = "auto",
+    batch_size: int = 4,
+) -> np.ndarray:
+    """scikit-image's ``skimage.feature.blob_log`` with its parameter names and result.
+
+    A 2-D image gives an ``(n, 3)`` array of ``(row, col, sigma)``, as scikit-image does. A
+    3-D movie ``(T, H, W)`` is detected frame by frame (not as a volume) and gives ``(n, 4)``
+    rows ``(frame, row, col, sigma)``. ``prescale`` is how pixels are scaled first:
+    ``"legacy"`` is scikit-image's ``img_as_float`` (integers divided by their type's
+    maximum), ``"none"``, ``"minmax"`` or ``"range:C,D"``. Pixels must be uint8, uint16,
+    float32 or float64.
+    """
+    rows, movie = _native.blob_log(
+        image,
+        min_sigma=float(min_sigma),
+        max_sigma=float(max_sigma),
+        num_sigma=int(num_sigma),
+        threshold=None if threshold is None else float(threshold),
+        threshold_rel=None if threshold_rel is None else float(threshold_rel),
+        overlap=float(overlap),
+        log_scale=bool(log_scale),
+        exclude_border=_border(exclude_border),
+        prescale=prescale,
+        device=device,
+        batch_size=int(batch_size),
+    )
+    return rows if movie else rows[:, 1:]
+
+
+def locate(
+    raw_image: Any,
+    diameter: int,
+    minmass: Optional[float] = None,
+    maxsize: Optional[float] = None,
+    separation: Optional[float] = None,
+    noise_size: float = 1,
+    smoothing_size: Optional[int] = None,
+    threshold: Optional[float] = None,
+    invert: bool = False,
+    percentile: float = 64,
+    topn: Optional[int] = None,
+    preprocess: bool = True,
+    characterize: bool = True,
+    *,
+    device: str = "auto",
+    batch_size: int = 4,
+):
+    """trackpy's ``locate`` (a 2-D image) or ``batch`` (a 3-D movie), with trackpy's parameter
+    names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep, frame``: a pandas
+    DataFrame when pandas is installed, a structured NumPy array otherwise."""
+    cols, _movie = _native.locate(
+        raw_image,
+        diameter=int(diameter),
+        minmass=0.0 if minmass is None else float(minmass),
+        maxsize=None if maxsize is None else float(maxsize),
+        separation=None if separation is None else float(separation),
+        noise_size=float(noise_size),
+        smoothing_size=None if smoothing_size is None else int(smoothing_size),
+        threshold=None if threshold is None else float(threshold),
+        invert=bool(invert),
+        percentile=float(percentile),
+        topn=None if topn is None else int(topn),
+        preprocess=bool(preprocess),
+        characterize=bool(characterize),
+        device=device,
+        batch_size=int(batch_size),
+    )
+    return _table(cols)
+
+
+def link(
+    f: Any,
+    search_range: float,
+    pos_columns: Optional[Sequence[str]] = None,
+    t_column: str = "frame",
+    memory: int = 0,
+    *,
+    max_subnet: Optional[int] = None,
+):
+    """trackpy's ``link``: the table ``f`` (a pandas DataFrame, a structured NumPy array or a
+    dict of columns, with a frame column and two position columns, ``y, x`` by default) with a
+    ``particle`` column added, of the same type as ``f``. Rows keep their order. Every subnet
+    is solved optimally, however large (trackpy raises ``SubnetOversizeException`` instead);
+    ``max_subnet`` caps the sources of an optimally solved subnet, larger ones are then linked
+    greedily."""
+    pos_columns = list(pos_columns) if pos_columns is not None else ["y", "x"]
+    if len(pos_columns) != 2:
+        raise InvalidInput("link takes two position columns (2-D positions)")
+    pd = _pandas()
+    is_df = pd is not None and isinstance(f, pd.DataFrame)
+    is_dict = isinstance(f, dict)
+    if is_df or is_dict:
+        names = list(f.keys()) if is_dict else list(f.columns)
+    else:
+        names = list(getattr(getattr(f, "dtype", None), "names", None) or [])
+    if not names:
+        raise InvalidInput(
+            "link takes a pandas DataFrame, a structured NumPy array or a dict of columns"
+        )
+    for c in [t_column, *pos_columns]:
+        if c not in names:
+            raise InvalidInput(f"no column {c!r} (columns: {', '.join(names)})")
+    if "particle" in names:
+        raise InvalidInput("the table already has a 'particle' column")
+    frames = np.asarray(f[t_column])
+    if frames.dtype.kind == "f":
+        if not np.all(np.isfinite(frames)) or not np.all(frames == np.round(frames)):
+            raise InvalidInput(f"column {t_column!r} must hold integer frame numbers")
+    elif frames.dtype.kind not in "iu":
+        raise InvalidInput(f"column {t_column!r} must hold integer frame numbers")
+    frames = np.ascontiguousarray(frames, dtype=np.int64)
+    try:
+        pos = np.stack([np.asarray(f[c], dtype=np.float64) for c in pos_columns], axis=1)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput(f"position columns must be numeric: {e}") from None
+    ids = _native.link(
+        frames,
+        np.ascontiguousarray(pos),
+        search_range=float(search_range),
+        memory=int(memory),
+        max_subnet=None if max_subnet is None else int(max_subnet),
+    )
+    if is_df:
+        out = f.copy()
+        out["particle"] = ids
+        return out
+    if is_dict:
+        return {**f, "particle": ids}
+    from numpy.lib import recfunctions  # noqa: PLC0415
+
+    return recfunctions.append_fields(f, "particle", ids, usemask=False)
+
+
+@dataclasses.dataclass
+class PacoResult:
+    """What :func:`paco` returns: the maps (``snr``, ``flux`` = b/a, ``a``, ``b``, ``std`` =
+    1/sqrt(a)), the factor the PSF was divided by, the FWHM used, the device, and the
+    candidates (local maxima of the S/N map, best first: ``y, x, snr, flux``)."""
+
+    snr: np.ndarray
+    flux: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    std: np.ndarray
+    psf_norm_factor: float
+    fwhm: Optional[float]
+    device: str
+    candidates: Any
+
+
+def paco(
+    cube: Any,
+    angles: Any,
+    psf: Any,
+    *,
+    radius: int = 4,
+    mode: str = "paper",
+    fwhm: Optional[float] = None,
+    psf_norm_factor: Optional[float] = None,
+    subpixel: str = "off",
+    edge: str = "box",
+    nearest: bool = False,
+    center: Optional[Tuple[float, float]] = None,
+    stats_strategy: str = "fast",
+    top: int = 10,
+    device: str = "auto",
+) -> PacoResult:
+    """PACO on an ADI cube ``(T, H, W)`` with its angles ``(T,)`` (degrees) and an odd,
+    centred PSF: the same maps as ``arraybridge paco`` writes (same options: ``mode`` paper or
+    vip, ``subpixel`` off / table / table:Q / fft / spline5, ``edge`` box or disk, ...).
+    Inputs are used as float64. ``device="auto"`` runs on the CPU."""
+    r = _native.paco(
+        cube,
+        angles,
+        psf,
+        radius=int(radius),
+        mode=mode,
+        fwhm=None if fwhm is None else float(fwhm),
+        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
+        subpixel=subpixel,
+        edge=edge,
+        nearest=bool(nearest),
+        center=None if center is None else (float(center[0]), float(center[1])),
+        stats_strategy=stats_strategy,
+        top=int(top),
+        device=device,
+    )
+    cands = _table(
+        {
+            "y": r["candidates_y"],
+            "x": r["candidates_x"],
+            "snr": r["candidates_snr"],
+            "flux": r["candidates_flux"],
+        }
+    )
+    return PacoResult(
+        snr=r["snr"],
+        flux=r["flux"],
+        a=r["a"],
+        b=r["b"],
+        std=r["std"],
+        psf_norm_factor=r["psf_norm_factor"],
+        fwhm=r["fwhm"],
+        device=r["device"],
+        candidates=cands,
+    )
+
+
+def unbiased_flux(
+    cube: Any,
+    angles: Any,
+    psf: Any,
+    positions: Sequence[Tuple[float, float]],
+    *,
+    radius: int = 4,
+    mode: str = "paper",
+    fwhm: Optional[float] = None,
+    psf_norm_factor: Optional[float] = None,
+    subpixel: str = "off",
+    edge: str = "box",
+    nearest: bool = False,
+    center: Optional[Tuple[float, float]] = None,
+    eps: float = 1e-3,
+    max_iter: int = 50,
+    alpha0: float = 0.0,
+    device: str = "auto",
+):
+    """PACO's unbiased flux (paper Algorithm 3) at each ``(y, x)`` position (sub-pixel
+    allowed): columns ``y, x, flux, std, snr, iterations, converged`` (a DataFrame with
+    pandas, else a structured array). Runs on the CPU (``device`` may be ``"auto"`` or
+    ``"cpu"``)."""
+    if device not in ("auto", "cpu"):
+        raise BackendUnavailable(f"unbiased_flux runs on the CPU only (asked for {device})")
+    pos = [(float(y), float(x)) for y, x in positions]
+    rows = _native.unbiased_flux(
+        cube,
+        angles,
+        psf,
+        pos,
+        radius=int(radius),
+        mode=mode,
+        fwhm=None if fwhm is None else float(fwhm),
+        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
+        subpixel=subpixel,
+        edge=edge,
+        nearest=bool(nearest),
+        center=None if center is None else (float(center[0]), float(center[1])),
+        eps=float(eps),
+        max_iter=int(max_iter),
+        alpha0=float(alpha0),
+    )
+    return _table(
+        {
+            "y": rows[:, 0],
+            "x": rows[:, 1],
+            "flux": rows[:, 2],
+            "std": rows[:, 3],
+            "snr": rows[:, 4],
+            "iterations": rows[:, 5].astype(np.int64),
+            "converged": rows[:, 6] != 0,
+        }
+    )

@@ -1,0 +1,129 @@
+"""Type stubs of arraybridge's native module (Rust, PyO3 abi3). The public API is re-exported
+and documented by ``arraybridge`` itself."""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+class ArrayBridgeError(Exception):
+    """Base class of every arraybridge error; the message is the Rust error's."""
+
+class OutOfMemory(ArrayBridgeError):
+    """A device (or the host budget) ran out of memory, after arraybridge's retries."""
+
+class BackendUnavailable(ArrayBridgeError):
+    """The device named is not there (backend not compiled in, library missing, ordinal out of
+    range)."""
+
+class InvalidInput(ArrayBridgeError):
+    """An argument or array arraybridge cannot use (shape, dtype, device string, read-only
+    destination, a stream for host memory, ...)."""
+
+class Array:
+    """An array held by arraybridge, on the host or a device; any DLPack consumer takes it."""
+
+    @property
+    def shape(self) -> List[int]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def data_ptr(self) -> int: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def numpy(self) -> np.ndarray: ...
+    def __len__(self) -> int: ...
+
+def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Array: ...
+def copyto(dst: Any, src: Any) -> None: ...
+def devices() -> List[Dict[str, Any]]: ...
+def backends() -> Dict[str, Optional[str]]: ...
+def blob_log(
+    image: Any,
+    *,
+    min_sigma: float,
+    max_sigma: float,
+    num_sigma: int,
+    threshold: Optional[float],
+    threshold_rel: Optional[float],
+    overlap: float,
+    log_scale: bool,
+    exclude_border: Tuple[int, int],
+    prescale: str,
+    device: str,
+    batch_size: int,
+) -> Tuple[npt.NDArray[np.float64], bool]: ...
+def locate(
+    image: Any,
+    *,
+    diameter: int,
+    minmass: float,
+    maxsize: Optional[float],
+    separation: Optional[float],
+    noise_size: float,
+    smoothing_size: Optional[int],
+    threshold: Optional[float],
+    invert: bool,
+    percentile: float,
+    topn: Optional[int],
+    preprocess: bool,
+    characterize: bool,
+    device: str,
+    batch_size: int,
+) -> Tuple[Dict[str, np.ndarray], bool]: ...
+def link(
+    frames: npt.NDArray[np.int64],
+    pos: npt.NDArray[np.float64],
+    *,
+    search_range: float,
+    memory: int,
+    max_subnet: Optional[int] = ...,
+) -> npt.NDArray[np.int64]: ...
+def paco(
+    cube: Any,
+    angles: Any,
+    psf: Any,
+    *,
+    radius: int,
+    mode: str,
+    fwhm: Optional[float],
+    psf_norm_factor: Optional[float],
+    subpixel: str,
+    edge: str,
+    nearest: bool,
+    center: Optional[Tuple[float, float]],
+    stats_strategy: str,
+    top: int,
+    device: str,
+) -> Dict[str, Any]: ...
+def unbiased_flux(
+    cube: Any,
+    angles: Any,
+    psf: Any,
+    positions: List[Tuple[float, float]],
+    *,
+    radius: int,
+    mode: str,
+    fwhm: Optional[float],
+    psf_norm_factor: Optional[float],
+    subpixel: str,
+    edge: str,
+    nearest: bool,
+    center: Optional[Tuple[float, float]],
+    eps: float,
+    max_iter: int,
+    alpha0: float,
+) -> npt.NDArray[np.float64]: ...

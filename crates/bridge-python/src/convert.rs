@@ -1,0 +1,586 @@
+//! [`Array`] (the DLPack-speaking array object), importing any `__dlpack__` or buffer-protocol
+//! object, `convert`, `copyto`, `devices` and `backends`.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use arraybridge::registry;
+use bridge_core::dlpack::{
+    ConsumerStream, DlpackTensor, ExportOptions, Exported, dl_device, export_host_copy,
+    export_host_shared,
+};
+use bridge_core::{Array as CoreArray, BridgeError, DType, Device, HostData, HostElement};
+use dlpark::ffi::DLDevice;
+use dlpark::python::{DlpackStream, ImportRequest, ImportedDlpack, StreamArg};
+use ndarray::ArrayViewD;
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::errors::{IntoPy, invalid, to_py};
+
+/// What an [`Array`] holds.
+#[derive(Clone)]
+pub(crate) enum Held {
+    /// A tensor imported from another library, read in place (host memory).
+    Tensor(Arc<DlpackTensor>),
+    /// arraybridge's own array (host ndarray, CUDA or OpenCL buffer).
+    Bridge(Arc<CoreArray>),
+}
+
+impl Held {
+    pub(crate) fn device(&self) -> Device {
+        match self {
+            Held::Tensor(t) => t.info().device,
+            Held::Bridge(a) => a.device(),
+        }
+    }
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Held::Tensor(t) => t.info().dtype,
+            Held::Bridge(a) => a.dtype(),
+        }
+    }
+    pub(crate) fn shape(&self) -> Vec<usize> {
+        match self {
+            Held::Tensor(t) => t.info().shape.clone(),
+            Held::Bridge(a) => a.shape().to_vec(),
+        }
+    }
+    fn read_only(&self) -> bool {
+        match self {
+            Held::Tensor(t) => t.info().read_only,
+            Held::Bridge(_) => false,
+        }
+    }
+    /// A host view when the data is in host memory.
+    pub(crate) fn host_view<T: HostElement>(&self) -> bridge_core::Result<ArrayViewD<'_, T>> {
+        match self {
+            Held::Tensor(t) => t.view::<T>(),
+            Held::Bridge(a) => a.as_ndarray::<T>(),
+        }
+    }
+    /// A host copy (row-major), from any device.
+    pub(crate) fn to_host(&self) -> bridge_core::Result<HostData> {
+        match self {
+            Held::Tensor(t) => t.to_host_data(),
+            Held::Bridge(a) if a.device() == Device::Cpu => {
+                let h = a.host()?;
+                Ok(bridge_core::with_host_data!(h, x => {
+                    HostElement::wrap(x.as_standard_layout().into_owned())
+                }))
+            }
+            Held::Bridge(a) => download(a),
+        }
+    }
+}
+
+/// The bytes of a device array, read through its executor.
+pub(crate) fn download(a: &CoreArray) -> bridge_core::Result<HostData> {
+    let device = a.device();
+    let bytes: Vec<u8> = match algorithms::exec::executor_for(device, "reading an array back")? {
+        #[cfg(feature = "opencl")]
+        algorithms::exec::AnyExecutor::OpenCl(e) => {
+            use bridge_core::exec::Executor;
+            let buf = e.buffer_of(a).ok_or_else(|| not_readable(a))?;
+            e.read(buf, a.nbytes())?
+        }
+        #[cfg(feature = "cuda")]
+        algorithms::exec::AnyExecutor::Cuda(e) => {
+            use bridge_core::exec::Executor;
+            let buf = e.buffer_of(a).ok_or_else(|| not_readable(a))?;
+            e.read(buf, a.nbytes())?
+        }
+    };
+    HostData::from_c_bytes(a.dtype(), a.shape(), &bytes)
+}
+
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn not_readable(a: &CoreArray) -> BridgeError {
+    BridgeError::Unsupported(format!(
+        "{} memory on {} cannot be read back here",
+        a.memory_type(),
+        a.device()
+    ))
+}
+
+/// The consumer stream we hand a CUDA producer (`__dlpack__(stream=…)`).
+struct CudaConsumer(usize);
+
+// SAFETY: the handle is a live CUDA stream of the producer's device (an `ImportStream`), which
+// outlives the import.
+unsafe impl DlpackStream for CudaConsumer {
+    fn as_python_arg(&self, _py: Python<'_>, _device: DLDevice) -> PyResult<StreamArg> {
+        Ok(dlpark::python::consumer::stream::cuda(
+            self.0 as *mut c_void,
+        ))
+    }
+}
+
+fn tensor_of(imported: ImportedDlpack) -> bridge_core::Result<DlpackTensor> {
+    match imported {
+        ImportedDlpack::Legacy(m) => DlpackTensor::from_legacy(m),
+        ImportedDlpack::Versioned(m) => DlpackTensor::from_versioned(m),
+    }
+}
+
+fn import_error(e: PyErr, py: Python<'_>) -> PyErr {
+    if e.is_instance_of::<crate::errors::ArrayBridgeError>(py) {
+        return e;
+    }
+    invalid(format!("cannot import the array through DLPack: {e}"))
+}
+
+/// Import any `__dlpack__` object (or DLPack capsule), or a buffer-protocol object through
+/// `numpy.asarray` (zero-copy), as a validated tensor. CUDA tensors are imported with a
+/// consumer stream that is synchronised before they are used (stream, not device, sync).
+pub(crate) fn import_tensor(obj: &Bound<'_, PyAny>) -> PyResult<DlpackTensor> {
+    let py = obj.py();
+    let is_capsule = obj.get_type().name()? == "PyCapsule";
+    let obj = if is_capsule || obj.hasattr("__dlpack__")? {
+        obj.clone()
+    } else {
+        py.import("numpy")?
+            .call_method1("asarray", (obj,))
+            .map_err(|e| invalid(format!("not an array (no __dlpack__, no buffer): {e}")))?
+    };
+    let request = ImportRequest::new(obj.as_borrowed()).map_err(|e| import_error(e, py))?;
+    let device = request.device().ok().map(dlpark_device);
+    let imported = match device {
+        Some(Ok(Device::Cuda(n))) => import_cuda(py, request, n)?,
+        _ => request
+            .import(None, None)
+            .map_err(|e| import_error(e, py))?,
+    };
+    tensor_of(imported).py_err()
+}
+
+fn dlpark_device(d: DLDevice) -> bridge_core::Result<Device> {
+    bridge_core::dlpack::device_of(d)
+}
+
+#[cfg(feature = "cuda")]
+fn import_cuda(py: Python<'_>, request: ImportRequest<'_>, n: usize) -> PyResult<ImportedDlpack> {
+    let stream = arraybridge::bridge_cuda::dlpack::ImportStream::new(n).py_err()?;
+    let consumer = CudaConsumer(stream.handle());
+    let imported = request
+        .import(Some(&consumer), None)
+        .map_err(|e| import_error(e, py))?;
+    stream.finish().py_err()?;
+    Ok(imported)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn import_cuda(_py: Python<'_>, _request: ImportRequest<'_>, n: usize) -> PyResult<ImportedDlpack> {
+    let _ = CudaConsumer(0);
+    Err(to_py(BridgeError::BackendUnavailable {
+        backend: "cuda".into(),
+        reason: format!("a tensor on cuda:{n}, but this build of arraybridge has no CUDA backend"),
+    }))
+}
+
+/// Import `obj` as a [`Held`]: zero-copy on the host; CUDA tensors wrapped in place.
+pub(crate) fn import_held(obj: &Bound<'_, PyAny>) -> PyResult<Held> {
+    if let Ok(a) = obj.cast::<Array>() {
+        return Ok(a.get().held.clone());
+    }
+    let t = import_tensor(obj)?;
+    match t.info().device {
+        Device::Cpu => Ok(Held::Tensor(Arc::new(t))),
+        d => {
+            let imported = registry().from_dlpack(t, d.memory_type(), d).py_err()?;
+            Ok(Held::Bridge(Arc::new(imported.array)))
+        }
+    }
+}
+
+/// Parse a device string (`cpu`, `cuda:N`, `opencl:N`; `auto` is resolved by the caller).
+pub(crate) fn parse_device(s: &str) -> PyResult<Device> {
+    s.parse::<Device>().py_err()
+}
+
+/// Move `held` to `device`: in place when it is there already (unless `copy`), else through
+/// the registry (reported to its observer).
+pub(crate) fn move_to(held: &Held, device: Device, copy: bool) -> PyResult<Held> {
+    if held.device() == device && !copy {
+        return Ok(held.clone());
+    }
+    let host = held.to_host().py_err()?;
+    let a = CoreArray::from_host(host);
+    let a = if device == Device::Cpu {
+        a
+    } else {
+        registry()
+            .convert(a, device.memory_type(), device)
+            .py_err()?
+    };
+    Ok(Held::Bridge(Arc::new(a)))
+}
+
+/// An array held by arraybridge, on the host or a device. Any DLPack consumer takes it
+/// (`numpy.from_dlpack`, `torch.from_dlpack`, `cupy.from_dlpack`, `jax.dlpack.from_dlpack`);
+/// host and CUDA arrays are exported zero-copy.
+#[pyclass(module = "arraybridge", name = "Array", frozen)]
+pub struct Array {
+    pub(crate) held: Held,
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+    }
+}
+
+fn parse_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<ConsumerStream> {
+    let Some(s) = stream else {
+        return Ok(ConsumerStream::Omitted);
+    };
+    if s.is_none() {
+        return Ok(ConsumerStream::Omitted);
+    }
+    let v: i64 = match s.extract() {
+        Ok(v) => v,
+        Err(_) => s
+            .getattr("__cuda_stream__")
+            .and_then(|a| if a.is_callable() { a.call0() } else { Ok(a) })
+            .and_then(|a| a.extract())
+            .map_err(|_| invalid("stream must be an integer or provide __cuda_stream__"))?,
+    };
+    ConsumerStream::from_protocol(Some(v)).py_err()
+}
+
+impl Array {
+    fn export(
+        &self,
+        stream: ConsumerStream,
+        max_version: Option<(u32, u32)>,
+        dl_device_req: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Exported> {
+        let opts = ExportOptions {
+            abi: ExportOptions::abi_for_max_version(max_version),
+            read_only: self.held.read_only(),
+            stream,
+        };
+        let here = self.held.device();
+        let ours = dl_device(here);
+        let target = dl_device_req;
+        let cross = target.is_some_and(|t| t != (ours.device_type.0, ours.device_id));
+        if cross {
+            let cpu = dl_device(Device::Cpu);
+            if target != Some((cpu.device_type.0, cpu.device_id)) {
+                return Err(PyBufferError::new_err(format!(
+                    "arraybridge exports {here} memory to its own device or to the CPU only"
+                )));
+            }
+            if copy == Some(false) {
+                return Err(PyBufferError::new_err(format!(
+                    "the array is on {here}: copy=False cannot hand it to the CPU"
+                )));
+            }
+            let host = self.held.to_host().py_err()?;
+            let opts = ExportOptions {
+                stream: ConsumerStream::Omitted,
+                ..opts
+            };
+            return export_host_copy(host, &opts).py_err();
+        }
+        if copy == Some(true) {
+            if here != Device::Cpu {
+                return Err(PyBufferError::new_err(format!(
+                    "copy=True for {here} memory: convert it with arraybridge.convert(x, \
+                     device=..., copy=True) first"
+                )));
+            }
+            if stream != ConsumerStream::Omitted {
+                return Err(to_py(BridgeError::invalid_argument(
+                    "stream",
+                    "the DLPack protocol takes no stream for CPU arrays",
+                )));
+            }
+            return export_host_copy(self.held.to_host().py_err()?, &opts).py_err();
+        }
+        match &self.held {
+            Held::Tensor(t) => {
+                if stream != ConsumerStream::Omitted {
+                    return Err(to_py(BridgeError::invalid_argument(
+                        "stream",
+                        "the DLPack protocol takes no stream for CPU arrays",
+                    )));
+                }
+                t.reexport(&opts)
+                    .map(|tensor| Exported {
+                        tensor,
+                        copied: false,
+                    })
+                    .py_err()
+            }
+            Held::Bridge(a) => match a.device() {
+                Device::Cpu => export_host_shared(Arc::clone(a), &opts).py_err(),
+                #[cfg(feature = "cuda")]
+                Device::Cuda(_) => {
+                    arraybridge::bridge_cuda::dlpack::export_shared(Arc::clone(a), &opts).py_err()
+                }
+                d => Err(PyBufferError::new_err(format!(
+                    "{} memory on {d} has no DLPack consumer; ask for the CPU \
+                     (numpy.from_dlpack(x, device='cpu')) or use arraybridge.convert",
+                    a.memory_type()
+                ))),
+            },
+        }
+    }
+}
+
+#[pymethods]
+impl Array {
+    /// Export as a DLPack capsule (the Python array API's `__dlpack__`): versioned when
+    /// `max_version >= (1, 0)`, legacy otherwise; zero-copy on the array's own device;
+    /// `dl_device=(1, 0)` with `copy` not False gives a host copy (flagged `IS_COPIED`).
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let stream = parse_stream(stream)?;
+        // The Python array API's `__dlpack__` raises BufferError for exports it cannot make.
+        let out = self
+            .export(stream, max_version, dl_device, copy)
+            .map_err(|e| {
+                if e.get_type(py)
+                    .is(py.get_type::<crate::errors::ArrayBridgeError>())
+                {
+                    PyBufferError::new_err(e.value(py).to_string())
+                } else {
+                    e
+                }
+            })?;
+        let t = out.tensor;
+        let capsule = match t.into_versioned() {
+            Ok(m) => m.into_pyobject(py)?.into_any().unbind(),
+            Err(t) => match t.into_legacy() {
+                Ok(m) => m.into_pyobject(py)?.into_any().unbind(),
+                Err(_) => unreachable!("a tensor is legacy or versioned"),
+            },
+        };
+        Ok(capsule)
+    }
+
+    /// `(device_type, device_id)` as DLPack numbers them (1 = CPU, 2 = CUDA, 4 = OpenCL).
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        let d = dl_device(self.held.device());
+        (d.device_type.0, d.device_id)
+    }
+
+    /// The shape.
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.held.shape()
+    }
+
+    /// The NumPy name of the dtype (`"float32"`, ...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        dtype_name(self.held.dtype())
+    }
+
+    /// The device (`"cpu"`, `"cuda:0"`, `"opencl:0"`).
+    #[getter]
+    fn device(&self) -> String {
+        self.held.device().to_string()
+    }
+
+    /// Number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.held.shape().len()
+    }
+
+    /// Whether the producer marked the data read-only.
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.held.read_only()
+    }
+
+    /// The address of element `[0, …, 0]` (host pointer or device address).
+    #[getter]
+    fn data_ptr(&self) -> PyResult<usize> {
+        match &self.held {
+            Held::Tensor(t) => Ok(t.info().data),
+            Held::Bridge(a) => {
+                let out = export_probe(a)?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// A NumPy array: zero-copy for host memory, a copy from a device.
+    fn numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let np = py.import("numpy")?;
+        if slf.get().held.device() == Device::Cpu {
+            return np.call_method1("from_dlpack", (slf,));
+        }
+        let host = slf.get().held.to_host().py_err()?;
+        let copy = Bound::new(
+            py,
+            Array {
+                held: Held::Bridge(Arc::new(CoreArray::from_host(host))),
+            },
+        )?;
+        np.call_method1("from_dlpack", (copy,))
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.held
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "arraybridge.Array(shape={:?}, dtype={}, device={}{})",
+            self.held.shape(),
+            dtype_name(self.held.dtype()),
+            self.held.device(),
+            if self.held.read_only() {
+                ", readonly"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// The data address of an arraybridge array (host pointer or device address).
+fn export_probe(a: &CoreArray) -> PyResult<usize> {
+    match a.device() {
+        Device::Cpu => {
+            let h = a.host().py_err()?;
+            Ok(bridge_core::with_host_data!(h, x => x.as_ptr() as usize))
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => Ok(arraybridge::bridge_cuda::storage_of(a)
+            .py_err()?
+            .device_ptr() as usize),
+        d => Err(invalid(format!("{d} buffers have no address to show"))),
+    }
+}
+
+/// Resolve `device` for an input: `auto` is the input's device when it is a device arraybridge
+/// computes on (CUDA, OpenCL), otherwise the CPU.
+pub(crate) fn resolve(device: &str, input: &Held) -> PyResult<Device> {
+    if device.trim().eq_ignore_ascii_case("auto") {
+        return Ok(match input.device() {
+            d @ (Device::Cuda(_) | Device::OpenCl(_)) => d,
+            _ => Device::Cpu,
+        });
+    }
+    parse_device(device)
+}
+
+/// `arraybridge.convert(x, device, copy)`.
+#[pyfunction]
+#[pyo3(signature = (x, device="cpu", *, copy=None))]
+pub fn convert(x: &Bound<'_, PyAny>, device: &str, copy: Option<bool>) -> PyResult<Array> {
+    let held = import_held(x)?;
+    let target = resolve(device, &held)?;
+    if copy == Some(false) && held.device() != target {
+        return Err(invalid(format!(
+            "copy=False, but the array is on {} and {target} was asked for",
+            held.device()
+        )));
+    }
+    let py = x.py();
+    let moved = py.detach(|| move_to(&held, target, copy == Some(true)))?;
+    Ok(Array { held: moved })
+}
+
+/// `arraybridge.copyto(dst, src)`: write `src` into host array `dst` in place (broadcasting as
+/// NumPy does, casting losslessly).
+#[pyfunction]
+pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+    let mut t = if let Ok(a) = dst.cast::<Array>() {
+        match &a.get().held {
+            Held::Tensor(_) => import_tensor(&a.clone().into_any())?,
+            Held::Bridge(_) => {
+                return Err(invalid(
+                    "copyto writes into arrays of other libraries; this one is arraybridge's own",
+                ));
+            }
+        }
+    } else {
+        import_tensor(dst)?
+    };
+    if t.info().device != Device::Cpu {
+        return Err(invalid(format!(
+            "copyto writes host arrays; the destination is on {}",
+            t.info().device
+        )));
+    }
+    let src = import_held(src)?;
+    let host = src.to_host().py_err()?;
+    let dtype = t.info().dtype;
+    let host = host.cast(dtype, bridge_core::CastMode::Lossless).py_err()?;
+    bridge_core::with_host_data!(&host, s => {
+        write_into(&mut t, s)
+    })
+}
+
+fn write_into<T: HostElement>(t: &mut DlpackTensor, s: &ndarray::ArrayD<T>) -> PyResult<()> {
+    let mut v = t.view_mut::<T>().py_err()?;
+    let b = s.broadcast(v.raw_dim()).ok_or_else(|| {
+        invalid(format!(
+            "cannot broadcast a source of shape {:?} to the destination's {:?}",
+            s.shape(),
+            v.shape()
+        ))
+    })?;
+    v.assign(&b);
+    Ok(())
+}
+
+/// `arraybridge.devices()`: every device this build can use, the CPU first.
+#[pyfunction]
+pub fn devices(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let out = PyList::empty(py);
+    let cpu = PyDict::new(py);
+    cpu.set_item("device", "cpu")?;
+    cpu.set_item("backend", "host")?;
+    cpu.set_item("name", "host CPU (ndarray + rayon)")?;
+    cpu.set_item("total_memory", bridge_core::host::meminfo().0)?;
+    out.append(cpu)?;
+    for r in registry().reports() {
+        for info in &r.devices {
+            let d = PyDict::new(py);
+            d.set_item("device", info.device.to_string())?;
+            d.set_item("backend", &r.name)?;
+            d.set_item("name", &info.name)?;
+            d.set_item("total_memory", info.total_memory)?;
+            out.append(d)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `arraybridge.backends()`: each backend and why it is unavailable (`None` when available).
+#[pyfunction]
+pub fn backends(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    for r in registry().reports() {
+        out.set_item(&r.name, r.unavailable.as_deref())?;
+    }
+    Ok(out)
+}

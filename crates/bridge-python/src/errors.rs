@@ -1,0 +1,72 @@
+//! The typed Python exceptions and the mapping from [`BridgeError`].
+
+use bridge_core::BridgeError;
+use pyo3::PyErr;
+use pyo3::exceptions::PyException;
+
+pyo3::create_exception!(
+    arraybridge,
+    ArrayBridgeError,
+    PyException,
+    "Base class of every arraybridge error; the message is the Rust error's."
+);
+pyo3::create_exception!(
+    arraybridge,
+    OutOfMemory,
+    ArrayBridgeError,
+    "A device (or the host budget) ran out of memory, after arraybridge's retries."
+);
+pyo3::create_exception!(
+    arraybridge,
+    BackendUnavailable,
+    ArrayBridgeError,
+    "The device named is not there: its backend is not compiled in, its library is missing, or \
+     the ordinal is out of range."
+);
+pyo3::create_exception!(
+    arraybridge,
+    InvalidInput,
+    ArrayBridgeError,
+    "An argument or array arraybridge cannot use: wrong shape, dtype or device string, a \
+     read-only array where a result must be written, a stream for host memory, ..."
+);
+
+/// The Python exception for a Rust error: `OutOfMemory`, `BackendUnavailable`, `InvalidInput`,
+/// or the base `ArrayBridgeError` for the rest (unsupported operations, device failures).
+pub fn to_py(e: BridgeError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        BridgeError::OutOfMemory { .. } => OutOfMemory::new_err(msg),
+        BridgeError::BackendUnavailable { .. } | BridgeError::UnknownDevice { .. } => {
+            BackendUnavailable::new_err(msg)
+        }
+        BridgeError::ParseDevice { .. }
+        | BridgeError::ParseDType { .. }
+        | BridgeError::InvalidPlacement { .. }
+        | BridgeError::DTypeMismatch { .. }
+        | BridgeError::UnsupportedDType { .. }
+        | BridgeError::CastOutOfRange { .. }
+        | BridgeError::CastNaN { .. }
+        | BridgeError::ShapeMismatch { .. }
+        | BridgeError::InvalidArgument { .. }
+        | BridgeError::InvalidInput(_) => InvalidInput::new_err(msg),
+        _ => ArrayBridgeError::new_err(msg),
+    }
+}
+
+/// `InvalidInput` with a message.
+pub fn invalid(msg: impl Into<String>) -> PyErr {
+    InvalidInput::new_err(msg.into())
+}
+
+/// Map a `Result<T, BridgeError>` to a `PyResult<T>`.
+pub trait IntoPy<T> {
+    /// The Python-side result.
+    fn py_err(self) -> pyo3::PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, BridgeError> {
+    fn py_err(self) -> pyo3::PyResult<T> {
+        self.map_err(to_py)
+    }
+}

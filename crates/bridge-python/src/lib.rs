@@ -1,0 +1,48 @@
+//! The native half of the `arraybridge` Python package (`arraybridge._native`), built by
+//! maturin with PyO3's stable ABI (abi3, Python ≥ 3.9). The Python half
+//! (`python/arraybridge/__init__.py`) gives the functions their scikit-image / trackpy
+//! signatures and result types; everything that touches memory or computes is here:
+//!
+//! - [`Array`]: an array held by arraybridge (a zero-copy import of another library's tensor,
+//!   or arraybridge's own host / CUDA / OpenCL memory) that speaks the DLPack protocol both
+//!   ways (`__dlpack__`, `__dlpack_device__`), on `bridge_core::dlpack`.
+//! - `convert`, `copyto`, `devices`, `backends` and the pipelines (`blob_log`, `locate`,
+//!   `link`, `paco`, `unbiased_flux`), which call the library functions of the `algorithms`
+//!   crate with the GIL released, checking for Ctrl-C between batches of frames.
+//! - Errors are the typed exceptions `ArrayBridgeError` (base), `OutOfMemory`,
+//!   `BackendUnavailable` and `InvalidInput`, carrying the Rust message.
+
+mod convert;
+mod errors;
+mod pipelines;
+
+use pyo3::prelude::*;
+
+pub use convert::Array;
+
+/// The `arraybridge._native` module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add(
+        "ArrayBridgeError",
+        py.get_type::<errors::ArrayBridgeError>(),
+    )?;
+    m.add("OutOfMemory", py.get_type::<errors::OutOfMemory>())?;
+    m.add(
+        "BackendUnavailable",
+        py.get_type::<errors::BackendUnavailable>(),
+    )?;
+    m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
+    m.add_class::<convert::Array>()?;
+    m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::copyto, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::devices, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::backends, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines::link, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines::paco, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines::unbiased_flux, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,539 @@
+//! The pipelines: `blob_log`, `locate`, `link`, `paco`, `unbiased_flux`. Each reads its input
+//! where it lives (host arrays in place through DLPack views; a `u8`/`u16` movie already on the
+//! chosen GPU in place), releases the GIL while computing, and checks for Ctrl-C between
+//! batches of frames (`KeyboardInterrupt`).
+
+use algorithms::detect::{
+    BlobLogParams, DetectBackend, FrameView, LocateParams, Prescale, backend_for,
+};
+use algorithms::paco::{
+    Center, EdgeRule, FluxOptions, PacoParams, PsfNorm, Rounding, Strategy, SubPixel, Variant,
+};
+use algorithms::track::LinkParams;
+use bridge_core::{DType, Device};
+use ndarray::{Array2, ArrayView2, ArrayViewD, Axis, Ix1, Ix2, Ix3};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::convert::{Held, import_held, resolve};
+use crate::errors::{IntoPy, invalid};
+
+/// Frames of a 2-D image or 3-D movie view, and whether it was a movie.
+fn frames_of<'a, T: Copy>(
+    v: ArrayViewD<'a, T>,
+    wrap: fn(ArrayView2<'a, T>) -> FrameView<'a>,
+) -> PyResult<(Vec<FrameView<'a>>, bool)> {
+    match v.ndim() {
+        2 => {
+            let v = v
+                .into_dimensionality::<Ix2>()
+                .map_err(|e| invalid(e.to_string()))?;
+            Ok((vec![wrap(v)], false))
+        }
+        3 => {
+            let v = v
+                .into_dimensionality::<Ix3>()
+                .map_err(|e| invalid(e.to_string()))?;
+            let n = v.len_of(Axis(0));
+            Ok((
+                (0..n)
+                    .map(|i| wrap(v.index_axis_move(Axis(0), i)))
+                    .collect(),
+                true,
+            ))
+        }
+        n => Err(invalid(format!(
+            "expected a 2-D image (H, W) or a 3-D movie (T, H, W), got {n} dimension(s)"
+        ))),
+    }
+}
+
+/// Host frames of `held` (a host view, or a host copy of a device array kept in `keep`).
+fn host_frames<'a>(
+    held: &'a Held,
+    keep: &'a mut Option<Held>,
+) -> PyResult<(Vec<FrameView<'a>>, bool)> {
+    let src: &'a Held = if held.device() == Device::Cpu {
+        held
+    } else {
+        let h = held.to_host().py_err()?;
+        *keep = Some(Held::Bridge(std::sync::Arc::new(
+            bridge_core::Array::from_host(h),
+        )));
+        match keep {
+            Some(k) => k,
+            None => unreachable!("just set"),
+        }
+    };
+    match src.dtype() {
+        DType::U8 => frames_of(src.host_view::<u8>().py_err()?, FrameView::U8),
+        DType::U16 => frames_of(src.host_view::<u16>().py_err()?, FrameView::U16),
+        DType::F32 => frames_of(src.host_view::<f32>().py_err()?, FrameView::F32),
+        DType::F64 => frames_of(src.host_view::<f64>().py_err()?, FrameView::F64),
+        other => Err(invalid(format!(
+            "images of {other} pixels: detection takes uint8, uint16, float32 or float64 (cast \
+             first)"
+        ))),
+    }
+}
+
+/// Run `f` on batches of `frames` with the GIL released, checking for Ctrl-C in between.
+fn batched<R: Send>(
+    py: Python<'_>,
+    frames: &[FrameView<'_>],
+    batch: usize,
+    f: impl Fn(&[FrameView<'_>]) -> bridge_core::Result<Vec<R>> + Send + Sync,
+) -> PyResult<Vec<R>> {
+    let mut out = Vec::with_capacity(frames.len());
+    for chunk in frames.chunks(batch.max(1)) {
+        let r = py.detach(|| f(chunk)).py_err()?;
+        out.extend(r);
+        py.check_signals()?;
+    }
+    Ok(out)
+}
+
+/// Blobs of a movie already on `device` (`u8`/`u16`, C-contiguous), read in place; `None` when
+/// the movie cannot be read there.
+#[cfg(any(feature = "cuda", feature = "opencl"))]
+fn resident_blobs(
+    py: Python<'_>,
+    held: &Held,
+    device: Device,
+    p: &BlobLogParams,
+) -> PyResult<Option<Vec<Vec<algorithms::detect::Blob>>>> {
+    use algorithms::detect::GpuDetect;
+    use algorithms::exec::{AnyExecutor, executor_for};
+    let Held::Bridge(a) = held else {
+        return Ok(None);
+    };
+    if a.device() != device || a.ndim() != 3 || p.prescale == Prescale::MinMax {
+        return Ok(None);
+    }
+    let exec = executor_for(device, "particle detection").py_err()?;
+    py.detach(|| match exec {
+        #[cfg(feature = "opencl")]
+        AnyExecutor::OpenCl(e) => GpuDetect::with_executor(e).blob_log_resident(a, p, |_| {}),
+        #[cfg(feature = "cuda")]
+        AnyExecutor::Cuda(e) => GpuDetect::with_executor(e).blob_log_resident(a, p, |_| {}),
+    })
+    .py_err()
+}
+
+#[cfg(not(any(feature = "cuda", feature = "opencl")))]
+fn resident_blobs(
+    _py: Python<'_>,
+    _held: &Held,
+    _device: Device,
+    _p: &BlobLogParams,
+) -> PyResult<Option<Vec<Vec<algorithms::detect::Blob>>>> {
+    Ok(None)
+}
+
+/// `blob_log`: rows `(frame, y, x, sigma)` (frame 0 for a 2-D image) and whether the input was
+/// a movie.
+#[pyfunction]
+#[pyo3(signature = (image, *, min_sigma, max_sigma, num_sigma, threshold, threshold_rel,
+                    overlap, log_scale, exclude_border, prescale, device, batch_size))]
+#[allow(clippy::too_many_arguments)]
+pub fn blob_log<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    min_sigma: f64,
+    max_sigma: f64,
+    num_sigma: usize,
+    threshold: Option<f64>,
+    threshold_rel: Option<f64>,
+    overlap: f64,
+    log_scale: bool,
+    exclude_border: (usize, usize),
+    prescale: &str,
+    device: &str,
+    batch_size: usize,
+) -> PyResult<(Bound<'py, PyArray2<f64>>, bool)> {
+    let p = BlobLogParams {
+        min_sigma,
+        max_sigma,
+        num_sigma,
+        threshold,
+        threshold_rel,
+        overlap,
+        log_scale,
+        exclude_border,
+        prescale: prescale.parse::<Prescale>().py_err()?,
+    };
+    p.validate().py_err()?;
+    let held = import_held(image)?;
+    let device = resolve(device, &held)?;
+    let backend = backend_for(device).py_err()?;
+    let (blobs, movie) = match resident_blobs(py, &held, device, &p)? {
+        Some(b) => (b, true),
+        None => {
+            let mut keep = None;
+            let (frames, movie) = host_frames(&held, &mut keep)?;
+            let b = batched(py, &frames, batch_size, |c| backend.blob_log_batch(c, &p))?;
+            (b, movie)
+        }
+    };
+    let rows: Vec<[f64; 4]> = blobs
+        .iter()
+        .enumerate()
+        .flat_map(|(t, bs)| bs.iter().map(move |b| [t as f64, b.y, b.x, b.sigma]))
+        .collect();
+    let out = Array2::from_shape_fn((rows.len(), 4), |(i, j)| rows[i][j]);
+    Ok((out.into_pyarray(py), movie))
+}
+
+/// `locate`: the trackpy columns, as a dict of NumPy arrays.
+#[pyfunction]
+#[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
+                    smoothing_size, threshold, invert, percentile, topn, preprocess,
+                    characterize, device, batch_size))]
+#[allow(clippy::too_many_arguments)]
+pub fn locate<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    diameter: usize,
+    minmass: f64,
+    maxsize: Option<f64>,
+    separation: Option<f64>,
+    noise_size: f64,
+    smoothing_size: Option<usize>,
+    threshold: Option<f64>,
+    invert: bool,
+    percentile: f64,
+    topn: Option<usize>,
+    preprocess: bool,
+    characterize: bool,
+    device: &str,
+    batch_size: usize,
+) -> PyResult<(Bound<'py, PyDict>, bool)> {
+    let p = LocateParams {
+        minmass,
+        maxsize,
+        separation,
+        noise_size,
+        smoothing_size,
+        threshold,
+        invert,
+        percentile,
+        topn,
+        preprocess,
+        characterize,
+        ..LocateParams::new(diameter)
+    };
+    p.validate().py_err()?;
+    let held = import_held(image)?;
+    let device = resolve(device, &held)?;
+    let backend: Box<dyn DetectBackend> = backend_for(device).py_err()?;
+    let mut keep = None;
+    let (frames, movie) = host_frames(&held, &mut keep)?;
+    let feats = batched(py, &frames, batch_size, |c| backend.locate_batch(c, &p))?;
+    let cols = ["y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep"];
+    let mut data: Vec<Vec<f64>> = vec![Vec::new(); cols.len()];
+    let mut frame = Vec::new();
+    for (t, fs) in feats.iter().enumerate() {
+        for f in fs {
+            for (c, v) in data
+                .iter_mut()
+                .zip([f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep])
+            {
+                c.push(v);
+            }
+            frame.push(t as i64);
+        }
+    }
+    let out = PyDict::new(py);
+    for (name, c) in cols.iter().zip(data) {
+        out.set_item(*name, c.into_pyarray(py))?;
+    }
+    out.set_item("frame", frame.into_pyarray(py))?;
+    Ok((out, movie))
+}
+
+/// `link`: trackpy's particle ids for `(frame, position)` rows, in row order. Every subnet is
+/// solved optimally unless `max_subnet` caps its sources (then larger ones are linked greedily).
+#[pyfunction]
+#[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None))]
+pub fn link<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray1<'py, i64>,
+    pos: PyReadonlyArray2<'py, f64>,
+    search_range: f64,
+    memory: usize,
+    max_subnet: Option<usize>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let frames: Vec<i64> = frames.as_array().to_vec();
+    let pos = pos.as_array();
+    if pos.ncols() != 2 {
+        return Err(invalid(format!(
+            "positions must have two columns (y, x), got {}",
+            pos.ncols()
+        )));
+    }
+    let pos: Vec<[f64; 2]> = pos.rows().into_iter().map(|r| [r[0], r[1]]).collect();
+    let p = LinkParams {
+        max_subnet_sources: max_subnet.map_or(usize::MAX, |m| m.max(1)),
+        ..LinkParams::new(search_range, memory)
+    };
+    let (ids, _) = py
+        .detach(|| algorithms::track::link(&frames, &pos, &p))
+        .py_err()?;
+    Ok(ids.into_pyarray(py))
+}
+
+/// The f64 host data of a PACO input, checked for its number of dimensions.
+fn f64_input(obj: &Bound<'_, PyAny>, ndim: usize, what: &str) -> PyResult<ndarray::ArrayD<f64>> {
+    let held = import_held(obj)?;
+    let shape = held.shape();
+    let shape_ok = shape.len() == ndim || (ndim == 1 && shape.len() == 2 && shape[1] == 1);
+    if !shape_ok {
+        return Err(invalid(format!(
+            "{what} must have {ndim} dimension(s), got shape {shape:?}"
+        )));
+    }
+    let h = if held.device() == Device::Cpu && held.dtype() == DType::F64 {
+        return Ok(held.host_view::<f64>().py_err()?.to_owned());
+    } else {
+        held.to_host().py_err()?
+    };
+    let h = h
+        .cast(DType::F64, bridge_core::CastMode::Lossless)
+        .py_err()?;
+    match h {
+        bridge_core::HostData::F64(a) => Ok(a),
+        other => Err(invalid(format!(
+            "{what}: expected float64 after the cast, got {}",
+            other.dtype()
+        ))),
+    }
+}
+
+/// Settings shared by `paco` and `unbiased_flux`.
+#[allow(clippy::too_many_arguments)]
+fn paco_params(
+    radius: usize,
+    mode: &str,
+    fwhm: Option<f64>,
+    psf_norm_factor: Option<f64>,
+    subpixel: &str,
+    edge: &str,
+    nearest: bool,
+    center: Option<(f64, f64)>,
+    stats_strategy: &str,
+    device: Device,
+) -> PyResult<PacoParams> {
+    let variant = match mode {
+        "paper" => Variant::Paper,
+        "vip" => Variant::Vip,
+        m => return Err(invalid(format!("mode must be 'paper' or 'vip', got {m:?}"))),
+    };
+    let subpixel = match subpixel.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" => SubPixel::Off,
+        "fft" => SubPixel::VipFft,
+        "spline5" => SubPixel::Spline5,
+        "table" => SubPixel::Table { q: 32 },
+        t => match t.strip_prefix("table:").map(str::parse::<usize>) {
+            Some(Ok(q)) if (1..=1024).contains(&q) => SubPixel::Table { q },
+            _ => {
+                return Err(invalid(format!(
+                    "subpixel must be 'off', 'table', 'table:Q' (Q in 1..=1024), 'fft' or \
+                     'spline5', got {subpixel:?}"
+                )));
+            }
+        },
+    };
+    let edge = match edge {
+        "box" => EdgeRule::Box,
+        "disk" => EdgeRule::Disk,
+        e => return Err(invalid(format!("edge must be 'box' or 'disk', got {e:?}"))),
+    };
+    let strategy = match stats_strategy {
+        "fast" => Strategy::Fast,
+        "full" => Strategy::Full,
+        s => {
+            return Err(invalid(format!(
+                "stats_strategy must be 'fast' or 'full', got {s:?}"
+            )));
+        }
+    };
+    Ok(PacoParams {
+        psf_rad: radius,
+        variant,
+        rounding: if nearest {
+            Rounding::Nearest
+        } else {
+            Rounding::Trunc
+        },
+        subpixel,
+        edge,
+        psf_norm: match (psf_norm_factor, fwhm) {
+            (Some(f), _) => PsfNorm::Factor(f),
+            (None, Some(f)) => PsfNorm::Fwhm(f),
+            (None, None) => PsfNorm::FitAiry,
+        },
+        center: match center {
+            Some((y, x)) => Center::At(y, x),
+            None => Center::Auto,
+        },
+        strategy,
+        device,
+        ..Default::default()
+    })
+}
+
+type Inputs = (
+    ndarray::Array3<f64>,
+    ndarray::Array1<f64>,
+    ndarray::Array2<f64>,
+);
+
+fn paco_inputs(
+    cube: &Bound<'_, PyAny>,
+    angles: &Bound<'_, PyAny>,
+    psf: &Bound<'_, PyAny>,
+) -> PyResult<Inputs> {
+    let c = f64_input(cube, 3, "cube")?;
+    let a = f64_input(angles, 1, "angles")?;
+    let p = f64_input(psf, 2, "psf")?;
+    let n = a.len();
+    let c = c
+        .into_dimensionality::<Ix3>()
+        .map_err(|e| invalid(e.to_string()))?;
+    let a = a
+        .into_shape_with_order(n)
+        .map_err(|e| invalid(e.to_string()))?
+        .into_dimensionality::<Ix1>()
+        .map_err(|e| invalid(e.to_string()))?;
+    let p = p
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| invalid(e.to_string()))?;
+    Ok((c, a, p))
+}
+
+/// `paco`: the maps, the PSF factor and FWHM, and the candidates (local maxima of the S/N).
+#[pyfunction]
+#[pyo3(signature = (cube, angles, psf, *, radius, mode, fwhm, psf_norm_factor, subpixel,
+                    edge, nearest, center, stats_strategy, top, device))]
+#[allow(clippy::too_many_arguments)]
+pub fn paco<'py>(
+    py: Python<'py>,
+    cube: &Bound<'py, PyAny>,
+    angles: &Bound<'py, PyAny>,
+    psf: &Bound<'py, PyAny>,
+    radius: usize,
+    mode: &str,
+    fwhm: Option<f64>,
+    psf_norm_factor: Option<f64>,
+    subpixel: &str,
+    edge: &str,
+    nearest: bool,
+    center: Option<(f64, f64)>,
+    stats_strategy: &str,
+    top: usize,
+    device: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let device = if device.trim().eq_ignore_ascii_case("auto") {
+        Device::Cpu
+    } else {
+        crate::convert::parse_device(device)?
+    };
+    let params = paco_params(
+        radius,
+        mode,
+        fwhm,
+        psf_norm_factor,
+        subpixel,
+        edge,
+        nearest,
+        center,
+        stats_strategy,
+        device,
+    )?;
+    let (c, a, p) = paco_inputs(cube, angles, psf)?;
+    let maps = py
+        .detach(|| algorithms::paco::paco(c.view(), a.view(), p.view(), &params))
+        .py_err()?;
+    py.check_signals()?;
+    let peaks = algorithms::paco::snr_peaks(&maps.snr, top);
+    let out = PyDict::new(py);
+    let cand_y: Vec<i64> = peaks.iter().map(|&(y, _)| y as i64).collect();
+    let cand_x: Vec<i64> = peaks.iter().map(|&(_, x)| x as i64).collect();
+    let cand_snr: Vec<f64> = peaks.iter().map(|&(y, x)| maps.snr[[y, x]]).collect();
+    let cand_flux: Vec<f64> = peaks.iter().map(|&(y, x)| maps.flux[[y, x]]).collect();
+    out.set_item("candidates_y", cand_y.into_pyarray(py))?;
+    out.set_item("candidates_x", cand_x.into_pyarray(py))?;
+    out.set_item("candidates_snr", cand_snr.into_pyarray(py))?;
+    out.set_item("candidates_flux", cand_flux.into_pyarray(py))?;
+    out.set_item("psf_norm_factor", maps.psf_norm_factor)?;
+    out.set_item("fwhm", maps.fwhm)?;
+    out.set_item("device", device.to_string())?;
+    out.set_item("snr", maps.snr.into_pyarray(py))?;
+    out.set_item("flux", maps.flux.into_pyarray(py))?;
+    out.set_item("a", maps.a.into_pyarray(py))?;
+    out.set_item("b", maps.b.into_pyarray(py))?;
+    out.set_item("std", maps.std.into_pyarray(py))?;
+    Ok(out)
+}
+
+/// `unbiased_flux`: rows `(y, x, flux, std, snr, iterations, converged)` per position.
+#[pyfunction]
+#[pyo3(signature = (cube, angles, psf, positions, *, radius, mode, fwhm, psf_norm_factor,
+                    subpixel, edge, nearest, center, eps, max_iter, alpha0))]
+#[allow(clippy::too_many_arguments)]
+pub fn unbiased_flux<'py>(
+    py: Python<'py>,
+    cube: &Bound<'py, PyAny>,
+    angles: &Bound<'py, PyAny>,
+    psf: &Bound<'py, PyAny>,
+    positions: Vec<(f64, f64)>,
+    radius: usize,
+    mode: &str,
+    fwhm: Option<f64>,
+    psf_norm_factor: Option<f64>,
+    subpixel: &str,
+    edge: &str,
+    nearest: bool,
+    center: Option<(f64, f64)>,
+    eps: f64,
+    max_iter: usize,
+    alpha0: f64,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let params = paco_params(
+        radius,
+        mode,
+        fwhm,
+        psf_norm_factor,
+        subpixel,
+        edge,
+        nearest,
+        center,
+        "fast",
+        Device::Cpu,
+    )?;
+    let (c, a, p) = paco_inputs(cube, angles, psf)?;
+    let opts = FluxOptions {
+        eps,
+        max_iter,
+        alpha0,
+    };
+    let est = py
+        .detach(|| {
+            algorithms::paco::unbiased_flux(c.view(), a.view(), p.view(), &params, &positions, opts)
+        })
+        .py_err()?;
+    let out = Array2::from_shape_fn((est.len(), 7), |(i, j)| {
+        let e = &est[i];
+        [
+            e.y,
+            e.x,
+            e.flux,
+            e.std,
+            e.snr,
+            e.iterations as f64,
+            f64::from(u8::from(e.converged)),
+        ][j]
+    });
+    Ok(out.into_pyarray(py))
+}

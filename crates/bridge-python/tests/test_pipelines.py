@@ -1,0 +1,205 @@
+"""The pipelines against their references: ab.blob_log == skimage.feature.blob_log,
+ab.link == trackpy.link, ab.locate == the trackpy fixture, ab.paco == the `arraybridge paco`
+command's FITS maps; Ctrl-C; and the README's Python quick start."""
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import arraybridge as ab
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+FIX = pathlib.Path(os.environ.get("ARRAYBRIDGE_FIXTURES", ROOT / "fixtures"))
+
+
+def sorted_rows(a):
+    a = np.asarray(a, dtype=np.float64)
+    return a[np.lexsort(a.T[::-1])] if len(a) else a
+
+
+@pytest.mark.parametrize("name", ["hisnr_f32", "hisnr_u16", "overlap_f32"])
+def test_blob_log_equals_skimage_on_fixtures(name):
+    feature = pytest.importorskip("skimage.feature")
+    img = np.load(FIX / "detect" / "blob_log" / f"{name}.npy")[:160, :160]
+    kw = dict(min_sigma=1, max_sigma=4, num_sigma=6, threshold=None, threshold_rel=0.1)
+    ref = feature.blob_log(img, **kw)
+    for device in ["cpu", "auto"]:
+        got = ab.blob_log(img, device=device, **kw)
+        assert got.shape[1] == 3
+        np.testing.assert_allclose(sorted_rows(got), sorted_rows(ref), rtol=1e-6)
+
+
+def test_blob_log_equals_skimage_on_its_own_test_image():
+    data = pytest.importorskip("skimage.data")
+    feature = pytest.importorskip("skimage.feature")
+    img = data.hubble_deep_field()[:200, :200, 0]  # uint8, scikit-image's blob example
+    kw = dict(max_sigma=10, num_sigma=5, threshold=0.1)
+    np.testing.assert_allclose(
+        sorted_rows(ab.blob_log(img, **kw)), sorted_rows(feature.blob_log(img, **kw)), rtol=1e-6
+    )
+
+
+def test_blob_log_movie_rows_and_opencl():
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:3, :96, :96]
+    kw = dict(max_sigma=3, threshold=None, threshold_rel=0.2)
+    rows = ab.blob_log(movie, **kw)
+    assert rows.shape[1] == 4
+    for t in range(3):
+        np.testing.assert_array_equal(rows[rows[:, 0] == t][:, 1:], ab.blob_log(movie[t], **kw))
+    if "opencl:0" in [d["device"] for d in ab.devices()]:
+        on_cl = ab.blob_log(movie, device="opencl:0", **kw)
+        np.testing.assert_allclose(sorted_rows(on_cl), sorted_rows(rows), rtol=1e-5)
+        # A movie already on the device is read there.
+        resident = ab.convert(movie, "opencl:0")
+        np.testing.assert_allclose(
+            sorted_rows(ab.blob_log(resident, device="auto", **kw)), sorted_rows(rows), rtol=1e-5
+        )
+
+
+def test_locate_equals_trackpy_fixture():
+    pd = pytest.importorskip("pandas")
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:2]
+    ref = pd.read_csv(FIX / "detect" / "movie" / "movie__locate_d7.csv")
+    ref = ref[ref.frame < 2].reset_index(drop=True)
+    got = ab.locate(movie, 7, minmass=300)
+    assert list(got.columns) == list(ref.columns)
+    np.testing.assert_allclose(got.to_numpy(float), ref.to_numpy(float), rtol=1e-6, atol=1e-9)
+
+
+def canonical(ids):
+    """Particle ids renumbered by first appearance (trackpy's numbering is an implementation
+    detail; the partition into tracks is what must match)."""
+    seen = {}
+    return np.array([seen.setdefault(i, len(seen)) for i in ids])
+
+
+@pytest.mark.parametrize("memory", [0, 2])
+def test_link_equals_trackpy(memory):
+    pd = pytest.importorskip("pandas")
+    tp = pytest.importorskip("trackpy")
+    tp.quiet()
+    feats = pd.read_csv(FIX / "detect" / "movie" / "movie__locate_d7.csv")
+    ref = tp.link(feats, 5, memory=memory)
+    got = ab.link(feats, 5, memory=memory)
+    assert "particle" in got.columns and "particle" not in feats.columns
+    # trackpy may reorder rows; align on the index.
+    ref = ref.loc[got.index]
+    np.testing.assert_array_equal(canonical(got.particle), canonical(ref.particle))
+    fixture = pd.read_csv(FIX / "detect" / "movie" / f"movie__link_sr5_mem{memory}.csv")
+    assert got.particle.nunique() == fixture.particle.nunique()
+
+
+def test_link_without_pandas_takes_structured_arrays():
+    rec = np.zeros(4, dtype=[("frame", "i8"), ("y", "f8"), ("x", "f8")])
+    rec["frame"] = [0, 0, 1, 1]
+    rec["y"] = [0, 10, 0.5, 10.5]
+    rec["x"] = [0, 10, 0.2, 9.8]
+    out = ab.link(rec, 2)
+    assert out.dtype.names == ("frame", "y", "x", "particle")
+    assert out["particle"][0] == out["particle"][2] != out["particle"][1] == out["particle"][3]
+    with pytest.raises(ab.InvalidInput):
+        ab.link(rec, 2, pos_columns=["y", "z"])
+    with pytest.raises(ab.InvalidInput):
+        ab.link(rec, -1)
+
+
+def read_fits(path):
+    """A minimal FITS reader (primary HDU, BITPIX -64/-32): enough for the test data."""
+    raw = pathlib.Path(path).read_bytes()
+    header, off = {}, 0
+    while True:
+        block = raw[off : off + 2880].decode("ascii")
+        off += 2880
+        cards = [block[i : i + 80] for i in range(0, 2880, 80)]
+        for c in cards:
+            key = c[:8].strip()
+            if c[8:10] == "= ":
+                header[key] = c[10:].split("/")[0].strip()
+        if any(c[:8].strip() == "END" for c in cards):
+            break
+    naxis = int(header["NAXIS"])
+    shape = [int(header[f"NAXIS{i}"]) for i in range(naxis, 0, -1)]
+    dtype = {"-64": ">f8", "-32": ">f4", "16": ">i2", "8": "u1"}[header["BITPIX"]]
+    n = int(np.prod(shape))
+    data = np.frombuffer(raw, dtype=dtype, count=n, offset=off).reshape(shape)
+    return data.astype(np.float64) * float(header.get("BSCALE", 1)) + float(header.get("BZERO", 0))
+
+
+def cli():
+    exe = os.environ.get("ARRAYBRIDGE_CLI")
+    if exe and pathlib.Path(exe).exists():
+        return exe
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    for build in ["release", "debug"]:
+        cand = target / build / "arraybridge"
+        if cand.exists():
+            return str(cand)
+    return shutil.which("arraybridge")
+
+
+def test_paco_equals_the_cli_maps(tmp_path):
+    exe = cli()
+    if exe is None:
+        pytest.skip("the arraybridge command is not built (cargo build; or set ARRAYBRIDGE_CLI)")
+    d = FIX / "paco"
+    files = {k: d / f"synth_adi40_64_{k}.fits" for k in ["cube", "angles", "psf"]}
+    subprocess.run(
+        [exe, "-q", "paco", "--cube", files["cube"], "--angles", files["angles"], "--psf",
+         files["psf"], "--fwhm", "4", "--device", "cpu", "-o", tmp_path],
+        check=True,
+    )
+    cube, angles, psf = (read_fits(files[k]) for k in ["cube", "angles", "psf"])
+    r = ab.paco(cube, angles.ravel(), psf, fwhm=4, device="cpu")
+    for name in ["snr", "flux", "a", "b"]:
+        np.testing.assert_array_equal(getattr(r, name), read_fits(tmp_path / f"{name}.fits"))
+    cands = np.genfromtxt(tmp_path / "candidates.csv", delimiter=",", names=True)
+    np.testing.assert_array_equal(np.asarray(r.candidates["y"]), cands["y"].astype(int))
+    np.testing.assert_array_equal(np.asarray(r.candidates["x"]), cands["x"].astype(int))
+    flux = ab.unbiased_flux(cube, angles, psf, [(float(cands["y"][0]), float(cands["x"][0]))],
+                            fwhm=4)
+    assert np.isfinite(np.asarray(flux["flux"])).all()
+    with pytest.raises(ab.InvalidInput):
+        ab.paco(cube[0], angles, psf, fwhm=4)  # a 2-D cube
+    with pytest.raises(ab.InvalidInput):
+        ab.paco(cube, angles, psf, fwhm=4, mode="fast")
+
+
+def test_ctrl_c_stops_a_long_run_between_batches():
+    code = textwrap.dedent(
+        """
+        import sys, time, numpy as np, arraybridge as ab
+        movie = np.random.default_rng(0).random((4000, 128, 128), dtype=np.float32)
+        print("ready", flush=True)
+        t = time.time()
+        try:
+            ab.blob_log(movie, max_sigma=6, batch_size=2, device="cpu")
+        except KeyboardInterrupt:
+            print("interrupted after %.1f s" % (time.time() - t), flush=True)
+            sys.exit(3)
+        sys.exit(0)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    import time  # noqa: PLC0415
+
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 3, out
+    assert "interrupted" in out
+
+
+def test_readme_python_quick_start():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```python\n(.*?)```", text, re.S)
+    assert m, "README.md has a ```python quick start"
+    exec(compile(m.group(1), "README.md", "exec"), {})
