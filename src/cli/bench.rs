@@ -202,6 +202,9 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
         .collect::<Result<_>>()?;
     let reps = to_usize(a.reps, "--reps")?;
     let device = match a.device {
+        several @ (DeviceArg::Several(_) | DeviceArg::AllGpus) => {
+            return Err(super::device::several_error(&several, "bench transfer"));
+        }
         DeviceArg::Explicit(d) => d,
         DeviceArg::Auto => {
             let d = arraybridge::registry()

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use algorithms::detect::{
-    Accumulate, DetectBackend, Feature, LocateParams, LogDetector, Movie, Particle, Prescale,
-    RefineParams, backend_for,
+    Accumulate, DetectBackend, DeviceShare, Feature, LocateParams, LogDetector, Movie, MultiPolicy,
+    Particle, Prescale, RefineParams, backend_for,
 };
 use bridge_core::{BridgeError, Result};
 
@@ -139,9 +139,15 @@ pub struct Args {
     #[arg(long)]
     pub locate_threshold: Option<f64>,
 
-    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`.
+    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`; or several
+    /// at once, `opencl:0,opencl:1` or `all` (every GPU), with `--method log`: frames go to
+    /// whichever device is free, results are the same as on one device.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
+    /// With several devices: a device that fails hands its frames to the others (reported)
+    /// instead of failing the run. Out-of-memory is always handled (the batch is split).
+    #[arg(long)]
+    pub requeue: bool,
     /// Frames read and detected at a time: memory is bounded by one chunk (the next one is read
     /// while this one is detected), whatever the movie's length; results do not depend on it.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -312,6 +318,17 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if let DeviceArg::Explicit(d) = args.device {
         check_explicit(d, &[DETECT])?;
     }
+    // several devices: each is checked now, before the movie is read
+    let several = args.device.devices(DETECT)?;
+    if several.is_some() && args.method == Method::Locate {
+        return Err(BridgeError::invalid_argument(
+            "--device",
+            format!(
+                "several devices ({}) run --method log; use one device with --method locate",
+                args.device
+            ),
+        ));
+    }
     check_output_file(&args.output, &[&args.input], "--output")?;
     let start = Instant::now();
     let chunk_frames = usize::try_from(args.chunk_frames)
@@ -327,16 +344,28 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if args.method == Method::Log {
         det.check_memory(h, w, first.len())?;
     }
-    let mut choice = resolve(args.device, DETECT, || match args.method {
-        Method::Log => detect_estimate(&first, &det),
-        Method::Locate => {
-            let (cpu, note) = nominal_cpu();
-            Ok((detect_workload(&first, &det), cpu, note))
-        }
-    })?;
-    if let Some(note) = choice.auto_note("detect") {
+    let mut multi = match &several {
+        Some(devices) => Some(Multi::new(devices)?),
+        None => None,
+    };
+    let mut choice = match &several {
+        Some(_) => None,
+        None => Some(resolve(args.device.clone(), DETECT, || {
+            match args.method {
+                Method::Log => detect_estimate(&first, &det),
+                Method::Locate => {
+                    let (cpu, note) = nominal_cpu();
+                    Ok((detect_workload(&first, &det), cpu, note))
+                }
+            }
+        })?),
+    };
+    if let Some(note) = choice.as_ref().and_then(|c| c.auto_note("detect")) {
         g.note(note);
     }
+    let policy = MultiPolicy {
+        requeue_on_failure: args.requeue,
+    };
     let progress = g.progress(total.unwrap_or(0) as u64, "frames");
     let mut out = match args.method {
         Method::Log => Output::log(&args.output, args.refine)?,
@@ -361,12 +390,20 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             }
             match &locate {
                 None => {
-                    let mut ps = choice.run("detect", |d| {
-                        let backend = backend_for(d)?;
-                        det.detect_movie_with(&chunk, backend.as_ref(), |done| {
+                    let mut ps = match (&mut choice, &mut multi) {
+                        (Some(choice), _) => choice.run("detect", |d| {
+                            let backend = backend_for(d)?;
+                            det.detect_movie_with(&chunk, backend.as_ref(), |done| {
+                                progress.set_position((frame0 + done) as u64)
+                            })
+                        })?,
+                        (None, Some(m)) => m.detect(&det, &chunk, policy, |done| {
                             progress.set_position((frame0 + done) as u64)
-                        })
-                    })?;
+                        })?,
+                        (None, None) => {
+                            return Err(BridgeError::invalid_argument("--device", "no device"));
+                        }
+                    };
                     let f0 = u32::try_from(frame0)
                         .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
                     for p in &mut ps {
@@ -376,6 +413,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
                     n += ps.len();
                 }
                 Some(p) => {
+                    let Some(choice) = choice.as_mut() else {
+                        return Err(BridgeError::invalid_argument(
+                            "--device",
+                            "several devices run --method log",
+                        ));
+                    };
                     let rows = choice.run("detect", |d| {
                         let backend = backend_for(d)?;
                         run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
@@ -409,6 +452,16 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         Method::Log => "log",
         Method::Locate => "locate",
     };
+    let device_text = match (&choice, &multi) {
+        (Some(c), _) => c.device.to_string(),
+        (None, Some(m)) => m
+            .shares
+            .iter()
+            .map(|s| s.device.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        (None, None) => String::new(),
+    };
     if g.json {
         g.print_json(&serde_json::json!({
             "command": "detect",
@@ -418,16 +471,98 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "method": method,
             "detections": n,
             "seconds": secs,
-            "device": choice.device.to_string(),
-            "device_reason": choice.reason,
+            "device": device_text,
+            "device_reason": choice.as_ref().map(|c| c.reason.clone()),
+            "devices": multi.as_ref().map(|m| &m.shares),
         }))?;
     } else {
         g.note(format!(
             "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {method}, device {}",
             dtype,
             t as f64 / secs.max(1e-9),
-            choice.device
+            device_text
         ));
+        if let Some(m) = &multi {
+            for s in &m.shares {
+                g.note(format!(
+                    "  {}: {} frames in {} batches, {:.3} s{}{}",
+                    s.device,
+                    s.frames,
+                    s.units,
+                    s.seconds,
+                    if s.splits > 0 {
+                        format!(", {} batches split after running out of memory", s.splits)
+                    } else {
+                        String::new()
+                    },
+                    s.error
+                        .as_ref()
+                        .map_or_else(String::new, |e| format!(", stopped: {e}"))
+                ));
+            }
+        }
     }
     Ok(())
+}
+
+/// Several devices at once: their back ends (opened once), what each did so far, and which
+/// are still working (a device that failed takes no later chunk).
+struct Multi {
+    backends: Vec<Box<dyn DetectBackend>>,
+    shares: Vec<DeviceShare>,
+    alive: Vec<bool>,
+}
+
+impl Multi {
+    fn new(devices: &[bridge_core::Device]) -> Result<Multi> {
+        let backends = devices
+            .iter()
+            .map(|&d| backend_for(d))
+            .collect::<Result<Vec<_>>>()?;
+        let shares = backends
+            .iter()
+            .map(|b| DeviceShare {
+                device: b.device(),
+                frames: 0,
+                units: 0,
+                seconds: 0.0,
+                splits: 0,
+                error: None,
+            })
+            .collect();
+        let alive = vec![true; devices.len()];
+        Ok(Multi {
+            backends,
+            shares,
+            alive,
+        })
+    }
+
+    /// One chunk on every device; its frame numbers start at 0 (the caller shifts them).
+    fn detect(
+        &mut self,
+        det: &LogDetector,
+        chunk: &Movie,
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<Vec<Particle>> {
+        let live: Vec<usize> = (0..self.backends.len())
+            .filter(|&i| self.alive[i])
+            .collect();
+        let refs: Vec<&dyn DetectBackend> =
+            live.iter().map(|&i| self.backends[i].as_ref()).collect();
+        let out = det.detect_movie_multi(chunk, &refs, policy, progress)?;
+        for (&i, s) in live.iter().zip(out.shares) {
+            let total = &mut self.shares[i];
+            total.frames += s.frames;
+            total.units += s.units;
+            total.seconds += s.seconds;
+            total.splits += s.splits;
+            if s.error.is_some() {
+                total.error = s.error;
+                self.alive[i] = false;
+            }
+        }
+        Ok(out.particles)
+    }
 }

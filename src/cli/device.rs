@@ -22,12 +22,16 @@ use bridge_core::{BridgeError, Device, Result};
 use ndarray::s;
 
 /// What `--device` asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceArg {
     /// Let the offload decision choose, per stage.
     Auto,
     /// This device, or fail.
     Explicit(Device),
+    /// These devices at once (`cuda:0,cuda:1`), each checked; work goes to whichever is free.
+    Several(Vec<Device>),
+    /// Every usable GPU of the compiled-in backends (`all`; CPU OpenCL devices are not GPUs).
+    AllGpus,
 }
 
 impl std::fmt::Display for DeviceArg {
@@ -35,15 +39,105 @@ impl std::fmt::Display for DeviceArg {
         match self {
             DeviceArg::Auto => f.write_str("auto"),
             DeviceArg::Explicit(d) => write!(f, "{d}"),
+            DeviceArg::Several(v) => {
+                let names: Vec<String> = v.iter().map(Device::to_string).collect();
+                f.write_str(&names.join(","))
+            }
+            DeviceArg::AllGpus => f.write_str("all"),
         }
     }
 }
 
-/// The `--device` value parser: `auto`, `cpu`, `cuda:N` or `opencl:N` (case-insensitive).
+impl DeviceArg {
+    /// For a command that runs on one device: `Several`/`AllGpus` are an error saying which
+    /// command takes several.
+    pub fn single(self, command: &str) -> Result<DeviceArg> {
+        match self {
+            DeviceArg::Auto | DeviceArg::Explicit(_) => Ok(self),
+            DeviceArg::Several(_) | DeviceArg::AllGpus => Err(several_error(&self, command)),
+        }
+    }
+
+    /// The devices of `Several` (each checked for `stage`) or `AllGpus` (every CUDA device and
+    /// every OpenCL device that is not a CPU; an error when there is none); `None` for one
+    /// device or `auto`.
+    pub fn devices(&self, stage: Stage) -> Result<Option<Vec<Device>>> {
+        match self {
+            DeviceArg::Auto | DeviceArg::Explicit(_) => Ok(None),
+            DeviceArg::Several(v) => {
+                for &d in v {
+                    check_explicit(d, &[stage])?;
+                }
+                Ok(Some(v.clone()))
+            }
+            DeviceArg::AllGpus => {
+                let gpus: Vec<Device> = arraybridge::registry()
+                    .device_infos()
+                    .filter(|i| match i.device {
+                        Device::Cuda(_) => true,
+                        Device::OpenCl(_) => {
+                            !i.details.iter().any(|(k, v)| k == "type" && v == "cpu")
+                        }
+                        Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => false,
+                    })
+                    .map(|i| i.device)
+                    .filter(|&d| (stage.supports)(d).is_ok())
+                    .collect();
+                if gpus.is_empty() {
+                    return Err(BridgeError::unavailable(
+                        "gpu",
+                        format!(
+                            "--device all found no GPU for {} (devices: {}); name devices with \
+                             --device a,b or use --device auto",
+                            stage.name,
+                            available_devices().join(", ")
+                        ),
+                    ));
+                }
+                Ok(Some(gpus))
+            }
+        }
+    }
+}
+
+/// The error for several devices where one is needed.
+pub fn several_error(arg: &DeviceArg, command: &str) -> BridgeError {
+    BridgeError::invalid_argument(
+        "--device",
+        format!(
+            "`{command}` runs on one device; several devices (--device {arg}) are supported by \
+             `detect` (method log) so far"
+        ),
+    )
+}
+
+/// The `--device` value parser: `auto`, `cpu`, `cuda:N` or `opencl:N` (case-insensitive), a
+/// comma-separated list of those devices (`opencl:0,opencl:1`), or `all` (every GPU).
 pub fn parse_device_arg(s: &str) -> std::result::Result<DeviceArg, String> {
     let t = s.trim();
     if t.eq_ignore_ascii_case("auto") {
         return Ok(DeviceArg::Auto);
+    }
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(DeviceArg::AllGpus);
+    }
+    if t.contains(',') {
+        let mut v: Vec<Device> = Vec::new();
+        for part in t.split(',') {
+            match parse_device_arg(part)? {
+                DeviceArg::Explicit(d) if v.contains(&d) => {
+                    return Err(format!("{d} is named twice in {t:?}"));
+                }
+                DeviceArg::Explicit(d) => v.push(d),
+                other => {
+                    return Err(format!(
+                        "{other} cannot be part of a device list; expected cpu, cuda:N or opencl:N \
+                         separated by commas"
+                    ));
+                }
+            }
+        }
+        return Ok(DeviceArg::Several(v));
     }
     let d: Device = t.parse().map_err(|e| {
         let why = match e {
@@ -104,6 +198,7 @@ pub fn resolve(
             let (work, cpu, note) = estimate()?;
             Ok(choose(stage, &work, &cpu, &note))
         }
+        DeviceArg::Several(_) | DeviceArg::AllGpus => Err(several_error(&arg, stage.name)),
     }
 }
 

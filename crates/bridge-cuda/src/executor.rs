@@ -6,8 +6,8 @@
 //! consumed before the call returns) and a buffer dropped while a kernel still uses it. Small
 //! uploads (up to `ARRAYBRIDGE_DIRECT_COPY_KB`, 1 MiB by default) are copied into a ring of
 //! pinned host buffers and sent asynchronously; a ring buffer is reused only once its copy has
-//! completed ([`crate::pending::Ring`]). Each launch records one event, shared by its buffer
-//! arguments as their last use ([`crate::pending::Pending`]), so the device pool never hands out
+//! completed (the `pending` module's ring). Each launch records one event, shared by its buffer
+//! arguments as their last use (the `pending` module), so the device pool never hands out
 //! memory a queued kernel still reads.
 //!
 //! `ARRAYBRIDGE_CUDA_LAUNCH=sync` makes every operation wait for its own completion (the

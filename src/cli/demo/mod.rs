@@ -76,10 +76,10 @@ pub struct Args {
 pub fn run(args: Args, g: Global) -> Result<()> {
     let stages = g.stages();
     let t_all = Instant::now();
-    let request = args.device;
+    let request = args.device.clone().single("demo")?;
     // Fail before any work when an explicit device cannot run every stage.
-    if let DeviceArg::Explicit(d) = request {
-        check_explicit(d, &[DETECT, PACO])?;
+    if let DeviceArg::Explicit(d) = &request {
+        check_explicit(*d, &[DETECT, PACO])?;
     }
     let out = args.output.clone();
     check_output_dir(&out, &[], &[], "--output")?;
@@ -108,6 +108,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         ..Default::default()
     };
     let (mut det_choice, mut paco_choice) = match request {
+        several @ (DeviceArg::Several(_) | DeviceArg::AllGpus) => {
+            return Err(super::device::several_error(&several, "demo"));
+        }
         DeviceArg::Explicit(d) => (Choice::explicit(d), Choice::explicit(d)),
         DeviceArg::Auto => {
             let (cpu, sample) = measure_cpu(&synth.movie, &detector)?;

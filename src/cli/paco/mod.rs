@@ -234,7 +234,8 @@ fn parse_center(s: &str) -> std::result::Result<(f64, f64), String> {
 /// Run `arraybridge paco`.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let t0 = Instant::now();
-    if let DeviceArg::Explicit(d) = args.device {
+    let device_arg = args.device.clone().single("paco")?;
+    if let DeviceArg::Explicit(d) = device_arg {
         check_explicit(d, &[PACO])?;
     }
     let variant = match args.mode {
@@ -254,7 +255,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let stages = g.stages();
     let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
     let (t, h, w) = cube.dim();
-    let mut choice = resolve(args.device, PACO, || {
+    let mut choice = resolve(device_arg, PACO, || {
         let (cpu, note) = nominal_cpu();
         Ok((paco_workload(t, h.max(w), radius), cpu, note))
     })?;

@@ -167,6 +167,23 @@ impl LogDetector {
         backend: &dyn DetectBackend,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Particle>> {
+        let (p, frames) = self.prepare(movie)?;
+        let mut out = Vec::new();
+        let mut done = 0usize;
+        for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
+            out.extend(self.detect_batch(batch, bi * self.batch_size, backend, &p)?);
+            done += batch.len();
+            progress(done);
+        }
+        Ok(out)
+    }
+
+    /// The checked parameters and the frames of `movie`: valid `blob_log` parameters, a
+    /// batch size of at least 1, at least one frame, and a batch that fits host memory.
+    pub(crate) fn prepare<'m>(
+        &self,
+        movie: &'m Movie,
+    ) -> Result<(BlobLogParams, Vec<FrameView<'m>>)> {
         let p = self.params();
         p.validate()?;
         if self.batch_size == 0 {
@@ -181,63 +198,74 @@ impl LogDetector {
         let frames = movie.frames();
         let (h, w) = frames[0].dim();
         self.check_memory(h, w, frames.len())?;
+        Ok((p, frames))
+    }
+
+    /// One batch of frames (the first is frame `first` of the movie): `blob_log` on the back
+    /// end, then noise, refinement and particles on the host. A frame's particles do not
+    /// depend on the batch it is in.
+    pub(crate) fn detect_batch(
+        &self,
+        batch: &[FrameView<'_>],
+        first: usize,
+        backend: &dyn DetectBackend,
+        p: &BlobLogParams,
+    ) -> Result<Vec<Particle>> {
         let mut out = Vec::new();
-        let mut done = 0usize;
-        for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
-            let t_batch = std::time::Instant::now();
-            let results = backend
-                .blob_log_batch_acc(batch, &p, self.accumulate)
-                .map_err(|e| match e {
-                    BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
-                        "in frames {}..{}: {m}",
-                        bi * self.batch_size,
-                        bi * self.batch_size + batch.len()
-                    )),
-                    other => other,
-                })?;
-            let t_host = std::time::Instant::now();
-            let blob_s = t_host.duration_since(t_batch).as_secs_f64();
-            let extra: Vec<(f64, Option<Vec<Refined>>)> = batch
-                .par_iter()
-                .zip(results.par_iter())
-                .map(|(f, blobs)| {
-                    let noise = frame_noise(f, self.prescale);
-                    let refined = self.refine.as_ref().map(|rp| refine_blobs(*f, blobs, rp));
-                    (noise, refined)
-                })
-                .collect();
-            for (k, (blobs, (noise, refined))) in results.into_iter().zip(extra).enumerate() {
-                let frame = (bi * self.batch_size + k) as u32;
-                for (j, b) in blobs.iter().enumerate() {
-                    let intensity = 2.0 * b.response;
-                    out.push(Particle {
-                        frame,
-                        x: b.x,
-                        y: b.y,
-                        intensity,
-                        sigma: b.sigma,
-                        snr: if noise > 0.0 {
-                            intensity / noise
-                        } else {
-                            f64::INFINITY
-                        },
-                        frame_size: (h as u32, w as u32),
-                        id: None,
-                        response: b.response,
-                        refined: refined.as_ref().map(|r| r[j]),
-                    });
-                }
+        let Some((h, w)) = batch.first().map(FrameView::dim) else {
+            return Ok(out);
+        };
+        let t_batch = std::time::Instant::now();
+        let results = backend
+            .blob_log_batch_acc(batch, p, self.accumulate)
+            .map_err(|e| match e {
+                BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
+                    "in frames {first}..{}: {m}",
+                    first + batch.len()
+                )),
+                other => other,
+            })?;
+        let t_host = std::time::Instant::now();
+        let blob_s = t_host.duration_since(t_batch).as_secs_f64();
+        let extra: Vec<(f64, Option<Vec<Refined>>)> = batch
+            .par_iter()
+            .zip(results.par_iter())
+            .map(|(f, blobs)| {
+                let noise = frame_noise(f, self.prescale);
+                let refined = self.refine.as_ref().map(|rp| refine_blobs(*f, blobs, rp));
+                (noise, refined)
+            })
+            .collect();
+        for (k, (blobs, (noise, refined))) in results.into_iter().zip(extra).enumerate() {
+            let frame = u32::try_from(first + k)
+                .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
+            for (j, b) in blobs.iter().enumerate() {
+                let intensity = 2.0 * b.response;
+                out.push(Particle {
+                    frame,
+                    x: b.x,
+                    y: b.y,
+                    intensity,
+                    sigma: b.sigma,
+                    snr: if noise > 0.0 {
+                        intensity / noise
+                    } else {
+                        f64::INFINITY
+                    },
+                    frame_size: (h as u32, w as u32),
+                    id: None,
+                    response: b.response,
+                    refined: refined.as_ref().map(|r| r[j]),
+                });
             }
-            super::trace(|| {
-                format!(
-                    "detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
-                    batch.len(),
-                    t_host.elapsed().as_secs_f64()
-                )
-            });
-            done += batch.len();
-            progress(done);
         }
+        super::trace(|| {
+            format!(
+                "detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
+                batch.len(),
+                t_host.elapsed().as_secs_f64()
+            )
+        });
         Ok(out)
     }
 }

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod input;
 pub mod kernels;
 pub mod locate;
+pub mod multi;
 pub mod real;
 pub mod refine;
 pub mod synth;
@@ -32,6 +33,7 @@ pub use gpu::GpuDetect;
 pub use gpu::OpenClDetect;
 pub use input::blob_log_array;
 pub use locate::{Feature, LocateParams, locate};
+pub use multi::{DeviceShare, MultiOutcome, MultiPolicy};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};
 

@@ -1,0 +1,265 @@
+//! Detection on several devices at once: a work queue of frame ranges.
+//!
+//! [`LogDetector::detect_movie_on`] (devices by name) and [`LogDetector::detect_movie_multi`]
+//! (back ends) cut the movie into units of `batch_size` frames and hand them out, one at a
+//! time, to whichever device is free: a slower or busier device simply takes fewer. A frame's
+//! detections do not depend on the batch it is in, so the result is identical to the
+//! single-device run (same particles, in frame order).
+//!
+//! Faults stay local:
+//! - an out-of-memory error on a unit of several frames splits it in halves, queued first (the
+//!   device keeps working); on a single frame, that device stops and the frame goes to the
+//!   others;
+//! - any other error stops that device; its unit goes back to the queue when
+//!   [`MultiPolicy::requeue_on_failure`] is set (the others finish the movie), otherwise the
+//!   call fails with that error, naming the device.
+//!
+//! Every unit is computed exactly once; the call fails when a unit is left that no device can
+//! take. [`DeviceShare`] reports what each device did.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bridge_core::{BridgeError, Device, Result};
+
+use super::Movie;
+use super::backend::DetectBackend;
+use super::detector::{LogDetector, Particle};
+use super::dispatch::backend_for;
+
+/// What to do when a device fails with something other than running out of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MultiPolicy {
+    /// Give the failed device's unit to the other devices (the failure is still reported in
+    /// [`DeviceShare::error`]); `false` (default): the call fails.
+    pub requeue_on_failure: bool,
+}
+
+/// What one device did in a multi-device run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceShare {
+    /// The device (`opencl:0` in JSON).
+    #[serde(serialize_with = "device_name")]
+    pub device: Device,
+    /// Frames it detected.
+    pub frames: usize,
+    /// Units (frame ranges) it completed.
+    pub units: usize,
+    /// Seconds it spent detecting.
+    pub seconds: f64,
+    /// Units it split after running out of memory.
+    pub splits: usize,
+    /// Why it stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// The particles of a multi-device run and each device's share.
+#[derive(Debug, Clone)]
+pub struct MultiOutcome {
+    /// Every particle, in frame order (as [`LogDetector::detect_movie`] gives them).
+    pub particles: Vec<Particle>,
+    /// One entry per device, in the order given.
+    pub shares: Vec<DeviceShare>,
+}
+
+fn device_name<S: serde::Serializer>(d: &Device, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(d)
+}
+
+struct Queue {
+    /// Frame ranges `[start, end)` still to do.
+    todo: VecDeque<(usize, usize)>,
+    /// Units being detected right now.
+    running: usize,
+    /// Results by first frame.
+    done: BTreeMap<usize, Vec<Particle>>,
+    /// Devices still working.
+    alive: usize,
+    /// The first fatal error (the call fails with it).
+    fatal: Option<BridgeError>,
+}
+
+impl LogDetector {
+    /// Detect `movie` on every device of `devices` at once (see the [module docs](self)).
+    /// Unknown or unavailable devices are an error before any work starts; a device named
+    /// twice is an error too.
+    pub fn detect_movie_on(
+        &self,
+        movie: &Movie,
+        devices: &[Device],
+        policy: MultiPolicy,
+    ) -> Result<MultiOutcome> {
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d) {
+                return Err(BridgeError::invalid_argument(
+                    "devices",
+                    format!("{d} is named twice"),
+                ));
+            }
+        }
+        let backends = devices
+            .iter()
+            .map(|&d| backend_for(d))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
+        self.detect_movie_multi(movie, &refs, policy, |_| {})
+    }
+
+    /// [`Self::detect_movie_on`] with explicit back ends; `progress(frames_done)` is called as
+    /// units complete.
+    pub fn detect_movie_multi(
+        &self,
+        movie: &Movie,
+        backends: &[&dyn DetectBackend],
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<MultiOutcome> {
+        if backends.is_empty() {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                "at least one device is needed",
+            ));
+        }
+        let (p, frames) = self.prepare(movie)?;
+        let n = frames.len();
+        let todo = (0..n)
+            .step_by(self.batch_size)
+            .map(|s| (s, (s + self.batch_size).min(n)))
+            .collect();
+        let queue = Mutex::new(Queue {
+            todo,
+            running: 0,
+            done: BTreeMap::new(),
+            alive: backends.len(),
+            fatal: None,
+        });
+        let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+        let frames_done = Mutex::new(0usize);
+        let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
+            let workers: Vec<_> = backends
+                .iter()
+                .map(|&backend| {
+                    let (frames, p, lock, frames_done, progress) =
+                        (&frames, &p, &lock, &frames_done, &progress);
+                    scope.spawn(move || {
+                        let mut share = DeviceShare {
+                            device: backend.device(),
+                            frames: 0,
+                            units: 0,
+                            seconds: 0.0,
+                            splits: 0,
+                            error: None,
+                        };
+                        loop {
+                            let unit = {
+                                let mut q = lock();
+                                if q.fatal.is_some() {
+                                    break;
+                                }
+                                match q.todo.pop_front() {
+                                    Some(u) => {
+                                        q.running += 1;
+                                        Some(u)
+                                    }
+                                    None if q.running == 0 => break,
+                                    None => None,
+                                }
+                            };
+                            // other devices may still split or hand back a unit
+                            let Some((a, b)) = unit else {
+                                std::thread::sleep(std::time::Duration::from_millis(2));
+                                continue;
+                            };
+                            let t = Instant::now();
+                            // a panic in a back end is that device's failure, never a hang of
+                            // the others (its unit would otherwise stay "running")
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                self.detect_batch(&frames[a..b], a, backend, p)
+                            }))
+                            .unwrap_or_else(|_| {
+                                Err(BridgeError::backend(
+                                    "detect",
+                                    None,
+                                    "the back end panicked",
+                                ))
+                            });
+                            share.seconds += t.elapsed().as_secs_f64();
+                            let mut q = lock();
+                            q.running -= 1;
+                            match r {
+                                Ok(ps) => {
+                                    share.frames += b - a;
+                                    share.units += 1;
+                                    q.done.insert(a, ps);
+                                    drop(q);
+                                    let mut d =
+                                        frames_done.lock().unwrap_or_else(|e| e.into_inner());
+                                    *d += b - a;
+                                    progress(*d);
+                                }
+                                Err(e) if e.is_oom() && b - a > 1 => {
+                                    let mid = a + (b - a) / 2;
+                                    q.todo.push_front((mid, b));
+                                    q.todo.push_front((a, mid));
+                                    share.splits += 1;
+                                }
+                                Err(e) => {
+                                    share.error = Some(e.to_string());
+                                    q.alive -= 1;
+                                    if e.is_oom() || policy.requeue_on_failure {
+                                        q.todo.push_front((a, b));
+                                        if q.alive == 0 {
+                                            q.fatal = Some(e);
+                                        }
+                                    } else {
+                                        q.fatal = Some(match e {
+                                            BridgeError::InvalidInput(_) => e,
+                                            other => BridgeError::backend(
+                                                "detect",
+                                                None,
+                                                format!(
+                                                    "{} failed on frames {a}..{b}: {other}",
+                                                    share.device
+                                                ),
+                                            ),
+                                        });
+                                    }
+                                    break;
+                                }
+                            }
+                        }
+                        share
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join().unwrap_or_else(|_| DeviceShare {
+                        device: Device::Cpu,
+                        frames: 0,
+                        units: 0,
+                        seconds: 0.0,
+                        splits: 0,
+                        error: Some("the worker thread panicked".into()),
+                    })
+                })
+                .collect()
+        });
+        let mut q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = q.fatal.take() {
+            return Err(e);
+        }
+        let covered: usize = shares.iter().map(|s| s.frames).sum();
+        if covered != n || !q.todo.is_empty() {
+            return Err(BridgeError::backend(
+                "detect",
+                None,
+                format!("{covered} of {n} frames detected: no device could take the rest"),
+            ));
+        }
+        let particles = q.done.into_values().flatten().collect();
+        Ok(MultiOutcome { particles, shares })
+    }
+}

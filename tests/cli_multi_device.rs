@@ -1,0 +1,156 @@
+//! `detect --device a,b` / `all`: several devices in one process (two PoCL devices here,
+//! `POCL_DEVICES="pthread pthread"`), the same CSV as one device, each device's share in the
+//! summary and the JSON; lists where one device is needed are clear errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+fn arraybridge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+        .args(args)
+        .env("POCL_DEVICES", "pthread pthread")
+        .output()
+        .unwrap()
+}
+
+fn tmpdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-cli-multi-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn movie() -> String {
+    bridge_core::fixtures::path("detect/movie/movie_u16.npy")
+        .display()
+        .to_string()
+}
+
+/// Whether two OpenCL devices are there (PoCL installed); a skip otherwise.
+fn two_opencl() -> bool {
+    let out = arraybridge(&["devices"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ok = text.lines().any(|l| l.starts_with("opencl:1"));
+    if !ok {
+        assert!(
+            std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").as_deref() != Ok("1"),
+            "ARRAYBRIDGE_REQUIRE_OPENCL=1 but fewer than two OpenCL devices"
+        );
+        eprintln!("skipping: fewer than two OpenCL devices");
+    }
+    ok
+}
+
+#[test]
+fn two_devices_write_the_same_detections_as_one() {
+    if !two_opencl() {
+        return;
+    }
+    let dir = tmpdir("same");
+    let one = dir.join("one.csv");
+    let two = dir.join("two.csv");
+    let common = [
+        "--max-sigma",
+        "3",
+        "--threshold",
+        "none",
+        "--threshold-rel",
+        "0.2",
+    ];
+    let run = |out: &std::path::Path, device: &str, extra: &[&str]| {
+        let m = movie();
+        let mut args = vec![
+            "detect",
+            &m,
+            "-o",
+            out.to_str().unwrap(),
+            "--device",
+            device,
+        ];
+        args.extend(common);
+        args.extend(extra);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        arraybridge(&refs)
+    };
+    let o = run(&one, "opencl:0", &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        &two,
+        "opencl:0,opencl:1",
+        &["--batch-size", "2", "--chunk-frames", "7"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("opencl:0,opencl:1"), "{err}");
+    assert!(err.contains("  opencl:1: "), "each device's share: {err}");
+    assert_eq!(std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+    let o = run(&two, "opencl:1,opencl:0", &["--json", "-q"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let shares = v["devices"].as_array().unwrap();
+    assert_eq!(shares[0]["device"], "opencl:1");
+    let frames: u64 = shares.iter().map(|s| s["frames"].as_u64().unwrap()).sum();
+    assert_eq!(frames, v["frames"].as_u64().unwrap());
+}
+
+#[test]
+fn device_lists_are_checked() {
+    let dir = tmpdir("lists");
+    let out = dir.join("x.csv");
+    let out = out.to_str().unwrap();
+    let m = movie();
+    let fails = |args: &[&str], want: &str| {
+        let o = arraybridge(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    fails(
+        &["detect", &m, "-o", out, "--device", "opencl:0,opencl:0"],
+        "named twice",
+    );
+    fails(
+        &["detect", &m, "-o", out, "--device", "cpu,auto"],
+        "cannot be part of a device list",
+    );
+    fails(
+        &["detect", &m, "-o", out, "--device", "cpu,opencl:9"],
+        "opencl:9",
+    );
+    fails(
+        &[
+            "detect",
+            &m,
+            "-o",
+            out,
+            "--device",
+            "cpu,opencl:0",
+            "--method",
+            "locate",
+            "--diameter",
+            "7",
+        ],
+        "--method log",
+    );
+    fails(
+        &[
+            "paco",
+            "--cube",
+            "a",
+            "--angles",
+            "b",
+            "--psf",
+            "c",
+            "-o",
+            out,
+            "--device",
+            "cpu,opencl:0",
+        ],
+        "runs on one device",
+    );
+    fails(
+        &["demo", "-o", out, "--device", "all"],
+        "runs on one device",
+    );
+}
