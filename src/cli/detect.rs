@@ -19,7 +19,7 @@ use arraybridge::io::stream::MovieStream;
 
 use super::common::{Global, check_output_file};
 use super::device::{
-    DETECT, DeviceArg, check_explicit, detect_estimate, detect_workload, nominal_cpu,
+    Choice, DETECT, DeviceArg, check_explicit, detect_estimate, detect_workload, nominal_cpu,
     parse_device_arg, resolve,
 };
 
@@ -344,13 +344,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if args.method == Method::Log {
         det.check_memory(h, w, first.len())?;
     }
-    let mut multi = match &several {
-        Some(devices) => Some(Multi::new(devices)?),
-        None => None,
-    };
-    let mut choice = match &several {
-        Some(_) => None,
-        None => Some(resolve(args.device.clone(), DETECT, || {
+    let mut runner = match several {
+        Some(devices) => Runner::Several(Multi::new(&devices)?),
+        None => Runner::One(resolve(args.device.clone(), DETECT, || {
             match args.method {
                 Method::Log => detect_estimate(&first, &det),
                 Method::Locate => {
@@ -360,7 +356,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             }
         })?),
     };
-    if let Some(note) = choice.as_ref().and_then(|c| c.auto_note("detect")) {
+    if let Runner::One(c) = &runner
+        && let Some(note) = c.auto_note("detect")
+    {
         g.note(note);
     }
     let policy = MultiPolicy {
@@ -390,19 +388,16 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             }
             match &locate {
                 None => {
-                    let mut ps = match (&mut choice, &mut multi) {
-                        (Some(choice), _) => choice.run("detect", |d| {
+                    let mut ps = match &mut runner {
+                        Runner::One(choice) => choice.run("detect", |d| {
                             let backend = backend_for(d)?;
                             det.detect_movie_with(&chunk, backend.as_ref(), |done| {
                                 progress.set_position((frame0 + done) as u64)
                             })
                         })?,
-                        (None, Some(m)) => m.detect(&det, &chunk, policy, |done| {
+                        Runner::Several(m) => m.detect(&det, &chunk, policy, |done| {
                             progress.set_position((frame0 + done) as u64)
                         })?,
-                        (None, None) => {
-                            return Err(BridgeError::invalid_argument("--device", "no device"));
-                        }
                     };
                     let f0 = u32::try_from(frame0)
                         .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
@@ -413,7 +408,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
                     n += ps.len();
                 }
                 Some(p) => {
-                    let Some(choice) = choice.as_mut() else {
+                    // several devices with --method locate were refused before reading
+                    let Runner::One(choice) = &mut runner else {
                         return Err(BridgeError::invalid_argument(
                             "--device",
                             "several devices run --method log",
@@ -452,15 +448,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         Method::Log => "log",
         Method::Locate => "locate",
     };
-    let device_text = match (&choice, &multi) {
-        (Some(c), _) => c.device.to_string(),
-        (None, Some(m)) => m
-            .shares
-            .iter()
-            .map(|s| s.device.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        (None, None) => String::new(),
+    let (device_text, reason, multi) = match &runner {
+        Runner::One(c) => (c.device.to_string(), Some(c.reason.clone()), None),
+        Runner::Several(m) => {
+            let names: Vec<String> = m.shares.iter().map(|s| s.device.to_string()).collect();
+            (names.join(","), None, Some(m))
+        }
     };
     if g.json {
         g.print_json(&serde_json::json!({
@@ -472,8 +465,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "detections": n,
             "seconds": secs,
             "device": device_text,
-            "device_reason": choice.as_ref().map(|c| c.reason.clone()),
-            "devices": multi.as_ref().map(|m| &m.shares),
+            "device_reason": reason,
+            "devices": multi.map(|m| &m.shares),
         }))?;
     } else {
         g.note(format!(
@@ -482,7 +475,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             t as f64 / secs.max(1e-9),
             device_text
         ));
-        if let Some(m) = &multi {
+        if let Some(m) = multi {
             for s in &m.shares {
                 g.note(format!(
                     "  {}: {} frames in {} batches, {:.3} s{}{}",
@@ -505,6 +498,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     Ok(())
 }
 
+/// Where detection runs: one device (with how it was chosen) or several at once.
+enum Runner {
+    One(Choice),
+    Several(Multi),
+}
+
 /// Several devices at once: their back ends (opened once), what each did so far, and which
 /// are still working (a device that failed takes no later chunk).
 struct Multi {
@@ -521,14 +520,7 @@ impl Multi {
             .collect::<Result<Vec<_>>>()?;
         let shares = backends
             .iter()
-            .map(|b| DeviceShare {
-                device: b.device(),
-                frames: 0,
-                units: 0,
-                seconds: 0.0,
-                splits: 0,
-                error: None,
-            })
+            .map(|b| DeviceShare::new(b.device()))
             .collect();
         let alive = vec![true; devices.len()];
         Ok(Multi {
@@ -553,15 +545,8 @@ impl Multi {
             live.iter().map(|&i| self.backends[i].as_ref()).collect();
         let out = det.detect_movie_multi(chunk, &refs, policy, progress)?;
         for (&i, s) in live.iter().zip(out.shares) {
-            let total = &mut self.shares[i];
-            total.frames += s.frames;
-            total.units += s.units;
-            total.seconds += s.seconds;
-            total.splits += s.splits;
-            if s.error.is_some() {
-                total.error = s.error;
-                self.alive[i] = false;
-            }
+            self.alive[i] = s.error.is_none();
+            self.shares[i].add(s);
         }
         Ok(out.particles)
     }

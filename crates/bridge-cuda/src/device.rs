@@ -244,11 +244,10 @@ impl Staging {
     pub fn get() -> Staging {
         static S: OnceLock<Staging> = OnceLock::new();
         *S.get_or_init(|| {
+            // read through the tuning knobs (one reading of the environment per process)
             Staging::parse(
-                std::env::var("ARRAYBRIDGE_STAGING_CHUNK_MB")
-                    .ok()
-                    .as_deref(),
-                std::env::var("ARRAYBRIDGE_STAGING_BUFFERS").ok().as_deref(),
+                bridge_core::tuning::raw("ARRAYBRIDGE_STAGING_CHUNK_MB").as_deref(),
+                bridge_core::tuning::raw("ARRAYBRIDGE_STAGING_BUFFERS").as_deref(),
             )
         })
     }

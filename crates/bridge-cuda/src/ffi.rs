@@ -467,7 +467,7 @@ pub(crate) fn allow_dynamic_shared(func: &CudaFunction, bytes: u32, device: Devi
 }
 
 pub(crate) fn param_sizes(func: &CudaFunction) -> Option<Vec<usize>> {
-    if std::env::var("ARRAYBRIDGE_CHECK_PARAMS").is_ok_and(|v| v.trim() == "0") {
+    if bridge_core::tuning::usize_knob("ARRAYBRIDGE_CHECK_PARAMS") == Some(0) {
         return None;
     }
     catch_unwind(AssertUnwindSafe(|| {

@@ -46,7 +46,7 @@ pub const DEFAULT_OPTIONS: &str = "--fmad=false";
 /// The options [`OPTIONS_ENV`] asks for (read once per process), or [`DEFAULT_OPTIONS`].
 pub fn device_options() -> &'static [String] {
     static O: OnceLock<Vec<String>> = OnceLock::new();
-    O.get_or_init(|| parse_options(std::env::var(OPTIONS_ENV).ok().as_deref()))
+    O.get_or_init(|| parse_options(bridge_core::tuning::raw(OPTIONS_ENV).as_deref()))
 }
 
 /// Split an options string (`None`: [`DEFAULT_OPTIONS`]) on whitespace.

@@ -54,6 +54,32 @@ pub struct DeviceShare {
     pub error: Option<String>,
 }
 
+impl DeviceShare {
+    /// Nothing done yet on `device`.
+    pub fn new(device: Device) -> Self {
+        DeviceShare {
+            device,
+            frames: 0,
+            units: 0,
+            seconds: 0.0,
+            splits: 0,
+            error: None,
+        }
+    }
+
+    /// Add what `more` (a later run on the same device) did; its error, if any, replaces this
+    /// one's.
+    pub fn add(&mut self, more: DeviceShare) {
+        self.frames += more.frames;
+        self.units += more.units;
+        self.seconds += more.seconds;
+        self.splits += more.splits;
+        if more.error.is_some() {
+            self.error = more.error;
+        }
+    }
+}
+
 /// The particles of a multi-device run and each device's share.
 #[derive(Debug, Clone)]
 pub struct MultiOutcome {
@@ -143,14 +169,7 @@ impl LogDetector {
                     let (frames, p, lock, frames_done, progress) =
                         (&frames, &p, &lock, &frames_done, &progress);
                     scope.spawn(move || {
-                        let mut share = DeviceShare {
-                            device: backend.device(),
-                            frames: 0,
-                            units: 0,
-                            seconds: 0.0,
-                            splits: 0,
-                            error: None,
-                        };
+                        let mut share = DeviceShare::new(backend.device());
                         loop {
                             let unit = {
                                 let mut q = lock();
@@ -237,12 +256,8 @@ impl LogDetector {
                 .into_iter()
                 .map(|w| {
                     w.join().unwrap_or_else(|_| DeviceShare {
-                        device: Device::Cpu,
-                        frames: 0,
-                        units: 0,
-                        seconds: 0.0,
-                        splits: 0,
                         error: Some("the worker thread panicked".into()),
+                        ..DeviceShare::new(Device::Cpu)
                     })
                 })
                 .collect()

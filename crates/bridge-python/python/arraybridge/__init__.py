@@ -265,6 +265,20 @@ class PacoResult:
     candidates: Any
 
 
+def _paco_settings(radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center):
+    """The PACO settings ``paco`` and ``unbiased_flux`` share, as the native keywords."""
+    return dict(
+        radius=int(radius),
+        mode=mode,
+        fwhm=None if fwhm is None else float(fwhm),
+        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
+        subpixel=subpixel,
+        edge=edge,
+        nearest=bool(nearest),
+        center=None if center is None else (float(center[0]), float(center[1])),
+    )
+
+
 def paco(
     cube: Any,
     angles: Any,
@@ -290,14 +304,9 @@ def paco(
         cube,
         angles,
         psf,
-        radius=int(radius),
-        mode=mode,
-        fwhm=None if fwhm is None else float(fwhm),
-        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
-        subpixel=subpixel,
-        edge=edge,
-        nearest=bool(nearest),
-        center=None if center is None else (float(center[0]), float(center[1])),
+        **_paco_settings(
+            radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
+        ),
         stats_strategy=stats_strategy,
         top=int(top),
         device=device,
@@ -354,14 +363,9 @@ def unbiased_flux(
         angles,
         psf,
         pos,
-        radius=int(radius),
-        mode=mode,
-        fwhm=None if fwhm is None else float(fwhm),
-        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
-        subpixel=subpixel,
-        edge=edge,
-        nearest=bool(nearest),
-        center=None if center is None else (float(center[0]), float(center[1])),
+        **_paco_settings(
+            radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
+        ),
         eps=float(eps),
         max_iter=int(max_iter),
         alpha0=float(alpha0),
