@@ -8,7 +8,7 @@ mod common;
 fuzz_target!(|data: &[u8]| {
     common::init();
     let p = common::temp_file(data, "csv");
-    if let Ok(t) = arraybridge::io::csv::read_table(&p) {
+    if let Ok(t) = arraybridge::io::csv::read_table(p.path()) {
         for name in ["frame", "y", "x"] {
             let _ = t.f64_column(name);
         }

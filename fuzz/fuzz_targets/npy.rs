@@ -9,5 +9,5 @@ fuzz_target!(|data: &[u8]| {
     common::init();
     let _ = arraybridge::io::npy::parse_npy(data, "fuzz.npy");
     let p = common::temp_file(data, "npy");
-    let _ = arraybridge::io::image::read_movie(&p);
+    let _ = arraybridge::io::image::read_movie(p.path());
 });

@@ -8,5 +8,5 @@ mod common;
 fuzz_target!(|data: &[u8]| {
     common::init();
     let p = common::temp_file(data, "tif");
-    let _ = arraybridge::io::image::read_movie(&p);
+    let _ = arraybridge::io::image::read_movie(p.path());
 });
