@@ -6,10 +6,12 @@
 #                                             # stripped, into .carry/gpu-check/ (git-ignored)
 #   bash scripts/gpu-check.sh run PHASE...    # THERE (carry .carry): PHASE is one or more of
 #                                             #   correctness  every GPU test binary
+#                                             #   python       the Python package's pytest suite
+#                                             #                (CUDA through PyTorch, CuPy, JAX)
 #                                             #   sanitize     compute-sanitizer on two small tests
 #                                             #   bench        ceilings, transfers, detection, PACO
 #                                             #   profile      ncu on the hottest kernels
-#                                             #   all          the four, in that order
+#                                             #   all          the five, in that order
 #   bash scripts/gpu-check.sh dry-run         # HERE: `run correctness` on a machine without a GPU;
 #                                             # every GPU test must report itself skipped
 #
@@ -32,6 +34,9 @@
 #   GPU_CHECK_MAX_MIB [48]         build: the largest carried folder (the device call carries at
 #                                  most 64 MiB together with the repository and its fixtures)
 #   GPU_CHECK_TORCH [auto]         build: 1 requires the Torch-CUDA binaries, 0 leaves them out
+#   GPU_CHECK_WHEEL [1]            build: 0 leaves the Python wheel (and pytest's wheels) out
+#   GPU_CHECK_PYTHON []            python phase: the interpreter (default: the one with PyTorch,
+#                                  else $ARRAYBRIDGE_PYTHON, else python3)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -67,6 +72,17 @@ build() {
   cargo_artifacts bench --no-run -p bridge-cuda --bench cuda_transfer | copy_artifacts "$carry/bench"
   echo "gpu-check: building the CLI (arraybridge bench)" >&2
   cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"
+  if [ "${GPU_CHECK_WHEEL:-1}" != 0 ]; then
+    # The Python package (abi3: any CPython >= 3.9 there) and pytest's pure-Python wheels, so
+    # the python phase needs no network; NumPy, PyTorch, CuPy and JAX are the GPU machine's.
+    echo "gpu-check: building the Python wheel" >&2
+    mkdir -p "$carry/python"
+    [ -n "${ARRAYBRIDGE_PYTHON:-}" ] || eval "$(bash scripts/python.sh --print-env)"
+    "$(dirname "$ARRAYBRIDGE_PYTHON")/maturin" build --release --quiet \
+      -m crates/bridge-python/Cargo.toml -o "$carry/python" >&2
+    "$ARRAYBRIDGE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
+      -d "$carry/python" pytest pluggy iniconfig packaging pygments exceptiongroup tomli >&2
+  fi
   local torch="${GPU_CHECK_TORCH:-auto}"
   if [ "$torch" != 0 ]; then
     local env_ok=1
@@ -90,7 +106,7 @@ build() {
   if command -v strip >/dev/null; then
     strip "$carry"/tests/* "$carry"/bench/* "$carry"/bin/* 2>/dev/null || true
   fi
-  ls -la "$carry"/tests "$carry"/bench "$carry"/bin >&2
+  ls -la "$carry"/tests "$carry"/bench "$carry"/bin "$carry"/python 2>/dev/null >&2
   local kib max
   kib=$(du -sk "$carry" | cut -f1)
   max="${GPU_CHECK_MAX_MIB:-48}"
@@ -161,6 +177,13 @@ classify() {
   skipped=$(awk '/^---- .* stdout ----$/ {cur=$2; next}
                  /^(skipped|skipping)/ && cur != "" {s[cur]=1}
                  END {n=0; for (k in s) n++; print n}' "$log")
+  if ! grep -q '^test result:' "$log"; then
+    # pytest's last line: "3 passed, 1 skipped in 2.0s" (-q) or "=== 1 failed, 2 passed ... ==="
+    local last
+    last="$(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$log" | tail -1)"
+    pyn() { echo "$last" | grep -oE "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
+    passed=$(pyn passed); failed=$(( $(pyn failed) + $(pyn 'errors?') )); skipped=$(pyn skipped)
+  fi
   if [ "$rc" = 0 ]; then res=passed
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then res="timed out"
   elif [ "$rc" = 126 ] || [ "$rc" = 127 ] || grep -q "error while loading shared libraries" "$log"; then
@@ -211,6 +234,26 @@ phase_correctness() {
     run_binary "test $(basename "$t")" "$WORK/test-$(basename "$t").log" \
       "$t" --show-output --test-threads="${GPU_CHECK_THREADS:-4}" "${filter[@]}"
   done
+}
+
+# The Python package's pytest suite against the carried wheel, installed into a scratch folder
+# (nothing is installed into the machine's Python): on a GPU its CUDA tests (tests/test_cuda.py:
+# DLPack with PyTorch, CuPy and JAX, pipelines on CUDA inputs) run for real.
+phase_python() {
+  local py="${GPU_CHECK_PYTHON:-}" lib="$WORK/pylib"
+  if [ -z "$py" ]; then
+    py="$(python_with_torch)" || py="${ARRAYBRIDGE_PYTHON:-python3}"
+  fi
+  if ! ls "$carry"/python/arraybridge-*.whl >/dev/null 2>&1; then
+    row "| python | could not start (no wheel carried: GPU_CHECK_WHEEL=0 at build?) | 0 | 0 | 0 | 0 | 0 |"
+    FAIL=1
+    return
+  fi
+  run_binary "python install (wheel into a scratch folder)" "$WORK/python-install.log" \
+    "$py" -m pip install --quiet --no-index --no-deps --target "$lib" "$carry"/python/*.whl
+  run_binary "python pytest" "$WORK/python-pytest.log" \
+    env PYTHONPATH="$lib" ARRAYBRIDGE_CLI="$carry/bin/arraybridge" \
+    "$py" -m pytest -q -rs -p no:cacheprovider "$root/crates/bridge-python/tests"
 }
 
 # compute-sanitizer on one small detection test and one radius-6 PACO test.
@@ -302,14 +345,14 @@ phase_profile() {
 }
 
 run() {
-  [ $# -gt 0 ] || die "run needs a phase: correctness, sanitize, bench, profile or all"
+  [ $# -gt 0 ] || die "run needs a phase: correctness, python, sanitize, bench, profile or all"
   [ -d "$carry/tests" ] || die "$carry missing: run 'bash scripts/gpu-check.sh build' here and carry .carry"
   local phases=() p out
   for p in "$@"; do
     case "$p" in
-      all) phases+=(correctness sanitize bench profile) ;;
-      correctness|sanitize|bench|profile) phases+=("$p") ;;
-      *) die "unknown phase $p (correctness, sanitize, bench, profile, all)" ;;
+      all) phases+=(correctness python sanitize bench profile) ;;
+      correctness|python|sanitize|bench|profile) phases+=("$p") ;;
+      *) die "unknown phase $p (correctness, python, sanitize, bench, profile, all)" ;;
     esac
   done
   setup_env
@@ -355,7 +398,7 @@ run() {
 dry_run() {
   local status=0
   unset OUT
-  ARRAYBRIDGE_REQUIRE_GPU=0 run correctness || status=1
+  ARRAYBRIDGE_REQUIRE_GPU=0 run correctness python || status=1
   local s="$root/.carry/gpu-check-results/summary.md"
   # nvrtc_compile needs NVRTC, not a GPU: it runs for real here
   if grep -vE '\| test nvrtc_compile ' "$s" | grep -qE '\| test [^|]* \| passed \| [0-9]+ \| 0 \| 0 \|'; then
@@ -369,5 +412,5 @@ case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
   dry-run) dry_run ;;
-  *) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -uo pipefail/{/^set/!p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

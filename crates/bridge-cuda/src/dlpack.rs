@@ -10,8 +10,10 @@
 //! - **Import** ([`CudaDlpack::import`]): zero-copy for a C-contiguous tensor: the memory is
 //!   wrapped with [`CudaStorage::from_foreign`], the managed tensor being the owner that the
 //!   storage releases (calling the producer's deleter) after its drop-time synchronisation.
-//!   A tensor arraybridge exported comes back as the original array. Strided CUDA tensors are
-//!   refused with a typed error (make them contiguous first).
+//!   A tensor arraybridge exported comes back as the original array. A strided tensor
+//!   (a transpose, a step, a broadcast) is gathered into a fresh C-contiguous buffer on the same
+//!   device by one kernel (a [`TransferKind::DeviceCopy`]); its memory is read in place and the
+//!   producer's deleter runs once that kernel is done.
 //!
 //! # Streams (the DLPack protocol)
 //! - Export for a consumer stream (`__dlpack__(stream=s)`): the producer's pending work on the
@@ -30,10 +32,12 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use bridge_core::convert::TransferKind;
+use bridge_core::dlpack::TensorInfo;
 use bridge_core::dlpack::{
     ConsumerStream, DlpackExchange, DlpackTensor, ExportOptions, Exported, RawParts, dl_device,
     export_raw,
 };
+use bridge_core::exec::{Executor, KernelArg as ExecArg};
 use bridge_core::{Array, BridgeError, Device, MemoryType, Result};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUdeviceptr, CUevent_wait_flags, CUstream};
@@ -41,6 +45,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent_wait_flags, CUstream};
 use crate::buffer::{CudaStorage, storage_of};
 use crate::device::{Gpu, gpu};
 use crate::error;
+use crate::executor::CudaExecutor;
 
 /// bridge-cuda's DLPack exchange, for `Registry::register_dlpack`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -69,11 +74,7 @@ impl DlpackExchange for CudaDlpack {
             });
         };
         if !info.is_contiguous() {
-            return Err(BridgeError::Unsupported(format!(
-                "a strided DLPack tensor on cuda:{n} (strides {:?} for shape {:?}): make it \
-                 contiguous first",
-                info.strides, info.shape
-            )));
+            return gather(&gpu(n)?, tensor, &info);
         }
         let g = gpu(n)?;
         // SAFETY: per the DLPack contract the tensor's memory is device memory of cuda:n
@@ -96,6 +97,115 @@ impl DlpackExchange for CudaDlpack {
     fn export(&self, array: Array, opts: &ExportOptions) -> Result<Exported> {
         export(array, opts)
     }
+}
+
+/// The program of the strided gather (a `static`, so the executor's program cache keys on it).
+static GATHER: bridge_core::kernel::KernelSource = crate::kernel::GATHER;
+
+/// Gather a strided CUDA tensor into a C-contiguous array on the same device (see the
+/// [module docs](self)).
+fn gather(
+    g: &Arc<Gpu>,
+    tensor: DlpackTensor,
+    info: &TensorInfo,
+) -> Result<(Array, TransferKind, u64)> {
+    let es = info.dtype.size_of();
+    let overflow = || {
+        BridgeError::InvalidInput(format!(
+            "a DLPack tensor on {} with shape {:?} and strides {:?} addresses more memory than \
+             this machine has",
+            info.device, info.shape, info.strides
+        ))
+    };
+    let out = CudaExecutor::from_gpu(Arc::clone(g))?;
+    let len = info.len();
+    if len == 0 {
+        let st = out.alloc(0)?;
+        return Ok((
+            Array::from_storage(Box::new(st), info.shape.clone(), info.dtype)?,
+            TransferKind::DeviceCopy,
+            0,
+        ));
+    }
+    // The span of addressed elements: [lo, hi] relative to element [0, …, 0].
+    let (mut lo, mut hi) = (0i64, 0i64);
+    for (&d, &s) in info.shape.iter().zip(&info.strides) {
+        let reach = i64::try_from(d - 1)
+            .ok()
+            .and_then(|d| d.checked_mul(s as i64))
+            .ok_or_else(overflow)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach).ok_or_else(overflow)?;
+        } else {
+            hi = hi.checked_add(reach).ok_or_else(overflow)?;
+        }
+    }
+    let es64 = es as i64;
+    let start = (info.data as i64)
+        .checked_add(lo.checked_mul(es64).ok_or_else(overflow)?)
+        .ok_or_else(overflow)?;
+    let span_elems = hi
+        .checked_sub(lo)
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(overflow)?;
+    let span = usize::try_from(span_elems.checked_mul(es64).ok_or_else(overflow)?)
+        .map_err(|_| overflow())?;
+    // The widest unit (8, 4, 2 or 1 bytes) that divides the element and the start address.
+    let unit = [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&u| es % u == 0 && (start as u64) % (u as u64) == 0)
+        .unwrap_or(1);
+    let k = (es / unit) as i64;
+    let mut meta: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
+    meta.push(k);
+    let ndim = meta.len();
+    for &s in &info.strides {
+        meta.push((s as i64).checked_mul(k).ok_or_else(overflow)?);
+    }
+    meta.push(1);
+    meta.push(lo.checked_mul(-k).ok_or_else(overflow)?);
+    let n = (len as u64).checked_mul(k as u64).ok_or_else(overflow)?;
+    // SAFETY: per the DLPack contract every element the tensor addresses is device memory of
+    // this device, valid while the managed tensor lives; `[start, start + span)` is exactly the
+    // addressed range. The storage owns the tensor and releases it after its last use (the
+    // gather below) has completed. The producer's pending work was ordered before the
+    // consumer stream, which the importer synchronised (see `ImportStream`).
+    let src =
+        unsafe { CudaStorage::from_foreign(g, start as CUdeviceptr, span, Box::new(tensor)) }?;
+    let meta_bytes: Vec<u8> = meta.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let meta_buf = out.upload(&meta_bytes)?;
+    let bytes = len * es;
+    let dst = out.alloc(bytes)?;
+    let elem = match unit {
+        8 => "-DELEM=ulong",
+        4 => "-DELEM=uint",
+        2 => "-DELEM=ushort",
+        _ => "-DELEM=uchar",
+    };
+    const WG: usize = 256;
+    let groups = usize::try_from(n.div_ceil(WG as u64))
+        .unwrap_or(usize::MAX)
+        .clamp(1, 1 << 16);
+    out.launch(
+        &GATHER,
+        &[elem],
+        "gather",
+        &[groups * WG],
+        &[WG],
+        &[
+            ExecArg::Buf(&src),
+            ExecArg::Buf(&dst),
+            ExecArg::Buf(&meta_buf),
+            ExecArg::U32(ndim as u32),
+            ExecArg::U32(n as u32),
+            ExecArg::U32((n >> 32) as u32),
+        ],
+    )?;
+    // `src` and `meta_buf` are released after the gather (their drop waits for its event).
+    drop((src, meta_buf));
+    out.synchronize()?;
+    let a = Array::from_storage(Box::new(dst), info.shape.clone(), info.dtype)?;
+    Ok((a, TransferKind::DeviceCopy, bytes as u64))
 }
 
 /// Make `consumer` (a raw `CUstream`, or the protocol's 1 / 2 default-stream handles) wait for

@@ -38,8 +38,41 @@ __device__ inline unsigned int ab_dim_(const dim3 v, int d) { return d == 0 ? v.
 #define HAS_FP64 1
 "#;
 
-/// Kernels this crate ships (used by its GPU tests and the transfer self-checks). Every one is
-/// compiled through NVRTC in CI.
+/// The strided gather of a DLPack import: `dst[i] = src[base + Σ idx_d · stride_d]` over the
+/// row-major index `i` of the shape, in units of `ELEM` (the element, or a divisor of it: an
+/// extra innermost dimension of stride 1 splits a wide element). `meta` holds `ndim` extents,
+/// `ndim` strides and the base offset, as `long`; the element count is `n_lo + 2³² · n_hi`.
+/// A grid-stride loop, so any count fits any grid.
+pub const GATHER: KernelSource = KernelSource {
+    name: "cuda_strided_gather",
+    source: r#"
+KERNEL gather(GLOBAL const ELEM* RESTRICT src, GLOBAL ELEM* RESTRICT dst,
+              GLOBAL const long* RESTRICT meta, const uint ndim, const uint n_lo, const uint n_hi) {
+    const ulong n = ((ulong)n_hi << 32) | (ulong)n_lo;
+    const ulong step = (ulong)NUM_GROUPS(0) * (ulong)LOCAL_SIZE(0);
+    for (ulong i = GID(0); i < n; i += step) {
+        ulong rem = i;
+        long off = meta[2 * ndim];
+        for (uint k = ndim; k > 0; --k) {
+            const ulong extent = (ulong)meta[k - 1];
+            off += (long)(rem % extent) * meta[ndim + k - 1];
+            rem /= extent;
+        }
+        dst[i] = src[off];
+    }
+}
+"#,
+    entry_points: &["gather"],
+    option_sets: &[
+        &["-DELEM=uchar"],
+        &["-DELEM=ushort"],
+        &["-DELEM=uint"],
+        &["-DELEM=ulong"],
+    ],
+};
+
+/// Kernels this crate ships (used by its GPU tests, the transfer self-checks and the strided
+/// DLPack import). Every one is compiled through NVRTC in CI.
 pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         name: "cuda_selftest_axpy",
@@ -74,6 +107,7 @@ KERNEL count_positive(GLOBAL const float* RESTRICT x, const uint n, GLOBAL int* 
         entry_points: &["count_positive"],
         option_sets: &[&[]],
     },
+    GATHER,
 ];
 
 /// The full source NVRTC compiles: preamble plus portable source.

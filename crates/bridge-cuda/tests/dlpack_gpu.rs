@@ -9,7 +9,7 @@ use bridge_core::convert::{Registry, TransferKind};
 use bridge_core::dlpack::{
     ConsumerStream, DlpackExchange, ExportOptions, RawParts, dl_device, export_raw,
 };
-use bridge_core::{Array, BridgeError, DType, Device, HostData, MemoryType};
+use bridge_core::{Array, DType, Device, HostData, MemoryType};
 use bridge_cuda::dlpack::{CudaDlpack, ImportStream, export};
 use bridge_cuda::{Gpu, gpu, probe, storage_of};
 use cudarc::driver::sys::CUstream;
@@ -105,24 +105,85 @@ fn foreign_tensor_is_wrapped_in_place() {
     assert_eq!(drops.load(Ordering::SeqCst), 1);
 }
 
-/// A strided CUDA tensor is refused (typed), and the producer's deleter still runs.
+/// A strided CUDA tensor (steps, a transpose, a negative stride, u8 and f64 elements) is
+/// gathered into a C-contiguous array on the device with the right values; the producer's
+/// deleter runs once the gather is done; the registry reports a device copy.
 #[test]
-fn strided_cuda_tensor_is_refused() {
+fn strided_cuda_tensor_is_gathered() {
     let Some(g) = gpu_or_skip() else { return };
-    let src = g.upload(&ramp(64)).unwrap();
-    let raw = RawParts {
-        data: storage_of(&src).unwrap().device_ptr() as usize as *mut std::ffi::c_void,
-        shape: vec![8, 4],
-        strides: vec![8, 2],
-        dtype: DType::F32,
-        device: dl_device(Device::Cuda(0)),
-    };
-    // SAFETY: every addressed element lies in the 64 floats of `src`, which the tensor owns.
-    let t = unsafe { export_raw(Box::new(src), raw, &ExportOptions::default(), false) }.unwrap();
-    assert!(matches!(
-        CudaDlpack.import(t),
-        Err(BridgeError::Unsupported(_))
-    ));
+    struct Owner {
+        _buffer: Array,
+        drops: Arc<AtomicUsize>,
+    }
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    // (host data, element offset of [0, ...], shape, strides)
+    let f32_ramp = ramp(64);
+    let u8_ramp = HostData::U8(ndarray::ArrayD::from_shape_fn(vec![24], |i| i[0] as u8));
+    let f64_ramp = HostData::F64(ndarray::ArrayD::from_shape_fn(vec![30], |i| {
+        i[0] as f64 * 0.5
+    }));
+    let cases: Vec<(&HostData, usize, Vec<usize>, Vec<isize>)> = vec![
+        (&f32_ramp, 0, vec![8, 4], vec![8, 2]),
+        (&u8_ramp, 0, vec![6, 4], vec![1, 6]),
+        (&f64_ramp, 29, vec![3, 5], vec![-10, -1]),
+        (&f32_ramp, 3, vec![2, 1, 5], vec![20, 0, 7]),
+    ];
+    let mut reg = Registry::new();
+    reg.register_backend(bridge_cuda::backend());
+    reg.register_dlpack(bridge_cuda::dlpack::exchange());
+    for (host, first, shape, strides) in cases {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let src = g.upload(host).unwrap();
+        let es = host.dtype().size_of();
+        let raw = RawParts {
+            data: (storage_of(&src).unwrap().device_ptr() as usize + first * es)
+                as *mut std::ffi::c_void,
+            shape: shape.clone(),
+            strides: strides.clone(),
+            dtype: host.dtype(),
+            device: dl_device(Device::Cuda(0)),
+        };
+        let owner = Owner {
+            _buffer: src,
+            drops: Arc::clone(&drops),
+        };
+        // SAFETY: every addressed element lies in the owner's buffer, alive while it is.
+        let t =
+            unsafe { export_raw(Box::new(owner), raw, &ExportOptions::default(), false) }.unwrap();
+        let plan = reg
+            .plan_from_dlpack(&t, MemoryType::Cuda, Device::Cuda(0))
+            .unwrap();
+        assert_eq!(plan.steps[0].kind, TransferKind::DeviceCopy, "{plan}");
+        let imported = reg
+            .from_dlpack(t, MemoryType::Cuda, Device::Cuda(0))
+            .unwrap();
+        assert_eq!(imported.route.steps[0].kind, TransferKind::DeviceCopy);
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "released after the gather");
+        assert_eq!(imported.array.shape(), &shape[..]);
+        assert!(!storage_of(&imported.array).unwrap().is_foreign());
+        let got = g
+            .download(&imported.array)
+            .unwrap()
+            .to_c_bytes()
+            .into_owned();
+        let all = host.to_c_bytes();
+        let n: usize = shape.iter().product();
+        let mut want = Vec::with_capacity(n * es);
+        for i in 0..n {
+            let (mut rem, mut off) = (i, first as isize);
+            for d in (0..shape.len()).rev() {
+                off += (rem % shape[d]) as isize * strides[d];
+                rem /= shape[d];
+            }
+            let o = off as usize * es;
+            want.extend_from_slice(&all[o..o + es]);
+        }
+        assert_eq!(got, want, "shape {shape:?} strides {strides:?}");
+    }
 }
 
 /// Stream semantics: a buffer whose upload is still in flight (non-blocking, on stream A) is

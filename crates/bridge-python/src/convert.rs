@@ -179,14 +179,27 @@ fn import_cuda(_py: Python<'_>, _request: ImportRequest<'_>, n: usize) -> PyResu
     }))
 }
 
-/// Import `obj` as a [`Held`]: zero-copy on the host; CUDA tensors wrapped in place.
+/// Import `obj` as a [`Held`]: zero-copy on the host; C-contiguous CUDA tensors wrapped in
+/// place, strided ones gathered into a contiguous copy on their device.
 pub(crate) fn import_held(obj: &Bound<'_, PyAny>) -> PyResult<Held> {
+    import_held_with(obj, true)
+}
+
+/// [`import_held`]; with `allow_copy` false a device tensor that would have to be copied (a
+/// strided CUDA tensor) is an `InvalidInput` instead.
+pub(crate) fn import_held_with(obj: &Bound<'_, PyAny>, allow_copy: bool) -> PyResult<Held> {
     if let Ok(a) = obj.cast::<Array>() {
         return Ok(a.get().held.clone());
     }
     let t = import_tensor(obj)?;
     match t.info().device {
         Device::Cpu => Ok(Held::Tensor(Arc::new(t))),
+        d if !allow_copy && !t.info().is_contiguous() => Err(invalid(format!(
+            "copy=False, but the tensor on {d} is strided (strides {:?} for shape {:?}): \
+             arraybridge keeps device arrays C-contiguous and would have to copy it",
+            t.info().strides,
+            t.info().shape
+        ))),
         d => {
             let imported = registry().from_dlpack(t, d.memory_type(), d).py_err()?;
             Ok(Held::Bridge(Arc::new(imported.array)))
@@ -495,7 +508,7 @@ pub(crate) fn resolve(device: &str, input: &Held) -> PyResult<Device> {
 #[pyfunction]
 #[pyo3(signature = (x, device="cpu", *, copy=None))]
 pub fn convert(x: &Bound<'_, PyAny>, device: &str, copy: Option<bool>) -> PyResult<Array> {
-    let held = import_held(x)?;
+    let held = import_held_with(x, copy != Some(false))?;
     let target = resolve(device, &held)?;
     if copy == Some(false) && held.device() != target {
         return Err(invalid(format!(

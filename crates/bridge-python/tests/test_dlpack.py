@@ -152,8 +152,10 @@ def test_bad_inputs_are_typed():
         ab.convert(object())
     with pytest.raises(ab.InvalidInput, match="invalid device"):
         ab.convert(np.ones(3), device="gpu")
-    with pytest.raises(ab.BackendUnavailable):
-        ab.convert(np.ones(3), device="cuda:0")
+    no_cuda = "cuda:0" not in [d["device"] for d in ab.devices()]
+    if no_cuda:
+        with pytest.raises(ab.BackendUnavailable):
+            ab.convert(np.ones(3), device="cuda:0")
     with pytest.raises(ab.BackendUnavailable):
         ab.convert(np.ones(3), device="opencl:9")
     a = ab.convert(np.ones(3))
@@ -167,8 +169,9 @@ def test_bad_inputs_are_typed():
         ab.blob_log(np.ones((8, 8), dtype=np.int64))
     with pytest.raises(ab.InvalidInput):
         ab.blob_log(np.ones((8, 8)), max_sigma=-1)
-    with pytest.raises(ab.BackendUnavailable):
-        ab.blob_log(np.ones((8, 8)), device="cuda:0")
+    if no_cuda:
+        with pytest.raises(ab.BackendUnavailable):
+            ab.blob_log(np.ones((8, 8)), device="cuda:0")
     for exc in (ab.InvalidInput, ab.OutOfMemory, ab.BackendUnavailable):
         assert issubclass(exc, ab.ArrayBridgeError)
 

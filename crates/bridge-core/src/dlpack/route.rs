@@ -49,15 +49,13 @@ impl Registry {
                         ),
                     });
                 }
-                if info.is_contiguous() {
-                    Ok(TransferKind::ZeroCopy)
+                // A strided device tensor is gathered into a contiguous buffer on its device
+                // by the exchange (an exchange that cannot says so when it is asked).
+                Ok(if info.is_contiguous() {
+                    TransferKind::ZeroCopy
                 } else {
-                    Err(BridgeError::Unsupported(format!(
-                        "a strided DLPack tensor on {} (strides {:?} for shape {:?}): make it \
-                         contiguous first",
-                        info.device, info.strides, info.shape
-                    )))
-                }
+                    TransferKind::DeviceCopy
+                })
             }
         }
     }
@@ -117,6 +115,8 @@ impl Registry {
                 None => unreachable!("planned above: the exchange is registered"),
             },
         };
+        let mut route = route;
+        route.steps[0].kind = kind;
         let import = route.steps[0];
         if let (Some(obs), Some(start)) = (self.observer(), start) {
             obs.on_conversion(&ConversionRecord {

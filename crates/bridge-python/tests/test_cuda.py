@@ -1,0 +1,144 @@
+"""CUDA through Python: DLPack with PyTorch, CuPy and JAX on the GPU (zero-copy both ways, the
+same pointer, mutations visible, stream ordering), and the pipelines on CUDA inputs against the
+CPU. Every test skips without a CUDA device and fails instead under ARRAYBRIDGE_REQUIRE_GPU=1
+(what `scripts/gpu-check.sh run python` sets on the GPU machine)."""
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import arraybridge as ab
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+FIX = pathlib.Path(os.environ.get("ARRAYBRIDGE_FIXTURES", ROOT / "fixtures"))
+REQUIRE = os.environ.get("ARRAYBRIDGE_REQUIRE_GPU") == "1"
+
+
+def need(cond, why):
+    """Skip when `cond` is false, or fail when a GPU is required."""
+    if cond:
+        return
+    if REQUIRE:
+        pytest.fail(f"ARRAYBRIDGE_REQUIRE_GPU=1 but {why}")
+    pytest.skip(why)
+
+
+def has_cuda():
+    return "cuda:0" in [d["device"] for d in ab.devices()]
+
+
+def import_or_need(name):
+    try:
+        return __import__(name, fromlist=["_"])
+    except ImportError:
+        need(False, f"{name} is not installed")
+
+
+@pytest.fixture
+def torch_cuda():
+    need(has_cuda(), "no CUDA device (ab.backends(): %s)" % ab.backends().get("cuda"))
+    torch = import_or_need("torch")
+    need(torch.cuda.is_available(), "torch sees no CUDA device")
+    return torch
+
+
+def sorted_rows(a):
+    a = np.asarray(a, dtype=np.float64)
+    return a[np.lexsort(a.T[::-1])] if len(a) else a
+
+
+def test_torch_cuda_round_trip_is_zero_copy(torch_cuda):
+    torch = torch_cuda
+    for dtype in (torch.float32, torch.float64, torch.uint8, torch.int16, torch.float16):
+        t = (torch.arange(4 * 6, device="cuda:0") % 7).to(dtype).reshape(4, 6)
+        a = ab.convert(t, "cuda:0")
+        assert a.device == "cuda:0" and a.__dlpack_device__() == (2, 0)
+        assert a.data_ptr == t.data_ptr(), dtype
+        u = torch.from_dlpack(a)
+        assert u.data_ptr() == t.data_ptr() and u.device == t.device
+        u[0, 0] = 5
+        torch.cuda.synchronize()
+        assert t[0, 0].item() == 5
+        np.testing.assert_array_equal(a.numpy(), t.cpu().numpy())
+
+
+def test_torch_stream_ordering(torch_cuda):
+    torch = torch_cuda
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        # A long producer kernel on a side stream: the import must wait for it.
+        t = torch.ones(4096, 4096, device="cuda:0")
+        for _ in range(8):
+            t = t * 1.0001
+        a = ab.convert(t, "cuda:0")
+    host = a.numpy()
+    np.testing.assert_allclose(host[::512, ::512], 1.0001**8, rtol=1e-6)
+
+
+def test_host_to_cuda_and_back(torch_cuda):
+    x = np.random.default_rng(3).standard_normal((33, 17)).astype(np.float32)
+    a = ab.convert(x, "cuda:0")
+    assert a.device == "cuda:0"
+    t = torch_cuda.from_dlpack(a)
+    np.testing.assert_array_equal(t.cpu().numpy(), x)
+    np.testing.assert_array_equal(np.from_dlpack(a, device="cpu"), x)
+    np.testing.assert_array_equal(ab.convert(a, "cpu").numpy(), x)
+
+
+def test_strided_cuda_tensor(torch_cuda):
+    torch = torch_cuda
+    t = torch.arange(6 * 8, device="cuda:0", dtype=torch.float32).reshape(6, 8)
+    view = t.t()[::2]  # transposed and stepped: not C-contiguous
+    with pytest.raises(ab.InvalidInput):
+        ab.convert(view, "cuda:0", copy=False)
+    a = ab.convert(view, "cuda:0")
+    assert a.device == "cuda:0" and a.shape == tuple(view.shape)
+    np.testing.assert_array_equal(a.numpy(), view.cpu().numpy())
+
+
+def test_cupy_round_trip():
+    need(has_cuda(), "no CUDA device")
+    cp = import_or_need("cupy")
+    x = cp.arange(20, dtype=cp.float32).reshape(4, 5)
+    a = ab.convert(x, "cuda:0")
+    assert a.data_ptr == x.data.ptr
+    y = cp.from_dlpack(a)
+    y[1, 1] = -1
+    cp.cuda.get_current_stream().synchronize()
+    assert float(x[1, 1]) == -1.0
+
+
+def test_jax_round_trip():
+    need(has_cuda(), "no CUDA device")
+    jax = import_or_need("jax")
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    need(bool(gpus), "JAX sees no GPU")
+    x = jax.device_put(jax.numpy.arange(12, dtype=jax.numpy.float32).reshape(3, 4), gpus[0])
+    a = ab.convert(x, "cuda:0")
+    assert a.device == "cuda:0"
+    np.testing.assert_array_equal(a.numpy(), np.asarray(x))
+    back = jax.dlpack.from_dlpack(a)
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(x))
+
+
+def test_blob_log_on_a_cuda_movie_matches_the_cpu(torch_cuda):
+    torch = torch_cuda
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:4, :128, :128]
+    kw = dict(max_sigma=3, threshold=None, threshold_rel=0.2)
+    cpu = ab.blob_log(movie, device="cpu", **kw)
+    from_host = ab.blob_log(movie, device="cuda:0", **kw)
+    # a u16 movie already on the GPU is read in place
+    on_gpu = torch.from_numpy(movie.view(np.int16)).to("cuda:0").view(torch.uint16)
+    resident = ab.blob_log(on_gpu, device="cuda:0", **kw)
+    for got in (from_host, resident):
+        assert len(got) == len(cpu)
+        np.testing.assert_allclose(sorted_rows(got), sorted_rows(cpu), rtol=1e-5, atol=1e-4)
+
+
+def test_cuda_errors_are_typed(torch_cuda):
+    with pytest.raises(ab.BackendUnavailable):
+        ab.convert(np.ones(3), device="cuda:99")
+    with pytest.raises(ab.InvalidInput):
+        ab.blob_log(torch_cuda.ones(10, device="cuda:0"), device="cuda:0")  # wrong ndim
