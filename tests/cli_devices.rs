@@ -42,6 +42,13 @@ fn devices_json_is_valid_and_complete() {
     for b in ["cuda", "opencl", "torch"] {
         assert!(names.contains(&b), "{names:?}");
     }
+    // devices are written as users type them (`opencl:0`), not as Rust enums
+    for b in v["backends"].as_array().unwrap() {
+        for d in b["devices"].as_array().into_iter().flatten() {
+            let name = d["device"].as_str().unwrap_or_else(|| panic!("{d}"));
+            assert!(name.parse::<bridge_core::Device>().is_ok(), "{name}");
+        }
+    }
 }
 
 #[test]

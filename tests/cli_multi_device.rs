@@ -1,6 +1,7 @@
 //! `detect --device a,b` / `all`: several devices in one process (two PoCL devices here,
 //! `POCL_DEVICES="pthread pthread"`), the same CSV as one device, each device's share in the
-//! summary and the JSON; lists where one device is needed are clear errors.
+//! summary and the JSON; lists where one device is needed are clear errors. `paco --device
+//! a,b` writes the same maps and candidates as one device.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
@@ -134,23 +135,88 @@ fn device_lists_are_checked() {
         "--method log",
     );
     fails(
-        &[
-            "paco",
-            "--cube",
-            "a",
-            "--angles",
-            "b",
-            "--psf",
-            "c",
-            "-o",
-            out,
-            "--device",
-            "cpu,opencl:0",
-        ],
-        "runs on one device",
-    );
-    fails(
         &["demo", "-o", out, "--device", "all"],
         "runs on one device",
     );
+}
+
+fn paco_fixture(name: &str) -> String {
+    bridge_core::fixtures::path("paco")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn paco_on_two_devices_writes_the_same_files_as_one() {
+    if !two_opencl() {
+        return;
+    }
+    let dir = tmpdir("paco");
+    let (cube, angles, psf) = (
+        paco_fixture("synth_adi40_64_cube.fits"),
+        paco_fixture("synth_adi40_64_angles.fits"),
+        paco_fixture("synth_adi40_64_psf.fits"),
+    );
+    let run = |out: &str, device: &str, extra: &[&str]| {
+        let mut args = vec![
+            "paco", "--cube", &cube, "--angles", &angles, "--psf", &psf, "-o", out, "--device",
+            device,
+        ];
+        args.extend(extra);
+        arraybridge(&args)
+    };
+    for (tag, extra) in [("off", &[][..]), ("table", &["--subpixel"][..])] {
+        let one = dir.join(format!("one-{tag}"));
+        let two = dir.join(format!("two-{tag}"));
+        let o = run(one.to_str().unwrap(), "opencl:0", extra);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run(two.to_str().unwrap(), "opencl:0,opencl:1", extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains("  opencl:1: "), "each device's share: {err}");
+        for f in [
+            "snr.fits",
+            "flux.fits",
+            "a.fits",
+            "b.fits",
+            "candidates.csv",
+        ] {
+            assert!(
+                std::fs::read(one.join(f)).unwrap() == std::fs::read(two.join(f)).unwrap(),
+                "{tag}: {f} differs"
+            );
+        }
+    }
+    let json = dir.join("json");
+    let o = run(
+        json.to_str().unwrap(),
+        "opencl:1,opencl:0",
+        &["--json", "-q"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device"], "opencl:1,opencl:0");
+    let shares = v["devices"].as_array().unwrap();
+    assert_eq!(shares[0]["device"], "opencl:1");
+    assert!(shares.iter().all(|s| s["bytes_up"].as_u64().unwrap() > 0));
+    let units: u64 = shares.iter().map(|s| s["units"].as_u64().unwrap()).sum();
+    assert!(units >= 2, "{v}");
+    // a list of devices where one is needed is still a clear error
+    let o = arraybridge(&[
+        "paco",
+        "--cube",
+        &cube,
+        "--angles",
+        &angles,
+        "--psf",
+        &psf,
+        "-o",
+        json.to_str().unwrap(),
+        "--device",
+        "cpu,opencl:0",
+        "--subpixel",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("drop cpu"));
 }

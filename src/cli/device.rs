@@ -106,7 +106,7 @@ pub fn several_error(arg: &DeviceArg, command: &str) -> BridgeError {
         "--device",
         format!(
             "`{command}` runs on one device; several devices (--device {arg}) are supported by \
-             `detect` (method log) so far"
+             `detect` (method log) and `paco` so far"
         ),
     )
 }

@@ -19,10 +19,11 @@ use std::str::FromStr;
 
 use crate::error::BridgeError;
 
-/// Which framework owns a block of memory.
+/// Which framework owns a block of memory. Serialised as its [`MemoryType::name`] (`"opencl"`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
+#[serde(rename_all = "lowercase")]
 pub enum MemoryType {
     /// Host memory owned by an `ndarray::ArrayD`.
     Host,
@@ -70,9 +71,10 @@ impl fmt::Display for MemoryType {
 /// Each variant belongs to exactly one [`MemoryType`] ([`Device::memory_type`]); whether two
 /// devices of different backends are the same physical GPU (`cuda:0` and `torch:cuda:0`, say) is
 /// a question for the registry's topology, which compares device UUIDs.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+///
+/// Serialised as the name users type (`"cpu"`, `"cuda:0"`, `"opencl:1"`, `"torch:cuda:0"`,
+/// its [`Display`](fmt::Display)), and read back from it ([`FromStr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Device {
     /// The host CPU (ndarray memory).
     Cpu,
@@ -120,6 +122,19 @@ impl fmt::Display for Device {
             Device::TorchCpu => f.write_str("torch:cpu"),
             Device::TorchCuda(n) => write!(f, "torch:cuda:{n}"),
         }
+    }
+}
+
+impl serde::Serialize for Device {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Device {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -177,6 +192,21 @@ impl FromStr for Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_uses_the_names_users_type() {
+        let v = serde_json::to_string(&[Device::OpenCl(0), Device::TorchCuda(2), Device::Cpu])
+            .unwrap_or_default();
+        assert_eq!(v, r#"["opencl:0","torch:cuda:2","cpu"]"#);
+        let back: Vec<Device> = serde_json::from_str(&v).unwrap_or_default();
+        assert_eq!(back, [Device::OpenCl(0), Device::TorchCuda(2), Device::Cpu]);
+        assert!(serde_json::from_str::<Device>(r#""opencl:x""#).is_err());
+        assert_eq!(
+            serde_json::to_string(&(MemoryType::OpenCl, crate::dtype::DType::BF16))
+                .unwrap_or_default(),
+            r#"["opencl","bf16"]"#
+        );
+    }
 
     #[test]
     fn round_trip() {

@@ -36,10 +36,11 @@ use half::{bf16, f16};
 
 use crate::error::{BridgeError, Result};
 
-/// The element type of an array.
+/// The element type of an array. Serialised as its [`DType::name`] (`"f32"`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
+#[serde(rename_all = "lowercase")]
 pub enum DType {
     /// Unsigned 8-bit integer.
     U8,

@@ -73,6 +73,16 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
     /// The first `bytes` bytes of `buf` (only those are transferred), after every launch
     /// enqueued before.
     fn read(&self, buf: &Self::Buffer, bytes: usize) -> Result<Vec<u8>>;
+    /// `bytes` bytes of `buf` from byte `offset` (only those are transferred where the backend
+    /// can; the default reads the prefix and cuts it), after every launch enqueued before.
+    fn read_at(&self, buf: &Self::Buffer, offset: usize, bytes: usize) -> Result<Vec<u8>> {
+        let end = offset.checked_add(bytes).ok_or_else(|| {
+            crate::error::BridgeError::invalid_argument("read_at", "offset + bytes overflows")
+        })?;
+        let mut all = self.read(buf, end)?;
+        all.drain(..offset);
+        Ok(all)
+    }
     /// Wait for every launch enqueued so far.
     fn synchronize(&self) -> Result<()>;
     /// The raw buffer of `array` when it lives on this executor's device in this backend's

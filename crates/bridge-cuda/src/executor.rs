@@ -284,6 +284,27 @@ impl Executor for CudaExecutor {
         Ok(out)
     }
 
+    fn read_at(&self, buf: &CudaStorage, offset: usize, bytes: usize) -> Result<Vec<u8>> {
+        if offset.checked_add(bytes).is_none_or(|end| end > buf.nbytes) {
+            return Err(BridgeError::invalid_argument(
+                "read_at",
+                format!("{bytes} bytes at {offset} of a {}-byte buffer", buf.nbytes),
+            ));
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(bytes);
+        if bytes > 0 {
+            let s = &self.shared.stream;
+            buf.wait_on(s)?;
+            let dst: &mut [MaybeUninit<u8>] = &mut out.spare_capacity_mut()[..bytes];
+            ffi::dtoh_sync(dst, buf.mem(), offset, s)?;
+            // SAFETY: the copy returned Ok after synchronising the stream, so all `bytes`
+            // bytes were written.
+            unsafe { out.set_len(bytes) };
+        }
+        lock(&self.shared.ring).reclaim();
+        Ok(out)
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.sync_stream()?;
         lock(&self.shared.ring).reclaim();

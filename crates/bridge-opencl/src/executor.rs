@@ -107,6 +107,14 @@ impl Executor for OpenClExecutor {
         Ok(out)
     }
 
+    fn read_at(&self, buf: &ClBuffer, offset: usize, bytes: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; bytes];
+        if bytes > 0 {
+            buf.read(offset, &mut out)?;
+        }
+        Ok(out)
+    }
+
     fn synchronize(&self) -> Result<()> {
         // Launches are blocking on this backend (`ClKernel::launch` waits for completion).
         Ok(())

@@ -10,15 +10,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use algorithms::paco::{
-    Center, EdgeRule, FluxOptions, PacoJob, PacoParams, PsfNorm, Rounding, Strategy, SubPixel,
-    Variant, calibrated_snr, paco, refine_peak, unbiased_flux,
+    Center, EdgeRule, FluxOptions, MultiPolicy, PacoJob, PacoParams, PacoShare, PsfNorm, Rounding,
+    Strategy, SubPixel, Variant, calibrated_snr, paco, paco_on, refine_peak, unbiased_flux,
 };
 use arraybridge::io::fits;
 use bridge_core::{BridgeError, Device, Result};
 
 use super::common::{Global, check_output_dir};
 use super::device::{
-    DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg, resolve,
+    Choice, DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg, resolve,
 };
 use inputs::Inputs;
 use output::{candidates, print_table, write_csv, write_png};
@@ -101,9 +101,16 @@ pub struct Args {
     /// Number of candidates to list.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub top: u64,
-    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`.
+    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`; or several
+    /// at once, `opencl:0,opencl:1` or `all` (every GPU): tiles of statistics rows (or of
+    /// trajectory pixels with sub-pixel templates) go to whichever device is free, the maps are
+    /// the same as on one device. `--flux` and `--refine` run on the first device.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
+    /// With several devices: a device that fails hands its tiles to the others (reported)
+    /// instead of failing the run. Out-of-memory is always handled (the tile is split).
+    #[arg(long)]
+    pub requeue: bool,
 }
 
 /// Largest `--radius`: a patch of radius R has about πR² pixels and every pixel of the map
@@ -234,8 +241,8 @@ fn parse_center(s: &str) -> std::result::Result<(f64, f64), String> {
 /// Run `arraybridge paco`.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let t0 = Instant::now();
-    let device_arg = args.device.clone().single("paco")?;
-    if let DeviceArg::Explicit(d) = device_arg {
+    let several = args.device.devices(PACO)?;
+    if let DeviceArg::Explicit(d) = args.device {
         check_explicit(d, &[PACO])?;
     }
     let variant = match args.mode {
@@ -255,13 +262,19 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let stages = g.stages();
     let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
     let (t, h, w) = cube.dim();
-    let mut choice = resolve(device_arg, PACO, || {
-        let (cpu, note) = nominal_cpu();
-        Ok((paco_workload(t, h.max(w), radius), cpu, note))
-    })?;
-    if let Some(note) = choice.auto_note("paco") {
+    let mut runner = match several {
+        Some(devices) => Runner::Several(devices),
+        None => Runner::One(resolve(args.device.clone(), PACO, || {
+            let (cpu, note) = nominal_cpu();
+            Ok((paco_workload(t, h.max(w), radius), cpu, note))
+        })?),
+    };
+    if let Runner::One(c) = &runner
+        && let Some(note) = c.auto_note("paco")
+    {
         stages.say(note);
     }
+    let first = runner.first();
     let mut params = PacoParams {
         psf_rad: radius,
         variant,
@@ -293,7 +306,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             .ok_or_else(|| {
                 BridgeError::invalid_argument("--tile-mb", "must be a positive number of MiB")
             })?,
-        device: choice.device,
+        device: first,
         ..Default::default()
     };
     let subpixel = subpixel_name(params.subpixel);
@@ -302,26 +315,43 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     stages.say(format!(
         "paco: {t} frames of {h}×{w}, radius {radius}, mode {mode}, sub-pixel {subpixel}, edge \
          {edge}, device {}",
-        choice.device
+        runner.name()
     ));
     let t1 = Instant::now();
-    let maps = choice
-        .run("paco", |d| {
+    let policy = MultiPolicy {
+        requeue_on_failure: args.requeue,
+    };
+    let mut shares: Option<Vec<PacoShare>> = None;
+    let maps = match &mut runner {
+        Runner::One(choice) => choice.run("paco", |d| {
             let p = PacoParams {
                 device: d,
                 ..params.clone()
             };
             paco(cube.view(), angles.view(), psf.view(), &p)
-        })
-        .map_err(|e| match e {
-            BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
-                BridgeError::Unsupported(format!(
-                    "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
-                ))
-            }
-            other => other,
-        })?;
-    params.device = choice.device;
+        }),
+        Runner::Several(devices) => paco_on(
+            cube.view(),
+            angles.view(),
+            psf.view(),
+            &params,
+            devices,
+            policy,
+        )
+        .map(|m| {
+            shares = Some(m.shares);
+            m.maps
+        }),
+    }
+    .map_err(|e| match e {
+        BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
+            BridgeError::Unsupported(format!(
+                "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
+            ))
+        }
+        other => other,
+    })?;
+    params.device = runner.first();
     stages.say(format!(
         "paco: maps in {:.3} s (PSF divided by {:.6}{})",
         t1.elapsed().as_secs_f64(),
@@ -330,6 +360,25 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             .map(|f| format!(", FWHM {f:.4} px"))
             .unwrap_or_default()
     ));
+    for s in shares.iter().flatten() {
+        stages.say(format!(
+            "  {}: {} tiles ({} statistics pixels), {:.3} s, {} up, {} down{}{}",
+            s.device,
+            s.units,
+            s.pixels,
+            s.seconds,
+            bridge_core::units::format_bytes(s.bytes_up),
+            bridge_core::units::format_bytes(s.bytes_down),
+            if s.splits > 0 {
+                format!(", {} tiles split after running out of memory", s.splits)
+            } else {
+                String::new()
+            },
+            s.error
+                .as_ref()
+                .map_or_else(String::new, |e| format!(", stopped: {e}"))
+        ));
+    }
     if !maps.snr.iter().any(|v| v.is_finite()) {
         eprintln!(
             "paco: warning: no output position has a valid trajectory (every map is NaN); \
@@ -433,8 +482,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "output": args.output.display().to_string(),
             "frames": t, "height": h, "width": w, "mode": mode,
             "radius": radius, "subpixel": subpixel, "edge": edge,
-            "device": choice.device.to_string(),
-            "device_reason": choice.reason,
+            "device": runner.name(),
+            "device_reason": match &runner {
+                Runner::One(c) => Some(c.reason.clone()),
+                Runner::Several(_) => None,
+            },
+            "devices": shares,
             "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
             "candidates": cands,
         }))?;
@@ -442,6 +495,34 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         print_table(&cands, args.flux, args.refine);
     }
     Ok(())
+}
+
+/// Where PACO runs: one device (with how it was chosen) or several at once.
+enum Runner {
+    One(Choice),
+    Several(Vec<Device>),
+}
+
+impl Runner {
+    /// The device of `--flux` and `--refine`'s parameters: the one device, or the first.
+    fn first(&self) -> Device {
+        match self {
+            Runner::One(c) => c.device,
+            Runner::Several(v) => v.first().copied().unwrap_or(Device::Cpu),
+        }
+    }
+
+    /// `opencl:0` or `opencl:0,opencl:1`.
+    fn name(&self) -> String {
+        match self {
+            Runner::One(c) => c.device.to_string(),
+            Runner::Several(v) => v
+                .iter()
+                .map(Device::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -73,13 +73,11 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
             "internal: centred template expected".into(),
         ));
     };
-    let (h, w, t, k) = (prep.h, prep.w, prep.t, prep.k());
+    let (h, w, t) = (prep.h, prep.w, prep.t);
     let r = job.params.psf_rad;
-    let variant = job.params.variant;
     let mut q = try_vec(h * w, f64::NAN)?;
     let mut z = try_vec(h * w * t, f64::NAN)?;
     let (y_lo, y_hi) = box_rows(job);
-    let xr = job.geom.stats_ranges().1;
     let mut band = band_rows(job, prep.lags.len());
     let mut g = Vec::new();
     let mut ya = y_lo;
@@ -96,21 +94,106 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
             log::info!("paco: out of memory for a lag-table band; retrying with {band} rows");
             continue;
         }
-        let qrows = &mut q[ya * w..yb * w];
-        let zrows = &mut z[ya * w * t..yb * w * t];
-        qrows
-            .par_chunks_mut(w)
-            .zip(zrows.par_chunks_mut(w * t))
-            .enumerate()
-            .for_each_init(
-                || Scratch::new(k),
-                |sc, (ry, (qrow, zrow))| {
-                    simd::fast_row(&prep, &g, pa, ya + ry, xr, &h0, variant, sc, qrow, zrow);
-                },
-            );
+        fill_rows(
+            &prep,
+            &g,
+            job,
+            &h0,
+            (ya, yb),
+            &mut q[ya * w..yb * w],
+            &mut z[ya * w * t..yb * w * t],
+        );
         ya = yb;
     }
     drop(g);
+    sum_trajectories(job, &q, &z, true)
+}
+
+/// q and z of the statistics rows `[ya, yb)` from the lag table `g` (which starts at row
+/// `ya − R`), into `qrows` / `zrows` (those rows of the full-frame q and z).
+fn fill_rows(
+    prep: &Prepared,
+    g: &[f64],
+    job: &PacoJob<'_>,
+    h0: &[f64],
+    (ya, _yb): (usize, usize),
+    qrows: &mut [f64],
+    zrows: &mut [f64],
+) {
+    let (w, t, k) = (prep.w, prep.t, prep.k());
+    let pa = ya - job.params.psf_rad;
+    let xr = job.geom.stats_ranges().1;
+    let variant = job.params.variant;
+    qrows
+        .par_chunks_mut(w)
+        .zip(zrows.par_chunks_mut(w * t))
+        .enumerate()
+        .for_each_init(
+            || Scratch::new(k),
+            |sc, (ry, (qrow, zrow))| {
+                simd::fast_row(prep, g, pa, ya + ry, xr, h0, variant, sc, qrow, zrow);
+            },
+        );
+}
+
+/// The statistics rows of the fast path on the CPU, one range at a time (a device of a
+/// multi-device run): the centred cube is prepared once.
+pub(crate) struct FastRows<'j> {
+    job: &'j PacoJob<'j>,
+    prep: Prepared,
+    h0: Vec<f64>,
+    g: Vec<f64>,
+}
+
+impl<'j> FastRows<'j> {
+    /// Prepare the centred cube and the centred template.
+    pub(crate) fn new(job: &'j PacoJob<'j>) -> Result<Self> {
+        let prep = Prepared::new(job.cube, job.disk.clone())?;
+        let h0 = job.centred_template()?;
+        Ok(FastRows {
+            job,
+            prep,
+            h0,
+            g: Vec::new(),
+        })
+    }
+
+    /// q (`(yb − ya)·W` values) and z (`(yb − ya)·W·T`) of the statistics rows `[ya, yb)`;
+    /// NaN outside the statistics columns. Out of memory for the lag table is
+    /// [`BridgeError::OutOfMemory`] (the caller splits the range).
+    pub(crate) fn rows(&mut self, (ya, yb): (usize, usize)) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (w, t) = (self.prep.w, self.prep.t);
+        let r = self.job.params.psf_rad;
+        let mut q = try_vec((yb - ya) * w, f64::NAN)?;
+        let mut z = try_vec((yb - ya) * w * t, f64::NAN)?;
+        if let Err(e) = self.prep.lag_table(ya - r, yb + r, &mut self.g) {
+            self.g = Vec::new();
+            return Err(e);
+        }
+        fill_rows(
+            &self.prep,
+            &self.g,
+            self.job,
+            &self.h0,
+            (ya, yb),
+            &mut q,
+            &mut z,
+        );
+        Ok((q, z))
+    }
+}
+
+/// a and b of every output position from the full-frame q and z: sums along the trajectories
+/// in increasing ℓ, in double (`dbl`) or, to match a float device bit for bit, in float; NaN
+/// where a trajectory leaves the statistics.
+pub(crate) fn sum_trajectories(
+    job: &PacoJob<'_>,
+    q: &[f64],
+    z: &[f64],
+    dbl: bool,
+) -> Result<(Array2<f64>, Array2<f64>)> {
+    let (h, w) = (job.geom.height, job.geom.width);
+    let t = job.angles.len();
     let geom = job.geom;
     let angles = &job.angles;
     let mut a = Array2::<f64>::from_elem((h, w), f64::NAN);
@@ -126,15 +209,19 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
         .enumerate()
         .for_each(|(y0, (arow, brow))| {
             for x0 in 0..w {
-                let mut sa = 0.0;
-                let mut sb = 0.0;
+                let (mut sa, mut sb) = (0.0f64, 0.0f64);
+                let (mut fa, mut fb) = (0.0f32, 0.0f32);
                 let mut ok = true;
                 let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
                 for (l, &ang) in angles.iter().enumerate() {
                     match geom.pixel_polar(rr, th0, ang) {
-                        Some((theta, _, _)) => {
+                        Some((theta, _, _)) if dbl => {
                             sa += q[theta];
                             sb += z[theta * t + l];
+                        }
+                        Some((theta, _, _)) => {
+                            fa += q[theta] as f32;
+                            fb += z[theta * t + l] as f32;
                         }
                         None => {
                             ok = false;
@@ -143,8 +230,11 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
                     }
                 }
                 if ok {
-                    arow[x0] = sa;
-                    brow[x0] = sb;
+                    (arow[x0], brow[x0]) = if dbl {
+                        (sa, sb)
+                    } else {
+                        (f64::from(fa), f64::from(fb))
+                    };
                 }
             }
         });

@@ -77,6 +77,7 @@ pub mod gpu;
 pub mod gpu_kernels;
 mod input;
 mod job;
+mod multi;
 mod postprocess;
 mod psf;
 mod settings;
@@ -99,6 +100,7 @@ pub use gpu::GpuPrecision;
 pub use gpu::OpenClPaco;
 pub use input::paco_array;
 pub use job::PacoJob;
+pub use multi::{MultiPolicy, PacoMulti, PacoShare, paco_on};
 pub use postprocess::{SubpixelPeak, calibrated_snr, refine_peak, snr_peaks};
 pub use psf::{
     AiryFit, NormalizedPsf, aperture_flux, centroid, circle_rect_overlap, fit_airy, fit_airy_fwhm,
@@ -138,7 +140,15 @@ pub fn paco(
     Ok(maps_from_ab(a, b, &job))
 }
 
-fn maps_from_ab(a: Array2<f64>, b: Array2<f64>, job: &PacoJob<'_>) -> PacoMaps {
+/// The maps from a and b. Every NaN becomes Rust's one NaN (a device writes its own bit
+/// pattern), so the maps, and the files written from them, are the same bytes on every device
+/// and device list.
+fn maps_from_ab(mut a: Array2<f64>, mut b: Array2<f64>, job: &PacoJob<'_>) -> PacoMaps {
+    for v in a.iter_mut().chain(b.iter_mut()) {
+        if v.is_nan() {
+            *v = f64::NAN;
+        }
+    }
     let snr = ndarray::Zip::from(&a)
         .and(&b)
         .map_collect(|&a, &b| b / a.sqrt());

@@ -87,6 +87,10 @@ mod common;
 mod fast;
 mod pairs;
 mod stats;
+mod worker;
+
+pub(crate) use pairs::PairPlan;
+pub(crate) use worker::GpuWorker;
 
 /// Most `paco_stats` work groups (pixels) per launch.
 pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;

@@ -1,0 +1,497 @@
+//! PACO on several devices at once: a work queue of statistics units.
+//!
+//! [`paco_on`] takes a list of devices like [`LogDetector::detect_movie_on`]. PACO's work is
+//! per *trajectory pixel* θ (its covariance, Cholesky factor and whatever uses it); every
+//! output position φ0 only sums what its trajectory visits. So the units handed out are:
+//!
+//! - without sub-pixel templates, ranges of statistics rows: the device computes q and the
+//!   whitened matched-filter cube z of those rows and sends them back; the host then sums
+//!   along every trajectory in increasing ℓ, in the device's arithmetic (double, or float on
+//!   devices without doubles), exactly as `paco_accumulate` does;
+//! - with sub-pixel templates, runs of consecutive trajectory pixels (the single-device
+//!   batches, cut smaller so every device gets several): the device evaluates every pair
+//!   (φ0, ℓ) of its pixels and sends the contributions back; the host adds them to a(φ0),
+//!   b(φ0) in unit order, which is the single-device order.
+//!
+//! Each device uploads the cube once (in the thread that drives it, so uploads overlap) and
+//! then takes one unit at a time from the queue: a slower or busier device takes fewer. The
+//! maps are bit-identical to the single-device run on any of the devices (and, in double, to
+//! the CPU back end): a unit's numbers do not depend on which device or range computed them.
+//!
+//! Faults stay local, as in detection ([`MultiPolicy`]): out of memory on a unit of several
+//! rows or pixels splits it in halves (queued first); on one row or pixel, or while uploading
+//! the cube, that device stops and its unit goes to the others; any other failure fails the run
+//! naming the device unless [`MultiPolicy::requeue_on_failure`] is set. Every unit is computed
+//! once; the run fails when a unit is left that no device can take.
+//!
+//! The CPU may be one of the devices without sub-pixel templates (its statistics rows are the
+//! device kernels' numbers bit for bit in double); with templates it runs alone only.
+//! Devices of one run must share the arithmetic (all double or all float).
+//!
+//! [`LogDetector::detect_movie_on`]: crate::detect::LogDetector::detect_movie_on
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bridge_core::{BridgeError, Device, Result};
+use ndarray::{ArrayView1, ArrayView2, ArrayView3};
+
+pub use crate::detect::MultiPolicy;
+
+use super::backend::{CpuBackend, PacoBackend};
+use super::cpu::{FastRows, sum_trajectories};
+use super::job::PacoJob;
+use super::settings::{PacoParams, SubPixel};
+use super::{PacoMaps, maps_from_ab};
+
+/// Most statistics pixels of one unit without templates (one `paco_stats` launch on a device).
+const UNIT_GROUPS: usize = 1 << 16;
+
+/// What one device did in a multi-device PACO run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PacoShare {
+    /// The device (`opencl:0` in JSON).
+    #[serde(serialize_with = "device_name")]
+    pub device: Device,
+    /// Units (tiles of statistics rows or trajectory pixels) it completed.
+    pub units: usize,
+    /// Statistics pixels it computed.
+    pub pixels: usize,
+    /// Seconds it spent, the cube's upload included.
+    pub seconds: f64,
+    /// Bytes it uploaded (cube, tables, per-unit inputs).
+    pub bytes_up: u64,
+    /// Bytes it downloaded (q and z rows, or pair contributions).
+    pub bytes_down: u64,
+    /// Units it split after running out of memory.
+    pub splits: usize,
+    /// Why it stopped early, if it did.
+    pub error: Option<String>,
+}
+
+impl PacoShare {
+    /// Nothing done yet on `device`.
+    pub fn new(device: Device) -> Self {
+        PacoShare {
+            device,
+            units: 0,
+            pixels: 0,
+            seconds: 0.0,
+            bytes_up: 0,
+            bytes_down: 0,
+            splits: 0,
+            error: None,
+        }
+    }
+}
+
+fn device_name<S: serde::Serializer>(d: &Device, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(d)
+}
+
+/// The maps of a multi-device run and each device's share.
+#[derive(Debug, Clone)]
+pub struct PacoMulti {
+    /// The maps, identical to a single-device run's.
+    pub maps: PacoMaps,
+    /// One entry per device, in the order given.
+    pub shares: Vec<PacoShare>,
+}
+
+/// One device of a run: computes one unit at a time.
+pub(crate) trait UnitWorker {
+    /// The numbers of unit `[a, b)`: q rows then z rows (statistics rows), or two values per
+    /// pair slot (pixel runs with templates).
+    fn unit(&mut self, range: (usize, usize)) -> Result<Vec<f64>>;
+    /// Bytes (uploaded, downloaded) so far.
+    fn bytes(&self) -> (u64, u64);
+}
+
+struct CpuWorker<'j>(FastRows<'j>);
+
+impl UnitWorker for CpuWorker<'_> {
+    fn unit(&mut self, range: (usize, usize)) -> Result<Vec<f64>> {
+        let (mut q, z) = self.0.rows(range)?;
+        q.extend(z);
+        Ok(q)
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// How a device is reached.
+enum Source {
+    Cpu,
+    #[cfg(any(feature = "opencl", feature = "cuda"))]
+    Exec(crate::exec::AnyExecutor),
+}
+
+impl Source {
+    fn fp64(&self) -> bool {
+        match self {
+            Source::Cpu => true,
+            #[cfg(any(feature = "opencl", feature = "cuda"))]
+            Source::Exec(any) => match any {
+                #[cfg(feature = "opencl")]
+                crate::exec::AnyExecutor::OpenCl(e) => bridge_core::exec::Executor::has_fp64(e),
+                #[cfg(feature = "cuda")]
+                crate::exec::AnyExecutor::Cuda(e) => bridge_core::exec::Executor::has_fp64(e),
+            },
+        }
+    }
+}
+
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+type Pairs = super::gpu::PairPlan;
+#[cfg(not(any(feature = "opencl", feature = "cuda")))]
+type Pairs = ();
+
+/// Build `source`'s worker (uploads the cube).
+fn make_worker<'j>(
+    source: &Source,
+    job: &'j PacoJob<'j>,
+    pairs: Option<&'j Pairs>,
+) -> Result<Box<dyn UnitWorker + 'j>> {
+    match source {
+        Source::Cpu => Ok(Box::new(CpuWorker(FastRows::new(job)?))),
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        Source::Exec(any) => match any {
+            #[cfg(feature = "opencl")]
+            crate::exec::AnyExecutor::OpenCl(e) => {
+                Ok(Box::new(super::gpu::GpuWorker::new(e.clone(), job, pairs)?))
+            }
+            #[cfg(feature = "cuda")]
+            crate::exec::AnyExecutor::Cuda(e) => {
+                Ok(Box::new(super::gpu::GpuWorker::new(e.clone(), job, pairs)?))
+            }
+        },
+    }
+}
+
+/// Run PACO on the full output grid on every device of `devices` at once (see the
+/// [module docs](self)). Unknown or unavailable devices, a device named twice, devices of
+/// different arithmetic and the CPU next to others with sub-pixel templates are errors before
+/// any work starts. `params.device` is ignored.
+pub fn paco_on(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+    devices: &[Device],
+    policy: MultiPolicy,
+) -> Result<PacoMulti> {
+    if devices.is_empty() {
+        return Err(BridgeError::invalid_argument(
+            "devices",
+            "at least one device is needed",
+        ));
+    }
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].contains(d) {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                format!("{d} is named twice"),
+            ));
+        }
+    }
+    let job = PacoJob::new(cube, angles, psf, params)?;
+    let templates = params.subpixel != SubPixel::Off;
+    if templates && devices.contains(&Device::Cpu) {
+        if devices.len() > 1 {
+            return Err(BridgeError::Unsupported(
+                "PACO with sub-pixel templates on several devices runs on device back ends \
+                 only: drop cpu from the device list (or run on the CPU alone)"
+                    .into(),
+            ));
+        }
+        // the CPU alone: its own back end
+        let t = Instant::now();
+        let (a, b) = CpuBackend.ab_maps(&job)?;
+        let (h, w) = (job.geom.height, job.geom.width);
+        let share = PacoShare {
+            units: 1,
+            pixels: h * w,
+            seconds: t.elapsed().as_secs_f64(),
+            ..PacoShare::new(Device::Cpu)
+        };
+        return Ok(PacoMulti {
+            maps: maps_from_ab(a, b, &job),
+            shares: vec![share],
+        });
+    }
+    let sources = devices
+        .iter()
+        .map(|&d| match d {
+            Device::Cpu => Ok(Source::Cpu),
+            #[cfg(any(feature = "opencl", feature = "cuda"))]
+            d => Ok(Source::Exec(crate::exec::executor_for(d, "PACO")?)),
+            #[cfg(not(any(feature = "opencl", feature = "cuda")))]
+            d => crate::exec::executor_for(d, "PACO").map(|_| Source::Cpu),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let dbl = sources[0].fp64();
+    if let Some(i) = sources.iter().position(|s| s.fp64() != dbl) {
+        let kind = |f: bool| if f { "double" } else { "float" };
+        return Err(BridgeError::Unsupported(format!(
+            "{} computes in {} and {} in {}: the devices of one PACO run must share the \
+             arithmetic (the maps would match neither device's run)",
+            devices[0],
+            kind(dbl),
+            devices[i],
+            kind(!dbl)
+        )));
+    }
+    let n = devices.len();
+    let (t, h, w) = job.cube.dim();
+    let ((y_lo, y_hi), (x_lo, x_hi)) = job.geom.stats_ranges();
+    let nx = x_hi - x_lo;
+    let job_ref = &job;
+    if templates {
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        {
+            let pos = move |i: usize| (i / w, i % w);
+            let plan = Pairs::new(&job, &pos, h * w)?;
+            let piece = plan.pixels().div_ceil(4 * n).max(1);
+            let units: Vec<(usize, usize)> = plan
+                .batches(&job, dbl)
+                .into_iter()
+                .flat_map(|(ga, gb)| {
+                    (ga..gb)
+                        .step_by(piece)
+                        .map(move |a| (a, (a + piece).min(gb)))
+                })
+                .collect();
+            let mut a = vec![0.0f64; h * w];
+            let mut b = vec![0.0f64; h * w];
+            let plan_ref = &plan;
+            let shares = run_units(
+                units,
+                devices,
+                &|i| make_worker(&sources[i], job_ref, Some(plan_ref)),
+                policy,
+                &|(ga, gb)| gb - ga,
+                &mut |r, data| plan_ref.add(r, &data, t, &mut a, &mut b),
+            )?;
+            plan.finish(&mut a, &mut b);
+            let shape = (h, w);
+            let err = |e: ndarray::ShapeError| BridgeError::Unsupported(format!("internal: {e}"));
+            let a = ndarray::Array2::from_shape_vec(shape, a).map_err(err)?;
+            let b = ndarray::Array2::from_shape_vec(shape, b).map_err(err)?;
+            return Ok(PacoMulti {
+                maps: maps_from_ab(a, b, &job),
+                shares,
+            });
+        }
+    }
+    // statistics rows: a few units per device, at most one device launch each
+    let rows = y_hi.saturating_sub(y_lo);
+    let k = job.disk.len();
+    let mut cap = (UNIT_GROUPS / nx.max(1)).max(1);
+    if k > super::gpu_kernels::KMAX {
+        cap = cap.min((params.max_tile_bytes / (nx * k * k * 8).max(1)).max(1));
+    }
+    let piece = rows.div_ceil(4 * n).clamp(1, cap);
+    let units: Vec<(usize, usize)> = (y_lo..y_hi)
+        .step_by(piece)
+        .map(|a| (a, (a + piece).min(y_hi)))
+        .collect();
+    let mut q = super::stats::try_vec(h * w, f64::NAN)?;
+    let mut z = super::stats::try_vec(h * w * t, f64::NAN)?;
+    let shares = run_units(
+        units,
+        devices,
+        &|i| make_worker(&sources[i], job_ref, None),
+        policy,
+        &|(ya, yb)| (yb - ya) * nx,
+        &mut |(ya, yb), data| {
+            let (qs, zs) = data.split_at((yb - ya) * w);
+            for (r, y) in (ya..yb).enumerate() {
+                q[y * w + x_lo..y * w + x_hi].copy_from_slice(&qs[r * w + x_lo..r * w + x_hi]);
+                z[(y * w + x_lo) * t..(y * w + x_hi) * t]
+                    .copy_from_slice(&zs[(r * w + x_lo) * t..(r * w + x_hi) * t]);
+            }
+        },
+    )?;
+    let (a, b) = sum_trajectories(&job, &q, &z, dbl)?;
+    Ok(PacoMulti {
+        maps: maps_from_ab(a, b, &job),
+        shares,
+    })
+}
+
+struct Queue<'s> {
+    /// Units `[a, b)` still to do.
+    todo: VecDeque<(usize, usize)>,
+    /// Units being computed right now.
+    running: usize,
+    /// Results waiting for the units before them: start → (end, numbers).
+    done: BTreeMap<usize, (usize, Vec<f64>)>,
+    /// Start of the next unit the sink takes (units are handed to it in order).
+    next: usize,
+    /// Devices still working.
+    alive: usize,
+    /// The first fatal error.
+    fatal: Option<BridgeError>,
+    sink: &'s mut (dyn FnMut((usize, usize), Vec<f64>) + Send),
+}
+
+/// A device failed: out of memory (it fits nothing) or with requeue asked for, it stops and
+/// the others go on; otherwise the run fails, naming the device.
+fn fail(q: &mut Queue<'_>, share: &mut PacoShare, e: BridgeError, what: &str, policy: MultiPolicy) {
+    share.error = Some(e.to_string());
+    q.alive -= 1;
+    if e.is_oom() || policy.requeue_on_failure {
+        if q.alive == 0 {
+            q.fatal = Some(e);
+        }
+        return;
+    }
+    q.fatal = Some(match e {
+        BridgeError::InvalidInput(_) | BridgeError::Unsupported(_) => e,
+        other => BridgeError::backend(
+            "paco",
+            None,
+            format!("{} failed {what}: {other}", share.device),
+        ),
+    });
+}
+
+type MakeWorker<'a, 'j> = dyn Fn(usize) -> Result<Box<dyn UnitWorker + 'j>> + Sync + 'a;
+
+/// Hand `units` to the devices (worker `i` from `make(i)`, built in its own thread), feed the
+/// results to `sink` in unit order, and report each device's share.
+fn run_units<'j>(
+    units: Vec<(usize, usize)>,
+    devices: &[Device],
+    make: &MakeWorker<'_, 'j>,
+    policy: MultiPolicy,
+    pixels: &(dyn Fn((usize, usize)) -> usize + Sync),
+    sink: &mut (dyn FnMut((usize, usize), Vec<f64>) + Send),
+) -> Result<Vec<PacoShare>> {
+    let (first, end) = match (units.first(), units.last()) {
+        (Some(f), Some(l)) => (f.0, l.1),
+        _ => (0, 0),
+    };
+    let queue = Mutex::new(Queue {
+        todo: units.into(),
+        running: 0,
+        done: BTreeMap::new(),
+        next: first,
+        alive: devices.len(),
+        fatal: None,
+        sink,
+    });
+    let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+    let shares: Vec<PacoShare> = std::thread::scope(|scope| {
+        let workers: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, &device)| {
+                let lock = &lock;
+                scope.spawn(move || {
+                    let mut share = PacoShare::new(device);
+                    let t0 = Instant::now();
+                    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| make(i)))
+                        .unwrap_or_else(|_| {
+                            Err(BridgeError::backend("paco", None, "the back end panicked"))
+                        });
+                    share.seconds += t0.elapsed().as_secs_f64();
+                    let mut worker = match built {
+                        Ok(w) => w,
+                        Err(e) => {
+                            let mut q = lock();
+                            fail(&mut q, &mut share, e, "uploading the cube", policy);
+                            return share;
+                        }
+                    };
+                    loop {
+                        let unit = {
+                            let mut q = lock();
+                            if q.fatal.is_some() {
+                                break;
+                            }
+                            match q.todo.pop_front() {
+                                Some(u) => {
+                                    q.running += 1;
+                                    Some(u)
+                                }
+                                None if q.running == 0 => break,
+                                None => None,
+                            }
+                        };
+                        // other devices may still split or hand back a unit
+                        let Some((a, b)) = unit else {
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                            continue;
+                        };
+                        let t = Instant::now();
+                        // a panic in a back end is that device's failure, never a hang of
+                        // the others (its unit would otherwise stay "running")
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            worker.unit((a, b))
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(BridgeError::backend("paco", None, "the back end panicked"))
+                        });
+                        share.seconds += t.elapsed().as_secs_f64();
+                        let mut q = lock();
+                        q.running -= 1;
+                        match r {
+                            Ok(data) => {
+                                share.units += 1;
+                                share.pixels += pixels((a, b));
+                                q.done.insert(a, (b, data));
+                                let q = &mut *q;
+                                while let Some((e, data)) = q.done.remove(&q.next) {
+                                    (q.sink)((q.next, e), data);
+                                    q.next = e;
+                                }
+                            }
+                            Err(e) if e.is_oom() && b - a > 1 => {
+                                let mid = a + (b - a) / 2;
+                                q.todo.push_front((mid, b));
+                                q.todo.push_front((a, mid));
+                                share.splits += 1;
+                            }
+                            Err(e) => {
+                                q.todo.push_front((a, b));
+                                fail(&mut q, &mut share, e, &format!("on unit {a}..{b}"), policy);
+                                break;
+                            }
+                        }
+                    }
+                    (share.bytes_up, share.bytes_down) = worker.bytes();
+                    share
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .zip(devices)
+            .map(|(w, &d)| {
+                w.join().unwrap_or_else(|_| PacoShare {
+                    error: Some("the worker thread panicked".into()),
+                    ..PacoShare::new(d)
+                })
+            })
+            .collect()
+    });
+    let mut q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = q.fatal.take() {
+        return Err(e);
+    }
+    if q.next != end || !q.todo.is_empty() {
+        return Err(BridgeError::backend(
+            "paco",
+            None,
+            format!(
+                "PACO units done up to {} of {first}..{end}: no device could take the rest",
+                q.next
+            ),
+        ));
+    }
+    Ok(shares)
+}

@@ -1,0 +1,236 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(not(feature = "opencl"), allow(dead_code, unused_imports))]
+//! PACO on several devices at once (`paco::paco_on`): the maps are bit-identical to one
+//! device's and to the CPU back end's, with and without sub-pixel templates; an out-of-memory
+//! device splits its units or, when it cannot even hold the cube, leaves them to the others.
+//! The PoCL cases run two real OpenCL devices (`POCL_DEVICES="pthread pthread"`, set for a
+//! child run of this binary, one child per case so that memory limits do not leak).
+
+use algorithms::paco::{MultiPolicy, PacoMaps, PacoParams, SubPixel, paco, paco_on};
+use algorithms::synth::adi::synthetic_adi;
+use bridge_core::Device;
+use ndarray::{Array1, Array2, Array3};
+
+fn cube() -> (Array3<f64>, Array1<f64>, Array2<f64>) {
+    synthetic_adi(10, 64, 11)
+}
+
+fn params(subpixel: SubPixel) -> PacoParams {
+    PacoParams {
+        subpixel,
+        ..Default::default()
+    }
+}
+
+/// Bit for bit (NaN is NaN: a device writes its own NaN pattern where the CPU writes Rust's).
+fn same_bits(x: &Array2<f64>, y: &Array2<f64>, what: &str) {
+    assert_eq!(x.dim(), y.dim());
+    for ((i, a), b) in x.indexed_iter().zip(y.iter()) {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        assert_eq!(a.to_bits(), b.to_bits(), "{what} at {i:?}: {a} vs {b}");
+    }
+}
+
+fn same_maps(x: &PacoMaps, y: &PacoMaps, what: &str) {
+    same_bits(&x.a, &y.a, &format!("{what}: a"));
+    same_bits(&x.b, &y.b, &format!("{what}: b"));
+    same_bits(&x.snr, &y.snr, &format!("{what}: snr"));
+}
+
+fn on(devices: &[Device], p: &PacoParams) -> algorithms::paco::PacoMulti {
+    let (c, a, psf) = cube();
+    paco_on(
+        c.view(),
+        a.view(),
+        psf.view(),
+        p,
+        devices,
+        MultiPolicy::default(),
+    )
+    .unwrap()
+}
+
+fn single(device: Device, p: &PacoParams) -> PacoMaps {
+    let (c, a, psf) = cube();
+    let p = PacoParams {
+        device,
+        ..p.clone()
+    };
+    paco(c.view(), a.view(), psf.view(), &p).unwrap()
+}
+
+#[test]
+fn the_cpu_alone_gives_the_cpu_maps() {
+    for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
+        let p = params(sub);
+        let m = on(&[Device::Cpu], &p);
+        same_maps(&m.maps, &single(Device::Cpu, &p), &format!("{sub:?}"));
+        assert_eq!(m.shares.len(), 1);
+        assert!(m.shares[0].units >= 1 && m.shares[0].error.is_none());
+    }
+}
+
+#[test]
+fn bad_device_lists_are_errors() {
+    let (c, a, psf) = cube();
+    let p = params(SubPixel::Off);
+    let run = |d: &[Device], p: &PacoParams| {
+        paco_on(c.view(), a.view(), psf.view(), p, d, MultiPolicy::default())
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(run(&[], &p).contains("at least one device"));
+    assert!(run(&[Device::Cpu, Device::Cpu], &p).contains("named twice"));
+    assert!(run(&[Device::Cpu, Device::TorchCpu], &p).contains("torch"));
+    let t = params(SubPixel::Table { q: 8 });
+    assert!(
+        run(&[Device::Cpu, Device::OpenCl(0)], &t).contains("drop cpu"),
+        "{}",
+        run(&[Device::Cpu, Device::OpenCl(0)], &t)
+    );
+}
+
+/// Whether the child run has two OpenCL devices with doubles (skips otherwise).
+#[cfg(feature = "opencl")]
+fn two_pocl(flag: &str) -> bool {
+    if std::env::var(flag).is_err() {
+        return false; // run by the outer test in a child process
+    }
+    let n = bridge_opencl::shared().device_count();
+    if n < 2 {
+        assert!(
+            !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
+            "ARRAYBRIDGE_REQUIRE_OPENCL=1 but {n} OpenCL device(s)"
+        );
+        eprintln!("skipping: {n} OpenCL device(s)");
+        return false;
+    }
+    true
+}
+
+#[cfg(feature = "opencl")]
+fn print_shares(m: &algorithms::paco::PacoMulti) {
+    for s in &m.shares {
+        eprintln!(
+            "{}: {} units, {} pixels, {:.3} s, {} B up, {} B down, {} splits, {:?}",
+            s.device, s.units, s.pixels, s.seconds, s.bytes_up, s.bytes_down, s.splits, s.error
+        );
+    }
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_two_devices_inner() {
+    if !two_pocl("ARRAYBRIDGE_TEST_PACO_TWO") {
+        return;
+    }
+    let two = [Device::OpenCl(0), Device::OpenCl(1)];
+    for sub in [SubPixel::Off, SubPixel::Table { q: 8 }, SubPixel::VipFft] {
+        let p = params(sub);
+        let cpu = single(Device::Cpu, &p);
+        let one = single(Device::OpenCl(1), &p);
+        let m = on(&two, &p);
+        print_shares(&m);
+        same_maps(&m.maps, &one, &format!("{sub:?}: two devices vs opencl:1"));
+        same_maps(&m.maps, &cpu, &format!("{sub:?}: two devices vs cpu"));
+        let units: usize = m.shares.iter().map(|s| s.units).sum();
+        assert!(units >= 2, "{units} units");
+        assert!(m.shares.iter().all(|s| s.error.is_none() && s.bytes_up > 0));
+    }
+    // the CPU next to a device (no templates)
+    let p = params(SubPixel::Off);
+    let m = on(&[Device::Cpu, Device::OpenCl(0)], &p);
+    same_maps(&m.maps, &single(Device::Cpu, &p), "cpu + opencl:0");
+}
+
+#[cfg(feature = "opencl")]
+fn limit(dev: Device, bytes: usize) {
+    use bridge_core::memory::{MemoryInfo, MemoryLimit};
+    let b = bridge_opencl::shared();
+    let total = b.memory_stats(dev).unwrap().total;
+    let l = MemoryLimit::fraction(bytes as f64 / total as f64).unwrap();
+    b.set_memory_limit(dev, Some(l)).unwrap();
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_oom_splits_inner() {
+    if !two_pocl("ARRAYBRIDGE_TEST_PACO_OOM") {
+        return;
+    }
+    let (c, _, _) = cube();
+    let (t, h, w) = c.dim();
+    let round = |b: usize| b.div_ceil(512) * 512;
+    // opencl:1 holds the cube, its centred copy, q and z, but the band buffer of one
+    // statistics row (56 columns × 49 × 8 bytes) only: every larger unit splits there
+    let base = 3 * round(t * h * w * 8) + round(h * w * 8) + 4 * 512;
+    let row = 56 * 49 * 8;
+    limit(Device::OpenCl(1), base + row + row / 2);
+    let p = params(SubPixel::Off);
+    let m = on(&[Device::OpenCl(0), Device::OpenCl(1)], &p);
+    print_shares(&m);
+    same_maps(
+        &m.maps,
+        &single(Device::Cpu, &p),
+        "with a memory limit on opencl:1",
+    );
+    assert!(
+        m.shares[1].splits > 0 || m.shares[1].units == 0,
+        "{:?}",
+        m.shares[1]
+    );
+    // a device that cannot hold the cube leaves everything to the other
+    limit(Device::OpenCl(1), 4096);
+    let m = on(&[Device::OpenCl(0), Device::OpenCl(1)], &p);
+    print_shares(&m);
+    same_maps(&m.maps, &single(Device::Cpu, &p), "opencl:1 without memory");
+    assert_eq!(m.shares[1].units, 0);
+    assert!(m.shares[1].error.as_deref().unwrap().contains("memory"));
+    // with templates, too
+    let p = params(SubPixel::Table { q: 8 });
+    let m = on(&[Device::OpenCl(0), Device::OpenCl(1)], &p);
+    same_maps(
+        &m.maps,
+        &single(Device::Cpu, &p),
+        "templates, opencl:1 without memory",
+    );
+    // both without memory: a clear error, no hang
+    limit(Device::OpenCl(0), 4096);
+    let (c, a, psf) = cube();
+    let e = paco_on(
+        c.view(),
+        a.view(),
+        psf.view(),
+        &p,
+        &[Device::OpenCl(0), Device::OpenCl(1)],
+        MultiPolicy::default(),
+    )
+    .unwrap_err();
+    assert!(e.is_oom(), "{e}");
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_two_devices() {
+    test_support::rerun_with_env(
+        &[
+            ("POCL_DEVICES", "pthread pthread"),
+            ("ARRAYBRIDGE_TEST_PACO_TWO", "1"),
+        ],
+        &["pocl_two_devices_inner"],
+    );
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_out_of_memory() {
+    test_support::rerun_with_env(
+        &[
+            ("POCL_DEVICES", "pthread pthread"),
+            ("ARRAYBRIDGE_TEST_PACO_OOM", "1"),
+        ],
+        &["pocl_oom_splits_inner"],
+    );
+}
