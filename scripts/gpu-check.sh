@@ -65,7 +65,7 @@ build() {
   rm -rf "$carry"
   mkdir -p "$carry/tests" "$carry/bench" "$carry/bin"
   echo "gpu-check: building the CUDA test binaries" >&2
-  cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile |
+  cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile --test dlpack_gpu |
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p algorithms --features cuda \
     --test detect_gpu --test paco_gpu --test detect_resident | copy_artifacts "$carry/tests"
