@@ -270,19 +270,30 @@ fn huge_frame_numbers_are_rejected_not_looped_on() {
     assert_eq!(particles(&d.join("out.csv")), [0, 1]);
 }
 
+/// Gaps cost nothing: frames 10¹² apart link (or not) at once. A tracker that stepped through
+/// the empty frames would not finish; the 60 s bound only catches that, it is no speed target
+/// (a shared, loaded CI machine once took 1 s for the billion-frame version of this test).
 #[test]
 fn a_gap_of_a_billion_frames_costs_nothing() {
     let d = tmpdir("gap");
-    let csv = b"frame,y,x\n0,1,1\n1,1.2,1\n1000000001,1.4,1\n1000000002,1.6,1\n";
+    let csv = b"frame,y,x\n0,1,1\n1,1.2,1\n1000000000001,1.4,1\n1000000000002,1.6,1\n";
     for strategy in ["optimal", "greedy"] {
-        // absent for 999 999 999 frames: linked with --memory ≥ that
-        let r = track(&d, csv, &["--strategy", strategy, "--memory", "1000000000"]);
+        // absent for 10^15 - 1 frames: linked with --memory >= that
+        let r = track(
+            &d,
+            csv,
+            &["--strategy", strategy, "--memory", "1000000000000"],
+        );
         assert!(r.ok, "{}", r.stderr);
-        assert!(r.secs < 1.0, "{strategy}: {} s", r.secs);
+        assert!(r.secs < 60.0, "{strategy}: {} s", r.secs);
         assert_eq!(particles(&d.join("out.csv")), [0, 0, 0, 0], "{strategy}");
-        let r = track(&d, csv, &["--strategy", strategy, "--memory", "999999998"]);
+        let r = track(
+            &d,
+            csv,
+            &["--strategy", strategy, "--memory", "999999999998"],
+        );
         assert!(r.ok, "{}", r.stderr);
-        assert!(r.secs < 1.0, "{strategy}: {} s", r.secs);
+        assert!(r.secs < 60.0, "{strategy}: {} s", r.secs);
         assert_eq!(particles(&d.join("out.csv")), [0, 0, 1, 1], "{strategy}");
     }
 }

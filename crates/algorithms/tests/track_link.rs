@@ -177,22 +177,28 @@ fn greedy_and_optimal_agree_on_separated_particles() {
 
 #[test]
 fn gap_of_a_billion_frames_costs_nothing() {
-    let frames = [0, 1, 1_000_000_001, 1_000_000_002];
+    let frames = [0, 1, 1_000_000_000_001, 1_000_000_000_002];
     let pos = [[1.0, 1.0], [1.2, 1.0], [1.4, 1.0], [1.6, 1.0]];
     let start = std::time::Instant::now();
-    // absent for 999 999 999 frames: linked with memory ≥ that, split below it
-    let (ids, stats) = link(&frames, &pos, &LinkParams::new(2.0, 1_000_000_000)).unwrap();
+    // absent for 10¹² - 1 frames: linked with memory ≥ that, split below it. A tracker that
+    // stepped through the empty frames would never finish; the 60 s bound only catches that
+    // (it is no speed target: a loaded CI machine is slow).
+    let (ids, stats) = link(&frames, &pos, &LinkParams::new(2.0, 1_000_000_000_000)).unwrap();
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
     assert_eq!(stats.levels, 4);
-    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_999)).unwrap();
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_999_999)).unwrap();
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
-    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_998)).unwrap();
+    let (ids, _) = link(&frames, &pos, &LinkParams::new(2.0, 999_999_999_998)).unwrap();
     assert_eq!((ids[0] == ids[1], ids[1] == ids[2]), (true, false));
-    let ids = greedy(&frames, &pos, 2.0, 999_999_999);
+    let ids = greedy(&frames, &pos, 2.0, 999_999_999_999);
     assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
-    let ids = greedy(&frames, &pos, 2.0, 999_999_998);
+    let ids = greedy(&frames, &pos, 2.0, 999_999_999_998);
     assert_eq!((ids[0] == ids[1], ids[1] == ids[2]), (true, false));
-    assert!(start.elapsed().as_secs_f64() < 0.5, "{:?}", start.elapsed());
+    assert!(
+        start.elapsed().as_secs_f64() < 60.0,
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
