@@ -197,6 +197,20 @@ pub(crate) fn finish(
     out
 }
 
+/// `trackpy.locate` on every frame of `movie` on `device` (`Device::Cpu`, `opencl:N` or
+/// `cuda:N`, through [`backend_for`](crate::detect::backend_for): the device runs the whole
+/// pipeline, see `detect::gpu::GpuDetect`; an unavailable device is an
+/// error, never a silent CPU run). One result per frame, as [`locate`] gives it.
+pub fn locate_movie(
+    movie: &super::Movie,
+    p: &LocateParams,
+    device: bridge_core::Device,
+) -> Result<Vec<Vec<Feature>>> {
+    p.validate()?;
+    let backend = super::backend_for(device)?;
+    backend.locate_batch(&movie.frames(), p)
+}
+
 /// `trackpy.locate` on one 2-D frame. Rows follow the raster order of the maxima (or ascending
 /// mass with `topn`).
 pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
