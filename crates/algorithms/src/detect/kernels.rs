@@ -1,4 +1,5 @@
-//! Portable device kernels of the LoG blob detector (one source for OpenCL and CUDA).
+//! Portable device kernels of the detectors (one source for OpenCL and CUDA): [`BLOB_LOG`]
+//! (the LoG blob detector, below) and [`LOCATE`] (trackpy's `locate`, see its docs).
 //!
 //! The source follows the portable kernel contract of [`bridge_core::kernel`] (`KERNEL`,
 //! `GLOBAL`, `LOCAL`, `GID`, `BARRIER`, `ATOMIC_ADD_INT`, ...). It is compiled with one of the
@@ -59,7 +60,8 @@ pub const BLOB_LOG: KernelSource = KernelSource {
     option_sets: &[OPTS_F32_ACC64, OPTS_F32_ACC32, OPTS_F64],
 };
 
-/// Every kernel source of the detection module (each is compiled through NVRTC in CI).
+/// Every kernel source of the detection module (each is compiled through NVRTC and built on
+/// OpenCL in CI, in every option set).
 pub const ALL: &[KernelSource] = &[BLOB_LOG, LOCATE];
 
 const BLOB_LOG_SRC: &str = r#"
@@ -287,13 +289,13 @@ pub const LOCATE_OPTS_F32: &[&str] = &["-DREAL=float", "-DACC_DOUBLE=0"];
 /// |---|---|---|
 /// | `locate_load_{u8,u16,f32,f64}` | pixel | the frame (uploaded as stored) to `REAL`, inverted if asked, as the CPU does it |
 /// | `locate_lowpass_y`, `locate_lowpass_x` | pixel | trackpy's Gaussian lowpass, zero padding, the CPU's order of operations |
-/// | `locate_box_cols`, `locate_box_rows` | column / row | the boxcar background as running sums in the CPU's order (integer sums for integer frames, the mean rounded to `float` for float32 frames), then `bandpass = low − background` clipped at the threshold, and each row's maximum |
+/// | `locate_box_cols` (float frames), `locate_box_int_y` (integer frames), `locate_box_rows` | column / pixel / row | the boxcar background: for float frames running sums in the CPU's order (the mean rounded to `float` for float32 frames), for integer frames exact integer window sums (equal to the CPU's running sums); then `bandpass = low − background` clipped at the threshold, and each row's maximum |
 /// | `locate_scale` | frame | the frame maximum and the rescale factor `int_max / max` |
 /// | `locate_rescale` | pixel | the image in the integer gamut (truncated) and the histogram of its non-zero values |
 /// | `locate_percentile` | frame | NumPy's linear-interpolation percentile of the non-zero values, as the smallest integer above it |
 /// | `locate_dilate_x`, `locate_maxima` | pixel | grey dilation (row maxima, then column maxima) and the maxima above the percentile outside the margin, appended through an atomic counter |
 /// | `locate_refine` | candidate | the iterated centre of mass on the circular mask, then mass, size, eccentricity, signal and raw mass |
-/// | `locate_row_dist`, `locate_noise_rows`, `locate_noise_frame` | pixel / row / frame | the raw pixels not covered by the mask dilation of the non-zero image: count, mean and squared deviations |
+/// | `locate_row_dist`, `locate_noise_rows`, `locate_noise_frame` | pixel / row / frame | the raw pixels not covered by the mask dilation of the non-zero image (flagged in the first pass, over the integer image, which is no longer needed): count, mean and squared deviations |
 ///
 /// Integer quantities (the integer image, its sums and moments) are integers on the device
 /// too; the floating-point steps follow the CPU's order with contraction (FMA) disabled.
@@ -308,6 +310,7 @@ pub const LOCATE: KernelSource = KernelSource {
         "locate_lowpass_y",
         "locate_lowpass_x",
         "locate_box_cols",
+        "locate_box_int_y",
         "locate_box_rows",
         "locate_scale",
         "locate_rescale",
@@ -434,7 +437,8 @@ DEVICE_FN REAL box_at(GLOBAL const REAL* src, int k, int n, int stride) {
     return src[(size_t)clampi(k, 0, n - 1) * stride];
 }
 
-/* The background along columns: one work item per (column, frame). */
+/* The background along columns for float frames (mode 0 or 1): one work item per
+   (column, frame). */
 KERNEL locate_box_cols(GLOBAL const REAL* RESTRICT src, GLOBAL REAL* RESTRICT dst,
                        const uint h, const uint w, const uint nf, const uint size,
                        const uint mode) {
@@ -446,16 +450,6 @@ KERNEL locate_box_cols(GLOBAL const REAL* RESTRICT src, GLOBAL REAL* RESTRICT ds
     int n = (int)h;
     int sw = (int)w;
     int s1 = (int)size / 2;
-    if (mode == 2) {
-        uint t = 0;
-        for (int k = 0; k < (int)size; ++k) t += (uint)box_at(s, k - s1, n, sw);
-        o[0] = (REAL)(t / size);
-        for (int k = 1; k < n; ++k) {
-            t = t + (uint)box_at(s, k + (int)size - 1 - s1, n, sw) - (uint)box_at(s, k - 1 - s1, n, sw);
-            o[(size_t)k * w] = (REAL)(t / size);
-        }
-        return;
-    }
     REAL fs = (REAL)size;
     REAL t = (REAL)0;
     for (int k = 0; k < (int)size; ++k) t = ADD_RN(t, box_at(s, k - s1, n, sw));
@@ -466,6 +460,23 @@ KERNEL locate_box_cols(GLOBAL const REAL* RESTRICT src, GLOBAL REAL* RESTRICT ds
         m = DIV_RN(t, fs);
         o[(size_t)k * w] = mode == 1 ? (REAL)(float)m : m;
     }
+}
+
+/* The background along columns for integer frames: one work item per pixel, the exact
+   integer window sum (the CPU's running sum of integers has the same value), truncated mean. */
+KERNEL locate_box_int_y(GLOBAL const REAL* RESTRICT src, GLOBAL REAL* RESTRICT dst,
+                        const uint h, const uint w, const uint nf, const uint size) {
+    size_t x = GID(0);
+    size_t y = GID(1);
+    size_t f = GID(2);
+    if (x >= w || y >= h || f >= nf) return;
+    GLOBAL const REAL* s = src + f * h * w + x;
+    int s1 = (int)size / 2;
+    uint t = 0;
+    for (int k = 0; k < (int)size; ++k) {
+        t += (uint)s[(size_t)clampi((int)y - s1 + k, 0, (int)h - 1) * w];
+    }
+    dst[f * h * w + y * w + x] = (REAL)(t / size);
 }
 
 /* The background along rows and the bandpass: one work item per (row, frame).
@@ -784,24 +795,27 @@ DEVICE_FN int covered(GLOBAL const uint* dist, GLOBAL const int* hw, int r, int 
     return 0;
 }
 
-/* Per (row, frame) over the uncovered pixels, in raster order: pass 0 counts them and sums
-   their raw values (rows[3 (f h + y)], [+1]); pass 1 sums (v - mean)^2 with the frame's mean
-   stats[4 f + 1] (into [+2]). */
+/* Per (row, frame) over the uncovered pixels, in raster order: pass 0 flags them (flag[],
+   the integer image's buffer) counts them and sums their raw values (rows[3 (f h + y)],
+   [+1]); pass 1 sums (v - mean)^2 with the frame's mean stats[4 f + 1] (into [+2]). */
 KERNEL locate_noise_rows(GLOBAL const uint* RESTRICT dist, GLOBAL const int* RESTRICT hw,
                          GLOBAL const REAL* RESTRICT raw, GLOBAL const REAL* RESTRICT stats,
-                         GLOBAL REAL* RESTRICT rows, const uint r, const uint h, const uint w,
-                         const uint nf, const uint pass) {
+                         GLOBAL REAL* RESTRICT rows, GLOBAL uint* RESTRICT flag, const uint r,
+                         const uint h, const uint w, const uint nf, const uint pass) {
     size_t y = GID(0);
     size_t f = GID(1);
     if (y >= h || f >= nf) return;
     GLOBAL const uint* ds = dist + f * h * w;
     GLOBAL const REAL* rw = raw + f * h * w + y * w;
+    GLOBAL uint* fl = flag + f * h * w + y * w;
     GLOBAL REAL* o = rows + 3 * (f * h + y);
     if (pass == 0) {
         uint n = 0;
         REAL s = (REAL)0;
         for (int x = 0; x < (int)w; ++x) {
-            if (covered(ds, hw, (int)r, (int)y, x, (int)h, (int)w)) continue;
+            uint c = (uint)covered(ds, hw, (int)r, (int)y, x, (int)h, (int)w);
+            fl[x] = c;
+            if (c) continue;
             n += 1;
             s = ADD_RN(s, rw[x]);
         }
@@ -811,7 +825,7 @@ KERNEL locate_noise_rows(GLOBAL const uint* RESTRICT dist, GLOBAL const int* RES
         REAL mean = stats[4 * f + 1];
         REAL s = (REAL)0;
         for (int x = 0; x < (int)w; ++x) {
-            if (covered(ds, hw, (int)r, (int)y, x, (int)h, (int)w)) continue;
+            if (fl[x]) continue;
             REAL d = SUB_RN(rw[x], mean);
             s = ADD_RN(s, MUL_RN(d, d));
         }

@@ -271,7 +271,7 @@ fn run_typed<E: Executor, R: DevReal>(
     let marginu = to_u32(plan.margin, "margin")?;
     let smu = to_u32(sm, "smoothing_size")?;
     let nbinsu = to_u32(nbins, "bins")?;
-    let itu = to_u32(p.max_iterations, "max_iterations")?;
+    let itu = to_u32(p.max_iterations.min(u32::MAX as usize), "max_iterations")?;
     let pu = to_u32(plane, "frame size")?;
 
     // device bytes per frame: input, raw, two work images, bandpass, integer image,
@@ -365,7 +365,26 @@ fn run_typed<E: Executor, R: DevReal>(
             None
         };
         let low_ref = low.as_ref().unwrap_or(&raw);
-        let bg_src = if p.preprocess && mode != 3 {
+        let bg_src = if p.preprocess && mode == 2 {
+            timed("locate_box_int_y", &mut || {
+                e.launch(
+                    &LOCATE,
+                    opts,
+                    "locate_box_int_y",
+                    &g3,
+                    &l3,
+                    &[
+                        KernelArg::Buf(&raw),
+                        KernelArg::Buf(&t1),
+                        KernelArg::U32(hu),
+                        KernelArg::U32(wu),
+                        KernelArg::U32(nbu),
+                        KernelArg::U32(smu),
+                    ],
+                )
+            })?;
+            &t1
+        } else if p.preprocess && mode != 3 {
             timed("locate_box_cols", &mut || {
                 e.launch(
                     &LOCATE,
@@ -600,6 +619,7 @@ fn run_typed<E: Executor, R: DevReal>(
                             KernelArg::Buf(&raw),
                             KernelArg::Buf(&stats),
                             KernelArg::Buf(&rows),
+                            KernelArg::Buf(&img),
                             KernelArg::U32(ru),
                             KernelArg::U32(hu),
                             KernelArg::U32(wu),
