@@ -68,7 +68,8 @@ build() {
   cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile --test dlpack_gpu |
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p algorithms --features cuda \
-    --test detect_gpu --test paco_gpu --test detect_resident | copy_artifacts "$carry/tests"
+    --test detect_gpu --test detect_locate_gpu --test paco_gpu --test detect_resident |
+    copy_artifacts "$carry/tests"
   cargo_artifacts bench --no-run -p bridge-cuda --bench cuda_transfer | copy_artifacts "$carry/bench"
   echo "gpu-check: building the CLI (arraybridge bench)" >&2
   cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"
@@ -267,6 +268,11 @@ phase_sanitize() {
     run_binary "sanitize $tool detect" "$WORK/sanitize-$tool-detect.log" \
       env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_gpu" \
       --exact cuda::cuda_batch_equals_single_frames --test-threads=1 --show-output
+    if [ "$tool" = memcheck ]; then
+      run_binary "sanitize $tool locate" "$WORK/sanitize-$tool-locate.log" \
+        env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_locate_gpu" \
+        --exact cuda::cuda_locate_batch_equals_single_frames --test-threads=1 --show-output
+    fi
     run_binary "sanitize $tool paco r6" "$WORK/sanitize-$tool-paco.log" \
       env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/paco_gpu" \
       --exact cuda::large_patches_match_cpu --test-threads=1 --show-output
@@ -284,6 +290,10 @@ bench_once() { # tag: one pass of every measurement, under the current environme
   # the per-stage breakdown waits for every kernel, so it is a separate, shorter run
   run_binary "bench $tag detect 128x512 traced" "$WORK/bench-$tag-detect512-trace.md" \
     env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64
+  run_binary "bench $tag locate ${frames}x512" "$WORK/bench-$tag-locate512.md" \
+    "$cli" bench detect --method locate --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
+  run_binary "bench $tag locate 128x512 traced" "$WORK/bench-$tag-locate512-trace.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --method locate --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64
   run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
     "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes 1,4
   run_binary "bench $tag paco 61x100" "$WORK/bench-$tag-paco100.md" \
@@ -320,6 +330,8 @@ phase_bench() {
   # CPU on this machine's cores, for the GPU/CPU ratio
   run_binary "bench cpu detect 200x512" "$WORK/bench-cpu-detect512.md" \
     "$cli" bench detect --device cpu --frames 200 --size 512 --particles 100 --batch-sizes 16
+  run_binary "bench cpu locate 200x512" "$WORK/bench-cpu-locate512.md" \
+    "$cli" bench detect --method locate --device cpu --frames 200 --size 512 --particles 100 --batch-sizes 16
   run_binary "bench cpu paco 61x100" "$WORK/bench-cpu-paco100.md" \
     "$cli" bench paco --device cpu --frames 61 --size 100 --reps 3
   for b in "$carry"/bench/*; do

@@ -189,6 +189,104 @@ fn partition(ids: &[f64]) -> BTreeSet<Vec<usize>> {
     m.into_values().collect()
 }
 
+/// Whether `arraybridge devices` lists `opencl:0` (PoCL installed); a skip otherwise, a failure
+/// with `ARRAYBRIDGE_REQUIRE_OPENCL=1`.
+fn has_opencl() -> bool {
+    let out = Command::new(BIN).arg("devices").output().unwrap();
+    let ok = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("opencl:0"));
+    if !ok {
+        assert!(
+            std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").as_deref() != Ok("1"),
+            "ARRAYBRIDGE_REQUIRE_OPENCL=1 but no OpenCL device"
+        );
+        eprintln!("skipping: no OpenCL device");
+    }
+    ok
+}
+
+/// `detect --method locate --device opencl:0` on the fixtures of the CPU tests: the same CSV as
+/// the CPU, byte for byte, and trackpy's features; the summary names the device.
+#[test]
+fn locate_on_opencl_matches_cpu_and_trackpy() {
+    if !has_opencl() {
+        return;
+    }
+    let d = tmpdir("locate-opencl");
+    let runs: [(&str, &[&str], &str); 3] = [
+        (
+            "movie/movie_u16.tif",
+            &["--diameter", "7", "--minmass", "300"],
+            "movie/movie__locate_d7.csv",
+        ),
+        (
+            "blob_log/hisnr_u16.npy",
+            &["--diameter", "7", "--minmass", "150"],
+            "locate/hisnr_u16__locate_d7.csv",
+        ),
+        (
+            "movie/movie_u16.tif",
+            &["--diameter", "9", "--minmass", "500"],
+            "locate/movie_frame0__locate_d9.csv",
+        ),
+    ];
+    for (k, (input, flags, golden)) in runs.iter().enumerate() {
+        let inp = fixture(input);
+        let mut outs = Vec::new();
+        for device in ["cpu", "opencl:0"] {
+            let o = d.join(format!("{k}-{}.csv", device.replace(':', "")));
+            let mut args = vec![
+                "detect",
+                inp.to_str().unwrap(),
+                "-o",
+                o.to_str().unwrap(),
+                "--method",
+                "locate",
+                "--device",
+                device,
+                "--json",
+                "-q",
+            ];
+            args.extend_from_slice(flags);
+            let out = Command::new(BIN).args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{args:?}: {err}");
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(
+                v["device"],
+                device,
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            outs.push(o);
+        }
+        assert_eq!(
+            std::fs::read(&outs[0]).unwrap(),
+            std::fs::read(&outs[1]).unwrap(),
+            "{input} {flags:?}: opencl:0 wrote another CSV than the CPU"
+        );
+        let (a, g) = (read_table(&outs[1]), read_table(&fixture(golden)));
+        let fa = col(&a, "frame");
+        let rows: Vec<usize> = if golden.contains("frame0") {
+            (0..fa.len()).filter(|&i| fa[i] == 0.0).collect()
+        } else {
+            (0..fa.len()).collect()
+        };
+        assert_eq!(rows.len(), g.1.len(), "{golden}: feature count");
+        for c in ["y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep"] {
+            let got = col(&a, c);
+            for (&i, v) in rows.iter().zip(col(&g, c)) {
+                let u = got[i];
+                assert!(
+                    (u - v).abs() <= 1e-6 * v.abs().max(1.0),
+                    "{golden} {c}: {u} vs {v}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn locate_then_track_match_trackpy() {
     let d = tmpdir("locate");

@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference) and
 //! `paco` (PACO on a synthetic ADI cube) and `detect` (LoG detection on a synthetic movie, the
-//! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`).
+//! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`; `--method locate` times
+//! trackpy's `locate` instead).
 
 use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
@@ -28,7 +29,8 @@ pub enum What {
     Transfer(TransferArgs),
     /// PACO on a synthetic ADI cube of `--frames` frames of `--size`² pixels.
     Paco(PacoArgs),
-    /// LoG detection of a synthetic movie, end to end, for each batch size.
+    /// Detection of a synthetic movie (LoG, or `locate` with `--method locate`), end to end,
+    /// for each batch size.
     Detect(DetectArgs),
 }
 
@@ -54,6 +56,16 @@ pub struct DetectArgs {
     /// Seed of the synthetic movie.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Detection method: `log` (LogDetector defaults) or `locate` (trackpy, `--diameter`,
+    /// `--minmass`).
+    #[arg(long, value_enum, default_value_t = super::detect::Method::Log)]
+    pub method: super::detect::Method,
+    /// [locate] Feature diameter (odd).
+    #[arg(long, default_value_t = 7)]
+    pub diameter: usize,
+    /// [locate] Minimum integrated brightness.
+    #[arg(long, default_value_t = 200.0)]
+    pub minmass: f64,
 }
 
 /// Arguments of `arraybridge bench paco`.
@@ -300,12 +312,21 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
         "use fewer frames, smaller frames or fewer particles",
     )?;
     let detector = algorithms::detect::LogDetector::default();
-    for &b in &batch_sizes {
-        algorithms::detect::LogDetector {
-            batch_size: b,
-            ..detector.clone()
+    let locate = a.method == super::detect::Method::Locate;
+    let lp = algorithms::detect::LocateParams {
+        minmass: a.minmass,
+        ..algorithms::detect::LocateParams::new(a.diameter)
+    };
+    if locate {
+        lp.validate()?;
+    } else {
+        for &b in &batch_sizes {
+            algorithms::detect::LogDetector {
+                batch_size: b,
+                ..detector.clone()
+            }
+            .check_memory(size, size, frames)?;
         }
-        .check_memory(size, size, frames)?;
     }
     let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
     let device = bench_device(a.device, DETECT, g, || {
@@ -313,9 +334,18 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     })?;
     let backend = algorithms::detect::backend_for(device)?;
     g.note(format!(
-        "bench detect on {device}: {frames}x{size}x{size} movie, {particles} particles"
+        "bench detect ({}) on {device}: {frames}x{size}x{size} movie, {particles} particles",
+        if locate {
+            format!("locate, diameter {}, minmass {}", a.diameter, a.minmass)
+        } else {
+            "log".to_owned()
+        }
     ));
-    let rows = benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?;
+    let rows = if locate {
+        algorithms::detect::synth::benchmark_locate(&movie, &lp, backend.as_ref(), &batch_sizes)?
+    } else {
+        benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?
+    };
     if g.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
@@ -330,8 +360,8 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
             })
             .collect();
         return g.print_json(&serde_json::json!({
-            "command": "bench detect", "device": device.to_string(), "knobs": knobs_json(),
-            "rows": v,
+            "command": "bench detect", "method": if locate { "locate" } else { "log" },
+            "device": device.to_string(), "knobs": knobs_json(), "rows": v,
         }));
     }
     println!(

@@ -1,6 +1,7 @@
 //! Criterion benchmarks of detection and linking on the synthetic 512×512 frames of spec §6.
 //!
-//! `CARGO_TARGET_DIR=... cargo bench -p algorithms --bench detect`
+//! `CARGO_TARGET_DIR=... cargo bench -p algorithms --bench detect` (with `--features opencl`:
+//! also `locate` on `opencl:0` against the CPU back end)
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -9,7 +10,7 @@ use algorithms::detect::Accumulate;
 use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame, blob_log_frame_acc};
 use algorithms::detect::locate::{LocateParams, locate};
 use algorithms::detect::synth::synthetic_movie;
-use algorithms::detect::{FrameView, LogDetector, Movie};
+use algorithms::detect::{CpuBackend, DetectBackend, FrameView, LogDetector, Movie};
 use algorithms::track::{LinkParams, link};
 use bridge_core::Device;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -54,6 +55,30 @@ fn bench(c: &mut Criterion) {
     c.bench_function("locate 512x512 u16 d7 minmass200", |b| {
         b.iter(|| locate(black_box(FrameView::U16(u16f.view())), &lp).unwrap())
     });
+
+    // locate on 8 frames of 512² u16: the CPU back end (frames in parallel) against the device
+    // back end on opencl:0 (PoCL here), one batch call each; results are identical
+    let movie8 = synthetic_movie(8, 512, 100, 1.0, 3);
+    let views = movie8.movie.frames();
+    let mut g = c.benchmark_group("locate 8x512x512 u16 d7 minmass200 (one batch)");
+    g.sample_size(10);
+    g.bench_function("cpu", |b| {
+        b.iter(|| CpuBackend.locate_batch(black_box(&views), &lp).unwrap())
+    });
+    #[cfg(feature = "opencl")]
+    match algorithms::detect::OpenClDetect::new(0) {
+        Ok(d) => {
+            assert_eq!(
+                d.locate_batch(&views, &lp).unwrap(),
+                CpuBackend.locate_batch(&views, &lp).unwrap()
+            );
+            g.bench_function("opencl:0", |b| {
+                b.iter(|| d.locate_batch(black_box(&views), &lp).unwrap())
+            });
+        }
+        Err(e) => eprintln!("skipping the opencl:0 locate bench: {e}"),
+    }
+    g.finish();
 
     // movie throughput per batch size (16 frames of 512², u16, LogDetector defaults)
     let movie = synthetic_movie(16, 512, 100, 1.0, 2);

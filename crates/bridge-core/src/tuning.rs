@@ -88,7 +88,8 @@ pub const KNOBS: &[Knob] = &[
         name: "ARRAYBRIDGE_DETECT_WG_X",
         default: "64",
         accepts: Accepts::Int(1, 1024),
-        doc: "work-group width of the detection kernels log_pass_y, log_pass_x and log_peaks",
+        doc: "work-group width of the detection kernels log_pass_y, log_pass_x, log_peaks and \
+              of locate's per-pixel kernels",
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_WG_Y",
@@ -100,7 +101,8 @@ pub const KNOBS: &[Knob] = &[
         name: "ARRAYBRIDGE_DETECT_PREP_WG",
         default: "256",
         accepts: Accepts::Int(1, 1024),
-        doc: "work-group size of the detection prescale kernels (native dtype to REAL)",
+        doc: "work-group size of the detection prescale kernels (native dtype to REAL) and of \
+              locate's load and rescale kernels",
     },
     Knob {
         name: "ARRAYBRIDGE_PACO_STATS_WG",

@@ -2,9 +2,11 @@
 //! movie-level [`LogDetector`].
 //!
 //! The normative behaviour is `shared/docs/detection.md`; the golden data is
-//! `fixtures/detect/` (in this repository). Everything here is the CPU implementation (ndarray + rayon). The
-//! device-independent pieces (parameter validation, the sigma list, candidate ordering, overlap
-//! pruning) are public so GPU back ends can reuse them behind [`DetectBackend`].
+//! `fixtures/detect/` (in this repository). The algorithms are implemented on the CPU (ndarray +
+//! rayon) and, for `blob_log` and `locate`, on devices by `gpu::GpuDetect` (one portable
+//! kernel source, [`kernels`], for OpenCL and CUDA); [`backend_for`] picks the back end of a
+//! device. The device-independent pieces (parameter validation, the sigma list, candidate
+//! ordering, overlap pruning, duplicate removal) are shared by both.
 
 pub mod backend;
 pub mod blob_log;
@@ -32,7 +34,7 @@ pub use gpu::GpuDetect;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClDetect;
 pub use input::blob_log_array;
-pub use locate::{Feature, LocateParams, locate};
+pub use locate::{Feature, LocateParams, locate, locate_movie};
 pub use multi::{DeviceShare, MultiOutcome, MultiPolicy};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};

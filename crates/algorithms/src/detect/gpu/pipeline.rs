@@ -150,7 +150,7 @@ pub(super) fn local_xy<E: Executor>(e: &E) -> (usize, usize) {
 }
 
 /// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG`, default 256).
-fn prep_wg() -> usize {
+pub(super) fn prep_wg() -> usize {
     tuning::usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
 }
 

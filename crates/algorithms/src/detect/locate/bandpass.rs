@@ -108,9 +108,9 @@ fn boxcar_rows_int(data: &mut [f64], w: usize, size: usize) {
     }
 }
 
-/// trackpy's lowpass: its own kernel `exp(t²/(−2σ²)) / Σ`, zero padding, f64.
-fn lowpass(raw: &[f64], h: usize, w: usize, sig: f64) -> Vec<f64> {
-    let mut low = raw.to_vec();
+/// The non-negative half of trackpy's lowpass kernel `exp(t²/(−2σ²)) / Σ` (taps `0..=r`),
+/// `None` for σ = 0 (no lowpass).
+pub(super) fn lowpass_half(sig: f64) -> Option<Vec<f64>> {
     if sig > 0.0 {
         let r = kernel_radius(sig);
         let ri = r as isize;
@@ -119,7 +119,16 @@ fn lowpass(raw: &[f64], h: usize, w: usize, sig: f64) -> Vec<f64> {
             .collect();
         let sum = numpy_sum(&phi);
         let k: Vec<f64> = phi.iter().map(|v| v / sum).collect();
-        let half = half_kernel(&k);
+        Some(half_kernel(&k))
+    } else {
+        None
+    }
+}
+
+/// trackpy's lowpass: its own kernel `exp(t²/(−2σ²)) / Σ`, zero padding, f64.
+fn lowpass(raw: &[f64], h: usize, w: usize, sig: f64) -> Vec<f64> {
+    let mut low = raw.to_vec();
+    if let Some(half) = lowpass_half(sig) {
         let mut tmp = vec![0.0f64; h * w];
         pass_y(&low, h, w, &[&half], Boundary::Constant, &mut [&mut tmp]);
         pass_x(&tmp, h, w, &half, Boundary::Constant, &mut low);

@@ -110,9 +110,9 @@ pub(super) fn refine_one(
 
 /// Per mask pixel: squared radius and the cosine and sine of twice its angle.
 pub(super) struct MaskGeometry {
-    r2: Vec<f64>,
-    cos2: Vec<f64>,
-    sin2: Vec<f64>,
+    pub(super) r2: Vec<f64>,
+    pub(super) cos2: Vec<f64>,
+    pub(super) sin2: Vec<f64>,
 }
 
 /// [`MaskGeometry`] of the mask of radius `r`.
@@ -135,7 +135,7 @@ pub(super) fn mask_geometry(r: usize, mask: &[(usize, usize)]) -> MaskGeometry {
 }
 
 /// Mean and population std of the raw pixels not covered by a dilation of `img != 0` with the
-/// mask (spec §2.7).
+/// mask (spec §2.7). The sums run per row, then over the rows (as on the devices).
 pub(super) fn measure_noise(
     img: &[u32],
     raw: &[f64],
@@ -193,25 +193,35 @@ pub(super) fn measure_noise(
             }
         }
     }
+    // sums per row (each from zero, in column order), then over the rows in row order: the
+    // order the device back ends use too, so that both give the same bits
     let (mut n, mut sum) = (0usize, 0.0f64);
-    for (c, &v) in covered.iter().zip(raw) {
-        if *c == 0 {
-            n += 1;
-            sum += v;
+    for (crow, rrow) in covered.chunks_exact(w).zip(raw.chunks_exact(w)) {
+        let mut rs = 0.0f64;
+        for (c, &v) in crow.iter().zip(rrow) {
+            if *c == 0 {
+                n += 1;
+                rs += v;
+            }
         }
+        sum += rs;
     }
     match n {
         0 => (f64::NAN, f64::NAN),
         1 => (sum, f64::NAN),
         _ => {
             let mean = sum / n as f64;
-            let var = covered
-                .iter()
-                .zip(raw)
-                .filter(|(c, _)| **c == 0)
-                .map(|(_, v)| (v - mean) * (v - mean))
-                .sum::<f64>()
-                / n as f64;
+            let mut sq = 0.0f64;
+            for (crow, rrow) in covered.chunks_exact(w).zip(raw.chunks_exact(w)) {
+                let mut rs = 0.0f64;
+                for (c, &v) in crow.iter().zip(rrow) {
+                    if *c == 0 {
+                        rs += (v - mean) * (v - mean);
+                    }
+                }
+                sq += rs;
+            }
+            let var = sq / n as f64;
             (mean, var.sqrt())
         }
     }

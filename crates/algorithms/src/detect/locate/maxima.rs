@@ -3,7 +3,7 @@
 
 /// Offsets `(lo, hi)` of grey_dilation's box of `s` pixels: `−lo..=hi`, i.e. `−s/2..=s/2` for
 /// odd `s`, `−(s/2−1)..=s/2` for even `s`.
-fn dilation_reach(s: usize) -> (usize, usize) {
+pub(super) fn dilation_reach(s: usize) -> (usize, usize) {
     if s % 2 == 1 {
         (s / 2, s / 2)
     } else {

@@ -18,9 +18,9 @@ mod params;
 use bridge_core::Result;
 
 use super::FrameView;
-use bandpass::prepare;
+use bandpass::{lowpass_half, prepare};
 use characterize::{mask_geometry, mask_offsets, measure_noise, refine_one};
-use maxima::{dilate_rows, local_maxima, percentile_nonzero};
+use maxima::{dilate_rows, dilation_reach, local_maxima, percentile_nonzero};
 
 pub use params::LocateParams;
 
@@ -45,82 +45,116 @@ pub struct Feature {
     pub ep: f64,
 }
 
-/// `trackpy.locate` on one 2-D frame. Rows follow the raster order of the maxima (or ascending
-/// mass with `topn`).
-pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
-    p.validate()?;
-    frame.validate()?;
-    let (h, w) = frame.dim();
-    let d = p.diameter;
-    let r = d / 2;
-    let sep = p.separation.unwrap_or((d + 1) as f64);
-    let sm = p.smoothing_size.unwrap_or(d);
-    let margin = r
-        .max(((sep / 2.0).floor() as isize - 1).max(0) as usize)
-        .max(sm / 2);
-    if h <= 2 * margin || w <= 2 * margin || h < d || w < d {
-        return Ok(Vec::new());
+/// The frame-independent geometry of a [`locate`] run: the mask radius, the separation, the
+/// margin and the dilation box, as the CPU and the device back ends both use them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    /// Feature diameter.
+    pub(crate) diameter: usize,
+    /// Mask radius (`diameter / 2`).
+    pub(crate) r: usize,
+    /// Minimum separation.
+    pub(crate) sep: f64,
+    /// Boxcar width of the background.
+    pub(crate) smoothing: usize,
+    /// Pixels within this distance of the border hold no maximum.
+    pub(crate) margin: usize,
+    /// Side of the grey-dilation box (at least 1).
+    pub(crate) box_size: usize,
+}
+
+impl Plan {
+    /// The geometry of `p` (assumed valid).
+    pub(crate) fn new(p: &LocateParams) -> Plan {
+        let d = p.diameter;
+        let r = d / 2;
+        let sep = p.separation.unwrap_or((d + 1) as f64);
+        let sm = p.smoothing_size.unwrap_or(d);
+        let margin = r
+            .max(((sep / 2.0).floor() as isize - 1).max(0) as usize)
+            .max(sm / 2);
+        Plan {
+            diameter: d,
+            r,
+            sep,
+            smoothing: sm,
+            margin,
+            box_size: ((2.0 * sep / std::f64::consts::SQRT_2) as usize).max(1),
+        }
     }
-    let prep = prepare(&frame, p);
-    let img = &prep.img;
 
-    let mask_v = mask_offsets(r);
-    let mask = mask_v.as_slice();
-    // the background noise only needs the prepared image: measure it on a second worker
-    let (noise, feats) = rayon::join(
-        || {
-            p.characterize
-                .then(|| measure_noise(img, &prep.raw, h, w, r, mask))
-        },
-        || {
-            // local maxima
-            let box_size = (2.0 * sep / std::f64::consts::SQRT_2) as usize;
-            let (thr, rows) = rayon::join(
-                || percentile_nonzero(img, p.percentile),
-                || dilate_rows(img, h, w, box_size.max(1)),
-            );
-            let Some(thr) = thr else {
-                return Vec::new();
-            };
-            let maxima = local_maxima(img, &rows, h, w, box_size.max(1), margin, thr);
+    /// Reach `(lo, hi)` of the dilation box: offsets `−lo..=hi` along each axis.
+    pub(crate) fn reach(&self) -> (usize, usize) {
+        dilation_reach(self.box_size)
+    }
 
-            // refinement
-            let geo = mask_geometry(r, mask);
-            let mut feats: Vec<[f64; 7]> = maxima
-                .iter()
-                .map(|&c| refine_one(img, &prep.raw, h, w, r, mask, &geo, c, p.max_iterations))
-                .collect();
+    /// Whether an `h × w` frame can hold a feature (else `locate` finds none).
+    pub(crate) fn fits(&self, h: usize, w: usize) -> bool {
+        !(h <= 2 * self.margin || w <= 2 * self.margin || h < self.diameter || w < self.diameter)
+    }
+}
 
-            // duplicates: all pairs with ‖Δ/sep‖ ≤ 1 − 1e-7, decided at once
-            if sep > 0.0 && feats.len() > 1 {
-                let pos: Vec<(f64, f64)> = feats.iter().map(|f| (f[0] / sep, f[1] / sep)).collect();
-                let pairs = super::blob_log::pairs_within(&pos, 1.0 - 1e-7);
-                let mut drop = vec![false; feats.len()];
-                for (i, j) in pairs {
-                    let (mi, mj) = (feats[i][2], feats[j][2]);
-                    let k = if mi > mj {
-                        j
-                    } else if mi < mj {
-                        i
-                    } else if pos[i].0 + pos[i].1 > pos[j].0 + pos[j].1 {
-                        j
-                    } else {
-                        i
-                    };
-                    drop[k] = true;
-                }
-                feats = feats
-                    .into_iter()
-                    .zip(drop)
-                    .filter(|(_, d)| !d)
-                    .map(|(f, _)| f)
-                    .collect();
-            }
-            feats
-        },
-    );
+/// The mask offsets of radius `r` in raster order (trackpy's `maskY`, `maskX`, as indices
+/// `0..=2r`).
+pub(crate) fn mask(r: usize) -> Vec<(usize, usize)> {
+    mask_offsets(r)
+}
 
-    let inv = 1.0 / prep.scale;
+/// The half `0..=r` of trackpy's lowpass kernel for `noise_size` (`None` when it is 0).
+pub(crate) fn lowpass_taps(noise_size: f64) -> Option<Vec<f64>> {
+    lowpass_half(noise_size)
+}
+
+/// Per mask pixel: the squared radius and the cosine and sine of twice its angle.
+pub(crate) fn mask_tables(r: usize, mask: &[(usize, usize)]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let g = mask_geometry(r, mask);
+    (g.r2.clone(), g.cos2.clone(), g.sin2.clone())
+}
+
+/// Duplicates: every pair of features closer than `sep` (‖Δ/sep‖ ≤ 1 − 1e-7) loses its dimmer
+/// member (on equal mass, the one with the larger `y + x`), all pairs decided at once; the
+/// order of the others is kept. `feats[k]` is `[y, x, mass, …]`.
+pub(crate) fn remove_duplicates(feats: Vec<[f64; 7]>, sep: f64) -> Vec<[f64; 7]> {
+    if !(sep > 0.0 && feats.len() > 1) {
+        return feats;
+    }
+    let pos: Vec<(f64, f64)> = feats.iter().map(|f| (f[0] / sep, f[1] / sep)).collect();
+    let pairs = super::blob_log::pairs_within(&pos, 1.0 - 1e-7);
+    let mut drop = vec![false; feats.len()];
+    for (i, j) in pairs {
+        let (mi, mj) = (feats[i][2], feats[j][2]);
+        let k = if mi > mj {
+            j
+        } else if mi < mj {
+            i
+        } else if pos[i].0 + pos[i].1 > pos[j].0 + pos[j].1 {
+            j
+        } else {
+            i
+        };
+        drop[k] = true;
+    }
+    feats
+        .into_iter()
+        .zip(drop)
+        .filter(|(_, d)| !d)
+        .map(|(f, _)| f)
+        .collect()
+}
+
+/// The features of one frame from its refined candidates (`[y, x, mass, size, ecc, signal,
+/// raw_mass]` in the rescaled units, duplicates removed): back to the input's units with
+/// `scale`, `minmass`, `maxsize` and `topn` applied, and the static error from `noise`
+/// (`(black level, noise)`, when characterising).
+pub(crate) fn finish(
+    feats: &[[f64; 7]],
+    scale: f64,
+    noise: Option<(f64, f64)>,
+    p: &LocateParams,
+    r: usize,
+    mask: &[(usize, usize)],
+) -> Vec<Feature> {
+    let inv = 1.0 / scale;
     let mut out: Vec<Feature> = feats
         .iter()
         .map(|f| Feature {
@@ -160,5 +194,65 @@ pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
             f.ep = noise / m * p.noise_size * moment;
         }
     }
-    Ok(out)
+    out
+}
+
+/// `trackpy.locate` on every frame of `movie` on `device` (`Device::Cpu`, `opencl:N` or
+/// `cuda:N`, through [`backend_for`](crate::detect::backend_for): the device runs the whole
+/// pipeline, see `detect::gpu::GpuDetect`; an unavailable device is an
+/// error, never a silent CPU run). One result per frame, as [`locate`] gives it.
+pub fn locate_movie(
+    movie: &super::Movie,
+    p: &LocateParams,
+    device: bridge_core::Device,
+) -> Result<Vec<Vec<Feature>>> {
+    p.validate()?;
+    let backend = super::backend_for(device)?;
+    backend.locate_batch(&movie.frames(), p)
+}
+
+/// `trackpy.locate` on one 2-D frame. Rows follow the raster order of the maxima (or ascending
+/// mass with `topn`).
+pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
+    p.validate()?;
+    frame.validate()?;
+    let (h, w) = frame.dim();
+    let plan = Plan::new(p);
+    if !plan.fits(h, w) {
+        return Ok(Vec::new());
+    }
+    let (r, margin, sep) = (plan.r, plan.margin, plan.sep);
+    let prep = prepare(&frame, p);
+    let img = &prep.img;
+
+    let mask_v = mask_offsets(r);
+    let mask = mask_v.as_slice();
+    // the background noise only needs the prepared image: measure it on a second worker
+    let (noise, feats) = rayon::join(
+        || {
+            p.characterize
+                .then(|| measure_noise(img, &prep.raw, h, w, r, mask))
+        },
+        || {
+            // local maxima
+            let box_size = plan.box_size;
+            let (thr, rows) = rayon::join(
+                || percentile_nonzero(img, p.percentile),
+                || dilate_rows(img, h, w, box_size),
+            );
+            let Some(thr) = thr else {
+                return Vec::new();
+            };
+            let maxima = local_maxima(img, &rows, h, w, box_size, margin, thr);
+
+            // refinement
+            let geo = mask_geometry(r, mask);
+            let feats: Vec<[f64; 7]> = maxima
+                .iter()
+                .map(|&c| refine_one(img, &prep.raw, h, w, r, mask, &geo, c, p.max_iterations))
+                .collect();
+            remove_duplicates(feats, sep)
+        },
+    );
+    Ok(finish(&feats, prep.scale, noise, p, r, mask))
 }
