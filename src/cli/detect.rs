@@ -361,6 +361,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     {
         g.note(note);
     }
+    if args.requeue && matches!(runner, Runner::One(_)) {
+        g.note("--requeue has no effect with one device: it hands a failed device's work to the others of --device a,b or all");
+    }
     let policy = MultiPolicy {
         requeue_on_failure: args.requeue,
     };

@@ -174,7 +174,7 @@ fn gather(
         unsafe { CudaStorage::from_foreign(g, start as CUdeviceptr, span, Box::new(tensor)) }?;
     let meta_bytes: Vec<u8> = meta.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let meta_buf = out.upload(&meta_bytes)?;
-    let bytes = len * es;
+    let bytes = len.checked_mul(es).ok_or_else(overflow)?;
     let dst = out.alloc(bytes)?;
     let elem = match unit {
         8 => "-DELEM=ulong",

@@ -110,7 +110,8 @@ impl ClBuffer {
         Arc::ptr_eq(&self.state.context, &other.state.context)
     }
 
-    fn check_range(&self, offset: usize, len: usize, what: &str) -> Result<()> {
+    /// `offset..offset + len` lies inside the buffer (else `InvalidArgument` naming `what`).
+    pub(crate) fn check_range(&self, offset: usize, len: usize, what: &str) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
             _ => Err(BridgeError::invalid_argument(

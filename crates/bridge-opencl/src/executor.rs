@@ -108,6 +108,8 @@ impl Executor for OpenClExecutor {
     }
 
     fn read_at(&self, buf: &ClBuffer, offset: usize, bytes: usize) -> Result<Vec<u8>> {
+        // checked before anything is allocated, and for empty reads too
+        buf.check_range(offset, bytes, "read_at")?;
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
             buf.read(offset, &mut out)?;

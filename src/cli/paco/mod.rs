@@ -274,6 +274,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     {
         stages.say(note);
     }
+    if args.requeue && matches!(runner, Runner::One(_)) {
+        stages.say("--requeue has no effect with one device: it hands a failed device's work to the others of --device a,b or all");
+    }
     let first = runner.first();
     let mut params = PacoParams {
         psf_rad: radius,

@@ -60,8 +60,9 @@ def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Arra
     (``numpy.from_dlpack``, ``torch.from_dlpack``, ``cupy.from_dlpack``).
 
     Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
-    read-only input stays read-only); otherwise the data is copied there. ``copy=True``
-    always copies; ``copy=False`` refuses to.
+    read-only input stays read-only), except a strided CUDA tensor, which is gathered into a
+    C-contiguous copy on its device; otherwise the data is copied there. ``copy=True`` always
+    copies; ``copy=False`` refuses to (a strided CUDA tensor included).
     """
     return _native.convert(x, device, copy=copy)
 

@@ -542,6 +542,13 @@ fn run_typed<E: Executor, R: DevReal>(
             if n <= cap {
                 break n;
             }
+            // the kernel counts in `int`: a capacity past 2^30 would wrap its bound
+            if n > 1 << 30 {
+                return Err(BridgeError::InvalidInput(format!(
+                    "locate found {n} candidate maxima in one batch (more than 2^30): raise \
+                     --separation or use smaller batches"
+                )));
+            }
             cap = n.next_power_of_two();
             cand_buf = e.alloc(cap * 4)?;
         };
