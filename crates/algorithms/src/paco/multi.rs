@@ -171,8 +171,9 @@ fn make_worker<'j>(
     }
 }
 
-/// Run PACO on the full output grid on every device of `devices` at once (see the
-/// [module docs](self)). Unknown or unavailable devices, a device named twice, devices of
+/// Run PACO on the full output grid on every device of `devices` at once: units of statistics
+/// handed to whichever device is free, the maps reduced on the host in the single-device order
+/// (bit-identical to one device). Unknown or unavailable devices, a device named twice, devices of
 /// different arithmetic and the CPU next to others with sub-pixel templates are errors before
 /// any work starts. `params.device` is ignored.
 pub fn paco_on(
