@@ -1,7 +1,8 @@
 //! End-to-end tests of `arraybridge track`: CSV dialects (byte-order mark, quotes, CRLF, blank
 //! lines), errors naming the line and column, frame numbers out of range, frame gaps that cost
-//! nothing, and the meaning of `--memory` for both strategies. Every run has a deadline: a hang
-//! fails the test instead of hanging it.
+//! nothing, the meaning of `--memory` for both strategies, and streaming: rows in frame order
+//! (or `--unsorted`), the same bytes as the whole-table path, memory bounded by a frame's rows.
+//! Every run has a deadline: a hang fails the test instead of hanging it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeSet, HashMap};

@@ -213,7 +213,7 @@ fn describe(s: &LinkStats, p: &LinkParams) -> String {
 
 /// The linker of the chosen strategy, fed one frame at a time.
 enum Engine {
-    Optimal(Linker),
+    Optimal(Box<Linker>),
     Greedy(GreedyLinker),
 }
 
@@ -237,13 +237,6 @@ impl Engine {
         match self {
             Engine::Optimal(l) => l.stats().tracks,
             Engine::Greedy(l) => l.tracks(),
-        }
-    }
-
-    fn active_tracks(&self) -> usize {
-        match self {
-            Engine::Optimal(l) => l.active_tracks(),
-            Engine::Greedy(l) => l.active_tracks(),
         }
     }
 }
@@ -414,7 +407,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         (Engine::Greedy(GreedyLinker::new(p)?), None)
     } else {
         let p = args.link_params()?;
-        (Engine::Optimal(Linker::new(p.clone())?), Some(p))
+        (Engine::Optimal(Box::new(Linker::new(p.clone())?)), Some(p))
     };
     let mut w = create_writer(&args.output)?;
     let result = (|| {
@@ -504,11 +497,10 @@ pub fn run(args: Args, g: Global) -> Result<()> {
                 )?;
             }
         }
-        let active = engine.active_tracks();
         let (rows_out, tracks, held_max) = sink.finish(&engine)?;
-        Ok((rows_in, rows_out, tracks, held_max, active))
+        Ok((rows_in, rows_out, tracks, held_max))
     })();
-    let (rows_in, rows_out, tracks, held_max, _active) = match result {
+    let (rows_in, rows_out, tracks, held_max) = match result {
         Ok(r) => r,
         Err(e) => {
             // no partial table is left behind (a regular file only: not a pipe or a device)

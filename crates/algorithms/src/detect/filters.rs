@@ -365,6 +365,9 @@ impl<T: Real, A: Real> LogScratch<T, A> {
 const LANES: usize = 16;
 const XLANES: usize = 32;
 
+/// A row as blocks of `LANES` columns.
+type Blocks<'a, A> = &'a [[A; LANES]];
+
 /// Rows of a y-pass block: the x passes read them while they are still in the L2 cache.
 const BLOCK_ROWS: usize = 8;
 
@@ -396,7 +399,7 @@ fn log_pass_y<T: Real, A: Real>(
             .0
     };
     // the rows of taps 1..=r above and below the current row (reflected at the edges)
-    let mut taps: Vec<(&[[A; LANES]], &[[A; LANES]])> = Vec::with_capacity(r + 1);
+    let mut taps: Vec<(Blocks<'_, A>, Blocks<'_, A>)> = Vec::with_capacity(r + 1);
     let mut offs = vec![(0usize, 0usize); r + 1];
     let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0);
     // column strips keep the 2r+1 input rows of a strip in L1 while y advances
