@@ -1,7 +1,8 @@
 //! End-to-end tests of `arraybridge track`: CSV dialects (byte-order mark, quotes, CRLF, blank
 //! lines), errors naming the line and column, frame numbers out of range, frame gaps that cost
-//! nothing, and the meaning of `--memory` for both strategies. Every run has a deadline: a hang
-//! fails the test instead of hanging it.
+//! nothing, the meaning of `--memory` for both strategies, and streaming: rows in frame order
+//! (or `--unsorted`), the same bytes as the whole-table path, memory bounded by a frame's rows.
+//! Every run has a deadline: a hang fails the test instead of hanging it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeSet, HashMap};
@@ -362,16 +363,10 @@ fn memory_means_the_same_for_greedy_and_optimal() {
 #[test]
 fn inputs_beyond_the_memory_budget_are_refused() {
     let d = tmpdir("budget");
-    let inp = d.join("big.csv");
-    let mut csv = String::from("frame,y,x\n");
-    for i in 0..100_000 {
-        csv += &format!("{},{}.5,{}.25\n", i % 100, i % 977, i % 331);
-    }
-    std::fs::write(&inp, &csv).unwrap();
     let out = d.join("out.csv");
     let env = [("ARRAYBRIDGE_MEMORY_LIMIT_MB", "1")];
-    for input in [inp.to_str().unwrap(), "/dev/zero"] {
-        let args = [
+    let refused = |input: &str, extra: &[&str], needle: &str| {
+        let mut args = vec![
             "track",
             input,
             "-o",
@@ -379,17 +374,345 @@ fn inputs_beyond_the_memory_budget_are_refused() {
             "--search-range",
             "5",
         ];
-        if !Path::new(input).exists() {
-            continue;
-        }
+        args.extend_from_slice(extra);
         let r = run_env(&d, &args, &env);
-        assert!(!r.ok, "{input} should be refused");
+        assert!(!r.ok, "{input} {extra:?} should be refused");
         assert!(
-            r.stderr.contains(input) && r.stderr.contains("ARRAYBRIDGE_MEMORY_LIMIT_MB"),
+            r.stderr.contains(input)
+                && r.stderr.contains("ARRAYBRIDGE_MEMORY_LIMIT_MB")
+                && r.stderr.contains(needle),
             "{}",
             r.stderr
         );
+        assert!(!out.exists(), "no partial output is left");
+    };
+    // 100 000 rows (2.2 MB), frames in any order: --unsorted reads the table whole
+    let inp = d.join("big.csv");
+    let mut csv = String::from("frame,y,x\n");
+    for i in 0..100_000 {
+        csv += &format!("{},{}.5,{}.25\n", i % 100, i % 977, i % 331);
     }
+    std::fs::write(&inp, &csv).unwrap();
+    refused(inp.to_str().unwrap(), &["--unsorted"], "read and kept");
+    // linked as it is read, a row is held while it is read and a frame until it is linked
+    if Path::new("/dev/zero").exists() {
+        refused("/dev/zero", &[], "the row from line 1 on");
+        refused(
+            "/dev/zero",
+            &["--unsorted"],
+            "a stream longer than half the budget",
+        );
+    }
+    // a quote never closed makes one row of the rest of the file (2.4 MB of short lines)
+    let open = d.join("open_quote.csv");
+    let mut csv = String::from("frame,y,x\n0,1,\"1\n");
+    for i in 0..200_000 {
+        csv += &format!("{i},1,1\n");
+    }
+    std::fs::write(&open, &csv).unwrap();
+    refused(open.to_str().unwrap(), &[], "the row from line 2 on");
+    let one = d.join("one_frame.csv");
+    let mut csv = String::from("frame,y,x\n");
+    for i in 0..100_000 {
+        csv += &format!("7,{}.5,{}.25\n", i % 977, i % 331);
+    }
+    std::fs::write(&one, &csv).unwrap();
+    refused(one.to_str().unwrap(), &[], "frame 7, ");
+    // the same 100 000 rows sorted by frame: 1000 rows held at a time, within 1 MiB
+    let sorted = d.join("sorted.csv");
+    let mut csv = String::from("frame,y,x\n");
+    for i in 0..100_000 {
+        csv += &format!("{},{}.5,{}.25\n", i / 1000, i % 977, i % 331);
+    }
+    std::fs::write(&sorted, &csv).unwrap();
+    let args = [
+        "track",
+        sorted.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--search-range",
+        "5",
+    ];
+    let r = run_env(&d, &args, &env);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(particles(&out).len(), 100_000);
+}
+
+/// A table of `frames` frames of `per_frame` particles drifting 0.1 px per frame on a 20 px
+/// grid, one in 7 absent every third frame, frame numbers with gaps of 1 or 2.
+fn long_table(frames: usize, per_frame: usize) -> String {
+    let mut s = String::from("frame,y,x,mass\n");
+    for t in 0..frames {
+        for k in 0..per_frame {
+            if k % 7 == 3 && t % 3 == 1 {
+                continue;
+            }
+            let d = 0.1 * (t % 50) as f64;
+            s += &format!(
+                "{},{:.3},{:.3},{}\n",
+                t + t / 4,
+                20.0 * (k / 10) as f64 + d,
+                20.0 * (k % 10) as f64 + d,
+                (t * 31 + k) % 1000
+            );
+        }
+    }
+    s
+}
+
+/// The JSON summary of the last run (`--json`).
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("stdout.txt")).unwrap()).unwrap()
+}
+
+#[test]
+fn rows_must_come_in_frame_order_or_with_unsorted() {
+    let d = tmpdir("order");
+    let csv = b"frame,y,x\n0,1,1\n0,9,9\n2,1.5,1\n\n1,9,9.5\n";
+    fails_with(
+        &d,
+        csv,
+        &[],
+        &[
+            "in.csv:6",
+            "frame 1 after frame 2",
+            "sorted by frame",
+            "--unsorted",
+        ],
+    );
+    assert!(!d.join("out.csv").exists(), "no partial output is left");
+    for strategy in ["optimal", "greedy"] {
+        let r = track(
+            &d,
+            csv,
+            &["--unsorted", "--memory", "1", "--strategy", strategy],
+        );
+        assert!(r.ok, "{}", r.stderr);
+        assert_eq!(particles(&d.join("out.csv")), [0, 1, 0, 1], "{strategy}");
+    }
+    // a frame number repeated further down goes backwards too
+    fails_with(
+        &d,
+        b"frame,y,x\n0,1,1\n1,1,1\n0,1,1\n",
+        &[],
+        &["in.csv:4", "frame 0 after frame 1"],
+    );
+}
+
+/// Linked as it is read, the output is byte for byte the whole-table output (`--unsorted`,
+/// the former implementation), on the fixtures and with every flag that changes what is held.
+#[test]
+fn streaming_output_equals_the_whole_table_output() {
+    let d = tmpdir("same");
+    let detect = bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv");
+    let mut cases: Vec<(PathBuf, Vec<&str>)> = Vec::new();
+    for extra in [
+        &["--search-range", "5"][..],
+        &["--search-range", "5", "--memory", "2", "--min-length", "5"],
+        &[
+            "--search-range",
+            "5",
+            "--strategy",
+            "greedy",
+            "--memory",
+            "1",
+        ],
+        &[
+            "--search-range",
+            "5",
+            "--strategy",
+            "greedy",
+            "--memory",
+            "2",
+            "--min-length",
+            "8",
+        ],
+        &[
+            "--search-range",
+            "5",
+            "--predict",
+            "velocity",
+            "--min-length",
+            "3",
+        ],
+    ] {
+        cases.push((detect.clone(), extra.to_vec()));
+    }
+    let long = d.join("long.csv");
+    std::fs::write(&long, long_table(300, 40)).unwrap();
+    for extra in [
+        &["--search-range", "3", "--memory", "1", "--min-length", "4"][..],
+        &[
+            "--search-range",
+            "3",
+            "--strategy",
+            "greedy",
+            "--min-length",
+            "6",
+        ],
+    ] {
+        cases.push((long.clone(), extra.to_vec()));
+    }
+    for (name, extra) in [
+        (
+            "adaptive_brownian_mem2.csv",
+            &[
+                "--search-range",
+                "4",
+                "--memory",
+                "2",
+                "--adaptive-stop",
+                "1",
+                "--adaptive-step",
+                "0.9",
+                "--min-length",
+                "3",
+            ][..],
+        ),
+        (
+            "predict_swirl_span2.csv",
+            &[
+                "--search-range",
+                "6",
+                "--memory",
+                "1",
+                "--predict",
+                "velocity",
+                "--predict-span",
+                "2",
+            ],
+        ),
+        (
+            "optimal_dense_brownian.csv",
+            &["--search-range", "5", "--min-length", "2"],
+        ),
+    ] {
+        let (inp, _) = track_fixture(&d, name);
+        let copy = d.join(name);
+        std::fs::rename(&inp, &copy).unwrap();
+        cases.push((copy, extra.to_vec()));
+    }
+    for (input, extra) in &cases {
+        let mut outs = Vec::new();
+        for mode in [&[][..], &["--unsorted"]] {
+            let out = d.join("out.csv");
+            let mut args = vec![
+                "track",
+                input.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(mode);
+            args.push("--json");
+            let r = run(&d, &args);
+            assert!(r.ok, "{input:?} {extra:?} {mode:?}: {}", r.stderr);
+            let s = summary(&d);
+            outs.push((
+                std::fs::read(&out).unwrap(),
+                s["rows_out"].clone(),
+                s["tracks"].clone(),
+            ));
+        }
+        assert!(
+            outs[0].0 == outs[1].0,
+            "{input:?} {extra:?}: outputs differ"
+        );
+        assert_eq!(outs[0].1, outs[1].1, "{input:?} {extra:?}");
+        assert_eq!(outs[0].2, outs[1].2, "{input:?} {extra:?}");
+    }
+}
+
+/// Peak resident memory (VmHWM, KiB) of a run, polled from /proc while it runs; `None` where
+/// /proc has no such field.
+fn peak_rss(dir: &Path, args: &[&str]) -> (bool, Option<u64>) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout.txt")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = None;
+    let start = Instant::now();
+    let ok = loop {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            let hwm = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+            if hwm.is_some() {
+                peak = hwm.max(peak);
+            }
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.success();
+        }
+        assert!(start.elapsed() < DEADLINE, "{args:?}: still running");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    (ok, peak)
+}
+
+/// Memory grows with the particles of a frame, not with the frames: ten times more frames
+/// hold the same rows at most (`rows_held_max`) and about the same peak resident memory,
+/// with and without `--min-length` (which holds rows until their track is long enough).
+#[test]
+fn a_long_table_is_linked_in_the_memory_of_a_few_frames() {
+    let d = tmpdir("long");
+    let per_frame = 60;
+    let mut peaks = Vec::new();
+    for frames in [2_000, 20_000] {
+        let inp = d.join(format!("long{frames}.csv"));
+        std::fs::write(&inp, long_table(frames, per_frame)).unwrap();
+        let out = d.join("out.csv");
+        let mut held = Vec::new();
+        for extra in [
+            &[][..],
+            &["--min-length", "5", "--memory", "1"],
+            &["--strategy", "greedy", "--min-length", "5"],
+        ] {
+            let mut args = vec![
+                "track",
+                inp.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--search-range",
+                "3",
+                "--json",
+            ];
+            args.extend_from_slice(extra);
+            let (ok, peak) = peak_rss(&d, &args);
+            assert!(
+                ok,
+                "{}",
+                std::fs::read_to_string(d.join("stderr.txt")).unwrap()
+            );
+            let s = summary(&d);
+            assert!(s["rows_in"].as_u64().unwrap() > (frames * per_frame * 9 / 10) as u64);
+            let h = s["rows_held_max"].as_u64().unwrap();
+            held.push(h);
+            peaks.push((frames, extra.to_vec(), peak));
+        }
+        // one frame without --min-length; a few frames' rows with it
+        assert_eq!(held[0], per_frame as u64, "{held:?}");
+        for h in &held[1..] {
+            assert!(*h <= 8 * per_frame as u64, "{held:?}");
+        }
+        peaks.push((frames, vec!["held"], Some(held.iter().sum())));
+    }
+    eprintln!("{peaks:?}");
+    let n = peaks.len() / 2;
+    for (short, long) in peaks[..n].iter().zip(&peaks[n..]) {
+        if short.1 == ["held"] {
+            assert_eq!(short.2, long.2, "rows held: {peaks:?}");
+        } else if let (Some(a), Some(b)) = (short.2, long.2) {
+            // the long input is 10× larger (≈ 30 MB): reading it whole would add far more
+            assert!(b < a + 8 * 1024, "peak RSS {a} KiB vs {b} KiB: {peaks:?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// `fixtures/track/<name>` without its golden `particle` column (written to `dir/in.csv`),

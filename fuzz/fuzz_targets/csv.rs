@@ -1,4 +1,5 @@
-//! The detections CSV of `track`: the table reader and every numeric accessor `track` uses.
+//! The detections CSV of `track`: the table reader, the row reader and every numeric accessor
+//! `track` uses.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -15,6 +16,24 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(c) = t.column("frame") {
             for r in 0..t.rows.len().min(64) {
                 let _ = t.frame(r, c);
+            }
+        }
+    }
+    // the row reader `track` streams with: the same rows, one at a time
+    if let Ok(mut rd) = arraybridge::io::csv::RowReader::open(p.path()) {
+        let cols: Vec<usize> = ["frame", "y", "x"]
+            .iter()
+            .filter_map(|n| rd.column(n).ok())
+            .collect();
+        let mut row = arraybridge::io::csv::StringRecord::new();
+        for _ in 0..64 {
+            match rd.read_row(&mut row) {
+                Ok(true) => {
+                    for &c in &cols {
+                        let _ = (rd.frame(&row, c), rd.finite_f64(&row, c));
+                    }
+                }
+                _ => break,
             }
         }
     }

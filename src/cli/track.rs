@@ -7,6 +7,18 @@
 //! integers with |frame| ≤ 2^53; positions must be finite numbers. Missing frame numbers cost
 //! nothing, whatever `--memory` is.
 //!
+//! The table streams: rows are read one at a time ([`RowReader`]), each frame is linked as
+//! soon as its last row is read (the streaming [`Linker`] or [`GreedyLinker`]), and its rows
+//! are written at once. With `--min-length` a row waits until its track is long enough (or
+//! can no longer be continued), and the rows after it wait behind it so the input order is
+//! kept. Memory is therefore one frame's rows (plus, with `--min-length`, the rows of tracks
+//! not yet decided) and the tracks `--memory` can still continue, whatever the number of
+//! frames; the rows held are checked against the host memory budget (`rows_held_max` in
+//! `--json`). This needs the rows sorted by frame (a frame number going backwards is an error
+//! naming its line); `--unsorted` reads the whole table first instead (within the budget),
+//! which accepts any order. Both give the same bytes on sorted input. On an error no partial
+//! output file is left.
+//!
 //! Every subnet is solved optimally however large (trackpy stops at 30 sources with
 //! `SubnetOversizeException`); `--max-subnet N` opts into a greedy assignment above N sources,
 //! and the summary says how many subnets it took. trackpy's adaptive search
@@ -14,15 +26,18 @@
 //! `--predict-span`) are available for the optimal strategy; see
 //! [`algorithms::track`] for their exact meaning.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use algorithms::track::{
-    Adaptive, GreedyParams, LinkParams, LinkStats, Predictor, Strategy, VelocityPredict,
-    filter_stubs, link, link_greedy,
+    Adaptive, GreedyLinker, GreedyParams, LinkParams, LinkStats, Linker, Predictor,
+    VelocityPredict, filter_stubs, link, link_greedy, long_enough,
 };
-use arraybridge::io::csv::{create_writer, read_table};
+use arraybridge::io::csv::{RowReader, TableWriter, create_writer, read_table};
+use bridge_core::host::Budget;
 use bridge_core::{BridgeError, Result};
+use csv::StringRecord;
 
 use super::common::{Global, check_output_file};
 
@@ -108,6 +123,11 @@ pub struct Args {
     /// The velocity field comes from the span + 1 most recent frames (trackpy: 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=algorithms::track::MAX_SPAN as u64), requires = "predict")]
     pub predict_span: Option<u64>,
+    /// Accept rows in any frame order: the whole table is read into memory (within the memory
+    /// budget) before linking. Without it the rows must be sorted by frame and are linked as
+    /// they are read.
+    #[arg(long)]
+    pub unsorted: bool,
 }
 
 impl Args {
@@ -191,6 +211,172 @@ fn describe(s: &LinkStats, p: &LinkParams) -> String {
     d
 }
 
+/// The linker of the chosen strategy, fed one frame at a time.
+enum Engine {
+    Optimal(Box<Linker>),
+    Greedy(GreedyLinker),
+}
+
+impl Engine {
+    fn push(&mut self, frame: i64, pos: &[[f64; 2]], ids: &mut Vec<i64>) -> Result<()> {
+        match self {
+            Engine::Optimal(l) => l.push_frame_into(frame, pos, ids),
+            Engine::Greedy(l) => l.push_frame_into(frame, pos, ids),
+        }
+    }
+
+    fn is_active(&self, id: i64) -> bool {
+        match self {
+            Engine::Optimal(l) => l.is_active(id),
+            Engine::Greedy(l) => l.is_active(id),
+        }
+    }
+
+    /// Tracks started so far (ids are 0, 1, …).
+    fn tracks(&self) -> usize {
+        match self {
+            Engine::Optimal(l) => l.stats().tracks,
+            Engine::Greedy(l) => l.tracks(),
+        }
+    }
+}
+
+/// Approximate heap bytes of a row held in memory (its text, field bounds, the record).
+fn row_bytes(r: &StringRecord) -> u64 {
+    (r.as_byte_record().as_slice().len() + 16 * r.len() + 96) as u64
+}
+
+/// A track whose rows wait for `--min-length`.
+struct Pending {
+    /// Its first frame.
+    first: i64,
+    /// Rows so far.
+    rows: u64,
+    /// Long enough: its rows are written.
+    kept: bool,
+    /// May still be continued (else its length is final).
+    active: bool,
+    /// Its rows in the queue.
+    queued: u64,
+}
+
+/// The linked rows, written in input order as soon as they are final: at once without
+/// `--min-length`; with it, once the row's track is long enough (kept) or can no longer be
+/// continued (dropped if short). Rows wait only behind an undecided track.
+struct Sink {
+    w: TableWriter,
+    min_length: usize,
+    greedy: bool,
+    queue: VecDeque<(StringRecord, i64)>,
+    queue_bytes: u64,
+    pending: HashMap<i64, Pending>,
+    rows_out: usize,
+    kept_tracks: usize,
+    /// The most rows held at once (the frame being read and the queue).
+    held_max: usize,
+}
+
+impl Sink {
+    fn filtering(&self) -> bool {
+        self.min_length > 1
+    }
+
+    fn write(&mut self, row: &StringRecord, id: i64) -> Result<()> {
+        let id = id.to_string();
+        self.w.write_record(row.iter().chain([id.as_str()]))?;
+        self.rows_out += 1;
+        Ok(())
+    }
+
+    /// Rows of frame `frame` and their ids, just linked.
+    fn frame(
+        &mut self,
+        frame: i64,
+        rows: &mut [StringRecord],
+        ids: &[i64],
+        engine: &Engine,
+    ) -> Result<()> {
+        self.held_max = self.held_max.max(rows.len() + self.queue.len());
+        if !self.filtering() {
+            for (row, &id) in rows.iter().zip(ids) {
+                self.write(row, id)?;
+            }
+            return Ok(());
+        }
+        for (row, &id) in rows.iter_mut().zip(ids) {
+            let p = self.pending.entry(id).or_insert(Pending {
+                first: frame,
+                rows: 0,
+                kept: false,
+                active: true,
+                queued: 0,
+            });
+            p.rows += 1;
+            let long = if self.greedy {
+                long_enough(p.first, frame, self.min_length)
+            } else {
+                p.rows >= self.min_length as u64
+            };
+            if long && !p.kept {
+                p.kept = true;
+                self.kept_tracks += 1;
+            }
+            if self.queue.is_empty() && p.kept {
+                self.write(row, id)?;
+            } else {
+                p.queued += 1;
+                self.queue_bytes += row_bytes(row);
+                self.queue.push_back((std::mem::take(row), id));
+            }
+        }
+        self.pending.retain(|&id, p| {
+            p.active = engine.is_active(id);
+            p.active || p.queued > 0
+        });
+        self.flush()
+    }
+
+    /// Write (or drop) the rows at the head of the queue whose track is decided.
+    fn flush(&mut self) -> Result<()> {
+        while let Some((_, id)) = self.queue.front() {
+            let id = *id;
+            let Some(p) = self.pending.get_mut(&id) else {
+                break; // unreachable: a queued row's track is pending
+            };
+            if !p.kept && p.active {
+                break;
+            }
+            let (kept, done) = (p.kept, !p.active);
+            p.queued -= 1;
+            if done && p.queued == 0 {
+                self.pending.remove(&id);
+            }
+            if let Some((row, id)) = self.queue.pop_front() {
+                self.queue_bytes -= row_bytes(&row);
+                if kept {
+                    self.write(&row, id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The input ended: every track's length is final.
+    fn finish(mut self, engine: &Engine) -> Result<(usize, usize, usize)> {
+        for p in self.pending.values_mut() {
+            p.active = false;
+        }
+        self.flush()?;
+        let tracks = if self.filtering() {
+            self.kept_tracks
+        } else {
+            engine.tracks()
+        };
+        self.w.finish()?;
+        Ok((self.rows_out, tracks, self.held_max))
+    }
+}
+
 /// Run `arraybridge track`.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let start = Instant::now();
@@ -206,8 +392,161 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         args.link_params()?;
     }
     check_output_file(&args.output, &[&args.input], "--output")?;
-    let csv = read_table(&args.input)?;
-    let file = csv.path.clone();
+    if args.unsorted {
+        return run_in_memory(&args, g, start);
+    }
+    let mut rd = RowReader::open(&args.input)?;
+    let (cf, cy, cx) = columns(&args, rd.path(), rd.header(), |c| rd.column(c))?;
+    let greedy = args.strategy == StrategyArg::Greedy;
+    let (mut engine, params) = if greedy {
+        let p = GreedyParams {
+            max_distance: args.search_range,
+            max_gap: args.memory,
+            min_track_length: args.min_length,
+        };
+        (Engine::Greedy(GreedyLinker::new(p)?), None)
+    } else {
+        let p = args.link_params()?;
+        (Engine::Optimal(Box::new(Linker::new(p.clone())?)), Some(p))
+    };
+    let mut w = create_writer(&args.output)?;
+    let result = (|| {
+        w.write_record(rd.header().iter().map(String::as_str).chain(["particle"]))?;
+        let mut sink = Sink {
+            w,
+            min_length: args.min_length,
+            greedy,
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            pending: HashMap::new(),
+            rows_out: 0,
+            kept_tracks: 0,
+            held_max: 0,
+        };
+        let budget = Budget::current();
+        // rows of the frame being read: `rows[..n]` (the slots past `n` are reused)
+        let mut rows: Vec<StringRecord> = Vec::new();
+        let mut n = 0usize;
+        let mut frame_bytes = 0u64;
+        let mut pos: Vec<[f64; 2]> = Vec::new();
+        let mut ids = Vec::new();
+        let mut current: Option<i64> = None;
+        let mut rows_in = 0usize;
+        loop {
+            if n == rows.len() {
+                rows.push(StringRecord::new());
+            }
+            let more = rd.read_row(&mut rows[n])?;
+            let frame = if more {
+                let r = &rows[n];
+                let f = rd.frame(r, cf)?;
+                let p = [rd.finite_f64(r, cy)?, rd.finite_f64(r, cx)?];
+                if let Some(prev) = current
+                    && f < prev
+                {
+                    return Err(BridgeError::InvalidInput(format!(
+                        "{}:{}: column frame: frame {f} after frame {prev}: rows must be sorted \
+                         by frame (frames ascending, the rows of a frame together) to be linked \
+                         as they are read; sort the table, or pass --unsorted to read it whole",
+                        rd.path(),
+                        RowReader::line(r)
+                    )));
+                }
+                Some((f, p))
+            } else {
+                None
+            };
+            if let Some(prev) = current
+                && frame.is_none_or(|(f, _)| f != prev)
+            {
+                engine.push(prev, &pos, &mut ids)?;
+                sink.frame(prev, &mut rows[..n], &ids, &engine)?;
+                rows.swap(0, n);
+                n = 0;
+                frame_bytes = 0;
+                pos.clear();
+            }
+            let Some((f, p)) = frame else {
+                break;
+            };
+            current = Some(f);
+            pos.push(p);
+            frame_bytes += row_bytes(&rows[n]);
+            n += 1;
+            rows_in += 1;
+            let held = frame_bytes + sink.queue_bytes;
+            if held.saturating_mul(2) > budget.limit.0 {
+                let queued = if sink.queue.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " and {} earlier rows waiting for --min-length",
+                        sink.queue.len()
+                    )
+                };
+                let first = RowReader::line(&rows[0]);
+                budget.check(
+                    held.saturating_mul(2),
+                    &format!(
+                        "{}: frame {f}, {n} rows from line {first} on{queued}, held until \
+                         linked",
+                        rd.path()
+                    ),
+                    "memory grows with the rows of one frame (and, with --min-length, the rows \
+                     of tracks not yet long enough), not with the number of frames",
+                )?;
+            }
+        }
+        let (rows_out, tracks, held_max) = sink.finish(&engine)?;
+        Ok((rows_in, rows_out, tracks, held_max))
+    })();
+    let (rows_in, rows_out, tracks, held_max) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // no partial table is left behind (a regular file only: not a pipe or a device)
+            if std::fs::metadata(&args.output).is_ok_and(|m| m.is_file()) {
+                let _ = std::fs::remove_file(&args.output);
+            }
+            return Err(e);
+        }
+    };
+    let (detail, stats) = match (&engine, &params) {
+        (Engine::Optimal(l), Some(p)) => {
+            let s = l.stats();
+            (describe(&s, p), stats_json(&s))
+        }
+        _ => ("greedy".to_string(), serde_json::Value::Null),
+    };
+    report(
+        &args,
+        g,
+        start,
+        (rows_in, rows_out, tracks),
+        &detail,
+        stats,
+        Some(held_max),
+    )
+}
+
+/// The JSON statistics of an optimal linking.
+fn stats_json(s: &LinkStats) -> serde_json::Value {
+    serde_json::json!({
+        "subnets": s.subnets, "largest_subnet": s.largest_subnet,
+        "greedy_capped_subnets": s.fallback_subnets,
+        "adaptive_subnets": s.adaptive_subnets,
+        "adaptive_unresolved": s.adaptive_unresolved,
+    })
+}
+
+/// The frame and position columns, checked (no `particle` column yet, two position columns
+/// that exist).
+fn columns(
+    args: &Args,
+    file: &str,
+    header: &[String],
+    column: impl Fn(&str) -> Result<usize>,
+) -> Result<(usize, usize, usize)> {
+    let has = |c: &str| header.iter().any(|h| h.trim() == c);
     let pc: Vec<&str> = args.pos_columns.split(',').map(str::trim).collect();
     if pc.len() != 2 {
         return Err(BridgeError::invalid_argument(
@@ -215,17 +554,17 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "expected two column names, e.g. y,x",
         ));
     }
-    if csv.has_column("particle") {
+    if has("particle") {
         return Err(BridgeError::InvalidInput(format!(
             "{file}: already has a `particle` column (remove it, or rename it, before linking)"
         )));
     }
     for c in &pc {
-        if !csv.has_column(c) {
+        if !has(c) {
             return Err(BridgeError::InvalidInput(format!(
                 "{file}: no position column {c:?} (columns: {}); name them with \
                  --pos-columns Y,X",
-                csv.header
+                header
                     .iter()
                     .map(|h| h.trim())
                     .collect::<Vec<_>>()
@@ -233,33 +572,60 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             )));
         }
     }
-    let (cf, cy, cx) = (csv.column("frame")?, csv.column(pc[0])?, csv.column(pc[1])?);
+    Ok((column("frame")?, column(pc[0])?, column(pc[1])?))
+}
+
+/// The summary line, or the JSON document.
+fn report(
+    args: &Args,
+    g: Global,
+    start: Instant,
+    (rows_in, rows_out, tracks): (usize, usize, usize),
+    detail: &str,
+    stats: serde_json::Value,
+    held_max: Option<usize>,
+) -> Result<()> {
+    let secs = start.elapsed().as_secs_f64();
+    if g.json {
+        let mut doc = serde_json::json!({
+            "command": "track",
+            "input": args.input.display().to_string(),
+            "output": args.output.display().to_string(),
+            "rows_in": rows_in, "rows_out": rows_out, "tracks": tracks,
+            "detail": detail, "link": stats, "seconds": secs,
+        });
+        if let Some(h) = held_max {
+            doc["rows_held_max"] = h.into();
+        }
+        g.print_json(&doc)?;
+    } else {
+        g.note(format!(
+            "track: {rows_in} rows in, {rows_out} rows out, {tracks} tracks, {detail}, {secs:.3} s",
+        ));
+    }
+    Ok(())
+}
+
+/// `--unsorted`: the whole table read into memory (within the budget), frames in any order.
+fn run_in_memory(args: &Args, g: Global, start: Instant) -> Result<()> {
+    let csv = read_table(&args.input)?;
+    let (cf, cy, cx) = columns(args, &csv.path, &csv.header, |c| csv.column(c))?;
     let mut frames = Vec::with_capacity(csv.rows.len());
     let mut pos = Vec::with_capacity(csv.rows.len());
     for r in 0..csv.rows.len() {
         frames.push(csv.frame(r, cf)?);
         pos.push([csv.finite_f64(r, cy)?, csv.finite_f64(r, cx)?]);
     }
-    let strategy = match args.strategy {
-        StrategyArg::Optimal => Strategy::Optimal,
-        StrategyArg::Greedy => Strategy::Greedy,
-    };
-    let (ids, detail, stats) = match strategy {
-        Strategy::Optimal => {
+    let (ids, detail, stats) = match args.strategy {
+        StrategyArg::Optimal => {
             let p = args.link_params()?;
             let (mut ids, s) = link(&frames, &pos, &p)?;
             if args.min_length > 1 {
                 filter_stubs(&mut ids, args.min_length);
             }
-            let stats = serde_json::json!({
-                "subnets": s.subnets, "largest_subnet": s.largest_subnet,
-                "greedy_capped_subnets": s.fallback_subnets,
-                "adaptive_subnets": s.adaptive_subnets,
-                "adaptive_unresolved": s.adaptive_unresolved,
-            });
-            (ids, describe(&s, &p), stats)
+            (ids, describe(&s, &p), stats_json(&s))
         }
-        Strategy::Greedy => {
+        StrategyArg::Greedy => {
             let p = GreedyParams {
                 max_distance: args.search_range,
                 max_gap: args.memory,
@@ -280,22 +646,14 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
     }
     w.finish()?;
-    let tracks: std::collections::HashSet<i64> = ids.iter().copied().filter(|&i| i >= 0).collect();
-    let secs = start.elapsed().as_secs_f64();
-    if g.json {
-        g.print_json(&serde_json::json!({
-            "command": "track",
-            "input": args.input.display().to_string(),
-            "output": args.output.display().to_string(),
-            "rows_in": ids.len(), "rows_out": kept, "tracks": tracks.len(),
-            "detail": detail, "link": stats, "seconds": secs,
-        }))?;
-    } else {
-        g.note(format!(
-            "track: {} rows in, {kept} rows out, {} tracks, {detail}, {secs:.3} s",
-            ids.len(),
-            tracks.len(),
-        ));
-    }
-    Ok(())
+    let tracks: HashSet<i64> = ids.iter().copied().filter(|&i| i >= 0).collect();
+    report(
+        args,
+        g,
+        start,
+        (ids.len(), kept, tracks.len()),
+        &detail,
+        stats,
+        None,
+    )
 }

@@ -1,6 +1,7 @@
 //! CSV tables with a header row, read and written with the `csv` crate.
 //!
-//! Reading ([`read_table`]) accepts what spreadsheet and pandas exports contain: a UTF-8
+//! Reading ([`read_table`], the whole table; [`RowReader`], one row at a time in the memory of
+//! one row) accepts what spreadsheet and pandas exports contain: a UTF-8
 //! byte-order mark, quoted fields (with `""` escapes and embedded commas or line breaks), LF or
 //! CRLF line ends, and blank lines (skipped). A row with another number of fields than the
 //! header is an error naming its line. Fields are kept exactly as read (no trimming), so a table
@@ -40,6 +41,9 @@ use std::path::Path;
 use bridge_core::host::{Budget, format_bytes};
 use bridge_core::{BridgeError, Result};
 
+/// A row as read: its fields, and its line in [`::csv::Position::line`] ([`RowReader::line`]).
+pub use ::csv::StringRecord;
+
 /// Largest frame number magnitude accepted by [`Table::frame`]: 2^53, the range in which every
 /// integer is exactly representable as an `f64` (the type pandas and NumPy give such columns).
 pub const MAX_FRAME: i64 = 1 << 53;
@@ -65,76 +69,207 @@ pub const MAX_LINE: u64 = 64 << 20;
 /// The file is parsed as it is read; the rows are kept (memory about twice the file's size),
 /// so a file that cannot fit in the host memory budget ([`bridge_core::host::Budget`]) is
 /// refused with [`BridgeError::TooLarge`]: up front for a regular file, once half the budget
-/// has been read for a stream (a pipe, a device).
+/// has been read for a stream (a pipe, a device). [`RowReader`] reads one row at a time
+/// instead, in the memory of one row.
 ///
 /// Errors: [`BridgeError::Io`] when the file cannot be read; [`BridgeError::TooLarge`];
 /// [`BridgeError::InvalidInput`] for an empty file, text that is not UTF-8, a line longer than
 /// [`MAX_LINE`], or a row whose field count differs from the header's (naming the line).
 pub fn read_table(path: &Path) -> Result<Table> {
-    let name = path.display().to_string();
-    let file = File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-    let budget = Budget::current();
-    let size = file
-        .metadata()
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
-    if let Some(len) = size {
-        let what = format!("{name} ({}, read and kept)", format_bytes(len));
-        budget.check(len.saturating_mul(2), &what, TOO_LARGE_HINT)?;
-    }
-    let mut rd = ::csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(Lines::new(file, budget.limit.0 / 2));
-    let header: Vec<String> = match rd.headers() {
-        Ok(h) => h.iter().map(str::to_string).collect(),
-        Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
-    };
-    if header.iter().all(|h| h.trim().is_empty()) {
-        return Err(BridgeError::InvalidInput(format!(
-            "{name}: empty CSV (the first line must be a header naming the columns)"
-        )));
-    }
+    let mut rd = RowReader::open_with(path, Keep::All)?;
     let mut rows = Vec::new();
     let mut record = ::csv::StringRecord::new();
-    loop {
-        match rd.read_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
-        }
-        if let Some(p) = record.position() {
-            let mut p = p.clone();
-            p.set_line(rd.get_mut().line_at(p.byte()));
-            record.set_position(Some(p));
-        }
-        if record.len() == 1 && record[0].trim().is_empty() {
-            continue; // a line of spaces only: blank
-        }
-        if record.len() != header.len() {
-            return Err(BridgeError::InvalidInput(format!(
-                "{name}:{}: {} field(s), the header has {} (every row needs one value per \
-                 column; quote fields that contain a comma)",
-                line_of(&record),
-                record.len(),
-                header.len()
-            )));
-        }
+    while rd.read_row(&mut record)? {
         rows.push(record.clone());
     }
     Ok(Table {
-        path: name,
-        header,
+        path: rd.path,
+        header: rd.header,
         rows,
     })
+}
+
+/// What the reader of a file keeps, which sets how much of the budget it may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Every row ([`read_table`]): the file may be at most half the budget.
+    All,
+    /// One row at a time ([`RowReader`]): a line may be at most half the budget.
+    Row,
+}
+
+/// A CSV file with a header row read one row at a time: the same dialect, checks and messages
+/// as [`read_table`], in the memory of one row, whatever the file's length.
+///
+/// ```no_run
+/// # fn main() -> bridge_core::Result<()> {
+/// use std::path::Path;
+///
+/// use arraybridge::io::csv::RowReader;
+/// let mut rd = RowReader::open(Path::new("detections.csv"))?;
+/// let (cf, cy) = (rd.column("frame")?, rd.column("y")?);
+/// let mut row = arraybridge::io::csv::StringRecord::new();
+/// while rd.read_row(&mut row)? {
+///     let (f, y) = (rd.frame(&row, cf)?, rd.f64(&row, cy)?);
+///     println!("line {}: frame {f}, y {y}", RowReader::line(&row));
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RowReader {
+    path: String,
+    header: Vec<String>,
+    rd: ::csv::Reader<Lines<File>>,
+}
+
+impl std::fmt::Debug for RowReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowReader")
+            .field("path", &self.path)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RowReader {
+    /// Open `path` and read its header row.
+    ///
+    /// Only the row being read is held: a line longer than half the host memory budget (or
+    /// [`MAX_LINE`]) is refused, a long file is not.
+    ///
+    /// Errors: [`BridgeError::Io`] when the file cannot be opened or read;
+    /// [`BridgeError::TooLarge`] for a line longer than half the budget;
+    /// [`BridgeError::InvalidInput`] for an empty file, a header that is not UTF-8 or is
+    /// longer than [`MAX_LINE`].
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, Keep::Row)
+    }
+
+    fn open_with(path: &Path, keep: Keep) -> Result<Self> {
+        let name = path.display().to_string();
+        let file = File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+        let budget = Budget::current();
+        let half = budget.limit.0 / 2;
+        let lines = match keep {
+            Keep::All => {
+                let size = file
+                    .metadata()
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                if let Some(len) = size {
+                    let what = format!("{name} ({}, read and kept)", format_bytes(len));
+                    budget.check(len.saturating_mul(2), &what, TOO_LARGE_HINT)?;
+                }
+                Lines::new(file, half, u64::MAX)
+            }
+            Keep::Row => Lines::new(file, u64::MAX, half.max(1)),
+        };
+        let mut rd = ::csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(lines);
+        let header: Vec<String> = match rd.headers() {
+            Ok(h) => h.iter().map(str::to_string).collect(),
+            Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
+        };
+        if header.iter().all(|h| h.trim().is_empty()) {
+            return Err(BridgeError::InvalidInput(format!(
+                "{name}: empty CSV (the first line must be a header naming the columns)"
+            )));
+        }
+        let next = rd.position().byte();
+        rd.get_mut().row_start = next;
+        Ok(RowReader {
+            path: name,
+            header,
+            rd,
+        })
+    }
+
+    /// The file, as shown in messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Column names as read (a byte-order mark removed, spaces kept).
+    pub fn header(&self) -> &[String] {
+        &self.header
+    }
+
+    /// Read the next data row into `record` (blank lines skipped); `false` at the end of the
+    /// file. The record's position holds its line ([`RowReader::line`]).
+    ///
+    /// Errors: as [`read_table`]'s for the row (ragged rows name their line), and
+    /// [`BridgeError::TooLarge`] for a line longer than half the budget.
+    pub fn read_row(&mut self, record: &mut ::csv::StringRecord) -> Result<bool> {
+        loop {
+            match self.rd.read_record(record) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => return Err(csv_error(&self.path, Some(self.rd.get_mut()), e)),
+            }
+            let next = self.rd.position().byte();
+            self.rd.get_mut().row_start = next;
+            if let Some(p) = record.position() {
+                let mut p = p.clone();
+                p.set_line(self.rd.get_mut().line_at(p.byte()));
+                record.set_position(Some(p));
+            }
+            if record.len() == 1 && record[0].trim().is_empty() {
+                continue; // a line of spaces only: blank
+            }
+            if record.len() != self.header.len() {
+                return Err(BridgeError::InvalidInput(format!(
+                    "{}:{}: {} field(s), the header has {} (every row needs one value per \
+                     column; quote fields that contain a comma)",
+                    self.path,
+                    line_of(record),
+                    record.len(),
+                    self.header.len()
+                )));
+            }
+            return Ok(true);
+        }
+    }
+
+    /// The line of a row read by [`RowReader::read_row`] (1-based; the header is line 1).
+    pub fn line(record: &::csv::StringRecord) -> u64 {
+        line_of(record)
+    }
+
+    /// Index of the column named `name`, as [`Table::column`].
+    pub fn column(&self, name: &str) -> Result<usize> {
+        column_in(&self.path, &self.header, name)
+    }
+
+    /// Whether a column named `name` exists (surrounding spaces ignored).
+    pub fn has_column(&self, name: &str) -> bool {
+        self.header.iter().any(|h| h.trim() == name)
+    }
+
+    /// Field `col` of `record` as a number, as [`Table::f64`].
+    pub fn f64(&self, record: &::csv::StringRecord, col: usize) -> Result<f64> {
+        field_f64(&self.path, &self.header, record, col)
+    }
+
+    /// Field `col` of `record` as a finite number, as [`Table::finite_f64`].
+    pub fn finite_f64(&self, record: &::csv::StringRecord, col: usize) -> Result<f64> {
+        field_finite_f64(&self.path, &self.header, record, col)
+    }
+
+    /// Field `col` of `record` as a frame number, as [`Table::frame`].
+    pub fn frame(&self, record: &::csv::StringRecord, col: usize) -> Result<i64> {
+        field_frame(&self.path, &self.header, record, col)
+    }
 }
 
 const TOO_LARGE_HINT: &str = "split the table into smaller files";
 
 /// The reader under the CSV parser: counts line ends, to give each record the line it starts
 /// on (the `csv` crate's positions count lines only up to where the previous record stopped,
-/// before its line end and any blank lines), and stops at [`MAX_LINE`] and at `cap` bytes.
+/// before its line end and any blank lines), and stops at [`MAX_LINE`], at `cap` bytes, and at
+/// a row (from `row_start`) longer than `row_cap` bytes.
 struct Lines<R> {
     inner: R,
     /// Bytes handed to the parser so far.
@@ -149,12 +284,17 @@ struct Lines<R> {
     starts: VecDeque<(u64, u64)>,
     /// Bytes the parser may read.
     cap: u64,
+    /// Bytes a row may have before the budget refuses it (held while it is parsed; quoted line
+    /// breaks make a row of many lines).
+    row_cap: u64,
+    /// Where the row being parsed starts (set by [`RowReader`] after each row).
+    row_start: u64,
     /// Why reading stopped early, if it did.
     stop: Option<BridgeError>,
 }
 
 impl<R: Read> Lines<R> {
-    fn new(inner: R, cap: u64) -> Self {
+    fn new(inner: R, cap: u64, row_cap: u64) -> Self {
         Lines {
             inner,
             offset: 0,
@@ -163,6 +303,8 @@ impl<R: Read> Lines<R> {
             line_len: 0,
             starts: VecDeque::new(),
             cap,
+            row_cap,
+            row_start: 0,
             stop: None,
         }
     }
@@ -198,6 +340,7 @@ impl<R: Read> Read for Lines<R> {
             };
             return Err(self.refuse(e));
         }
+
         let n = self.inner.read(buf)?;
         for (k, &b) in buf[..n].iter().enumerate() {
             // a line end is counted at its `\n`, or at the byte after a lone `\r`
@@ -223,6 +366,21 @@ impl<R: Read> Read for Lines<R> {
             self.prev = b;
         }
         self.offset += n as u64;
+        let held = self.offset.saturating_sub(self.row_start);
+        if held > self.row_cap {
+            let line = self.line_at(self.row_start);
+            let e = BridgeError::TooLarge {
+                what: format!(
+                    "the row from line {line} on, longer than half the budget (held while it \
+                     is read)"
+                ),
+                requested: held.saturating_mul(2),
+                limit: self.row_cap.saturating_mul(2),
+                limited_by: Budget::current().limit.1.to_string(),
+                hint: "no table has such lines: is it a CSV file?".to_string(),
+            };
+            return Err(self.refuse(e));
+        }
         Ok(n)
     }
 }
@@ -237,13 +395,17 @@ fn csv_error<R: Read>(name: &str, lines: Option<&mut Lines<R>>, e: ::csv::Error)
     if let Some(stop) = lines.as_mut().and_then(|l| l.stop.take()) {
         return match stop {
             BridgeError::TooLarge {
+                what,
                 requested,
                 limit,
                 limited_by,
                 hint,
-                ..
             } => BridgeError::TooLarge {
-                what: format!("{name} (a stream longer than half the budget, read and kept)"),
+                what: if what.is_empty() {
+                    format!("{name} (a stream longer than half the budget, read and kept)")
+                } else {
+                    format!("{name}: {what}")
+                },
                 requested,
                 limit,
                 limited_by,
@@ -279,40 +441,12 @@ impl Table {
     /// Errors ([`BridgeError::InvalidInput`]) when no column or more than one has that name;
     /// the message lists the available columns.
     pub fn column(&self, name: &str) -> Result<usize> {
-        let mut found = self
-            .header
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.trim() == name)
-            .map(|(i, _)| i);
-        match (found.next(), found.next()) {
-            (Some(i), None) => Ok(i),
-            (None, _) => Err(BridgeError::InvalidInput(format!(
-                "{}: no column {name:?} (columns: {})",
-                self.path,
-                self.columns_list()
-            ))),
-            (Some(a), Some(b)) => Err(BridgeError::InvalidInput(format!(
-                "{}: column {name:?} appears more than once (columns {} and {} of: {})",
-                self.path,
-                a + 1,
-                b + 1,
-                self.columns_list()
-            ))),
-        }
+        column_in(&self.path, &self.header, name)
     }
 
     /// Whether a column named `name` exists (surrounding spaces ignored).
     pub fn has_column(&self, name: &str) -> bool {
         self.header.iter().any(|h| h.trim() == name)
-    }
-
-    fn columns_list(&self) -> String {
-        self.header
-            .iter()
-            .map(|h| h.trim())
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 
     /// The line of data row `row` in the file (1-based; the header is line 1, blank lines and
@@ -326,40 +460,18 @@ impl Table {
         &self.rows[row][col]
     }
 
-    /// `file:line: column NAME: ` prefix of the messages about one field.
-    fn at(&self, row: usize, col: usize) -> String {
-        format!(
-            "{}:{}: column {}",
-            self.path,
-            self.line(row),
-            self.header[col].trim()
-        )
-    }
-
     /// Field `col` of data row `row` as a number (surrounding spaces ignored; `nan` and `inf`
     /// are numbers, check finiteness where it matters).
     ///
     /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value.
     pub fn f64(&self, row: usize, col: usize) -> Result<f64> {
-        let v = self.field(row, col);
-        v.trim().parse::<f64>().map_err(|_| {
-            BridgeError::InvalidInput(format!("{}: {v:?} is not a number", self.at(row, col)))
-        })
+        field_f64(&self.path, &self.header, &self.rows[row], col)
     }
 
     /// Field `col` of data row `row` as a finite number (as [`Table::f64`], and `nan`/`inf`
     /// are errors too).
     pub fn finite_f64(&self, row: usize, col: usize) -> Result<f64> {
-        let x = self.f64(row, col)?;
-        if x.is_finite() {
-            Ok(x)
-        } else {
-            Err(BridgeError::InvalidInput(format!(
-                "{}: {:?} is not a finite number",
-                self.at(row, col),
-                self.field(row, col)
-            )))
-        }
+        field_finite_f64(&self.path, &self.header, &self.rows[row], col)
     }
 
     /// Every value of the column named `name` as a number ([`Table::column`], [`Table::f64`]).
@@ -375,31 +487,109 @@ impl Table {
     /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value, for a
     /// non-number, a fraction, `nan`/`inf` and values out of the range (such as `1e19`).
     pub fn frame(&self, row: usize, col: usize) -> Result<i64> {
-        let v = self.field(row, col).trim();
-        let bad = |why: &str| {
-            BridgeError::InvalidInput(format!(
-                "{}: frame {v:?} {why} (frame numbers must be integers between -2^53 and 2^53 \
-                 = {MAX_FRAME})",
-                self.at(row, col)
-            ))
-        };
-        if let Ok(i) = v.parse::<i64>() {
-            return if i.unsigned_abs() <= MAX_FRAME as u64 {
-                Ok(i)
-            } else {
-                Err(bad("is out of range"))
-            };
-        }
-        let x = v.parse::<f64>().map_err(|_| bad("is not a number"))?;
-        if !x.is_finite() {
-            Err(bad("is not finite"))
-        } else if x.fract() != 0.0 {
-            Err(bad("is not an integer"))
-        } else if x.abs() > MAX_FRAME as f64 {
-            Err(bad("is out of range"))
+        field_frame(&self.path, &self.header, &self.rows[row], col)
+    }
+}
+
+// The lookups and parsers shared by `Table` (rows kept) and `RowReader` (one row at a time).
+
+fn columns_list(header: &[String]) -> String {
+    header
+        .iter()
+        .map(|h| h.trim())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn column_in(path: &str, header: &[String], name: &str) -> Result<usize> {
+    let mut found = header
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.trim() == name)
+        .map(|(i, _)| i);
+    match (found.next(), found.next()) {
+        (Some(i), None) => Ok(i),
+        (None, _) => Err(BridgeError::InvalidInput(format!(
+            "{path}: no column {name:?} (columns: {})",
+            columns_list(header)
+        ))),
+        (Some(a), Some(b)) => Err(BridgeError::InvalidInput(format!(
+            "{path}: column {name:?} appears more than once (columns {} and {} of: {})",
+            a + 1,
+            b + 1,
+            columns_list(header)
+        ))),
+    }
+}
+
+/// `file:line: column NAME` prefix of the messages about one field.
+fn at(path: &str, header: &[String], record: &::csv::StringRecord, col: usize) -> String {
+    format!("{path}:{}: column {}", line_of(record), header[col].trim())
+}
+
+fn field_f64(
+    path: &str,
+    header: &[String],
+    record: &::csv::StringRecord,
+    col: usize,
+) -> Result<f64> {
+    let v = &record[col];
+    v.trim().parse::<f64>().map_err(|_| {
+        BridgeError::InvalidInput(format!(
+            "{}: {v:?} is not a number",
+            at(path, header, record, col)
+        ))
+    })
+}
+
+fn field_finite_f64(
+    path: &str,
+    header: &[String],
+    record: &::csv::StringRecord,
+    col: usize,
+) -> Result<f64> {
+    let x = field_f64(path, header, record, col)?;
+    if x.is_finite() {
+        Ok(x)
+    } else {
+        Err(BridgeError::InvalidInput(format!(
+            "{}: {:?} is not a finite number",
+            at(path, header, record, col),
+            &record[col]
+        )))
+    }
+}
+
+fn field_frame(
+    path: &str,
+    header: &[String],
+    record: &::csv::StringRecord,
+    col: usize,
+) -> Result<i64> {
+    let v = record[col].trim();
+    let bad = |why: &str| {
+        BridgeError::InvalidInput(format!(
+            "{}: frame {v:?} {why} (frame numbers must be integers between -2^53 and 2^53 \
+             = {MAX_FRAME})",
+            at(path, header, record, col)
+        ))
+    };
+    if let Ok(i) = v.parse::<i64>() {
+        return if i.unsigned_abs() <= MAX_FRAME as u64 {
+            Ok(i)
         } else {
-            Ok(x as i64)
-        }
+            Err(bad("is out of range"))
+        };
+    }
+    let x = v.parse::<f64>().map_err(|_| bad("is not a number"))?;
+    if !x.is_finite() {
+        Err(bad("is not finite"))
+    } else if x.fract() != 0.0 {
+        Err(bad("is not an integer"))
+    } else if x.abs() > MAX_FRAME as f64 {
+        Err(bad("is out of range"))
+    } else {
+        Ok(x as i64)
     }
 }
 
@@ -542,6 +732,55 @@ mod tests {
         assert_eq!(t.frame(3, 0).unwrap(), 3);
         assert_eq!(t.frame(4, 0).unwrap(), 4);
         assert!(t.frame(5, 0).is_err());
+    }
+
+    #[test]
+    fn row_reader_reads_what_read_table_reads() {
+        let d = std::env::temp_dir().join(format!("ab-io-csv-rows-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("rows.csv");
+        std::fs::write(
+            &p,
+            b"\xEF\xBB\xBFframe, y ,x,note\r\n\r\n0,1.5,2,\"a, \"\"b\"\"\"\r\n   \r\n\
+              1,2,3,\"two\nlines\"\r\n2,oops,1e19,\r\n",
+        )
+        .unwrap();
+        let t = read_table(&p).unwrap();
+        let mut rd = RowReader::open(&p).unwrap();
+        assert_eq!(rd.header(), t.header);
+        assert_eq!(rd.column("y").unwrap(), t.column("y").unwrap());
+        assert!(rd.has_column("note") && !rd.has_column("z"));
+        let mut row = ::csv::StringRecord::new();
+        for r in 0..t.rows.len() {
+            assert!(rd.read_row(&mut row).unwrap());
+            assert_eq!(row, t.rows[r]);
+            assert_eq!(RowReader::line(&row), t.line(r));
+            for c in 0..3 {
+                let same = |a: Result<f64>, b: Result<f64>| match (a, b) {
+                    (Ok(x), Ok(y)) => x.to_bits() == y.to_bits(),
+                    (Err(x), Err(y)) => x.to_string() == y.to_string(),
+                    _ => false,
+                };
+                assert!(same(rd.f64(&row, c), t.f64(r, c)));
+                assert!(same(rd.finite_f64(&row, c), t.finite_f64(r, c)));
+                let (a, b) = (rd.frame(&row, c), t.frame(r, c));
+                assert_eq!(a.is_ok(), b.is_ok());
+                if let (Err(a), Err(b)) = (a, b) {
+                    assert_eq!(a.to_string(), b.to_string());
+                }
+            }
+        }
+        assert!(!rd.read_row(&mut row).unwrap());
+        // a ragged row is named by its line, as read_table names it
+        std::fs::write(&p, b"frame,y\n0,1\n\n1,2,3\n").unwrap();
+        let mut rd = RowReader::open(&p).unwrap();
+        assert!(rd.read_row(&mut row).unwrap());
+        let e = rd.read_row(&mut row).unwrap_err().to_string();
+        assert_eq!(e, read_table(&p).unwrap_err().to_string());
+        assert!(e.contains("rows.csv:4: 3 field(s)"), "{e}");
+        std::fs::write(&p, b"").unwrap();
+        let e = RowReader::open(&p).unwrap_err().to_string();
+        assert!(e.contains("empty CSV"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Criterion benchmarks of detection and linking on the synthetic 512×512 frames of spec §6.
+//! Criterion benchmarks of detection and linking on the synthetic 512×512 frames of spec §6,
+//! and on a real-like 424×640 u8 bright-field frame (issue #19).
 //!
 //! `CARGO_TARGET_DIR=... cargo bench -p algorithms --bench detect` (with `--features opencl`:
 //! also `locate` on `opencl:0` against the CPU back end)
@@ -47,6 +48,13 @@ fn bench(c: &mut Criterion) {
     );
     c.bench_function("blob_log 512x512 u16 legacy/f64 (1,3,10) rel0.2", |b| {
         b.iter(|| blob_log_frame(black_box(FrameView::U16(u16f.view())), &rel).unwrap())
+    });
+    // real-like frame (issue #19): 424×640 u8 bright field, ~700 spots of σ 2 px on a shaded
+    // 150-grey background with grey noise 6 (as scripts/fixtures/brightfield_movie.py), the
+    // exact f64 working type
+    let real = brightfield_frame(424, 640, 700, 3);
+    c.bench_function("blob_log 424x640 u8 real-like f64 (1,3,10) rel0.2", |b| {
+        b.iter(|| blob_log_frame(black_box(FrameView::U8(real.view())), &rel).unwrap())
     });
     let lp = LocateParams {
         minmass: 200.0,
@@ -114,6 +122,27 @@ fn bench(c: &mut Criterion) {
     c.bench_function("link 50 frames x 600 particles sr5 mem3", |b| {
         b.iter(|| link(black_box(&frames), &pos, &lp).unwrap())
     });
+}
+
+/// A bright-field-like u8 frame: `n` Gaussian spots (σ 2 px, amplitude 60) on a 150-grey
+/// background with a slow shading and grey noise of 6, clipped to 0..=255.
+fn brightfield_frame(h: usize, w: usize, n: usize, seed: u64) -> ndarray::Array2<u8> {
+    let mut rng = algorithms::synth::SplitMix::new(seed);
+    let mut img = ndarray::Array2::<f64>::from_shape_fn((h, w), |(y, x)| {
+        150.0 + 10.0 * (x as f64 / 37.0).sin() * (y as f64 / 53.0).cos()
+    });
+    img.mapv_inplace(|v| v + 6.0 * rng.normal());
+    for _ in 0..n {
+        let (py, px) = (rng.range(0.0, h as f64), rng.range(0.0, w as f64));
+        let (y0, x0) = (py as usize, px as usize);
+        for y in y0.saturating_sub(8)..(y0 + 9).min(h) {
+            for x in x0.saturating_sub(8)..(x0 + 9).min(w) {
+                let d2 = (y as f64 - py).powi(2) + (x as f64 - px).powi(2);
+                img[(y, x)] += 60.0 * (-d2 / 8.0).exp();
+            }
+        }
+    }
+    img.mapv(|v| v.clamp(0.0, 255.0) as u8)
 }
 
 criterion_group!(benches, bench);

@@ -229,3 +229,103 @@ fn extreme_frame_numbers_do_not_overflow() {
     let ids = greedy(&frames, &pos, 1e-300, 0);
     assert_eq!(ids[0], ids[1]);
 }
+
+/// Random walkers over 300 frames (numbers with holes), some absent now and then.
+fn walkers(seed: u64) -> (Vec<i64>, Vec<[f64; 2]>) {
+    let mut rng = algorithms::synth::SplitMix::new(seed);
+    let mut pts: Vec<[f64; 2]> = (0..80)
+        .map(|_| [rng.range(0.0, 200.0), rng.range(0.0, 200.0)])
+        .collect();
+    let (mut frames, mut pos) = (Vec::new(), Vec::new());
+    for t in 0..300i64 {
+        for p in &mut pts {
+            p[0] += 0.7 * rng.normal();
+            p[1] += 0.7 * rng.normal();
+            if rng.uniform() < 0.85 {
+                frames.push(t + t / 5);
+                pos.push(*p);
+            }
+        }
+    }
+    (frames, pos)
+}
+
+/// The streaming linkers give `link`'s and `link_greedy`'s ids frame by frame, hold only the
+/// tracks that may continue, and a track they no longer hold never comes back.
+#[test]
+fn streaming_linkers_match_the_whole_table_and_forget_finished_tracks() {
+    use algorithms::track::{GreedyLinker, Linker, long_enough};
+    for seed in [1, 2, 3] {
+        let (frames, pos) = walkers(seed);
+        for memory in [0, 2] {
+            let (want, _) = link(&frames, &pos, &LinkParams::new(2.5, memory)).unwrap();
+            let gp = GreedyParams {
+                max_distance: 2.5,
+                max_gap: memory,
+                min_track_length: 0,
+            };
+            let want_greedy = link_greedy(&frames, &pos, &gp).unwrap();
+            let mut opt = Linker::new(LinkParams::new(2.5, memory)).unwrap();
+            let mut gr = GreedyLinker::new(gp.clone()).unwrap();
+            let (mut got, mut got_greedy) = (Vec::new(), Vec::new());
+            let mut finished: BTreeSet<(bool, i64)> = BTreeSet::new();
+            let mut start = 0;
+            let mut max_active = 0;
+            while start < frames.len() {
+                let end = start + frames[start..].partition_point(|&f| f == frames[start]);
+                let ids = opt.push_frame(frames[start], &pos[start..end]).unwrap();
+                let gids = gr.push_frame(frames[start], &pos[start..end]).unwrap();
+                for (greedy, ids) in [(false, &ids), (true, &gids)] {
+                    for id in ids {
+                        assert!(!finished.contains(&(greedy, *id)), "track {id} came back");
+                    }
+                }
+                got.extend(ids);
+                got_greedy.extend(gids);
+                for id in 0..opt.stats().tracks as i64 {
+                    if !opt.is_active(id) {
+                        finished.insert((false, id));
+                    }
+                }
+                for id in 0..gr.tracks() as i64 {
+                    if !gr.is_active(id) {
+                        finished.insert((true, id));
+                    }
+                }
+                max_active = max_active.max(opt.active_tracks().max(gr.active_tracks()));
+                start = end;
+            }
+            assert_eq!(got, want, "seed {seed}, memory {memory}");
+            assert_eq!(got_greedy, want_greedy, "seed {seed}, memory {memory}");
+            // 80 walkers: the tracks held are a few frames' worth, not 300 frames'
+            assert!(max_active <= 80 * (memory + 3), "{max_active}");
+            assert!(!finished.is_empty());
+        }
+        // min_track_length: a greedy track's length is last − first frame + 1
+        let gp = GreedyParams {
+            max_distance: 2.5,
+            max_gap: 1,
+            min_track_length: 30,
+        };
+        let ids = link_greedy(&frames, &pos, &gp).unwrap();
+        let all = link_greedy(
+            &frames,
+            &pos,
+            &GreedyParams {
+                min_track_length: 0,
+                ..gp.clone()
+            },
+        )
+        .unwrap();
+        let mut span: HashMap<i64, (i64, i64)> = HashMap::new();
+        for (&id, &f) in all.iter().zip(&frames) {
+            let e = span.entry(id).or_insert((f, f));
+            e.1 = f;
+        }
+        for (k, (&a, &b)) in all.iter().zip(&ids).enumerate() {
+            let (s, e) = span[&a];
+            assert_eq!(b, if long_enough(s, e, 30) { a } else { -1 }, "row {k}");
+        }
+        assert!(ids.iter().any(|&i| i >= 0) && ids.contains(&-1));
+    }
+}

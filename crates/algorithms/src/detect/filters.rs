@@ -342,30 +342,22 @@ impl LogKernels {
     }
 }
 
-/// Scratch buffers for [`log_plane`].
+/// Scratch buffers for [`log_plane`]: a block of y-pass rows of each kernel, padded for the x
+/// passes.
 #[derive(Debug)]
 pub struct LogScratch<T: Real, A: Real = f64> {
-    a2: Vec<T>,
-    a0: Vec<T>,
-    buf: Vec<A>,
-    buf2: Vec<A>,
-}
-
-impl<T: Real, A: Real> Drop for LogScratch<T, A> {
-    fn drop(&mut self) {
-        super::real::give_buf(std::mem::take(&mut self.a2));
-        super::real::give_buf(std::mem::take(&mut self.a0));
-    }
+    a2: Vec<A>,
+    a0: Vec<A>,
+    _t: std::marker::PhantomData<T>,
 }
 
 impl<T: Real, A: Real> LogScratch<T, A> {
     /// Buffers for an `h × w` frame and kernels of radius up to `rmax`.
     pub fn new(h: usize, w: usize, rmax: usize) -> Self {
         LogScratch {
-            a2: super::real::take_buf(h * w),
-            a0: super::real::take_buf(h * w),
-            buf: vec![A::ZERO; w + 2 * rmax],
-            buf2: vec![A::ZERO; w + 2 * rmax],
+            a2: vec![A::ZERO; h.min(BLOCK_ROWS) * (w + 2 * rmax)],
+            a0: vec![A::ZERO; h.min(BLOCK_ROWS) * (w + 2 * rmax)],
+            _t: std::marker::PhantomData,
         }
     }
 }
@@ -373,8 +365,16 @@ impl<T: Real, A: Real> LogScratch<T, A> {
 const LANES: usize = 16;
 const XLANES: usize = 32;
 
-/// Both y passes of one scale (`g2` and `g0` from one read), register-blocked over `LANES`
-/// columns; per output the sum (in the accumulator type `A`) runs in SciPy's order.
+/// A row as blocks of `LANES` columns.
+type Blocks<'a, A> = &'a [[A; LANES]];
+
+/// Rows of a y-pass block: the x passes read them while they are still in the L2 cache.
+const BLOCK_ROWS: usize = 8;
+
+/// Both y passes of one scale (`g2` and `g0` from one read) for the output rows `y0..y1`
+/// (row `y` at `(y − y0)·(w + 2r) + r` in `a2`, `a0`: room for the x passes' padding),
+/// register-blocked over `LANES` columns; per output the sum (in the accumulator type `A`) runs
+/// in SciPy's order and is rounded to the working type `T` (then held in `A`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn log_pass_y<T: Real, A: Real>(
@@ -382,29 +382,50 @@ fn log_pass_y<T: Real, A: Real>(
     stride: usize,
     h: usize,
     w: usize,
+    (y0, y1): (usize, usize),
     g2: &[A],
     g0: &[A],
-    a2: &mut [T],
-    a0: &mut [T],
+    a2: &mut [A],
+    a0: &mut [A],
 ) {
     let r = g0.len() - 1;
+    let pw = w + 2 * r;
+    let round = |v: A| A::from_f64(T::from_f64(v.to_f64()).to_f64());
+    let nb = w / LANES;
+    // row `y` of the image as blocks of LANES columns (the full blocks only)
+    let blocks = |y: usize| {
+        img[y * stride..y * stride + nb * LANES]
+            .as_chunks::<LANES>()
+            .0
+    };
+    // the rows of taps 1..=r above and below the current row (reflected at the edges)
+    let mut taps: Vec<(Blocks<'_, A>, Blocks<'_, A>)> = Vec::with_capacity(r + 1);
     let mut offs = vec![(0usize, 0usize); r + 1];
+    let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0);
     // column strips keep the 2r+1 input rows of a strip in L1 while y advances
-    const STRIP: usize = 64;
-    let mut xs = 0;
-    while xs < w {
-        let xe = (xs + STRIP).min(w);
-        for y in 0..h {
-            for (j, o) in offs.iter_mut().enumerate().skip(1) {
-                let u = map_index(y as isize - j as isize, h, Boundary::Reflect).unwrap_or(0);
-                let d = map_index(y as isize + j as isize, h, Boundary::Reflect).unwrap_or(0);
-                *o = (u * stride, d * stride);
+    const STRIP: usize = 64 / LANES;
+    let mut bs = 0;
+    while bs < nb {
+        let be = (bs + STRIP).min(nb);
+        for y in y0..y1 {
+            taps.clear();
+            taps.push((&[], &[]));
+            for j in 1..=r {
+                let (u, d) = (reflect(y as isize - j as isize), reflect((y + j) as isize));
+                taps.push((blocks(u), blocks(d)));
             }
-            let row = y * w;
-            let irow = y * stride;
-            let mut xb = xs;
-            while xb + LANES <= xe {
-                let c = &img[irow + xb..irow + xb + LANES];
+            let row = (y - y0) * pw + r;
+            let centre = blocks(y);
+            let (a2r, a0r) = (
+                &mut a2[row..row + nb * LANES],
+                &mut a0[row..row + nb * LANES],
+            );
+            let (a2b, a0b) = (
+                a2r.as_chunks_mut::<LANES>().0,
+                a0r.as_chunks_mut::<LANES>().0,
+            );
+            for b in bs..be {
+                let c = &centre[b];
                 let mut s2 = [A::ZERO; LANES];
                 let mut s0 = [A::ZERO; LANES];
                 for l in 0..LANES {
@@ -412,9 +433,7 @@ fn log_pass_y<T: Real, A: Real>(
                     s0[l] = c[l] * g0[0];
                 }
                 for j in (1..=r).rev() {
-                    let (u, d) = offs[j];
-                    let ru = &img[u + xb..u + xb + LANES];
-                    let rd = &img[d + xb..d + xb + LANES];
+                    let (ru, rd) = (&taps[j].0[b], &taps[j].1[b]);
                     let (w2, w0) = (g2[j], g0[j]);
                     for l in 0..LANES {
                         let t = ru[l] + rd[l];
@@ -423,12 +442,23 @@ fn log_pass_y<T: Real, A: Real>(
                     }
                 }
                 for l in 0..LANES {
-                    a2[row + xb + l] = T::from_f64(s2[l].to_f64());
-                    a0[row + xb + l] = T::from_f64(s0[l].to_f64());
+                    a2b[b][l] = round(s2[l]);
+                    a0b[b][l] = round(s0[l]);
                 }
-                xb += LANES;
             }
-            for x in xb..xe {
+        }
+        bs = be;
+    }
+    // the columns after the last full block
+    if nb * LANES < w {
+        for y in y0..y1 {
+            for (j, o) in offs.iter_mut().enumerate().skip(1) {
+                let (u, d) = (reflect(y as isize - j as isize), reflect((y + j) as isize));
+                *o = (u * stride, d * stride);
+            }
+            let row = (y - y0) * pw + r;
+            let irow = y * stride;
+            for x in nb * LANES..w {
                 let mut s2 = img[irow + x] * g2[0];
                 let mut s0 = img[irow + x] * g0[0];
                 for j in (1..=r).rev() {
@@ -437,11 +467,10 @@ fn log_pass_y<T: Real, A: Real>(
                     s2 = s2 + t * g2[j];
                     s0 = s0 + t * g0[j];
                 }
-                a2[row + x] = T::from_f64(s2.to_f64());
-                a0[row + x] = T::from_f64(s0.to_f64());
+                a2[row + x] = round(s2);
+                a0[row + x] = round(s0);
             }
         }
-        xs = xe;
     }
 }
 
@@ -487,35 +516,79 @@ fn log_plane_impl<T: Real, A: Real>(
     s: &mut LogScratch<T, A>,
     out: &mut [T],
     combine: &impl Fn(T, T) -> T,
-) {
+) -> (T, T) {
     let r = k.radius();
-    if s.buf.len() < w + 2 * r {
-        s.buf.resize(w + 2 * r, A::ZERO);
-        s.buf2.resize(w + 2 * r, A::ZERO);
+    let pw = w + 2 * r;
+    let rows = h.min(BLOCK_ROWS) * pw;
+    if s.a2.len() < rows {
+        s.a2.resize(rows, A::ZERO);
+        s.a0.resize(rows, A::ZERO);
     }
     let g0: Vec<A> = k.g0.iter().map(|&v| A::from_f64(v)).collect();
     let g2: Vec<A> = k.g2.iter().map(|&v| A::from_f64(v)).collect();
-    log_pass_y(img, stride, h, w, &g2, &g0, &mut s.a2, &mut s.a0);
     let mut lyy = vec![A::ZERO; w];
     let mut lxx = vec![A::ZERO; w];
-    for y in 0..h {
-        pad_row(
-            &s.a2[y * w..(y + 1) * w],
-            r,
-            Boundary::Reflect,
-            &mut s.buf[..w + 2 * r],
-        );
-        xpass_row(&s.buf, r, &g0, w, &mut lyy);
-        pad_row(
-            &s.a0[y * w..(y + 1) * w],
-            r,
-            Boundary::Reflect,
-            &mut s.buf2[..w + 2 * r],
-        );
-        xpass_row(&s.buf2, r, &g2, w, &mut lxx);
-        for ((o, &a), &b) in out[y * w..(y + 1) * w].iter_mut().zip(&lyy).zip(&lxx) {
-            *o = combine(T::from_f64(a.to_f64()), T::from_f64(b.to_f64()));
+    let (mut lo, mut hi) = (
+        [T::from_f64(f64::INFINITY); EXT_LANES],
+        [T::from_f64(f64::NEG_INFINITY); EXT_LANES],
+    );
+    // y passes of a block of rows, then the x passes of those rows while they are in cache
+    let mut y0 = 0;
+    while y0 < h {
+        let y1 = (y0 + BLOCK_ROWS).min(h);
+        log_pass_y::<T, A>(img, stride, h, w, (y0, y1), &g2, &g0, &mut s.a2, &mut s.a0);
+        for y in y0..y1 {
+            let b = (y - y0) * pw;
+            let (row2, row0) = (&mut s.a2[b..b + pw], &mut s.a0[b..b + pw]);
+            reflect_pad(row2, r, w);
+            xpass_row(row2, r, &g0, w, &mut lyy);
+            reflect_pad(row0, r, w);
+            xpass_row(row0, r, &g2, w, &mut lxx);
+            let orow = &mut out[y * w..(y + 1) * w];
+            for ((o, &a), &b) in orow.iter_mut().zip(&lyy).zip(&lxx) {
+                *o = combine(T::from_f64(a.to_f64()), T::from_f64(b.to_f64()));
+            }
+            row_extrema(orow, &mut lo, &mut hi);
         }
+        y0 = y1;
+    }
+    (
+        lo.iter()
+            .copied()
+            .fold(lo[0], |a, b| if b < a { b } else { a }),
+        hi.iter()
+            .copied()
+            .fold(hi[0], |a, b| if b > a { b } else { a }),
+    )
+}
+
+/// Fill the `r` samples on each side of `row[r..r + w]` (SciPy `reflect`), as [`pad_row`].
+#[inline(always)]
+fn reflect_pad<A: Real>(row: &mut [A], r: usize, w: usize) {
+    for k in 0..r {
+        let jl = k as isize - r as isize;
+        let jr = (w + k) as isize;
+        row[k] = row[r + map_index(jl, w, Boundary::Reflect).unwrap_or(0)];
+        row[r + w + k] = row[r + map_index(jr, w, Boundary::Reflect).unwrap_or(0)];
+    }
+}
+
+/// Lanes of the running extrema of [`log_plane`].
+const EXT_LANES: usize = 8;
+
+/// Fold a row into lane-wise minima and maxima (vectorisable; NaN-free values).
+#[inline(always)]
+fn row_extrema<T: Real>(row: &[T], lo: &mut [T; EXT_LANES], hi: &mut [T; EXT_LANES]) {
+    let (blocks, rest) = row.as_chunks::<EXT_LANES>();
+    for b in blocks {
+        for l in 0..EXT_LANES {
+            lo[l] = if b[l] < lo[l] { b[l] } else { lo[l] };
+            hi[l] = if b[l] > hi[l] { b[l] } else { hi[l] };
+        }
+    }
+    for &v in rest {
+        lo[0] = if v < lo[0] { v } else { lo[0] };
+        hi[0] = if v > hi[0] { v } else { hi[0] };
     }
 }
 
@@ -531,15 +604,18 @@ fn log_plane_avx2<T: Real, A: Real>(
     s: &mut LogScratch<T, A>,
     out: &mut [T],
     combine: &impl Fn(T, T) -> T,
-) {
-    log_plane_impl(img, stride, h, w, k, s, out, combine);
+) -> (T, T) {
+    log_plane_impl(img, stride, h, w, k, s, out, combine)
 }
 
 /// One LoG plane: `out[i] = combine(Lyy[i], Lxx[i])` where `Lyy = corr_x(g0, corr_y(g2, I))` and
 /// `Lxx = corr_x(g2, corr_y(g0, I))`, every pass accumulated in `A` in SciPy's order and
 /// rounded to `T`. With `A = f64` this is SciPy bit for bit; `A = f32` is the fast mode (f32
 /// accumulation, spec §1.4). `img` is the frame in `A`, rows `stride` apart. Uses AVX2 when the
-/// CPU has it (wider vectors only: no FMA contraction, results are bit-identical).
+/// CPU has it (wider vectors only: no FMA contraction, results are bit-identical). Returns the
+/// plane's minimum and maximum (infinities for an empty plane; the values must be NaN-free).
+///
+/// The y passes run on blocks of rows that the x passes then read while they are in cache.
 #[allow(clippy::too_many_arguments)]
 pub fn log_plane<T: Real, A: Real>(
     img: &[A],
@@ -550,15 +626,85 @@ pub fn log_plane<T: Real, A: Real>(
     s: &mut LogScratch<T, A>,
     out: &mut [T],
     combine: impl Fn(T, T) -> T,
-) {
+) -> (T, T) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of
             // calling a function compiled with `target_feature(enable = "avx2")`.
-            unsafe { log_plane_avx2(img, stride, h, w, k, s, out, &combine) };
-            return;
+            return unsafe { log_plane_avx2(img, stride, h, w, k, s, out, &combine) };
         }
     }
-    log_plane_impl(img, stride, h, w, k, s, out, &combine);
+    log_plane_impl(img, stride, h, w, k, s, out, &combine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::SplitMix;
+
+    /// `Lyy + Lxx` by the plain separable passes ([`pass_y`], [`pass_x`]), in `T`.
+    fn reference<T: Real>(img: &[T], h: usize, w: usize, k: &LogKernels) -> Vec<T> {
+        let mut t2 = vec![T::ZERO; h * w];
+        let mut t0 = vec![T::ZERO; h * w];
+        pass_y(
+            img,
+            h,
+            w,
+            &[&k.g2, &k.g0],
+            Boundary::Reflect,
+            &mut [&mut t2, &mut t0],
+        );
+        let mut lyy = vec![T::ZERO; h * w];
+        let mut lxx = vec![T::ZERO; h * w];
+        pass_x(&t2, h, w, &k.g0, Boundary::Reflect, &mut lyy);
+        pass_x(&t0, h, w, &k.g2, Boundary::Reflect, &mut lxx);
+        lyy.iter().zip(&lxx).map(|(&a, &b)| a + b).collect()
+    }
+
+    fn check<T: Real>(rng: &mut SplitMix, h: usize, w: usize, sigma: f64) {
+        let img: Vec<T> = (0..h * w).map(|_| T::from_f64(rng.uniform())).collect();
+        let k = LogKernels::new(sigma, T::IS_F32);
+        let want = reference(&img, h, w, &k);
+        let stride = padded_stride(w);
+        let wide: Vec<f64> = img.iter().map(|v| v.to_f64()).collect();
+        let padded = pad_stride(&wide, h, w, stride);
+        let mut s = LogScratch::<T, f64>::new(h, w, 2);
+        let mut out = vec![T::ZERO; h * w];
+        let (lo, hi) = log_plane(&padded, stride, h, w, &k, &mut s, &mut out, |a, b| a + b);
+        for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+            assert!(
+                a.to_f64().to_bits() == b.to_f64().to_bits(),
+                "{h}x{w} σ {sigma}: pixel {i}: {} vs {}",
+                a.to_f64(),
+                b.to_f64()
+            );
+        }
+        let min = want
+            .iter()
+            .map(|v| v.to_f64())
+            .fold(f64::INFINITY, f64::min);
+        let max = want
+            .iter()
+            .map(|v| v.to_f64())
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!((lo.to_f64(), hi.to_f64()), (min, max), "{h}x{w} σ {sigma}");
+    }
+
+    /// The blocked passes (rows in blocks of `BLOCK_ROWS`, columns in `LANES`, padding in
+    /// place) give the plain passes' values bit for bit, and the plane's extrema, on random
+    /// frames of every shape class: fewer rows than a block or than the radius (reflected more
+    /// than once), widths around the lane and strip sizes.
+    #[test]
+    fn blocked_log_plane_equals_the_plain_passes() {
+        let mut rng = SplitMix::new(19);
+        for h in [1, 2, 5, 8, 9, 17, 33] {
+            for w in [1, 3, 15, 16, 17, 64, 67, 130] {
+                for sigma in [0.7, 1.5, 3.0, 6.0] {
+                    check::<f64>(&mut rng, h, w, sigma);
+                    check::<f32>(&mut rng, h, w, sigma);
+                }
+            }
+        }
+    }
 }

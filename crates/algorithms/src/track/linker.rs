@@ -112,6 +112,13 @@ impl Linker {
         self.ids.len()
     }
 
+    /// Whether track `id` is still held, i.e. may be continued by a later frame; once false it
+    /// stays false, so the track's points are final (what a streaming caller needs to decide,
+    /// e.g., whether a track is long enough to keep).
+    pub fn is_active(&self, id: i64) -> bool {
+        self.ids.binary_search(&id).is_ok()
+    }
+
     /// The last frame number pushed.
     pub fn last_frame(&self) -> Option<i64> {
         self.frame

@@ -27,9 +27,10 @@
 //!     `memory` then counts frames present, not frame numbers.
 //!   - [`Linker`] takes one frame at a time and holds only the tracks `memory` can still
 //!     continue: a movie of 10⁵ frames needs memory for its particles, not its frames.
-//! * [`link_greedy`]: the seed's greedy `ParticleTracker` (spec §3.5) for compatibility. Its
-//!   `max_gap` means what `memory` means for [`link`]: a track absent for at most `max_gap`
-//!   frames between two appearances is continued (0 = consecutive frames only).
+//! * [`link_greedy`] and the streaming [`GreedyLinker`]: the seed's greedy `ParticleTracker`
+//!   (spec §3.5) for compatibility. Its `max_gap` means what `memory` means for [`link`]: a
+//!   track absent for at most `max_gap` frames between two appearances is continued (0 =
+//!   consecutive frames only).
 //! * [`filter_stubs`]: keep only tracks with at least n points.
 //!
 //! Every result is identical to trackpy 0.7 on its own test cases and on the fixtures
@@ -47,7 +48,7 @@ use std::collections::HashMap;
 
 use bridge_core::{BridgeError, Result};
 
-pub use greedy::{GreedyParams, link_greedy};
+pub use greedy::{GreedyLinker, GreedyParams, link_greedy, long_enough};
 pub use linker::Linker;
 
 /// Linking strategy.

@@ -43,11 +43,18 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
     Ok(match (frame, prescale, range) {
         (FrameView::U8(a), Prescale::Legacy, _) => {
             let s = 1.0 / 255.0;
-            Converted::F64(a.iter().map(|&v| f64::from(v) * s).collect())
+            Converted::F64(match a.as_slice() {
+                // a contiguous frame converts in one vectorised loop
+                Some(v) => v.iter().map(|&v| f64::from(v) * s).collect(),
+                None => a.iter().map(|&v| f64::from(v) * s).collect(),
+            })
         }
         (FrameView::U16(a), Prescale::Legacy, _) => {
             let s = 1.0 / 65535.0;
-            Converted::F64(a.iter().map(|&v| f64::from(v) * s).collect())
+            Converted::F64(match a.as_slice() {
+                Some(v) => v.iter().map(|&v| f64::from(v) * s).collect(),
+                None => a.iter().map(|&v| f64::from(v) * s).collect(),
+            })
         }
         (FrameView::F32(a), Prescale::Legacy | Prescale::None, _) => {
             Converted::F32(a.iter().copied().collect())

@@ -24,7 +24,7 @@ use bridge_core::{BridgeError, Result};
 
 use super::FrameView;
 use super::real::{Real, give_buf};
-use scale_space::{find_peaks, threshold_of};
+use scale_space::{find_peaks, log_cube_extrema, threshold_from, threshold_of};
 
 pub use convert::{Converted, convert_frame};
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
@@ -88,8 +88,8 @@ pub fn blob_log_typed_acc<T: Real>(
         ));
     }
     let sigmas = p.sigma_list::<T>();
-    let cube = log_cube_acc(image, h, w, &sigmas, acc);
-    let out = peaks_and_prune(&cube, h, w, &sigmas, p);
+    let (cube, lo, hi) = log_cube_extrema(image, h, w, &sigmas, acc);
+    let out = peaks_and_prune_in(&cube, h, w, &sigmas, p, threshold_from((lo, hi), p));
     give_buf(cube);
     Ok(out)
 }
@@ -103,8 +103,19 @@ pub fn peaks_and_prune<T: Real>(
     sigmas: &[T],
     p: &BlobLogParams,
 ) -> BlobLogDiag {
+    peaks_and_prune_in(cube, h, w, sigmas, p, threshold_of(cube, p))
+}
+
+/// [`peaks_and_prune`] with the threshold and the cube extrema already known.
+fn peaks_and_prune_in<T: Real>(
+    cube: &[T],
+    h: usize,
+    w: usize,
+    sigmas: &[T],
+    p: &BlobLogParams,
+    (thr, lo, hi): (T, T, T),
+) -> BlobLogDiag {
     let ns = sigmas.len();
-    let (thr, lo, hi) = threshold_of(cube, p);
     let mut cands = if lo == hi || lo.is_nan() || hi.is_nan() {
         Vec::new()
     } else {

@@ -39,6 +39,30 @@ pub fn log_cube_acc<T: Real>(
 }
 
 fn log_cube_in<T: Real, A: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) -> Vec<T> {
+    log_cube_extrema_in::<T, A>(image, h, w, sigmas).0
+}
+
+/// [`log_cube_acc`] and the cube's minimum and maximum, found while it is written (one pass
+/// over the cube less than [`threshold_of`]; the same values: NaN-free input).
+pub(super) fn log_cube_extrema<T: Real>(
+    image: &[T],
+    h: usize,
+    w: usize,
+    sigmas: &[T],
+    acc: Accumulate,
+) -> (Vec<T>, T, T) {
+    match acc {
+        Accumulate::F64 => log_cube_extrema_in::<T, f64>(image, h, w, sigmas),
+        Accumulate::F32 => log_cube_extrema_in::<T, f32>(image, h, w, sigmas),
+    }
+}
+
+fn log_cube_extrema_in<T: Real, A: Real>(
+    image: &[T],
+    h: usize,
+    w: usize,
+    sigmas: &[T],
+) -> (Vec<T>, T, T) {
     let plane = h * w;
     let mut cube: Vec<T> = take_buf(plane * sigmas.len());
     let stride = crate::detect::filters::padded_stride(w);
@@ -54,20 +78,32 @@ fn log_cube_in<T: Real, A: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) 
         .map(|s| crate::detect::filters::kernel_radius(s.to_f64()))
         .max()
         .unwrap_or(0);
-    cube.par_chunks_mut(plane.max(1))
+    let extrema: Vec<(T, T)> = cube
+        .par_chunks_mut(plane.max(1))
         .zip(sigmas.par_iter())
-        .for_each_init(
+        .map_init(
             || LogScratch::<T, A>::new(h, w, rmax),
             |scratch, (out, &s)| {
                 let k = LogKernels::new(s.to_f64(), T::IS_F32);
                 let s2 = s * s;
                 log_plane(image, stride, h, w, &k, scratch, out, |lyy, lxx| {
                     (-(lyy + lxx)) * s2
-                });
+                })
             },
-        );
+        )
+        .collect();
     give_buf(padded);
-    cube
+    let (lo, hi) = extrema
+        .iter()
+        .copied()
+        .reduce(|a, b| {
+            (
+                if b.0 < a.0 { b.0 } else { a.0 },
+                if b.1 > a.1 { b.1 } else { a.1 },
+            )
+        })
+        .unwrap_or((T::ZERO, T::ZERO));
+    (cube, lo, hi)
 }
 
 /// A candidate peak before pruning.
@@ -77,6 +113,18 @@ pub(super) struct Cand<T> {
     pub(super) x: usize,
     pub(super) s: usize,
     pub(super) v: T,
+}
+
+/// Effective threshold (spec §1.5) from the cube extrema `(lo, hi)`, and those extrema.
+pub(super) fn threshold_from<T: Real>((lo, hi): (T, T), p: &BlobLogParams) -> (T, T, T) {
+    let mut thr = p.threshold.map(T::from_f64).unwrap_or(lo);
+    if let Some(rel) = p.threshold_rel {
+        let t = T::from_f64(rel) * hi;
+        if t > thr {
+            thr = t;
+        }
+    }
+    (thr, lo, hi)
 }
 
 /// Effective threshold (spec §1.5) and the cube extrema.
@@ -116,14 +164,23 @@ pub(super) fn threshold_of<T: Real>(cube: &[T], p: &BlobLogParams) -> (T, T, T) 
             )
         })
         .unwrap_or((T::ZERO, T::ZERO));
-    let mut thr = p.threshold.map(T::from_f64).unwrap_or(lo);
-    if let Some(rel) = p.threshold_rel {
-        let t = T::from_f64(rel) * hi;
-        if t > thr {
-            thr = t;
+    threshold_from((lo, hi), p)
+}
+
+/// Bit `k` set where `v[k] > thr`, for up to 16 values (a full block compares as one array,
+/// which vectorises).
+#[inline(always)]
+fn above_mask<T: Real>(v: &[T], thr: T) -> u32 {
+    if let Ok(b) = <&[T; 16]>::try_from(v) {
+        let mut m = 0u32;
+        for (k, &x) in b.iter().enumerate() {
+            m |= u32::from(x > thr) << k;
         }
+        return m;
     }
-    (thr, lo, hi)
+    v.iter()
+        .enumerate()
+        .fold(0u32, |m, (k, &x)| m | (u32::from(x > thr) << k))
 }
 
 /// Local maxima of the cube above `thr`, in raster order of (y, x, scale).
@@ -145,23 +202,31 @@ pub(super) fn find_peaks<T: Real>(
         .map(|y| {
             let mut out = Vec::new();
             let ys = [y.saturating_sub(1), y, (y + 1).min(h - 1)];
-            // voxels above the threshold in this row, scanned plane by plane (contiguous)
+            // voxels above the threshold in this row, in (x, scale) order: 16 columns at a
+            // time, one bit mask per plane (branch-free, vectorisable), then the set bits
             let mut above: Vec<(usize, usize)> = Vec::new();
-            for s in 0..ns {
-                let row = &cube[s * plane + y * w + bx..s * plane + (y + 1) * w - bx];
-                // test 16 voxels at a time (branch-free, vectorisable), then look closer
-                for (c, ch) in row.chunks(16).enumerate() {
-                    if !ch.iter().fold(false, |a, &v| a | (v > thr)) {
-                        continue;
-                    }
-                    for (k, &v) in ch.iter().enumerate() {
-                        if v > thr {
-                            above.push((bx + c * 16 + k, s));
+            let mut masks = vec![0u32; ns];
+            let (x0, x1) = (bx, w - bx);
+            let mut c0 = x0;
+            while c0 < x1 {
+                let c1 = (c0 + 16).min(x1);
+                let mut any = 0u32;
+                for (s, m) in masks.iter_mut().enumerate() {
+                    let base = s * plane + y * w;
+                    *m = above_mask(&cube[base + c0..base + c1], thr);
+                    any |= *m;
+                }
+                while any != 0 {
+                    let k = any.trailing_zeros() as usize;
+                    any &= any - 1;
+                    for (s, m) in masks.iter().enumerate() {
+                        if m & (1 << k) != 0 {
+                            above.push((c0 + k, s));
                         }
                     }
                 }
+                c0 = c1;
             }
-            above.sort_unstable();
             for (x, s) in above {
                 let v = cube[s * plane + y * w + x];
                 let xs = [x.saturating_sub(1), x, (x + 1).min(w - 1)];
