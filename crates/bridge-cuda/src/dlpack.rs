@@ -153,7 +153,7 @@ fn gather(
     // The widest unit (8, 4, 2 or 1 bytes) that divides the element and the start address.
     let unit = [8usize, 4, 2, 1]
         .into_iter()
-        .find(|&u| es % u == 0 && (start as u64) % (u as u64) == 0)
+        .find(|&u| es.is_multiple_of(u) && (start as u64).is_multiple_of(u as u64))
         .unwrap_or(1);
     let k = (es / unit) as i64;
     let mut meta: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
