@@ -14,6 +14,7 @@ source scripts/env.sh
 # Where the dependencies were installed, their absence is a failure, not a skip.
 if clinfo -l 2>/dev/null | grep -q Device; then export ARRAYBRIDGE_REQUIRE_OPENCL=1; fi
 if [ -n "${ARRAYBRIDGE_NVRTC_LIB:-}" ]; then export ARRAYBRIDGE_REQUIRE_NVRTC=1; fi
+if command -v mpirun >/dev/null 2>&1; then export ARRAYBRIDGE_REQUIRE_MPI=1; fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0

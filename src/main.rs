@@ -8,11 +8,23 @@ mod cli;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    #[cfg(feature = "mpi")]
+    let _universe = match cli::mpi::init() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let mut shown = e.to_string();
-            eprintln!("error: {shown}");
+            #[cfg(feature = "mpi")]
+            let rank = cli::mpi::place().map(|p| format!(" (rank {} of {})", p.rank, p.size));
+            #[cfg(not(feature = "mpi"))]
+            let rank: Option<String> = None;
+            eprintln!("error{}: {shown}", rank.unwrap_or_default());
             // Causes the message does not already include (an i/o error names its OS error).
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
@@ -22,6 +34,11 @@ fn main() -> ExitCode {
                     shown.push_str(&text);
                 }
                 source = s.source();
+            }
+            // the other ranks may wait for this one: end them all
+            #[cfg(feature = "mpi")]
+            if cli::mpi::place().is_some() {
+                cli::mpi::abort(1);
             }
             ExitCode::FAILURE
         }

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[cfg(feature = "mpi")]
+use algorithms::detect::DetectMember;
 use algorithms::detect::{
     Accumulate, DetectBackend, DeviceShare, Feature, LocateParams, LogDetector, Movie, MultiPolicy,
     Particle, Prescale, RefineParams, backend_for,
@@ -315,11 +317,40 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
         Method::Locate => Some(locate_params(&args)?),
     };
-    if let DeviceArg::Explicit(d) = args.device {
-        check_explicit(d, &[DETECT])?;
+    // under mpirun: one device per rank; the other ranks detect what rank 0 hands out
+    #[cfg(feature = "mpi")]
+    let mut on_ranks = None;
+    #[cfg(not(feature = "mpi"))]
+    let on_ranks: Option<Multi> = None;
+    #[cfg(feature = "mpi")]
+    if let Some(p) = super::mpi::place() {
+        if args.method == Method::Locate {
+            return Err(BridgeError::invalid_argument(
+                "--method",
+                "MPI ranks run --method log; run --method locate in one process",
+            ));
+        }
+        let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
+        if p.rank != 0 {
+            while let Some(chunk) = super::mpi::share_movie(None)? {
+                det.serve_frames(&chunk, device, &mut super::mpi::RootLink)?;
+            }
+            return Ok(());
+        }
+        g.note(format!(
+            "detect: {} MPI ranks ({} on this node); rank 0 on {device} ({how})",
+            p.size, p.local_size
+        ));
+        on_ranks = Some(Multi::ranks(device, p.size)?);
+    }
+    if let (None, DeviceArg::Explicit(d)) = (&on_ranks, &args.device) {
+        check_explicit(*d, &[DETECT])?;
     }
     // several devices: each is checked now, before the movie is read
-    let several = args.device.devices(DETECT)?;
+    let several = match on_ranks {
+        Some(_) => None,
+        None => args.device.devices(DETECT)?,
+    };
     if several.is_some() && args.method == Method::Locate {
         return Err(BridgeError::invalid_argument(
             "--device",
@@ -344,9 +375,10 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if args.method == Method::Log {
         det.check_memory(h, w, first.len())?;
     }
-    let mut runner = match several {
-        Some(devices) => Runner::Several(Multi::new(&devices)?),
-        None => Runner::One(resolve(args.device.clone(), DETECT, || {
+    let mut runner = match (on_ranks, several) {
+        (Some(m), _) => Runner::Several(m),
+        (None, Some(devices)) => Runner::Several(Multi::new(&devices)?),
+        (None, None) => Runner::One(resolve(args.device.clone(), DETECT, || {
             match args.method {
                 Method::Log => detect_estimate(&first, &det),
                 Method::Locate => {
@@ -431,6 +463,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
         Ok((n, frame0))
     })?;
+    #[cfg(feature = "mpi")]
+    if let Runner::Several(m) = &runner
+        && !m.peers.is_empty()
+    {
+        super::mpi::end_of_movie();
+    }
     out.finish()?;
     progress.finish_and_clear();
     if n == 0
@@ -469,7 +507,13 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "seconds": secs,
             "device": device_text,
             "device_reason": reason,
-            "devices": multi.map(|m| &m.shares),
+            "devices": multi.map(|m| m.shares.iter().enumerate().map(|(i, s)| {
+                let mut j = serde_json::to_value(s).unwrap_or_default();
+                if m.ranked {
+                    j["rank"] = i.into();
+                }
+                j
+            }).collect::<Vec<_>>()),
         }))?;
     } else {
         g.note(format!(
@@ -479,9 +523,14 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             device_text
         ));
         if let Some(m) = multi {
-            for s in &m.shares {
+            for (i, s) in m.shares.iter().enumerate() {
                 g.note(format!(
-                    "  {}: {} frames in {} batches, {:.3} s{}{}",
+                    "  {}{}: {} frames in {} batches, {:.3} s{}{}",
+                    if m.ranked {
+                        format!("rank {i} ")
+                    } else {
+                        String::new()
+                    },
                     s.device,
                     s.frames,
                     s.units,
@@ -508,11 +557,16 @@ enum Runner {
 }
 
 /// Several devices at once: their back ends (opened once), what each did so far, and which
-/// are still working (a device that failed takes no later chunk).
+/// are still working (a device that failed takes no later chunk). Under mpirun, rank 0's one
+/// back end and the other ranks (`peers`, shares after the back ends', in rank order).
 struct Multi {
     backends: Vec<Box<dyn DetectBackend>>,
     shares: Vec<DeviceShare>,
     alive: Vec<bool>,
+    /// Shares are by MPI rank.
+    ranked: bool,
+    #[cfg(feature = "mpi")]
+    peers: Vec<super::mpi::RankPeer>,
 }
 
 impl Multi {
@@ -530,7 +584,23 @@ impl Multi {
             backends,
             shares,
             alive,
+            ranked: false,
+            #[cfg(feature = "mpi")]
+            peers: Vec::new(),
         })
+    }
+
+    /// Rank 0 on `device` and ranks 1..`size` (their devices are known once they report).
+    #[cfg(feature = "mpi")]
+    fn ranks(device: bridge_core::Device, size: usize) -> Result<Multi> {
+        let mut m = Multi::new(&[device])?;
+        m.ranked = true;
+        m.peers = (1..size)
+            .map(super::mpi::RankPeer::new)
+            .collect::<Result<Vec<_>>>()?;
+        m.shares
+            .extend((1..size).map(|_| DeviceShare::new(bridge_core::Device::Cpu)));
+        Ok(m)
     }
 
     /// One chunk on every device; its frame numbers start at 0 (the caller shifts them).
@@ -544,6 +614,31 @@ impl Multi {
         let live: Vec<usize> = (0..self.backends.len())
             .filter(|&i| self.alive[i])
             .collect();
+        #[cfg(feature = "mpi")]
+        if !self.peers.is_empty() {
+            super::mpi::share_movie(Some(chunk))?;
+            let mut members: Vec<DetectMember<'_>> = live
+                .iter()
+                .map(|&i| DetectMember::Local(self.backends[i].as_ref()))
+                .collect();
+            members.extend(
+                self.peers
+                    .iter()
+                    .map(|p| DetectMember::Peer(p as &dyn algorithms::detect::FramePeer)),
+            );
+            let out = det.detect_movie_members(chunk, &members, policy, progress)?;
+            let n = live.len();
+            for (k, s) in out.shares.into_iter().enumerate() {
+                if k < n {
+                    self.alive[live[k]] = s.error.is_none();
+                    self.shares[live[k]].add(s);
+                } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
+                    share.device = s.device;
+                    share.add(s);
+                }
+            }
+            return Ok(out.particles);
+        }
         let refs: Vec<&dyn DetectBackend> =
             live.iter().map(|&i| self.backends[i].as_ref()).collect();
         let out = det.detect_movie_multi(chunk, &refs, policy, progress)?;

@@ -100,6 +100,35 @@ impl DeviceArg {
     }
 }
 
+/// The one device of a process that runs with other ranks under MPI, from its node-local rank
+/// `local`: `--device X` is X on every rank; a list (`a,b`) or `all` gives entry `local mod n`;
+/// `auto` gives GPU `local mod n` of this node's GPUs (as `all` lists them), or the CPU when the
+/// node has none. Returns the device and how it was chosen.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn rank_device(arg: &DeviceArg, stage: Stage, local: usize) -> Result<(Device, String)> {
+    let pick = |v: &[Device], what: &str| match v.get(local % v.len().max(1)) {
+        Some(&d) => Ok((d, format!("{what}, node-local rank {local}"))),
+        None => Err(BridgeError::invalid_argument(
+            "--device",
+            "no device to choose from",
+        )),
+    };
+    match arg {
+        DeviceArg::Explicit(d) => {
+            check_explicit(*d, &[stage])?;
+            Ok((*d, "--device".into()))
+        }
+        DeviceArg::Several(_) | DeviceArg::AllGpus => {
+            let v = arg.devices(stage)?.unwrap_or_default();
+            pick(&v, &format!("--device {arg}"))
+        }
+        DeviceArg::Auto => match DeviceArg::AllGpus.devices(stage) {
+            Ok(Some(v)) if !v.is_empty() => pick(&v, "auto: this node's GPUs"),
+            _ => Ok((Device::Cpu, "auto: no GPU on this node".into())),
+        },
+    }
+}
+
 /// The error for several devices where one is needed.
 pub fn several_error(arg: &DeviceArg, command: &str) -> BridgeError {
     BridgeError::invalid_argument(

@@ -13,6 +13,8 @@ mod demo;
 mod detect;
 pub mod device;
 mod devices;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod paco;
 mod track;
 
@@ -51,6 +53,18 @@ pub enum Command {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
+    #[cfg(feature = "mpi")]
+    if let Some(p) = mpi::place()
+        && !matches!(cli.command, Command::Paco(_) | Command::Detect(_))
+    {
+        return Err(bridge_core::BridgeError::invalid_argument(
+            "mpirun",
+            format!(
+                "{} ranks: only `paco` and `detect` run across MPI ranks; run this command without mpirun",
+                p.size
+            ),
+        ));
+    }
     let g = common::Global {
         quiet: cli.quiet,
         json: cli.json,

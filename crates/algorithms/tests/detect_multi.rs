@@ -328,3 +328,123 @@ fn pocl_two_devices() {
         &["pocl_two_devices_inner"],
     );
 }
+
+/// Messages of the in-process transport below (what MPI carries between ranks).
+enum Up {
+    Device(Device, Result<()>),
+    Result(Result<Vec<Particle>>),
+    Finish,
+}
+
+/// A [`FramePeer`] over channels to a thread that runs `serve_frames`.
+struct ChannelPeer {
+    down: std::sync::Mutex<std::sync::mpsc::Sender<Option<(usize, usize)>>>,
+    up: std::sync::Mutex<std::sync::mpsc::Receiver<Up>>,
+}
+
+impl algorithms::detect::FramePeer for ChannelPeer {
+    fn device(&self) -> (Device, Result<()>) {
+        match self.up.lock().unwrap().recv().unwrap() {
+            Up::Device(d, r) => (d, r),
+            _ => panic!("expected the device first"),
+        }
+    }
+    fn frames(&self, range: (usize, usize)) -> Result<Vec<Particle>> {
+        self.down.lock().unwrap().send(Some(range)).unwrap();
+        match self.up.lock().unwrap().recv().unwrap() {
+            Up::Result(r) => r,
+            _ => panic!("expected particles"),
+        }
+    }
+    fn finish(&self) -> Result<()> {
+        self.down.lock().unwrap().send(None).unwrap();
+        while !matches!(self.up.lock().unwrap().recv().unwrap(), Up::Finish) {}
+        Ok(())
+    }
+}
+
+struct ChannelServer {
+    down: std::sync::mpsc::Receiver<Option<(usize, usize)>>,
+    up: std::sync::mpsc::Sender<Up>,
+}
+
+impl algorithms::detect::FrameServer for ChannelServer {
+    fn device(&mut self, d: Device, r: Result<()>) -> Result<()> {
+        self.up.send(Up::Device(d, r)).unwrap();
+        Ok(())
+    }
+    fn next(&mut self) -> Result<Option<(usize, usize)>> {
+        Ok(self.down.recv().unwrap())
+    }
+    fn result(&mut self, r: Result<Vec<Particle>>) -> Result<()> {
+        self.up.send(Up::Result(r)).unwrap();
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.up.send(Up::Finish).unwrap();
+        Ok(())
+    }
+}
+
+/// `detect_movie_members` with the CPU here and peers (threads running `serve_frames` on
+/// `peers`), as rank 0 runs it under MPI.
+fn with_peers(
+    det: &LogDetector,
+    m: &Movie,
+    peers: &[Device],
+    policy: MultiPolicy,
+) -> Result<algorithms::detect::MultiOutcome> {
+    use algorithms::detect::DetectMember;
+    std::thread::scope(|s| {
+        let mut links = Vec::new();
+        for &d in peers {
+            let (down_tx, down_rx) = std::sync::mpsc::channel();
+            let (up_tx, up_rx) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                let mut server = ChannelServer {
+                    down: down_rx,
+                    up: up_tx,
+                };
+                det.serve_frames(m, d, &mut server).unwrap();
+            });
+            links.push(ChannelPeer {
+                down: std::sync::Mutex::new(down_tx),
+                up: std::sync::Mutex::new(up_rx),
+            });
+        }
+        let mut members = vec![DetectMember::Local(&CpuBackend)];
+        members.extend(links.iter().map(|l| DetectMember::Peer(l)));
+        det.detect_movie_members(m, &members, policy, |_| {})
+    })
+}
+
+#[test]
+fn peers_in_other_processes_give_the_same_particles() {
+    let m = movie(9);
+    let det = detector(2);
+    let one = det.detect_movie_with(&m, &CpuBackend, |_| {}).unwrap();
+    let out = with_peers(
+        &det,
+        &m,
+        &[Device::Cpu, Device::Cpu],
+        MultiPolicy::default(),
+    )
+    .unwrap();
+    same(&one, &out.particles);
+    assert_eq!(out.shares.len(), 3);
+    assert_eq!(out.shares.iter().map(|s| s.frames).sum::<usize>(), 9);
+    // a peer without its device fails the run naming it, or leaves its frames to the others
+    let e = with_peers(&det, &m, &[Device::OpenCl(99)], MultiPolicy::default()).unwrap_err();
+    assert!(e.to_string().contains("opencl:99"), "{e}");
+    let out = with_peers(
+        &det,
+        &m,
+        &[Device::OpenCl(99)],
+        MultiPolicy {
+            requeue_on_failure: true,
+        },
+    )
+    .unwrap();
+    same(&one, &out.particles);
+    assert!(out.shares[1].error.is_some());
+}

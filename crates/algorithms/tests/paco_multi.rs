@@ -234,3 +234,152 @@ fn pocl_out_of_memory() {
         &["pocl_oom_splits_inner"],
     );
 }
+
+/// Messages of the in-process transport below (what MPI carries between ranks).
+enum Up {
+    Kind(Device, bridge_core::Result<bool>),
+    Ready(bridge_core::Result<()>),
+    Result(bridge_core::Result<Vec<f64>>),
+    Finish(u64, u64),
+}
+
+/// A [`UnitPeer`] over channels to a thread that runs `serve_units`.
+struct ChannelPeer {
+    down: std::sync::Mutex<std::sync::mpsc::Sender<Option<(usize, usize)>>>,
+    up: std::sync::Mutex<std::sync::mpsc::Receiver<Up>>,
+}
+
+impl ChannelPeer {
+    fn recv(&self) -> Up {
+        self.up.lock().unwrap().recv().unwrap()
+    }
+}
+
+impl algorithms::paco::UnitPeer for ChannelPeer {
+    fn arithmetic(&self) -> (Device, bridge_core::Result<bool>) {
+        match self.recv() {
+            Up::Kind(d, r) => (d, r),
+            _ => panic!("expected the arithmetic first"),
+        }
+    }
+    fn ready(&self) -> bridge_core::Result<()> {
+        match self.recv() {
+            Up::Ready(r) => r,
+            _ => panic!("expected ready"),
+        }
+    }
+    fn unit(&self, range: (usize, usize)) -> bridge_core::Result<Vec<f64>> {
+        self.down.lock().unwrap().send(Some(range)).unwrap();
+        match self.recv() {
+            Up::Result(r) => r,
+            _ => panic!("expected a result"),
+        }
+    }
+    fn finish(&self) -> bridge_core::Result<(u64, u64)> {
+        self.down.lock().unwrap().send(None).unwrap();
+        loop {
+            if let Up::Finish(a, b) = self.recv() {
+                return Ok((a, b));
+            }
+        }
+    }
+}
+
+struct ChannelServer {
+    down: std::sync::mpsc::Receiver<Option<(usize, usize)>>,
+    up: std::sync::mpsc::Sender<Up>,
+}
+
+impl algorithms::paco::UnitServer for ChannelServer {
+    fn arithmetic(&mut self, d: Device, r: bridge_core::Result<bool>) -> bridge_core::Result<()> {
+        self.up.send(Up::Kind(d, r)).unwrap();
+        Ok(())
+    }
+    fn ready(&mut self, r: bridge_core::Result<()>) -> bridge_core::Result<()> {
+        self.up.send(Up::Ready(r)).unwrap();
+        Ok(())
+    }
+    fn next(&mut self) -> bridge_core::Result<Option<(usize, usize)>> {
+        Ok(self.down.recv().unwrap())
+    }
+    fn result(&mut self, r: bridge_core::Result<Vec<f64>>) -> bridge_core::Result<()> {
+        self.up.send(Up::Result(r)).unwrap();
+        Ok(())
+    }
+    fn finish(&mut self, (a, b): (u64, u64)) -> bridge_core::Result<()> {
+        self.up.send(Up::Finish(a, b)).unwrap();
+        Ok(())
+    }
+}
+
+/// `paco_members` with the CPU here and peers (threads running `serve_units` on `peers`),
+/// as rank 0 runs it under MPI.
+fn with_peers(
+    peers: &[Device],
+    p: &PacoParams,
+    policy: MultiPolicy,
+) -> bridge_core::Result<algorithms::paco::PacoMulti> {
+    use algorithms::paco::{Member, paco_members, serve_units};
+    let (c, a, psf) = cube();
+    std::thread::scope(|s| {
+        let mut links = Vec::new();
+        for &d in peers {
+            let (down_tx, down_rx) = std::sync::mpsc::channel();
+            let (up_tx, up_rx) = std::sync::mpsc::channel();
+            let (c, a, psf, p) = (&c, &a, &psf, p);
+            s.spawn(move || {
+                let mut server = ChannelServer {
+                    down: down_rx,
+                    up: up_tx,
+                };
+                serve_units(c.view(), a.view(), psf.view(), p, d, &mut server).unwrap();
+            });
+            links.push(ChannelPeer {
+                down: std::sync::Mutex::new(down_tx),
+                up: std::sync::Mutex::new(up_rx),
+            });
+        }
+        let mut members = vec![Member::Local(Device::Cpu)];
+        members.extend(links.iter().map(|l| Member::Peer(l)));
+        paco_members(c.view(), a.view(), psf.view(), p, &members, policy)
+    })
+}
+
+#[test]
+fn peers_in_other_processes_give_the_same_maps() {
+    let p = params(SubPixel::Off);
+    let m = with_peers(&[Device::Cpu, Device::Cpu], &p, MultiPolicy::default()).unwrap();
+    same_maps(&m.maps, &single(Device::Cpu, &p), "cpu + 2 peers");
+    assert_eq!(m.shares.len(), 3);
+    assert!(m.shares.iter().all(|s| s.error.is_none()), "{:?}", m.shares);
+    let units: usize = m.shares.iter().map(|s| s.units).sum();
+    assert!(units >= 3, "{:?}", m.shares);
+}
+
+#[test]
+fn a_failing_peer_fails_the_run_or_leaves_its_work_to_the_others() {
+    let p = params(SubPixel::Off);
+    // a device the peer does not have: the run fails naming it (the peer is stopped, no hang)
+    let e = with_peers(&[Device::OpenCl(99)], &p, MultiPolicy::default()).unwrap_err();
+    assert!(e.to_string().contains("opencl:99"), "{e}");
+    // with requeue, the others do its work and its share says why it stopped
+    let m = with_peers(
+        &[Device::OpenCl(99)],
+        &p,
+        MultiPolicy {
+            requeue_on_failure: true,
+        },
+    )
+    .unwrap();
+    same_maps(&m.maps, &single(Device::Cpu, &p), "requeued");
+    assert_eq!(m.shares[1].device, Device::OpenCl(99));
+    assert!(m.shares[1].error.is_some());
+    // the CPU next to peers with templates is refused, as in a device list
+    let e = with_peers(
+        &[Device::Cpu],
+        &params(SubPixel::Table { q: 8 }),
+        MultiPolicy::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("drop cpu"), "{e}");
+}

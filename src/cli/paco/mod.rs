@@ -13,15 +13,27 @@ use algorithms::paco::{
     Center, EdgeRule, FluxOptions, MultiPolicy, PacoJob, PacoParams, PacoShare, PsfNorm, Rounding,
     Strategy, SubPixel, Variant, calibrated_snr, paco, paco_on, refine_peak, unbiased_flux,
 };
+#[cfg(feature = "mpi")]
+use algorithms::paco::{Member, UnitPeer, paco_members};
 use arraybridge::io::fits;
 use bridge_core::{BridgeError, Device, Result};
 
 use super::common::{Global, check_output_dir};
 use super::device::{
-    Choice, DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg, resolve,
+    Choice, DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg,
+    rank_device, resolve,
 };
 use inputs::Inputs;
 use output::{candidates, print_table, write_csv, write_png};
+
+/// Stands for `mpi::Place` where the `mpi` feature is off (there are never ranks then).
+#[cfg(not(feature = "mpi"))]
+#[derive(Clone, Copy)]
+struct NoRanks {
+    size: usize,
+    local_size: usize,
+    local_rank: usize,
+}
 
 /// Arguments of `arraybridge paco`.
 #[derive(Debug, clap::Args)]
@@ -241,14 +253,28 @@ fn parse_center(s: &str) -> std::result::Result<(f64, f64), String> {
 /// Run `arraybridge paco`.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let t0 = Instant::now();
-    let several = args.device.devices(PACO)?;
-    if let DeviceArg::Explicit(d) = args.device {
-        check_explicit(d, &[PACO])?;
-    }
-    let variant = match args.mode {
-        Mode::Paper => Variant::Paper,
-        Mode::Vip => Variant::Vip,
+    #[cfg(feature = "mpi")]
+    let ranks = super::mpi::place();
+    #[cfg(not(feature = "mpi"))]
+    let ranks: Option<NoRanks> = None;
+    // under mpirun: one device per rank, from its node-local rank
+    let rank_device = match ranks {
+        Some(p) => Some(rank_device(&args.device, PACO, p.local_rank)?),
+        None => None,
     };
+    #[cfg(feature = "mpi")]
+    if let (Some(p), Some((device, _))) = (ranks, &rank_device)
+        && p.rank != 0
+    {
+        return serve(&args, *device);
+    }
+    let several = match ranks {
+        Some(_) => None,
+        None => args.device.devices(PACO)?,
+    };
+    if let (None, DeviceArg::Explicit(d)) = (ranks, &args.device) {
+        check_explicit(*d, &[PACO])?;
+    }
     let radius = usize::try_from(args.radius)
         .map_err(|_| BridgeError::invalid_argument("--radius", "too large"))?;
     let top = usize::try_from(args.top)
@@ -261,10 +287,21 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     )?;
     let stages = g.stages();
     let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
+    #[cfg(feature = "mpi")]
+    if ranks.is_some() {
+        share_inputs(Some((&cube, &angles, &psf)))?;
+    }
     let (t, h, w) = cube.dim();
-    let mut runner = match several {
-        Some(devices) => Runner::Several(devices),
-        None => Runner::One(resolve(args.device.clone(), PACO, || {
+    let mut runner = match (several, ranks, rank_device) {
+        (_, Some(p), Some((device, how))) => {
+            stages.say(format!(
+                "paco: {} MPI ranks ({} on this node); rank 0 on {device} ({how})",
+                p.size, p.local_size
+            ));
+            Runner::Ranks(device, p.size)
+        }
+        (Some(devices), _, _) => Runner::Several(devices),
+        _ => Runner::One(resolve(args.device.clone(), PACO, || {
             let (cpu, note) = nominal_cpu();
             Ok((paco_workload(t, h.max(w), radius), cpu, note))
         })?),
@@ -278,40 +315,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         stages.say("--requeue has no effect with one device: it hands a failed device's work to the others of --device a,b or all");
     }
     let first = runner.first();
-    let mut params = PacoParams {
-        psf_rad: radius,
-        variant,
-        rounding: if args.nearest {
-            Rounding::Nearest
-        } else {
-            Rounding::Trunc
-        },
-        subpixel: subpixel_mode(&args),
-        edge: args.edge.into(),
-        psf_norm: match (args.psf_norm_factor, args.fwhm) {
-            (Some(f), _) => PsfNorm::Factor(f),
-            (None, Some(f)) => PsfNorm::Fwhm(f),
-            (None, None) => PsfNorm::FitAiry,
-        },
-        center: match (args.center, args.vip_odd_center) {
-            (Some((y, x)), _) => Center::At(y, x),
-            (None, true) => Center::VipOdd,
-            (None, false) => Center::Auto,
-        },
-        strategy: match args.stats_strategy {
-            StatsStrategy::Fast => Strategy::Fast,
-            StatsStrategy::Full => Strategy::Full,
-        },
-        max_tile_bytes: args
-            .tile_mb
-            .checked_mul(1 << 20)
-            .filter(|&b| b > 0)
-            .ok_or_else(|| {
-                BridgeError::invalid_argument("--tile-mb", "must be a positive number of MiB")
-            })?,
-        device: first,
-        ..Default::default()
-    };
+    let mut params = params_for(&args, first)?;
     let subpixel = subpixel_name(params.subpixel);
     let edge = edge_name(params.edge);
     let mode = args.mode.name();
@@ -333,6 +337,30 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             };
             paco(cube.view(), angles.view(), psf.view(), &p)
         }),
+        #[cfg(feature = "mpi")]
+        Runner::Ranks(device, n) => {
+            let peers = (1..*n)
+                .map(super::mpi::RankPeer::new)
+                .collect::<Result<Vec<_>>>()?;
+            let mut members = vec![Member::Local(*device)];
+            members.extend(peers.iter().map(|p| Member::Peer(p as &dyn UnitPeer)));
+            paco_members(
+                cube.view(),
+                angles.view(),
+                psf.view(),
+                &params,
+                &members,
+                policy,
+            )
+            .map(|m| {
+                shares = Some(m.shares);
+                m.maps
+            })
+        }
+        #[cfg(not(feature = "mpi"))]
+        Runner::Ranks(..) => Err(BridgeError::Unsupported(
+            "MPI ranks need the `mpi` feature".into(),
+        )),
         Runner::Several(devices) => paco_on(
             cube.view(),
             angles.view(),
@@ -363,9 +391,15 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             .map(|f| format!(", FWHM {f:.4} px"))
             .unwrap_or_default()
     ));
-    for s in shares.iter().flatten() {
+    let by_rank = matches!(runner, Runner::Ranks(..));
+    for (i, s) in shares.iter().flatten().enumerate() {
         stages.say(format!(
-            "  {}: {} tiles ({} statistics pixels), {:.3} s, {} up, {} down{}{}",
+            "  {}{}: {} tiles ({} statistics pixels), {:.3} s, {} up, {} down{}{}",
+            if by_rank {
+                format!("rank {i} ")
+            } else {
+                String::new()
+            },
             s.device,
             s.units,
             s.pixels,
@@ -488,9 +522,15 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             "device": runner.name(),
             "device_reason": match &runner {
                 Runner::One(c) => Some(c.reason.clone()),
-                Runner::Several(_) => None,
+                Runner::Several(_) | Runner::Ranks(..) => None,
             },
-            "devices": shares,
+            "devices": shares.map(|v| v.iter().enumerate().map(|(i, s)| {
+                let mut j = serde_json::to_value(s).unwrap_or_default();
+                if by_rank {
+                    j["rank"] = i.into();
+                }
+                j
+            }).collect::<Vec<_>>()),
             "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
             "candidates": cands,
         }))?;
@@ -500,10 +540,123 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     Ok(())
 }
 
-/// Where PACO runs: one device (with how it was chosen) or several at once.
+/// A worker rank under mpirun: receive the inputs from rank 0 and compute the units it hands
+/// out on `device`; writes nothing.
+#[cfg(feature = "mpi")]
+fn serve(args: &Args, device: Device) -> Result<()> {
+    let (cube, angles, psf) = share_inputs(None)?;
+    let params = params_for(args, device)?;
+    algorithms::paco::serve_units(
+        cube.view(),
+        angles.view(),
+        psf.view(),
+        &params,
+        device,
+        &mut super::mpi::RootLink,
+    )
+}
+
+/// Rank 0's inputs (`Some`, which it sends) or another rank's (`None`, which receives them): the
+/// shapes, then the numbers.
+#[cfg(feature = "mpi")]
+fn share_inputs(
+    ours: Option<(
+        &ndarray::Array3<f64>,
+        &ndarray::Array1<f64>,
+        &ndarray::Array2<f64>,
+    )>,
+) -> Result<(
+    ndarray::Array3<f64>,
+    ndarray::Array1<f64>,
+    ndarray::Array2<f64>,
+)> {
+    use super::mpi::{broadcast, try_zeros};
+    let mut dims = [0u64; 6];
+    if let Some((c, a, p)) = ours {
+        let (t, h, w) = c.dim();
+        let (ph, pw) = p.dim();
+        dims = [t, h, w, a.len(), ph, pw].map(|n| n as u64);
+    }
+    broadcast(&mut dims);
+    let d = dims.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let count = |a: usize, b: usize| {
+        a.checked_mul(b)
+            .ok_or_else(|| BridgeError::InvalidInput("inputs too large".into()))
+    };
+    let mut cube: Vec<f64> = match ours {
+        Some((c, _, _)) => c.iter().copied().collect(),
+        None => try_zeros(count(count(d[0], d[1])?, d[2])?, "--cube")?,
+    };
+    let mut angles: Vec<f64> = match ours {
+        Some((_, a, _)) => a.to_vec(),
+        None => try_zeros(d[3], "--angles")?,
+    };
+    let mut psf: Vec<f64> = match ours {
+        Some((_, _, p)) => p.iter().copied().collect(),
+        None => try_zeros(count(d[4], d[5])?, "--psf")?,
+    };
+    broadcast(&mut cube);
+    broadcast(&mut angles);
+    broadcast(&mut psf);
+    let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("inputs: {e}"));
+    Ok((
+        ndarray::Array3::from_shape_vec((d[0], d[1], d[2]), cube).map_err(shape)?,
+        ndarray::Array1::from_vec(angles),
+        ndarray::Array2::from_shape_vec((d[4], d[5]), psf).map_err(shape)?,
+    ))
+}
+
+/// The parameters of the command line, computing on `device`.
+fn params_for(args: &Args, device: Device) -> Result<PacoParams> {
+    let radius = usize::try_from(args.radius)
+        .map_err(|_| BridgeError::invalid_argument("--radius", "too large"))?;
+    let variant = match args.mode {
+        Mode::Paper => Variant::Paper,
+        Mode::Vip => Variant::Vip,
+    };
+    Ok(PacoParams {
+        psf_rad: radius,
+        variant,
+        rounding: if args.nearest {
+            Rounding::Nearest
+        } else {
+            Rounding::Trunc
+        },
+        subpixel: subpixel_mode(args),
+        edge: args.edge.into(),
+        psf_norm: match (args.psf_norm_factor, args.fwhm) {
+            (Some(f), _) => PsfNorm::Factor(f),
+            (None, Some(f)) => PsfNorm::Fwhm(f),
+            (None, None) => PsfNorm::FitAiry,
+        },
+        center: match (args.center, args.vip_odd_center) {
+            (Some((y, x)), _) => Center::At(y, x),
+            (None, true) => Center::VipOdd,
+            (None, false) => Center::Auto,
+        },
+        strategy: match args.stats_strategy {
+            StatsStrategy::Fast => Strategy::Fast,
+            StatsStrategy::Full => Strategy::Full,
+        },
+        max_tile_bytes: args
+            .tile_mb
+            .checked_mul(1 << 20)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                BridgeError::invalid_argument("--tile-mb", "must be a positive number of MiB")
+            })?,
+        device,
+        ..Default::default()
+    })
+}
+
+/// Where PACO runs: one device (with how it was chosen), several at once, or one per MPI rank
+/// (rank 0's device, number of ranks).
 enum Runner {
     One(Choice),
     Several(Vec<Device>),
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    Ranks(Device, usize),
 }
 
 impl Runner {
@@ -511,6 +664,7 @@ impl Runner {
     fn first(&self) -> Device {
         match self {
             Runner::One(c) => c.device,
+            Runner::Ranks(d, _) => *d,
             Runner::Several(v) => v.first().copied().unwrap_or(Device::Cpu),
         }
     }
@@ -519,6 +673,7 @@ impl Runner {
     fn name(&self) -> String {
         match self {
             Runner::One(c) => c.device.to_string(),
+            Runner::Ranks(d, n) => format!("{d} and {} more MPI ranks", n - 1),
             Runner::Several(v) => v
                 .iter()
                 .map(Device::to_string)

@@ -35,7 +35,7 @@ pub use gpu::GpuDetect;
 pub use gpu::OpenClDetect;
 pub use input::blob_log_array;
 pub use locate::{Feature, LocateParams, locate, locate_movie};
-pub use multi::{DeviceShare, MultiOutcome, MultiPolicy};
+pub use multi::{DetectMember, DeviceShare, FramePeer, FrameServer, MultiOutcome, MultiPolicy};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};
 

@@ -93,6 +93,39 @@ fn device_name<S: serde::Serializer>(d: &Device, s: S) -> std::result::Result<S:
     s.collect_str(d)
 }
 
+/// A member of a detection run that detects in another process (an MPI rank, say): the
+/// caller's transport to a [`LogDetector::serve_frames`] running there on the same movie and
+/// detector. Every method blocks until the answer is there; a transport failure is an error.
+pub trait FramePeer: Sync {
+    /// The peer's device, and whether its back end exists (or why not).
+    fn device(&self) -> (Device, Result<()>);
+    /// The particles of frames `[a, b)` of the movie (frame numbers from the movie's start).
+    fn frames(&self, range: (usize, usize)) -> Result<Vec<Particle>>;
+    /// Tell the peer to stop. Called once for every peer when the run ends, failed or not.
+    fn finish(&self) -> Result<()>;
+}
+
+/// The other side of a [`FramePeer`]: how [`LogDetector::serve_frames`] talks to the process
+/// that runs [`LogDetector::detect_movie_members`].
+pub trait FrameServer {
+    /// Report the device, and whether its back end exists (or why not).
+    fn device(&mut self, device: Device, r: Result<()>) -> Result<()>;
+    /// The next frame range to detect, or `None`: stop.
+    fn next(&mut self) -> Result<Option<(usize, usize)>>;
+    /// Send the particles of the range last received, or why they could not be detected.
+    fn result(&mut self, r: Result<Vec<Particle>>) -> Result<()>;
+    /// The last message.
+    fn finish(&mut self) -> Result<()>;
+}
+
+/// One member of a [`LogDetector::detect_movie_members`] run.
+pub enum DetectMember<'a> {
+    /// A back end of this process.
+    Local(&'a dyn DetectBackend),
+    /// A device of another process, reached through the caller's transport.
+    Peer(&'a dyn FramePeer),
+}
+
 struct Queue {
     /// Frame ranges `[start, end)` still to do.
     todo: VecDeque<(usize, usize)>,
@@ -141,7 +174,98 @@ impl LogDetector {
         policy: MultiPolicy,
         progress: impl Fn(usize) + Sync,
     ) -> Result<MultiOutcome> {
-        if backends.is_empty() {
+        let members: Vec<DetectMember<'_>> =
+            backends.iter().map(|&b| DetectMember::Local(b)).collect();
+        self.detect_movie_members(movie, &members, policy, progress)
+    }
+
+    /// [`Self::detect_movie_multi`] over back ends of this process and [`FramePeer`]s of others
+    /// (MPI ranks): the same queue and fault handling, so the particles are the same as one
+    /// device's. Every peer is finished ([`FramePeer::finish`]) before this returns, failed or
+    /// not.
+    pub fn detect_movie_members(
+        &self,
+        movie: &Movie,
+        members: &[DetectMember<'_>],
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<MultiOutcome> {
+        let run = self.members_run(movie, members, policy, progress);
+        let mut first_err = None;
+        for m in members {
+            if let DetectMember::Peer(p) = m
+                && let Err(e) = p.finish()
+            {
+                first_err.get_or_insert(e);
+            }
+        }
+        let out = run?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Serve the frame ranges a [`Self::detect_movie_members`] run in another process hands to
+    /// this one, on `device`, with the same movie and detector: report the device, then detect
+    /// each range [`FrameServer::next`] gives until it says stop. A failure of the device is
+    /// reported to the other side; only a transport failure is returned.
+    pub fn serve_frames(
+        &self,
+        movie: &Movie,
+        device: Device,
+        server: &mut dyn FrameServer,
+    ) -> Result<()> {
+        let ready = self
+            .prepare(movie)
+            .and_then(|(p, frames)| backend_for(device).map(|b| (p, frames, b)));
+        let (p, frames, backend) = match ready {
+            Ok(r) => {
+                server.device(device, Ok(()))?;
+                r
+            }
+            Err(e) => {
+                server.device(device, Err(e))?;
+                while server.next()?.is_some() {
+                    server.result(Err(BridgeError::backend(
+                        "detect",
+                        None,
+                        "this member failed earlier and detects nothing",
+                    )))?;
+                }
+                return server.finish();
+            }
+        };
+        while let Some((a, b)) = server.next()? {
+            let r = match frames.get(a..b) {
+                Some(batch) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.detect_batch(batch, a, backend.as_ref(), &p)
+                }))
+                .unwrap_or_else(|_| {
+                    Err(BridgeError::backend(
+                        "detect",
+                        None,
+                        "the back end panicked",
+                    ))
+                }),
+                None => Err(BridgeError::invalid_argument(
+                    "frames",
+                    format!("{a}..{b} is not within the movie's {} frames", frames.len()),
+                )),
+            };
+            server.result(r)?;
+        }
+        server.finish()
+    }
+
+    fn members_run(
+        &self,
+        movie: &Movie,
+        members: &[DetectMember<'_>],
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<MultiOutcome> {
+        if members.is_empty() {
             return Err(BridgeError::invalid_argument(
                 "devices",
                 "at least one device is needed",
@@ -157,19 +281,53 @@ impl LogDetector {
             todo,
             running: 0,
             done: BTreeMap::new(),
-            alive: backends.len(),
+            alive: members.len(),
             fatal: None,
         });
+        // each peer's device, asked once before the work starts
+        let starts: Vec<(Device, Mutex<Option<BridgeError>>)> = members
+            .iter()
+            .map(|m| match m {
+                DetectMember::Local(b) => (b.device(), Mutex::new(None)),
+                DetectMember::Peer(p) => {
+                    let (d, r) = p.device();
+                    (d, Mutex::new(r.err()))
+                }
+            })
+            .collect();
         let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
         let frames_done = Mutex::new(0usize);
         let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
-            let workers: Vec<_> = backends
+            let workers: Vec<_> = members
                 .iter()
-                .map(|&backend| {
+                .zip(&starts)
+                .map(|(member, (device, start))| {
                     let (frames, p, lock, frames_done, progress) =
                         (&frames, &p, &lock, &frames_done, &progress);
                     scope.spawn(move || {
-                        let mut share = DeviceShare::new(backend.device());
+                        let mut share = DeviceShare::new(*device);
+                        let failed = start.lock().ok().and_then(|mut e| e.take());
+                        if let Some(e) = failed {
+                            // a peer that could not start: as a failure before its first unit
+                            share.error = Some(e.to_string());
+                            let mut q = lock();
+                            q.alive -= 1;
+                            if e.is_oom() || policy.requeue_on_failure {
+                                if q.alive == 0 {
+                                    q.fatal = Some(e);
+                                }
+                            } else {
+                                q.fatal = Some(match e {
+                                    BridgeError::InvalidInput(_) => e,
+                                    other => BridgeError::backend(
+                                        "detect",
+                                        None,
+                                        format!("{} failed to start: {other}", share.device),
+                                    ),
+                                });
+                            }
+                            return share;
+                        }
                         loop {
                             let unit = {
                                 let mut q = lock();
@@ -194,7 +352,12 @@ impl LogDetector {
                             // a panic in a back end is that device's failure, never a hang of
                             // the others (its unit would otherwise stay "running")
                             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                self.detect_batch(&frames[a..b], a, backend, p)
+                                match member {
+                                    DetectMember::Local(backend) => {
+                                        self.detect_batch(&frames[a..b], a, *backend, p)
+                                    }
+                                    DetectMember::Peer(peer) => peer.frames((a, b)),
+                                }
                             }))
                             .unwrap_or_else(|_| {
                                 Err(BridgeError::backend(

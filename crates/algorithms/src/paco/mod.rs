@@ -100,7 +100,10 @@ pub use gpu::GpuPrecision;
 pub use gpu::OpenClPaco;
 pub use input::paco_array;
 pub use job::PacoJob;
-pub use multi::{MultiPolicy, PacoMulti, PacoShare, paco_on};
+pub use multi::{
+    Member, MultiPolicy, PacoMulti, PacoShare, UnitPeer, UnitServer, paco_members, paco_on,
+    serve_units,
+};
 pub use postprocess::{SubpixelPeak, calibrated_snr, refine_peak, snr_peaks};
 pub use psf::{
     AiryFit, NormalizedPsf, aperture_flux, centroid, circle_rect_overlap, fit_airy, fit_airy_fwhm,

@@ -150,6 +150,10 @@ type Pairs = super::gpu::PairPlan;
 type Pairs = ();
 
 /// Build `source`'s worker (uploads the cube).
+#[cfg_attr(
+    not(any(feature = "opencl", feature = "cuda")),
+    allow(unused_variables)
+)]
 fn make_worker<'j>(
     source: &Source,
     job: &'j PacoJob<'j>,
@@ -171,9 +175,10 @@ fn make_worker<'j>(
     }
 }
 
-/// Run PACO on the full output grid on every device of `devices` at once: units of statistics
-/// handed to whichever device is free, the maps reduced on the host in the single-device order
-/// (bit-identical to one device). Unknown or unavailable devices, a device named twice, devices of
+/// Run PACO on the full output grid on every device of `devices` at once: a work queue of
+/// statistics units (rows of q and z without templates, runs of trajectory pixels with them),
+/// reduced on the host in the single-device order, so the maps are bit-identical to one
+/// device's; out of memory splits a unit. Unknown or unavailable devices, a device named twice, devices of
 /// different arithmetic and the CPU next to others with sub-pixel templates are errors before
 /// any work starts. `params.device` is ignored.
 pub fn paco_on(
@@ -184,12 +189,6 @@ pub fn paco_on(
     devices: &[Device],
     policy: MultiPolicy,
 ) -> Result<PacoMulti> {
-    if devices.is_empty() {
-        return Err(BridgeError::invalid_argument(
-            "devices",
-            "at least one device is needed",
-        ));
-    }
     for (i, d) in devices.iter().enumerate() {
         if devices[..i].contains(d) {
             return Err(BridgeError::invalid_argument(
@@ -198,10 +197,274 @@ pub fn paco_on(
             ));
         }
     }
+    let members: Vec<Member<'_>> = devices.iter().map(|&d| Member::Local(d)).collect();
+    paco_members(cube, angles, psf, params, &members, policy)
+}
+
+/// A member of a PACO run that computes its units in another process (an MPI rank, say): the
+/// caller's transport to a [`serve_units`] running there on the same inputs and parameters.
+/// Every method blocks until the answer is there; a transport failure is an error.
+pub trait UnitPeer: Sync {
+    /// The peer's device, and whether it computes in double, known once its executor exists
+    /// (before it uploads the cube), or why it cannot take part.
+    fn arithmetic(&self) -> (Device, Result<bool>);
+    /// Wait until the peer holds the cube (its upload finished), or why it failed.
+    fn ready(&self) -> Result<()>;
+    /// The numbers of unit `range` (as [`UnitServer::next`] receives it).
+    fn unit(&self, range: (usize, usize)) -> Result<Vec<f64>>;
+    /// Tell the peer to stop; its bytes (uploaded, downloaded). Called once for every peer
+    /// when the run ends, failed or not, so no peer waits for ever.
+    fn finish(&self) -> Result<(u64, u64)>;
+}
+
+/// The other side of a [`UnitPeer`]: how [`serve_units`] talks to the process that runs
+/// [`paco_members`]. A transport failure is an error (the serving ends with it).
+pub trait UnitServer {
+    /// Report the device and its arithmetic (double or not), or why it cannot take part.
+    fn arithmetic(&mut self, device: Device, r: Result<bool>) -> Result<()>;
+    /// Report that the cube is uploaded, or why it failed (only after an `Ok` arithmetic).
+    fn ready(&mut self, r: Result<()>) -> Result<()>;
+    /// The next unit to compute, or `None`: stop.
+    fn next(&mut self) -> Result<Option<(usize, usize)>>;
+    /// Send the numbers of the unit last received, or why they could not be computed.
+    fn result(&mut self, r: Result<Vec<f64>>) -> Result<()>;
+    /// The last message: bytes (uploaded, downloaded) on the device.
+    fn finish(&mut self, bytes: (u64, u64)) -> Result<()>;
+}
+
+/// One member of a [`paco_members`] run.
+pub enum Member<'p> {
+    /// A device of this process.
+    Local(Device),
+    /// A device of another process, reached through the caller's transport.
+    Peer(&'p dyn UnitPeer),
+}
+
+/// [`paco_on`] over devices of this process and [`UnitPeer`]s of others (MPI ranks): the same
+/// work queue, fault handling and host reduction, so the maps are bit-identical to one device's.
+/// Every peer is finished ([`UnitPeer::finish`]) before this returns, failed or not; its bytes
+/// are its share's. `params.device` is ignored.
+pub fn paco_members(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+    members: &[Member<'_>],
+    policy: MultiPolicy,
+) -> Result<PacoMulti> {
+    let run = members_run(cube, angles, psf, params, members, policy);
+    let mut finished = Vec::new();
+    let mut first_err = None;
+    for (i, m) in members.iter().enumerate() {
+        if let Member::Peer(p) = m {
+            match p.finish() {
+                Ok(b) => finished.push((i, b)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+    }
+    let mut out = run?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    for (i, (up, down)) in finished {
+        if let Some(s) = out.shares.get_mut(i) {
+            (s.bytes_up, s.bytes_down) = (up, down);
+        }
+    }
+    Ok(out)
+}
+
+/// Serve the units a [`paco_members`] run in another process hands to this one, on `device`,
+/// with the same inputs and parameters: report the arithmetic, upload the cube, then compute
+/// each unit [`UnitServer::next`] gives until it says stop. A failure of the device is
+/// reported to the other side (which decides, as for its own devices); only a transport
+/// failure is returned.
+pub fn serve_units(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+    device: Device,
+    server: &mut dyn UnitServer,
+) -> Result<()> {
+    let job = match PacoJob::new(cube, angles, psf, params) {
+        Ok(j) => j,
+        Err(e) => {
+            server.arithmetic(device, Err(e))?;
+            return drain(server);
+        }
+    };
+    let source = match device {
+        Device::Cpu => Ok(Source::Cpu),
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        d => crate::exec::executor_for(d, "PACO").map(Source::Exec),
+        #[cfg(not(any(feature = "opencl", feature = "cuda")))]
+        d => crate::exec::executor_for(d, "PACO").map(|_| Source::Cpu),
+    };
+    let source = match source {
+        Ok(s) => {
+            server.arithmetic(device, Ok(s.fp64()))?;
+            s
+        }
+        Err(e) => {
+            server.arithmetic(device, Err(e))?;
+            return drain(server);
+        }
+    };
+    let (_, h, w) = job.cube.dim();
+    let templates = params.subpixel != SubPixel::Off;
+    let plan: Option<Pairs> = if templates {
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        {
+            let pos = move |i: usize| (i / w, i % w);
+            match Pairs::new(&job, &pos, h * w) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    server.ready(Err(e))?;
+                    return drain(server);
+                }
+            }
+        }
+        #[cfg(not(any(feature = "opencl", feature = "cuda")))]
+        {
+            let _ = (h, w);
+            None
+        }
+    } else {
+        None
+    };
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        make_worker(&source, &job, plan.as_ref())
+    }))
+    .unwrap_or_else(|_| Err(BridgeError::backend("paco", None, "the back end panicked")));
+    let mut worker = match built {
+        Ok(w) => {
+            server.ready(Ok(()))?;
+            w
+        }
+        Err(e) => {
+            server.ready(Err(e))?;
+            return drain(server);
+        }
+    };
+    while let Some(range) = server.next()? {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.unit(range)))
+            .unwrap_or_else(|_| Err(BridgeError::backend("paco", None, "the back end panicked")));
+        server.result(r)?;
+    }
+    server.finish(worker.bytes())
+}
+
+/// After a failure was reported: answer every unit with an error until told to stop.
+fn drain(server: &mut dyn UnitServer) -> Result<()> {
+    while server.next()?.is_some() {
+        server.result(Err(BridgeError::backend(
+            "paco",
+            None,
+            "this member failed earlier and computes nothing",
+        )))?;
+    }
+    server.finish((0, 0))
+}
+
+/// A peer as one of the run's workers.
+struct PeerWorker<'p>(&'p dyn UnitPeer);
+
+impl UnitWorker for PeerWorker<'_> {
+    fn unit(&mut self, range: (usize, usize)) -> Result<Vec<f64>> {
+        self.0.unit(range)
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// A member once its arithmetic is known.
+enum Ready<'p> {
+    Local(Source),
+    Peer(&'p dyn UnitPeer),
+    /// It cannot take part (the error goes through the policy like an upload failure).
+    Failed(Mutex<Option<BridgeError>>),
+}
+
+/// The worker of a member whose arithmetic is known (a peer: once it holds the cube).
+fn member_worker<'j>(
+    ready: &'j Ready<'j>,
+    job: &'j PacoJob<'j>,
+    pairs: Option<&'j Pairs>,
+) -> Result<Box<dyn UnitWorker + 'j>> {
+    match ready {
+        Ready::Local(s) => make_worker(s, job, pairs),
+        Ready::Peer(p) => {
+            p.ready()?;
+            Ok(Box::new(PeerWorker(*p)))
+        }
+        Ready::Failed(e) => Err(e
+            .lock()
+            .ok()
+            .and_then(|mut e| e.take())
+            .unwrap_or_else(|| BridgeError::backend("paco", None, "member failed"))),
+    }
+}
+
+fn members_run(
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+    members: &[Member<'_>],
+    policy: MultiPolicy,
+) -> Result<PacoMulti> {
+    if members.is_empty() {
+        return Err(BridgeError::invalid_argument(
+            "devices",
+            "at least one device is needed",
+        ));
+    }
     let job = PacoJob::new(cube, angles, psf, params)?;
     let templates = params.subpixel != SubPixel::Off;
-    if templates && devices.contains(&Device::Cpu) {
-        if devices.len() > 1 {
+    let mut devices = Vec::with_capacity(members.len());
+    let mut sources = Vec::with_capacity(members.len());
+    // each member's arithmetic (double or not); None for a peer that cannot take part
+    let mut fp64: Vec<Option<bool>> = Vec::with_capacity(members.len());
+    for m in members {
+        match m {
+            Member::Local(d) => {
+                let s = match d {
+                    Device::Cpu => Source::Cpu,
+                    #[cfg(any(feature = "opencl", feature = "cuda"))]
+                    d => Source::Exec(crate::exec::executor_for(*d, "PACO")?),
+                    #[cfg(not(any(feature = "opencl", feature = "cuda")))]
+                    d => crate::exec::executor_for(*d, "PACO").map(|_| Source::Cpu)?,
+                };
+                devices.push(*d);
+                fp64.push(Some(s.fp64()));
+                sources.push(Ready::Local(s));
+            }
+            Member::Peer(p) => match p.arithmetic() {
+                (d, Ok(f)) => {
+                    devices.push(d);
+                    fp64.push(Some(f));
+                    sources.push(Ready::Peer(*p));
+                }
+                (d, Err(e)) => {
+                    devices.push(d);
+                    fp64.push(None);
+                    sources.push(Ready::Failed(Mutex::new(Some(e))));
+                }
+            },
+        }
+    }
+    let has_cpu = devices
+        .iter()
+        .zip(&fp64)
+        .any(|(&d, f)| d == Device::Cpu && f.is_some());
+    if templates && has_cpu {
+        if members.len() > 1 {
             return Err(BridgeError::Unsupported(
                 "PACO with sub-pixel templates on several devices runs on device back ends \
                  only: drop cpu from the device list (or run on the CPU alone)"
@@ -223,33 +486,33 @@ pub fn paco_on(
             shares: vec![share],
         });
     }
-    let sources = devices
-        .iter()
-        .map(|&d| match d {
-            Device::Cpu => Ok(Source::Cpu),
-            #[cfg(any(feature = "opencl", feature = "cuda"))]
-            d => Ok(Source::Exec(crate::exec::executor_for(d, "PACO")?)),
-            #[cfg(not(any(feature = "opencl", feature = "cuda")))]
-            d => crate::exec::executor_for(d, "PACO").map(|_| Source::Cpu),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let dbl = sources[0].fp64();
-    if let Some(i) = sources.iter().position(|s| s.fp64() != dbl) {
+    let Some(first) = fp64.iter().position(Option::is_some) else {
+        // nobody can take part: the first failure says why
+        return Err(sources
+            .iter()
+            .find_map(|s| match s {
+                Ready::Failed(e) => e.lock().ok().and_then(|mut e| e.take()),
+                _ => None,
+            })
+            .unwrap_or_else(|| BridgeError::backend("paco", None, "no member can take part")));
+    };
+    let dbl = fp64[first].unwrap_or(true);
+    if let Some(i) = fp64.iter().position(|f| f.is_some_and(|f| f != dbl)) {
         let kind = |f: bool| if f { "double" } else { "float" };
         return Err(BridgeError::Unsupported(format!(
             "{} computes in {} and {} in {}: the devices of one PACO run must share the \
              arithmetic (the maps would match neither device's run)",
-            devices[0],
+            devices[first],
             kind(dbl),
             devices[i],
             kind(!dbl)
         )));
     }
-    let n = devices.len();
+    let job_ref = &job;
+    let n = members.len();
     let (t, h, w) = job.cube.dim();
     let ((y_lo, y_hi), (x_lo, x_hi)) = job.geom.stats_ranges();
     let nx = x_hi - x_lo;
-    let job_ref = &job;
     if templates {
         #[cfg(any(feature = "opencl", feature = "cuda"))]
         {
@@ -270,8 +533,8 @@ pub fn paco_on(
             let plan_ref = &plan;
             let shares = run_units(
                 units,
-                devices,
-                &|i| make_worker(&sources[i], job_ref, Some(plan_ref)),
+                &devices,
+                &|i| member_worker(&sources[i], job_ref, Some(plan_ref)),
                 policy,
                 &|(ga, gb)| gb - ga,
                 &mut |r, data| plan_ref.add(r, &data, t, &mut a, &mut b),
@@ -303,8 +566,8 @@ pub fn paco_on(
     let mut z = super::stats::try_vec(h * w * t, f64::NAN)?;
     let shares = run_units(
         units,
-        devices,
-        &|i| make_worker(&sources[i], job_ref, None),
+        &devices,
+        &|i| member_worker(&sources[i], job_ref, None),
         policy,
         &|(ya, yb)| (yb - ya) * nx,
         &mut |(ya, yb), data| {
