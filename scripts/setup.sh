@@ -2,7 +2,8 @@
 # Install what the test suite needs, idempotently:
 #   - PoCL (a real CPU OpenCL device) and the OpenCL ICD loader, from Debian's packages;
 #   - shellcheck and jq (the GPU harness scripts/gpu-check.sh is linted and dry-run in CI);
-#   - Open MPI (libopenmpi-dev, openmpi-bin) and libclang-dev, for the opt-in `mpi` feature
+#   - Open MPI (libopenmpi-dev, openmpi-bin; openssh-client, which Open MPI's launcher looks for
+#     even on one node) and libclang-dev, for the opt-in `mpi` feature
 #     (the `mpi` crate's bindgen needs libclang; tests/mpi.rs runs `mpirun`);
 #   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU), so every CUDA kernel is
 #     compiled in CI;
@@ -16,7 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 need_apt=()
-for pkg in pocl-opencl-icd ocl-icd-opencl-dev clinfo shellcheck jq libopenmpi-dev openmpi-bin libclang-dev; do
+for pkg in pocl-opencl-icd ocl-icd-opencl-dev clinfo shellcheck jq libopenmpi-dev openmpi-bin openssh-client libclang-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
