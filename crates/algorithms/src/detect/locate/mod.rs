@@ -84,6 +84,7 @@ impl Plan {
     }
 
     /// Reach `(lo, hi)` of the dilation box: offsets `−lo..=hi` along each axis.
+    #[cfg_attr(not(any(feature = "opencl", feature = "cuda")), allow(dead_code))] // used by the device back end
     pub(crate) fn reach(&self) -> (usize, usize) {
         dilation_reach(self.box_size)
     }
@@ -96,16 +97,19 @@ impl Plan {
 
 /// The mask offsets of radius `r` in raster order (trackpy's `maskY`, `maskX`, as indices
 /// `0..=2r`).
+#[cfg_attr(not(any(feature = "opencl", feature = "cuda")), allow(dead_code))] // used by the device back end
 pub(crate) fn mask(r: usize) -> Vec<(usize, usize)> {
     mask_offsets(r)
 }
 
 /// The half `0..=r` of trackpy's lowpass kernel for `noise_size` (`None` when it is 0).
+#[cfg_attr(not(any(feature = "opencl", feature = "cuda")), allow(dead_code))] // used by the device back end
 pub(crate) fn lowpass_taps(noise_size: f64) -> Option<Vec<f64>> {
     lowpass_half(noise_size)
 }
 
 /// Per mask pixel: the squared radius and the cosine and sine of twice its angle.
+#[cfg_attr(not(any(feature = "opencl", feature = "cuda")), allow(dead_code))] // used by the device back end
 pub(crate) fn mask_tables(r: usize, mask: &[(usize, usize)]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let g = mask_geometry(r, mask);
     (g.r2.clone(), g.cos2.clone(), g.sin2.clone())
