@@ -6,3 +6,4 @@ pub mod track;
 
 pub mod paco;
 pub mod synth;
+mod units;

@@ -17,7 +17,7 @@
 //! Every unit is computed exactly once; the call fails when a unit is left that no device can
 //! take. [`DeviceShare`] reports what each device did.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -27,6 +27,7 @@ use super::Movie;
 use super::backend::DetectBackend;
 use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
+use crate::units::{Units, next_unit};
 
 /// What to do when a device fails with something other than running out of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,16 +128,10 @@ pub enum DetectMember<'a> {
 }
 
 struct Queue {
-    /// Frame ranges `[start, end)` still to do.
-    todo: VecDeque<(usize, usize)>,
-    /// Units being detected right now.
-    running: usize,
+    /// Frame ranges `[start, end)` and the devices working on them.
+    units: Units,
     /// Results by first frame.
     done: BTreeMap<usize, Vec<Particle>>,
-    /// Devices still working.
-    alive: usize,
-    /// The first fatal error (the call fails with it).
-    fatal: Option<BridgeError>,
 }
 
 impl LogDetector {
@@ -278,11 +273,8 @@ impl LogDetector {
             .map(|s| (s, (s + self.batch_size).min(n)))
             .collect();
         let queue = Mutex::new(Queue {
-            todo,
-            running: 0,
+            units: Units::new(todo, members.len()),
             done: BTreeMap::new(),
-            alive: members.len(),
-            fatal: None,
         });
         // each peer's device, asked once before the work starts
         let starts: Vec<(Device, Mutex<Option<BridgeError>>)> = members
@@ -310,44 +302,17 @@ impl LogDetector {
                         if let Some(e) = failed {
                             // a peer that could not start: as a failure before its first unit
                             share.error = Some(e.to_string());
-                            let mut q = lock();
-                            q.alive -= 1;
-                            if e.is_oom() || policy.requeue_on_failure {
-                                if q.alive == 0 {
-                                    q.fatal = Some(e);
-                                }
-                            } else {
-                                q.fatal = Some(match e {
-                                    BridgeError::InvalidInput(_) => e,
-                                    other => BridgeError::backend(
-                                        "detect",
-                                        None,
-                                        format!("{} failed to start: {other}", share.device),
-                                    ),
-                                });
-                            }
+                            lock().units.stop_device(None, e, policy, |e| match e {
+                                BridgeError::InvalidInput(_) => e,
+                                other => BridgeError::backend(
+                                    "detect",
+                                    None,
+                                    format!("{device} failed to start: {other}"),
+                                ),
+                            });
                             return share;
                         }
-                        loop {
-                            let unit = {
-                                let mut q = lock();
-                                if q.fatal.is_some() {
-                                    break;
-                                }
-                                match q.todo.pop_front() {
-                                    Some(u) => {
-                                        q.running += 1;
-                                        Some(u)
-                                    }
-                                    None if q.running == 0 => break,
-                                    None => None,
-                                }
-                            };
-                            // other devices may still split or hand back a unit
-                            let Some((a, b)) = unit else {
-                                std::thread::sleep(std::time::Duration::from_millis(2));
-                                continue;
-                            };
+                        while let Some((a, b)) = next_unit(|| lock().units.take()) {
                             let t = Instant::now();
                             // a panic in a back end is that device's failure, never a hang of
                             // the others (its unit would otherwise stay "running")
@@ -368,7 +333,7 @@ impl LogDetector {
                             });
                             share.seconds += t.elapsed().as_secs_f64();
                             let mut q = lock();
-                            q.running -= 1;
+                            q.units.end_unit();
                             match r {
                                 Ok(ps) => {
                                     share.frames += b - a;
@@ -380,33 +345,19 @@ impl LogDetector {
                                     *d += b - a;
                                     progress(*d);
                                 }
-                                Err(e) if e.is_oom() && b - a > 1 => {
-                                    let mid = a + (b - a) / 2;
-                                    q.todo.push_front((mid, b));
-                                    q.todo.push_front((a, mid));
+                                Err(e) if e.is_oom() && q.units.split((a, b)) => {
                                     share.splits += 1;
                                 }
                                 Err(e) => {
                                     share.error = Some(e.to_string());
-                                    q.alive -= 1;
-                                    if e.is_oom() || policy.requeue_on_failure {
-                                        q.todo.push_front((a, b));
-                                        if q.alive == 0 {
-                                            q.fatal = Some(e);
-                                        }
-                                    } else {
-                                        q.fatal = Some(match e {
-                                            BridgeError::InvalidInput(_) => e,
-                                            other => BridgeError::backend(
-                                                "detect",
-                                                None,
-                                                format!(
-                                                    "{} failed on frames {a}..{b}: {other}",
-                                                    share.device
-                                                ),
-                                            ),
-                                        });
-                                    }
+                                    q.units.stop_device(Some((a, b)), e, policy, |e| match e {
+                                        BridgeError::InvalidInput(_) => e,
+                                        other => BridgeError::backend(
+                                            "detect",
+                                            None,
+                                            format!("{device} failed on frames {a}..{b}: {other}"),
+                                        ),
+                                    });
                                     break;
                                 }
                             }
@@ -425,12 +376,10 @@ impl LogDetector {
                 })
                 .collect()
         });
-        let mut q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = q.fatal.take() {
-            return Err(e);
-        }
+        let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+        let drained = q.units.finish()?;
         let covered: usize = shares.iter().map(|s| s.frames).sum();
-        if covered != n || !q.todo.is_empty() {
+        if covered != n || !drained {
             return Err(BridgeError::backend(
                 "detect",
                 None,

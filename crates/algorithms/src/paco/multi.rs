@@ -30,7 +30,7 @@
 //!
 //! [`LogDetector::detect_movie_on`]: crate::detect::LogDetector::detect_movie_on
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -44,6 +44,7 @@ use super::cpu::{FastRows, sum_trajectories};
 use super::job::PacoJob;
 use super::settings::{PacoParams, SubPixel};
 use super::{PacoMaps, maps_from_ab};
+use crate::units::{Units, next_unit};
 
 /// Most statistics pixels of one unit without templates (one `paco_stats` launch on a device).
 const UNIT_GROUPS: usize = 1 << 16;
@@ -587,39 +588,30 @@ fn members_run(
 }
 
 struct Queue<'s> {
-    /// Units `[a, b)` still to do.
-    todo: VecDeque<(usize, usize)>,
-    /// Units being computed right now.
-    running: usize,
+    /// Units `[a, b)` and the devices working on them.
+    units: Units,
     /// Results waiting for the units before them: start → (end, numbers).
     done: BTreeMap<usize, (usize, Vec<f64>)>,
     /// Start of the next unit the sink takes (units are handed to it in order).
     next: usize,
-    /// Devices still working.
-    alive: usize,
-    /// The first fatal error.
-    fatal: Option<BridgeError>,
     sink: &'s mut (dyn FnMut((usize, usize), Vec<f64>) + Send),
 }
 
-/// A device failed: out of memory (it fits nothing) or with requeue asked for, it stops and
-/// the others go on; otherwise the run fails, naming the device.
-fn fail(q: &mut Queue<'_>, share: &mut PacoShare, e: BridgeError, what: &str, policy: MultiPolicy) {
+/// A device failed (with `unit` in hand): out of memory (it fits nothing) or with requeue asked
+/// for, it stops and the others go on; otherwise the run fails, naming the device.
+fn fail(
+    q: &mut Queue<'_>,
+    share: &mut PacoShare,
+    unit: Option<(usize, usize)>,
+    e: BridgeError,
+    what: &str,
+    policy: MultiPolicy,
+) {
     share.error = Some(e.to_string());
-    q.alive -= 1;
-    if e.is_oom() || policy.requeue_on_failure {
-        if q.alive == 0 {
-            q.fatal = Some(e);
-        }
-        return;
-    }
-    q.fatal = Some(match e {
+    let device = share.device;
+    q.units.stop_device(unit, e, policy, |e| match e {
         BridgeError::InvalidInput(_) | BridgeError::Unsupported(_) => e,
-        other => BridgeError::backend(
-            "paco",
-            None,
-            format!("{} failed {what}: {other}", share.device),
-        ),
+        other => BridgeError::backend("paco", None, format!("{device} failed {what}: {other}")),
     });
 }
 
@@ -640,12 +632,9 @@ fn run_units<'j>(
         _ => (0, 0),
     };
     let queue = Mutex::new(Queue {
-        todo: units.into(),
-        running: 0,
+        units: Units::new(units.into(), devices.len()),
         done: BTreeMap::new(),
         next: first,
-        alive: devices.len(),
-        fatal: None,
         sink,
     });
     let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -667,30 +656,11 @@ fn run_units<'j>(
                         Ok(w) => w,
                         Err(e) => {
                             let mut q = lock();
-                            fail(&mut q, &mut share, e, "uploading the cube", policy);
+                            fail(&mut q, &mut share, None, e, "uploading the cube", policy);
                             return share;
                         }
                     };
-                    loop {
-                        let unit = {
-                            let mut q = lock();
-                            if q.fatal.is_some() {
-                                break;
-                            }
-                            match q.todo.pop_front() {
-                                Some(u) => {
-                                    q.running += 1;
-                                    Some(u)
-                                }
-                                None if q.running == 0 => break,
-                                None => None,
-                            }
-                        };
-                        // other devices may still split or hand back a unit
-                        let Some((a, b)) = unit else {
-                            std::thread::sleep(std::time::Duration::from_millis(2));
-                            continue;
-                        };
+                    while let Some((a, b)) = next_unit(|| lock().units.take()) {
                         let t = Instant::now();
                         // a panic in a back end is that device's failure, never a hang of
                         // the others (its unit would otherwise stay "running")
@@ -702,7 +672,7 @@ fn run_units<'j>(
                         });
                         share.seconds += t.elapsed().as_secs_f64();
                         let mut q = lock();
-                        q.running -= 1;
+                        q.units.end_unit();
                         match r {
                             Ok(data) => {
                                 share.units += 1;
@@ -714,15 +684,12 @@ fn run_units<'j>(
                                     q.next = e;
                                 }
                             }
-                            Err(e) if e.is_oom() && b - a > 1 => {
-                                let mid = a + (b - a) / 2;
-                                q.todo.push_front((mid, b));
-                                q.todo.push_front((a, mid));
+                            Err(e) if e.is_oom() && q.units.split((a, b)) => {
                                 share.splits += 1;
                             }
                             Err(e) => {
-                                q.todo.push_front((a, b));
-                                fail(&mut q, &mut share, e, &format!("on unit {a}..{b}"), policy);
+                                let what = format!("on unit {a}..{b}");
+                                fail(&mut q, &mut share, Some((a, b)), e, &what, policy);
                                 break;
                             }
                         }
@@ -743,11 +710,9 @@ fn run_units<'j>(
             })
             .collect()
     });
-    let mut q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
-    if let Some(e) = q.fatal.take() {
-        return Err(e);
-    }
-    if q.next != end || !q.todo.is_empty() {
+    let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+    let drained = q.units.finish()?;
+    if q.next != end || !drained {
         return Err(BridgeError::backend(
             "paco",
             None,

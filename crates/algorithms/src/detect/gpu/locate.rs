@@ -187,9 +187,19 @@ fn run_typed<E: Executor, R: DevReal>(
     let mut kernel_s = 0.0f64;
     // per kernel (traced: each waited for)
     let mut per_kernel: Vec<(&'static str, f64)> = Vec::new();
-    let mut timed = |name: &'static str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+    let opts: &[&str] = if R::SIZE == 8 {
+        LOCATE_OPTS_F64
+    } else {
+        LOCATE_OPTS_F32
+    };
+    // Launch one `LOCATE` kernel and add its time (traced: each waited for).
+    let mut launch = |name: &'static str,
+                      global: &[usize],
+                      local: &[usize],
+                      args: &[KernelArg<'_, E::Buffer>]|
+     -> Result<()> {
         let t = std::time::Instant::now();
-        f()?;
+        e.launch(&LOCATE, opts, name, global, local, args)?;
         if tracing {
             e.synchronize()?;
         }
@@ -202,11 +212,6 @@ fn run_typed<E: Executor, R: DevReal>(
             }
         }
         Ok(())
-    };
-    let opts: &[&str] = if R::SIZE == 8 {
-        LOCATE_OPTS_F64
-    } else {
-        LOCATE_OPTS_F32
     };
     let plane = h * w;
     if plane > i32::MAX as usize {
@@ -311,23 +316,19 @@ fn run_typed<E: Executor, R: DevReal>(
         up_s += t.elapsed().as_secs_f64();
         let img_bytes = nb * plane * R::SIZE;
         let raw = e.alloc(img_bytes)?;
-        timed(kind.load_entry(), &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                kind.load_entry(),
-                &gp,
-                &lp,
-                &[
-                    KernelArg::Buf(&input),
-                    KernelArg::Buf(&raw),
-                    KernelArg::U32(pu),
-                    KernelArg::U32(nbu),
-                    KernelArg::U32(u32::from(p.invert)),
-                    KernelArg::U32(0),
-                ],
-            )
-        })?;
+        launch(
+            kind.load_entry(),
+            &gp,
+            &lp,
+            &[
+                KernelArg::Buf(&input),
+                KernelArg::Buf(&raw),
+                KernelArg::U32(pu),
+                KernelArg::U32(nbu),
+                KernelArg::U32(u32::from(p.invert)),
+                KernelArg::U32(0),
+            ],
+        )?;
         drop(input);
         // work images: t1 (lowpass y pass, column boxcar, then the row dilation), bp (the
         // bandpass, then the row distances of the noise)
@@ -341,24 +342,20 @@ fn run_typed<E: Executor, R: DevReal>(
                 ("locate_lowpass_y", &raw, &t1),
                 ("locate_lowpass_x", &t1, &low),
             ] {
-                timed(entry, &mut || {
-                    e.launch(
-                        &LOCATE,
-                        opts,
-                        entry,
-                        &g3,
-                        &l3,
-                        &[
-                            KernelArg::Buf(src),
-                            KernelArg::Buf(dst),
-                            KernelArg::Buf(tb),
-                            KernelArg::U32(tr),
-                            KernelArg::U32(hu),
-                            KernelArg::U32(wu),
-                            KernelArg::U32(nbu),
-                        ],
-                    )
-                })?;
+                launch(
+                    entry,
+                    &g3,
+                    &l3,
+                    &[
+                        KernelArg::Buf(src),
+                        KernelArg::Buf(dst),
+                        KernelArg::Buf(tb),
+                        KernelArg::U32(tr),
+                        KernelArg::U32(hu),
+                        KernelArg::U32(wu),
+                        KernelArg::U32(nbu),
+                    ],
+                )?;
             }
             Some(low)
         } else {
@@ -366,172 +363,140 @@ fn run_typed<E: Executor, R: DevReal>(
         };
         let low_ref = low.as_ref().unwrap_or(&raw);
         let bg_src = if p.preprocess && mode == 2 {
-            timed("locate_box_int_y", &mut || {
-                e.launch(
-                    &LOCATE,
-                    opts,
-                    "locate_box_int_y",
-                    &g3,
-                    &l3,
-                    &[
-                        KernelArg::Buf(&raw),
-                        KernelArg::Buf(&t1),
-                        KernelArg::U32(hu),
-                        KernelArg::U32(wu),
-                        KernelArg::U32(nbu),
-                        KernelArg::U32(smu),
-                    ],
-                )
-            })?;
+            launch(
+                "locate_box_int_y",
+                &g3,
+                &l3,
+                &[
+                    KernelArg::Buf(&raw),
+                    KernelArg::Buf(&t1),
+                    KernelArg::U32(hu),
+                    KernelArg::U32(wu),
+                    KernelArg::U32(nbu),
+                    KernelArg::U32(smu),
+                ],
+            )?;
             &t1
         } else if p.preprocess && mode != 3 {
-            timed("locate_box_cols", &mut || {
-                e.launch(
-                    &LOCATE,
-                    opts,
-                    "locate_box_cols",
-                    &lines(w),
-                    &l2,
-                    &[
-                        KernelArg::Buf(&raw),
-                        KernelArg::Buf(&t1),
-                        KernelArg::U32(hu),
-                        KernelArg::U32(wu),
-                        KernelArg::U32(nbu),
-                        KernelArg::U32(smu),
-                        KernelArg::U32(mode),
-                    ],
-                )
-            })?;
-            &t1
-        } else {
-            &raw
-        };
-        timed("locate_box_rows", &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                "locate_box_rows",
-                &lines(h),
+            launch(
+                "locate_box_cols",
+                &lines(w),
                 &l2,
                 &[
-                    KernelArg::Buf(bg_src),
-                    KernelArg::Buf(low_ref),
-                    KernelArg::Buf(&bp),
-                    KernelArg::Buf(&rowmax),
-                    KernelArg::Buf(&prm),
+                    KernelArg::Buf(&raw),
+                    KernelArg::Buf(&t1),
                     KernelArg::U32(hu),
                     KernelArg::U32(wu),
                     KernelArg::U32(nbu),
                     KernelArg::U32(smu),
                     KernelArg::U32(mode),
-                    KernelArg::U32(u32::from(p.preprocess)),
                 ],
-            )
-        })?;
+            )?;
+            &t1
+        } else {
+            &raw
+        };
+        launch(
+            "locate_box_rows",
+            &lines(h),
+            &l2,
+            &[
+                KernelArg::Buf(bg_src),
+                KernelArg::Buf(low_ref),
+                KernelArg::Buf(&bp),
+                KernelArg::Buf(&rowmax),
+                KernelArg::Buf(&prm),
+                KernelArg::U32(hu),
+                KernelArg::U32(wu),
+                KernelArg::U32(nbu),
+                KernelArg::U32(smu),
+                KernelArg::U32(mode),
+                KernelArg::U32(u32::from(p.preprocess)),
+            ],
+        )?;
         drop(low);
         let scale = e.alloc(nb * R::SIZE)?;
-        timed("locate_scale", &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                "locate_scale",
-                &gf,
-                &lf,
-                &[
-                    KernelArg::Buf(&rowmax),
-                    KernelArg::Buf(&scale),
-                    KernelArg::Buf(&prm),
-                    KernelArg::U32(hu),
-                    KernelArg::U32(nbu),
-                    KernelArg::U32(identity),
-                ],
-            )
-        })?;
+        launch(
+            "locate_scale",
+            &gf,
+            &lf,
+            &[
+                KernelArg::Buf(&rowmax),
+                KernelArg::Buf(&scale),
+                KernelArg::Buf(&prm),
+                KernelArg::U32(hu),
+                KernelArg::U32(nbu),
+                KernelArg::U32(identity),
+            ],
+        )?;
         let img = e.alloc(nb * plane * 4)?;
         let hist = e.zeroed(nb * nbins * 4)?;
-        timed("locate_rescale", &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                "locate_rescale",
-                &gp,
-                &lp,
-                &[
-                    KernelArg::Buf(&bp),
-                    KernelArg::Buf(&scale),
-                    KernelArg::Buf(&prm),
-                    KernelArg::Buf(&img),
-                    KernelArg::Buf(&hist),
-                    KernelArg::U32(pu),
-                    KernelArg::U32(nbu),
-                    KernelArg::U32(nbinsu),
-                    KernelArg::U32(identity),
-                ],
-            )
-        })?;
+        launch(
+            "locate_rescale",
+            &gp,
+            &lp,
+            &[
+                KernelArg::Buf(&bp),
+                KernelArg::Buf(&scale),
+                KernelArg::Buf(&prm),
+                KernelArg::Buf(&img),
+                KernelArg::Buf(&hist),
+                KernelArg::U32(pu),
+                KernelArg::U32(nbu),
+                KernelArg::U32(nbinsu),
+                KernelArg::U32(identity),
+            ],
+        )?;
         let vmin = e.alloc(nb * 4)?;
-        timed("locate_percentile", &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                "locate_percentile",
-                &gf,
-                &lf,
-                &[
-                    KernelArg::Buf(&hist),
-                    KernelArg::Buf(&prm),
-                    KernelArg::Buf(&vmin),
-                    KernelArg::U32(nbinsu),
-                    KernelArg::U32(nbu),
-                ],
-            )
-        })?;
+        launch(
+            "locate_percentile",
+            &gf,
+            &lf,
+            &[
+                KernelArg::Buf(&hist),
+                KernelArg::Buf(&prm),
+                KernelArg::Buf(&vmin),
+                KernelArg::U32(nbinsu),
+                KernelArg::U32(nbu),
+            ],
+        )?;
         drop(hist);
         let dil = &t1;
-        timed("locate_dilate_x", &mut || {
-            e.launch(
-                &LOCATE,
-                opts,
-                "locate_dilate_x",
+        launch(
+            "locate_dilate_x",
+            &g3,
+            &l3,
+            &[
+                KernelArg::Buf(&img),
+                KernelArg::Buf(dil),
+                KernelArg::U32(lou),
+                KernelArg::U32(hiu),
+                KernelArg::U32(hu),
+                KernelArg::U32(wu),
+                KernelArg::U32(nbu),
+            ],
+        )?;
+        let n_cand = loop {
+            let counter = e.zeroed(4)?;
+            launch(
+                "locate_maxima",
                 &g3,
                 &l3,
                 &[
                     KernelArg::Buf(&img),
                     KernelArg::Buf(dil),
+                    KernelArg::Buf(&vmin),
                     KernelArg::U32(lou),
                     KernelArg::U32(hiu),
+                    KernelArg::U32(marginu),
                     KernelArg::U32(hu),
                     KernelArg::U32(wu),
                     KernelArg::U32(nbu),
+                    KernelArg::Buf(&counter),
+                    KernelArg::Buf(&cand_buf),
+                    KernelArg::U32(to_u32(cap, "candidates")?),
                 ],
-            )
-        })?;
-        let n_cand = loop {
-            let counter = e.zeroed(4)?;
-            timed("locate_maxima", &mut || {
-                e.launch(
-                    &LOCATE,
-                    opts,
-                    "locate_maxima",
-                    &g3,
-                    &l3,
-                    &[
-                        KernelArg::Buf(&img),
-                        KernelArg::Buf(dil),
-                        KernelArg::Buf(&vmin),
-                        KernelArg::U32(lou),
-                        KernelArg::U32(hiu),
-                        KernelArg::U32(marginu),
-                        KernelArg::U32(hu),
-                        KernelArg::U32(wu),
-                        KernelArg::U32(nbu),
-                        KernelArg::Buf(&counter),
-                        KernelArg::Buf(&cand_buf),
-                        KernelArg::U32(to_u32(cap, "candidates")?),
-                    ],
-                )
-            })?;
+            )?;
             let t = std::time::Instant::now();
             let c = e.read(&counter, 4)?;
             read_s += t.elapsed().as_secs_f64();
@@ -556,31 +521,27 @@ fn run_typed<E: Executor, R: DevReal>(
         let mut cand: Vec<u32> = Vec::new();
         if n_cand > 0 {
             let res = e.alloc(n_cand * 7 * R::SIZE)?;
-            timed("locate_refine", &mut || {
-                e.launch(
-                    &LOCATE,
-                    opts,
-                    "locate_refine",
-                    &[round_up_to(n_cand, LINE_WG)],
-                    &[LINE_WG],
-                    &[
-                        KernelArg::Buf(&img),
-                        KernelArg::Buf(&raw),
-                        KernelArg::Buf(&cand_buf),
-                        KernelArg::Buf(&mask_buf),
-                        KernelArg::Buf(&r2_buf),
-                        KernelArg::Buf(&c2_buf),
-                        KernelArg::Buf(&s2_buf),
-                        KernelArg::Buf(&res),
-                        KernelArg::U32(to_u32(mk.len(), "mask size")?),
-                        KernelArg::U32(ru),
-                        KernelArg::U32(hu),
-                        KernelArg::U32(wu),
-                        KernelArg::U32(to_u32(n_cand, "candidates")?),
-                        KernelArg::U32(itu),
-                    ],
-                )
-            })?;
+            launch(
+                "locate_refine",
+                &[round_up_to(n_cand, LINE_WG)],
+                &[LINE_WG],
+                &[
+                    KernelArg::Buf(&img),
+                    KernelArg::Buf(&raw),
+                    KernelArg::Buf(&cand_buf),
+                    KernelArg::Buf(&mask_buf),
+                    KernelArg::Buf(&r2_buf),
+                    KernelArg::Buf(&c2_buf),
+                    KernelArg::Buf(&s2_buf),
+                    KernelArg::Buf(&res),
+                    KernelArg::U32(to_u32(mk.len(), "mask size")?),
+                    KernelArg::U32(ru),
+                    KernelArg::U32(hu),
+                    KernelArg::U32(wu),
+                    KernelArg::U32(to_u32(n_cand, "candidates")?),
+                    KernelArg::U32(itu),
+                ],
+            )?;
             let t = std::time::Instant::now();
             let cb = e.read(&cand_buf, n_cand * 4)?;
             refined = decode::<R>(&e.read(&res, n_cand * 7 * R::SIZE)?);
@@ -593,64 +554,52 @@ fn run_typed<E: Executor, R: DevReal>(
         // background noise (only needed when a frame has a feature)
         let stats: Option<Vec<f64>> = if p.characterize && n_cand > 0 {
             let dist = &bp;
-            timed("locate_row_dist", &mut || {
-                e.launch(
-                    &LOCATE,
-                    opts,
-                    "locate_row_dist",
-                    &g3,
-                    &l3,
+            launch(
+                "locate_row_dist",
+                &g3,
+                &l3,
+                &[
+                    KernelArg::Buf(&img),
+                    KernelArg::Buf(dist),
+                    KernelArg::U32(ru),
+                    KernelArg::U32(hu),
+                    KernelArg::U32(wu),
+                    KernelArg::U32(nbu),
+                ],
+            )?;
+            let rows = e.alloc(nb * h * 3 * R::SIZE)?;
+            let stats = e.alloc(nb * 4 * R::SIZE)?;
+            for pass in 0..2u32 {
+                launch(
+                    "locate_noise_rows",
+                    &lines(h),
+                    &l2,
                     &[
-                        KernelArg::Buf(&img),
                         KernelArg::Buf(dist),
+                        KernelArg::Buf(&hw_buf),
+                        KernelArg::Buf(&raw),
+                        KernelArg::Buf(&stats),
+                        KernelArg::Buf(&rows),
+                        KernelArg::Buf(&img),
                         KernelArg::U32(ru),
                         KernelArg::U32(hu),
                         KernelArg::U32(wu),
                         KernelArg::U32(nbu),
+                        KernelArg::U32(pass),
                     ],
-                )
-            })?;
-            let rows = e.alloc(nb * h * 3 * R::SIZE)?;
-            let stats = e.alloc(nb * 4 * R::SIZE)?;
-            for pass in 0..2u32 {
-                timed("locate_noise_rows", &mut || {
-                    e.launch(
-                        &LOCATE,
-                        opts,
-                        "locate_noise_rows",
-                        &lines(h),
-                        &l2,
-                        &[
-                            KernelArg::Buf(dist),
-                            KernelArg::Buf(&hw_buf),
-                            KernelArg::Buf(&raw),
-                            KernelArg::Buf(&stats),
-                            KernelArg::Buf(&rows),
-                            KernelArg::Buf(&img),
-                            KernelArg::U32(ru),
-                            KernelArg::U32(hu),
-                            KernelArg::U32(wu),
-                            KernelArg::U32(nbu),
-                            KernelArg::U32(pass),
-                        ],
-                    )
-                })?;
-                timed("locate_noise_frame", &mut || {
-                    e.launch(
-                        &LOCATE,
-                        opts,
-                        "locate_noise_frame",
-                        &gf,
-                        &lf,
-                        &[
-                            KernelArg::Buf(&rows),
-                            KernelArg::Buf(&stats),
-                            KernelArg::U32(hu),
-                            KernelArg::U32(nbu),
-                            KernelArg::U32(pass),
-                        ],
-                    )
-                })?;
+                )?;
+                launch(
+                    "locate_noise_frame",
+                    &gf,
+                    &lf,
+                    &[
+                        KernelArg::Buf(&rows),
+                        KernelArg::Buf(&stats),
+                        KernelArg::U32(hu),
+                        KernelArg::U32(nbu),
+                        KernelArg::U32(pass),
+                    ],
+                )?;
             }
             let t = std::time::Instant::now();
             let s = decode::<R>(&e.read(&stats, nb * 4 * R::SIZE)?);
