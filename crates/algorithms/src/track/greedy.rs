@@ -4,7 +4,7 @@
 use bridge_core::{BridgeError, Result};
 
 use super::grid::Grid;
-use super::{check_inputs, group_by_frame};
+use super::{check_inputs, check_pushed_frame, group_by_frame};
 
 /// Parameters of the seed's greedy tracker (spec §3.5).
 #[derive(Debug, Clone, PartialEq)]
@@ -155,23 +155,7 @@ impl GreedyLinker {
         pos: &[[f64; 2]],
         ids: &mut Vec<i64>,
     ) -> Result<()> {
-        if let Some(prev) = self.frame
-            && frame <= prev
-        {
-            return Err(BridgeError::invalid_argument(
-                "frame",
-                format!("frames must be pushed in increasing order: {frame} after {prev}"),
-            ));
-        }
-        if let Some(i) = pos
-            .iter()
-            .position(|p| !(p[0].is_finite() && p[1].is_finite()))
-        {
-            return Err(BridgeError::InvalidInput(format!(
-                "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
-                pos[i]
-            )));
-        }
+        check_pushed_frame(self.frame, frame, pos)?;
         self.frame = Some(frame);
         let max_step = self.params.max_gap as u64 + 1;
         self.active.retain(|t| frame.abs_diff(t.2) <= max_step);

@@ -3,12 +3,12 @@
 
 use rayon::prelude::*;
 
-use bridge_core::{BridgeError, Result};
+use bridge_core::Result;
 
 use super::assign::{Edges, Outcome, Rules, solve_subnet};
 use super::grid::Grid;
 use super::predict::{Field, Velocity};
-use super::{LinkParams, LinkStats, Predictor};
+use super::{LinkParams, LinkStats, Predictor, check_pushed_frame};
 
 /// "No index".
 const NONE: u32 = u32::MAX;
@@ -143,23 +143,7 @@ impl Linker {
         pos: &[[f64; 2]],
         ids: &mut Vec<i64>,
     ) -> Result<()> {
-        if let Some(prev) = self.frame
-            && frame <= prev
-        {
-            return Err(BridgeError::invalid_argument(
-                "frame",
-                format!("frames must be pushed in increasing order: {frame} after {prev}"),
-            ));
-        }
-        if let Some(i) = pos
-            .iter()
-            .position(|p| !(p[0].is_finite() && p[1].is_finite()))
-        {
-            return Err(BridgeError::InvalidInput(format!(
-                "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
-                pos[i]
-            )));
-        }
+        check_pushed_frame(self.frame, frame, pos)?;
         self.frame = Some(frame);
         self.level += 1;
         self.stats.levels += 1;

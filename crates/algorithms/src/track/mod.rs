@@ -274,6 +274,29 @@ pub struct LinkStats {
     pub adaptive_unresolved: usize,
 }
 
+/// A frame pushed to a streaming linker (after `prev`, the last one): its number must grow and
+/// its positions be finite.
+fn check_pushed_frame(prev: Option<i64>, frame: i64, pos: &[[f64; 2]]) -> Result<()> {
+    if let Some(prev) = prev
+        && frame <= prev
+    {
+        return Err(BridgeError::invalid_argument(
+            "frame",
+            format!("frames must be pushed in increasing order: {frame} after {prev}"),
+        ));
+    }
+    if let Some(i) = pos
+        .iter()
+        .position(|p| !(p[0].is_finite() && p[1].is_finite()))
+    {
+        return Err(BridgeError::InvalidInput(format!(
+            "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
+            pos[i]
+        )));
+    }
+    Ok(())
+}
+
 fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
     if frames.len() != pos.len() {
         return Err(BridgeError::shape_mismatch(
