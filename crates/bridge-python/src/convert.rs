@@ -194,13 +194,21 @@ pub(crate) fn import_held_with(obj: &Bound<'_, PyAny>, allow_copy: bool) -> PyRe
     let t = import_tensor(obj)?;
     match t.info().device {
         Device::Cpu => Ok(Held::Tensor(Arc::new(t))),
-        d if !allow_copy && !t.info().is_contiguous() => Err(invalid(format!(
-            "copy=False, but the tensor on {d} is strided (strides {:?} for shape {:?}): \
-             arraybridge keeps device arrays C-contiguous and would have to copy it",
-            t.info().strides,
-            t.info().shape
-        ))),
         d => {
+            // the planner says whether the import copies (a strided device tensor is gathered)
+            if !allow_copy {
+                let plan = registry()
+                    .plan_from_dlpack(&t, d.memory_type(), d)
+                    .py_err()?;
+                if !plan.is_zero_copy() {
+                    return Err(invalid(format!(
+                        "copy=False, but importing the tensor on {d} (strides {:?} for shape \
+                         {:?}) copies it: {plan}",
+                        t.info().strides,
+                        t.info().shape
+                    )));
+                }
+            }
             let imported = registry().from_dlpack(t, d.memory_type(), d).py_err()?;
             Ok(Held::Bridge(Arc::new(imported.array)))
         }
