@@ -62,7 +62,8 @@ struct Cands {
 }
 
 impl Linker {
-    /// A linker with these parameters (checked: [`BridgeError::InvalidArgument`]).
+    /// A linker with these parameters (checked:
+    /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument)).
     pub fn new(params: LinkParams) -> Result<Self> {
         params.validate()?;
         let rules = Rules {
@@ -134,8 +135,10 @@ impl Linker {
 
     /// [`Linker::push_frame`] writing the ids into `ids` (cleared first), to reuse its buffer.
     ///
-    /// Errors (the linker is unchanged): [`BridgeError::InvalidArgument`] when `frame` is not
-    /// greater than the previous frame pushed, [`BridgeError::InvalidInput`] for a non-finite
+    /// Errors (the linker is unchanged):
+    /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument) when `frame`
+    /// is not greater than the previous frame pushed,
+    /// [`BridgeError::InvalidInput`](bridge_core::BridgeError::InvalidInput) for a non-finite
     /// position.
     pub fn push_frame_into(
         &mut self,
