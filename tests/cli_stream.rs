@@ -44,7 +44,9 @@ fn detect(input: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) {
     );
 }
 
-/// The output with `--chunk-frames 1` and `2` equals the one-chunk output, byte for byte.
+/// The output with `--chunk-frames 1` and `2`, and with chunks bounded by bytes (`--chunk-mb 1`:
+/// a first chunk of one frame, then as many as fit in 1 MiB), equals the one-chunk output, byte
+/// for byte.
 fn chunking_changes_nothing(input: &Path, dir: &Path, extra: &[&str]) {
     let whole = dir.join("whole.csv");
     detect(
@@ -72,6 +74,14 @@ fn chunking_changes_nothing(input: &Path, dir: &Path, extra: &[&str]) {
             "--chunk-frames {chunk} {extra:?}"
         );
     }
+    let out = dir.join("chunk-mb.csv");
+    detect(
+        input,
+        &out,
+        &[&["--chunk-frames", "100000", "--chunk-mb", "1"], extra].concat(),
+        &[],
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), want, "--chunk-mb 1 {extra:?}");
 }
 
 const LOG: &[&str] = &[

@@ -150,10 +150,15 @@ pub struct Args {
     /// instead of failing the run. Out-of-memory is always handled (the batch is split).
     #[arg(long)]
     pub requeue: bool,
-    /// Frames read and detected at a time: memory is bounded by one chunk (the next one is read
-    /// while this one is detected), whatever the movie's length; results do not depend on it.
+    /// Frames read and detected at a time, at most: memory is bounded by one chunk (the next one
+    /// is read while this one is detected), whatever the movie's length; results do not depend
+    /// on it.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub chunk_frames: u64,
+    /// Pixel bytes of one chunk, at most, in MiB (at least one frame a chunk): with large frames
+    /// this bounds the chunk before `--chunk-frames` does (2048² u16 frames: 16 a chunk).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub chunk_mb: u64,
     /// Frames per batch (a device launch / a parallel CPU chunk); does not change results.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch_size: u64,
@@ -364,7 +369,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let start = Instant::now();
     let chunk_frames = usize::try_from(args.chunk_frames)
         .map_err(|_| BridgeError::invalid_argument("--chunk-frames", "too large"))?;
-    let mut stream = MovieStream::open(&args.input, chunk_frames)?;
+    let chunk_bytes = usize::try_from(args.chunk_mb << 20)
+        .map_err(|_| BridgeError::invalid_argument("--chunk-mb", "too large for this machine"))?;
+    let mut stream = MovieStream::open(&args.input, chunk_frames)?.with_max_bytes(chunk_bytes);
     let total = stream.total_frames();
     let first = stream.next_chunk()?.ok_or_else(|| {
         BridgeError::InvalidInput(format!("{}: the movie has no frame", args.input.display()))

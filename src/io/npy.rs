@@ -537,7 +537,7 @@ impl NpyFrames {
                 self.header.shape,
                 self.header.dtype.name()
             ),
-            "stream smaller chunks (--chunk-frames)",
+            "stream smaller chunks (--chunk-frames, --chunk-mb)",
         )?;
         let what = format!("{} (frames {}..{})", self.name, self.next, self.next + k);
         let arr = decode_payload(&sub, count, &mut self.payload, &what)?;

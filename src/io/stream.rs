@@ -36,7 +36,9 @@ pub struct MovieStream {
     name: String,
     chunk: usize,
     total: Option<usize>,
+    max_bytes: Option<usize>,
     first: Option<(usize, usize, &'static str)>,
+    frame_bytes: Option<usize>,
     done: bool,
 }
 
@@ -81,10 +83,31 @@ impl MovieStream {
             source,
             name,
             chunk: chunk.max(1),
+            max_bytes: None,
             total,
             first: None,
+            frame_bytes: None,
             done: false,
         })
+    }
+
+    /// Bound every chunk to `bytes` of pixels as well as to `chunk` frames, at least one frame a
+    /// chunk, so that memory follows the frame size: 256 frames of 512² u16 are 128 MiB, 256
+    /// frames of 2048² u16 are 2 GiB. The frame size is known once a frame is decoded, so with a
+    /// byte bound the first chunk is one frame. Results do not depend on the chunking.
+    #[must_use]
+    pub fn with_max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+
+    /// Frames the next chunk reads: `chunk`, or fewer under the byte bound.
+    fn next_len(&self) -> usize {
+        match (self.max_bytes, self.frame_bytes) {
+            (None, _) => self.chunk,
+            (Some(_), None) => 1,
+            (Some(max), Some(frame)) => (max / frame.max(1)).clamp(1, self.chunk),
+        }
     }
 
     /// Frames in the movie when the header says (`.npy`, folders, single images); `None` for
@@ -99,14 +122,15 @@ impl MovieStream {
             return Ok(None);
         }
         let budget = Budget::current();
+        let n = self.next_len();
         let chunk = match &mut self.source {
-            Source::Npy(f) => f.next_chunk(self.chunk, &budget)?,
-            Source::Tiff(t) => t.next_chunk(self.chunk, &budget)?,
+            Source::Npy(f) => f.next_chunk(n, &budget)?,
+            Source::Tiff(t) => t.next_chunk(n, &budget)?,
             Source::Folder { files, next } => {
                 if *next >= files.len() {
                     None
                 } else {
-                    let end = (*next + self.chunk).min(files.len());
+                    let end = (*next + n).min(files.len());
                     let mut stack =
                         Stack::new(format!("{} (files {}..{end})", self.name, *next), budget);
                     for f in &files[*next..end] {
@@ -131,7 +155,16 @@ impl MovieStream {
         }
         let kind = chunk.dtype_name();
         match self.first {
-            None => self.first = Some((h, w, kind)),
+            None => {
+                self.first = Some((h, w, kind));
+                let pixel = match &chunk {
+                    Movie::U8(_) => 1,
+                    Movie::U16(_) => 2,
+                    Movie::F32(_) => 4,
+                    Movie::F64(_) => 8,
+                };
+                self.frame_bytes = Some(h.saturating_mul(w).saturating_mul(pixel));
+            }
             Some(f) if f != (h, w, kind) => {
                 return Err(BridgeError::InvalidInput(format!(
                     "{}: frames of {h}x{w} {kind} after frames of {}x{} {} (every frame must \
@@ -141,11 +174,11 @@ impl MovieStream {
             }
             Some(_) => {}
         }
-        // A whole movie read at once is handed out `chunk` frames at a time.
+        // A whole movie read at once is handed out `n` frames at a time.
         if let Source::Whole(rest) = &mut self.source
-            && t > self.chunk
+            && t > n
         {
-            let (head, tail) = split(chunk, self.chunk);
+            let (head, tail) = split(chunk, n);
             *rest = Some(tail);
             return Ok(Some(head));
         }
