@@ -3,7 +3,8 @@
 //! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference) and
 //! `paco` (PACO on a synthetic ADI cube) and `detect` (LoG detection on a synthetic movie, the
 //! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`; `--method locate` times
-//! trackpy's `locate` instead).
+//! trackpy's `locate` instead), and `scaling` (the same job on 1, 2, … devices or MPI ranks:
+//! [`super::scaling`]).
 
 use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
@@ -32,6 +33,9 @@ pub enum What {
     /// Detection of a synthetic movie (LoG, or `locate` with `--method locate`), end to end,
     /// for each batch size.
     Detect(DetectArgs),
+    /// The same `detect` or `paco` job on 1, 2, … workers (devices in one process, and MPI
+    /// ranks with the `mpi` feature and `mpirun`): wall time, speed-up, efficiency, cost.
+    Scaling(super::scaling::ScalingArgs),
 }
 
 /// Arguments of `arraybridge bench detect`.
@@ -112,6 +116,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         What::Transfer(a) => transfer(a, g),
         What::Detect(a) => detect(a, g),
         What::Paco(a) => paco(a, g),
+        What::Scaling(a) => super::scaling::run(a, g),
     }
 }
 
