@@ -139,6 +139,13 @@ fn device_lists_are_checked() {
         &["demo", "-o", out, "--device", "all"],
         "runs on one device",
     );
+    // bench detect|paco time one device; a list points at bench scaling
+    for what in ["detect", "paco"] {
+        fails(
+            &["bench", what, "--device", "cpu,opencl:0"],
+            "bench scaling",
+        );
+    }
 }
 
 fn paco_fixture(name: &str) -> String {

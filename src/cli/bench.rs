@@ -146,11 +146,14 @@ fn to_usize(v: u64, flag: &str) -> Result<usize> {
 /// The device a benchmark runs on: the commands' one `--device` policy ([`resolve`]: an
 /// explicit device is checked, `auto` is the offload decision on `estimate`, printed).
 fn bench_device(
+    command: &str,
     arg: DeviceArg,
     stage: super::device::Stage,
     g: Global,
     estimate: impl FnOnce() -> Result<(Workload, CpuProfile, String)>,
 ) -> Result<Device> {
+    // a list is for `bench scaling` (which the error names)
+    let arg = arg.single(command)?;
     let choice = resolve(arg, stage, estimate)?;
     if let Some(note) = choice.auto_note("bench") {
         g.note(note);
@@ -171,7 +174,7 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
         &format!("bench paco --frames {} --size {}", a.frames, a.size),
         "use fewer frames or a smaller --size",
     )?;
-    let device = bench_device(a.device, PACO, g, || {
+    let device = bench_device("bench paco", a.device, PACO, g, || {
         let (cpu, note) = nominal_cpu();
         let radius = algorithms::paco::PacoParams::default().psf_rad;
         Ok((paco_workload(frames, size, radius), cpu, note))
@@ -334,7 +337,7 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
         }
     }
     let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
-    let device = bench_device(a.device, DETECT, g, || {
+    let device = bench_device("bench detect", a.device, DETECT, g, || {
         detect_estimate(&movie.movie, &detector)
     })?;
     let backend = algorithms::detect::backend_for(device)?;
