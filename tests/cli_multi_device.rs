@@ -135,10 +135,6 @@ fn device_lists_are_checked() {
         ],
         "--method log",
     );
-    fails(
-        &["demo", "-o", out, "--device", "all"],
-        "runs on one device",
-    );
     // bench detect|paco time one device; a list points at bench scaling
     for what in ["detect", "paco"] {
         fails(
@@ -227,6 +223,30 @@ fn paco_on_two_devices_writes_the_same_files_as_one() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("drop cpu"));
+}
+
+#[test]
+fn the_demo_runs_on_two_devices() {
+    if !two_opencl() {
+        return;
+    }
+    let dir = tmpdir("demo");
+    let out = dir.join("demo");
+    let o = arraybridge(&[
+        "demo",
+        "-o",
+        out.to_str().unwrap(),
+        "--device",
+        "opencl:0,opencl:1",
+        "--no-inputs",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = v.to_string();
+    assert!(text.contains("shared by opencl:0,opencl:1"), "{text}");
+    assert!(out.join("detections.csv").exists() && out.join("snr.fits").exists());
 }
 
 #[test]
