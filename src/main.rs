@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             }
             // the other ranks may wait for this one: end them all
             #[cfg(feature = "mpi")]
-            if cli::mpi::place().is_some() {
+            if cli::mpi::place().is_some() && !cli::mpi::released() {
                 cli::mpi::abort(1);
             }
             ExitCode::FAILURE

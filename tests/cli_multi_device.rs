@@ -1,7 +1,8 @@
 //! `detect --device a,b` / `all`: several devices in one process (two PoCL devices here,
 //! `POCL_DEVICES="pthread pthread"`), the same CSV as one device, each device's share in the
 //! summary and the JSON; lists where one device is needed are clear errors. `paco --device
-//! a,b` writes the same maps and candidates as one device.
+//! a,b` writes the same maps and candidates as one device. `bench scaling` reports a row per
+//! worker count.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
@@ -134,10 +135,13 @@ fn device_lists_are_checked() {
         ],
         "--method log",
     );
-    fails(
-        &["demo", "-o", out, "--device", "all"],
-        "runs on one device",
-    );
+    // bench detect|paco time one device; a list points at bench scaling
+    for what in ["detect", "paco"] {
+        fails(
+            &["bench", what, "--device", "cpu,opencl:0"],
+            "bench scaling",
+        );
+    }
 }
 
 fn paco_fixture(name: &str) -> String {
@@ -219,4 +223,94 @@ fn paco_on_two_devices_writes_the_same_files_as_one() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("drop cpu"));
+}
+
+#[test]
+fn the_demo_runs_on_two_devices() {
+    if !two_opencl() {
+        return;
+    }
+    let dir = tmpdir("demo");
+    let out = dir.join("demo");
+    let o = arraybridge(&[
+        "demo",
+        "-o",
+        out.to_str().unwrap(),
+        "--device",
+        "opencl:0,opencl:1",
+        "--no-inputs",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = v.to_string();
+    assert!(text.contains("shared by opencl:0,opencl:1"), "{text}");
+    assert!(out.join("detections.csv").exists() && out.join("snr.fits").exists());
+}
+
+#[test]
+fn the_scaling_report_has_a_row_per_worker_count() {
+    if !two_opencl() {
+        return;
+    }
+    for job in ["detect", "paco"] {
+        let o = arraybridge(&[
+            "bench",
+            "scaling",
+            job,
+            "--device",
+            "opencl:0,opencl:1",
+            "--frames",
+            "6",
+            "--size",
+            "32",
+            "--reps",
+            "1",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["job"], job, "{v}");
+        let rows = v["rows"].as_array().unwrap();
+        let devices: Vec<&serde_json::Value> =
+            rows.iter().filter(|r| r["kind"] == "devices").collect();
+        assert_eq!(devices.len(), 2, "{v}");
+        assert_eq!(devices[0]["workers"], 1, "{v}");
+        assert_eq!(devices[1]["devices"], "opencl:0,opencl:1", "{v}");
+        assert_eq!(devices[0]["speedup"], 1.0, "{v}");
+        for r in rows {
+            let (t, s, e, c) = (
+                r["best_s"].as_f64().unwrap(),
+                r["speedup"].as_f64().unwrap(),
+                r["efficiency"].as_f64().unwrap(),
+                r["cost"].as_f64().unwrap(),
+            );
+            let n = r["workers"].as_f64().unwrap();
+            assert!(
+                t > 0.0 && (e - s / n).abs() < 1e-9 && (c * e - 1.0).abs() < 1e-9,
+                "{r}"
+            );
+        }
+        // MPI ranks: two rows, or a reason they were skipped
+        let mpi = rows.iter().filter(|r| r["kind"] == "mpi").count();
+        let skipped = v["skipped"].as_array().unwrap();
+        assert!(mpi == 2 || skipped.len() == 1, "{v}");
+    }
+    // more workers than devices: a clear error
+    let o = arraybridge(&[
+        "bench",
+        "scaling",
+        "detect",
+        "--device",
+        "opencl:0",
+        "--workers",
+        "1,2",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("2 workers need 2 devices"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -319,3 +319,111 @@ fn detect_on_ranks_writes_the_same_csv_as_one_process() {
         eprintln!("detect on {n} ranks: {took:?}");
     }
 }
+
+/// Four inputs (stems movie_u16, hisnr_u16, hisnr_f32, movie_tif) and a folder for them.
+fn four_inputs(dir: &Path) -> Vec<String> {
+    let tif = dir.join("movie_tif.tif");
+    std::fs::copy(
+        bridge_core::fixtures::path("detect/movie/movie_u16.tif"),
+        &tif,
+    )
+    .unwrap();
+    let blob = |n: &str| {
+        bridge_core::fixtures::path("detect/blob_log")
+            .join(n)
+            .display()
+            .to_string()
+    };
+    vec![
+        movie(),
+        blob("hisnr_u16.npy"),
+        blob("hisnr_f32.npy"),
+        tif.display().to_string(),
+    ]
+}
+
+fn files_args<'a>(inputs: &'a [String], out: &'a str) -> Vec<&'a str> {
+    let mut a = vec!["detect"];
+    a.extend(inputs.iter().map(String::as_str));
+    a.extend([
+        "--out-dir",
+        out,
+        "--device",
+        "cpu",
+        "--max-sigma",
+        "3",
+        "--threshold",
+        "none",
+        "--threshold-rel",
+        "0.2",
+    ]);
+    a
+}
+
+#[test]
+fn files_on_ranks_write_the_csvs_of_one_process() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tmpdir("files");
+    let inputs = four_inputs(&dir);
+    let one = dir.join("one");
+    let o = single(&files_args(&inputs, one.to_str().unwrap()));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stems = ["movie_u16", "hisnr_u16", "hisnr_f32", "movie_tif"];
+    for (n, files) in [(2, 3), (3, 4)] {
+        let out = dir.join(format!("ranks{n}"));
+        let mut args = files_args(&inputs[..files], out.to_str().unwrap());
+        args.push("--json");
+        let (o, took) = mpirun(n, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{n} ranks: {err}");
+        assert!(err.contains(&format!("over {n} MPI ranks")), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let reports = v["files"].as_array().unwrap();
+        assert_eq!(reports.len(), files, "{v}");
+        for (stem, r) in stems.iter().zip(reports) {
+            assert!(r["rank"].as_u64().unwrap() < n as u64, "{r}");
+            let name = format!("{stem}.csv");
+            assert!(
+                std::fs::read(one.join(&name)).unwrap() == std::fs::read(out.join(&name)).unwrap(),
+                "{n} ranks: {name} differs from the single process's"
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+        assert_eq!(left.len(), files, "partial files left in {out:?}");
+        eprintln!("{files} files on {n} ranks: {took:?}");
+    }
+}
+
+#[test]
+fn a_corrupt_file_ends_every_rank_or_is_listed_with_keep_going() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tmpdir("files-bad");
+    let mut inputs = four_inputs(&dir);
+    let bad = dir.join("bad.npy");
+    std::fs::write(&bad, b"\x93NUMPY\x01\x00garbage that is no header").unwrap();
+    inputs[1] = bad.display().to_string();
+    let out = dir.join("stop");
+    let (o, took) = mpirun(3, &files_args(&inputs, out.to_str().unwrap()));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("bad.npy"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    assert!(!out.join("bad.csv").exists());
+    // --keep-going: the others are written, the failure listed, a non-zero status
+    let out = dir.join("keep");
+    let mut args = files_args(&inputs, out.to_str().unwrap());
+    args.push("--keep-going");
+    let (o, _) = mpirun(2, &args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("1 of 4 inputs failed"), "{err}");
+    for stem in ["movie_u16", "hisnr_f32", "movie_tif"] {
+        assert!(out.join(format!("{stem}.csv")).exists(), "{stem}: {err}");
+    }
+    assert!(!out.join("bad.csv").exists());
+}

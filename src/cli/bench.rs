@@ -3,7 +3,8 @@
 //! Subcommands: `transfer` (host↔device copy bandwidth next to a plain copy reference) and
 //! `paco` (PACO on a synthetic ADI cube) and `detect` (LoG detection on a synthetic movie, the
 //! original `benchmark_gpu(movie_size, n_particles, batch_sizes)`; `--method locate` times
-//! trackpy's `locate` instead).
+//! trackpy's `locate` instead), and `scaling` (the same job on 1, 2, … devices or MPI ranks:
+//! [`super::scaling`]).
 
 use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
@@ -32,6 +33,9 @@ pub enum What {
     /// Detection of a synthetic movie (LoG, or `locate` with `--method locate`), end to end,
     /// for each batch size.
     Detect(DetectArgs),
+    /// The same `detect` or `paco` job on 1, 2, … workers (devices in one process, and MPI
+    /// ranks with the `mpi` feature and `mpirun`): wall time, speed-up, efficiency, cost.
+    Scaling(super::scaling::ScalingArgs),
 }
 
 /// Arguments of `arraybridge bench detect`.
@@ -112,6 +116,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         What::Transfer(a) => transfer(a, g),
         What::Detect(a) => detect(a, g),
         What::Paco(a) => paco(a, g),
+        What::Scaling(a) => super::scaling::run(a, g),
     }
 }
 
@@ -141,11 +146,14 @@ fn to_usize(v: u64, flag: &str) -> Result<usize> {
 /// The device a benchmark runs on: the commands' one `--device` policy ([`resolve`]: an
 /// explicit device is checked, `auto` is the offload decision on `estimate`, printed).
 fn bench_device(
+    command: &str,
     arg: DeviceArg,
     stage: super::device::Stage,
     g: Global,
     estimate: impl FnOnce() -> Result<(Workload, CpuProfile, String)>,
 ) -> Result<Device> {
+    // a list is for `bench scaling` (which the error names)
+    let arg = arg.single(command)?;
     let choice = resolve(arg, stage, estimate)?;
     if let Some(note) = choice.auto_note("bench") {
         g.note(note);
@@ -166,7 +174,7 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
         &format!("bench paco --frames {} --size {}", a.frames, a.size),
         "use fewer frames or a smaller --size",
     )?;
-    let device = bench_device(a.device, PACO, g, || {
+    let device = bench_device("bench paco", a.device, PACO, g, || {
         let (cpu, note) = nominal_cpu();
         let radius = algorithms::paco::PacoParams::default().psf_rad;
         Ok((paco_workload(frames, size, radius), cpu, note))
@@ -329,7 +337,7 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
         }
     }
     let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
-    let device = bench_device(a.device, DETECT, g, || {
+    let device = bench_device("bench detect", a.device, DETECT, g, || {
         detect_estimate(&movie.movie, &detector)
     })?;
     let backend = algorithms::detect::backend_for(device)?;

@@ -19,7 +19,7 @@ use bridge_core::{BridgeError, Result};
 use arraybridge::io::csv::{TableWriter, create_writer};
 use arraybridge::io::stream::MovieStream;
 
-use super::common::{Global, check_output_file};
+use super::common::{Global, check_output_dir, check_output_file};
 use super::device::{
     Choice, DETECT, DeviceArg, check_explicit, detect_estimate, detect_workload, nominal_cpu,
     parse_device_arg, resolve,
@@ -61,12 +61,23 @@ fn parse_prescale(s: &str) -> std::result::Result<Prescale, String> {
 /// Arguments of `arraybridge detect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Input movie: multi-page TIFF (u8, u16, f32), .npy (2-D or 3-D), or a folder of
-    /// single-frame TIFF/PNG files (name order).
-    pub input: PathBuf,
-    /// Output CSV.
-    #[arg(short = 'o', long = "output")]
-    pub output: PathBuf,
+    /// Input movies: multi-page TIFF (u8, u16, f32), .npy (2-D or 3-D), or a folder of
+    /// single-frame TIFF/PNG files (name order). Several inputs need `--out-dir`; they are
+    /// detected one after another (under mpirun, handed out to the ranks).
+    #[arg(required = true, num_args = 1..)]
+    pub input: Vec<PathBuf>,
+    /// Output CSV (one input).
+    #[arg(short = 'o', long = "output", conflicts_with = "out_dir")]
+    pub output: Option<PathBuf>,
+    /// Output folder (created if needed): one CSV per input, named from the input's stem
+    /// (`DIR/a.csv` for `a.tif`), written under a temporary name and renamed when complete.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// With `--out-dir`: a file that fails is reported and the others go on; the failed files
+    /// are listed at the end and the exit status is non-zero. Default: the first failure ends
+    /// the run.
+    #[arg(long)]
+    pub keep_going: bool,
     /// Detection method.
     #[arg(long, value_enum, default_value_t = Method::Log)]
     pub method: Method,
@@ -292,6 +303,66 @@ fn run_locate(
     Ok(out)
 }
 
+/// What every input shares: the checked parameters and switches.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    args: &'a Args,
+    det: &'a LogDetector,
+    locate: Option<&'a LocateParams>,
+    batch_size: usize,
+    chunk_frames: usize,
+    chunk_bytes: usize,
+    g: Global,
+}
+
+/// Where one input runs.
+enum Where {
+    /// `--device` as given: one device or `auto` (`None`), or these several in this process
+    /// (already checked).
+    Arg(Option<Vec<bridge_core::Device>>),
+    /// This rank's own device and how it was chosen (inputs handed out over MPI ranks).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    Rank(bridge_core::Device, String),
+    /// Rank 0 sharing the chunks of one movie with the other ranks.
+    #[cfg(feature = "mpi")]
+    Ranks(Multi),
+}
+
+/// One input detected: what the summaries print.
+struct Done {
+    frames: usize,
+    height: usize,
+    width: usize,
+    dtype: &'static str,
+    detections: usize,
+    seconds: f64,
+    runner: Runner,
+}
+
+/// One input's line of a run over several inputs (summary, `--json`, and the message a worker
+/// rank sends rank 0).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct FileReport {
+    /// The input.
+    input: String,
+    /// The CSV written (nothing when it failed).
+    output: String,
+    /// Frames read.
+    frames: usize,
+    /// Detections written.
+    detections: usize,
+    /// The device(s), comma-separated.
+    device: String,
+    /// The MPI rank that did it (under mpirun).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rank: Option<usize>,
+    /// Seconds from opening the input to the renamed CSV.
+    seconds: f64,
+    /// Why it failed (with `--keep-going`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
 /// Run `arraybridge detect`.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let batch_size = usize::try_from(args.batch_size)
@@ -322,40 +393,84 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
         Method::Locate => Some(locate_params(&args)?),
     };
-    // under mpirun: one device per rank; the other ranks detect what rank 0 hands out
-    #[cfg(feature = "mpi")]
-    let mut on_ranks = None;
-    #[cfg(not(feature = "mpi"))]
-    let on_ranks: Option<Multi> = None;
-    #[cfg(feature = "mpi")]
-    if let Some(p) = super::mpi::place() {
-        if args.method == Method::Locate {
+    let chunk_frames = usize::try_from(args.chunk_frames)
+        .map_err(|_| BridgeError::invalid_argument("--chunk-frames", "too large"))?;
+    let chunk_bytes = usize::try_from(args.chunk_mb << 20)
+        .map_err(|_| BridgeError::invalid_argument("--chunk-mb", "too large for this machine"))?;
+    let job = Job {
+        args: &args,
+        det: &det,
+        locate: locate.as_ref(),
+        batch_size,
+        chunk_frames,
+        chunk_bytes,
+        g,
+    };
+    match (&args.out_dir, &args.output, args.input.as_slice()) {
+        (None, Some(output), [input]) => run_single(&job, input, output),
+        (Some(dir), _, inputs) => run_files(&job, &plan_outputs(dir, inputs)?),
+        (None, _, [_]) => Err(BridgeError::invalid_argument(
+            "--output",
+            "give the output CSV with -o FILE (or a folder with --out-dir DIR)",
+        )),
+        (None, _, inputs) => Err(BridgeError::invalid_argument(
+            "--out-dir",
+            format!(
+                "{} inputs need --out-dir DIR (one CSV per input, DIR/<stem>.csv); -o names the \
+                 output of a single input",
+                inputs.len()
+            ),
+        )),
+    }
+}
+
+/// The output of every input, `DIR/<stem>.csv`, checked before any work: two inputs with the
+/// same stem are an error, and no output may be an input. Creates `dir`.
+fn plan_outputs(dir: &Path, inputs: &[PathBuf]) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let mut names: Vec<String> = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let stem = input
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty() && !s.starts_with('.'))
+            .ok_or_else(|| {
+                BridgeError::invalid_argument(
+                    "input",
+                    format!("{} has no file name to name its output", input.display()),
+                )
+            })?;
+        let name = format!("{stem}.csv");
+        if let Some(k) = names.iter().position(|n| *n == name) {
             return Err(BridgeError::invalid_argument(
-                "--method",
-                "MPI ranks run --method log; run --method locate in one process",
+                "--out-dir",
+                format!(
+                    "{} and {} would both write {}; rename one of them or run them separately",
+                    inputs[k].display(),
+                    input.display(),
+                    dir.join(&name).display()
+                ),
             ));
         }
-        let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
-        if p.rank != 0 {
-            while let Some(chunk) = super::mpi::share_movie(None)? {
-                det.serve_frames(&chunk, device, &mut super::mpi::RootLink)?;
-            }
-            return Ok(());
-        }
-        g.note(format!(
-            "detect: {} MPI ranks ({} on this node); rank 0 on {device} ({how})",
-            p.size, p.local_size
-        ));
-        on_ranks = Some(Multi::ranks(device, p.size)?);
+        names.push(name);
     }
-    if let (None, DeviceArg::Explicit(d)) = (&on_ranks, &args.device) {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let input_refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    check_output_dir(dir, &refs, &input_refs, "--out-dir")?;
+    Ok(inputs
+        .iter()
+        .zip(&names)
+        .map(|(i, n)| (i.clone(), dir.join(n)))
+        .collect())
+}
+
+/// The devices of `--device` for one process, each checked before any input is read
+/// (`None`: one device or `auto`).
+fn local_devices(job: &Job<'_>) -> Result<Option<Vec<bridge_core::Device>>> {
+    let args = job.args;
+    if let DeviceArg::Explicit(d) = &args.device {
         check_explicit(*d, &[DETECT])?;
     }
-    // several devices: each is checked now, before the movie is read
-    let several = match on_ranks {
-        Some(_) => None,
-        None => args.device.devices(DETECT)?,
-    };
+    let several = args.device.devices(DETECT)?;
     if several.is_some() && args.method == Method::Locate {
         return Err(BridgeError::invalid_argument(
             "--device",
@@ -365,16 +480,402 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             ),
         ));
     }
-    check_output_file(&args.output, &[&args.input], "--output")?;
+    Ok(several)
+}
+
+/// One input, `-o FILE`: under mpirun its chunks are shared by the ranks.
+fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
+    let args = job.args;
+    let g = job.g;
+    // under mpirun: one device per rank; the other ranks detect what rank 0 hands out
+    #[cfg(feature = "mpi")]
+    let mut on_ranks = None;
+    #[cfg(feature = "mpi")]
+    if let Some(p) = super::mpi::place() {
+        if args.method == Method::Locate {
+            return Err(BridgeError::invalid_argument(
+                "--method",
+                "MPI ranks run --method log on one movie; run --method locate in one process \
+                 (or several movies with --out-dir)",
+            ));
+        }
+        let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
+        if p.rank != 0 {
+            while let Some(chunk) = super::mpi::share_movie(None)? {
+                job.det
+                    .serve_frames(&chunk, device, &mut super::mpi::RootLink)?;
+            }
+            return Ok(());
+        }
+        g.note(format!(
+            "detect: {} MPI ranks ({} on this node); rank 0 on {device} ({how})",
+            p.size, p.local_size
+        ));
+        on_ranks = Some(Multi::ranks(device, p.size)?);
+    }
+    #[cfg(feature = "mpi")]
+    let place = match on_ranks {
+        Some(m) => Where::Ranks(m),
+        None => Where::Arg(local_devices(job)?),
+    };
+    #[cfg(not(feature = "mpi"))]
+    let place = Where::Arg(local_devices(job)?);
+    check_output_file(output, &[input], "--output")?;
+    let done = detect_one(job, input, output, place)?;
+    let Done {
+        frames: t,
+        height: h,
+        width: w,
+        dtype,
+        detections: n,
+        seconds: secs,
+        runner,
+    } = done;
+    #[cfg(feature = "mpi")]
+    if let Runner::Several(m) = &runner
+        && !m.peers.is_empty()
+    {
+        super::mpi::end_of_movie();
+    }
+    let method = method_name(args.method);
+    let (device_text, reason, multi) = match &runner {
+        Runner::One(c) => (c.device.to_string(), Some(c.reason.clone()), None),
+        Runner::Several(m) => (m.device_text(), None, Some(m)),
+    };
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "detect",
+            "input": input.display().to_string(),
+            "output": output.display().to_string(),
+            "frames": t, "height": h, "width": w, "dtype": dtype,
+            "method": method,
+            "detections": n,
+            "seconds": secs,
+            "device": device_text,
+            "device_reason": reason,
+            "devices": multi.map(|m| m.shares.iter().enumerate().map(|(i, s)| {
+                let mut j = serde_json::to_value(s).unwrap_or_default();
+                if m.ranked {
+                    j["rank"] = i.into();
+                }
+                j
+            }).collect::<Vec<_>>()),
+        }))?;
+    } else {
+        g.note(format!(
+            "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {method}, device {}",
+            dtype,
+            t as f64 / secs.max(1e-9),
+            device_text
+        ));
+        if let Some(m) = multi {
+            m.print_shares(g);
+        }
+    }
+    Ok(())
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Log => "log",
+        Method::Locate => "locate",
+    }
+}
+
+/// An error that names `input` (unless its message already does).
+fn naming(input: &Path, e: BridgeError) -> BridgeError {
+    let name = input.display().to_string();
+    if e.to_string().contains(&name) {
+        e
+    } else {
+        BridgeError::InvalidInput(format!("{name}: {e}"))
+    }
+}
+
+/// One input of several: detected into a temporary name in the output folder, renamed to
+/// `output` when complete (a failure leaves no partial file). With `--keep-going` a failure is
+/// a report with its error; otherwise the error, naming the input.
+fn one_file(
+    job: &Job<'_>,
+    input: &Path,
+    output: &Path,
+    place: Where,
+    rank: Option<usize>,
+) -> Result<FileReport> {
     let start = Instant::now();
-    let chunk_frames = usize::try_from(args.chunk_frames)
-        .map_err(|_| BridgeError::invalid_argument("--chunk-frames", "too large"))?;
-    let chunk_bytes = usize::try_from(args.chunk_mb << 20)
-        .map_err(|_| BridgeError::invalid_argument("--chunk-mb", "too large for this machine"))?;
-    let mut stream = MovieStream::open(&args.input, chunk_frames)?.with_max_bytes(chunk_bytes);
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = output.with_file_name(format!(
+        ".{name}.part-{}-{}",
+        std::process::id(),
+        rank.unwrap_or(0)
+    ));
+    let r = detect_one(job, input, &tmp, place).and_then(|done| {
+        std::fs::rename(&tmp, output)
+            .map_err(|e| BridgeError::io(output.display().to_string(), e))?;
+        Ok(done)
+    });
+    let mut report = FileReport {
+        input: input.display().to_string(),
+        rank,
+        ..FileReport::default()
+    };
+    match r {
+        Ok(done) => {
+            report.output = output.display().to_string();
+            report.frames = done.frames;
+            report.detections = done.detections;
+            report.device = match &done.runner {
+                Runner::One(c) => c.device.to_string(),
+                Runner::Several(m) => m.device_text(),
+            };
+            report.seconds = start.elapsed().as_secs_f64();
+            Ok(report)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            let e = naming(input, e);
+            if !job.args.keep_going {
+                return Err(e);
+            }
+            job.g.note(format!("detect: failed (going on): {e}"));
+            report.seconds = start.elapsed().as_secs_f64();
+            report.error = Some(e.to_string());
+            Ok(report)
+        }
+    }
+}
+
+/// Several inputs (`--out-dir`): one after another in this process, or handed out to the
+/// ranks under mpirun.
+fn run_files(job: &Job<'_>, files: &[(PathBuf, PathBuf)]) -> Result<()> {
+    let start = Instant::now();
+    #[cfg(feature = "mpi")]
+    if let Some(p) = super::mpi::place() {
+        let reports = files_on_ranks(job, files, p)?;
+        return summarise_files(job, &reports, start);
+    }
+    let several = local_devices(job)?;
+    let mut reports = Vec::with_capacity(files.len());
+    for (input, output) in files {
+        reports.push(one_file(
+            job,
+            input,
+            output,
+            Where::Arg(several.clone()),
+            None,
+        )?);
+    }
+    summarise_files(job, &reports, start)
+}
+
+/// Under mpirun with several inputs: rank 0 hands out the inputs one at a time to whichever
+/// rank asks (each rank reports its last input when it asks for the next) and detects inputs
+/// itself too, on its own device; every rank reads its input and writes its CSV. Rank 0 gets
+/// every report (in input order); the other ranks get an empty list.
+#[cfg(feature = "mpi")]
+fn files_on_ranks(
+    job: &Job<'_>,
+    files: &[(PathBuf, PathBuf)],
+    p: super::mpi::Place,
+) -> Result<Vec<FileReport>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (device, how) = super::device::rank_device(&job.args.device, DETECT, p.local_rank)?;
+    let quiet = Job {
+        g: Global {
+            quiet: true,
+            json: false,
+        },
+        ..*job
+    };
+    if p.rank != 0 {
+        let mut last = Vec::new();
+        while let Some(i) = super::mpi::ask_file(&last)? {
+            let (input, output) = files.get(i).ok_or_else(|| {
+                BridgeError::backend("mpi", None, format!("rank 0 handed out input {i}"))
+            })?;
+            let r = one_file(
+                &quiet,
+                input,
+                output,
+                Where::Rank(device, how.clone()),
+                Some(p.rank),
+            )?;
+            last = serde_json::to_vec(&(i, r)).unwrap_or_default();
+        }
+        return Ok(Vec::new());
+    }
+    job.g.note(format!(
+        "detect: {} inputs over {} MPI ranks; rank 0 on {device} ({how}) hands them out and detects too",
+        files.len(),
+        p.size
+    ));
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        (i < files.len()).then_some(i)
+    };
+    let stop = AtomicBool::new(false);
+    let reports: Mutex<Vec<Option<FileReport>>> = Mutex::new(vec![None; files.len()]);
+    let put = |i: usize, r: FileReport| {
+        if let Some(slot) = reports.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i) {
+            *slot = Some(r);
+        }
+    };
+    std::thread::scope(|s| -> Result<()> {
+        let server = s.spawn(|| -> Result<()> {
+            let mut working = p.size - 1;
+            while working > 0 {
+                let Some((rank, last)) = super::mpi::file_request(&stop)? else {
+                    return Ok(());
+                };
+                if !last.is_empty() {
+                    let (i, r): (usize, FileReport) =
+                        serde_json::from_slice(&last).map_err(|e| {
+                            BridgeError::backend(
+                                "mpi",
+                                None,
+                                format!("rank {rank} sent an unreadable report: {e}"),
+                            )
+                        })?;
+                    put(i, r);
+                }
+                let i = take();
+                if i.is_none() {
+                    working -= 1;
+                }
+                super::mpi::give_file(rank, i)?;
+            }
+            Ok(())
+        });
+        let own = (|| -> Result<()> {
+            while let Some(i) = take() {
+                let (input, output) = &files[i];
+                let r = one_file(
+                    &quiet,
+                    input,
+                    output,
+                    Where::Rank(device, how.clone()),
+                    Some(0),
+                )?;
+                put(i, r);
+            }
+            Ok(())
+        })();
+        if own.is_err() {
+            stop.store(true, Ordering::SeqCst);
+        }
+        let served = server.join().unwrap_or_else(|_| {
+            Err(BridgeError::backend(
+                "mpi",
+                None,
+                "the thread handing out inputs panicked",
+            ))
+        });
+        own.and(served)
+    })?;
+    // every other rank has its last answer: an error now ends only this rank
+    super::mpi::mark_released();
+    let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(reports
+        .into_iter()
+        .zip(files)
+        .map(|(r, (input, _))| {
+            r.unwrap_or_else(|| FileReport {
+                input: input.display().to_string(),
+                error: Some("no rank reported it".into()),
+                ..FileReport::default()
+            })
+        })
+        .collect())
+}
+
+/// The summary of several inputs (one line or JSON entry per input); an error listing the
+/// failed inputs when there are any.
+fn summarise_files(job: &Job<'_>, reports: &[FileReport], start: Instant) -> Result<()> {
+    #[cfg(feature = "mpi")]
+    if super::mpi::place().is_some_and(|p| p.rank != 0) {
+        return Ok(());
+    }
+    let g = job.g;
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| r.input.as_str())
+        .collect();
+    let secs = start.elapsed().as_secs_f64();
+    let frames: usize = reports.iter().map(|r| r.frames).sum();
+    let detections: usize = reports.iter().map(|r| r.detections).sum();
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "detect",
+            "method": method_name(job.args.method),
+            "out_dir": job.args.out_dir.as_ref().map(|d| d.display().to_string()),
+            "files": reports,
+            "failed": failed,
+            "frames": frames,
+            "detections": detections,
+            "seconds": secs,
+        }))?;
+    } else {
+        g.note(format!(
+            "detect: {} inputs ({} failed), {frames} frames, {detections} detections, {secs:.3} s, method {}",
+            reports.len(),
+            failed.len(),
+            method_name(job.args.method)
+        ));
+        for r in reports {
+            let by = |sep: &str| match r.rank {
+                Some(k) => format!("rank {k}{sep}"),
+                None => String::new(),
+            };
+            match &r.error {
+                None => g.note(format!(
+                    "  {} → {}: {} frames, {} detections, {}{}, {:.3} s",
+                    r.input,
+                    r.output,
+                    r.frames,
+                    r.detections,
+                    by(" "),
+                    r.device,
+                    r.seconds
+                )),
+                Some(e) => g.note(format!(
+                    "  {}: FAILED ({}{:.3} s): {e}",
+                    r.input,
+                    by(", "),
+                    r.seconds
+                )),
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(BridgeError::InvalidInput(format!(
+            "{} of {} inputs failed: {}",
+            failed.len(),
+            reports.len(),
+            failed.join(", ")
+        )))
+    }
+}
+
+/// Detect one input into `output` on `place`.
+fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
+    let args = job.args;
+    let g = job.g;
+    let det = job.det;
+    let batch_size = job.batch_size;
+    let start = Instant::now();
+    let mut stream =
+        MovieStream::open(input, job.chunk_frames)?.with_max_bytes(job.chunk_bytes);
     let total = stream.total_frames();
     let first = stream.next_chunk()?.ok_or_else(|| {
-        BridgeError::InvalidInput(format!("{}: the movie has no frame", args.input.display()))
+        BridgeError::InvalidInput(format!("{}: the movie has no frame", input.display()))
     })?;
     let (_, h, w) = first.dim();
     let dtype = first.dtype_name();
@@ -382,15 +883,20 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if args.method == Method::Log {
         det.check_memory(h, w, first.len())?;
     }
-    let mut runner = match (on_ranks, several) {
-        (Some(m), _) => Runner::Several(m),
-        (None, Some(devices)) => Runner::Several(Multi::new(&devices)?),
-        (None, None) => Runner::One(resolve(args.device.clone(), DETECT, || {
+    let mut runner = match place {
+        #[cfg(feature = "mpi")]
+        Where::Ranks(m) => Runner::Several(m),
+        Where::Arg(Some(devices)) => Runner::Several(Multi::new(&devices)?),
+        Where::Rank(d, how) => Runner::One(Choice {
+            reason: how,
+            ..Choice::explicit(d)
+        }),
+        Where::Arg(None) => Runner::One(resolve(args.device.clone(), DETECT, || {
             match args.method {
-                Method::Log => detect_estimate(&first, &det),
+                Method::Log => detect_estimate(&first, det),
                 Method::Locate => {
                     let (cpu, note) = nominal_cpu();
-                    Ok((detect_workload(&first, &det), cpu, note))
+                    Ok((detect_workload(&first, det), cpu, note))
                 }
             }
         })?),
@@ -408,8 +914,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     };
     let progress = g.progress(total.unwrap_or(0) as u64, "frames");
     let mut out = match args.method {
-        Method::Log => Output::log(&args.output, args.refine)?,
-        Method::Locate => Output::locate(&args.output)?,
+        Method::Log => Output::log(output, args.refine)?,
+        Method::Locate => Output::locate(output)?,
     };
     // The next chunk is read while this one is detected (one chunk ahead: memory stays bounded).
     let (n, t) = std::thread::scope(|scope| -> Result<(usize, usize)> {
@@ -428,7 +934,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             if total.is_none() {
                 progress.set_length((frame0 + len) as u64);
             }
-            match &locate {
+            match job.locate {
                 None => {
                     let mut ps = match &mut runner {
                         Runner::One(choice) => choice.run("detect", |d| {
@@ -437,7 +943,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
                                 progress.set_position((frame0 + done) as u64)
                             })
                         })?,
-                        Runner::Several(m) => m.detect(&det, &chunk, policy, |done| {
+                        Runner::Several(m) => m.detect(det, &chunk, policy, |done| {
                             progress.set_position((frame0 + done) as u64)
                         })?,
                     };
@@ -470,12 +976,6 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
         Ok((n, frame0))
     })?;
-    #[cfg(feature = "mpi")]
-    if let Runner::Several(m) = &runner
-        && !m.peers.is_empty()
-    {
-        super::mpi::end_of_movie();
-    }
     out.finish()?;
     progress.finish_and_clear();
     if n == 0
@@ -485,76 +985,22 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         && integer
     {
         g.note(format!(
-            "note: no detection. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
+            "note: no detection in {}. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
              the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
              --prescale none with a threshold in counts",
+            input.display(),
             det.threshold.unwrap_or_default()
         ));
     }
-    let secs = start.elapsed().as_secs_f64();
-    let method = match args.method {
-        Method::Log => "log",
-        Method::Locate => "locate",
-    };
-    let (device_text, reason, multi) = match &runner {
-        Runner::One(c) => (c.device.to_string(), Some(c.reason.clone()), None),
-        Runner::Several(m) => {
-            let names: Vec<String> = m.shares.iter().map(|s| s.device.to_string()).collect();
-            (names.join(","), None, Some(m))
-        }
-    };
-    if g.json {
-        g.print_json(&serde_json::json!({
-            "command": "detect",
-            "input": args.input.display().to_string(),
-            "output": args.output.display().to_string(),
-            "frames": t, "height": h, "width": w, "dtype": dtype,
-            "method": method,
-            "detections": n,
-            "seconds": secs,
-            "device": device_text,
-            "device_reason": reason,
-            "devices": multi.map(|m| m.shares.iter().enumerate().map(|(i, s)| {
-                let mut j = serde_json::to_value(s).unwrap_or_default();
-                if m.ranked {
-                    j["rank"] = i.into();
-                }
-                j
-            }).collect::<Vec<_>>()),
-        }))?;
-    } else {
-        g.note(format!(
-            "detect: {t} frames of {h}x{w} {}, {n} detections, {secs:.3} s ({:.1} frames/s), method {method}, device {}",
-            dtype,
-            t as f64 / secs.max(1e-9),
-            device_text
-        ));
-        if let Some(m) = multi {
-            for (i, s) in m.shares.iter().enumerate() {
-                g.note(format!(
-                    "  {}{}: {} frames in {} batches, {:.3} s{}{}",
-                    if m.ranked {
-                        format!("rank {i} ")
-                    } else {
-                        String::new()
-                    },
-                    s.device,
-                    s.frames,
-                    s.units,
-                    s.seconds,
-                    if s.splits > 0 {
-                        format!(", {} batches split after running out of memory", s.splits)
-                    } else {
-                        String::new()
-                    },
-                    s.error
-                        .as_ref()
-                        .map_or_else(String::new, |e| format!(", stopped: {e}"))
-                ));
-            }
-        }
-    }
-    Ok(())
+    Ok(Done {
+        frames: t,
+        height: h,
+        width: w,
+        dtype,
+        detections: n,
+        seconds: start.elapsed().as_secs_f64(),
+        runner,
+    })
 }
 
 /// Where detection runs: one device (with how it was chosen) or several at once.
@@ -608,6 +1054,38 @@ impl Multi {
         m.shares
             .extend((1..size).map(|_| DeviceShare::new(bridge_core::Device::Cpu)));
         Ok(m)
+    }
+
+    /// The devices, comma-separated.
+    fn device_text(&self) -> String {
+        let names: Vec<String> = self.shares.iter().map(|s| s.device.to_string()).collect();
+        names.join(",")
+    }
+
+    /// One line per device (or rank): its frames, batches, seconds, splits and failure.
+    fn print_shares(&self, g: Global) {
+        for (i, s) in self.shares.iter().enumerate() {
+            g.note(format!(
+                "  {}{}: {} frames in {} batches, {:.3} s{}{}",
+                if self.ranked {
+                    format!("rank {i} ")
+                } else {
+                    String::new()
+                },
+                s.device,
+                s.frames,
+                s.units,
+                s.seconds,
+                if s.splits > 0 {
+                    format!(", {} batches split after running out of memory", s.splits)
+                } else {
+                    String::new()
+                },
+                s.error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(", stopped: {e}"))
+            ));
+        }
     }
 
     /// One chunk on every device; its frame numbers start at 0 (the caller shifts them).

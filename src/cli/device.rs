@@ -71,7 +71,7 @@ impl DeviceArg {
                 Ok(Some(v.clone()))
             }
             DeviceArg::AllGpus => {
-                let gpus: Vec<Device> = arraybridge::registry()
+                let found: Vec<GpuDesc> = arraybridge::registry()
                     .device_infos()
                     .filter(|i| match i.device {
                         Device::Cuda(_) => true,
@@ -80,9 +80,13 @@ impl DeviceArg {
                         }
                         Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => false,
                     })
-                    .map(|i| i.device)
-                    .filter(|&d| (stage.supports)(d).is_ok())
+                    .filter(|i| (stage.supports)(i.device).is_ok())
+                    .map(GpuDesc::of)
                     .collect();
+                let (gpus, notes) = all_gpus(&found, stage.same_arithmetic);
+                for note in notes {
+                    eprintln!("--device all: {note}");
+                }
                 if gpus.is_empty() {
                     return Err(BridgeError::unavailable(
                         "gpu",
@@ -98,6 +102,118 @@ impl DeviceArg {
             }
         }
     }
+}
+
+/// What `--device all` needs to know of a GPU: its device, where it sits on the PCI bus
+/// (`DOMAIN:BUS:DEVICE` in hex, the domain `?` when the API does not give it), its UUID, and
+/// whether it computes in double precision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuDesc {
+    /// The device.
+    pub device: Device,
+    /// The `pci` detail of its backend (CUDA: device attributes; OpenCL: `cl_khr_pci_bus_info`
+    /// or NVIDIA's `CL_DEVICE_PCI_BUS_ID_NV`/`SLOT_ID_NV`), when there is one.
+    pub pci: Option<String>,
+    /// Its UUID (CUDA, OpenCL `cl_khr_device_uuid`), when known.
+    pub uuid: Option<String>,
+    /// Double precision.
+    pub fp64: bool,
+}
+
+impl GpuDesc {
+    fn of(i: &DeviceInfo) -> GpuDesc {
+        GpuDesc {
+            device: i.device,
+            pci: i
+                .details
+                .iter()
+                .find(|(k, _)| k == "pci")
+                .map(|(_, v)| v.clone()),
+            uuid: i.uuid.clone(),
+            fp64: i.capabilities.fp64,
+        }
+    }
+}
+
+/// A PCI address `DOMAIN:BUS:DEVICE` (hex; the domain may be `?`, unknown).
+fn parse_pci(s: &str) -> Option<(Option<u32>, u32, u32)> {
+    let mut parts = s.trim().split(':');
+    let (d, b, v) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let hex = |x: &str| u32::from_str_radix(x, 16).ok();
+    let domain = if d == "?" { None } else { Some(hex(d)?) };
+    Some((domain, hex(b)?, hex(v)?))
+}
+
+/// Whether two descriptions are one physical GPU: the same UUID, or the same PCI bus and
+/// device (and domain, where both give it). Without either, they are kept apart.
+fn same_gpu(a: &GpuDesc, b: &GpuDesc) -> bool {
+    if let (Some(x), Some(y)) = (&a.uuid, &b.uuid)
+        && x.eq_ignore_ascii_case(y)
+    {
+        return true;
+    }
+    match (
+        a.pci.as_deref().and_then(parse_pci),
+        b.pci.as_deref().and_then(parse_pci),
+    ) {
+        (Some((da, ba, va)), Some((db, bb, vb))) => {
+            ba == bb && va == vb && (da.is_none() || db.is_none() || da == db)
+        }
+        _ => false,
+    }
+}
+
+/// The devices `--device all` runs on, from every GPU the backends list (in their order), and
+/// a note per device left out: a GPU listed by both CUDA and OpenCL (matched by [`same_gpu`])
+/// is kept once, as its CUDA device (or the first listed); with `same_arithmetic` (PACO: the
+/// devices of one run must all compute in double or all in float), the GPUs without double
+/// precision are left out when others have it.
+pub fn all_gpus(found: &[GpuDesc], same_arithmetic: bool) -> (Vec<Device>, Vec<String>) {
+    let cuda = |d: &GpuDesc| matches!(d.device, Device::Cuda(_));
+    let mut notes = Vec::new();
+    let mut kept: Vec<&GpuDesc> = Vec::new();
+    for (i, g) in found.iter().enumerate() {
+        // another listing of this GPU that wins: a CUDA one, or an earlier one of the same API
+        let twin = found.iter().enumerate().find(|&(j, o)| {
+            j != i && same_gpu(g, o) && (cuda(o) && !cuda(g) || (cuda(o) == cuda(g) && j < i))
+        });
+        match twin {
+            Some((_, o)) => notes.push(format!(
+                "{} is the GPU {} already lists (same {}); it runs as {}",
+                g.device,
+                o.device,
+                if g.uuid.is_some() && g.uuid == o.uuid {
+                    "UUID"
+                } else {
+                    "PCI address"
+                },
+                o.device
+            )),
+            None => kept.push(g),
+        }
+    }
+    if same_arithmetic && kept.iter().any(|g| g.fp64) && kept.iter().any(|g| !g.fp64) {
+        let (with, without): (Vec<&GpuDesc>, Vec<&GpuDesc>) = kept.iter().partition(|g| g.fp64);
+        let list = |v: &[&GpuDesc]| {
+            v.iter()
+                .map(|g| g.device.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        notes.push(format!(
+            "left out {} (no double precision): the devices of one run must share the \
+             arithmetic, so it runs on those with double precision ({}); to run in float on the \
+             others, name them: --device {}",
+            list(&without),
+            list(&with),
+            list(&without)
+        ));
+        kept = with;
+    }
+    (kept.into_iter().map(|g| g.device).collect(), notes)
 }
 
 /// The one device of a process that runs with other ranks under MPI, from its node-local rank
@@ -135,7 +251,8 @@ pub fn several_error(arg: &DeviceArg, command: &str) -> BridgeError {
         "--device",
         format!(
             "`{command}` runs on one device; several devices (--device {arg}) are supported by \
-             `detect` (method log) and `paco` so far"
+             `detect` (method log), `paco` and `demo`, and timed on 1, 2, … of them by \
+             `arraybridge bench scaling detect|paco --device {arg}`"
         ),
     )
 }
@@ -191,6 +308,8 @@ pub struct Stage {
     pub name: &'static str,
     /// `Ok` when the stage can run on the device.
     pub supports: fn(Device) -> Result<()>,
+    /// The devices of one run must all compute in double or all in float (PACO).
+    pub same_arithmetic: bool,
 }
 
 impl std::fmt::Debug for Stage {
@@ -203,12 +322,14 @@ impl std::fmt::Debug for Stage {
 pub const DETECT: Stage = Stage {
     name: "particle detection",
     supports: |d| algorithms::detect::backend_for(d).map(|_| ()),
+    same_arithmetic: false,
 };
 
 /// PACO (`paco`, the demo).
 pub const PACO: Stage = Stage {
     name: "PACO",
     supports: |d| algorithms::paco::backend_for(d).map(|_| ()),
+    same_arithmetic: true,
 };
 
 /// Resolve `--device` for one stage: an explicit device is checked ([`check_explicit`]); `auto`
@@ -557,6 +678,85 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    fn gpu(device: Device, pci: Option<&str>, uuid: Option<&str>, fp64: bool) -> GpuDesc {
+        GpuDesc {
+            device,
+            pci: pci.map(str::to_owned),
+            uuid: uuid.map(str::to_owned),
+            fp64,
+        }
+    }
+
+    #[test]
+    fn all_lists_each_physical_gpu_once_preferring_cuda() {
+        let (c0, c1, o0, o1, o2) = (
+            Device::Cuda(0),
+            Device::Cuda(1),
+            Device::OpenCl(0),
+            Device::OpenCl(1),
+            Device::OpenCl(2),
+        );
+        // NVIDIA's OpenCL (listed first) gives bus and slot without the domain; CUDA all three
+        let found = [
+            gpu(o0, Some("?:41:00"), None, true),
+            gpu(o1, Some("?:01:00"), None, true),
+            gpu(c0, Some("0000:01:00"), Some("GPU-aa"), true),
+            gpu(c1, Some("0000:41:00"), Some("GPU-bb"), true),
+            // another vendor's GPU: no twin
+            gpu(o2, Some("0000:c3:00"), None, true),
+        ];
+        let (kept, notes) = all_gpus(&found, true);
+        assert_eq!(kept, vec![c0, c1, o2]);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("opencl:0 is the GPU cuda:1"), "{notes:?}");
+        // a UUID match (cl_khr_device_uuid) without PCI information
+        let found = [
+            gpu(c0, None, Some("GPU-aa"), true),
+            gpu(o0, None, Some("gpu-AA"), true),
+        ];
+        assert_eq!(all_gpus(&found, false).0, vec![c0]);
+        // nothing to match by: both kept; different domains: both kept
+        let found = [gpu(c0, None, None, true), gpu(o0, None, None, true)];
+        assert_eq!(all_gpus(&found, false).0, vec![c0, o0]);
+        let found = [
+            gpu(c0, Some("0000:01:00"), None, true),
+            gpu(o0, Some("0001:01:00"), None, true),
+        ];
+        assert_eq!(all_gpus(&found, false).0, vec![c0, o0]);
+        // unreadable PCI text (a failed attribute) matches nothing
+        let found = [
+            gpu(c0, Some("ffffffff:ffffffff:ffffffff"), None, true),
+            gpu(o0, Some("garbage"), None, true),
+        ];
+        assert_eq!(all_gpus(&found, false).0, vec![c0, o0]);
+        // two OpenCL platforms listing one GPU: the first is kept
+        let found = [
+            gpu(o0, Some("0000:01:00"), None, true),
+            gpu(o1, Some("0000:01:00"), None, true),
+        ];
+        assert_eq!(all_gpus(&found, false).0, vec![o0]);
+    }
+
+    #[test]
+    fn all_leaves_out_gpus_without_double_where_the_arithmetic_is_shared() {
+        let found = [
+            gpu(Device::Cuda(0), Some("0000:01:00"), None, true),
+            gpu(Device::OpenCl(0), Some("0000:02:00"), None, false),
+            gpu(Device::OpenCl(1), Some("0000:03:00"), None, false),
+        ];
+        let (kept, notes) = all_gpus(&found, true);
+        assert_eq!(kept, vec![Device::Cuda(0)]);
+        assert!(
+            notes[0].contains("left out opencl:0,opencl:1")
+                && notes[0].contains("--device opencl:0,opencl:1"),
+            "{notes:?}"
+        );
+        // detection does not need it; all without double: all kept
+        assert_eq!(all_gpus(&found, false).0.len(), 3);
+        let (kept, notes) = all_gpus(&found[1..], true);
+        assert_eq!((kept.len(), notes.len()), (2, 0));
+    }
 
     #[test]
     fn device_requests() {

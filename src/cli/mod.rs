@@ -16,6 +16,7 @@ mod devices;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod paco;
+mod scaling;
 mod track;
 
 /// arraybridge: move n-dimensional arrays between host and GPU frameworks and run scientific

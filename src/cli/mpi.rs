@@ -10,13 +10,17 @@
 //! process's; the other ranks write nothing.
 //!
 //! `detect` is spread the same way: rank 0 reads the movie chunk by chunk and broadcasts each
-//! chunk; the ranks take frame ranges; rank 0 writes the particles in frame order.
+//! chunk; the ranks take frame ranges; rank 0 writes the particles in frame order. With several
+//! input files (`--out-dir`), rank 0 hands out whole files instead ([`ask_file`],
+//! [`file_request`], [`give_file`]) and detects files itself too; each rank reads its file and
+//! writes its CSV.
 //!
 //! Failures never hang: an error on any rank is printed (naming the rank) and that rank calls
 //! `MPI_Abort`, which ends every rank with a non-zero status. A device failure on a worker
 //! rank is sent to rank 0 and handled like a local device's (`--requeue`, out-of-memory
 //! splits); if it is fatal, rank 0 prints it and aborts.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use algorithms::detect::{FramePeer, FrameServer, Movie, Particle, Refined};
@@ -52,6 +56,12 @@ const TAG_STOP: i32 = 4;
 const TAG_RESULT: i32 = 5;
 const TAG_FAIL: i32 = 6;
 const TAG_FINISH: i32 = 7;
+/// A worker asks rank 0 for the next input file (payload: its last file's report).
+const TAG_FILE: i32 = 8;
+
+/// Set once rank 0 has answered every other rank's last request for a file: from then on an
+/// error ends only this rank (no `MPI_Abort`).
+static RELEASED: AtomicBool = AtomicBool::new(false);
 
 /// The environment variables a launcher sets (Open MPI, MPICH/Hydra and Slurm's PMI, PMIx).
 pub const LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
@@ -126,6 +136,64 @@ pub fn try_zeros<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>> {
     })?;
     v.resize(n, T::default());
     Ok(v)
+}
+
+/// Rank 0: every other rank has stopped (see [`released`]).
+pub fn mark_released() {
+    RELEASED.store(true, Ordering::SeqCst);
+}
+
+/// Whether every other rank has already stopped cleanly, so an error on this rank need not end
+/// them through `MPI_Abort` (rank 0 after handing out every input file).
+pub fn released() -> bool {
+    RELEASED.load(Ordering::SeqCst)
+}
+
+/// A worker rank: send rank 0 the report of the last input file (empty before the first) and
+/// get the index of the next one, `None` when there is none left.
+pub fn ask_file(last: &[u8]) -> Result<Option<usize>> {
+    send(0, TAG_FILE, last);
+    match receive(0) {
+        Msg::Counts(TAG_UNIT, v) if v.len() == 1 => Ok(Some(
+            usize::try_from(v[0]).map_err(|_| unexpected(0, "handing out files"))?,
+        )),
+        Msg::Counts(TAG_STOP, _) => Ok(None),
+        _ => Err(unexpected(0, "handing out files")),
+    }
+}
+
+/// Rank 0: the next request for a file from any rank (the rank and its last report), polling
+/// so the lock is not held while waiting; `None` once `stop` is set.
+pub fn file_request(stop: &AtomicBool) -> Result<Option<(usize, Vec<u8>)>> {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        {
+            let _guard = lock();
+            let w = world();
+            if let Some(probed) = w.any_process().immediate_matched_probe() {
+                let (rank, tag) = (probed.1.source_rank(), probed.1.tag());
+                let bytes = probed.matched_receive_vec::<u8>().0;
+                if tag != TAG_FILE {
+                    return Err(unexpected(rank, "handing out files"));
+                }
+                return Ok(Some((usize::try_from(rank).unwrap_or(0), bytes)));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+}
+
+/// Rank 0: answer `rank`'s request with the index of its next file, or `None`: stop.
+pub fn give_file(rank: usize, file: Option<usize>) -> Result<()> {
+    let rank = i32::try_from(rank)
+        .map_err(|_| BridgeError::invalid_argument("rank", "beyond MPI's int"))?;
+    match file {
+        Some(i) => send(rank, TAG_UNIT, &[i as u64]),
+        None => send(rank, TAG_STOP, &[0u64]),
+    }
+    Ok(())
 }
 
 /// One message of another rank: its tag and its payload (bytes, numbers or counts).

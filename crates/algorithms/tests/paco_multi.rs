@@ -383,3 +383,108 @@ fn a_failing_peer_fails_the_run_or_leaves_its_work_to_the_others() {
     .unwrap_err();
     assert!(e.to_string().contains("drop cpu"), "{e}");
 }
+
+/// A peer that computes its first `ok` units and then fails with a device error that is not
+/// out of memory (a kernel that stops working in the middle of the run).
+struct FailsAfter<'a> {
+    inner: &'a ChannelPeer,
+    ok: usize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl algorithms::paco::UnitPeer for FailsAfter<'_> {
+    fn arithmetic(&self) -> (Device, bridge_core::Result<bool>) {
+        self.inner.arithmetic()
+    }
+    fn ready(&self) -> bridge_core::Result<()> {
+        self.inner.ready()
+    }
+    fn unit(&self, range: (usize, usize)) -> bridge_core::Result<Vec<f64>> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if call >= self.ok {
+            return Err(bridge_core::BridgeError::backend(
+                "opencl",
+                None,
+                "injected: the kernel launch failed",
+            ));
+        }
+        self.inner.unit(range)
+    }
+    fn finish(&self) -> bridge_core::Result<(u64, u64)> {
+        self.inner.finish()
+    }
+}
+
+/// `paco_members` with the CPU here and one peer that fails after `ok` units.
+fn with_failing_peer(
+    ok: usize,
+    p: &PacoParams,
+    policy: MultiPolicy,
+) -> bridge_core::Result<algorithms::paco::PacoMulti> {
+    use algorithms::paco::{Member, paco_members, serve_units};
+    let (c, a, psf) = cube();
+    std::thread::scope(|s| {
+        let (down_tx, down_rx) = std::sync::mpsc::channel();
+        let (up_tx, up_rx) = std::sync::mpsc::channel();
+        let (cr, ar, psfr) = (&c, &a, &psf);
+        s.spawn(move || {
+            let mut server = ChannelServer {
+                down: down_rx,
+                up: up_tx,
+            };
+            serve_units(
+                cr.view(),
+                ar.view(),
+                psfr.view(),
+                p,
+                Device::Cpu,
+                &mut server,
+            )
+            .unwrap();
+        });
+        let link = ChannelPeer {
+            down: std::sync::Mutex::new(down_tx),
+            up: std::sync::Mutex::new(up_rx),
+        };
+        let flaky = FailsAfter {
+            inner: &link,
+            ok,
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        };
+        let members = [Member::Local(Device::Cpu), Member::Peer(&flaky)];
+        paco_members(c.view(), a.view(), psf.view(), p, &members, policy)
+    })
+}
+
+#[test]
+fn a_worker_failing_mid_run_fails_the_run_or_is_requeued() {
+    let p = params(SubPixel::Off);
+    // without requeue: the run fails, naming the device and what it was doing
+    let e = with_failing_peer(0, &p, MultiPolicy::default()).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("cpu failed") && text.contains("injected"),
+        "{text}"
+    );
+    // with requeue: the CPU takes over the unit and the rest; the maps are identical
+    for ok in [0, 1] {
+        let m = with_failing_peer(
+            ok,
+            &p,
+            MultiPolicy {
+                requeue_on_failure: true,
+            },
+        )
+        .unwrap();
+        same_maps(
+            &m.maps,
+            &single(Device::Cpu, &p),
+            "requeued after a failure",
+        );
+        let peer = &m.shares[1];
+        if let Some(e) = &peer.error {
+            assert!(e.contains("injected"), "{e}");
+            assert!(peer.units <= ok, "{:?}", m.shares);
+        }
+    }
+}

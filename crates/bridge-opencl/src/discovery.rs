@@ -149,7 +149,7 @@ fn discover() -> Result<Discovery, String> {
             let name = d
                 .name()
                 .unwrap_or_else(|_| "unknown OpenCL device".to_owned());
-            let info = DeviceInfo {
+            let mut info = DeviceInfo {
                 uuid,
                 total_memory: Some(global_mem),
                 free_memory: None,
@@ -178,6 +178,28 @@ fn discover() -> Result<Discovery, String> {
                 ],
                 ..DeviceInfo::new(device, name)
             };
+            // Where the device sits on the PCI bus, formatted like bridge-cuda's `pci` detail
+            // (DOMAIN:BUS:DEVICE in hex; NVIDIA's query has no domain: `?`), so `--device all`
+            // can list a GPU seen through both APIs once.
+            let pci = if has("cl_khr_pci_bus_info") {
+                d.pcibusinfokhr_intel().ok().map(|p| {
+                    format!(
+                        "{:04x}:{:02x}:{:02x}",
+                        p.pci_domain, p.pci_bus, p.pci_device
+                    )
+                })
+            } else if has("cl_nv_device_attribute_query") {
+                match (d.pci_bus_id_nv(), d.pci_slot_id_nv()) {
+                    // the slot id holds device << 3 | function
+                    (Ok(bus), Ok(slot)) => Some(format!("?:{bus:02x}:{:02x}", slot >> 3)),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            if let Some(pci) = pci {
+                info.details.push(("pci".to_owned(), pci));
+            }
             devices.push(DeviceEntry {
                 device,
                 id: d,

@@ -9,7 +9,9 @@
 //! 2. A device per stage: with `--device auto`, [`bridge_core::offload::decide`] over the devices
 //!    of [`arraybridge::registry`] that the stage has a back end for (the choice and its reason
 //!    are printed); an explicit device must exist and every stage must support it, otherwise
-//!    the command fails before doing any work (never a silent CPU fallback).
+//!    the command fails before doing any work (never a silent CPU fallback). A list
+//!    (`opencl:0,opencl:1`) or `all` shares detection's frames and PACO's units among the
+//!    devices (the unbiased flux runs on the first), with the same results as one device.
 //! 3. Detection (`blob_log` + sub-pixel refinement), linking (trackpy `link`) and PACO.
 //! 4. Everything a user looks at, in the output directory: `detections.csv`, `tracks.csv`,
 //!    `overlay.png`, `snr.png`, `snr.fits`, `summary.txt`, `summary.json`, and the generated
@@ -35,7 +37,7 @@ use super::device::{
     paco_workload, parse_device_arg,
 };
 use algorithms::detect::synth::match_truth;
-use algorithms::detect::{DetectBackend, LogDetector, Particle, RefineParams};
+use algorithms::detect::{DetectBackend, LogDetector, MultiPolicy, Particle, RefineParams};
 use algorithms::paco::{FluxOptions, PacoParams, PsfNorm, unbiased_flux};
 use algorithms::synth::adi::synthetic_adi_with_planet;
 use algorithms::synth::movie::synthetic_movie;
@@ -53,7 +55,8 @@ use scenario::{ADI, FWHM, LINK, MATCH_RADIUS, MOVIE, adi_params};
 /// Arguments of `arraybridge demo`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Device: `auto` (the offload decision, per stage, printed), `cpu`, `cuda:N` or `opencl:N`.
+    /// Device: `auto` (the offload decision, per stage, printed), `cpu`, `cuda:N` or `opencl:N`;
+    /// or several at once (`opencl:0,opencl:1`, `all`): detection and PACO are shared by them.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
     /// Output folder (created if needed; existing demo files are replaced).
@@ -76,11 +79,17 @@ pub struct Args {
 pub fn run(args: Args, g: Global) -> Result<()> {
     let stages = g.stages();
     let t_all = Instant::now();
-    let request = args.device.clone().single("demo")?;
+    let request = args.device.clone();
     // Fail before any work when an explicit device cannot run every stage.
     if let DeviceArg::Explicit(d) = &request {
         check_explicit(*d, &[DETECT, PACO])?;
     }
+    // Several devices (`a,b` or `all`): detection's frames and PACO's units are shared by
+    // them (the unbiased flux runs on the first); each list is checked for its stage.
+    let lists = match request.devices(DETECT)? {
+        Some(det) => Some((det, request.devices(PACO)?.unwrap_or_default())),
+        None => None,
+    };
     let out = args.output.clone();
     check_output_dir(&out, &[], &[], "--output")?;
     let mut timings: Vec<(&'static str, f64)> = Vec::new();
@@ -107,11 +116,25 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         refine: Some(RefineParams::default()),
         ..Default::default()
     };
-    let (mut det_choice, mut paco_choice) = match request {
-        several @ (DeviceArg::Several(_) | DeviceArg::AllGpus) => {
-            return Err(super::device::several_error(&several, "demo"));
+    let (mut det_choice, mut paco_choice) = match &request {
+        DeviceArg::Several(_) | DeviceArg::AllGpus => {
+            let (det, paco) = lists.clone().unwrap_or_default();
+            let of = |v: &[bridge_core::Device]| -> Result<Choice> {
+                let first = *v.first().ok_or_else(|| {
+                    BridgeError::invalid_argument("--device", "no device in the list")
+                })?;
+                let names: Vec<String> = v.iter().map(ToString::to_string).collect();
+                Ok(Choice {
+                    reason: format!(
+                        "requested with --device {request}: shared by {} (first: {first})",
+                        names.join(",")
+                    ),
+                    ..Choice::explicit(first)
+                })
+            };
+            (of(&det)?, of(&paco)?)
         }
-        DeviceArg::Explicit(d) => (Choice::explicit(d), Choice::explicit(d)),
+        DeviceArg::Explicit(d) => (Choice::explicit(*d), Choice::explicit(*d)),
         DeviceArg::Auto => {
             let (cpu, sample) = measure_cpu(&synth.movie, &detector)?;
             let note = format!("measured on the first {sample} frames");
@@ -140,10 +163,17 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         det_choice.device
     ));
     let t = Instant::now();
-    let mut particles = det_choice.run("demo", |d| -> Result<Vec<Particle>> {
-        let backend: Box<dyn DetectBackend> = algorithms::detect::backend_for(d)?;
-        detector.detect_movie_with(&synth.movie, backend.as_ref(), |_| {})
-    })?;
+    let mut particles = match &lists {
+        Some((det, _)) => {
+            detector
+                .detect_movie_on(&synth.movie, det, MultiPolicy::default())?
+                .particles
+        }
+        None => det_choice.run("demo", |d| -> Result<Vec<Particle>> {
+            let backend: Box<dyn DetectBackend> = algorithms::detect::backend_for(d)?;
+            detector.detect_movie_with(&synth.movie, backend.as_ref(), |_| {})
+        })?,
+    };
     let detect_s = t.elapsed().as_secs_f64();
     timings.push(("detect", detect_s));
     let points: Vec<(u32, f64, f64)> = particles
@@ -171,13 +201,26 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         ..Default::default()
     };
     let t = Instant::now();
-    let maps = paco_choice.run("demo", |d| {
-        let p = PacoParams {
-            device: d,
-            ..params.clone()
-        };
-        algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), &p)
-    })?;
+    let maps = match &lists {
+        Some((_, devices)) => {
+            algorithms::paco::paco_on(
+                adi.cube.view(),
+                adi.angles.view(),
+                adi.psf.view(),
+                &params,
+                devices,
+                algorithms::paco::MultiPolicy::default(),
+            )?
+            .maps
+        }
+        None => paco_choice.run("demo", |d| {
+            let p = PacoParams {
+                device: d,
+                ..params.clone()
+            };
+            algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), &p)
+        })?,
+    };
     params.device = paco_choice.device;
     timings.push(("PACO", t.elapsed().as_secs_f64()));
     let mut planet = recover_planet(&maps, &adi.planet, adi.centre);

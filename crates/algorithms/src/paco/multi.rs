@@ -498,15 +498,21 @@ fn members_run(
             .unwrap_or_else(|| BridgeError::backend("paco", None, "no member can take part")));
     };
     let dbl = fp64[first].unwrap_or(true);
-    if let Some(i) = fp64.iter().position(|f| f.is_some_and(|f| f != dbl)) {
-        let kind = |f: bool| if f { "double" } else { "float" };
+    if fp64.iter().any(|f| f.is_some_and(|f| f != dbl)) {
+        let of = |want: bool| {
+            devices
+                .iter()
+                .zip(&fp64)
+                .filter(|(_, f)| **f == Some(want))
+                .map(|(d, _)| d.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (doubles, floats) = (of(true), of(false));
         return Err(BridgeError::Unsupported(format!(
-            "{} computes in {} and {} in {}: the devices of one PACO run must share the \
-             arithmetic (the maps would match neither device's run)",
-            devices[first],
-            kind(dbl),
-            devices[i],
-            kind(!dbl)
+            "{doubles} compute in double and {floats} in float: the devices of one PACO run \
+             must share the arithmetic (the maps would match neither device's run); choose \
+             one kind: --device {doubles} (double) or --device {floats} (float)"
         )));
     }
     let job_ref = &job;
