@@ -12,7 +12,7 @@ use std::time::Instant;
 use algorithms::detect::DetectMember;
 use algorithms::detect::{
     Accumulate, DetectBackend, DeviceShare, Feature, LocateParams, LogDetector, Movie, MultiPolicy,
-    Particle, Prescale, RefineParams, backend_for,
+    Particle, Prescale, RefineParams, backend_for, locate_movie_multi,
 };
 use bridge_core::{BridgeError, Result};
 
@@ -142,8 +142,8 @@ pub struct Args {
     pub locate_threshold: Option<f64>,
 
     /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`; or several
-    /// at once, `opencl:0,opencl:1` or `all` (every GPU), with `--method log`: frames go to
-    /// whichever device is free, results are the same as on one device.
+    /// at once, `opencl:0,opencl:1` or `all` (every GPU): frames go to whichever device is
+    /// free, results are the same as on one device.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
     /// With several devices: a device that fails hands its frames to the others (reported)
@@ -327,7 +327,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         if args.method == Method::Locate {
             return Err(BridgeError::invalid_argument(
                 "--method",
-                "MPI ranks run --method log; run --method locate in one process",
+                "MPI ranks run --method log; run --method locate in one process (on one \
+                 device or several: --device opencl:0,opencl:1 or all)",
             ));
         }
         let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
@@ -351,15 +352,6 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         Some(_) => None,
         None => args.device.devices(DETECT)?,
     };
-    if several.is_some() && args.method == Method::Locate {
-        return Err(BridgeError::invalid_argument(
-            "--device",
-            format!(
-                "several devices ({}) run --method log; use one device with --method locate",
-                args.device
-            ),
-        ));
-    }
     check_output_file(&args.output, &[&args.input], "--output")?;
     let start = Instant::now();
     let chunk_frames = usize::try_from(args.chunk_frames)
@@ -443,17 +435,17 @@ pub fn run(args: Args, g: Global) -> Result<()> {
                     n += ps.len();
                 }
                 Some(p) => {
-                    // several devices with --method locate were refused before reading
-                    let Runner::One(choice) = &mut runner else {
-                        return Err(BridgeError::invalid_argument(
-                            "--device",
-                            "several devices run --method log",
-                        ));
+                    let rows = match &mut runner {
+                        Runner::One(choice) => choice.run("detect", |d| {
+                            let backend = backend_for(d)?;
+                            run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
+                        })?,
+                        Runner::Several(m) => {
+                            m.locate(p, batch_size, &chunk, frame0, policy, |done| {
+                                progress.set_position((frame0 + done) as u64)
+                            })?
+                        }
                     };
-                    let rows = choice.run("detect", |d| {
-                        let backend = backend_for(d)?;
-                        run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
-                    })?;
                     out.features(&rows)?;
                     n += rows.len();
                 }
@@ -601,6 +593,34 @@ impl Multi {
         m.shares
             .extend((1..size).map(|_| DeviceShare::new(bridge_core::Device::Cpu)));
         Ok(m)
+    }
+
+    /// `locate` on one chunk on every device still working; rows numbered from `frame0`.
+    fn locate(
+        &mut self,
+        p: &LocateParams,
+        batch_size: usize,
+        chunk: &Movie,
+        frame0: usize,
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<Vec<(usize, Feature)>> {
+        let live: Vec<usize> = (0..self.backends.len())
+            .filter(|&i| self.alive[i])
+            .collect();
+        let refs: Vec<&dyn DetectBackend> =
+            live.iter().map(|&i| self.backends[i].as_ref()).collect();
+        let out = locate_movie_multi(chunk, p, &refs, batch_size, policy, progress)?;
+        for (&i, s) in live.iter().zip(out.shares) {
+            self.alive[i] = s.error.is_none();
+            self.shares[i].add(s);
+        }
+        Ok(out
+            .features
+            .into_iter()
+            .enumerate()
+            .flat_map(|(k, feats)| feats.into_iter().map(move |f| (frame0 + k, f)))
+            .collect())
     }
 
     /// One chunk on every device; its frame numbers start at 0 (the caller shifts them).

@@ -35,7 +35,10 @@ pub use gpu::GpuDetect;
 pub use gpu::OpenClDetect;
 pub use input::blob_log_array;
 pub use locate::{Feature, LocateParams, locate, locate_movie};
-pub use multi::{DetectMember, DeviceShare, FramePeer, FrameServer, MultiOutcome, MultiPolicy};
+pub use multi::{
+    DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
+    locate_movie_multi, locate_movie_on,
+};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};
 

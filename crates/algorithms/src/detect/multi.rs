@@ -14,6 +14,8 @@
 //!   [`MultiPolicy::requeue_on_failure`] is set (the others finish the movie), otherwise the
 //!   call fails with that error, naming the device.
 //!
+//! [`locate_movie_on`] and [`locate_movie_multi`] run trackpy `locate` through the same queue.
+//!
 //! Every unit is computed exactly once; the call fails when a unit is left that no device can
 //! take. [`DeviceShare`] reports what each device did.
 
@@ -27,6 +29,7 @@ use super::Movie;
 use super::backend::DetectBackend;
 use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
+use super::locate::{Feature, LocateParams};
 use crate::units::{Units, next_unit};
 
 /// What to do when a device fails with something other than running out of memory.
@@ -127,11 +130,11 @@ pub enum DetectMember<'a> {
     Peer(&'a dyn FramePeer),
 }
 
-struct Queue {
+struct Queue<T> {
     /// Frame ranges `[start, end)` and the devices working on them.
     units: Units,
     /// Results by first frame.
-    done: BTreeMap<usize, Vec<Particle>>,
+    done: BTreeMap<usize, Vec<T>>,
 }
 
 impl LogDetector {
@@ -144,18 +147,7 @@ impl LogDetector {
         devices: &[Device],
         policy: MultiPolicy,
     ) -> Result<MultiOutcome> {
-        for (i, d) in devices.iter().enumerate() {
-            if devices[..i].contains(d) {
-                return Err(BridgeError::invalid_argument(
-                    "devices",
-                    format!("{d} is named twice"),
-                ));
-            }
-        }
-        let backends = devices
-            .iter()
-            .map(|&d| backend_for(d))
-            .collect::<Result<Vec<_>>>()?;
+        let backends = open_devices(devices)?;
         let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
         self.detect_movie_multi(movie, &refs, policy, |_| {})
     }
@@ -267,126 +259,234 @@ impl LogDetector {
             ));
         }
         let (p, frames) = self.prepare(movie)?;
-        let n = frames.len();
-        let todo = (0..n)
-            .step_by(self.batch_size)
-            .map(|s| (s, (s + self.batch_size).min(n)))
-            .collect();
-        let queue = Mutex::new(Queue {
-            units: Units::new(todo, members.len()),
-            done: BTreeMap::new(),
-        });
         // each peer's device, asked once before the work starts
-        let starts: Vec<(Device, Mutex<Option<BridgeError>>)> = members
+        let starts: Vec<(Device, Option<BridgeError>)> = members
             .iter()
             .map(|m| match m {
-                DetectMember::Local(b) => (b.device(), Mutex::new(None)),
+                DetectMember::Local(b) => (b.device(), None),
                 DetectMember::Peer(p) => {
                     let (d, r) = p.device();
-                    (d, Mutex::new(r.err()))
+                    (d, r.err())
                 }
             })
             .collect();
-        let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
-        let frames_done = Mutex::new(0usize);
-        let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
-            let workers: Vec<_> = members
-                .iter()
-                .zip(&starts)
-                .map(|(member, (device, start))| {
-                    let (frames, p, lock, frames_done, progress) =
-                        (&frames, &p, &lock, &frames_done, &progress);
-                    scope.spawn(move || {
-                        let mut share = DeviceShare::new(*device);
-                        let failed = start.lock().ok().and_then(|mut e| e.take());
-                        if let Some(e) = failed {
-                            // a peer that could not start: as a failure before its first unit
-                            share.error = Some(e.to_string());
-                            lock().units.stop_device(None, e, policy, |e| match e {
-                                BridgeError::InvalidInput(_) => e,
-                                other => BridgeError::backend(
-                                    "detect",
-                                    None,
-                                    format!("{device} failed to start: {other}"),
-                                ),
-                            });
-                            return share;
-                        }
-                        while let Some((a, b)) = next_unit(|| lock().units.take()) {
-                            let t = Instant::now();
-                            // a panic in a back end is that device's failure, never a hang of
-                            // the others (its unit would otherwise stay "running")
-                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                match member {
-                                    DetectMember::Local(backend) => {
-                                        self.detect_batch(&frames[a..b], a, *backend, p)
-                                    }
-                                    DetectMember::Peer(peer) => peer.frames((a, b)),
-                                }
-                            }))
-                            .unwrap_or_else(|_| {
-                                Err(BridgeError::backend(
-                                    "detect",
-                                    None,
-                                    "the back end panicked",
-                                ))
-                            });
-                            share.seconds += t.elapsed().as_secs_f64();
-                            let mut q = lock();
-                            q.units.end_unit();
-                            match r {
-                                Ok(ps) => {
-                                    share.frames += b - a;
-                                    share.units += 1;
-                                    q.done.insert(a, ps);
-                                    drop(q);
-                                    let mut d =
-                                        frames_done.lock().unwrap_or_else(|e| e.into_inner());
-                                    *d += b - a;
-                                    progress(*d);
-                                }
-                                Err(e) if e.is_oom() && q.units.split((a, b)) => {
-                                    share.splits += 1;
-                                }
-                                Err(e) => {
-                                    share.error = Some(e.to_string());
-                                    q.units.stop_device(Some((a, b)), e, policy, |e| match e {
-                                        BridgeError::InvalidInput(_) => e,
-                                        other => BridgeError::backend(
-                                            "detect",
-                                            None,
-                                            format!("{device} failed on frames {a}..{b}: {other}"),
-                                        ),
-                                    });
-                                    break;
-                                }
-                            }
-                        }
-                        share
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| DeviceShare {
-                        error: Some("the worker thread panicked".into()),
-                        ..DeviceShare::new(Device::Cpu)
-                    })
-                })
-                .collect()
-        });
-        let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
-        let drained = q.units.finish()?;
-        let covered: usize = shares.iter().map(|s| s.frames).sum();
-        if covered != n || !drained {
-            return Err(BridgeError::backend(
-                "detect",
-                None,
-                format!("{covered} of {n} frames detected: no device could take the rest"),
-            ));
-        }
-        let particles = q.done.into_values().flatten().collect();
+        let (particles, shares) = run_queue(
+            frames.len(),
+            self.batch_size,
+            members,
+            starts,
+            policy,
+            progress,
+            |member, (a, b)| match member {
+                DetectMember::Local(backend) => self.detect_batch(&frames[a..b], a, *backend, &p),
+                DetectMember::Peer(peer) => peer.frames((a, b)),
+            },
+        )?;
         Ok(MultiOutcome { particles, shares })
     }
+}
+
+/// The back ends of `devices`, each named once.
+fn open_devices(devices: &[Device]) -> Result<Vec<Box<dyn DetectBackend>>> {
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].contains(d) {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                format!("{d} is named twice"),
+            ));
+        }
+    }
+    devices.iter().map(|&d| backend_for(d)).collect()
+}
+
+/// The features of a several-device `locate` run and each device's share.
+#[derive(Debug, Clone)]
+pub struct LocateOutcome {
+    /// One result per frame, in frame order (as [`locate_movie`](super::locate_movie) gives
+    /// them).
+    pub features: Vec<Vec<Feature>>,
+    /// One entry per device, in the order given.
+    pub shares: Vec<DeviceShare>,
+}
+
+/// `trackpy.locate` on every frame of `movie` on every device of `devices` at once: the queue
+/// of [`LogDetector::detect_movie_on`] (units of `batch_size` frames to whichever device is
+/// free, out-of-memory splits, `policy` for other failures). A frame's features do not depend
+/// on the batch it is in or the device that ran it (every device back end computes in f64 on
+/// PoCL and the host finishes each frame with the CPU's code), so the result is the same as
+/// [`locate_movie`](super::locate_movie) on one device. Unknown or unavailable devices, a
+/// device named twice, and invalid parameters are errors before any work starts.
+pub fn locate_movie_on(
+    movie: &Movie,
+    p: &LocateParams,
+    devices: &[Device],
+    batch_size: usize,
+    policy: MultiPolicy,
+) -> Result<LocateOutcome> {
+    p.validate()?;
+    let backends = open_devices(devices)?;
+    let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
+    locate_movie_multi(movie, p, &refs, batch_size, policy, |_| {})
+}
+
+/// [`locate_movie_on`] with explicit back ends; `progress(frames_done)` is called as units
+/// complete.
+pub fn locate_movie_multi(
+    movie: &Movie,
+    p: &LocateParams,
+    backends: &[&dyn DetectBackend],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    p.validate()?;
+    if backends.is_empty() {
+        return Err(BridgeError::invalid_argument(
+            "devices",
+            "at least one device is needed",
+        ));
+    }
+    if batch_size == 0 {
+        return Err(BridgeError::invalid_argument(
+            "batch_size",
+            "must be at least 1",
+        ));
+    }
+    let frames = movie.frames();
+    let starts = backends.iter().map(|b| (b.device(), None)).collect();
+    let (features, shares) = run_queue(
+        frames.len(),
+        batch_size,
+        backends,
+        starts,
+        policy,
+        progress,
+        |backend, (a, b)| {
+            let out = backend.locate_batch(&frames[a..b], p)?;
+            if out.len() != b - a {
+                return Err(BridgeError::backend(
+                    "locate",
+                    None,
+                    format!("{} results for {} frames", out.len(), b - a),
+                ));
+            }
+            Ok(out)
+        },
+    )?;
+    Ok(LocateOutcome { features, shares })
+}
+
+/// The queue of a several-device run over `n` frames in units of `batch` frames: each member
+/// (whose device and start failure, if any, are in `starts`) takes units as it is free and
+/// runs `work` on them (one result per item, items of a unit in frame order); the results of
+/// every unit, in frame order, and each member's share.
+fn run_queue<M: Sync, T: Send>(
+    n: usize,
+    batch: usize,
+    members: &[M],
+    starts: Vec<(Device, Option<BridgeError>)>,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+    work: impl Fn(&M, (usize, usize)) -> Result<Vec<T>> + Sync,
+) -> Result<(Vec<T>, Vec<DeviceShare>)> {
+    let todo = (0..n)
+        .step_by(batch.max(1))
+        .map(|s| (s, (s + batch.max(1)).min(n)))
+        .collect();
+    let queue = Mutex::new(Queue {
+        units: Units::new(todo, members.len()),
+        done: BTreeMap::new(),
+    });
+    let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+    let frames_done = Mutex::new(0usize);
+    let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
+        let workers: Vec<_> = members
+            .iter()
+            .zip(starts)
+            .map(|(member, (device, failed))| {
+                let (lock, frames_done, progress, work) = (&lock, &frames_done, &progress, &work);
+                scope.spawn(move || {
+                    let mut share = DeviceShare::new(device);
+                    if let Some(e) = failed {
+                        // a peer that could not start: as a failure before its first unit
+                        share.error = Some(e.to_string());
+                        lock().units.stop_device(None, e, policy, |e| match e {
+                            BridgeError::InvalidInput(_) => e,
+                            other => BridgeError::backend(
+                                "detect",
+                                None,
+                                format!("{device} failed to start: {other}"),
+                            ),
+                        });
+                        return share;
+                    }
+                    while let Some((a, b)) = next_unit(|| lock().units.take()) {
+                        let t = Instant::now();
+                        // a panic in a back end is that device's failure, never a hang of
+                        // the others (its unit would otherwise stay "running")
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            work(member, (a, b))
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(BridgeError::backend(
+                                "detect",
+                                None,
+                                "the back end panicked",
+                            ))
+                        });
+                        share.seconds += t.elapsed().as_secs_f64();
+                        let mut q = lock();
+                        q.units.end_unit();
+                        match r {
+                            Ok(ps) => {
+                                share.frames += b - a;
+                                share.units += 1;
+                                q.done.insert(a, ps);
+                                drop(q);
+                                let mut d = frames_done.lock().unwrap_or_else(|e| e.into_inner());
+                                *d += b - a;
+                                progress(*d);
+                            }
+                            Err(e) if e.is_oom() && q.units.split((a, b)) => {
+                                share.splits += 1;
+                            }
+                            Err(e) => {
+                                share.error = Some(e.to_string());
+                                q.units.stop_device(Some((a, b)), e, policy, |e| match e {
+                                    BridgeError::InvalidInput(_) => e,
+                                    other => BridgeError::backend(
+                                        "detect",
+                                        None,
+                                        format!("{device} failed on frames {a}..{b}: {other}"),
+                                    ),
+                                });
+                                break;
+                            }
+                        }
+                    }
+                    share
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| DeviceShare {
+                    error: Some("the worker thread panicked".into()),
+                    ..DeviceShare::new(Device::Cpu)
+                })
+            })
+            .collect()
+    });
+    let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+    let drained = q.units.finish()?;
+    let covered: usize = shares.iter().map(|s| s.frames).sum();
+    if covered != n || !drained {
+        return Err(BridgeError::backend(
+            "detect",
+            None,
+            format!("{covered} of {n} frames detected: no device could take the rest"),
+        ));
+    }
+    Ok((q.done.into_values().flatten().collect(), shares))
 }
