@@ -33,7 +33,7 @@ pub use gpu::CudaDetect;
 pub use gpu::GpuDetect;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClDetect;
-pub use input::blob_log_array;
+pub use input::{blob_log_array, locate_array};
 pub use locate::{Feature, LocateParams, locate, locate_movie};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
