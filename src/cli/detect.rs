@@ -8,11 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-#[cfg(feature = "mpi")]
-use algorithms::detect::DetectMember;
 use algorithms::detect::{
-    Accumulate, DetectBackend, DeviceShare, Feature, LocateParams, LogDetector, Movie, MultiPolicy,
-    Particle, Prescale, RefineParams, backend_for, locate_movie_multi,
+    Accumulate, DetectBackend, DetectMember, DeviceShare, Feature, LocateParams, LogDetector,
+    Movie, MultiPolicy, Particle, Prescale, RefineParams, backend_for, locate_movie_members,
 };
 use bridge_core::{BridgeError, Result};
 
@@ -345,17 +343,18 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let on_ranks: Option<Multi> = None;
     #[cfg(feature = "mpi")]
     if let Some(p) = super::mpi::place() {
-        if args.method == Method::Locate {
-            return Err(BridgeError::invalid_argument(
-                "--method",
-                "MPI ranks run --method log; run --method locate in one process (on one \
-                 device or several: --device opencl:0,opencl:1 or all)",
-            ));
-        }
         let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
         if p.rank != 0 {
             while let Some(chunk) = super::mpi::share_movie(None)? {
-                det.serve_frames(&chunk, device, &mut super::mpi::RootLink)?;
+                match &locate {
+                    None => det.serve_frames(&chunk, device, &mut super::mpi::RootLink)?,
+                    Some(lp) => algorithms::detect::serve_locate(
+                        &chunk,
+                        lp,
+                        device,
+                        &mut super::mpi::RootLink,
+                    )?,
+                }
             }
             return Ok(());
         }
@@ -629,12 +628,28 @@ impl Multi {
         let live: Vec<usize> = (0..self.backends.len())
             .filter(|&i| self.alive[i])
             .collect();
-        let refs: Vec<&dyn DetectBackend> =
-            live.iter().map(|&i| self.backends[i].as_ref()).collect();
-        let out = locate_movie_multi(chunk, p, &refs, batch_size, policy, progress)?;
-        for (&i, s) in live.iter().zip(out.shares) {
-            self.alive[i] = s.error.is_none();
-            self.shares[i].add(s);
+        #[cfg_attr(not(feature = "mpi"), allow(unused_mut))]
+        let mut members: Vec<DetectMember<'_, Vec<Feature>>> = live
+            .iter()
+            .map(|&i| DetectMember::Local(self.backends[i].as_ref()))
+            .collect();
+        #[cfg(feature = "mpi")]
+        if !self.peers.is_empty() {
+            super::mpi::share_movie(Some(chunk))?;
+            members.extend(self.peers.iter().map(|p| {
+                DetectMember::Peer(p as &dyn algorithms::detect::FramePeer<Vec<Feature>>)
+            }));
+        }
+        let out = locate_movie_members(chunk, p, &members, batch_size, policy, progress)?;
+        let n = live.len();
+        for (k, s) in out.shares.into_iter().enumerate() {
+            if k < n {
+                self.alive[live[k]] = s.error.is_none();
+                self.shares[live[k]].add(s);
+            } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
+                share.device = s.device;
+                share.add(s);
+            }
         }
         Ok(out
             .features

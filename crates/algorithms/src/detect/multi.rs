@@ -25,11 +25,11 @@ use std::time::Instant;
 
 use bridge_core::{BridgeError, Device, Result};
 
-use super::Movie;
 use super::backend::DetectBackend;
 use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
 use super::locate::{Feature, LocateParams};
+use super::{FrameView, Movie};
 use crate::units::{Units, next_unit};
 
 /// What to do when a device fails with something other than running out of memory.
@@ -98,36 +98,118 @@ fn device_name<S: serde::Serializer>(d: &Device, s: S) -> std::result::Result<S:
 }
 
 /// A member of a detection run that detects in another process (an MPI rank, say): the
-/// caller's transport to a [`LogDetector::serve_frames`] running there on the same movie and
-/// detector. Every method blocks until the answer is there; a transport failure is an error.
-pub trait FramePeer: Sync {
+/// caller's transport to a [`LogDetector::serve_frames`] (`T` = [`Particle`]) or a
+/// [`serve_locate`] (`T` = one `Vec<Feature>` per frame) running there on the same movie and
+/// parameters. Every method blocks until the answer is there; a transport failure is an error.
+pub trait FramePeer<T = Particle>: Sync {
     /// The peer's device, and whether its back end exists (or why not).
     fn device(&self) -> (Device, Result<()>);
-    /// The particles of frames `[a, b)` of the movie (frame numbers from the movie's start).
-    fn frames(&self, range: (usize, usize)) -> Result<Vec<Particle>>;
+    /// The results of frames `[a, b)` of the movie (frame numbers from the movie's start):
+    /// the particles, or the features of each frame.
+    fn frames(&self, range: (usize, usize)) -> Result<Vec<T>>;
     /// Tell the peer to stop. Called once for every peer when the run ends, failed or not.
     fn finish(&self) -> Result<()>;
 }
 
-/// The other side of a [`FramePeer`]: how [`LogDetector::serve_frames`] talks to the process
-/// that runs [`LogDetector::detect_movie_members`].
-pub trait FrameServer {
+/// The other side of a [`FramePeer`]: how [`LogDetector::serve_frames`] (or [`serve_locate`])
+/// talks to the process that runs [`LogDetector::detect_movie_members`] (or
+/// [`locate_movie_members`]).
+pub trait FrameServer<T = Particle> {
     /// Report the device, and whether its back end exists (or why not).
     fn device(&mut self, device: Device, r: Result<()>) -> Result<()>;
     /// The next frame range to detect, or `None`: stop.
     fn next(&mut self) -> Result<Option<(usize, usize)>>;
-    /// Send the particles of the range last received, or why they could not be detected.
-    fn result(&mut self, r: Result<Vec<Particle>>) -> Result<()>;
+    /// Send the results of the range last received, or why they could not be computed.
+    fn result(&mut self, r: Result<Vec<T>>) -> Result<()>;
     /// The last message.
     fn finish(&mut self) -> Result<()>;
 }
 
-/// One member of a [`LogDetector::detect_movie_members`] run.
-pub enum DetectMember<'a> {
+/// One member of a [`LogDetector::detect_movie_members`] (or, `T` = `Vec<Feature>`,
+/// [`locate_movie_members`]) run.
+pub enum DetectMember<'a, T = Particle> {
     /// A back end of this process.
     Local(&'a dyn DetectBackend),
     /// A device of another process, reached through the caller's transport.
-    Peer(&'a dyn FramePeer),
+    Peer(&'a dyn FramePeer<T>),
+}
+
+/// The device of each member (a peer is asked once) and a peer's start failure.
+fn member_starts<T>(members: &[DetectMember<'_, T>]) -> Vec<(Device, Option<BridgeError>)> {
+    members
+        .iter()
+        .map(|m| match m {
+            DetectMember::Local(b) => (b.device(), None),
+            DetectMember::Peer(p) => {
+                let (d, r) = p.device();
+                (d, r.err())
+            }
+        })
+        .collect()
+}
+
+/// Finish every peer of `members` after `run`: `run`'s error first, then the first peer's.
+fn finish_peers<T, O>(members: &[DetectMember<'_, T>], run: Result<O>) -> Result<O> {
+    let mut first_err = None;
+    for m in members {
+        if let DetectMember::Peer(p) = m
+            && let Err(e) = p.finish()
+        {
+            first_err.get_or_insert(e);
+        }
+    }
+    let out = run?;
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// The loop of a serving process: report the device (`ready`: the frames and the back end,
+/// or why not), then compute each range the server hands out with `work` until it says stop.
+fn serve<T>(
+    ready: Result<(Vec<FrameView<'_>>, Box<dyn DetectBackend>)>,
+    device: Device,
+    server: &mut dyn FrameServer<T>,
+    work: impl Fn(&[FrameView<'_>], usize, &dyn DetectBackend) -> Result<Vec<T>>,
+) -> Result<()> {
+    let (frames, backend) = match ready {
+        Ok(r) => {
+            server.device(device, Ok(()))?;
+            r
+        }
+        Err(e) => {
+            server.device(device, Err(e))?;
+            while server.next()?.is_some() {
+                server.result(Err(BridgeError::backend(
+                    "detect",
+                    None,
+                    "this member failed earlier and detects nothing",
+                )))?;
+            }
+            return server.finish();
+        }
+    };
+    while let Some((a, b)) = server.next()? {
+        let r = match frames.get(a..b) {
+            Some(batch) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                work(batch, a, backend.as_ref())
+            }))
+            .unwrap_or_else(|_| {
+                Err(BridgeError::backend(
+                    "detect",
+                    None,
+                    "the back end panicked",
+                ))
+            }),
+            None => Err(BridgeError::invalid_argument(
+                "frames",
+                format!("{a}..{b} is not within the movie's {} frames", frames.len()),
+            )),
+        };
+        server.result(r)?;
+    }
+    server.finish()
 }
 
 struct Queue<T> {
@@ -178,19 +260,7 @@ impl LogDetector {
         progress: impl Fn(usize) + Sync,
     ) -> Result<MultiOutcome> {
         let run = self.members_run(movie, members, policy, progress);
-        let mut first_err = None;
-        for m in members {
-            if let DetectMember::Peer(p) = m
-                && let Err(e) = p.finish()
-            {
-                first_err.get_or_insert(e);
-            }
-        }
-        let out = run?;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        finish_peers(members, run)
     }
 
     /// Serve the frame ranges a [`Self::detect_movie_members`] run in another process hands to
@@ -205,44 +275,15 @@ impl LogDetector {
     ) -> Result<()> {
         let ready = self
             .prepare(movie)
-            .and_then(|(p, frames)| backend_for(device).map(|b| (p, frames, b)));
-        let (p, frames, backend) = match ready {
-            Ok(r) => {
-                server.device(device, Ok(()))?;
-                r
-            }
-            Err(e) => {
-                server.device(device, Err(e))?;
-                while server.next()?.is_some() {
-                    server.result(Err(BridgeError::backend(
-                        "detect",
-                        None,
-                        "this member failed earlier and detects nothing",
-                    )))?;
-                }
-                return server.finish();
-            }
+            .and_then(|(p, frames)| backend_for(device).map(|b| ((frames, b), p)));
+        let (ready, p) = match ready {
+            Ok((r, p)) => (Ok(r), Some(p)),
+            Err(e) => (Err(e), None),
         };
-        while let Some((a, b)) = server.next()? {
-            let r = match frames.get(a..b) {
-                Some(batch) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.detect_batch(batch, a, backend.as_ref(), &p)
-                }))
-                .unwrap_or_else(|_| {
-                    Err(BridgeError::backend(
-                        "detect",
-                        None,
-                        "the back end panicked",
-                    ))
-                }),
-                None => Err(BridgeError::invalid_argument(
-                    "frames",
-                    format!("{a}..{b} is not within the movie's {} frames", frames.len()),
-                )),
-            };
-            server.result(r)?;
-        }
-        server.finish()
+        serve(ready, device, server, |batch, a, backend| match &p {
+            Some(p) => self.detect_batch(batch, a, backend, p),
+            None => Err(BridgeError::backend("detect", None, "no parameters")),
+        })
     }
 
     fn members_run(
@@ -260,16 +301,7 @@ impl LogDetector {
         }
         let (p, frames) = self.prepare(movie)?;
         // each peer's device, asked once before the work starts
-        let starts: Vec<(Device, Option<BridgeError>)> = members
-            .iter()
-            .map(|m| match m {
-                DetectMember::Local(b) => (b.device(), None),
-                DetectMember::Peer(p) => {
-                    let (d, r) = p.device();
-                    (d, r.err())
-                }
-            })
-            .collect();
+        let starts = member_starts(members);
         let (particles, shares) = run_queue(
             frames.len(),
             self.batch_size,
@@ -339,41 +371,97 @@ pub fn locate_movie_multi(
     policy: MultiPolicy,
     progress: impl Fn(usize) + Sync,
 ) -> Result<LocateOutcome> {
-    p.validate()?;
-    if backends.is_empty() {
-        return Err(BridgeError::invalid_argument(
-            "devices",
-            "at least one device is needed",
+    let members: Vec<DetectMember<'_, Vec<Feature>>> =
+        backends.iter().map(|&b| DetectMember::Local(b)).collect();
+    locate_movie_members(movie, p, &members, batch_size, policy, progress)
+}
+
+/// [`locate_movie_multi`] over back ends of this process and [`FramePeer`]s of others (MPI
+/// ranks running [`serve_locate`]): the same queue and fault handling, so the features are
+/// the same as one device's. Every peer is finished ([`FramePeer::finish`]) before this
+/// returns, failed or not.
+pub fn locate_movie_members(
+    movie: &Movie,
+    p: &LocateParams,
+    members: &[DetectMember<'_, Vec<Feature>>],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    let run = (|| {
+        p.validate()?;
+        if members.is_empty() {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                "at least one device is needed",
+            ));
+        }
+        if batch_size == 0 {
+            return Err(BridgeError::invalid_argument(
+                "batch_size",
+                "must be at least 1",
+            ));
+        }
+        let frames = movie.frames();
+        let starts = member_starts(members);
+        let (features, shares) = run_queue(
+            frames.len(),
+            batch_size,
+            members,
+            starts,
+            policy,
+            progress,
+            |member, (a, b)| match member {
+                DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
+                DetectMember::Peer(peer) => {
+                    let out = peer.frames((a, b))?;
+                    check_count(out, b - a)
+                }
+            },
+        )?;
+        Ok(LocateOutcome { features, shares })
+    })();
+    finish_peers(members, run)
+}
+
+/// `locate` on one unit of frames, one result per frame.
+fn locate_unit(
+    frames: &[FrameView<'_>],
+    backend: &dyn DetectBackend,
+    p: &LocateParams,
+) -> Result<Vec<Vec<Feature>>> {
+    check_count(backend.locate_batch(frames, p)?, frames.len())
+}
+
+/// `out` when it has one result per frame of a unit of `n`.
+fn check_count(out: Vec<Vec<Feature>>, n: usize) -> Result<Vec<Vec<Feature>>> {
+    if out.len() != n {
+        return Err(BridgeError::backend(
+            "locate",
+            None,
+            format!("{} results for {n} frames", out.len()),
         ));
     }
-    if batch_size == 0 {
-        return Err(BridgeError::invalid_argument(
-            "batch_size",
-            "must be at least 1",
-        ));
-    }
-    let frames = movie.frames();
-    let starts = backends.iter().map(|b| (b.device(), None)).collect();
-    let (features, shares) = run_queue(
-        frames.len(),
-        batch_size,
-        backends,
-        starts,
-        policy,
-        progress,
-        |backend, (a, b)| {
-            let out = backend.locate_batch(&frames[a..b], p)?;
-            if out.len() != b - a {
-                return Err(BridgeError::backend(
-                    "locate",
-                    None,
-                    format!("{} results for {} frames", out.len(), b - a),
-                ));
-            }
-            Ok(out)
-        },
-    )?;
-    Ok(LocateOutcome { features, shares })
+    Ok(out)
+}
+
+/// Serve the frame ranges a [`locate_movie_members`] run in another process hands to this
+/// one, on `device`, with the same movie and parameters: report the device, then `locate`
+/// each range [`FrameServer::next`] gives until it says stop. A failure of the device is
+/// reported to the other side; only a transport failure is returned.
+pub fn serve_locate(
+    movie: &Movie,
+    p: &LocateParams,
+    device: Device,
+    server: &mut dyn FrameServer<Vec<Feature>>,
+) -> Result<()> {
+    let ready = p
+        .validate()
+        .and_then(|()| backend_for(device))
+        .map(|b| (movie.frames(), b));
+    serve(ready, device, server, |batch, _, backend| {
+        locate_unit(batch, backend, p)
+    })
 }
 
 /// The queue of a several-device run over `n` frames in units of `batch` frames: each member
