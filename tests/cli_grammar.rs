@@ -147,6 +147,24 @@ fn every_command_has_the_same_grammar() {
     let o = run(&["detect", "m.npy", "-o", "x.csv", "--device", "gpu"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("expected auto, cpu"));
+    // there is no f16 mode (left out: nothing here could check it), and no other precision
+    // flag either: clear usage errors that point to --fast
+    let o = run(&["detect", "m.npy", "-o", "x.csv", "--precision", "f16"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("f16 is not available")
+            && err.contains("cl_khr_fp16")
+            && err.contains("--fast"),
+        "{err}"
+    );
+    let o = run(&["detect", "m.npy", "-o", "x.csv", "--precision", "bf8"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown precision") && err.contains("--fast"),
+        "{err}"
+    );
 }
 
 #[test]

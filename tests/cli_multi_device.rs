@@ -95,6 +95,72 @@ fn two_devices_write_the_same_detections_as_one() {
     assert_eq!(frames, v["frames"].as_u64().unwrap());
 }
 
+/// `--method locate` on two devices (and on the CPU beside one) writes the CSV of one device
+/// and of the CPU byte for byte (float64 on PoCL), whatever the chunks and batches.
+#[test]
+fn locate_on_two_devices_writes_the_same_csv_as_one() {
+    if !two_opencl() {
+        return;
+    }
+    let dir = tmpdir("locate");
+    let m = movie();
+    let run = |name: &str, device: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args = vec![
+            "detect".to_string(),
+            m.clone(),
+            "-o".into(),
+            out.display().to_string(),
+            "--device".into(),
+            device.into(),
+            "--method".into(),
+            "locate".into(),
+            "--diameter".into(),
+            "7".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = arraybridge(&refs);
+        assert!(
+            o.status.success(),
+            "{device}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (std::fs::read(&out).unwrap(), o)
+    };
+    let (cpu, _) = run("cpu.csv", "cpu", &[]);
+    assert!(
+        cpu.iter().filter(|&&b| b == b'\n').count() > 2,
+        "features found"
+    );
+    let (one, _) = run("one.csv", "opencl:0", &[]);
+    assert_eq!(cpu, one, "opencl:0 vs cpu");
+    let (two, o) = run(
+        "two.csv",
+        "opencl:0,opencl:1",
+        &["--batch-size", "1", "--chunk-frames", "3"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("method locate, device opencl:0,opencl:1"),
+        "{err}"
+    );
+    assert!(err.contains("  opencl:1: "), "each device's share: {err}");
+    assert_eq!(cpu, two, "two devices vs cpu");
+    let (mixed, o) = run(
+        "mixed.csv",
+        "cpu,opencl:1",
+        &["--batch-size", "2", "--json", "-q"],
+    );
+    assert_eq!(cpu, mixed, "cpu + opencl:1 vs cpu");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["method"], "locate");
+    let shares = v["devices"].as_array().unwrap();
+    assert_eq!(shares[1]["device"], "opencl:1");
+    let frames: u64 = shares.iter().map(|s| s["frames"].as_u64().unwrap()).sum();
+    assert_eq!(frames, v["frames"].as_u64().unwrap());
+}
+
 #[test]
 fn device_lists_are_checked() {
     let dir = tmpdir("lists");
@@ -127,13 +193,13 @@ fn device_lists_are_checked() {
             "-o",
             out,
             "--device",
-            "cpu,opencl:0",
+            "cpu,cpu",
             "--method",
             "locate",
             "--diameter",
             "7",
         ],
-        "--method log",
+        "named twice",
     );
     // bench detect|paco time one device; a list points at bench scaling
     for what in ["detect", "paco"] {

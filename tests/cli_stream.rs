@@ -1,6 +1,7 @@
 //! `arraybridge detect` streams its input: `--chunk-frames` changes nothing in the output (npy,
 //! multi-page TIFF, a folder of PNG frames; `log` and `locate`), and a movie larger than the
-//! memory budget is detected one chunk at a time.
+//! memory budget is detected one chunk at a time. A run that fails midway leaves no partial
+//! output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -103,9 +104,8 @@ fn npy_and_tiff_stream_with_identical_results() {
     }
 }
 
-#[test]
-fn folders_stream_with_identical_results() {
-    let d = tmpdir("folder");
+/// A folder of the fixture's frames as 16-bit PNG files, `frame_000.png`, ...
+fn png_folder(d: &Path) -> PathBuf {
     let NpyArray::U16(m) = read_npy(&fixture("movie/movie_u16.npy")).unwrap() else {
         panic!("u16 fixture")
     };
@@ -125,7 +125,71 @@ fn folders_stream_with_identical_results() {
             .collect();
         wr.write_image_data(&data).unwrap();
     }
+    folder
+}
+
+#[test]
+fn folders_stream_with_identical_results() {
+    let d = tmpdir("folder");
+    let folder = png_folder(&d);
     chunking_changes_nothing(&folder, &d, LOG);
+}
+
+/// A movie that turns out bad after the first chunks were detected and written (a corrupt
+/// last frame in a folder, a TIFF cut short) fails the run and leaves no partial CSV: nothing
+/// at the output path (or the file that was there, unchanged) and no temporary file.
+#[test]
+fn a_run_that_fails_midway_leaves_no_partial_output() {
+    let d = tmpdir("partial");
+    let folder = png_folder(&d);
+    std::fs::write(
+        folder.join("frame_005.png"),
+        b"\x89PNG\r\n\x1a\nnot a png at all",
+    )
+    .unwrap();
+    let tif = std::fs::read(fixture("movie/movie_u16.tif")).unwrap();
+    let cut = d.join("cut.tif");
+    std::fs::write(&cut, &tif[..tif.len() * 3 / 4]).unwrap();
+    let out_dir = d.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    for (input, what) in [(&folder, "corrupt frame"), (&cut, "truncated TIFF")] {
+        for extra in [LOG, LOCATE] {
+            let out = out_dir.join("x.csv");
+            for before in [None, Some(&b"frame,y,x\n"[..])] {
+                let _ = std::fs::remove_file(&out);
+                if let Some(b) = before {
+                    std::fs::write(&out, b).unwrap();
+                }
+                let o = Command::new(BIN)
+                    .args([
+                        "detect",
+                        input.to_str().unwrap(),
+                        "-o",
+                        out.to_str().unwrap(),
+                    ])
+                    .args(["--device", "cpu", "--chunk-frames", "2", "-q"])
+                    .args(extra)
+                    .output()
+                    .unwrap();
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(!o.status.success(), "{what} {extra:?}: should fail");
+                assert!(!err.contains("panicked"), "{err}");
+                if input == &folder {
+                    assert!(err.contains("frame_005"), "names the bad frame: {err}");
+                }
+                match before {
+                    None => assert!(!out.exists(), "{what} {extra:?}: a partial CSV was left"),
+                    Some(b) => assert_eq!(std::fs::read(&out).unwrap(), b, "{what}: replaced"),
+                }
+                let left: Vec<_> = std::fs::read_dir(&out_dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .filter(|n| n != "x.csv")
+                    .collect();
+                assert!(left.is_empty(), "{what}: temporary files left: {left:?}");
+            }
+        }
+    }
 }
 
 #[test]

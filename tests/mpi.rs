@@ -1,6 +1,6 @@
 //! `mpirun -n N arraybridge paco|detect` (the `mpi` feature): the files are byte-identical to
 //! one process's, with 2 and 3 ranks (paco without and with sub-pixel templates, detect over
-//! several chunks); a bad device and a
+//! several chunks, `--method log` and `locate`); a bad device and a
 //! missing input end every rank quickly with the message and a non-zero status; commands other
 //! than `paco` and `detect` refuse to run on several ranks. Skips (printing why) without `mpirun`; fails
 //! instead under `ARRAYBRIDGE_REQUIRE_MPI=1` (scripts/test.sh sets it where `mpirun` exists).
@@ -235,7 +235,7 @@ fn failures_end_every_rank_with_the_message() {
         &["devices"],
         "only `paco` and `detect` run across MPI ranks",
     );
-    // a detection device no rank has, and --method locate
+    // a detection device no rank has (log and locate)
     let movie = movie();
     let csv = dir.join("x.csv");
     let csv = csv.to_str().unwrap();
@@ -255,8 +255,10 @@ fn failures_end_every_rank_with_the_message() {
             "locate",
             "--diameter",
             "7",
+            "--device",
+            "opencl:9",
         ],
-        "--method log",
+        "opencl:9",
     );
     // one rank is a normal run
     let (o, _) = mpirun(1, &["devices"]);
@@ -426,4 +428,54 @@ fn a_corrupt_file_ends_every_rank_or_is_listed_with_keep_going() {
         assert!(out.join(format!("{stem}.csv")).exists(), "{stem}: {err}");
     }
     assert!(!out.join("bad.csv").exists());
+}
+
+#[test]
+fn locate_on_ranks_writes_the_same_csv_as_one_process() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tmpdir("locate");
+    let movie = movie();
+    let run_args = |out: &Path| -> Vec<String> {
+        [
+            "detect",
+            &movie,
+            "-o",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--method",
+            "locate",
+            "--diameter",
+            "7",
+            "--batch-size",
+            "1",
+            "--chunk-frames",
+            "4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let one = dir.join("one.csv");
+    let a = run_args(&one);
+    let o = single(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&one).unwrap().len() > 200, "features found");
+    for n in [2, 3] {
+        let out = dir.join(format!("ranks{n}.csv"));
+        let a = run_args(&out);
+        let (o, took) = mpirun(n, &a.iter().map(String::as_str).collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{n} ranks: {err}");
+        assert!(err.contains(&format!("{n} MPI ranks")), "{err}");
+        assert!(err.contains("method locate"), "{err}");
+        assert!(err.contains(&format!("rank {} cpu: ", n - 1)), "{err}");
+        assert!(
+            std::fs::read(&one).unwrap() == std::fs::read(&out).unwrap(),
+            "{n} ranks: the CSV differs from the single process's"
+        );
+        eprintln!("locate on {n} ranks: {took:?}");
+    }
 }

@@ -8,11 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-#[cfg(feature = "mpi")]
-use algorithms::detect::DetectMember;
 use algorithms::detect::{
-    Accumulate, DetectBackend, DeviceShare, Feature, LocateParams, LogDetector, Movie, MultiPolicy,
-    Particle, Prescale, RefineParams, backend_for,
+    Accumulate, DetectBackend, DetectMember, DeviceShare, Feature, LocateParams, LogDetector,
+    Movie, MultiPolicy, Particle, Prescale, RefineParams, backend_for, locate_movie_members,
 };
 use bridge_core::{BridgeError, Result};
 
@@ -52,6 +50,23 @@ fn parse_opt_f64(s: &str) -> std::result::Result<MaybeF64, String> {
                 Err(format!("{s:?} is not finite"))
             }
         })
+}
+
+/// `--precision`: not a mode of this tool. The LoG passes accumulate in float64 (default) or
+/// float32 (`--fast`); a float16 mode was left out (see `docs/perf.md`, "Precision"), so every
+/// value is a usage error that says so.
+fn parse_precision(s: &str) -> std::result::Result<String, String> {
+    let how = "detection computes in float64 (the default, the CPU's results) or float32 \
+               (`--fast`: the LoG passes in f32); there is no --precision flag";
+    if s.trim().eq_ignore_ascii_case("f16") || s.trim().eq_ignore_ascii_case("half") {
+        Err(format!(
+            "--precision f16 is not available: no device here has f16 arithmetic to check that \
+             f16 detections match the f32 path on the fixtures (PoCL lacks cl_khr_fp16), so the \
+             mode was left out; {how}"
+        ))
+    } else {
+        Err(format!("unknown precision {s:?}: {how}"))
+    }
 }
 
 fn parse_prescale(s: &str) -> std::result::Result<Prescale, String> {
@@ -117,6 +132,10 @@ pub struct Args {
     /// responses within that distance of the threshold can change). Default: exact f64.
     #[arg(long)]
     pub fast: bool,
+    /// Not a mode: any value (`f16` included) is a usage error explaining why (float64 by
+    /// default, float32 with `--fast`; f16 was left out, docs/perf.md "Precision").
+    #[arg(long, hide = true, value_parser = parse_precision)]
+    pub precision: Option<String>,
 
     /// [locate] Feature diameter (odd); required with --method locate.
     #[arg(long)]
@@ -153,8 +172,8 @@ pub struct Args {
     pub locate_threshold: Option<f64>,
 
     /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`; or several
-    /// at once, `opencl:0,opencl:1` or `all` (every GPU), with `--method log`: frames go to
-    /// whichever device is free, results are the same as on one device.
+    /// at once, `opencl:0,opencl:1` or `all` (every GPU): frames go to whichever device is
+    /// free, results are the same as on one device.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
     /// With several devices: a device that fails hands its frames to the others (reported)
@@ -470,17 +489,7 @@ fn local_devices(job: &Job<'_>) -> Result<Option<Vec<bridge_core::Device>>> {
     if let DeviceArg::Explicit(d) = &args.device {
         check_explicit(*d, &[DETECT])?;
     }
-    let several = args.device.devices(DETECT)?;
-    if several.is_some() && args.method == Method::Locate {
-        return Err(BridgeError::invalid_argument(
-            "--device",
-            format!(
-                "several devices ({}) run --method log; use one device with --method locate",
-                args.device
-            ),
-        ));
-    }
-    Ok(several)
+    args.device.devices(DETECT)
 }
 
 /// One input, `-o FILE`: under mpirun its chunks are shared by the ranks.
@@ -492,18 +501,20 @@ fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     let mut on_ranks = None;
     #[cfg(feature = "mpi")]
     if let Some(p) = super::mpi::place() {
-        if args.method == Method::Locate {
-            return Err(BridgeError::invalid_argument(
-                "--method",
-                "MPI ranks run --method log on one movie; run --method locate in one process \
-                 (or several movies with --out-dir)",
-            ));
-        }
         let (device, how) = super::device::rank_device(&args.device, DETECT, p.local_rank)?;
         if p.rank != 0 {
             while let Some(chunk) = super::mpi::share_movie(None)? {
-                job.det
-                    .serve_frames(&chunk, device, &mut super::mpi::RootLink)?;
+                match job.locate {
+                    None => job
+                        .det
+                        .serve_frames(&chunk, device, &mut super::mpi::RootLink)?,
+                    Some(lp) => algorithms::detect::serve_locate(
+                        &chunk,
+                        lp,
+                        device,
+                        &mut super::mpi::RootLink,
+                    )?,
+                }
             }
             return Ok(());
         }
@@ -956,17 +967,17 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
                     n += ps.len();
                 }
                 Some(p) => {
-                    // several devices with --method locate were refused before reading
-                    let Runner::One(choice) = &mut runner else {
-                        return Err(BridgeError::invalid_argument(
-                            "--device",
-                            "several devices run --method log",
-                        ));
+                    let rows = match &mut runner {
+                        Runner::One(choice) => choice.run("detect", |d| {
+                            let backend = backend_for(d)?;
+                            run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
+                        })?,
+                        Runner::Several(m) => {
+                            m.locate(p, batch_size, &chunk, frame0, policy, |done| {
+                                progress.set_position((frame0 + done) as u64)
+                            })?
+                        }
                     };
-                    let rows = choice.run("detect", |d| {
-                        let backend = backend_for(d)?;
-                        run_locate(p, batch_size, &chunk, frame0, backend.as_ref())
-                    })?;
                     out.features(&rows)?;
                     n += rows.len();
                 }
@@ -1086,6 +1097,50 @@ impl Multi {
                     .map_or_else(String::new, |e| format!(", stopped: {e}"))
             ));
         }
+    }
+
+    /// `locate` on one chunk on every device still working; rows numbered from `frame0`.
+    fn locate(
+        &mut self,
+        p: &LocateParams,
+        batch_size: usize,
+        chunk: &Movie,
+        frame0: usize,
+        policy: MultiPolicy,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<Vec<(usize, Feature)>> {
+        let live: Vec<usize> = (0..self.backends.len())
+            .filter(|&i| self.alive[i])
+            .collect();
+        #[cfg_attr(not(feature = "mpi"), allow(unused_mut))]
+        let mut members: Vec<DetectMember<'_, Vec<Feature>>> = live
+            .iter()
+            .map(|&i| DetectMember::Local(self.backends[i].as_ref()))
+            .collect();
+        #[cfg(feature = "mpi")]
+        if !self.peers.is_empty() {
+            super::mpi::share_movie(Some(chunk))?;
+            members.extend(self.peers.iter().map(|p| {
+                DetectMember::Peer(p as &dyn algorithms::detect::FramePeer<Vec<Feature>>)
+            }));
+        }
+        let out = locate_movie_members(chunk, p, &members, batch_size, policy, progress)?;
+        let n = live.len();
+        for (k, s) in out.shares.into_iter().enumerate() {
+            if k < n {
+                self.alive[live[k]] = s.error.is_none();
+                self.shares[live[k]].add(s);
+            } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
+                share.device = s.device;
+                share.add(s);
+            }
+        }
+        Ok(out
+            .features
+            .into_iter()
+            .enumerate()
+            .flat_map(|(k, feats)| feats.into_iter().map(move |f| (frame0 + k, f)))
+            .collect())
     }
 
     /// One chunk on every device; its frame numbers start at 0 (the caller shifts them).

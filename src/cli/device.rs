@@ -251,7 +251,7 @@ pub fn several_error(arg: &DeviceArg, command: &str) -> BridgeError {
         "--device",
         format!(
             "`{command}` runs on one device; several devices (--device {arg}) are supported by \
-             `detect` (method log), `paco` and `demo`, and timed on 1, 2, … of them by \
+             `detect` (both methods), `paco` and `demo`, and timed on 1, 2, … of them by \
              `arraybridge bench scaling detect|paco --device {arg}`"
         ),
     )

@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use algorithms::detect::{FramePeer, FrameServer, Movie, Particle, Refined};
+use algorithms::detect::{Feature, FramePeer, FrameServer, Movie, Particle, Refined};
 use algorithms::paco::{UnitPeer, UnitServer};
 use bridge_core::{BridgeError, Device, Result};
 use mpi::Threading;
@@ -373,6 +373,86 @@ impl FramePeer for RankPeer {
     }
 }
 
+impl FramePeer<Vec<Feature>> for RankPeer {
+    fn device(&self) -> (Device, Result<()>) {
+        let (d, r) = self.arithmetic();
+        (d, r.map(|_| ()))
+    }
+
+    fn frames(&self, (a, b): (usize, usize)) -> Result<Vec<Vec<Feature>>> {
+        send(self.rank, TAG_UNIT, &[a as u64, b as u64]);
+        match receive(self.rank) {
+            Msg::Numbers(v) => decode_features(&v),
+            Msg::Bytes(TAG_FAIL, b) => Err(decode_error(&b, self.rank)),
+            _ => Err(unexpected(self.rank, "locating features")),
+        }
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.stop();
+        Ok(())
+    }
+}
+
+/// Numbers per `locate` feature in a message.
+const FEATURE_SLOTS: usize = 8;
+
+/// The features of each frame as numbers, exactly: per frame its count, then each feature's
+/// `y, x, mass, size, ecc, signal, raw_mass, ep`.
+fn encode_features(frames: &[Vec<Feature>]) -> Vec<f64> {
+    let n: usize = frames.iter().map(|f| 1 + f.len() * FEATURE_SLOTS).sum();
+    let mut v = Vec::with_capacity(n);
+    for fs in frames {
+        v.push(fs.len() as f64);
+        for f in fs {
+            v.extend([f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep]);
+        }
+    }
+    v
+}
+
+/// The features [`encode_features`] wrote.
+fn decode_features(v: &[f64]) -> Result<Vec<Vec<Feature>>> {
+    let bad = || {
+        BridgeError::backend(
+            "mpi",
+            None,
+            format!("a malformed feature message of {} numbers", v.len()),
+        )
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let n = v[i];
+        if !(n >= 0.0 && n.fract() == 0.0) {
+            return Err(bad());
+        }
+        let n = n as usize;
+        let end = n
+            .checked_mul(FEATURE_SLOTS)
+            .and_then(|k| k.checked_add(i + 1))
+            .filter(|&e| e <= v.len())
+            .ok_or_else(bad)?;
+        out.push(
+            v[i + 1..end]
+                .chunks_exact(FEATURE_SLOTS)
+                .map(|c| Feature {
+                    y: c[0],
+                    x: c[1],
+                    mass: c[2],
+                    size: c[3],
+                    ecc: c[4],
+                    signal: c[5],
+                    raw_mass: c[6],
+                    ep: c[7],
+                })
+                .collect(),
+        );
+        i = end;
+    }
+    Ok(out)
+}
+
 /// Numbers per particle in a message.
 const PARTICLE_SLOTS: usize = 19;
 
@@ -514,6 +594,24 @@ impl FrameServer for RootLink {
 
     fn result(&mut self, r: Result<Vec<Particle>>) -> Result<()> {
         UnitServer::result(self, r.map(|ps| encode_particles(&ps)))
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        UnitServer::finish(self, (0, 0))
+    }
+}
+
+impl FrameServer<Vec<Feature>> for RootLink {
+    fn device(&mut self, device: Device, r: Result<()>) -> Result<()> {
+        UnitServer::arithmetic(self, device, r.map(|()| true))
+    }
+
+    fn next(&mut self) -> Result<Option<(usize, usize)>> {
+        UnitServer::next(self)
+    }
+
+    fn result(&mut self, r: Result<Vec<Vec<Feature>>>) -> Result<()> {
+        UnitServer::result(self, r.map(|fs| encode_features(&fs)))
     }
 
     fn finish(&mut self) -> Result<()> {

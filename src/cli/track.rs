@@ -17,7 +17,8 @@
 //! `--json`). This needs the rows sorted by frame (a frame number going backwards is an error
 //! naming its line); `--unsorted` reads the whole table first instead (within the budget),
 //! which accepts any order. Both give the same bytes on sorted input. On an error no partial
-//! output file is left.
+//! output file is left (the table is written under a temporary name and renamed at the end,
+//! `io::staged`).
 //!
 //! Every subnet is solved optimally however large (trackpy stops at 30 sources with
 //! `SubnetOversizeException`); `--max-subnet N` opts into a greedy assignment above N sources,
@@ -500,16 +501,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         let (rows_out, tracks, held_max) = sink.finish(&engine)?;
         Ok((rows_in, rows_out, tracks, held_max))
     })();
-    let (rows_in, rows_out, tracks, held_max) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            // no partial table is left behind (a regular file only: not a pipe or a device)
-            if std::fs::metadata(&args.output).is_ok_and(|m| m.is_file()) {
-                let _ = std::fs::remove_file(&args.output);
-            }
-            return Err(e);
-        }
-    };
+    // on an error the writer is dropped unfinished: no partial table appears
+    // (`io::staged`), and a file already at the output path is left as it was
+    let (rows_in, rows_out, tracks, held_max) = result?;
     let (detail, stats) = match (&engine, &params) {
         (Engine::Optimal(l), Some(p)) => {
             let s = l.stats();

@@ -208,13 +208,17 @@ impl Canvas {
             .map_err(|_| BridgeError::invalid_argument("width", "too large for PNG"))?;
         let height = u32::try_from(self.height)
             .map_err(|_| BridgeError::invalid_argument("height", "too large for PNG"))?;
-        let file = std::fs::File::create(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-        let mut enc = png::Encoder::new(std::io::BufWriter::new(file), width, height);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut w = enc.write_header().map_err(bad)?;
-        w.write_image_data(&self.pixels).map_err(bad)?;
-        w.finish().map_err(bad)
+        // written under a temporary name, in place only once complete (no partial figure)
+        let mut file = crate::io::staged::Staged::create(path)?;
+        {
+            let mut enc = png::Encoder::new(std::io::BufWriter::new(&mut file), width, height);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut w = enc.write_header().map_err(bad)?;
+            w.write_image_data(&self.pixels).map_err(bad)?;
+            w.finish().map_err(bad)?;
+        }
+        file.commit()
     }
 }
 

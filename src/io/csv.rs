@@ -38,6 +38,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use super::staged::Staged;
 use bridge_core::host::{Budget, format_bytes};
 use bridge_core::{BridgeError, Result};
 
@@ -594,19 +595,23 @@ fn field_frame(
 }
 
 /// A CSV file being written (see [`create_writer`]). Call [`TableWriter::finish`] at the end:
-/// it flushes and reports the last write errors, which dropping the writer would lose.
+/// it flushes, reports the last write errors and puts the file in place; a writer dropped
+/// without it (an error midway) leaves no file behind.
 #[derive(Debug)]
 pub struct TableWriter {
     path: String,
-    inner: ::csv::Writer<File>,
+    inner: ::csv::Writer<Staged>,
 }
 
-/// Create (or truncate) `path` for writing CSV: LF line ends, fields quoted only when needed.
+/// Start writing CSV to `path`: LF line ends, fields quoted only when needed. The table is
+/// written under a temporary name in the same folder and appears at `path` whole, when
+/// [`TableWriter::finish`] succeeds ([`super::staged`]): a run that fails midway leaves no
+/// partial table (and an existing file at `path` unchanged).
 ///
 /// Errors: [`BridgeError::Io`] naming the path.
 pub fn create_writer(path: &Path) -> Result<TableWriter> {
     let name = path.display().to_string();
-    let file = File::create(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+    let file = Staged::create(path)?;
     Ok(TableWriter {
         inner: ::csv::WriterBuilder::new().from_writer(file),
         path: name,
@@ -641,11 +646,16 @@ impl TableWriter {
         &self.path
     }
 
-    /// Flush everything to the file.
+    /// Flush everything and put the file in place (renamed over the final path).
     pub fn finish(mut self) -> Result<()> {
         self.inner
             .flush()
-            .map_err(|e| BridgeError::io(self.path.clone(), e))
+            .map_err(|e| BridgeError::io(self.path.clone(), e))?;
+        let staged = self
+            .inner
+            .into_inner()
+            .map_err(|e| BridgeError::io(self.path.clone(), e.into_error()))?;
+        staged.commit()
     }
 }
 

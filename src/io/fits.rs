@@ -441,7 +441,8 @@ pub fn read_image_hdu_with_budget(
     )))
 }
 
-/// Write `data` as a float64 (BITPIX = −64) primary image, replacing any existing file.
+/// Write `data` as a float64 (BITPIX = −64) primary image, replacing any existing file once
+/// the new one is complete (written under a temporary name, [`super::staged`]).
 pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
     let path = path.as_ref();
     if data.ndim() == 0 {
@@ -460,15 +461,15 @@ pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
             ),
         ));
     }
-    if path.exists() {
-        std::fs::remove_file(path).map_err(|e| BridgeError::io(path.display().to_string(), e))?;
-    }
+    // written under a temporary name, in place only once complete (no partial image)
+    // (messages name the final path)
+    let staged = super::staged::Staged::reserve(path)?;
     let dims: Vec<usize> = data.shape().to_vec();
     let desc = ImageDescription {
         data_type: ImageType::Double,
         dimensions: &dims,
     };
-    let mut f = FitsFile::create(path)
+    let mut f = FitsFile::create(staged.write_path())
         .with_custom_primary(&desc)
         .open()
         .map_err(|e| fitsio_err(path, "cannot create FITS file", e))?;
@@ -478,7 +479,8 @@ pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
     let flat: Vec<f64> = data.iter().copied().collect();
     hdu.write_image(&mut f, &flat)
         .map_err(|e| fitsio_err(path, "cannot write image", e))?;
-    Ok(())
+    drop(f);
+    staged.commit()
 }
 
 #[cfg(test)]

@@ -4,5 +4,6 @@ pub mod csv;
 pub mod fits;
 pub mod image;
 pub mod npy;
+pub mod staged;
 pub mod stream;
 pub mod tiff;

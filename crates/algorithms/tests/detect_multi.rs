@@ -99,16 +99,7 @@ impl DetectBackend for Flaky {
         p: &BlobLogParams,
         acc: Accumulate,
     ) -> Result<Vec<Vec<Blob>>> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        match self.fault {
-            Fault::OomOver(n) if frames.len() > n => return Err(oom(self.device)),
-            Fault::OomAlways => return Err(oom(self.device)),
-            Fault::FailAfter(n) if call >= n => {
-                return Err(BridgeError::backend("test", Some(-5), "device lost"));
-            }
-            Fault::Panic => panic!("injected panic"),
-            _ => {}
-        }
+        self.misbehave(frames.len())?;
         CpuBackend.blob_log_batch_acc(frames, p, acc)
     }
     fn locate_batch(
@@ -116,7 +107,24 @@ impl DetectBackend for Flaky {
         frames: &[FrameView<'_>],
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
+        self.misbehave(frames.len())?;
         CpuBackend.locate_batch(frames, p)
+    }
+}
+
+impl Flaky {
+    /// The injected fault of a call on `frames` frames, if it is due.
+    fn misbehave(&self, frames: usize) -> Result<()> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.fault {
+            Fault::OomOver(n) if frames > n => Err(oom(self.device)),
+            Fault::OomAlways => Err(oom(self.device)),
+            Fault::FailAfter(n) if call >= n => {
+                Err(BridgeError::backend("test", Some(-5), "device lost"))
+            }
+            Fault::Panic => panic!("injected panic"),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -326,6 +334,249 @@ fn pocl_two_devices() {
             ("ARRAYBRIDGE_TEST_TWO_POCL", "1"),
         ],
         &["pocl_two_devices_inner"],
+    );
+}
+
+/// A u16 movie of bright spots for `locate` (the synthetic movie at seed `seed`).
+fn spots_movie(frames: usize, seed: u64) -> Movie {
+    synthetic_movie(frames, 64, 12, 1.0, seed).movie
+}
+
+fn same_features(a: &[Vec<Feature>], b: &[Vec<Feature>], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: frame counts");
+    for (t, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.len(), y.len(), "{what}: frame {t} feature counts");
+        for (f, g) in x.iter().zip(y) {
+            let bits = |f: &Feature| {
+                [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep].map(f64::to_bits)
+            };
+            assert_eq!(bits(f), bits(g), "{what}: frame {t}");
+        }
+    }
+}
+
+#[test]
+fn locate_on_several_devices_equals_one() {
+    let p = LocateParams::new(7);
+    for (seed, batch) in [(3, 4), (11, 1), (29, 5)] {
+        let m = spots_movie(13, seed);
+        let one = algorithms::detect::locate_movie(&m, &p, Device::Cpu).unwrap();
+        assert!(one.iter().map(Vec::len).sum::<usize>() > 0);
+        let (a, b) = (CpuBackend, CpuBackend);
+        let out = algorithms::detect::locate_movie_multi(
+            &m,
+            &p,
+            &[&a, &b],
+            batch,
+            MultiPolicy::default(),
+            |_| {},
+        )
+        .unwrap();
+        same_features(&out.features, &one, "two cpu back ends");
+        assert_eq!(out.shares.iter().map(|s| s.frames).sum::<usize>(), 13);
+        assert_eq!(
+            out.shares.iter().map(|s| s.units).sum::<usize>(),
+            13usize.div_ceil(batch)
+        );
+        let out =
+            algorithms::detect::locate_movie_on(&m, &p, &[Device::Cpu], batch, Default::default())
+                .unwrap();
+        same_features(&out.features, &one, "locate_movie_on cpu");
+    }
+}
+
+#[test]
+fn locate_faults_stay_local() {
+    let m = spots_movie(11, 5);
+    let p = LocateParams::new(7);
+    let one = algorithms::detect::locate_movie(&m, &p, Device::Cpu).unwrap();
+    // out of memory on more than one frame: split down to single frames on that device
+    let small = Flaky::new(Fault::OomOver(1), 0);
+    let out = algorithms::detect::locate_movie_multi(
+        &m,
+        &p,
+        &[&small],
+        4,
+        MultiPolicy::default(),
+        |_| {},
+    )
+    .unwrap();
+    same_features(&out.features, &one, "oom splits");
+    assert!(out.shares[0].splits > 0);
+    // a device that fits nothing hands its frames to the other
+    let full = Flaky::new(Fault::OomAlways, 0);
+    let out = algorithms::detect::locate_movie_multi(
+        &m,
+        &p,
+        &[&full, &CpuBackend],
+        3,
+        MultiPolicy::default(),
+        |_| {},
+    )
+    .unwrap();
+    same_features(&out.features, &one, "oom hand-off");
+    assert_eq!(out.shares[0].frames, 0);
+    // a lost device fails the run, or with requeue leaves its frames to the other
+    let lost = Flaky::new(Fault::FailAfter(1), 2);
+    let err = algorithms::detect::locate_movie_multi(
+        &m,
+        &p,
+        &[&lost, &CpuBackend],
+        2,
+        MultiPolicy::default(),
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("opencl:2"), "{err}");
+    let lost = Flaky::new(Fault::FailAfter(1), 2);
+    let out = algorithms::detect::locate_movie_multi(
+        &m,
+        &p,
+        &[&lost, &CpuBackend],
+        2,
+        MultiPolicy {
+            requeue_on_failure: true,
+        },
+        |_| {},
+    )
+    .unwrap();
+    same_features(&out.features, &one, "requeue");
+    assert!(out.shares[0].error.is_some());
+    // bad calls
+    assert!(
+        algorithms::detect::locate_movie_multi(&m, &p, &[], 2, MultiPolicy::default(), |_| {})
+            .is_err()
+    );
+    assert!(
+        algorithms::detect::locate_movie_multi(
+            &m,
+            &p,
+            &[&CpuBackend],
+            0,
+            MultiPolicy::default(),
+            |_| {}
+        )
+        .is_err()
+    );
+    let err = algorithms::detect::locate_movie_on(
+        &m,
+        &p,
+        &[Device::Cpu, Device::Cpu],
+        2,
+        MultiPolicy::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+    let bad = LocateParams::new(6);
+    assert!(
+        algorithms::detect::locate_movie_on(&m, &bad, &[Device::Cpu], 2, Default::default())
+            .is_err()
+    );
+}
+
+/// `locate` on two PoCL devices (float64): bit for bit the features of one device and of the
+/// CPU, on synthetic u16 and f32 movies and the detection fixture movie; then with opencl:1
+/// under a memory limit too small for one frame (it runs out of memory and leaves its frames
+/// to opencl:0), still the same.
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_two_devices_locate_inner() {
+    if std::env::var("ARRAYBRIDGE_TEST_TWO_POCL_LOCATE").is_err() {
+        return; // run by `pocl_two_devices_locate` in a child process
+    }
+    let n = bridge_opencl::shared().device_count();
+    if n < 2 {
+        assert!(
+            !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
+            "ARRAYBRIDGE_REQUIRE_OPENCL=1 but {n} OpenCL device(s)"
+        );
+        eprintln!("skipping: {n} OpenCL device(s)");
+        return;
+    }
+    use algorithms::detect::{locate_movie, locate_movie_on};
+    let two = [Device::OpenCl(0), Device::OpenCl(1)];
+    let fixture = {
+        let npy =
+            test_support::npy::read(&bridge_core::fixtures::path("detect/movie/movie_u16.npy"));
+        let shape = (npy.shape[0], npy.shape[1], npy.shape[2]);
+        Movie::U16(ndarray::Array3::from_shape_vec(shape, npy.u16s()).unwrap())
+    };
+    let mut movies = vec![
+        ("u16", spots_movie(10, 41), LocateParams::new(7)),
+        ("f32", movie(9), LocateParams::new(5)),
+        ("fixture", fixture, LocateParams::new(7)),
+    ];
+    let mut topn = LocateParams::new(9);
+    topn.topn = Some(3);
+    topn.minmass = 1.0;
+    movies.push(("u16 topn", spots_movie(7, 43), topn));
+    for (name, m, p) in &movies {
+        let cpu = locate_movie(m, p, Device::Cpu).unwrap();
+        let one = locate_movie(m, p, Device::OpenCl(0)).unwrap();
+        same_features(&one, &cpu, &format!("{name}: opencl:0 vs cpu"));
+        let out = locate_movie_on(m, p, &two, 2, MultiPolicy::default()).unwrap();
+        same_features(&out.features, &cpu, &format!("{name}: two devices vs cpu"));
+        for s in &out.shares {
+            eprintln!(
+                "[{name}] {}: {} frames in {} units, {:.3} s",
+                s.device, s.frames, s.units, s.seconds
+            );
+            assert!(s.error.is_none());
+        }
+        assert_eq!(out.shares.iter().map(|s| s.frames).sum::<usize>(), m.len());
+    }
+    // opencl:1 cannot hold one frame: it runs out of memory, opencl:0 does everything
+    set_limit(Device::OpenCl(1), 1024);
+    for (name, m, p) in &movies {
+        let cpu = locate_movie(m, p, Device::Cpu).unwrap();
+        let out = locate_movie_on(m, p, &two, 3, MultiPolicy::default()).unwrap();
+        same_features(&out.features, &cpu, &format!("{name}: opencl:1 limited"));
+        let s1 = &out.shares[1];
+        eprintln!("[{name}] limited opencl:1: {:?}", s1);
+        assert_eq!(s1.frames, 0);
+        assert!(
+            s1.error.as_deref().unwrap_or("").contains("memory"),
+            "{s1:?}"
+        );
+        assert_eq!(out.shares[0].frames, m.len());
+    }
+    // opencl:1 holds one 64×64 u16 frame's working set (≈ 420 KB) but not two: its units of
+    // four frames split down to single frames, which it completes
+    set_limit(Device::OpenCl(1), 700 << 10);
+    let (_, m, p) = &movies[0];
+    let cpu = locate_movie(m, p, Device::Cpu).unwrap();
+    let alone = locate_movie_on(m, p, &[Device::OpenCl(1)], 4, MultiPolicy::default()).unwrap();
+    same_features(&alone.features, &cpu, "u16: opencl:1 alone, split");
+    let s1 = &alone.shares[0];
+    eprintln!("[u16] opencl:1 alone with room for one frame: {s1:?}");
+    assert!(
+        s1.error.is_none() && s1.splits > 0 && s1.frames == m.len(),
+        "{s1:?}"
+    );
+    let out = locate_movie_on(m, p, &two, 4, MultiPolicy::default()).unwrap();
+    same_features(&out.features, &cpu, "u16: opencl:1 splits beside opencl:0");
+    eprintln!("[u16] beside opencl:0: {:?}", out.shares[1]);
+    assert!(out.shares.iter().all(|s| s.error.is_none()));
+}
+
+#[cfg(feature = "opencl")]
+fn set_limit(dev: Device, bytes: usize) {
+    use bridge_core::memory::{MemoryInfo, MemoryLimit};
+    let b = bridge_opencl::shared();
+    let total = b.memory_stats(dev).unwrap().total;
+    let l = MemoryLimit::fraction(bytes as f64 / total as f64).unwrap();
+    b.set_memory_limit(dev, Some(l)).unwrap();
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn pocl_two_devices_locate() {
+    test_support::rerun_with_env(
+        &[
+            ("POCL_DEVICES", "pthread pthread"),
+            ("ARRAYBRIDGE_TEST_TWO_POCL_LOCATE", "1"),
+        ],
+        &["pocl_two_devices_locate_inner"],
     );
 }
 

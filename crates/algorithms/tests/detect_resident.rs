@@ -197,6 +197,104 @@ test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
     drop(movie);
 });
 
+// `locate` the same way (`locate_array`): a u16, an f32 and (on devices computing in float64)
+// an f64 movie living on the device are read in place, zero bytes converted, twice, with the
+// features of the host path on that device (bit for bit) and, in float64, of the CPU; a host
+// movie is converted once and handed back there; a strided (non-contiguous) view is not read
+// in place.
+test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
+    use algorithms::detect::{DetectBackend, LocateParams, locate_array};
+    let rec = records();
+    let m = movie(6, 64, 11);
+    let p = LocateParams::new(7);
+    let backend = algorithms::detect::backend_for(dev).unwrap();
+    let cpu = algorithms::detect::CpuBackend;
+    let mf = m.mapv(|v| f32::from(v) / 65535.0);
+    let md = m.mapv(|v| f64::from(v) / 65535.0);
+    let fp64 = match dev {
+        Device::Cpu => true,
+        #[cfg(feature = "opencl")]
+        Device::OpenCl(i) => algorithms::detect::OpenClDetect::new(i).unwrap().has_fp64(),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => algorithms::detect::CudaDetect::new(i).unwrap().has_fp64(),
+        _ => false,
+    };
+    let cases: Vec<(&str, Array, Vec<FrameView<'_>>, u64)> = vec![
+        (
+            "u16",
+            Array::from_ndarray(m.clone().into_dyn()),
+            frames(&m),
+            (m.len() * 2) as u64,
+        ),
+        (
+            "f32",
+            Array::from_ndarray(mf.clone().into_dyn()),
+            mf.outer_iter().map(FrameView::F32).collect(),
+            (m.len() * 4) as u64,
+        ),
+        (
+            "f64",
+            Array::from_ndarray(md.clone().into_dyn()),
+            md.outer_iter().map(FrameView::F64).collect(),
+            (m.len() * 8) as u64,
+        ),
+    ];
+    for (name, host, fr, nbytes) in cases {
+        let want = backend.locate_batch(&fr, &p).unwrap();
+        assert!(
+            want.iter().map(Vec::len).sum::<usize>() > 5,
+            "[{name}] spots found"
+        );
+        if fp64 {
+            assert_eq!(want, cpu.locate_batch(&fr, &p).unwrap(), "[{name}] vs cpu");
+        }
+        let in_place = dev == Device::Cpu || name != "f64" || fp64;
+        let mut movie = if dev == Device::Cpu {
+            host
+        } else {
+            let on = reg.convert(host, dev.memory_type(), dev).unwrap();
+            let r = rec.take();
+            assert_eq!((r.len(), r[0].bytes_moved), (1, nbytes), "one upload");
+            on
+        };
+        for _ in 0..2 {
+            let (got, back) = locate_array(reg, movie, &p, dev).unwrap();
+            assert_eq!(got, want, "[{name}] resident vs host frames");
+            let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
+            if in_place {
+                assert_eq!(moved, 0, "[{name}] a resident movie must not move");
+                assert_eq!(back.device(), dev, "[{name}] the movie stays where it runs");
+            }
+            movie = back;
+        }
+        if dev == Device::Cpu || !in_place {
+            continue;
+        }
+        // a host movie sent to the device: converted once, handed back there
+        let host = match name {
+            "u16" => Array::from_ndarray(m.clone().into_dyn()),
+            "f32" => Array::from_ndarray(mf.clone().into_dyn()),
+            _ => Array::from_ndarray(md.clone().into_dyn()),
+        };
+        let (got, back) = locate_array(reg, host, &p, dev).unwrap();
+        assert_eq!(got, want, "[{name}] host movie on the device");
+        assert_eq!(back.device(), dev);
+        let r = rec.take();
+        assert_eq!((r.len(), r[0].bytes_moved), (1, nbytes));
+        drop(movie);
+    }
+    // bad movies are typed errors before anything moves
+    let e = locate_array(
+        reg,
+        Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8])),
+        &p,
+        dev,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("u8, u16, f32 or f64"), "{e}");
+    assert!(rec.take().is_empty());
+});
+
 #[cfg(feature = "torch")]
 mod torch {
     use super::*;

@@ -1,6 +1,6 @@
 //! The pipelines: `blob_log`, `locate`, `link`, `paco`, `unbiased_flux`. Each reads its input
-//! where it lives (host arrays in place through DLPack views; a `u8`/`u16` movie already on the
-//! chosen GPU in place), releases the GIL while computing, and checks for Ctrl-C between
+//! where it lives (host arrays in place through DLPack views; a movie already on the chosen GPU
+//! in place: `u8`/`u16` for `blob_log`, also `f32` (and `f64` on float64 devices) for `locate`), releases the GIL while computing, and checks for Ctrl-C between
 //! batches of frames (`KeyboardInterrupt`).
 
 use algorithms::detect::{
@@ -131,6 +131,44 @@ fn resident_blobs(
     Ok(None)
 }
 
+/// Features of a movie already on `device` (`u8`/`u16`/`f32`, `f64` where the device computes
+/// in float64; C-contiguous), read in place by the device `locate`; `None` when the movie
+/// cannot be read there.
+#[cfg(any(feature = "cuda", feature = "opencl"))]
+fn resident_features(
+    py: Python<'_>,
+    held: &Held,
+    device: Device,
+    p: &LocateParams,
+) -> PyResult<Option<Vec<Vec<algorithms::detect::Feature>>>> {
+    use algorithms::detect::GpuDetect;
+    use algorithms::exec::{AnyExecutor, executor_for};
+    let Held::Bridge(a) = held else {
+        return Ok(None);
+    };
+    if a.device() != device || a.ndim() != 3 {
+        return Ok(None);
+    }
+    let exec = executor_for(device, "particle detection").py_err()?;
+    py.detach(|| match exec {
+        #[cfg(feature = "opencl")]
+        AnyExecutor::OpenCl(e) => GpuDetect::with_executor(e).locate_resident(a, p, |_| {}),
+        #[cfg(feature = "cuda")]
+        AnyExecutor::Cuda(e) => GpuDetect::with_executor(e).locate_resident(a, p, |_| {}),
+    })
+    .py_err()
+}
+
+#[cfg(not(any(feature = "cuda", feature = "opencl")))]
+fn resident_features(
+    _py: Python<'_>,
+    _held: &Held,
+    _device: Device,
+    _p: &LocateParams,
+) -> PyResult<Option<Vec<Vec<algorithms::detect::Feature>>>> {
+    Ok(None)
+}
+
 /// `blob_log`: rows `(frame, y, x, sigma)` (frame 0 for a 2-D image) and whether the input was
 /// a movie.
 #[pyfunction]
@@ -227,9 +265,15 @@ pub fn locate<'py>(
     let held = import_held(image)?;
     let device = resolve(device, &held)?;
     let backend: Box<dyn DetectBackend> = backend_for(device).py_err()?;
-    let mut keep = None;
-    let (frames, movie) = host_frames(&held, &mut keep)?;
-    let feats = batched(py, &frames, batch_size, |c| backend.locate_batch(c, &p))?;
+    let (feats, movie) = match resident_features(py, &held, device, &p)? {
+        Some(f) => (f, true),
+        None => {
+            let mut keep = None;
+            let (frames, movie) = host_frames(&held, &mut keep)?;
+            let f = batched(py, &frames, batch_size, |c| backend.locate_batch(c, &p))?;
+            (f, movie)
+        }
+    };
     let cols = ["y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep"];
     let mut data: Vec<Vec<f64>> = vec![Vec::new(); cols.len()];
     let mut frame = Vec::new();

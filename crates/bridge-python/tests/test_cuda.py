@@ -137,6 +137,29 @@ def test_blob_log_on_a_cuda_movie_matches_the_cpu(torch_cuda):
         np.testing.assert_allclose(sorted_rows(got), sorted_rows(cpu), rtol=1e-5, atol=1e-4)
 
 
+def test_locate_on_a_cuda_movie_reads_it_in_place(torch_cuda):
+    torch = torch_cuda
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:4, :128, :128]
+    names = ("frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep")
+
+    def cols(r):
+        return {k: np.asarray(r[k]) for k in names}
+
+    for host, on_gpu in (
+        (movie, torch.from_numpy(movie.view(np.int16)).to("cuda:0").view(torch.uint16)),
+        (movie.astype(np.float32), torch.from_numpy(movie.astype(np.float32)).to("cuda:0")),
+    ):
+        cpu = cols(ab.locate(host, 7, device="cpu"))
+        assert len(cpu["y"]) > 10
+        from_host = cols(ab.locate(host, 7, device="cuda:0"))
+        # a movie already on the GPU is read in place by the device locate (float64 on a GPU
+        # with doubles: the CPU's features bit for bit)
+        resident = cols(ab.locate(on_gpu, 7, device="cuda:0"))
+        for got in (from_host, resident):
+            for k in names:
+                np.testing.assert_array_equal(got[k], cpu[k], err_msg=k)
+
+
 def test_cuda_errors_are_typed(torch_cuda):
     with pytest.raises(ab.BackendUnavailable):
         ab.convert(np.ones(3), device="cuda:99")

@@ -64,6 +64,22 @@ def test_blob_log_movie_rows_and_opencl():
         )
 
 
+def test_locate_on_an_opencl_movie_reads_it_in_place():
+    if "opencl:0" not in [d["device"] for d in ab.devices()]:
+        pytest.skip("no OpenCL device")
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:3, :96, :96]
+    names = ("frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep")
+    cpu = ab.locate(movie, 7, device="cpu")
+    assert len(np.asarray(cpu["y"])) > 5
+    for host in (movie, movie.astype(np.float32)):
+        want = ab.locate(host, 7, device="cpu")
+        # a movie already on the device is read there by the device locate (float64 on PoCL:
+        # the CPU's features bit for bit)
+        got = ab.locate(ab.convert(host, "opencl:0"), 7, device="opencl:0")
+        for k in names:
+            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
+
+
 def test_locate_equals_trackpy_fixture():
     pd = pytest.importorskip("pandas")
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:2]

@@ -10,9 +10,14 @@ use arraybridge::io::csv::create_writer;
 use arraybridge::io::{fits, npy};
 use bridge_core::{BridgeError, Result};
 
-/// Write `bytes` to `path` (an error names the file).
+/// Write `bytes` to `path` (an error names the file), in place only once complete
+/// (`io::staged`: no partial file on an error).
 pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| BridgeError::io(path.display().to_string(), e))
+    use std::io::Write;
+    let mut f = arraybridge::io::staged::Staged::create(path)?;
+    f.write_all(bytes)
+        .map_err(|e| BridgeError::io(path.display().to_string(), e))?;
+    f.commit()
 }
 
 /// The generated inputs, for running `detect`, `track` and `paco` by hand.

@@ -1,4 +1,4 @@
-//! Detection on a movie given as a [`bridge_core::Array`] on any memory type (host ndarray,
+//! Detection (`blob_log`, [`locate_array`] for trackpy `locate`) on a movie given as a [`bridge_core::Array`] on any memory type (host ndarray,
 //! CUDA, OpenCL, torch): the movie is converted through the [`Registry`] **at most once**, and
 //! not at all when it already lives where the work runs.
 //!
@@ -24,6 +24,7 @@ use super::blob_log::Prescale;
 use super::blob_log::{Blob, BlobLogParams};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::gpu::GpuDetect;
+use super::locate::{Feature, LocateParams};
 use crate::exec::executor_for;
 
 /// `blob_log` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`; `u8`, `u16`, `f32` or
@@ -39,7 +40,7 @@ pub fn blob_log_array(
     p.validate()?;
     check_movie(&movie)?;
     if device == Device::Cpu {
-        return via_host(reg, &CpuBackend, movie, p);
+        return via_host(reg, &CpuBackend, movie, &|b, f| b.blob_log_batch(f, p));
     }
     match executor_for(device, "particle detection")? {
         #[cfg(feature = "opencl")]
@@ -80,13 +81,16 @@ fn to_host(reg: &Registry, movie: Array) -> Result<Array> {
     reg.convert(movie, MemoryType::Host, Device::Cpu)
 }
 
-/// `blob_log` on the frames of a `(T, H, W)` or `(H, W)` view with `backend`.
-fn blobs_of_view<'a, T: bridge_core::HostElement>(
+/// What runs on host frames: `blob_log` or `locate` on a batch with a back end.
+type HostRun<'r, R> = &'r dyn Fn(&dyn DetectBackend, &[FrameView<'_>]) -> Result<Vec<Vec<R>>>;
+
+/// `run` on the frames of a `(T, H, W)` or `(H, W)` view with `backend`.
+fn run_on_view<'a, T: bridge_core::HostElement, R>(
     backend: &dyn DetectBackend,
     v: ndarray::ArrayViewD<'a, T>,
     wrap: fn(ndarray::ArrayView2<'a, T>) -> FrameView<'a>,
-    p: &BlobLogParams,
-) -> Result<Vec<Vec<Blob>>> {
+    run: HostRun<'_, R>,
+) -> Result<Vec<Vec<R>>> {
     let v = if v.ndim() == 2 {
         v.insert_axis(ndarray::Axis(0))
     } else {
@@ -98,7 +102,7 @@ fn blobs_of_view<'a, T: bridge_core::HostElement>(
     let frames: Vec<FrameView<'a>> = (0..v.len_of(ndarray::Axis(0)))
         .map(|i| wrap(v.index_axis_move(ndarray::Axis(0), i)))
         .collect();
-    backend.blob_log_batch(&frames, p)
+    run(backend, &frames)
 }
 
 fn unsupported_dtype(dtype: DType) -> BridgeError {
@@ -107,29 +111,29 @@ fn unsupported_dtype(dtype: DType) -> BridgeError {
     ))
 }
 
-/// `blob_log` on the frames of a host movie with `backend` (read in place).
-fn from_host(
+/// `run` on the frames of a host movie with `backend` (read in place).
+fn from_host<R>(
     backend: &dyn DetectBackend,
     movie: &Array,
-    p: &BlobLogParams,
-) -> Result<Vec<Vec<Blob>>> {
+    run: HostRun<'_, R>,
+) -> Result<Vec<Vec<R>>> {
     match movie.dtype() {
-        DType::U8 => blobs_of_view(backend, movie.as_ndarray::<u8>()?, FrameView::U8, p),
-        DType::U16 => blobs_of_view(backend, movie.as_ndarray::<u16>()?, FrameView::U16, p),
-        DType::F32 => blobs_of_view(backend, movie.as_ndarray::<f32>()?, FrameView::F32, p),
-        DType::F64 => blobs_of_view(backend, movie.as_ndarray::<f64>()?, FrameView::F64, p),
+        DType::U8 => run_on_view(backend, movie.as_ndarray::<u8>()?, FrameView::U8, run),
+        DType::U16 => run_on_view(backend, movie.as_ndarray::<u16>()?, FrameView::U16, run),
+        DType::F32 => run_on_view(backend, movie.as_ndarray::<f32>()?, FrameView::F32, run),
+        DType::F64 => run_on_view(backend, movie.as_ndarray::<f64>()?, FrameView::F64, run),
         other => Err(unsupported_dtype(other)),
     }
 }
 
-/// `blob_log` on the frames of a `torch:cpu` tensor, read in place through a view of its
-/// memory (no conversion, no copy); `None` when `movie` is not such a tensor.
+/// `run` on the frames of a `torch:cpu` tensor, read in place through a view of its memory
+/// (no conversion, no copy); `None` when `movie` is not such a tensor.
 #[cfg(feature = "torch")]
-fn from_torch_cpu(
+fn from_torch_cpu<R>(
     backend: &dyn DetectBackend,
     movie: &Array,
-    p: &BlobLogParams,
-) -> Result<Option<Vec<Vec<Blob>>>> {
+    run: HostRun<'_, R>,
+) -> Result<Option<Vec<Vec<R>>>> {
     use bridge_torch::tensor_view;
     if movie.device() != Device::TorchCpu {
         return Ok(None);
@@ -138,31 +142,31 @@ fn from_torch_cpu(
         return Ok(None);
     };
     let t = st.tensor();
-    let blobs = match movie.dtype() {
-        DType::U8 => blobs_of_view(backend, tensor_view::<u8>(&t)?, FrameView::U8, p),
-        DType::U16 => blobs_of_view(backend, tensor_view::<u16>(&t)?, FrameView::U16, p),
-        DType::F32 => blobs_of_view(backend, tensor_view::<f32>(&t)?, FrameView::F32, p),
-        DType::F64 => blobs_of_view(backend, tensor_view::<f64>(&t)?, FrameView::F64, p),
+    let out = match movie.dtype() {
+        DType::U8 => run_on_view(backend, tensor_view::<u8>(&t)?, FrameView::U8, run),
+        DType::U16 => run_on_view(backend, tensor_view::<u16>(&t)?, FrameView::U16, run),
+        DType::F32 => run_on_view(backend, tensor_view::<f32>(&t)?, FrameView::F32, run),
+        DType::F64 => run_on_view(backend, tensor_view::<f64>(&t)?, FrameView::F64, run),
         other => Err(unsupported_dtype(other)),
     }?;
-    Ok(Some(blobs))
+    Ok(Some(out))
 }
 
-/// `blob_log` from host frames: a `torch:cpu` tensor is read in place; anything else is
-/// converted to the host once (zero-copy for host arrays).
-fn via_host(
+/// `run` on host frames: a `torch:cpu` tensor is read in place; anything else is converted to
+/// the host once (zero-copy for host arrays).
+fn via_host<R>(
     reg: &Registry,
     backend: &dyn DetectBackend,
     movie: Array,
-    p: &BlobLogParams,
-) -> Result<(Vec<Vec<Blob>>, Array)> {
+    run: HostRun<'_, R>,
+) -> Result<(Vec<Vec<R>>, Array)> {
     #[cfg(feature = "torch")]
-    if let Some(blobs) = from_torch_cpu(backend, &movie, p)? {
-        return Ok((blobs, movie));
+    if let Some(out) = from_torch_cpu(backend, &movie, run)? {
+        return Ok((out, movie));
     }
     let movie = to_host(reg, movie)?;
-    let blobs = from_host(backend, &movie, p)?;
-    Ok((blobs, movie))
+    let out = from_host(backend, &movie, run)?;
+    Ok((out, movie))
 }
 
 /// On a device: in place when resident (or after one conversion to the device) for integer
@@ -187,7 +191,62 @@ fn on_device<E: bridge_core::exec::Executor>(
             return Ok((blobs, movie));
         }
         // Not readable in place after all (e.g. a strided view): from the host.
-        return via_host(reg, g, movie, p);
+        return via_host(reg, g, movie, &|b, f| b.blob_log_batch(f, p));
     }
-    via_host(reg, g, movie, p)
+    via_host(reg, g, movie, &|b, f| b.blob_log_batch(f, p))
+}
+
+/// trackpy `locate` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`; `u8`, `u16`,
+/// `f32` or `f64`) on `device`, as [`blob_log_array`] runs `blob_log`: on a device, a movie
+/// that already lives there is read **in place** by the device pipeline (zero bytes converted;
+/// `u8`, `u16`, `f32`, and `f64` where the device computes in float64, see
+/// `GpuDetect::locate_reads_in_place`), a movie from elsewhere is converted to the device
+/// once and handed back there; other movies run from host frames. Returns the features of
+/// each frame (those of [`locate_movie`](super::locate_movie)) and the movie.
+pub fn locate_array(
+    reg: &Registry,
+    movie: Array,
+    p: &LocateParams,
+    device: Device,
+) -> Result<(Vec<Vec<Feature>>, Array)> {
+    p.validate()?;
+    check_movie(&movie)?;
+    if device == Device::Cpu {
+        return via_host(reg, &CpuBackend, movie, &|b, f| b.locate_batch(f, p));
+    }
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            locate_on_device(reg, &GpuDetect::with_executor(e), movie, p)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => {
+            locate_on_device(reg, &GpuDetect::with_executor(e), movie, p)
+        }
+    }
+}
+
+/// `locate` on a device: in place when resident (or after one conversion to the device) for
+/// the pixel types the device reads there; from host frames otherwise.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn locate_on_device<E: bridge_core::exec::Executor>(
+    reg: &Registry,
+    g: &GpuDetect<E>,
+    movie: Array,
+    p: &LocateParams,
+) -> Result<(Vec<Vec<Feature>>, Array)> {
+    if g.locate_reads_in_place(movie.dtype()) {
+        let dev = g.executor().device();
+        let movie = if g.executor().buffer_of(&movie).is_some() {
+            movie
+        } else {
+            reg.convert(movie, dev.memory_type(), dev)?
+        };
+        if let Some(feats) = g.locate_resident(&movie, p, |_| {})? {
+            return Ok((feats, movie));
+        }
+        // Not readable in place after all (e.g. a strided view): from the host.
+        return via_host(reg, g, movie, &|b, f| b.locate_batch(f, p));
+    }
+    via_host(reg, g, movie, &|b, f| b.locate_batch(f, p))
 }

@@ -33,9 +33,12 @@ pub use gpu::CudaDetect;
 pub use gpu::GpuDetect;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClDetect;
-pub use input::blob_log_array;
+pub use input::{blob_log_array, locate_array};
 pub use locate::{Feature, LocateParams, locate, locate_movie};
-pub use multi::{DetectMember, DeviceShare, FramePeer, FrameServer, MultiOutcome, MultiPolicy};
+pub use multi::{
+    DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
+    locate_movie_members, locate_movie_multi, locate_movie_on, serve_locate,
+};
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};
 

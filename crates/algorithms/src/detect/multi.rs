@@ -14,6 +14,8 @@
 //!   [`MultiPolicy::requeue_on_failure`] is set (the others finish the movie), otherwise the
 //!   call fails with that error, naming the device.
 //!
+//! [`locate_movie_on`] and [`locate_movie_multi`] run trackpy `locate` through the same queue.
+//!
 //! Every unit is computed exactly once; the call fails when a unit is left that no device can
 //! take. [`DeviceShare`] reports what each device did.
 
@@ -23,10 +25,11 @@ use std::time::Instant;
 
 use bridge_core::{BridgeError, Device, Result};
 
-use super::Movie;
 use super::backend::DetectBackend;
 use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
+use super::locate::{Feature, LocateParams};
+use super::{FrameView, Movie};
 use crate::units::{Units, next_unit};
 
 /// What to do when a device fails with something other than running out of memory.
@@ -95,43 +98,125 @@ fn device_name<S: serde::Serializer>(d: &Device, s: S) -> std::result::Result<S:
 }
 
 /// A member of a detection run that detects in another process (an MPI rank, say): the
-/// caller's transport to a [`LogDetector::serve_frames`] running there on the same movie and
-/// detector. Every method blocks until the answer is there; a transport failure is an error.
-pub trait FramePeer: Sync {
+/// caller's transport to a [`LogDetector::serve_frames`] (`T` = [`Particle`]) or a
+/// [`serve_locate`] (`T` = one `Vec<Feature>` per frame) running there on the same movie and
+/// parameters. Every method blocks until the answer is there; a transport failure is an error.
+pub trait FramePeer<T = Particle>: Sync {
     /// The peer's device, and whether its back end exists (or why not).
     fn device(&self) -> (Device, Result<()>);
-    /// The particles of frames `[a, b)` of the movie (frame numbers from the movie's start).
-    fn frames(&self, range: (usize, usize)) -> Result<Vec<Particle>>;
+    /// The results of frames `[a, b)` of the movie (frame numbers from the movie's start):
+    /// the particles, or the features of each frame.
+    fn frames(&self, range: (usize, usize)) -> Result<Vec<T>>;
     /// Tell the peer to stop. Called once for every peer when the run ends, failed or not.
     fn finish(&self) -> Result<()>;
 }
 
-/// The other side of a [`FramePeer`]: how [`LogDetector::serve_frames`] talks to the process
-/// that runs [`LogDetector::detect_movie_members`].
-pub trait FrameServer {
+/// The other side of a [`FramePeer`]: how [`LogDetector::serve_frames`] (or [`serve_locate`])
+/// talks to the process that runs [`LogDetector::detect_movie_members`] (or
+/// [`locate_movie_members`]).
+pub trait FrameServer<T = Particle> {
     /// Report the device, and whether its back end exists (or why not).
     fn device(&mut self, device: Device, r: Result<()>) -> Result<()>;
     /// The next frame range to detect, or `None`: stop.
     fn next(&mut self) -> Result<Option<(usize, usize)>>;
-    /// Send the particles of the range last received, or why they could not be detected.
-    fn result(&mut self, r: Result<Vec<Particle>>) -> Result<()>;
+    /// Send the results of the range last received, or why they could not be computed.
+    fn result(&mut self, r: Result<Vec<T>>) -> Result<()>;
     /// The last message.
     fn finish(&mut self) -> Result<()>;
 }
 
-/// One member of a [`LogDetector::detect_movie_members`] run.
-pub enum DetectMember<'a> {
+/// One member of a [`LogDetector::detect_movie_members`] (or, `T` = `Vec<Feature>`,
+/// [`locate_movie_members`]) run.
+pub enum DetectMember<'a, T = Particle> {
     /// A back end of this process.
     Local(&'a dyn DetectBackend),
     /// A device of another process, reached through the caller's transport.
-    Peer(&'a dyn FramePeer),
+    Peer(&'a dyn FramePeer<T>),
 }
 
-struct Queue {
+/// The device of each member (a peer is asked once) and a peer's start failure.
+fn member_starts<T>(members: &[DetectMember<'_, T>]) -> Vec<(Device, Option<BridgeError>)> {
+    members
+        .iter()
+        .map(|m| match m {
+            DetectMember::Local(b) => (b.device(), None),
+            DetectMember::Peer(p) => {
+                let (d, r) = p.device();
+                (d, r.err())
+            }
+        })
+        .collect()
+}
+
+/// Finish every peer of `members` after `run`: `run`'s error first, then the first peer's.
+fn finish_peers<T, O>(members: &[DetectMember<'_, T>], run: Result<O>) -> Result<O> {
+    let mut first_err = None;
+    for m in members {
+        if let DetectMember::Peer(p) = m
+            && let Err(e) = p.finish()
+        {
+            first_err.get_or_insert(e);
+        }
+    }
+    let out = run?;
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// The loop of a serving process: report the device (`ready`: the frames and the back end,
+/// or why not), then compute each range the server hands out with `work` until it says stop.
+fn serve<T>(
+    ready: Result<(Vec<FrameView<'_>>, Box<dyn DetectBackend>)>,
+    device: Device,
+    server: &mut dyn FrameServer<T>,
+    work: impl Fn(&[FrameView<'_>], usize, &dyn DetectBackend) -> Result<Vec<T>>,
+) -> Result<()> {
+    let (frames, backend) = match ready {
+        Ok(r) => {
+            server.device(device, Ok(()))?;
+            r
+        }
+        Err(e) => {
+            server.device(device, Err(e))?;
+            while server.next()?.is_some() {
+                server.result(Err(BridgeError::backend(
+                    "detect",
+                    None,
+                    "this member failed earlier and detects nothing",
+                )))?;
+            }
+            return server.finish();
+        }
+    };
+    while let Some((a, b)) = server.next()? {
+        let r = match frames.get(a..b) {
+            Some(batch) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                work(batch, a, backend.as_ref())
+            }))
+            .unwrap_or_else(|_| {
+                Err(BridgeError::backend(
+                    "detect",
+                    None,
+                    "the back end panicked",
+                ))
+            }),
+            None => Err(BridgeError::invalid_argument(
+                "frames",
+                format!("{a}..{b} is not within the movie's {} frames", frames.len()),
+            )),
+        };
+        server.result(r)?;
+    }
+    server.finish()
+}
+
+struct Queue<T> {
     /// Frame ranges `[start, end)` and the devices working on them.
     units: Units,
     /// Results by first frame.
-    done: BTreeMap<usize, Vec<Particle>>,
+    done: BTreeMap<usize, Vec<T>>,
 }
 
 impl LogDetector {
@@ -144,18 +229,7 @@ impl LogDetector {
         devices: &[Device],
         policy: MultiPolicy,
     ) -> Result<MultiOutcome> {
-        for (i, d) in devices.iter().enumerate() {
-            if devices[..i].contains(d) {
-                return Err(BridgeError::invalid_argument(
-                    "devices",
-                    format!("{d} is named twice"),
-                ));
-            }
-        }
-        let backends = devices
-            .iter()
-            .map(|&d| backend_for(d))
-            .collect::<Result<Vec<_>>>()?;
+        let backends = open_devices(devices)?;
         let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
         self.detect_movie_multi(movie, &refs, policy, |_| {})
     }
@@ -186,19 +260,7 @@ impl LogDetector {
         progress: impl Fn(usize) + Sync,
     ) -> Result<MultiOutcome> {
         let run = self.members_run(movie, members, policy, progress);
-        let mut first_err = None;
-        for m in members {
-            if let DetectMember::Peer(p) = m
-                && let Err(e) = p.finish()
-            {
-                first_err.get_or_insert(e);
-            }
-        }
-        let out = run?;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        finish_peers(members, run)
     }
 
     /// Serve the frame ranges a [`Self::detect_movie_members`] run in another process hands to
@@ -213,44 +275,15 @@ impl LogDetector {
     ) -> Result<()> {
         let ready = self
             .prepare(movie)
-            .and_then(|(p, frames)| backend_for(device).map(|b| (p, frames, b)));
-        let (p, frames, backend) = match ready {
-            Ok(r) => {
-                server.device(device, Ok(()))?;
-                r
-            }
-            Err(e) => {
-                server.device(device, Err(e))?;
-                while server.next()?.is_some() {
-                    server.result(Err(BridgeError::backend(
-                        "detect",
-                        None,
-                        "this member failed earlier and detects nothing",
-                    )))?;
-                }
-                return server.finish();
-            }
+            .and_then(|(p, frames)| backend_for(device).map(|b| ((frames, b), p)));
+        let (ready, p) = match ready {
+            Ok((r, p)) => (Ok(r), Some(p)),
+            Err(e) => (Err(e), None),
         };
-        while let Some((a, b)) = server.next()? {
-            let r = match frames.get(a..b) {
-                Some(batch) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.detect_batch(batch, a, backend.as_ref(), &p)
-                }))
-                .unwrap_or_else(|_| {
-                    Err(BridgeError::backend(
-                        "detect",
-                        None,
-                        "the back end panicked",
-                    ))
-                }),
-                None => Err(BridgeError::invalid_argument(
-                    "frames",
-                    format!("{a}..{b} is not within the movie's {} frames", frames.len()),
-                )),
-            };
-            server.result(r)?;
-        }
-        server.finish()
+        serve(ready, device, server, |batch, a, backend| match &p {
+            Some(p) => self.detect_batch(batch, a, backend, p),
+            None => Err(BridgeError::backend("detect", None, "no parameters")),
+        })
     }
 
     fn members_run(
@@ -267,126 +300,281 @@ impl LogDetector {
             ));
         }
         let (p, frames) = self.prepare(movie)?;
-        let n = frames.len();
-        let todo = (0..n)
-            .step_by(self.batch_size)
-            .map(|s| (s, (s + self.batch_size).min(n)))
-            .collect();
-        let queue = Mutex::new(Queue {
-            units: Units::new(todo, members.len()),
-            done: BTreeMap::new(),
-        });
         // each peer's device, asked once before the work starts
-        let starts: Vec<(Device, Mutex<Option<BridgeError>>)> = members
-            .iter()
-            .map(|m| match m {
-                DetectMember::Local(b) => (b.device(), Mutex::new(None)),
-                DetectMember::Peer(p) => {
-                    let (d, r) = p.device();
-                    (d, Mutex::new(r.err()))
-                }
-            })
-            .collect();
-        let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
-        let frames_done = Mutex::new(0usize);
-        let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
-            let workers: Vec<_> = members
-                .iter()
-                .zip(&starts)
-                .map(|(member, (device, start))| {
-                    let (frames, p, lock, frames_done, progress) =
-                        (&frames, &p, &lock, &frames_done, &progress);
-                    scope.spawn(move || {
-                        let mut share = DeviceShare::new(*device);
-                        let failed = start.lock().ok().and_then(|mut e| e.take());
-                        if let Some(e) = failed {
-                            // a peer that could not start: as a failure before its first unit
-                            share.error = Some(e.to_string());
-                            lock().units.stop_device(None, e, policy, |e| match e {
-                                BridgeError::InvalidInput(_) => e,
-                                other => BridgeError::backend(
-                                    "detect",
-                                    None,
-                                    format!("{device} failed to start: {other}"),
-                                ),
-                            });
-                            return share;
-                        }
-                        while let Some((a, b)) = next_unit(|| lock().units.take()) {
-                            let t = Instant::now();
-                            // a panic in a back end is that device's failure, never a hang of
-                            // the others (its unit would otherwise stay "running")
-                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                match member {
-                                    DetectMember::Local(backend) => {
-                                        self.detect_batch(&frames[a..b], a, *backend, p)
-                                    }
-                                    DetectMember::Peer(peer) => peer.frames((a, b)),
-                                }
-                            }))
-                            .unwrap_or_else(|_| {
-                                Err(BridgeError::backend(
-                                    "detect",
-                                    None,
-                                    "the back end panicked",
-                                ))
-                            });
-                            share.seconds += t.elapsed().as_secs_f64();
-                            let mut q = lock();
-                            q.units.end_unit();
-                            match r {
-                                Ok(ps) => {
-                                    share.frames += b - a;
-                                    share.units += 1;
-                                    q.done.insert(a, ps);
-                                    drop(q);
-                                    let mut d =
-                                        frames_done.lock().unwrap_or_else(|e| e.into_inner());
-                                    *d += b - a;
-                                    progress(*d);
-                                }
-                                Err(e) if e.is_oom() && q.units.split((a, b)) => {
-                                    share.splits += 1;
-                                }
-                                Err(e) => {
-                                    share.error = Some(e.to_string());
-                                    q.units.stop_device(Some((a, b)), e, policy, |e| match e {
-                                        BridgeError::InvalidInput(_) => e,
-                                        other => BridgeError::backend(
-                                            "detect",
-                                            None,
-                                            format!("{device} failed on frames {a}..{b}: {other}"),
-                                        ),
-                                    });
-                                    break;
-                                }
-                            }
-                        }
-                        share
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| DeviceShare {
-                        error: Some("the worker thread panicked".into()),
-                        ..DeviceShare::new(Device::Cpu)
-                    })
-                })
-                .collect()
-        });
-        let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
-        let drained = q.units.finish()?;
-        let covered: usize = shares.iter().map(|s| s.frames).sum();
-        if covered != n || !drained {
-            return Err(BridgeError::backend(
-                "detect",
-                None,
-                format!("{covered} of {n} frames detected: no device could take the rest"),
-            ));
-        }
-        let particles = q.done.into_values().flatten().collect();
+        let starts = member_starts(members);
+        let (particles, shares) = run_queue(
+            frames.len(),
+            self.batch_size,
+            members,
+            starts,
+            policy,
+            progress,
+            |member, (a, b)| match member {
+                DetectMember::Local(backend) => self.detect_batch(&frames[a..b], a, *backend, &p),
+                DetectMember::Peer(peer) => peer.frames((a, b)),
+            },
+        )?;
         Ok(MultiOutcome { particles, shares })
     }
+}
+
+/// The back ends of `devices`, each named once.
+fn open_devices(devices: &[Device]) -> Result<Vec<Box<dyn DetectBackend>>> {
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].contains(d) {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                format!("{d} is named twice"),
+            ));
+        }
+    }
+    devices.iter().map(|&d| backend_for(d)).collect()
+}
+
+/// The features of a several-device `locate` run and each device's share.
+#[derive(Debug, Clone)]
+pub struct LocateOutcome {
+    /// One result per frame, in frame order (as [`locate_movie`](super::locate_movie) gives
+    /// them).
+    pub features: Vec<Vec<Feature>>,
+    /// One entry per device, in the order given.
+    pub shares: Vec<DeviceShare>,
+}
+
+/// `trackpy.locate` on every frame of `movie` on every device of `devices` at once: the queue
+/// of [`LogDetector::detect_movie_on`] (units of `batch_size` frames to whichever device is
+/// free, out-of-memory splits, `policy` for other failures). A frame's features do not depend
+/// on the batch it is in or the device that ran it (every device back end computes in f64 on
+/// PoCL and the host finishes each frame with the CPU's code), so the result is the same as
+/// [`locate_movie`](super::locate_movie) on one device. Unknown or unavailable devices, a
+/// device named twice, and invalid parameters are errors before any work starts.
+pub fn locate_movie_on(
+    movie: &Movie,
+    p: &LocateParams,
+    devices: &[Device],
+    batch_size: usize,
+    policy: MultiPolicy,
+) -> Result<LocateOutcome> {
+    p.validate()?;
+    let backends = open_devices(devices)?;
+    let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
+    locate_movie_multi(movie, p, &refs, batch_size, policy, |_| {})
+}
+
+/// [`locate_movie_on`] with explicit back ends; `progress(frames_done)` is called as units
+/// complete.
+pub fn locate_movie_multi(
+    movie: &Movie,
+    p: &LocateParams,
+    backends: &[&dyn DetectBackend],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    let members: Vec<DetectMember<'_, Vec<Feature>>> =
+        backends.iter().map(|&b| DetectMember::Local(b)).collect();
+    locate_movie_members(movie, p, &members, batch_size, policy, progress)
+}
+
+/// [`locate_movie_multi`] over back ends of this process and [`FramePeer`]s of others (MPI
+/// ranks running [`serve_locate`]): the same queue and fault handling, so the features are
+/// the same as one device's. Every peer is finished ([`FramePeer::finish`]) before this
+/// returns, failed or not.
+pub fn locate_movie_members(
+    movie: &Movie,
+    p: &LocateParams,
+    members: &[DetectMember<'_, Vec<Feature>>],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    let run = (|| {
+        p.validate()?;
+        if members.is_empty() {
+            return Err(BridgeError::invalid_argument(
+                "devices",
+                "at least one device is needed",
+            ));
+        }
+        if batch_size == 0 {
+            return Err(BridgeError::invalid_argument(
+                "batch_size",
+                "must be at least 1",
+            ));
+        }
+        let frames = movie.frames();
+        let starts = member_starts(members);
+        let (features, shares) = run_queue(
+            frames.len(),
+            batch_size,
+            members,
+            starts,
+            policy,
+            progress,
+            |member, (a, b)| match member {
+                DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
+                DetectMember::Peer(peer) => {
+                    let out = peer.frames((a, b))?;
+                    check_count(out, b - a)
+                }
+            },
+        )?;
+        Ok(LocateOutcome { features, shares })
+    })();
+    finish_peers(members, run)
+}
+
+/// `locate` on one unit of frames, one result per frame.
+fn locate_unit(
+    frames: &[FrameView<'_>],
+    backend: &dyn DetectBackend,
+    p: &LocateParams,
+) -> Result<Vec<Vec<Feature>>> {
+    check_count(backend.locate_batch(frames, p)?, frames.len())
+}
+
+/// `out` when it has one result per frame of a unit of `n`.
+fn check_count(out: Vec<Vec<Feature>>, n: usize) -> Result<Vec<Vec<Feature>>> {
+    if out.len() != n {
+        return Err(BridgeError::backend(
+            "locate",
+            None,
+            format!("{} results for {n} frames", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+/// Serve the frame ranges a [`locate_movie_members`] run in another process hands to this
+/// one, on `device`, with the same movie and parameters: report the device, then `locate`
+/// each range [`FrameServer::next`] gives until it says stop. A failure of the device is
+/// reported to the other side; only a transport failure is returned.
+pub fn serve_locate(
+    movie: &Movie,
+    p: &LocateParams,
+    device: Device,
+    server: &mut dyn FrameServer<Vec<Feature>>,
+) -> Result<()> {
+    let ready = p
+        .validate()
+        .and_then(|()| backend_for(device))
+        .map(|b| (movie.frames(), b));
+    serve(ready, device, server, |batch, _, backend| {
+        locate_unit(batch, backend, p)
+    })
+}
+
+/// The queue of a several-device run over `n` frames in units of `batch` frames: each member
+/// (whose device and start failure, if any, are in `starts`) takes units as it is free and
+/// runs `work` on them (one result per item, items of a unit in frame order); the results of
+/// every unit, in frame order, and each member's share.
+fn run_queue<M: Sync, T: Send>(
+    n: usize,
+    batch: usize,
+    members: &[M],
+    starts: Vec<(Device, Option<BridgeError>)>,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+    work: impl Fn(&M, (usize, usize)) -> Result<Vec<T>> + Sync,
+) -> Result<(Vec<T>, Vec<DeviceShare>)> {
+    let todo = (0..n)
+        .step_by(batch.max(1))
+        .map(|s| (s, (s + batch.max(1)).min(n)))
+        .collect();
+    let queue = Mutex::new(Queue {
+        units: Units::new(todo, members.len()),
+        done: BTreeMap::new(),
+    });
+    let lock = || queue.lock().unwrap_or_else(|e| e.into_inner());
+    let frames_done = Mutex::new(0usize);
+    let shares: Vec<DeviceShare> = std::thread::scope(|scope| {
+        let workers: Vec<_> = members
+            .iter()
+            .zip(starts)
+            .map(|(member, (device, failed))| {
+                let (lock, frames_done, progress, work) = (&lock, &frames_done, &progress, &work);
+                scope.spawn(move || {
+                    let mut share = DeviceShare::new(device);
+                    if let Some(e) = failed {
+                        // a peer that could not start: as a failure before its first unit
+                        share.error = Some(e.to_string());
+                        lock().units.stop_device(None, e, policy, |e| match e {
+                            BridgeError::InvalidInput(_) => e,
+                            other => BridgeError::backend(
+                                "detect",
+                                None,
+                                format!("{device} failed to start: {other}"),
+                            ),
+                        });
+                        return share;
+                    }
+                    while let Some((a, b)) = next_unit(|| lock().units.take()) {
+                        let t = Instant::now();
+                        // a panic in a back end is that device's failure, never a hang of
+                        // the others (its unit would otherwise stay "running")
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            work(member, (a, b))
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(BridgeError::backend(
+                                "detect",
+                                None,
+                                "the back end panicked",
+                            ))
+                        });
+                        share.seconds += t.elapsed().as_secs_f64();
+                        let mut q = lock();
+                        q.units.end_unit();
+                        match r {
+                            Ok(ps) => {
+                                share.frames += b - a;
+                                share.units += 1;
+                                q.done.insert(a, ps);
+                                drop(q);
+                                let mut d = frames_done.lock().unwrap_or_else(|e| e.into_inner());
+                                *d += b - a;
+                                progress(*d);
+                            }
+                            Err(e) if e.is_oom() && q.units.split((a, b)) => {
+                                share.splits += 1;
+                            }
+                            Err(e) => {
+                                share.error = Some(e.to_string());
+                                q.units.stop_device(Some((a, b)), e, policy, |e| match e {
+                                    BridgeError::InvalidInput(_) => e,
+                                    other => BridgeError::backend(
+                                        "detect",
+                                        None,
+                                        format!("{device} failed on frames {a}..{b}: {other}"),
+                                    ),
+                                });
+                                break;
+                            }
+                        }
+                    }
+                    share
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| DeviceShare {
+                    error: Some("the worker thread panicked".into()),
+                    ..DeviceShare::new(Device::Cpu)
+                })
+            })
+            .collect()
+    });
+    let q = queue.into_inner().unwrap_or_else(|e| e.into_inner());
+    let drained = q.units.finish()?;
+    let covered: usize = shares.iter().map(|s| s.frames).sum();
+    if covered != n || !drained {
+        return Err(BridgeError::backend(
+            "detect",
+            None,
+            format!("{covered} of {n} frames detected: no device could take the rest"),
+        ));
+    }
+    Ok((q.done.into_values().flatten().collect(), shares))
 }

@@ -57,11 +57,17 @@ const POOL_MAX_BUFS: usize = 4;
 
 /// A buffer of `len` elements from this thread's pool (contents unspecified: callers overwrite
 /// every element they read), or a new zeroed one. Reusing buffers across frames avoids paying
-/// page faults and zeroing for every frame of a movie.
+/// page faults and zeroing for every frame of a movie. The pool hands out its smallest buffer
+/// that is large enough (best fit), so a small request does not take the large buffer a later
+/// large one needs.
 pub fn take_buf<T: Real>(len: usize) -> Vec<T> {
     let reused = T::pool().with(|p| {
         let mut p = p.borrow_mut();
-        let i = p.iter().position(|v| v.capacity() >= len)?;
+        let (i, _) = p
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len)
+            .min_by_key(|(_, v)| v.capacity())?;
         Some(p.swap_remove(i))
     });
     match reused {
@@ -140,5 +146,48 @@ impl Real for f64 {
     }
     fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
         &POOL_F64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// `take_buf` hands out the smallest pooled buffer that is large enough, not the first.
+    #[test]
+    fn take_buf_is_best_fit() {
+        // a fresh thread: an empty pool of its own
+        std::thread::spawn(|| {
+            for cap in [100usize, 10, 50] {
+                give_buf(Vec::<f64>::with_capacity(cap));
+            }
+            let caps = |p: &RefCell<Vec<Vec<f64>>>| {
+                let mut c: Vec<usize> = p.borrow().iter().map(Vec::capacity).collect();
+                c.sort_unstable();
+                c
+            };
+            assert_eq!(f64::pool().with(caps), vec![10, 50, 100]);
+            let a = take_buf::<f64>(20);
+            assert_eq!(
+                (a.len(), a.capacity()),
+                (20, 50),
+                "the 50, not the first fit (100)"
+            );
+            let b = take_buf::<f64>(5);
+            assert_eq!(b.capacity(), 10);
+            let c = take_buf::<f64>(200);
+            assert_eq!(c.len(), 200, "nothing fits: a new buffer");
+            assert_eq!(
+                f64::pool().with(caps),
+                vec![100],
+                "the large one is still there"
+            );
+            let d = take_buf::<f64>(100);
+            assert_eq!(d.capacity(), 100);
+            assert!(f64::pool().with(caps).is_empty());
+        })
+        .join()
+        .unwrap();
     }
 }

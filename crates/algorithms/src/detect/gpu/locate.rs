@@ -106,13 +106,96 @@ pub(super) fn locate_frames<E: Executor>(
         if !plan.fits(h, w) {
             out.features.extend(run.iter().map(|_| Vec::new()));
         } else if f64_dev {
-            run_typed::<E, f64>(e, run, kind, h, w, p, &plan, cfg, &mut out)?;
+            run_typed::<E, f64>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out)?;
         } else {
-            run_typed::<E, f32>(e, run, kind, h, w, p, &plan, cfg, &mut out)?;
+            run_typed::<E, f32>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out)?;
         }
         i = j;
     }
     Ok(out)
+}
+
+/// Pixel types a movie already on the device can be read in place as, by `locate` with
+/// `cfg`: `u8`, `u16`, `f32`, and `f64` where the device computes in float64 (a float32
+/// pipeline reads float64 frames converted on the host).
+pub(super) fn resident_kind<E: Executor>(
+    e: &E,
+    dtype: bridge_core::DType,
+    cfg: &GpuDetectConfig,
+) -> Option<ResidentKind> {
+    use bridge_core::DType;
+    let kind = match dtype {
+        DType::U8 => Kind::U8,
+        DType::U16 => Kind::U16,
+        DType::F32 => Kind::F32,
+        DType::F64 if e.has_fp64() && cfg.accumulate_f64 => Kind::F64,
+        _ => return None,
+    };
+    Some(ResidentKind(kind))
+}
+
+/// A pixel type [`locate_resident`] reads in place (from [`resident_kind`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ResidentKind(Kind);
+
+/// `locate` on a movie that already lives on the executor's device: `buf` holds `t` frames of
+/// `h × w` pixels of `kind`, C order, read in place by the load kernel (no upload, no copy);
+/// the rest is [`locate_frames`]'s pipeline. `progress(frames_done)` is called as sub-batches
+/// complete.
+pub(super) fn locate_resident<E: Executor>(
+    e: &E,
+    buf: &E::Buffer,
+    kind: ResidentKind,
+    (t, h, w): (usize, usize, usize),
+    p: &LocateParams,
+    cfg: &GpuDetectConfig,
+    progress: &mut dyn FnMut(usize),
+) -> Result<LocateOut> {
+    p.validate()?;
+    let plan = Plan::new(p);
+    let kind = kind.0;
+    let mut out = LocateOut {
+        features: Vec::with_capacity(t),
+        kernel_s: 0.0,
+    };
+    if !plan.fits(h, w) {
+        out.features.extend((0..t).map(|_| Vec::new()));
+        progress(t);
+        return Ok(out);
+    }
+    let src = Src::Device {
+        buf,
+        frames: t,
+        progress,
+    };
+    // a resident f64 movie is only accepted where the device computes in float64
+    if e.has_fp64() && cfg.accumulate_f64 {
+        run_typed::<E, f64>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;
+    } else {
+        run_typed::<E, f32>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Where the frames of a run come from.
+enum Src<'a, 'f, B> {
+    /// Host frames, packed and uploaded per sub-batch.
+    Host(&'a [FrameView<'f>]),
+    /// A movie of `frames` frames already on the device, read in place.
+    Device {
+        buf: &'a B,
+        frames: usize,
+        progress: &'a mut dyn FnMut(usize),
+    },
+}
+
+impl<B> Src<'_, '_, B> {
+    fn len(&self) -> usize {
+        match self {
+            Src::Host(run) => run.len(),
+            Src::Device { frames, .. } => *frames,
+        }
+    }
 }
 
 /// Little-endian bytes of `frames` as the load kernel reads them (`R` for float64 frames on a
@@ -172,7 +255,7 @@ fn decode<R: DevReal>(bytes: &[u8]) -> Vec<f64> {
 #[allow(clippy::too_many_arguments)]
 fn run_typed<E: Executor, R: DevReal>(
     e: &E,
-    run: &[FrameView<'_>],
+    mut src: Src<'_, '_, E::Buffer>,
     kind: Kind,
     h: usize,
     w: usize,
@@ -288,8 +371,9 @@ fn run_typed<E: Executor, R: DevReal>(
         Kind::F64 => R::SIZE,
     };
     let per_frame = plane * (px_in + 4 * R::SIZE + 4) + nbins * 4 + 4 * h * R::SIZE;
+    let n_frames = src.len();
     let chunk = (cfg.max_device_bytes / per_frame.max(1))
-        .clamp(1, run.len().max(1))
+        .clamp(1, n_frames.max(1))
         .min((u32::MAX as usize / plane).max(1))
         .min(65_535);
     let (lx, ly) = local_xy(e);
@@ -298,9 +382,8 @@ fn run_typed<E: Executor, R: DevReal>(
     let mut cap = 1024usize;
     let mut cand_buf = e.alloc(cap * 4)?;
     let mut f0 = 0usize;
-    while f0 < run.len() {
-        let nb = chunk.min(run.len() - f0);
-        let frames = &run[f0..f0 + nb];
+    while f0 < n_frames {
+        let nb = chunk.min(n_frames - f0);
         let nbu = to_u32(nb, "batch")?;
         let g3 = [round_up_to(w, lx), round_up_to(h, ly), nb];
         let l3 = [lx, ly, 1];
@@ -312,7 +395,20 @@ fn run_typed<E: Executor, R: DevReal>(
         let lf = [LINE_WG];
 
         let t = std::time::Instant::now();
-        let input = e.upload(&pack::<R>(frames, kind, plane))?;
+        // host frames: this sub-batch uploaded as stored; a resident movie: read in place from
+        // its frame f0
+        let (uploaded, first) = match &src {
+            Src::Host(run) => (
+                Some(e.upload(&pack::<R>(&run[f0..f0 + nb], kind, plane))?),
+                0,
+            ),
+            Src::Device { .. } => (None, to_u32(f0, "frame")?),
+        };
+        let input = match (&uploaded, &src) {
+            (Some(b), _) => b,
+            (None, Src::Device { buf, .. }) => *buf,
+            (None, Src::Host(_)) => unreachable!("host frames are uploaded above"),
+        };
         up_s += t.elapsed().as_secs_f64();
         let img_bytes = nb * plane * R::SIZE;
         let raw = e.alloc(img_bytes)?;
@@ -321,15 +417,15 @@ fn run_typed<E: Executor, R: DevReal>(
             &gp,
             &lp,
             &[
-                KernelArg::Buf(&input),
+                KernelArg::Buf(input),
                 KernelArg::Buf(&raw),
                 KernelArg::U32(pu),
                 KernelArg::U32(nbu),
                 KernelArg::U32(u32::from(p.invert)),
-                KernelArg::U32(0),
+                KernelArg::U32(first),
             ],
         )?;
-        drop(input);
+        drop(uploaded);
         // work images: t1 (lowpass y pass, column boxcar, then the row dilation), bp (the
         // bandpass, then the row distances of the noise)
         let t1 = e.alloc(img_bytes)?;
@@ -645,6 +741,9 @@ fn run_typed<E: Executor, R: DevReal>(
         host_s += t.elapsed().as_secs_f64();
         out.features.extend(done);
         f0 += nb;
+        if let Src::Device { progress, .. } = &mut src {
+            progress(f0);
+        }
     }
     out.kernel_s += kernel_s;
     trace(|| {
@@ -655,7 +754,7 @@ fn run_typed<E: Executor, R: DevReal>(
         format!(
             "locate: {} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels {kernel_s:.3} \
              ({}) + reads {read_s:.3} + host {host_s:.3} + other",
-            run.len(),
+            n_frames,
             t_all.elapsed().as_secs_f64(),
             kernels.join(", ")
         )

@@ -249,28 +249,70 @@ impl<E: Executor> GpuDetect<E> {
         if !movie.is_contiguous() || p.prescale == super::Prescale::MinMax {
             return Ok(None);
         }
-        let dims = match *movie.shape() {
-            [t, h, w] => (t, h, w),
-            [h, w] => (1, h, w),
-            _ => {
-                return Err(BridgeError::shape_mismatch(
-                    "a movie of shape (T, H, W) or a frame (H, W)",
-                    format!("{:?}", movie.shape()),
-                    "blob_log",
-                ));
-            }
-        };
-        if dims.0 == 0 || dims.1 == 0 || dims.2 == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "empty movie of shape {:?}",
-                movie.shape()
-            )));
-        }
+        let dims = resident_dims(movie, "blob_log")?;
         let out =
             frames::run_resident(&self.exec, buf, u16_pixels, dims, p, &self.config, progress)?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.blobs))
     }
+
+    /// Whether [`Self::locate_resident`] reads a C-contiguous movie of `dtype` on this device
+    /// in place: `u8`, `u16`, `f32`, and `f64` where `locate` computes in float64 (the device
+    /// has doubles and [`GpuDetectConfig::accumulate_f64`] is on).
+    pub fn locate_reads_in_place(&self, dtype: DType) -> bool {
+        locate::resident_kind(&self.exec, dtype, &self.config).is_some()
+    }
+
+    /// trackpy `locate` on a movie that already lives on this device: a `(T, H, W)` (or
+    /// `(H, W)`) C-contiguous [`Array`] of this executor's backend whose pixels
+    /// [`Self::locate_reads_in_place`] takes, read in place by the load kernel (no upload, no
+    /// copy to the host); the features are those of [`DetectBackend::locate_batch`] on the
+    /// same frames. `Ok(None)` when the array is not such an array: the caller then reads it
+    /// from the host. `progress(frames_done)` is called as sub-batches complete.
+    pub fn locate_resident(
+        &self,
+        movie: &Array,
+        p: &LocateParams,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Option<Vec<Vec<Feature>>>> {
+        let Some(buf) = self.exec.buffer_of(movie) else {
+            return Ok(None);
+        };
+        let Some(kind) = locate::resident_kind(&self.exec, movie.dtype(), &self.config) else {
+            return Ok(None);
+        };
+        if !movie.is_contiguous() {
+            return Ok(None);
+        }
+        let dims = resident_dims(movie, "locate")?;
+        let out =
+            locate::locate_resident(&self.exec, buf, kind, dims, p, &self.config, &mut progress)?;
+        self.last_kernel.set(out.kernel_s);
+        Ok(Some(out.features))
+    }
+}
+
+/// `(T, H, W)` of a resident movie (`(1, H, W)` for a frame); an error when it is neither or
+/// empty.
+fn resident_dims(movie: &Array, what: &str) -> Result<(usize, usize, usize)> {
+    let dims = match *movie.shape() {
+        [t, h, w] => (t, h, w),
+        [h, w] => (1, h, w),
+        _ => {
+            return Err(BridgeError::shape_mismatch(
+                "a movie of shape (T, H, W) or a frame (H, W)",
+                format!("{:?}", movie.shape()),
+                what,
+            ));
+        }
+    };
+    if dims.0 == 0 || dims.1 == 0 || dims.2 == 0 {
+        return Err(BridgeError::InvalidInput(format!(
+            "empty movie of shape {:?}",
+            movie.shape()
+        )));
+    }
+    Ok(dims)
 }
 
 impl<E: Executor> DetectBackend for GpuDetect<E> {
