@@ -586,6 +586,28 @@ fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A chunk's error with the frame numbers of the movie: the detector numbers the frames of the
+/// chunk it is given from 0 (`in frames a..b: ...`).
+fn in_movie(e: BridgeError, frame0: usize) -> BridgeError {
+    let BridgeError::InvalidInput(m) = e else {
+        return e;
+    };
+    if frame0 == 0 {
+        return BridgeError::InvalidInput(m);
+    }
+    let shifted = m
+        .strip_prefix("in frames ")
+        .and_then(|rest| rest.split_once(": "))
+        .and_then(|(range, tail)| {
+            let (a, b) = range.split_once("..")?;
+            let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+            Some(format!("in frames {}..{}: {tail}", a + frame0, b + frame0))
+        });
+    BridgeError::InvalidInput(
+        shifted.unwrap_or_else(|| format!("in the chunk from frame {frame0}: {m}")),
+    )
+}
+
 fn method_name(m: Method) -> &'static str {
     match m {
         Method::Log => "log",
@@ -882,8 +904,7 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
     let det = job.det;
     let batch_size = job.batch_size;
     let start = Instant::now();
-    let mut stream =
-        MovieStream::open(input, job.chunk_frames)?.with_max_bytes(job.chunk_bytes);
+    let mut stream = MovieStream::open(input, job.chunk_frames)?.with_max_bytes(job.chunk_bytes);
     let total = stream.total_frames();
     let first = stream.next_chunk()?.ok_or_else(|| {
         BridgeError::InvalidInput(format!("{}: the movie has no frame", input.display()))
@@ -953,11 +974,12 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
                             det.detect_movie_with(&chunk, backend.as_ref(), |done| {
                                 progress.set_position((frame0 + done) as u64)
                             })
-                        })?,
+                        }),
                         Runner::Several(m) => m.detect(det, &chunk, policy, |done| {
                             progress.set_position((frame0 + done) as u64)
-                        })?,
-                    };
+                        }),
+                    }
+                    .map_err(|e| in_movie(e, frame0))?;
                     let f0 = u32::try_from(frame0)
                         .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
                     for p in &mut ps {
