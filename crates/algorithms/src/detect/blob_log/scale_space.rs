@@ -86,7 +86,9 @@ fn log_cube_extrema_in<T: Real, A: Real>(
             |scratch, (out, &s)| {
                 let k = LogKernels::new(s.to_f64(), T::IS_F32);
                 let s2 = s * s;
-                log_plane(image, stride, h, w, &k, scratch, out, |lyy, lxx| {
+                // `move`: σ² by value, so the compiler need not reload it through a pointer
+                // that might alias the plane (a scalar loop otherwise)
+                log_plane(image, stride, h, w, &k, scratch, out, move |lyy, lxx| {
                     (-(lyy + lxx)) * s2
                 })
             },
