@@ -47,6 +47,15 @@ impl Avx2 {
     fn x_row_pair(self, _: (&[f64], &[f64]), _: (&[f64], &[f64]), _: &mut [f64], _: &mut [f64]) {
         match self {}
     }
+    fn combine_scaled_row(
+        self,
+        _: (&[f64], &[f64]),
+        _: f64,
+        _: &mut [f64],
+        _: (&mut [f64], &mut [f64]),
+    ) {
+        match self {}
+    }
 }
 
 /// Boundary handling of a 1-D pass.
@@ -553,6 +562,7 @@ fn log_plane_impl<T: Real, A: Real>(
     s: &mut LogScratch<T, A>,
     out: &mut [T],
     combine: &impl Fn(T, T) -> T,
+    scaled: Option<T>,
 ) -> (T, T) {
     let r = k.radius();
     let pw = w + 2 * r;
@@ -604,13 +614,16 @@ fn log_plane_impl<T: Real, A: Real>(
                 xpass_row(row2, r, &g0, w, &mut lyy);
                 xpass_row(row0, r, &g2, w, &mut lxx);
             }
-            combine_row(
-                &lyy,
-                &lxx,
-                combine,
-                &mut out[y * w..(y + 1) * w],
-                (&mut lo, &mut hi),
-            );
+            let orow = &mut out[y * w..(y + 1) * w];
+            if let (Some((t, _)), Some(sc)) = (avx, scaled)
+                && let (Some(ly), Some(lx)) = (A::as_f64s(&lyy), A::as_f64s(&lxx))
+                && let Some(o) = T::as_f64s_mut(orow)
+                && let (Some(l), Some(hh)) = (T::as_f64s_mut(&mut lo), T::as_f64s_mut(&mut hi))
+            {
+                t.combine_scaled_row((ly, lx), sc.to_f64(), o, (l, hh));
+            } else {
+                combine_row(&lyy, &lxx, combine, orow, (&mut lo, &mut hi));
+            }
         }
         y0 = y1;
     }
@@ -687,11 +700,39 @@ pub fn log_plane<T: Real, A: Real>(
     out: &mut [T],
     combine: impl Fn(T, T) -> T,
 ) -> (T, T) {
-    log_plane_with(Avx2::detect(), img, stride, h, w, k, s, out, combine)
+    log_plane_with(Avx2::detect(), img, stride, h, w, k, s, out, combine, None)
+}
+
+/// [`log_plane`] with `combine(Lyy, Lxx) = (−(Lyy + Lxx))·scale` (a plane of the scale-space
+/// cube, `scale = σ²`), which the AVX2 path also vectorises explicitly for an f64 working type.
+#[allow(clippy::too_many_arguments)]
+pub fn log_plane_scaled<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    k: &LogKernels,
+    s: &mut LogScratch<T, A>,
+    out: &mut [T],
+    scale: T,
+) -> (T, T) {
+    let combine = move |lyy: T, lxx: T| (-(lyy + lxx)) * scale;
+    log_plane_with(
+        Avx2::detect(),
+        img,
+        stride,
+        h,
+        w,
+        k,
+        s,
+        out,
+        combine,
+        Some(scale),
+    )
 }
 
 /// [`log_plane`] with the explicit AVX2 kernels (`simd`) or the generic code (`None`): the
-/// same values bit for bit.
+/// same values bit for bit. `scaled = Some(c)` promises `combine(a, b) = (−(a + b))·c`.
 #[allow(clippy::too_many_arguments)]
 fn log_plane_with<T: Real, A: Real>(
     simd: Option<Avx2>,
@@ -703,12 +744,13 @@ fn log_plane_with<T: Real, A: Real>(
     s: &mut LogScratch<T, A>,
     out: &mut [T],
     combine: impl Fn(T, T) -> T,
+    scaled: Option<T>,
 ) -> (T, T) {
     match simd {
         // the generic code around the kernels (conversions, `combine`, extrema, and the f32
         // accumulation) compiled for AVX2 too
-        Some(t) => t.run(|| log_plane_impl(simd, img, stride, h, w, k, s, out, &combine)),
-        None => log_plane_impl(None, img, stride, h, w, k, s, out, &combine),
+        Some(t) => t.run(|| log_plane_impl(simd, img, stride, h, w, k, s, out, &combine, scaled)),
+        None => log_plane_impl(None, img, stride, h, w, k, s, out, &combine, scaled),
     }
 }
 
@@ -752,9 +794,11 @@ mod tests {
             .collect()
     }
 
-    /// The plane of `img` by [`log_plane_with`] (`simd`), accumulated in `A`.
+    /// The plane of `img` by [`log_plane_with`] (`simd`), accumulated in `A`: `Lyy + Lxx`, or
+    /// `(−(Lyy + Lxx))·c` for `scaled = Some(c)`.
     fn plane<T: Real, A: Real>(
         simd: Option<Avx2>,
+        scaled: Option<T>,
         img: &[T],
         h: usize,
         w: usize,
@@ -768,9 +812,24 @@ mod tests {
             .collect();
         let mut s = LogScratch::<T, A>::new(h, w, 2);
         let mut out = vec![T::ZERO; h * w];
-        let ext = log_plane_with(simd, &padded, stride, h, w, k, &mut s, &mut out, |a, b| {
-            a + b
-        });
+        let ext = match scaled {
+            Some(c) => {
+                let f = move |a: T, b: T| (-(a + b)) * c;
+                log_plane_with(simd, &padded, stride, h, w, k, &mut s, &mut out, f, scaled)
+            }
+            None => log_plane_with(
+                simd,
+                &padded,
+                stride,
+                h,
+                w,
+                k,
+                &mut s,
+                &mut out,
+                |a, b| a + b,
+                None,
+            ),
+        };
         (out, ext)
     }
 
@@ -778,7 +837,7 @@ mod tests {
         let img: Vec<T> = frame(rng, h * w, "f64");
         let k = LogKernels::new(sigma, T::IS_F32);
         let want = reference(&img, h, w, &k);
-        let (out, (lo, hi)) = plane::<T, f64>(Avx2::detect(), &img, h, w, &k);
+        let (out, (lo, hi)) = plane::<T, f64>(Avx2::detect(), None, &img, h, w, &k);
         for (i, (a, b)) in out.iter().zip(&want).enumerate() {
             assert!(
                 a.to_f64().to_bits() == b.to_f64().to_bits(),
@@ -806,21 +865,24 @@ mod tests {
         k: &LogKernels,
         what: &str,
     ) {
-        let (a, ea) = plane::<T, A>(Some(simd), img, h, w, k);
-        let (b, eb) = plane::<T, A>(None, img, h, w, k);
-        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!(
-                x.to_f64().to_bits() == y.to_f64().to_bits(),
-                "{what}: pixel {i}: AVX2 {} vs generic {}",
-                x.to_f64(),
-                y.to_f64()
+        // the plain sum, and the cube's combine with σ² = 2.25 (fused on the AVX2 path)
+        for scaled in [None, Some(T::from_f64(2.25))] {
+            let (a, ea) = plane::<T, A>(Some(simd), scaled, img, h, w, k);
+            let (b, eb) = plane::<T, A>(None, scaled, img, h, w, k);
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    x.to_f64().to_bits() == y.to_f64().to_bits(),
+                    "{what} {scaled:?}: pixel {i}: AVX2 {} vs generic {}",
+                    x.to_f64(),
+                    y.to_f64()
+                );
+            }
+            assert_eq!(
+                (ea.0.to_f64().to_bits(), ea.1.to_f64().to_bits()),
+                (eb.0.to_f64().to_bits(), eb.1.to_f64().to_bits()),
+                "{what} {scaled:?}: extrema"
             );
         }
-        assert_eq!(
-            (ea.0.to_f64(), ea.1.to_f64()),
-            (eb.0.to_f64(), eb.1.to_f64()),
-            "{what}: extrema"
-        );
     }
 
     /// The explicit AVX2 kernels give the generic code's planes bit for bit (the generic path

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::params::BlobLogParams;
-use crate::detect::filters::{LogKernels, LogScratch, log_plane};
+use crate::detect::filters::{LogKernels, LogScratch, log_plane_scaled};
 use crate::detect::real::{Real, give_buf, take_buf};
 
 /// How the LoG passes accumulate.
@@ -85,12 +85,7 @@ fn log_cube_extrema_in<T: Real, A: Real>(
             || LogScratch::<T, A>::new(h, w, rmax),
             |scratch, (out, &s)| {
                 let k = LogKernels::new(s.to_f64(), T::IS_F32);
-                let s2 = s * s;
-                // `move`: σ² by value, so the compiler need not reload it through a pointer
-                // that might alias the plane (a scalar loop otherwise)
-                log_plane(image, stride, h, w, &k, scratch, out, move |lyy, lxx| {
-                    (-(lyy + lxx)) * s2
-                })
+                log_plane_scaled(image, stride, h, w, &k, scratch, out, s * s)
             },
         )
         .collect();

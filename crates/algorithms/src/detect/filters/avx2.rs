@@ -12,8 +12,8 @@
 //! the unchecked loads and stores.
 
 use std::arch::x86_64::{
-    __m256d, _mm256_add_pd, _mm256_cvtpd_ps, _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_mul_pd,
-    _mm256_set1_pd, _mm256_storeu_pd,
+    __m256d, _mm256_add_pd, _mm256_cvtpd_ps, _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_max_pd,
+    _mm256_min_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd, _mm256_xor_pd,
 };
 
 use super::{Boundary, map_index};
@@ -117,6 +117,89 @@ impl Avx2 {
         // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
         // below w = output lengths (checked above).
         unsafe { x_row_pair_avx2((row2, row0), (g0, g2), lyy, lxx) }
+    }
+}
+
+impl Avx2 {
+    /// `out[x] = (−(lyy[x] + lxx[x]))·scale`, folded into the lane-wise extrema `lo`, `hi`
+    /// (8 lanes: lane `x mod 8` for the full blocks of 8 columns, lane 0 for the rest) with
+    /// `v < lo ? v : lo` and `v > hi ? v : hi`, as the generic `combine_row` with that
+    /// combine.
+    ///
+    /// # Panics
+    /// When the lengths differ, or `lo`, `hi` do not hold 8 lanes (a caller bug).
+    pub(super) fn combine_scaled_row(
+        self,
+        (lyy, lxx): (&[f64], &[f64]),
+        scale: f64,
+        out: &mut [f64],
+        (lo, hi): (&mut [f64], &mut [f64]),
+    ) {
+        assert!(
+            lyy.len() == out.len() && lxx.len() == out.len(),
+            "row lengths"
+        );
+        assert!(lo.len() == 8 && hi.len() == 8, "extrema lanes");
+        // SAFETY: AVX2 is available (`self`); the lengths are checked above.
+        unsafe { combine_scaled_row_avx2((lyy, lxx), scale, out, (lo, hi)) }
+    }
+}
+
+/// [`Avx2::combine_scaled_row`].
+///
+/// # Safety
+/// AVX2; `lyy`, `lxx` and `out` of one length, `lo` and `hi` of 8.
+#[target_feature(enable = "avx2")]
+unsafe fn combine_scaled_row_avx2(
+    (lyy, lxx): (&[f64], &[f64]),
+    scale: f64,
+    out: &mut [f64],
+    (lo, hi): (&mut [f64], &mut [f64]),
+) {
+    let w = out.len();
+    let n8 = w / 8 * 8;
+    let (py, px, po) = (lyy.as_ptr(), lxx.as_ptr(), out.as_mut_ptr());
+    // negation flips the sign bit, as Rust's `-x`
+    let (sign, sc) = (_mm256_set1_pd(-0.0), _mm256_set1_pd(scale));
+    // SAFETY: 8 lanes each (checked by the caller).
+    let (mut lo0, mut lo1, mut hi0, mut hi1) = unsafe {
+        (
+            ld(lo.as_ptr()),
+            ld(lo.as_ptr().add(4)),
+            ld(hi.as_ptr()),
+            ld(hi.as_ptr().add(4)),
+        )
+    };
+    let mut x = 0;
+    while x < n8 {
+        // SAFETY: x + 8 ≤ w, the length of the three rows.
+        unsafe {
+            let v0 = _mm256_add_pd(ld(py.add(x)), ld(px.add(x)));
+            let v1 = _mm256_add_pd(ld(py.add(x + 4)), ld(px.add(x + 4)));
+            let v0 = _mm256_mul_pd(_mm256_xor_pd(v0, sign), sc);
+            let v1 = _mm256_mul_pd(_mm256_xor_pd(v1, sign), sc);
+            _mm256_storeu_pd(po.add(x), v0);
+            _mm256_storeu_pd(po.add(x + 4), v1);
+            // `_mm256_min_pd(a, b)` is `a < b ? a : b`, `_mm256_max_pd(a, b)` `a > b ? a : b`
+            lo0 = _mm256_min_pd(v0, lo0);
+            lo1 = _mm256_min_pd(v1, lo1);
+            hi0 = _mm256_max_pd(v0, hi0);
+            hi1 = _mm256_max_pd(v1, hi1);
+        }
+        x += 8;
+    }
+    // SAFETY: 8 lanes each (checked by the caller).
+    unsafe {
+        _mm256_storeu_pd(lo.as_mut_ptr(), lo0);
+        _mm256_storeu_pd(lo.as_mut_ptr().add(4), lo1);
+        _mm256_storeu_pd(hi.as_mut_ptr(), hi0);
+        _mm256_storeu_pd(hi.as_mut_ptr().add(4), hi1);
+    }
+    for x in n8..w {
+        let v = (-(lyy[x] + lxx[x])) * scale;
+        out[x] = v;
+        lo[0] = if v < lo[0] { v } else { lo[0] };
+        hi[0] = if v > hi[0] { v } else { hi[0] };
     }
 }
 
