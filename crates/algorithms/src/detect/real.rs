@@ -44,6 +44,10 @@ pub trait Real:
     fn is_nan(self) -> bool;
     /// This thread's pool of reusable buffers of this type (see [`take_buf`]).
     fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>>;
+    /// The slice as f64 values when this type is `f64` (for kernels written for f64 only).
+    fn as_f64s(s: &[Self]) -> Option<&[f64]>;
+    /// The mutable slice as f64 values when this type is `f64`.
+    fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]>;
 }
 
 thread_local! {
@@ -118,6 +122,12 @@ impl Real for f32 {
     fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
         &POOL_F32
     }
+    fn as_f64s(_: &[Self]) -> Option<&[f64]> {
+        None
+    }
+    fn as_f64s_mut(_: &mut [Self]) -> Option<&mut [f64]> {
+        None
+    }
 }
 
 impl Real for f64 {
@@ -146,6 +156,14 @@ impl Real for f64 {
     }
     fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
         &POOL_F64
+    }
+    #[inline(always)]
+    fn as_f64s(s: &[Self]) -> Option<&[f64]> {
+        Some(s)
+    }
+    #[inline(always)]
+    fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]> {
+        Some(s)
     }
 }
 

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::params::BlobLogParams;
-use crate::detect::filters::{LogKernels, LogScratch, log_plane};
+use crate::detect::filters::{LogKernels, LogScratch, log_plane_scaled};
 use crate::detect::real::{Real, give_buf, take_buf};
 
 /// How the LoG passes accumulate.
@@ -85,10 +85,7 @@ fn log_cube_extrema_in<T: Real, A: Real>(
             || LogScratch::<T, A>::new(h, w, rmax),
             |scratch, (out, &s)| {
                 let k = LogKernels::new(s.to_f64(), T::IS_F32);
-                let s2 = s * s;
-                log_plane(image, stride, h, w, &k, scratch, out, |lyy, lxx| {
-                    (-(lyy + lxx)) * s2
-                })
+                log_plane_scaled(image, stride, h, w, &k, scratch, out, s * s)
             },
         )
         .collect();
