@@ -21,10 +21,12 @@ fn main() -> ExitCode {
         Err(e) => {
             let mut shown = e.to_string();
             #[cfg(feature = "mpi")]
-            let rank = cli::mpi::place().map(|p| format!(" (rank {} of {})", p.rank, p.size));
+            let rank = cli::mpi::place()
+                .map(|p| format!(" (rank {} of {})", p.rank, p.size))
+                .unwrap_or_default();
             #[cfg(not(feature = "mpi"))]
-            let rank: Option<String> = None;
-            eprintln!("error{}: {shown}", rank.unwrap_or_default());
+            let rank = "";
+            eprintln!("error{rank}: {shown}");
             // Causes the message does not already include (an i/o error names its OS error).
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
