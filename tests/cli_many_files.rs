@@ -84,7 +84,7 @@ fn one_run(dir: &Path, input: &str, device: &str) -> Vec<u8> {
 fn no_partial_file(dir: &Path) {
     for e in std::fs::read_dir(dir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!name.contains(".part-"), "a partial file is left: {name}");
+        assert!(!name.contains(".part"), "a partial file is left: {name}");
     }
 }
 

@@ -586,28 +586,6 @@ fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A chunk's error with the frame numbers of the movie: the detector numbers the frames of the
-/// chunk it is given from 0 (`in frames a..b: ...`).
-fn in_movie(e: BridgeError, frame0: usize) -> BridgeError {
-    let BridgeError::InvalidInput(m) = e else {
-        return e;
-    };
-    if frame0 == 0 {
-        return BridgeError::InvalidInput(m);
-    }
-    let shifted = m
-        .strip_prefix("in frames ")
-        .and_then(|rest| rest.split_once(": "))
-        .and_then(|(range, tail)| {
-            let (a, b) = range.split_once("..")?;
-            let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
-            Some(format!("in frames {}..{}: {tail}", a + frame0, b + frame0))
-        });
-    BridgeError::InvalidInput(
-        shifted.unwrap_or_else(|| format!("in the chunk from frame {frame0}: {m}")),
-    )
-}
-
 fn method_name(m: Method) -> &'static str {
     match m {
         Method::Log => "log",
@@ -625,9 +603,9 @@ fn naming(input: &Path, e: BridgeError) -> BridgeError {
     }
 }
 
-/// One input of several: detected into a temporary name in the output folder, renamed to
-/// `output` when complete (a failure leaves no partial file). With `--keep-going` a failure is
-/// a report with its error; otherwise the error, naming the input.
+/// One input of several, detected into `output` (staged like every output: a failure leaves no
+/// partial file). With `--keep-going` a failure is a report with its error; otherwise the
+/// error, naming the input.
 fn one_file(
     job: &Job<'_>,
     input: &Path,
@@ -636,20 +614,8 @@ fn one_file(
     rank: Option<usize>,
 ) -> Result<FileReport> {
     let start = Instant::now();
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = output.with_file_name(format!(
-        ".{name}.part-{}-{}",
-        std::process::id(),
-        rank.unwrap_or(0)
-    ));
-    let r = detect_one(job, input, &tmp, place).and_then(|done| {
-        std::fs::rename(&tmp, output)
-            .map_err(|e| BridgeError::io(output.display().to_string(), e))?;
-        Ok(done)
-    });
+    // the CSV is staged (`io::staged`): renamed into place when complete, removed on a failure
+    let r = detect_one(job, input, output, place);
     let mut report = FileReport {
         input: input.display().to_string(),
         rank,
@@ -668,7 +634,6 @@ fn one_file(
             Ok(report)
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
             let e = naming(input, e);
             if !job.args.keep_going {
                 return Err(e);
@@ -979,7 +944,7 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
                             progress.set_position((frame0 + done) as u64)
                         }),
                     }
-                    .map_err(|e| in_movie(e, frame0))?;
+                    .map_err(|e| algorithms::detect::detector::in_movie_frames(e, frame0))?;
                     let f0 = u32::try_from(frame0)
                         .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
                     for p in &mut ps {
@@ -1131,9 +1096,7 @@ impl Multi {
         policy: MultiPolicy,
         progress: impl Fn(usize) + Sync,
     ) -> Result<Vec<(usize, Feature)>> {
-        let live: Vec<usize> = (0..self.backends.len())
-            .filter(|&i| self.alive[i])
-            .collect();
+        let live = self.live();
         #[cfg_attr(not(feature = "mpi"), allow(unused_mut))]
         let mut members: Vec<DetectMember<'_, Vec<Feature>>> = live
             .iter()
@@ -1147,16 +1110,7 @@ impl Multi {
             }));
         }
         let out = locate_movie_members(chunk, p, &members, batch_size, policy, progress)?;
-        let n = live.len();
-        for (k, s) in out.shares.into_iter().enumerate() {
-            if k < n {
-                self.alive[live[k]] = s.error.is_none();
-                self.shares[live[k]].add(s);
-            } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
-                share.device = s.device;
-                share.add(s);
-            }
-        }
+        self.record(&live, out.shares);
         Ok(out
             .features
             .into_iter()
@@ -1173,9 +1127,7 @@ impl Multi {
         policy: MultiPolicy,
         progress: impl Fn(usize) + Sync,
     ) -> Result<Vec<Particle>> {
-        let live: Vec<usize> = (0..self.backends.len())
-            .filter(|&i| self.alive[i])
-            .collect();
+        let live = self.live();
         #[cfg(feature = "mpi")]
         if !self.peers.is_empty() {
             super::mpi::share_movie(Some(chunk))?;
@@ -1189,25 +1141,35 @@ impl Multi {
                     .map(|p| DetectMember::Peer(p as &dyn algorithms::detect::FramePeer)),
             );
             let out = det.detect_movie_members(chunk, &members, policy, progress)?;
-            let n = live.len();
-            for (k, s) in out.shares.into_iter().enumerate() {
-                if k < n {
-                    self.alive[live[k]] = s.error.is_none();
-                    self.shares[live[k]].add(s);
-                } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
-                    share.device = s.device;
-                    share.add(s);
-                }
-            }
+            self.record(&live, out.shares);
             return Ok(out.particles);
         }
         let refs: Vec<&dyn DetectBackend> =
             live.iter().map(|&i| self.backends[i].as_ref()).collect();
         let out = det.detect_movie_multi(chunk, &refs, policy, progress)?;
-        for (&i, s) in live.iter().zip(out.shares) {
-            self.alive[i] = s.error.is_none();
-            self.shares[i].add(s);
-        }
+        self.record(&live, out.shares);
         Ok(out.particles)
+    }
+
+    /// The devices still working (a device that failed takes no later chunk).
+    fn live(&self) -> Vec<usize> {
+        (0..self.backends.len())
+            .filter(|&i| self.alive[i])
+            .collect()
+    }
+
+    /// A run's shares added to the totals: the first `live.len()` are the live devices', the
+    /// rest the ranks' (after every local device's row).
+    fn record(&mut self, live: &[usize], shares: Vec<DeviceShare>) {
+        let n = live.len();
+        for (k, s) in shares.into_iter().enumerate() {
+            if k < n {
+                self.alive[live[k]] = s.error.is_none();
+                self.shares[live[k]].add(s);
+            } else if let Some(share) = self.shares.get_mut(self.backends.len() + k - n) {
+                share.device = s.device;
+                share.add(s);
+            }
+        }
     }
 }

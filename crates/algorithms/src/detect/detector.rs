@@ -88,6 +88,29 @@ impl Default for LogDetector {
     }
 }
 
+/// An error of a chunk of a movie with the movie's frame numbers: a detector numbers the frames
+/// of the movie it is given from 0, and a batch's error says `in frames a..b: ...`; a chunk
+/// starting at frame `frame0` shifts them. Other errors are unchanged.
+pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
+    let BridgeError::InvalidInput(m) = e else {
+        return e;
+    };
+    if frame0 == 0 {
+        return BridgeError::InvalidInput(m);
+    }
+    let shifted = m
+        .strip_prefix("in frames ")
+        .and_then(|rest| rest.split_once(": "))
+        .and_then(|(range, tail)| {
+            let (a, b) = range.split_once("..")?;
+            let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+            Some(format!("in frames {}..{}: {tail}", a + frame0, b + frame0))
+        });
+    BridgeError::InvalidInput(
+        shifted.unwrap_or_else(|| format!("in the chunk from frame {frame0}: {m}")),
+    )
+}
+
 impl LogDetector {
     /// The equivalent `blob_log` parameters.
     pub fn params(&self) -> BlobLogParams {
@@ -145,7 +168,9 @@ impl LogDetector {
         let mut frame0: u32 = 0;
         chunks.into_iter().map(move |chunk| {
             let chunk = chunk?;
-            let mut ps = self.detect_movie_with(&chunk, backend, |_| {})?;
+            let mut ps = self
+                .detect_movie_with(&chunk, backend, |_| {})
+                .map_err(|e| in_movie_frames(e, frame0 as usize))?;
             let n = u32::try_from(chunk.len())
                 .ok()
                 .and_then(|n| frame0.checked_add(n))
