@@ -297,6 +297,36 @@ impl LogDetector {
 
 /// 1.4826 · MAD of the prescaled frame, on every 4th pixel.
 fn frame_noise(f: &FrameView<'_>, prescale: Prescale) -> f64 {
+    // integer pixels under a prescale that maps each level to one value: counted per level
+    // (the same median and MAD, without converting the frame or selecting twice)
+    match (f, prescale) {
+        (FrameView::U8(a), Prescale::Legacy) => {
+            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 256, |k| {
+                k as f64 * (1.0 / 255.0)
+            });
+        }
+        (FrameView::U16(a), Prescale::Legacy) => {
+            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 65536, |k| {
+                k as f64 * (1.0 / 65535.0)
+            });
+        }
+        (FrameView::U8(a), Prescale::None) => {
+            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 256, |k| {
+                k as f64
+            });
+        }
+        (FrameView::U16(a), Prescale::None) => {
+            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 65536, |k| {
+                k as f64
+            });
+        }
+        _ => {}
+    }
+    converted_noise(f, prescale)
+}
+
+/// [`frame_noise`] through the converted frame (any dtype and prescale).
+fn converted_noise(f: &FrameView<'_>, prescale: Prescale) -> f64 {
     let mut v: Vec<f64> = match super::blob_log::convert_frame(f, prescale) {
         Ok(super::blob_log::Converted::F32(v)) => {
             v.iter().step_by(4).map(|&x| f64::from(x)).collect()
@@ -314,4 +344,87 @@ fn frame_noise(f: &FrameView<'_>, prescale: Prescale) -> f64 {
         *x = (*x - med).abs();
     }
     1.4826 * *v.select_nth_unstable_by(mid, cmp).1
+}
+
+/// [`frame_noise`] of pixels given as levels `0..n`, each standing for the value `value(k)`
+/// (increasing in `k`): the median is the level at the middle rank of the counts, and the MAD
+/// the value at the middle rank of the levels' distinct deviations `|value(k) − median|`, each
+/// weighted by its count: the elements `select_nth_unstable` would pick, the same values.
+fn level_noise(levels: impl Iterator<Item = usize>, n: usize, value: impl Fn(usize) -> f64) -> f64 {
+    let mut counts = vec![0usize; n];
+    let mut total = 0usize;
+    for k in levels {
+        counts[k] += 1;
+        total += 1;
+    }
+    if total == 0 {
+        return f64::NAN;
+    }
+    let mid = total / 2;
+    // the element of rank `mid` among (value, count) pairs in increasing order
+    let at_rank = |pairs: &mut dyn Iterator<Item = (f64, usize)>| {
+        let mut seen = 0usize;
+        for (v, c) in pairs {
+            seen += c;
+            if seen > mid {
+                return v;
+            }
+        }
+        f64::NAN
+    };
+    let med = at_rank(
+        &mut counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(k, &c)| (value(k), c)),
+    );
+    let mut dev: Vec<(f64, usize)> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(k, &c)| ((value(k) - med).abs(), c))
+        .collect();
+    dev.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    1.4826 * at_rank(&mut dev.into_iter())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::synth::SplitMix;
+    use ndarray::{Array2, s};
+
+    /// The per-level noise of integer frames equals the noise of the converted frame bit for
+    /// bit: u8 and u16, prescales `legacy` and `none`, contiguous and strided views, frames of
+    /// one pixel, of one level, of two levels and of many.
+    #[test]
+    fn level_noise_equals_the_converted_frame_noise() {
+        let mut rng = SplitMix::new(37);
+        for (h, w) in [(1, 1), (1, 3), (7, 5), (64, 81)] {
+            for levels in [1.0f64, 2.0, 40.0, 65536.0] {
+                let mut draw = |max: f64| (rng.uniform() * levels.min(max + 1.0)).floor();
+                let a16 = Array2::from_shape_fn((h, w), |_| draw(65535.0) as u16);
+                let a8 = Array2::from_shape_fn((h, w), |_| draw(255.0) as u8);
+                for prescale in [Prescale::Legacy, Prescale::None] {
+                    let views = [
+                        (FrameView::U8(a8.view()), "u8"),
+                        (FrameView::U16(a16.view()), "u16"),
+                        (FrameView::U8(a8.slice(s![.., ..;2])), "u8 strided"),
+                        (FrameView::U16(a16.slice(s![..;2, ..])), "u16 strided"),
+                    ];
+                    for (f, what) in views {
+                        let (got, want) =
+                            (frame_noise(&f, prescale), converted_noise(&f, prescale));
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{h}x{w} {levels} levels {what} {prescale:?}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

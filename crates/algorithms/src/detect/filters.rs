@@ -16,19 +16,29 @@ use super::real::Real;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-use avx2::Avx2;
+pub(crate) use avx2::Avx2;
 
 /// No explicit SIMD kernels off x86-64: the token type has no values.
 #[cfg(not(target_arch = "x86_64"))]
 #[derive(Debug, Clone, Copy)]
-enum Avx2 {}
+pub(crate) enum Avx2 {}
 
 #[cfg(not(target_arch = "x86_64"))]
 impl Avx2 {
-    fn detect() -> Option<Self> {
+    pub(crate) fn detect() -> Option<Self> {
         None
     }
-    fn run<R>(self, _: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(self, _: impl FnOnce() -> R) -> R {
+        match self {}
+    }
+    pub(crate) fn gt_mask16(self, _: &[f64; 16], _: f64) -> u32 {
+        match self {}
+    }
+    pub(crate) fn ge_max3_mask16(
+        self,
+        _: &[f64; 16],
+        _: (&[f64; 16], &[f64; 16], &[f64; 16]),
+    ) -> u32 {
         match self {}
     }
     #[allow(clippy::too_many_arguments)]
@@ -47,8 +57,9 @@ impl Avx2 {
     fn x_row_pair(self, _: (&[f64], &[f64]), _: (&[f64], &[f64]), _: &mut [f64], _: &mut [f64]) {
         match self {}
     }
-    fn combine_scaled_row(
+    fn x_row_scaled(
         self,
+        _: (&[f64], &[f64]),
         _: (&[f64], &[f64]),
         _: f64,
         _: &mut [f64],
@@ -393,6 +404,8 @@ impl LogKernels {
 pub struct LogScratch<T: Real, A: Real = f64> {
     a2: Vec<A>,
     a0: Vec<A>,
+    lyy: Vec<A>,
+    lxx: Vec<A>,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -402,6 +415,8 @@ impl<T: Real, A: Real> LogScratch<T, A> {
         LogScratch {
             a2: vec![A::ZERO; h.min(BLOCK_ROWS) * (w + 2 * rmax)],
             a0: vec![A::ZERO; h.min(BLOCK_ROWS) * (w + 2 * rmax)],
+            lyy: vec![A::ZERO; w],
+            lxx: vec![A::ZERO; w],
             _t: std::marker::PhantomData,
         }
     }
@@ -560,6 +575,7 @@ fn log_plane_impl<T: Real, A: Real>(
     w: usize,
     k: &LogKernels,
     s: &mut LogScratch<T, A>,
+    (ya, yb): (usize, usize),
     out: &mut [T],
     combine: &impl Fn(T, T) -> T,
     scaled: Option<T>,
@@ -573,18 +589,27 @@ fn log_plane_impl<T: Real, A: Real>(
     }
     // the explicit AVX2 kernels: f64 accumulation only
     let avx = simd.zip(A::as_f64s(img));
-    let g0: Vec<A> = k.g0.iter().map(|&v| A::from_f64(v)).collect();
-    let g2: Vec<A> = k.g2.iter().map(|&v| A::from_f64(v)).collect();
-    let mut lyy = vec![A::ZERO; w];
-    let mut lxx = vec![A::ZERO; w];
+    // the kernels in `A` for the generic passes (the AVX2 ones read the f64 kernels)
+    let (g0, g2): (Vec<A>, Vec<A>) = if avx.is_some() {
+        (Vec::new(), Vec::new())
+    } else {
+        (
+            k.g0.iter().map(|&v| A::from_f64(v)).collect(),
+            k.g2.iter().map(|&v| A::from_f64(v)).collect(),
+        )
+    };
+    if s.lyy.len() < w {
+        s.lyy.resize(w, A::ZERO);
+        s.lxx.resize(w, A::ZERO);
+    }
     let (mut lo, mut hi) = (
         [T::from_f64(f64::INFINITY); EXT_LANES],
         [T::from_f64(f64::NEG_INFINITY); EXT_LANES],
     );
     // y passes of a block of rows, then the x passes of those rows while they are in cache
-    let mut y0 = 0;
-    while y0 < h {
-        let y1 = (y0 + BLOCK_ROWS).min(h);
+    let mut y0 = ya;
+    while y0 < yb {
+        let y1 = (y0 + BLOCK_ROWS).min(yb);
         if let Some((t, img)) = avx
             && let (Some(a2), Some(a0)) = (A::as_f64s_mut(&mut s.a2), A::as_f64s_mut(&mut s.a0))
         {
@@ -605,25 +630,27 @@ fn log_plane_impl<T: Real, A: Real>(
             let (row2, row0) = (&mut s.a2[b..b + pw], &mut s.a0[b..b + pw]);
             reflect_pad(row2, r, w);
             reflect_pad(row0, r, w);
-            if let Some((t, _)) = avx
-                && let (Some(r2), Some(r0)) = (A::as_f64s(row2), A::as_f64s(row0))
-                && let (Some(ly), Some(lx)) = (A::as_f64s_mut(&mut lyy), A::as_f64s_mut(&mut lxx))
-            {
-                t.x_row_pair((r2, r0), (&k.g0, &k.g2), ly, lx);
-            } else {
-                xpass_row(row2, r, &g0, w, &mut lyy);
-                xpass_row(row0, r, &g2, w, &mut lxx);
-            }
-            let orow = &mut out[y * w..(y + 1) * w];
+            let (lyy, lxx) = (&mut s.lyy[..w], &mut s.lxx[..w]);
+            let orow = &mut out[(y - ya) * w..(y - ya + 1) * w];
+            // a plane of the cube in f64: the x passes write it directly
             if let (Some((t, _)), Some(sc)) = (avx, scaled)
-                && let (Some(ly), Some(lx)) = (A::as_f64s(&lyy), A::as_f64s(&lxx))
+                && let (Some(r2), Some(r0)) = (A::as_f64s(row2), A::as_f64s(row0))
                 && let Some(o) = T::as_f64s_mut(orow)
                 && let (Some(l), Some(hh)) = (T::as_f64s_mut(&mut lo), T::as_f64s_mut(&mut hi))
             {
-                t.combine_scaled_row((ly, lx), sc.to_f64(), o, (l, hh));
-            } else {
-                combine_row(&lyy, &lxx, combine, orow, (&mut lo, &mut hi));
+                t.x_row_scaled((r2, r0), (&k.g0, &k.g2), sc.to_f64(), o, (l, hh));
+                continue;
             }
+            if let Some((t, _)) = avx
+                && let (Some(r2), Some(r0)) = (A::as_f64s(row2), A::as_f64s(row0))
+                && let (Some(ly), Some(lx)) = (A::as_f64s_mut(lyy), A::as_f64s_mut(lxx))
+            {
+                t.x_row_pair((r2, r0), (&k.g0, &k.g2), ly, lx);
+            } else {
+                xpass_row(row2, r, &g0, w, lyy);
+                xpass_row(row0, r, &g2, w, lxx);
+            }
+            combine_row(lyy, lxx, combine, orow, (&mut lo, &mut hi));
         }
         y0 = y1;
     }
@@ -700,7 +727,19 @@ pub fn log_plane<T: Real, A: Real>(
     out: &mut [T],
     combine: impl Fn(T, T) -> T,
 ) -> (T, T) {
-    log_plane_with(Avx2::detect(), img, stride, h, w, k, s, out, combine, None)
+    log_plane_with(
+        Avx2::detect(),
+        img,
+        stride,
+        h,
+        w,
+        k,
+        s,
+        (0, h),
+        out,
+        combine,
+        None,
+    )
 }
 
 /// [`log_plane`] with `combine(Lyy, Lxx) = (−(Lyy + Lxx))·scale` (a plane of the scale-space
@@ -716,6 +755,24 @@ pub fn log_plane_scaled<T: Real, A: Real>(
     out: &mut [T],
     scale: T,
 ) -> (T, T) {
+    log_rows_scaled(img, stride, h, w, k, s, (0, h), out, scale)
+}
+
+/// The rows `rows.0..rows.1` of [`log_plane_scaled`]'s plane (the same values bit for bit),
+/// written to `out` from its start (`(rows.1 − rows.0)·w` values): a band of the cube can be
+/// used while it is in cache. Returns the band's minimum and maximum.
+#[allow(clippy::too_many_arguments)]
+pub fn log_rows_scaled<T: Real, A: Real>(
+    img: &[A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    k: &LogKernels,
+    s: &mut LogScratch<T, A>,
+    rows: (usize, usize),
+    out: &mut [T],
+    scale: T,
+) -> (T, T) {
     let combine = move |lyy: T, lxx: T| (-(lyy + lxx)) * scale;
     log_plane_with(
         Avx2::detect(),
@@ -725,6 +782,7 @@ pub fn log_plane_scaled<T: Real, A: Real>(
         w,
         k,
         s,
+        rows,
         out,
         combine,
         Some(scale),
@@ -732,7 +790,8 @@ pub fn log_plane_scaled<T: Real, A: Real>(
 }
 
 /// [`log_plane`] with the explicit AVX2 kernels (`simd`) or the generic code (`None`): the
-/// same values bit for bit. `scaled = Some(c)` promises `combine(a, b) = (−(a + b))·c`.
+/// same values bit for bit. `scaled = Some(c)` promises `combine(a, b) = (−(a + b))·c`. Only
+/// the rows `rows.0..rows.1` are computed, into `out` (row `y` at `(y − rows.0)·w`).
 #[allow(clippy::too_many_arguments)]
 fn log_plane_with<T: Real, A: Real>(
     simd: Option<Avx2>,
@@ -742,15 +801,19 @@ fn log_plane_with<T: Real, A: Real>(
     w: usize,
     k: &LogKernels,
     s: &mut LogScratch<T, A>,
+    rows: (usize, usize),
     out: &mut [T],
     combine: impl Fn(T, T) -> T,
     scaled: Option<T>,
 ) -> (T, T) {
+    let rows = (rows.0.min(h), rows.1.min(h));
     match simd {
         // the generic code around the kernels (conversions, `combine`, extrema, and the f32
         // accumulation) compiled for AVX2 too
-        Some(t) => t.run(|| log_plane_impl(simd, img, stride, h, w, k, s, out, &combine, scaled)),
-        None => log_plane_impl(None, img, stride, h, w, k, s, out, &combine, scaled),
+        Some(t) => {
+            t.run(|| log_plane_impl(simd, img, stride, h, w, k, s, rows, out, &combine, scaled))
+        }
+        None => log_plane_impl(None, img, stride, h, w, k, s, rows, out, &combine, scaled),
     }
 }
 
@@ -815,7 +878,19 @@ mod tests {
         let ext = match scaled {
             Some(c) => {
                 let f = move |a: T, b: T| (-(a + b)) * c;
-                log_plane_with(simd, &padded, stride, h, w, k, &mut s, &mut out, f, scaled)
+                log_plane_with(
+                    simd,
+                    &padded,
+                    stride,
+                    h,
+                    w,
+                    k,
+                    &mut s,
+                    (0, h),
+                    &mut out,
+                    f,
+                    scaled,
+                )
             }
             None => log_plane_with(
                 simd,
@@ -825,6 +900,7 @@ mod tests {
                 w,
                 k,
                 &mut s,
+                (0, h),
                 &mut out,
                 |a, b| a + b,
                 None,
@@ -943,6 +1019,59 @@ mod tests {
                 for sigma in [0.7, 1.5, 3.0, 6.0] {
                     check::<f64>(&mut rng, h, w, sigma);
                     check::<f32>(&mut rng, h, w, sigma);
+                }
+            }
+        }
+    }
+
+    /// Any band of rows of a plane (`log_rows_scaled`) equals those rows of the whole plane bit
+    /// for bit, with the band's own extrema: bands starting and ending inside a row block,
+    /// within the kernel radius of an edge, single rows, and empty bands.
+    #[test]
+    fn bands_of_rows_equal_the_rows_of_the_plane() {
+        let mut rng = SplitMix::new(29);
+        for (h, w) in [(1, 7), (5, 17), (23, 37), (40, 70)] {
+            let img: Vec<f64> = frame(&mut rng, h * w, "u8");
+            let stride = padded_stride(w);
+            let padded = pad_stride(&img, h, w, stride);
+            for sigma in [0.5, 1.5, 3.0] {
+                let k = LogKernels::new(sigma, false);
+                let c = sigma * sigma;
+                let mut s = LogScratch::<f64, f64>::new(h, w, k.radius());
+                let mut plane = vec![0.0; h * w];
+                log_plane_scaled(&padded, stride, h, w, &k, &mut s, &mut plane, c);
+                let cuts = [0, 1, 3, 8, 9, 16, 21, h / 2, h - 1, h];
+                for &a in &cuts {
+                    for &b in &cuts {
+                        let (a, b) = (a.min(h), b.min(h));
+                        if a > b {
+                            continue;
+                        }
+                        let mut band = vec![f64::NAN; (b - a) * w];
+                        let (lo, hi) = log_rows_scaled(
+                            &padded,
+                            stride,
+                            h,
+                            w,
+                            &k,
+                            &mut s,
+                            (a, b),
+                            &mut band,
+                            c,
+                        );
+                        let want = &plane[a * w..b * w];
+                        assert!(
+                            band.iter()
+                                .zip(want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{h}x{w} σ {sigma} rows {a}..{b}"
+                        );
+                        if a < b {
+                            let wl = want.iter().copied().fold(f64::INFINITY, f64::min);
+                            let wh = want.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            assert_eq!((lo, hi), (wl, wh), "{h}x{w} σ {sigma} rows {a}..{b}");
+                        }
+                    }
                 }
             }
         }

@@ -5,6 +5,7 @@ use bridge_core::{BridgeError, Result};
 
 use super::params::Prescale;
 use crate::detect::FrameView;
+use crate::detect::real::take_buf;
 
 /// The frame converted to the working type according to `prescale`.
 pub enum Converted {
@@ -43,18 +44,35 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
     Ok(match (frame, prescale, range) {
         (FrameView::U8(a), Prescale::Legacy, _) => {
             let s = 1.0 / 255.0;
-            Converted::F64(match a.as_slice() {
+            // a buffer of this thread's pool (see `blob_log_diag_acc`, which gives it back)
+            let mut out: Vec<f64> = take_buf(a.len());
+            match a.as_slice() {
                 // a contiguous frame converts in one vectorised loop
-                Some(v) => v.iter().map(|&v| f64::from(v) * s).collect(),
-                None => a.iter().map(|&v| f64::from(v) * s).collect(),
-            })
+                Some(v) => out
+                    .iter_mut()
+                    .zip(v)
+                    .for_each(|(o, &v)| *o = f64::from(v) * s),
+                None => out
+                    .iter_mut()
+                    .zip(a)
+                    .for_each(|(o, &v)| *o = f64::from(v) * s),
+            }
+            Converted::F64(out)
         }
         (FrameView::U16(a), Prescale::Legacy, _) => {
             let s = 1.0 / 65535.0;
-            Converted::F64(match a.as_slice() {
-                Some(v) => v.iter().map(|&v| f64::from(v) * s).collect(),
-                None => a.iter().map(|&v| f64::from(v) * s).collect(),
-            })
+            let mut out: Vec<f64> = take_buf(a.len());
+            match a.as_slice() {
+                Some(v) => out
+                    .iter_mut()
+                    .zip(v)
+                    .for_each(|(o, &v)| *o = f64::from(v) * s),
+                None => out
+                    .iter_mut()
+                    .zip(a)
+                    .for_each(|(o, &v)| *o = f64::from(v) * s),
+            }
+            Converted::F64(out)
         }
         (FrameView::F32(a), Prescale::Legacy | Prescale::None, _) => {
             Converted::F32(a.iter().copied().collect())

@@ -24,7 +24,7 @@ use bridge_core::{BridgeError, Result};
 
 use super::FrameView;
 use super::real::{Real, give_buf};
-use scale_space::{find_peaks, log_cube_extrema, threshold_from, threshold_of};
+use scale_space::{Cand, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
 pub use convert::{Converted, convert_frame};
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
@@ -88,10 +88,19 @@ pub fn blob_log_typed_acc<T: Real>(
         ));
     }
     let sigmas = p.sigma_list::<T>();
-    let (cube, lo, hi) = log_cube_extrema(image, h, w, &sigmas, acc);
-    let out = peaks_and_prune_in(&cube, h, w, &sigmas, p, threshold_from((lo, hi), p));
-    give_buf(cube);
-    Ok(out)
+    // the maxima above a lower bound of the threshold, without the cube in memory
+    let (mut cands, lo, hi) = log_peaks_banded(image, h, w, &sigmas, acc, p);
+    let (thr, lo, hi) = threshold_from((lo, hi), p);
+    if degenerate(lo, hi) {
+        cands.clear();
+    }
+    cands.retain(|c| c.v > thr);
+    Ok(order_and_prune(cands, &sigmas, p, (thr, lo, hi)))
+}
+
+/// A flat or NaN cube has no peaks (scikit-image: `peak_local_max` of a constant image).
+fn degenerate<T: Real>(lo: T, hi: T) -> bool {
+    lo == hi || lo.is_nan() || hi.is_nan()
 }
 
 /// The post-cube part of the pipeline (threshold, peaks, order, pruning); shared with device
@@ -116,11 +125,21 @@ fn peaks_and_prune_in<T: Real>(
     (thr, lo, hi): (T, T, T),
 ) -> BlobLogDiag {
     let ns = sigmas.len();
-    let mut cands = if lo == hi || lo.is_nan() || hi.is_nan() {
+    let cands = if degenerate(lo, hi) {
         Vec::new()
     } else {
         find_peaks(cube, h, w, ns, thr, p.exclude_border)
     };
+    order_and_prune(cands, sigmas, p, (thr, lo, hi))
+}
+
+/// The maxima (in raster order) sorted by descending response (stable), pruned.
+fn order_and_prune<T: Real>(
+    mut cands: Vec<Cand<T>>,
+    sigmas: &[T],
+    p: &BlobLogParams,
+    (thr, lo, hi): (T, T, T),
+) -> BlobLogDiag {
     cands.sort_by(|a, b| b.v.partial_cmp(&a.v).unwrap_or(std::cmp::Ordering::Equal));
     let typed: Vec<(T, T, T)> = cands
         .iter()
@@ -172,9 +191,18 @@ pub fn blob_log_diag_acc(
     p.validate()?;
     frame.validate()?;
     let (h, w) = frame.dim();
+    // the converted frame goes back to the pool for the next frame
     match convert_frame(&frame, p.prescale)? {
-        Converted::F32(v) => blob_log_typed_acc(&v, h, w, p, acc),
-        Converted::F64(v) => blob_log_typed_acc(&v, h, w, p, acc),
+        Converted::F32(v) => {
+            let out = blob_log_typed_acc(&v, h, w, p, acc);
+            give_buf(v);
+            out
+        }
+        Converted::F64(v) => {
+            let out = blob_log_typed_acc(&v, h, w, p, acc);
+            give_buf(v);
+            out
+        }
     }
 }
 

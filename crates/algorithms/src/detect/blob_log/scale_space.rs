@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::params::BlobLogParams;
-use crate::detect::filters::{LogKernels, LogScratch, log_plane_scaled};
+use crate::detect::filters::{Avx2, LogKernels, LogScratch, log_plane_scaled, log_rows_scaled};
 use crate::detect::real::{Real, give_buf, take_buf};
 
 /// How the LoG passes accumulate.
@@ -42,21 +42,8 @@ fn log_cube_in<T: Real, A: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) 
     log_cube_extrema_in::<T, A>(image, h, w, sigmas).0
 }
 
-/// [`log_cube_acc`] and the cube's minimum and maximum, found while it is written (one pass
-/// over the cube less than [`threshold_of`]; the same values: NaN-free input).
-pub(super) fn log_cube_extrema<T: Real>(
-    image: &[T],
-    h: usize,
-    w: usize,
-    sigmas: &[T],
-    acc: Accumulate,
-) -> (Vec<T>, T, T) {
-    match acc {
-        Accumulate::F64 => log_cube_extrema_in::<T, f64>(image, h, w, sigmas),
-        Accumulate::F32 => log_cube_extrema_in::<T, f32>(image, h, w, sigmas),
-    }
-}
-
+/// [`log_cube_acc`] and the cube's minimum and maximum, found while it is written (the same
+/// values as [`threshold_of`]'s: NaN-free input).
 fn log_cube_extrema_in<T: Real, A: Real>(
     image: &[T],
     h: usize,
@@ -180,6 +167,214 @@ fn above_mask<T: Real>(v: &[T], thr: T) -> u32 {
         .fold(0u32, |m, (k, &x)| m | (u32::from(x > thr) << k))
 }
 
+/// Scratch of [`row_peaks`]: per plane, the threshold mask of a block of columns and the
+/// maxima of its 3×3 neighbourhoods.
+#[derive(Default)]
+struct RowScratch<T> {
+    masks: Vec<u32>,
+    xm: Vec<[T; 16]>,
+    /// The block (a running count) whose `xm` each plane holds.
+    stamp: Vec<u64>,
+    block: u64,
+}
+
+/// The 16 values of a full block as f64 (an f64 working type), for the AVX2 masks.
+#[inline(always)]
+fn f64s<T: Real>(x: &[T]) -> Option<&[f64; 16]> {
+    T::as_f64s(x).and_then(|x| <&[f64; 16]>::try_from(x).ok())
+}
+
+/// The larger of two values (NaN-free: the cube is validated).
+#[inline(always)]
+fn max2<T: Real>(a: T, b: T) -> T {
+    if b > a { b } else { a }
+}
+
+/// The maximum of the 3×3 neighbourhood of the 16 columns from `c0` of the row starting at
+/// `rows[1]` (rows `rows[0]` and `rows[2]` above and below), columns clamped to the frame (a
+/// repeated column changes no maximum).
+#[inline(always)]
+fn block_max3x3<T: Real>(data: &[T], [ra, rb, rc]: [usize; 3], c0: usize, w: usize) -> [T; 16] {
+    // columns c0 − 1 … c0 + 16 of the three rows, read in place (shifted loads: a maximum of
+    // columns kept on the stack and read back shifted stalls on store forwarding)
+    let cols = |r: usize| data.get(r + c0 - 1..r + c0 + 17)?.first_chunk::<18>();
+    if c0 >= 1
+        && c0 + 17 <= w
+        && let (Some(a), Some(b), Some(c)) = (cols(ra), cols(rb), cols(rc))
+    {
+        let row3 = |v: &[T; 18], k: usize| max2(max2(v[k], v[k + 1]), v[k + 2]);
+        return std::array::from_fn(|k| max2(max2(row3(a, k), row3(b, k)), row3(c, k)));
+    }
+    let at = |r: usize, k: usize| data[r + (c0 + k).saturating_sub(1).min(w - 1)];
+    let cm: [T; 18] = std::array::from_fn(|k| max2(max2(at(ra, k), at(rb, k)), at(rc, k)));
+    std::array::from_fn(|k| max2(max2(cm[k], cm[k + 1]), cm[k + 2]))
+}
+
+/// The 3×3×3 local maxima above `thr` of row `y` (columns `x0..x1`), appended to `out` in
+/// (x, scale) order. Row `y'` of plane `s` starts in `data` at `s·ps + off(y')`, for `y'`
+/// within one row of `y` (clamped to the frame, SciPy `nearest`).
+///
+/// Blocks of 16 columns: the voxels above the threshold as one bit mask per plane
+/// (branch-free); where a plane has any, that plane and the planes either side get the
+/// maximum of every voxel's 3×3 neighbourhood ([`block_max3x3`]: three rows, then three
+/// columns, fixed-size arrays, vectorised), and a voxel is
+/// a maximum when it is at least the largest of those of its plane and the planes either side
+/// (`image == maximum_filter(image)`, plateaus included).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn row_peaks<T: Real>(
+    simd: Option<Avx2>,
+    data: &[T],
+    (ps, off): (usize, impl Fn(usize) -> usize),
+    (y, h): (usize, usize),
+    (x0, x1, w): (usize, usize, usize),
+    ns: usize,
+    thr: T,
+    sc: &mut RowScratch<T>,
+    out: &mut Vec<Cand<T>>,
+) {
+    let offs = [y.saturating_sub(1), y, (y + 1).min(h - 1)].map(off);
+    sc.masks.clear();
+    sc.masks.resize(ns, 0);
+    sc.xm.resize(ns, [T::ZERO; 16]);
+    sc.stamp.resize(ns, 0);
+    let mut c0 = x0;
+    while c0 < x1 {
+        let c1 = (c0 + 16).min(x1);
+        let mut any = 0u32;
+        for (s, m) in sc.masks.iter_mut().enumerate() {
+            let base = s * ps + offs[1];
+            let v = &data[base + c0..base + c1];
+            *m = match (simd, f64s(v)) {
+                (Some(t), Some(v)) => t.gt_mask16(v, thr.to_f64()),
+                _ => above_mask(v, thr),
+            };
+            any |= *m;
+        }
+        if any != 0 {
+            // the 3×3 maxima of the planes that have voxels above the threshold and of
+            // their neighbours, each computed once per block
+            sc.block += 1;
+            for s in 0..ns {
+                if sc.masks[s] == 0 {
+                    continue;
+                }
+                for sn in s.saturating_sub(1)..=(s + 1).min(ns - 1) {
+                    if sc.stamp[sn] != sc.block {
+                        sc.stamp[sn] = sc.block;
+                        let rows = offs.map(|o| sn * ps + o);
+                        sc.xm[sn] = block_max3x3(data, rows, c0, w);
+                    }
+                }
+            }
+            any = 0;
+            for s in 0..ns {
+                if sc.masks[s] == 0 {
+                    continue;
+                }
+                let (lo, hi) = (s.saturating_sub(1), (s + 1).min(ns - 1));
+                let (a, b, c) = (&sc.xm[lo], &sc.xm[s], &sc.xm[hi]);
+                let base = s * ps + offs[1] + c0;
+                let v = &data[base..base + (c1 - c0)];
+                let peak = match (simd, f64s(v), f64s(a), f64s(b), f64s(c)) {
+                    (Some(t), Some(v), Some(a), Some(b), Some(c)) => t.ge_max3_mask16(v, (a, b, c)),
+                    _ => {
+                        let mut peak = 0u32;
+                        for (k, &x) in v.iter().enumerate() {
+                            let m = max2(max2(a[k], b[k]), c[k]);
+                            peak |= u32::from(x >= m) << k;
+                        }
+                        peak
+                    }
+                };
+                sc.masks[s] &= peak;
+                any |= sc.masks[s];
+            }
+            while any != 0 {
+                let k = any.trailing_zeros() as usize;
+                any &= any - 1;
+                for (s, m) in sc.masks.iter().enumerate() {
+                    if m & (1 << k) != 0 {
+                        let x = c0 + k;
+                        out.push(Cand {
+                            y,
+                            x,
+                            s,
+                            v: data[s * ps + offs[1] + x],
+                        });
+                    }
+                }
+            }
+        }
+        c0 = c1;
+    }
+}
+
+/// [`row_peaks`] of the rows `ys.0..ys.1` (of `ys.2`; row `y'` of plane `s` at
+/// `s·row.0 + row.1(y')`), compiled for AVX2 when the CPU has it
+/// (the masks and the 3×3 maxima then inline as 256-bit vectors).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rows_peaks<T: Real, F: Fn(usize) -> usize>(
+    simd: Option<Avx2>,
+    data: &[T],
+    row: (usize, F),
+    ys: (usize, usize, usize),
+    xs: (usize, usize, usize),
+    ns: usize,
+    thr: T,
+    sc: &mut RowScratch<T>,
+    out: &mut Vec<Cand<T>>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = simd {
+        // SAFETY: an `Avx2` token exists only when the CPU supports AVX2, the one requirement
+        // of calling a function compiled with `target_feature(enable = "avx2")`.
+        unsafe { rows_peaks_avx2(t, data, row, ys, xs, ns, thr, sc, out) };
+        return;
+    }
+    rows_peaks_in(simd, data, row, ys, xs, ns, thr, sc, out);
+}
+
+/// [`rows_peaks_in`] compiled with AVX2 enabled.
+///
+/// # Safety
+/// The CPU must support AVX2 (`t` proves it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_peaks_avx2<T: Real, F: Fn(usize) -> usize>(
+    t: Avx2,
+    data: &[T],
+    row: (usize, F),
+    ys: (usize, usize, usize),
+    xs: (usize, usize, usize),
+    ns: usize,
+    thr: T,
+    sc: &mut RowScratch<T>,
+    out: &mut Vec<Cand<T>>,
+) {
+    rows_peaks_in(Some(t), data, row, ys, xs, ns, thr, sc, out);
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rows_peaks_in<T: Real, F: Fn(usize) -> usize>(
+    simd: Option<Avx2>,
+    data: &[T],
+    (ps, off): (usize, F),
+    (y0, y1, h): (usize, usize, usize),
+    xs: (usize, usize, usize),
+    ns: usize,
+    thr: T,
+    sc: &mut RowScratch<T>,
+    out: &mut Vec<Cand<T>>,
+) {
+    for y in y0..y1 {
+        row_peaks(simd, data, (ps, &off), (y, h), xs, ns, thr, sc, out);
+    }
+}
+
 /// Local maxima of the cube above `thr`, in raster order of (y, x, scale).
 pub(super) fn find_peaks<T: Real>(
     cube: &[T],
@@ -194,59 +389,271 @@ pub(super) fn find_peaks<T: Real>(
     if 2 * by >= h || 2 * bx >= w {
         return Vec::new();
     }
+    let simd = Avx2::detect();
     let rows: Vec<Vec<Cand<T>>> = (by..h - by)
         .into_par_iter()
-        .map(|y| {
+        .map_init(RowScratch::default, |sc, y| {
             let mut out = Vec::new();
-            let ys = [y.saturating_sub(1), y, (y + 1).min(h - 1)];
-            // voxels above the threshold in this row, in (x, scale) order: 16 columns at a
-            // time, one bit mask per plane (branch-free, vectorisable), then the set bits
-            let mut above: Vec<(usize, usize)> = Vec::new();
-            let mut masks = vec![0u32; ns];
-            let (x0, x1) = (bx, w - bx);
-            let mut c0 = x0;
-            while c0 < x1 {
-                let c1 = (c0 + 16).min(x1);
-                let mut any = 0u32;
-                for (s, m) in masks.iter_mut().enumerate() {
-                    let base = s * plane + y * w;
-                    *m = above_mask(&cube[base + c0..base + c1], thr);
-                    any |= *m;
-                }
-                while any != 0 {
-                    let k = any.trailing_zeros() as usize;
-                    any &= any - 1;
-                    for (s, m) in masks.iter().enumerate() {
-                        if m & (1 << k) != 0 {
-                            above.push((c0 + k, s));
-                        }
-                    }
-                }
-                c0 = c1;
-            }
-            for (x, s) in above {
-                let v = cube[s * plane + y * w + x];
-                let xs = [x.saturating_sub(1), x, (x + 1).min(w - 1)];
-                let ss = [s.saturating_sub(1), s, (s + 1).min(ns - 1)];
-                let mut is_max = true;
-                'outer: for &sn in &ss {
-                    let base = sn * plane;
-                    for &yn in &ys {
-                        let rb = base + yn * w;
-                        for &xn in &xs {
-                            if cube[rb + xn] > v {
-                                is_max = false;
-                                break 'outer;
-                            }
-                        }
-                    }
-                }
-                if is_max {
-                    out.push(Cand { y, x, s, v });
-                }
-            }
+            let row = (plane, |y: usize| y * w);
+            rows_peaks(
+                simd,
+                cube,
+                row,
+                (y, y + 1, h),
+                (bx, w - bx, w),
+                ns,
+                thr,
+                sc,
+                &mut out,
+            );
             out
         })
         .collect();
     rows.into_iter().flatten().collect()
+}
+
+/// Bytes of the cube a band of [`log_peaks_banded`] aims to hold (half of a 1 MiB L2 cache:
+/// the y passes' rows and the input rows they read share the rest).
+const BAND_BYTES: usize = 512 << 10;
+
+/// Rows of the cube computed per step of [`log_peaks_banded`]: `ARRAYBRIDGE_DETECT_BAND_ROWS`
+/// when set (a tuning knob), otherwise as many as fit [`BAND_BYTES`] with all `ns` planes, at
+/// least 8 (one row block of the y passes).
+fn band_rows(ns: usize, w: usize, elem: usize) -> usize {
+    let fit = BAND_BYTES / (ns.max(1) * w.max(1) * elem).max(1);
+    std::env::var("ARRAYBRIDGE_DETECT_BAND_ROWS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&b| b > 0)
+        .unwrap_or_else(|| fit.saturating_sub(2).max(8))
+        .min(1 << 16)
+}
+
+/// The scale space's 3×3×3 maxima without the cube: the planes are computed a band of rows at
+/// a time (every scale of those rows), and the band's maxima are found while it is in cache,
+/// instead of writing the whole cube (21.7 MB for a 424×640 frame and 10 scales, 470 MB for
+/// 2048² and 14) to memory and reading it back. The rows are split into parts run in parallel;
+/// each part carries the last two rows of a band to the next (the 3×3×3 test reads one row
+/// either side), and recomputes the row either side of its ends.
+///
+/// The threshold depends on the whole cube's extrema, which are known only at the end: a band
+/// keeps the maxima above a lower bound of it (the absolute threshold, and `threshold_rel`
+/// times the largest value seen so far), and the caller filters them with the final threshold.
+/// Returns the maxima in raster order of (y, x, scale) — the order of [`find_peaks`] — and the
+/// cube's minimum and maximum. Every value equals [`log_cube`]'s bit for bit.
+pub(super) fn log_peaks_banded<T: Real>(
+    image: &[T],
+    h: usize,
+    w: usize,
+    sigmas: &[T],
+    acc: Accumulate,
+    p: &BlobLogParams,
+) -> (Vec<Cand<T>>, T, T) {
+    let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
+    // parts of at least 4 bands, about two per thread (idle threads steal a part)
+    let threads = rayon::current_num_threads().max(1);
+    let nparts = (2 * threads).min(h.div_ceil(4 * band)).max(1);
+    match acc {
+        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), sigmas, p, (band, nparts)),
+        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), sigmas, p, (band, nparts)),
+    }
+}
+
+/// [`log_peaks_banded`] with `band` rows per step (at least 1) and the rows split into
+/// `nparts` parts (at least 1).
+fn log_peaks_banded_in<T: Real, A: Real>(
+    image: &[T],
+    (h, w): (usize, usize),
+    sigmas: &[T],
+    p: &BlobLogParams,
+    (band, nparts): (usize, usize),
+) -> (Vec<Cand<T>>, T, T) {
+    let ns = sigmas.len();
+    if h == 0 || w == 0 || ns == 0 {
+        return (Vec::new(), T::ZERO, T::ZERO);
+    }
+    let (band, nparts) = (band.max(1), nparts.clamp(1, h));
+    let stride = crate::detect::filters::padded_stride(w);
+    let mut padded: Vec<A> = take_buf(h * stride);
+    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = A::from_f64(s.to_f64());
+        }
+    }
+    let img = &padded[..];
+    let kernels: Vec<LogKernels> = sigmas
+        .iter()
+        .map(|s| LogKernels::new(s.to_f64(), T::IS_F32))
+        .collect();
+    let rmax = kernels.iter().map(LogKernels::radius).max().unwrap_or(0);
+    let per = h.div_ceil(nparts);
+    let (by, bx) = p.exclude_border;
+    let test = !(2 * by >= h || 2 * bx >= w);
+    let rel = p.threshold_rel.filter(|&r| r >= 0.0).map(T::from_f64);
+    let simd = Avx2::detect();
+    let abs = p.threshold.map(T::from_f64);
+    let parts: Vec<(Vec<Cand<T>>, T, T)> = (0..nparts)
+        .into_par_iter()
+        .map(|i| {
+            let (ya, yb) = (i * per, ((i + 1) * per).min(h));
+            let mut out = Vec::new();
+            let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
+            if ya >= yb {
+                return (out, lo, hi);
+            }
+            // a ring of `band + 2` rows per plane: cube row `y` at row `(y − c0) mod ring`;
+            // the rows of a band overwrite the oldest ones, keeping the two above the band
+            // that the 3×3×3 test of its first row still reads
+            let ring = band + 2;
+            let slab = ring * w;
+            let mut buf: Vec<T> = take_buf(ns * slab);
+            let mut scratch = LogScratch::<T, A>::new(h, w, rmax);
+            let mut sc = RowScratch::default();
+            let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
+            let (mut comp, mut next) = (c0, ya);
+            while comp < c_end {
+                let end = comp + band.min(c_end - comp);
+                let mut y = comp;
+                while y < end {
+                    // the rows up to the ring's end in one call
+                    let pos = (y - c0) % ring;
+                    let m = (ring - pos).min(end - y);
+                    for (si, (k, &sg)) in kernels.iter().zip(sigmas).enumerate() {
+                        let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
+                        let rows = (y, y + m);
+                        let (l, u) =
+                            log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, sg * sg);
+                        if l < lo {
+                            lo = l;
+                        }
+                        if u > hi {
+                            hi = u;
+                        }
+                    }
+                    y += m;
+                }
+                comp = end;
+                // rows whose lower neighbour is computed (or is past the frame's end)
+                let done = if comp >= h { h } else { comp - 1 }.min(yb);
+                if test {
+                    let mut thr = abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
+                    if let Some(r) = rel
+                        && r * hi > thr
+                    {
+                        thr = r * hi;
+                    }
+                    let row = (slab, |y: usize| (y - c0) % ring * w);
+                    let ys = (next.max(by), done.max(next).min(h - by), h);
+                    let xs = (bx, w - bx, w);
+                    rows_peaks(simd, &buf, row, ys, xs, ns, thr, &mut sc, &mut out);
+                }
+                next = next.max(done);
+            }
+            give_buf(buf);
+            (out, lo, hi)
+        })
+        .collect();
+    give_buf(padded);
+    let mut lo = T::from_f64(f64::INFINITY);
+    let mut hi = T::from_f64(f64::NEG_INFINITY);
+    let mut cands = Vec::new();
+    for (c, l, u) in parts {
+        if l < lo {
+            lo = l;
+        }
+        if u > hi {
+            hi = u;
+        }
+        cands.extend(c);
+    }
+    (cands, lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::synth::SplitMix;
+
+    /// The banded search (bands of 1, 2, 3, 8 and more rows than the frame, split into 1 to 5
+    /// parts) finds exactly the maxima of the whole cube (`find_peaks` with the final threshold)
+    /// with the same extrema, bit for bit: random frames of many levels and of three (plateaus
+    /// and ties), a constant frame, frames smaller than the kernels, absolute and relative
+    /// thresholds (a negative `threshold_rel` too), and borders excluded.
+    #[test]
+    fn banded_peaks_equal_the_whole_cube_peaks() {
+        let mut rng = SplitMix::new(31);
+        let mut checked = 0;
+        for (h, w) in [(1, 1), (2, 9), (5, 3), (13, 21), (40, 37), (67, 50)] {
+            for levels in [0.0, 3.0, 256.0] {
+                let img: Vec<f64> = (0..h * w)
+                    .map(|_| {
+                        if levels == 0.0 {
+                            0.5
+                        } else {
+                            (rng.uniform() * levels).floor() / levels
+                        }
+                    })
+                    .collect();
+                let settings = [
+                    (None, Some(0.2), (0, 0)),
+                    (Some(0.01), None, (0, 0)),
+                    (None, None, (0, 0)),
+                    (Some(0.02), Some(0.3), (2, 3)),
+                    (None, Some(-0.5), (1, 0)),
+                ];
+                for (threshold, threshold_rel, exclude_border) in settings {
+                    let p = BlobLogParams {
+                        max_sigma: 3.0,
+                        num_sigma: 5,
+                        threshold,
+                        threshold_rel,
+                        exclude_border,
+                        ..BlobLogParams::default()
+                    };
+                    let sigmas = p.sigma_list::<f64>();
+                    let cube = log_cube(&img, h, w, &sigmas);
+                    let (thr, lo, hi) = threshold_of(&cube, &p);
+                    let want = if lo == hi {
+                        Vec::new()
+                    } else {
+                        find_peaks(&cube, h, w, sigmas.len(), thr, exclude_border)
+                    };
+                    for band in [1, 2, 3, 8, 100] {
+                        for nparts in [1, 2, 5] {
+                            let (mut got, l, u) = log_peaks_banded_in::<f64, f64>(
+                                &img,
+                                (h, w),
+                                &sigmas,
+                                &p,
+                                (band, nparts),
+                            );
+                            let what = format!(
+                                "{h}x{w} levels {levels} {threshold:?} {threshold_rel:?} \
+                                 {exclude_border:?} band {band} parts {nparts}"
+                            );
+                            assert_eq!(
+                                (l.to_bits(), u.to_bits()),
+                                (lo.to_bits(), hi.to_bits()),
+                                "{what}"
+                            );
+                            let (t, _, _) = threshold_from((l, u), &p);
+                            got.retain(|c| c.v > t && l != u);
+                            let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
+                            assert_eq!(
+                                got.iter().map(key).collect::<Vec<_>>(),
+                                want.iter().map(key).collect::<Vec<_>>(),
+                                "{what}"
+                            );
+                            checked += want.len();
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 1000,
+            "the frames have maxima to compare ({checked})"
+        );
+    }
 }

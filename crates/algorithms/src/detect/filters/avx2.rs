@@ -12,15 +12,16 @@
 //! the unchecked loads and stores.
 
 use std::arch::x86_64::{
-    __m256d, _mm256_add_pd, _mm256_cvtpd_ps, _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_max_pd,
-    _mm256_min_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd, _mm256_xor_pd,
+    __m256d, _CMP_GE_OQ, _CMP_GT_OQ, _mm256_add_pd, _mm256_cmp_pd, _mm256_cvtpd_ps,
+    _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_min_pd, _mm256_movemask_pd,
+    _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd, _mm256_xor_pd,
 };
 
 use super::{Boundary, map_index};
 
 /// Proof that the CPU has AVX2: made only by [`Avx2::detect`].
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Avx2(());
+pub(crate) struct Avx2(());
 
 /// Columns of one register block of the y pass (per kernel: 4 vectors, 8 accumulators for the
 /// pair g2, g0).
@@ -33,7 +34,7 @@ const STRIP: usize = 64;
 
 impl Avx2 {
     /// The token, when the CPU supports AVX2.
-    pub(super) fn detect() -> Option<Self> {
+    pub(crate) fn detect() -> Option<Self> {
         std::arch::is_x86_feature_detected!("avx2").then_some(Avx2(()))
     }
 
@@ -41,7 +42,7 @@ impl Avx2 {
     /// generic code that `f` inlines with 256-bit vectors; wider vectors only, no FMA
     /// contraction: Rust never contracts `a * b + c`).
     #[inline(always)]
-    pub(super) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
         // SAFETY: `self` exists only when the CPU supports AVX2 (see `detect`), the one
         // requirement of calling a function compiled with `target_feature(enable = "avx2")`.
         unsafe { with_avx2(f) }
@@ -116,91 +117,105 @@ impl Avx2 {
         );
         // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
         // below w = output lengths (checked above).
-        unsafe { x_row_pair_avx2((row2, row0), (g0, g2), lyy, lxx) }
+        unsafe { x_rows_avx2((row2, row0), (g0, g2), w, XOut::Pair(lyy, lxx)) }
     }
-}
 
-impl Avx2 {
-    /// `out[x] = (−(lyy[x] + lxx[x]))·scale`, folded into the lane-wise extrema `lo`, `hi`
-    /// (8 lanes: lane `x mod 8` for the full blocks of 8 columns, lane 0 for the rest) with
-    /// `v < lo ? v : lo` and `v > hi ? v : hi`, as the generic `combine_row` with that
-    /// combine.
+    /// [`Avx2::x_row_pair`] and the generic combine in one pass: `out[x] =
+    /// (−(Lyy[x] + Lxx[x]))·scale`, the same values bit for bit, folded into the 8 lanes of
+    /// extrema with `v < lo ? v : lo` and `v > hi ? v : hi` (lane `x mod 8` for blocks of 4
+    /// columns, lane 0 for the rest: the same minimum and maximum over the lanes), without
+    /// storing `Lyy` and `Lxx`.
     ///
     /// # Panics
-    /// When the lengths differ, or `lo`, `hi` do not hold 8 lanes (a caller bug).
-    pub(super) fn combine_scaled_row(
+    /// When a slice is too short (a caller bug).
+    pub(super) fn x_row_scaled(
         self,
-        (lyy, lxx): (&[f64], &[f64]),
+        (row2, row0): (&[f64], &[f64]),
+        (g0, g2): (&[f64], &[f64]),
         scale: f64,
         out: &mut [f64],
         (lo, hi): (&mut [f64], &mut [f64]),
     ) {
+        let w = out.len();
+        let r = g0.len().saturating_sub(1);
+        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
         assert!(
-            lyy.len() == out.len() && lxx.len() == out.len(),
+            row2.len() >= w + 2 * r && row0.len() >= w + 2 * r,
             "row lengths"
         );
         assert!(lo.len() == 8 && hi.len() == 8, "extrema lanes");
-        // SAFETY: AVX2 is available (`self`); the lengths are checked above.
-        unsafe { combine_scaled_row_avx2((lyy, lxx), scale, out, (lo, hi)) }
+        // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
+        // below w = the output's length and within the 8 extrema lanes (checked above).
+        unsafe {
+            x_rows_avx2(
+                (row2, row0),
+                (g0, g2),
+                w,
+                XOut::Scaled(out, scale, (lo, hi)),
+            )
+        }
     }
 }
 
-/// [`Avx2::combine_scaled_row`].
-///
+impl Avx2 {
+    /// Bit `k` set where `v[k] > t` (16 values: four compares and four sign masks).
+    #[inline(always)]
+    pub(crate) fn gt_mask16(self, v: &[f64; 16], t: f64) -> u32 {
+        // SAFETY: the token proves AVX2; the array holds the 16 values read.
+        unsafe { gt_mask16_avx2(v, t) }
+    }
+
+    /// Bit `k` set where `v[k] ≥ max(a[k], b[k], c[k])` (16 values; NaN-free).
+    #[inline(always)]
+    pub(crate) fn ge_max3_mask16(
+        self,
+        v: &[f64; 16],
+        (a, b, c): (&[f64; 16], &[f64; 16], &[f64; 16]),
+    ) -> u32 {
+        // SAFETY: the token proves AVX2; each array holds the 16 values read.
+        unsafe { ge_max3_mask16_avx2(v, (a, b, c)) }
+    }
+}
+
 /// # Safety
-/// AVX2; `lyy`, `lxx` and `out` of one length, `lo` and `hi` of 8.
+/// AVX2.
 #[target_feature(enable = "avx2")]
-unsafe fn combine_scaled_row_avx2(
-    (lyy, lxx): (&[f64], &[f64]),
-    scale: f64,
-    out: &mut [f64],
-    (lo, hi): (&mut [f64], &mut [f64]),
-) {
-    let w = out.len();
-    let n8 = w / 8 * 8;
-    let (py, px, po) = (lyy.as_ptr(), lxx.as_ptr(), out.as_mut_ptr());
-    // negation flips the sign bit, as Rust's `-x`
-    let (sign, sc) = (_mm256_set1_pd(-0.0), _mm256_set1_pd(scale));
-    // SAFETY: 8 lanes each (checked by the caller).
-    let (mut lo0, mut lo1, mut hi0, mut hi1) = unsafe {
-        (
-            ld(lo.as_ptr()),
-            ld(lo.as_ptr().add(4)),
-            ld(hi.as_ptr()),
-            ld(hi.as_ptr().add(4)),
-        )
-    };
-    let mut x = 0;
-    while x < n8 {
-        // SAFETY: x + 8 ≤ w, the length of the three rows.
-        unsafe {
-            let v0 = _mm256_add_pd(ld(py.add(x)), ld(px.add(x)));
-            let v1 = _mm256_add_pd(ld(py.add(x + 4)), ld(px.add(x + 4)));
-            let v0 = _mm256_mul_pd(_mm256_xor_pd(v0, sign), sc);
-            let v1 = _mm256_mul_pd(_mm256_xor_pd(v1, sign), sc);
-            _mm256_storeu_pd(po.add(x), v0);
-            _mm256_storeu_pd(po.add(x + 4), v1);
-            // `_mm256_min_pd(a, b)` is `a < b ? a : b`, `_mm256_max_pd(a, b)` `a > b ? a : b`
-            lo0 = _mm256_min_pd(v0, lo0);
-            lo1 = _mm256_min_pd(v1, lo1);
-            hi0 = _mm256_max_pd(v0, hi0);
-            hi1 = _mm256_max_pd(v1, hi1);
-        }
-        x += 8;
+#[inline]
+unsafe fn gt_mask16_avx2(v: &[f64; 16], t: f64) -> u32 {
+    let tv = _mm256_set1_pd(t);
+    let mut m = 0u32;
+    for q in 0..4 {
+        // SAFETY: lanes 4q..4q + 4 of a 16-value array.
+        let x = unsafe { ld(v.as_ptr().add(4 * q)) };
+        let bits = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_GT_OQ>(x, tv));
+        m |= (bits as u32) << (4 * q);
     }
-    // SAFETY: 8 lanes each (checked by the caller).
-    unsafe {
-        _mm256_storeu_pd(lo.as_mut_ptr(), lo0);
-        _mm256_storeu_pd(lo.as_mut_ptr().add(4), lo1);
-        _mm256_storeu_pd(hi.as_mut_ptr(), hi0);
-        _mm256_storeu_pd(hi.as_mut_ptr().add(4), hi1);
+    m
+}
+
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn ge_max3_mask16_avx2(
+    v: &[f64; 16],
+    (a, b, c): (&[f64; 16], &[f64; 16], &[f64; 16]),
+) -> u32 {
+    let mut m = 0u32;
+    for q in 0..4 {
+        // SAFETY: lanes 4q..4q + 4 of 16-value arrays.
+        let (x, mx) = unsafe {
+            let o = 4 * q;
+            let mx = _mm256_max_pd(
+                _mm256_max_pd(ld(a.as_ptr().add(o)), ld(b.as_ptr().add(o))),
+                ld(c.as_ptr().add(o)),
+            );
+            (ld(v.as_ptr().add(o)), mx)
+        };
+        let bits = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_GE_OQ>(x, mx));
+        m |= (bits as u32) << (4 * q);
     }
-    for x in n8..w {
-        let v = (-(lyy[x] + lxx[x])) * scale;
-        out[x] = v;
-        lo[0] = if v < lo[0] { v } else { lo[0] };
-        hi[0] = if v > hi[0] { v } else { hi[0] };
-    }
+    m
 }
 
 /// Call `f` with AVX2 enabled for the code it inlines.
@@ -353,100 +368,108 @@ unsafe fn y_rows_avx2<const F32: bool>(
     }
 }
 
-/// The x passes of [`Avx2::x_row_pair`].
+/// Where the x passes put a block of outputs: both rows (`lyy`, `lxx`), or the cube's
+/// `(−(Lyy + Lxx))·scale` with its running extrema (the combine fused into the pass, so `Lyy`
+/// and `Lxx` never leave the registers).
+enum XOut<'a> {
+    /// `lyy`, `lxx`, `w` values each.
+    Pair(&'a mut [f64], &'a mut [f64]),
+    /// `out` (`w` values), the scale, and 8 lanes of minima and maxima.
+    Scaled(&'a mut [f64], f64, (&'a mut [f64], &'a mut [f64])),
+}
+
+/// `Lyy` and `Lxx` of the 4·N columns from `c2`, `c0` (the columns' centre samples in rows
+/// padded by `r`), each lane in the generic order.
 ///
 /// # Safety
-/// AVX2; `row2`, `row0` hold `w + 2r` values, `lyy`, `lxx` hold `w`.
+/// AVX2; `c2 − r .. c2 + 4N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
 #[target_feature(enable = "avx2")]
-unsafe fn x_row_pair_avx2(
+#[inline]
+unsafe fn x_block<const N: usize>(
+    (c2, c0): (*const f64, *const f64),
+    (g0, g2): (&[f64], &[f64]),
+    r: usize,
+) -> ([__m256d; N], [__m256d; N]) {
+    let (cy, cx) = (_mm256_set1_pd(g0[0]), _mm256_set1_pd(g2[0]));
+    // SAFETY: every read is within the ranges the caller guarantees.
+    unsafe {
+        let mut ys: [__m256d; N] = std::array::from_fn(|v| _mm256_mul_pd(ld(c2.add(4 * v)), cy));
+        let mut xs: [__m256d; N] = std::array::from_fn(|v| _mm256_mul_pd(ld(c0.add(4 * v)), cx));
+        for j in (1..=r).rev() {
+            let (wy, wx) = (
+                _mm256_set1_pd(*g0.get_unchecked(j)),
+                _mm256_set1_pd(*g2.get_unchecked(j)),
+            );
+            let (l2, r2) = (c2.sub(j), c2.add(j));
+            for (v, y) in ys.iter_mut().enumerate() {
+                let t = _mm256_add_pd(ld(l2.add(4 * v)), ld(r2.add(4 * v)));
+                *y = _mm256_add_pd(*y, _mm256_mul_pd(t, wy));
+            }
+            let (l0, r0) = (c0.sub(j), c0.add(j));
+            for (v, x) in xs.iter_mut().enumerate() {
+                let t = _mm256_add_pd(ld(l0.add(4 * v)), ld(r0.add(4 * v)));
+                *x = _mm256_add_pd(*x, _mm256_mul_pd(t, wx));
+            }
+        }
+        (ys, xs)
+    }
+}
+
+/// The x passes of [`Avx2::x_row_pair`] and [`Avx2::x_row_scaled`].
+///
+/// # Safety
+/// AVX2; `row2`, `row0` hold `w + 2r` values, the outputs `w` (and 8 extrema lanes).
+#[target_feature(enable = "avx2")]
+unsafe fn x_rows_avx2(
     (row2, row0): (&[f64], &[f64]),
     (g0, g2): (&[f64], &[f64]),
-    lyy: &mut [f64],
-    lxx: &mut [f64],
+    w: usize,
+    mut out: XOut<'_>,
 ) {
-    let w = lyy.len();
     let r = g0.len() - 1;
     let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
-    let (oy, ox) = (lyy.as_mut_ptr(), lxx.as_mut_ptr());
-    let (cy, cx) = (_mm256_set1_pd(g0[0]), _mm256_set1_pd(g2[0]));
+    // negation flips the sign bit, as Rust's `-x`
+    let sign = _mm256_set1_pd(-0.0);
+    let mut put = |x: usize, ys: &[__m256d], xs: &[__m256d]| match &mut out {
+        XOut::Pair(lyy, lxx) => {
+            for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
+                // SAFETY: x + 4v + 4 ≤ w, the length of both rows (checked by the caller).
+                unsafe {
+                    _mm256_storeu_pd(lyy.as_mut_ptr().add(x + 4 * v), *y);
+                    _mm256_storeu_pd(lxx.as_mut_ptr().add(x + 4 * v), *xx);
+                }
+            }
+        }
+        XOut::Scaled(o, scale, (lo, hi)) => {
+            let sc = _mm256_set1_pd(*scale);
+            for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
+                // lanes 0..4 or 4..8 of the extrema (x mod 8)
+                let e = 4 * ((x / 4 + v) % 2);
+                // SAFETY: x + 4v + 4 ≤ w, the output's length; e + 4 ≤ 8, the extrema's.
+                unsafe {
+                    let c = _mm256_mul_pd(_mm256_xor_pd(_mm256_add_pd(*y, *xx), sign), sc);
+                    _mm256_storeu_pd(o.as_mut_ptr().add(x + 4 * v), c);
+                    // `_mm256_min_pd(a, b)` is `a < b ? a : b`, `_mm256_max_pd(a, b)` `a > b ? a : b`
+                    let l = _mm256_min_pd(c, ld(lo.as_ptr().add(e)));
+                    let u = _mm256_max_pd(c, ld(hi.as_ptr().add(e)));
+                    _mm256_storeu_pd(lo.as_mut_ptr().add(e), l);
+                    _mm256_storeu_pd(hi.as_mut_ptr().add(e), u);
+                }
+            }
+        }
+    };
     let mut x = 0;
     while x + XB <= w {
-        // SAFETY: reads at x + r ± j + 0..16 ≤ w + 2r, writes at x + 0..16 ≤ w.
-        unsafe {
-            let (c2, c0) = (p2.add(r + x), p0.add(r + x));
-            let mut y0 = _mm256_mul_pd(ld(c2), cy);
-            let mut y1 = _mm256_mul_pd(ld(c2.add(4)), cy);
-            let mut y2 = _mm256_mul_pd(ld(c2.add(8)), cy);
-            let mut y3 = _mm256_mul_pd(ld(c2.add(12)), cy);
-            let mut x0 = _mm256_mul_pd(ld(c0), cx);
-            let mut x1 = _mm256_mul_pd(ld(c0.add(4)), cx);
-            let mut x2 = _mm256_mul_pd(ld(c0.add(8)), cx);
-            let mut x3 = _mm256_mul_pd(ld(c0.add(12)), cx);
-            for j in (1..=r).rev() {
-                let (wy, wx) = (
-                    _mm256_set1_pd(*g0.get_unchecked(j)),
-                    _mm256_set1_pd(*g2.get_unchecked(j)),
-                );
-                let (l2, r2) = (c2.sub(j), c2.add(j));
-                y0 = _mm256_add_pd(y0, _mm256_mul_pd(_mm256_add_pd(ld(l2), ld(r2)), wy));
-                y1 = _mm256_add_pd(
-                    y1,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l2.add(4)), ld(r2.add(4))), wy),
-                );
-                y2 = _mm256_add_pd(
-                    y2,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l2.add(8)), ld(r2.add(8))), wy),
-                );
-                y3 = _mm256_add_pd(
-                    y3,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l2.add(12)), ld(r2.add(12))), wy),
-                );
-                let (l0, r0) = (c0.sub(j), c0.add(j));
-                x0 = _mm256_add_pd(x0, _mm256_mul_pd(_mm256_add_pd(ld(l0), ld(r0)), wx));
-                x1 = _mm256_add_pd(
-                    x1,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l0.add(4)), ld(r0.add(4))), wx),
-                );
-                x2 = _mm256_add_pd(
-                    x2,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l0.add(8)), ld(r0.add(8))), wx),
-                );
-                x3 = _mm256_add_pd(
-                    x3,
-                    _mm256_mul_pd(_mm256_add_pd(ld(l0.add(12)), ld(r0.add(12))), wx),
-                );
-            }
-            _mm256_storeu_pd(oy.add(x), y0);
-            _mm256_storeu_pd(oy.add(x + 4), y1);
-            _mm256_storeu_pd(oy.add(x + 8), y2);
-            _mm256_storeu_pd(oy.add(x + 12), y3);
-            _mm256_storeu_pd(ox.add(x), x0);
-            _mm256_storeu_pd(ox.add(x + 4), x1);
-            _mm256_storeu_pd(ox.add(x + 8), x2);
-            _mm256_storeu_pd(ox.add(x + 12), x3);
-        }
+        // SAFETY: reads at x + r ± j + 0..16 ≤ w + 2r.
+        let (ys, xs) =
+            unsafe { x_block::<{ XB / 4 }>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+        put(x, &ys, &xs);
         x += XB;
     }
     while x + 4 <= w {
-        // SAFETY: reads at x + r ± j + 0..4 ≤ w + 2r, writes at x + 0..4 ≤ w.
-        unsafe {
-            let (c2, c0) = (p2.add(r + x), p0.add(r + x));
-            let mut sy = _mm256_mul_pd(ld(c2), cy);
-            let mut sx = _mm256_mul_pd(ld(c0), cx);
-            for j in (1..=r).rev() {
-                let (wy, wx) = (_mm256_set1_pd(g0[j]), _mm256_set1_pd(g2[j]));
-                sy = _mm256_add_pd(
-                    sy,
-                    _mm256_mul_pd(_mm256_add_pd(ld(c2.sub(j)), ld(c2.add(j))), wy),
-                );
-                sx = _mm256_add_pd(
-                    sx,
-                    _mm256_mul_pd(_mm256_add_pd(ld(c0.sub(j)), ld(c0.add(j))), wx),
-                );
-            }
-            _mm256_storeu_pd(oy.add(x), sy);
-            _mm256_storeu_pd(ox.add(x), sx);
-        }
+        // SAFETY: reads at x + r ± j + 0..4 ≤ w + 2r.
+        let (ys, xs) = unsafe { x_block::<1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+        put(x, &ys, &xs);
         x += 4;
     }
     while x < w {
@@ -455,8 +478,18 @@ unsafe fn x_row_pair_avx2(
             sy += (row2[r + x - j] + row2[r + x + j]) * g0[j];
             sx += (row0[r + x - j] + row0[r + x + j]) * g2[j];
         }
-        lyy[x] = sy;
-        lxx[x] = sx;
+        match &mut out {
+            XOut::Pair(lyy, lxx) => {
+                lyy[x] = sy;
+                lxx[x] = sx;
+            }
+            XOut::Scaled(o, scale, (lo, hi)) => {
+                let v = (-(sy + sx)) * *scale;
+                o[x] = v;
+                lo[0] = if v < lo[0] { v } else { lo[0] };
+                hi[0] = if v > hi[0] { v } else { hi[0] };
+            }
+        }
         x += 1;
     }
 }
