@@ -14,7 +14,7 @@ use algorithms::detect::{
 };
 use bridge_core::{BridgeError, Result};
 
-use arraybridge::io::csv::{TableWriter, create_writer};
+use arraybridge::io::csv::{NumberRow, TableWriter, create_writer};
 use arraybridge::io::stream::MovieStream;
 
 use super::common::{Global, check_output_dir, check_output_file};
@@ -214,35 +214,35 @@ pub(super) fn particle_header(refine: bool) -> Vec<&'static str> {
 
 /// One particle's fields under [`particle_header`]; with `refine`, a particle without a
 /// refinement gets empty refinement fields.
-pub(super) fn particle_fields(p: &Particle, refine: bool) -> Vec<String> {
-    let mut row = vec![
-        p.frame.to_string(),
-        p.y.to_string(),
-        p.x.to_string(),
-        p.sigma.to_string(),
-        p.response.to_string(),
-    ];
+pub(super) fn particle_row(p: &Particle, refine: bool, row: &mut NumberRow<'_>) {
+    row.num(p.frame);
+    for v in [p.y, p.x, p.sigma, p.response] {
+        row.num(v);
+    }
     if refine {
         match &p.refined {
-            Some(r) => row.extend(
-                [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background].map(|v| v.to_string()),
-            ),
-            None => row.extend(std::iter::repeat_n(String::new(), 7)),
+            Some(r) => {
+                for v in [r.y, r.x, r.mass, r.size, r.ecc, r.signal, r.background] {
+                    row.num(v);
+                }
+            }
+            None => (0..7).for_each(|_| row.empty()),
         }
     }
-    row
 }
 
 /// The output CSV, written chunk by chunk as detections come.
 struct Output {
     w: TableWriter,
+    /// `--refine`: the refinement's columns too.
+    refine: bool,
 }
 
 impl Output {
     fn log(path: &Path, refine: bool) -> Result<Self> {
         let mut w = create_writer(path)?;
         w.write_record(particle_header(refine))?;
-        Ok(Output { w })
+        Ok(Output { w, refine })
     }
 
     fn locate(path: &Path) -> Result<Self> {
@@ -250,27 +250,22 @@ impl Output {
         w.write_record([
             "frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep",
         ])?;
-        Ok(Output { w })
+        Ok(Output { w, refine: false })
     }
 
     fn particles(&mut self, ps: &[Particle]) -> Result<()> {
-        for p in ps {
-            let row = particle_fields(p, p.refined.is_some());
-            self.w.write_record(row.iter().map(String::as_str))?;
-        }
-        Ok(())
+        let refine = self.refine;
+        self.w
+            .write_number_rows(ps, |p, row| particle_row(p, refine, row))
     }
 
     fn features(&mut self, rows: &[(usize, Feature)]) -> Result<()> {
-        for (t, f) in rows {
-            let mut row = vec![t.to_string()];
-            row.extend(
-                [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep]
-                    .map(|v| v.to_string()),
-            );
-            self.w.write_record(row.iter().map(String::as_str))?;
-        }
-        Ok(())
+        self.w.write_number_rows(rows, |(t, f), row| {
+            row.num(*t);
+            for v in [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep] {
+                row.num(v);
+            }
+        })
     }
 
     fn finish(self) -> Result<()> {

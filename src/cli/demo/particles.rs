@@ -6,7 +6,7 @@ use std::path::Path;
 use algorithms::detect::Particle;
 use arraybridge::io::csv::create_writer;
 
-use super::super::detect::{particle_fields, particle_header};
+use super::super::detect::{particle_header, particle_row};
 use bridge_core::Result;
 
 /// Where a detection is: its refined position when it has one, else its pixel.
@@ -40,12 +40,11 @@ pub(super) fn write_detections(path: &Path, ps: &[Particle], with_id: bool) -> R
         head.push("particle");
     }
     w.write_record(head)?;
-    for p in ps {
-        let mut row = particle_fields(p, true);
+    w.write_number_rows(ps, |p, row| {
+        particle_row(p, true, row);
         if with_id {
-            row.push(p.id.unwrap_or(-1).to_string());
+            row.num(p.id.unwrap_or(-1));
         }
-        w.write_record(row.iter().map(String::as_str))?;
-    }
+    })?;
     w.finish()
 }
