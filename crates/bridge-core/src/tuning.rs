@@ -105,6 +105,13 @@ pub const KNOBS: &[Knob] = &[
               locate's load and rescale kernels",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_BAND_ROWS",
+        default: "auto",
+        accepts: Accepts::Int(1, 1 << 16),
+        doc: "rows of the scale space computed per step of blob_log on the CPU, every scale \
+              (auto: as many as fit 512 KiB, at least 8)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_PACO_STATS_WG",
         default: "auto",
         accepts: Accepts::Int(1, 1024),

@@ -133,9 +133,12 @@ impl LogDetector {
         self.detect_movie_with(movie, backend.as_ref(), |_| {})
     }
 
-    /// Host memory of one batch: each frame in flight holds its f64 scale space (`num_sigma`
-    /// images) plus a few f64 work images; a [`BridgeError::TooLarge`] naming the parameters
-    /// when that does not fit (before anything is allocated).
+    /// Host memory of one batch: each frame in flight may hold its f64 scale space (`num_sigma`
+    /// images: the cube of a device whose memory is the host's, such as PoCL's) plus a few f64
+    /// work images; a [`BridgeError::TooLarge`] naming the parameters when that does not fit
+    /// (before anything is allocated). The CPU path needs less: it never holds the cube (the
+    /// peaks are found a band of rows at a time), only the frame, its padded copy and a few
+    /// rows of every scale per thread.
     pub fn check_memory(&self, h: usize, w: usize, frames: usize) -> Result<()> {
         let in_flight = self.batch_size.min(frames).max(1);
         let images = (self.num_sigma as u64).saturating_add(4);

@@ -421,9 +421,7 @@ const BAND_BYTES: usize = 512 << 10;
 /// least 8 (one row block of the y passes).
 fn band_rows(ns: usize, w: usize, elem: usize) -> usize {
     let fit = BAND_BYTES / (ns.max(1) * w.max(1) * elem).max(1);
-    std::env::var("ARRAYBRIDGE_DETECT_BAND_ROWS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
+    bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_BAND_ROWS")
         .filter(|&b| b > 0)
         .unwrap_or_else(|| fit.saturating_sub(2).max(8))
         .min(1 << 16)
@@ -433,8 +431,8 @@ fn band_rows(ns: usize, w: usize, elem: usize) -> usize {
 /// a time (every scale of those rows), and the band's maxima are found while it is in cache,
 /// instead of writing the whole cube (21.7 MB for a 424×640 frame and 10 scales, 470 MB for
 /// 2048² and 14) to memory and reading it back. The rows are split into parts run in parallel;
-/// each part carries the last two rows of a band to the next (the 3×3×3 test reads one row
-/// either side), and recomputes the row either side of its ends.
+/// each part keeps a ring of `band + 2` rows per plane (the 3×3×3 test of a band's first row
+/// reads the row above it), and recomputes the row either side of its ends.
 ///
 /// The threshold depends on the whole cube's extrema, which are known only at the end: a band
 /// keeps the maxima above a lower bound of it (the absolute threshold, and `threshold_rel`
