@@ -875,37 +875,23 @@ mod tests {
             .collect();
         let mut s = LogScratch::<T, A>::new(h, w, 2);
         let mut out = vec![T::ZERO; h * w];
-        let ext = match scaled {
-            Some(c) => {
-                let f = move |a: T, b: T| (-(a + b)) * c;
-                log_plane_with(
-                    simd,
-                    &padded,
-                    stride,
-                    h,
-                    w,
-                    k,
-                    &mut s,
-                    (0, h),
-                    &mut out,
-                    f,
-                    scaled,
-                )
-            }
-            None => log_plane_with(
-                simd,
-                &padded,
-                stride,
-                h,
-                w,
-                k,
-                &mut s,
-                (0, h),
-                &mut out,
-                |a, b| a + b,
-                None,
-            ),
+        let f = move |a: T, b: T| match scaled {
+            Some(c) => (-(a + b)) * c,
+            None => a + b,
         };
+        let ext = log_plane_with(
+            simd,
+            &padded,
+            stride,
+            h,
+            w,
+            k,
+            &mut s,
+            (0, h),
+            &mut out,
+            f,
+            scaled,
+        );
         (out, ext)
     }
 

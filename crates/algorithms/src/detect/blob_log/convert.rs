@@ -15,6 +15,18 @@ pub enum Converted {
     F64(Vec<f64>),
 }
 
+/// `a`'s pixels times `s`, row-major, in a buffer of this thread's pool (see
+/// `blob_log_diag_acc`, which gives it back).
+fn scaled_copy<P: Copy + Into<f64>>(a: ndarray::ArrayView2<'_, P>, s: f64) -> Vec<f64> {
+    let mut out: Vec<f64> = take_buf(a.len());
+    match a.as_slice() {
+        // a contiguous frame converts in one vectorised loop
+        Some(v) => out.iter_mut().zip(v).for_each(|(o, &v)| *o = v.into() * s),
+        None => out.iter_mut().zip(a).for_each(|(o, &v)| *o = v.into() * s),
+    }
+    out
+}
+
 fn min_max(v: impl Iterator<Item = f64>) -> (f64, f64) {
     v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
         (lo.min(x), hi.max(x))
@@ -42,38 +54,8 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
         _ => None,
     };
     Ok(match (frame, prescale, range) {
-        (FrameView::U8(a), Prescale::Legacy, _) => {
-            let s = 1.0 / 255.0;
-            // a buffer of this thread's pool (see `blob_log_diag_acc`, which gives it back)
-            let mut out: Vec<f64> = take_buf(a.len());
-            match a.as_slice() {
-                // a contiguous frame converts in one vectorised loop
-                Some(v) => out
-                    .iter_mut()
-                    .zip(v)
-                    .for_each(|(o, &v)| *o = f64::from(v) * s),
-                None => out
-                    .iter_mut()
-                    .zip(a)
-                    .for_each(|(o, &v)| *o = f64::from(v) * s),
-            }
-            Converted::F64(out)
-        }
-        (FrameView::U16(a), Prescale::Legacy, _) => {
-            let s = 1.0 / 65535.0;
-            let mut out: Vec<f64> = take_buf(a.len());
-            match a.as_slice() {
-                Some(v) => out
-                    .iter_mut()
-                    .zip(v)
-                    .for_each(|(o, &v)| *o = f64::from(v) * s),
-                None => out
-                    .iter_mut()
-                    .zip(a)
-                    .for_each(|(o, &v)| *o = f64::from(v) * s),
-            }
-            Converted::F64(out)
-        }
+        (FrameView::U8(a), Prescale::Legacy, _) => Converted::F64(scaled_copy(*a, 1.0 / 255.0)),
+        (FrameView::U16(a), Prescale::Legacy, _) => Converted::F64(scaled_copy(*a, 1.0 / 65535.0)),
         (FrameView::F32(a), Prescale::Legacy | Prescale::None, _) => {
             Converted::F32(a.iter().copied().collect())
         }
