@@ -872,9 +872,8 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
     let (_, h, w) = first.dim();
     let dtype = first.dtype_name();
     let integer = matches!(first, Movie::U8(_) | Movie::U16(_));
-    if args.method == Method::Log {
-        det.check_memory(h, w, first.len())?;
-    }
+    // the memory a batch needs depends on the back end (the CPU never holds the scale space):
+    // detection checks it with the back ends it runs on, before the first batch
     let mut runner = match place {
         #[cfg(feature = "mpi")]
         Where::Ranks(m) => Runner::Several(m),

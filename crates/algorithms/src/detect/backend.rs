@@ -47,12 +47,33 @@ pub trait DetectBackend: Send + Sync {
         self.blob_log_batch(frames, p)
     }
 
+    /// Host bytes that one frame in flight of `blob_log` (`num_sigma` scales, an `h × w`
+    /// frame) needs on this back end, at most; [`crate::detect::LogDetector`] checks a batch
+    /// against the memory budget with it. The default, [`scale_space_host_bytes`], counts the
+    /// whole scale space in host memory: right where the device's memory is the host's (PoCL),
+    /// an upper bound for a GPU.
+    fn blob_log_host_bytes(&self, h: usize, w: usize, num_sigma: usize) -> u64 {
+        scale_space_host_bytes(h, w, num_sigma)
+    }
+
     /// Device time spent in kernels by the last batch call, when the back end measures it
     /// separately from transfers (GPU back ends); `None` on the CPU, where the whole call is
     /// compute.
     fn last_kernel_seconds(&self) -> Option<f64> {
         None
     }
+}
+
+/// Host bytes of a frame's whole f64 scale space and a few f64 work images:
+/// `(num_sigma + 4)·h·w·8` (saturating).
+pub fn scale_space_host_bytes(h: usize, w: usize, num_sigma: usize) -> u64 {
+    bridge_core::host::checked_product(&[
+        (num_sigma as u64).saturating_add(4),
+        h as u64,
+        w as u64,
+        8,
+    ])
+    .unwrap_or(u64::MAX)
 }
 
 /// The CPU back end (ndarray + rayon).
@@ -93,5 +114,38 @@ impl DetectBackend for CpuBackend {
     ) -> Result<Vec<Vec<Feature>>> {
         p.validate()?;
         frames.par_iter().map(|f| locate(*f, p)).collect()
+    }
+
+    /// The CPU never holds the scale space: the frame, its padded copy and a few rows of
+    /// every scale per part ([`super::blob_log::banded_host_bytes`]).
+    fn blob_log_host_bytes(&self, h: usize, w: usize, num_sigma: usize) -> u64 {
+        super::blob_log::banded_host_bytes(h, w, num_sigma)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU budgets about three f64 images and a few rows of every scale per frame, far
+    /// less than the whole scale space the default counts, and never less than the frame and
+    /// its padded copy it does allocate.
+    #[test]
+    fn the_cpu_budgets_no_scale_space() {
+        for (h, w, ns) in [
+            (1, 1, 1),
+            (424, 640, 10),
+            (2048, 2048, 14),
+            (3, 100_000, 30),
+        ] {
+            let cpu = CpuBackend.blob_log_host_bytes(h, w, ns);
+            let whole = scale_space_host_bytes(h, w, ns);
+            let own = (h * (w + crate::detect::filters::padded_stride(w)) * 8) as u64;
+            assert!(cpu >= own, "{h}x{w} {ns}: {cpu} < {own}");
+            if h >= 424 {
+                assert!(cpu * 3 < whole, "{h}x{w} {ns}: {cpu} vs {whole}");
+            }
+        }
+        assert_eq!(scale_space_host_bytes(usize::MAX, 2, 3), u64::MAX);
     }
 }

@@ -133,20 +133,38 @@ impl LogDetector {
         self.detect_movie_with(movie, backend.as_ref(), |_| {})
     }
 
-    /// Host memory of one batch: each frame in flight may hold its f64 scale space (`num_sigma`
-    /// images: the cube of a device whose memory is the host's, such as PoCL's) plus a few f64
-    /// work images; a [`BridgeError::TooLarge`] naming the parameters when that does not fit
-    /// (before anything is allocated). The CPU path needs less: it never holds the cube (the
-    /// peaks are found a band of rows at a time), only the frame, its padded copy and a few
-    /// rows of every scale per thread.
+    /// Host memory of one batch on a back end not known yet: each frame in flight may hold its
+    /// f64 scale space (`num_sigma` images: the cube of a device whose memory is the host's,
+    /// such as PoCL's) plus a few f64 work images; a [`BridgeError::TooLarge`] naming the
+    /// parameters when that does not fit (before anything is allocated). Detection checks again
+    /// with what its back ends need ([`DetectBackend::blob_log_host_bytes`]): the CPU never
+    /// holds the cube, only the frame, its padded copy and a few rows of every scale.
     pub fn check_memory(&self, h: usize, w: usize, frames: usize) -> Result<()> {
+        let per_frame = super::backend::scale_space_host_bytes(h, w, self.num_sigma);
+        self.check_batch_bytes(h, w, frames, per_frame)
+    }
+
+    /// [`Self::check_memory`] on `backends`: the most any of them needs per frame (none: the
+    /// whole scale space, as for an unknown back end).
+    pub(crate) fn check_memory_on(
+        &self,
+        h: usize,
+        w: usize,
+        frames: usize,
+        backends: &[&dyn DetectBackend],
+    ) -> Result<()> {
+        let per_frame = backends
+            .iter()
+            .map(|b| b.blob_log_host_bytes(h, w, self.num_sigma))
+            .max()
+            .unwrap_or_else(|| super::backend::scale_space_host_bytes(h, w, self.num_sigma));
+        self.check_batch_bytes(h, w, frames, per_frame)
+    }
+
+    fn check_batch_bytes(&self, h: usize, w: usize, frames: usize, per_frame: u64) -> Result<()> {
         let in_flight = self.batch_size.min(frames).max(1);
-        let images = (self.num_sigma as u64).saturating_add(4);
-        let bytes =
-            bridge_core::host::checked_product(&[in_flight as u64, images, h as u64, w as u64, 8])
-                .unwrap_or(u64::MAX);
         bridge_core::host::check_allocation(
-            bytes,
+            per_frame.saturating_mul(in_flight as u64),
             &format!(
                 "blob_log with {} scales (--num-sigma) on {in_flight} frame(s) of {h}x{w} at once \
                  (--batch-size)",
@@ -195,7 +213,7 @@ impl LogDetector {
         backend: &dyn DetectBackend,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Particle>> {
-        let (p, frames) = self.prepare(movie)?;
+        let (p, frames) = self.prepare(movie, &[backend])?;
         let mut out = Vec::new();
         let mut done = 0usize;
         for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
@@ -207,10 +225,12 @@ impl LogDetector {
     }
 
     /// The checked parameters and the frames of `movie`: valid `blob_log` parameters, a
-    /// batch size of at least 1, at least one frame, and a batch that fits host memory.
+    /// batch size of at least 1, at least one frame, and a batch that fits host memory on
+    /// `backends` (the back ends of this process that will run it).
     pub(crate) fn prepare<'m>(
         &self,
         movie: &'m Movie,
+        backends: &[&dyn DetectBackend],
     ) -> Result<(BlobLogParams, Vec<FrameView<'m>>)> {
         let p = self.params();
         p.validate()?;
@@ -225,7 +245,7 @@ impl LogDetector {
         }
         let frames = movie.frames();
         let (h, w) = frames[0].dim();
-        self.check_memory(h, w, frames.len())?;
+        self.check_memory_on(h, w, frames.len(), backends)?;
         Ok((p, frames))
     }
 

@@ -273,9 +273,10 @@ impl LogDetector {
         device: Device,
         server: &mut dyn FrameServer,
     ) -> Result<()> {
-        let ready = self
-            .prepare(movie)
-            .and_then(|(p, frames)| backend_for(device).map(|b| ((frames, b), p)));
+        let ready = backend_for(device).and_then(|b| {
+            self.prepare(movie, &[b.as_ref()])
+                .map(|(p, frames)| ((frames, b), p))
+        });
         let (ready, p) = match ready {
             Ok((r, p)) => (Ok(r), Some(p)),
             Err(e) => (Err(e), None),
@@ -299,7 +300,14 @@ impl LogDetector {
                 "at least one device is needed",
             ));
         }
-        let (p, frames) = self.prepare(movie)?;
+        let local: Vec<&dyn DetectBackend> = members
+            .iter()
+            .filter_map(|m| match m {
+                DetectMember::Local(b) => Some(*b),
+                DetectMember::Peer(_) => None,
+            })
+            .collect();
+        let (p, frames) = self.prepare(movie, &local)?;
         // each peer's device, asked once before the work starts
         let starts = member_starts(members);
         let (particles, shares) = run_queue(

@@ -29,6 +29,7 @@ use scale_space::{Cand, find_peaks, log_peaks_banded, threshold_from, threshold_
 pub use convert::{Converted, convert_frame};
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
 pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};
+pub(crate) use scale_space::banded_host_bytes;
 pub use scale_space::{Accumulate, log_cube, log_cube_acc};
 
 /// One detection: integer position, σ of its scale and the cube value.

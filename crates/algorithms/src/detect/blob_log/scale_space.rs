@@ -427,6 +427,31 @@ fn band_rows(ns: usize, w: usize, elem: usize) -> usize {
         .min(1 << 16)
 }
 
+/// How many parts [`log_peaks_banded`] splits `h` rows into: parts of at least 4 bands, about
+/// two per thread (idle threads steal a part).
+fn band_parts(h: usize, band: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    (2 * threads).min(h.div_ceil(4 * band.max(1))).max(1)
+}
+
+/// Host bytes of [`log_peaks_banded`] on one `h × w` frame with `ns` scales, at most: the
+/// frame in f64 (the converted frame) and its padded copy, a third image for the candidates
+/// and the rest of the frame's work, and the rings of every part (`band + 2` rows of every
+/// scale, [`band_parts`] parts).
+pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize) -> u64 {
+    let stride = crate::detect::filters::padded_stride(w) as u64;
+    let band = band_rows(ns, w, 8);
+    let ring = (band as u64 + 2).min(h as u64 + 2);
+    let parts = band_parts(h, band) as u64;
+    let (h, w, ns) = (h as u64, w as u64, ns as u64);
+    let images = h.saturating_mul(w.saturating_mul(2).saturating_add(stride));
+    let rings = parts
+        .saturating_mul(ring)
+        .saturating_mul(ns)
+        .saturating_mul(w);
+    images.saturating_add(rings).saturating_mul(8)
+}
+
 /// The scale space's 3×3×3 maxima without the cube: the planes are computed a band of rows at
 /// a time (every scale of those rows), and the band's maxima are found while it is in cache,
 /// instead of writing the whole cube (21.7 MB for a 424×640 frame and 10 scales, 470 MB for
@@ -448,9 +473,7 @@ pub(super) fn log_peaks_banded<T: Real>(
     p: &BlobLogParams,
 ) -> (Vec<Cand<T>>, T, T) {
     let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
-    // parts of at least 4 bands, about two per thread (idle threads steal a part)
-    let threads = rayon::current_num_threads().max(1);
-    let nparts = (2 * threads).min(h.div_ceil(4 * band)).max(1);
+    let nparts = band_parts(h, band);
     match acc {
         Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), sigmas, p, (band, nparts)),
         Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), sigmas, p, (band, nparts)),
