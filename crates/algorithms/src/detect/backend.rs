@@ -116,8 +116,8 @@ impl DetectBackend for CpuBackend {
         frames.par_iter().map(|f| locate(*f, p)).collect()
     }
 
-    /// The CPU never holds the scale space: the frame, its padded copy and a few rows of
-    /// every scale per part ([`super::blob_log::banded_host_bytes`]).
+    /// The CPU never holds the scale space: the frame, its padded copy, a third image and a
+    /// few rows of every scale per part.
     fn blob_log_host_bytes(&self, h: usize, w: usize, num_sigma: usize) -> u64 {
         super::blob_log::banded_host_bytes(h, w, num_sigma)
     }

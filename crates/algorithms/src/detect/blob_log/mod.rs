@@ -24,7 +24,7 @@ use bridge_core::{BridgeError, Result};
 
 use super::FrameView;
 use super::real::{Real, give_buf};
-use scale_space::{Cand, find_peaks, log_peaks_banded, threshold_from, threshold_of};
+use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
 pub use convert::{Converted, convert_frame};
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
@@ -97,11 +97,6 @@ pub fn blob_log_typed_acc<T: Real>(
     }
     cands.retain(|c| c.v > thr);
     Ok(order_and_prune(cands, &sigmas, p, (thr, lo, hi)))
-}
-
-/// A flat or NaN cube has no peaks (scikit-image: `peak_local_max` of a constant image).
-fn degenerate<T: Real>(lo: T, hi: T) -> bool {
-    lo == hi || lo.is_nan() || hi.is_nan()
 }
 
 /// The post-cube part of the pipeline (threshold, peaks, order, pruning); shared with device

@@ -441,8 +441,10 @@ fn band_parts(h: usize, band: usize) -> usize {
 pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize) -> u64 {
     let stride = crate::detect::filters::padded_stride(w) as u64;
     let band = band_rows(ns, w, 8);
-    let ring = (band as u64 + 2).min(h as u64 + 2);
-    let parts = band_parts(h, band) as u64;
+    let parts = band_parts(h, band);
+    // a part's ring holds at most its rows and the one either side, plus two
+    let ring = (band.min(h.div_ceil(parts) + 2) + 2) as u64;
+    let parts = parts as u64;
     let (h, w, ns) = (h as u64, w as u64, ns as u64);
     let images = h.saturating_mul(w.saturating_mul(2).saturating_add(stride));
     let rings = parts
@@ -462,6 +464,9 @@ pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize) -> u64 {
 /// The threshold depends on the whole cube's extrema, which are known only at the end: a band
 /// keeps the maxima above a lower bound of it (the absolute threshold, and `threshold_rel`
 /// times the largest value seen so far), and the caller filters them with the final threshold.
+/// Where that bound keeps too many (no threshold at all: a flat frame makes every voxel a
+/// maximum), a part drops them past 8 bytes per pixel and its rows are searched again once
+/// the threshold is known, so memory stays bounded.
 /// Returns the maxima in raster order of (y, x, scale) — the order of [`find_peaks`] — and the
 /// cube's minimum and maximum. Every value equals [`log_cube`]'s bit for bit.
 pub(super) fn log_peaks_banded<T: Real>(
@@ -474,20 +479,22 @@ pub(super) fn log_peaks_banded<T: Real>(
 ) -> (Vec<Cand<T>>, T, T) {
     let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
     let nparts = band_parts(h, band);
+    let split = (band, nparts, None);
     match acc {
-        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), sigmas, p, (band, nparts)),
-        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), sigmas, p, (band, nparts)),
+        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), sigmas, p, split),
+        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), sigmas, p, split),
     }
 }
 
-/// [`log_peaks_banded`] with `band` rows per step (at least 1) and the rows split into
-/// `nparts` parts (at least 1).
+/// [`log_peaks_banded`] with `band` rows per step (at least 1), the rows split into `nparts`
+/// parts (at least 1), and at most `cap` maxima kept per part on the first pass (`None`: 8
+/// bytes per pixel of the part).
 fn log_peaks_banded_in<T: Real, A: Real>(
     image: &[T],
     (h, w): (usize, usize),
     sigmas: &[T],
     p: &BlobLogParams,
-    (band, nparts): (usize, usize),
+    (band, nparts, cap): (usize, usize, Option<usize>),
 ) -> (Vec<Cand<T>>, T, T) {
     let ns = sigmas.len();
     if h == 0 || w == 0 || ns == 0 {
@@ -513,81 +520,126 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     let rel = p.threshold_rel.filter(|&r| r >= 0.0).map(T::from_f64);
     let simd = Avx2::detect();
     let abs = p.threshold.map(T::from_f64);
-    let parts: Vec<(Vec<Cand<T>>, T, T)> = (0..nparts)
-        .into_par_iter()
-        .map(|i| {
-            let (ya, yb) = (i * per, ((i + 1) * per).min(h));
-            let mut out = Vec::new();
-            let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
-            if ya >= yb {
-                return (out, lo, hi);
-            }
-            // a ring of `band + 2` rows per plane: cube row `y` at row `(y − c0) mod ring`;
-            // the rows of a band overwrite the oldest ones, keeping the two above the band
-            // that the 3×3×3 test of its first row still reads
-            let ring = band + 2;
-            let slab = ring * w;
-            let mut buf: Vec<T> = take_buf(ns * slab);
-            let mut scratch = LogScratch::<T, A>::new(h, w, rmax);
-            let mut sc = RowScratch::default();
-            let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
-            let (mut comp, mut next) = (c0, ya);
-            while comp < c_end {
-                let end = comp + band.min(c_end - comp);
-                let mut y = comp;
-                while y < end {
-                    // the rows up to the ring's end in one call
-                    let pos = (y - c0) % ring;
-                    let m = (ring - pos).min(end - y);
-                    for (si, (k, &sg)) in kernels.iter().zip(sigmas).enumerate() {
-                        let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
-                        let rows = (y, y + m);
-                        let (l, u) =
-                            log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, sg * sg);
-                        if l < lo {
-                            lo = l;
-                        }
-                        if u > hi {
-                            hi = u;
-                        }
+    // one part's rows: its maxima above `fixed` (the final threshold, known on a second pass)
+    // or above the provisional lower bound, its extrema, and whether its maxima overflowed
+    // `cap` (then they are dropped, and the part's rows are searched again with the final
+    // threshold)
+    let part = |i: usize, fixed: Option<T>, cap: usize| -> (Vec<Cand<T>>, T, T, bool) {
+        let (ya, yb) = (i * per, ((i + 1) * per).min(h));
+        let mut out = Vec::new();
+        let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
+        if ya >= yb {
+            return (out, lo, hi, false);
+        }
+        let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
+        // a ring of `band + 2` rows per plane (no more than the part's rows): cube row `y` at
+        // row `(y − c0) mod ring`; the rows of a band overwrite the oldest ones, keeping the
+        // two above the band that the 3×3×3 test of its first row still reads
+        let band = band.min(c_end - c0);
+        let ring = band + 2;
+        let slab = ring * w;
+        let mut buf: Vec<T> = take_buf(ns * slab);
+        let mut scratch = LogScratch::<T, A>::new(h, w, rmax);
+        let mut sc = RowScratch::default();
+        let (mut comp, mut next) = (c0, ya);
+        let (mut overflow, mut compacted) = (false, 0);
+        while comp < c_end {
+            let end = comp + band.min(c_end - comp);
+            let mut y = comp;
+            while y < end {
+                // the rows up to the ring's end in one call
+                let pos = (y - c0) % ring;
+                let m = (ring - pos).min(end - y);
+                for (si, (k, &sg)) in kernels.iter().zip(sigmas).enumerate() {
+                    let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
+                    let rows = (y, y + m);
+                    let (l, u) =
+                        log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, sg * sg);
+                    if l < lo {
+                        lo = l;
                     }
-                    y += m;
+                    if u > hi {
+                        hi = u;
+                    }
                 }
-                comp = end;
-                // rows whose lower neighbour is computed (or is past the frame's end)
-                let done = if comp >= h { h } else { comp - 1 }.min(yb);
-                if test {
+                y += m;
+            }
+            comp = end;
+            // rows whose lower neighbour is computed (or is past the frame's end)
+            let done = if comp >= h { h } else { comp - 1 }.min(yb);
+            if test && !overflow {
+                let thr = fixed.unwrap_or_else(|| {
                     let mut thr = abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
                     if let Some(r) = rel
                         && r * hi > thr
                     {
                         thr = r * hi;
                     }
-                    let row = (slab, |y: usize| (y - c0) % ring * w);
-                    let ys = (next.max(by), done.max(next).min(h - by), h);
-                    let xs = (bx, w - bx, w);
-                    rows_peaks(simd, &buf, row, ys, xs, ns, thr, &mut sc, &mut out);
+                    thr
+                });
+                let row = (slab, |y: usize| (y - c0) % ring * w);
+                let ys = (next.max(by), done.max(next).min(h - by), h);
+                let xs = (bx, w - bx, w);
+                rows_peaks(simd, &buf, row, ys, xs, ns, thr, &mut sc, &mut out);
+                if out.len() > cap && out.len() > 2 * compacted {
+                    // the bound has risen since: drop what is below it now
+                    out.retain(|c| c.v > thr);
+                    compacted = out.len();
+                    if out.len() > cap {
+                        overflow = true;
+                        out = Vec::new();
+                    }
                 }
-                next = next.max(done);
             }
-            give_buf(buf);
-            (out, lo, hi)
-        })
+            next = next.max(done);
+        }
+        give_buf(buf);
+        (out, lo, hi, overflow)
+    };
+    // maxima kept per part on the first pass: 8 bytes per pixel of the part (a `Cand` is 32),
+    // plenty for real frames; flat or noisy cubes with no useful bound (no threshold, or none
+    // yet) overflow it and are searched again once the threshold is known
+    let cap = cap.unwrap_or((per * w / 4).max(1 << 12));
+    let mut parts: Vec<(Vec<Cand<T>>, T, T, bool)> = (0..nparts)
+        .into_par_iter()
+        .map(|i| part(i, None, cap))
         .collect();
-    give_buf(padded);
     let mut lo = T::from_f64(f64::INFINITY);
     let mut hi = T::from_f64(f64::NEG_INFINITY);
+    for (_, l, u, _) in &parts {
+        if *l < lo {
+            lo = *l;
+        }
+        if *u > hi {
+            hi = *u;
+        }
+    }
+    if parts.iter().any(|q| q.3) {
+        if degenerate(lo, hi) {
+            give_buf(padded);
+            return (Vec::new(), lo, hi);
+        }
+        let (thr, _, _) = threshold_from((lo, hi), p);
+        let again: Vec<(usize, Vec<Cand<T>>)> = (0..nparts)
+            .into_par_iter()
+            .filter(|&i| parts[i].3)
+            .map(|i| (i, part(i, Some(thr), usize::MAX).0))
+            .collect();
+        for (i, c) in again {
+            parts[i].0 = c;
+        }
+    }
+    give_buf(padded);
     let mut cands = Vec::new();
-    for (c, l, u) in parts {
-        if l < lo {
-            lo = l;
-        }
-        if u > hi {
-            hi = u;
-        }
+    for (c, _, _, _) in parts {
         cands.extend(c);
     }
     (cands, lo, hi)
+}
+
+/// A flat or NaN cube has no peaks (scikit-image: `peak_local_max` of a constant image).
+pub(super) fn degenerate<T: Real>(lo: T, hi: T) -> bool {
+    lo == hi || lo.is_nan() || hi.is_nan()
 }
 
 #[cfg(test)]
@@ -600,7 +652,9 @@ mod tests {
     /// parts) finds exactly the maxima of the whole cube (`find_peaks` with the final threshold)
     /// with the same extrema, bit for bit: random frames of many levels and of three (plateaus
     /// and ties), a constant frame, frames smaller than the kernels, absolute and relative
-    /// thresholds (a negative `threshold_rel` too), and borders excluded.
+    /// thresholds (a negative `threshold_rel` too), and borders excluded; with the first pass
+    /// keeping up to 0 or 3 maxima per part too (its parts searched again with the final
+    /// threshold).
     #[test]
     fn banded_peaks_equal_the_whole_cube_peaks() {
         let mut rng = SplitMix::new(31);
@@ -640,18 +694,22 @@ mod tests {
                     } else {
                         find_peaks(&cube, h, w, sigmas.len(), thr, exclude_border)
                     };
-                    for band in [1, 2, 3, 8, 100] {
-                        for nparts in [1, 2, 5] {
+                    for (band, nparts, cap) in [1, 2, 3, 8, 100]
+                        .into_iter()
+                        .flat_map(|b| [1, 2, 5].map(|n| (b, n)))
+                        .flat_map(|(b, n)| [None, Some(0), Some(3)].map(|c| (b, n, c)))
+                    {
+                        {
                             let (mut got, l, u) = log_peaks_banded_in::<f64, f64>(
                                 &img,
                                 (h, w),
                                 &sigmas,
                                 &p,
-                                (band, nparts),
+                                (band, nparts, cap),
                             );
                             let what = format!(
                                 "{h}x{w} levels {levels} {threshold:?} {threshold_rel:?} \
-                                 {exclude_border:?} band {band} parts {nparts}"
+                                 {exclude_border:?} band {band} parts {nparts} cap {cap:?}"
                             );
                             assert_eq!(
                                 (l.to_bits(), u.to_bits()),
