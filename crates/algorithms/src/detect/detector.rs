@@ -322,26 +322,23 @@ impl LogDetector {
 fn frame_noise(f: &FrameView<'_>, prescale: Prescale) -> f64 {
     // integer pixels under a prescale that maps each level to one value: counted per level
     // (the same median and MAD, without converting the frame or selecting twice)
-    match (f, prescale) {
-        (FrameView::U8(a), Prescale::Legacy) => {
-            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 256, |k| {
-                k as f64 * (1.0 / 255.0)
-            });
+    let unit = |max: f64| match prescale {
+        Prescale::Legacy => Some(1.0 / max),
+        Prescale::None => Some(1.0),
+        _ => None,
+    };
+    match f {
+        FrameView::U8(a) => {
+            if let Some(u) = unit(255.0) {
+                let levels = a.iter().step_by(4).map(|&v| usize::from(v));
+                return level_noise(levels, 256, |k| k as f64 * u);
+            }
         }
-        (FrameView::U16(a), Prescale::Legacy) => {
-            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 65536, |k| {
-                k as f64 * (1.0 / 65535.0)
-            });
-        }
-        (FrameView::U8(a), Prescale::None) => {
-            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 256, |k| {
-                k as f64
-            });
-        }
-        (FrameView::U16(a), Prescale::None) => {
-            return level_noise(a.iter().step_by(4).map(|&v| usize::from(v)), 65536, |k| {
-                k as f64
-            });
+        FrameView::U16(a) => {
+            if let Some(u) = unit(65535.0) {
+                let levels = a.iter().step_by(4).map(|&v| usize::from(v));
+                return level_noise(levels, 65536, |k| k as f64 * u);
+            }
         }
         _ => {}
     }

@@ -521,15 +521,18 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     let simd = Avx2::detect();
     let abs = p.threshold.map(T::from_f64);
     // one part's rows: its maxima above `fixed` (the final threshold, known on a second pass)
-    // or above the provisional lower bound, its extrema, and whether its maxima overflowed
-    // `cap` (then they are dropped, and the part's rows are searched again with the final
-    // threshold)
-    let part = |i: usize, fixed: Option<T>, cap: usize| -> (Vec<Cand<T>>, T, T, bool) {
+    // or above the provisional lower bound, with at most `cap` kept
+    let part = |i: usize, fixed: Option<T>, cap: usize| -> Part<T> {
         let (ya, yb) = (i * per, ((i + 1) * per).min(h));
         let mut out = Vec::new();
         let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
         if ya >= yb {
-            return (out, lo, hi, false);
+            return Part {
+                cands: out,
+                lo,
+                hi,
+                overflow: false,
+            };
         }
         let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
         // a ring of `band + 2` rows per plane (no more than the part's rows): cube row `y` at
@@ -594,27 +597,32 @@ fn log_peaks_banded_in<T: Real, A: Real>(
             next = next.max(done);
         }
         give_buf(buf);
-        (out, lo, hi, overflow)
+        Part {
+            cands: out,
+            lo,
+            hi,
+            overflow,
+        }
     };
     // maxima kept per part on the first pass: 8 bytes per pixel of the part (a `Cand` is 32),
     // plenty for real frames; flat or noisy cubes with no useful bound (no threshold, or none
     // yet) overflow it and are searched again once the threshold is known
     let cap = cap.unwrap_or((per * w / 4).max(1 << 12));
-    let mut parts: Vec<(Vec<Cand<T>>, T, T, bool)> = (0..nparts)
+    let mut parts: Vec<Part<T>> = (0..nparts)
         .into_par_iter()
         .map(|i| part(i, None, cap))
         .collect();
     let mut lo = T::from_f64(f64::INFINITY);
     let mut hi = T::from_f64(f64::NEG_INFINITY);
-    for (_, l, u, _) in &parts {
-        if *l < lo {
-            lo = *l;
+    for q in &parts {
+        if q.lo < lo {
+            lo = q.lo;
         }
-        if *u > hi {
-            hi = *u;
+        if q.hi > hi {
+            hi = q.hi;
         }
     }
-    if parts.iter().any(|q| q.3) {
+    if parts.iter().any(|q| q.overflow) {
         if degenerate(lo, hi) {
             give_buf(padded);
             return (Vec::new(), lo, hi);
@@ -622,19 +630,29 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         let (thr, _, _) = threshold_from((lo, hi), p);
         let again: Vec<(usize, Vec<Cand<T>>)> = (0..nparts)
             .into_par_iter()
-            .filter(|&i| parts[i].3)
-            .map(|i| (i, part(i, Some(thr), usize::MAX).0))
+            .filter(|&i| parts[i].overflow)
+            .map(|i| (i, part(i, Some(thr), usize::MAX).cands))
             .collect();
         for (i, c) in again {
-            parts[i].0 = c;
+            parts[i].cands = c;
         }
     }
     give_buf(padded);
     let mut cands = Vec::new();
-    for (c, _, _, _) in parts {
-        cands.extend(c);
+    for q in parts {
+        cands.extend(q.cands);
     }
     (cands, lo, hi)
+}
+
+/// What one part of [`log_peaks_banded`] found: its maxima, its rows' extrema, and whether the
+/// maxima overflowed the first pass's cap (then they are dropped, and the part's rows are
+/// searched again with the final threshold).
+struct Part<T> {
+    cands: Vec<Cand<T>>,
+    lo: T,
+    hi: T,
+    overflow: bool,
 }
 
 /// A flat or NaN cube has no peaks (scikit-image: `peak_local_max` of a constant image).
@@ -699,33 +717,31 @@ mod tests {
                         .flat_map(|b| [1, 2, 5].map(|n| (b, n)))
                         .flat_map(|(b, n)| [None, Some(0), Some(3)].map(|c| (b, n, c)))
                     {
-                        {
-                            let (mut got, l, u) = log_peaks_banded_in::<f64, f64>(
-                                &img,
-                                (h, w),
-                                &sigmas,
-                                &p,
-                                (band, nparts, cap),
-                            );
-                            let what = format!(
-                                "{h}x{w} levels {levels} {threshold:?} {threshold_rel:?} \
-                                 {exclude_border:?} band {band} parts {nparts} cap {cap:?}"
-                            );
-                            assert_eq!(
-                                (l.to_bits(), u.to_bits()),
-                                (lo.to_bits(), hi.to_bits()),
-                                "{what}"
-                            );
-                            let (t, _, _) = threshold_from((l, u), &p);
-                            got.retain(|c| c.v > t && l != u);
-                            let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
-                            assert_eq!(
-                                got.iter().map(key).collect::<Vec<_>>(),
-                                want.iter().map(key).collect::<Vec<_>>(),
-                                "{what}"
-                            );
-                            checked += want.len();
-                        }
+                        let (mut got, l, u) = log_peaks_banded_in::<f64, f64>(
+                            &img,
+                            (h, w),
+                            &sigmas,
+                            &p,
+                            (band, nparts, cap),
+                        );
+                        let what = format!(
+                            "{h}x{w} levels {levels} {threshold:?} {threshold_rel:?} \
+                             {exclude_border:?} band {band} parts {nparts} cap {cap:?}"
+                        );
+                        assert_eq!(
+                            (l.to_bits(), u.to_bits()),
+                            (lo.to_bits(), hi.to_bits()),
+                            "{what}"
+                        );
+                        let (t, _, _) = threshold_from((l, u), &p);
+                        got.retain(|c| c.v > t && l != u);
+                        let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
+                        assert_eq!(
+                            got.iter().map(key).collect::<Vec<_>>(),
+                            want.iter().map(key).collect::<Vec<_>>(),
+                            "{what}"
+                        );
+                        checked += want.len();
                     }
                 }
             }
