@@ -2,12 +2,15 @@
 """The two ceilings of the GPU machine, measured through PyTorch in the same call as the
 arraybridge figures (docs/gpu.md): device-memory bandwidth (a large device-to-device copy,
 bytes read + written) and arithmetic throughput (large matrix products), plus the pinned and
-pageable host<->device copy rates that bound transfers. Prints a markdown table.
+pageable host<->device copy rates that bound transfers, and the host's own copy rates
+(into pinned memory; into a new array, page faults included). Prints a markdown table.
 
-Each figure is the median of CUDA-event timings after a warm-up, on random data.
+Each figure is the median of CUDA-event timings (wall clock for the host copies) after a
+warm-up, on random data.
 """
 import statistics
 import sys
+import time
 
 import torch
 
@@ -25,6 +28,17 @@ def timed(fn, reps=20, warm=3):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def timed_host(fn, reps=5, warm=1):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
@@ -53,7 +67,19 @@ def main():
         rows.append((f"d2h pinned {size >> 20} MiB", f"{size / t / 1e9:.1f} GB/s", f"{t * 1e3:.3f} ms"))
         t = timed(lambda: d.copy_(hq), reps=10)
         rows.append((f"h2d pageable {size >> 20} MiB", f"{size / t / 1e9:.1f} GB/s", f"{t * 1e3:.3f} ms"))
-    del x, y
+    # The host's own copy rate bounds a staged transfer of pageable memory (every byte is
+    # copied into a pinned chunk first), and first-touch page faults bound a download into a
+    # new array: wall-clock medians, PyTorch's CPU copy with all its threads.
+    hq = torch.empty(n, dtype=torch.uint8)
+    hq.random_(0, 255)
+    hp = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    t = timed_host(lambda: hp.copy_(hq))
+    rows.append((f"host memcpy 1 GiB pageable->pinned ({torch.get_num_threads()} threads)",
+                 f"{n / t / 1e9:.1f} GB/s", f"{t * 1e3:.3f} ms"))
+    t = timed_host(lambda: torch.empty(n, dtype=torch.uint8).copy_(hp))
+    rows.append(("host memcpy 1 GiB pinned->new array (first touch)",
+                 f"{n / t / 1e9:.1f} GB/s", f"{t * 1e3:.3f} ms"))
+    del x, y, hq, hp
     torch.backends.cuda.matmul.allow_tf32 = False
     for dtype, m in ((torch.bfloat16, 8192), (torch.float32, 8192), (torch.float64, 4096)):
         a = torch.randn(m, m, dtype=dtype, device=dev)

@@ -15,7 +15,7 @@ use dlpark::python::{DlpackStream, ImportRequest, ImportedDlpack, StreamArg};
 use ndarray::ArrayViewD;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{IntoPy, invalid, to_py};
 
@@ -403,10 +403,10 @@ impl Array {
         (d.device_type.0, d.device_id)
     }
 
-    /// The shape.
+    /// The shape, a tuple (as NumPy's, PyTorch's and the array API's).
     #[getter]
-    fn shape(&self) -> Vec<usize> {
-        self.held.shape()
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.held.shape())
     }
 
     /// The NumPy name of the dtype (`"float32"`, ...).
@@ -471,9 +471,19 @@ impl Array {
     }
 
     fn __repr__(&self) -> String {
+        let shape = self.held.shape();
+        let shape = match shape.as_slice() {
+            [n] => format!("({n},)"),
+            dims => format!(
+                "({})",
+                dims.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         format!(
-            "arraybridge.Array(shape={:?}, dtype={}, device={}{})",
-            self.held.shape(),
+            "arraybridge.Array(shape={shape}, dtype={}, device={}{})",
             dtype_name(self.held.dtype()),
             self.held.device(),
             if self.held.read_only() {

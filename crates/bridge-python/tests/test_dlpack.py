@@ -20,7 +20,8 @@ def ptr(x):
 def test_round_trip_every_dtype_zero_copy(dtype, shape):
     x = (np.arange(int(np.prod(shape))) % 97).astype(dtype).reshape(shape)
     a = ab.convert(x)
-    assert (a.shape, a.dtype, a.device) == (list(shape), dtype, "cpu")
+    assert (a.shape, a.dtype, a.device) == (shape, dtype, "cpu")
+    assert repr(a) == f"arraybridge.Array(shape={shape}, dtype={dtype}, device=cpu)"
     y = np.from_dlpack(a)
     np.testing.assert_array_equal(y, x)
     if x.size:
@@ -125,7 +126,8 @@ def test_second_producer_jax():
     jnp = pytest.importorskip("jax.numpy")
     import jax  # noqa: PLC0415
 
-    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    # on the host: where JAX has a GPU its arrays default to it, and ab.convert(x) then copies
+    x = jax.device_put(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), jax.devices("cpu")[0])
     a = ab.convert(x)
     np.testing.assert_array_equal(np.from_dlpack(a), np.asarray(x))
     assert a.data_ptr == x.unsafe_buffer_pointer()
@@ -148,6 +150,8 @@ def test_bad_inputs_are_typed():
         ab.convert(np.array(["a", "b"]))  # non-numeric
     with pytest.raises(ab.InvalidInput):
         ab.convert(np.array([True, False]))  # bool: not one of arraybridge's dtypes
+    with pytest.raises(ab.InvalidInput, match="DLPack dtype int16"):
+        ab.convert(np.arange(3, dtype=np.int16))  # nor int16: the message lists those it takes
     with pytest.raises(ab.InvalidInput):
         ab.convert(object())
     with pytest.raises(ab.InvalidInput, match="invalid device"):
