@@ -11,7 +11,9 @@
 #                                             #   sanitize     compute-sanitizer on two small tests
 #                                             #   bench        ceilings, transfers, detection, PACO
 #                                             #   profile      ncu on the hottest kernels
-#                                             #   all          the five, in that order
+#                                             #   ab           knob A/B in one process order
+#                                             #   all          correctness python sanitize
+#                                             #                bench profile, in that order
 #   bash scripts/gpu-check.sh dry-run         # HERE: `run correctness` on a machine without a GPU;
 #                                             # every GPU test must report itself skipped
 #
@@ -30,6 +32,9 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
+#   GPU_CHECK_AB [the detection pass knobs]  ab phase: `;`-separated variants as above, each
+#                                  timed on bench detect 1000x512 and bench paco 61x100 between
+#                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
 #   GPU_CHECK_MAX_MIB [48]         build: the largest carried folder (the device call carries at
 #                                  most 64 MiB together with the repository and its fixtures)
@@ -352,6 +357,28 @@ phase_bench() {
   done
 }
 
+# Knob A/B: the default, every variant of GPU_CHECK_AB, the default again, one after the other
+# in this call (timings compare only within one machine and call); one row per run, the
+# tables in ab-<n>-<tag>.md and all of them in ab.md.
+phase_ab() {
+  local cli="$carry/bin/arraybridge" frames v i=0 tag
+  frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_ROWS=2;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_DETECT_ROWS=8;ARRAYBRIDGE_DETECT_COLS=2;ARRAYBRIDGE_DETECT_COLS=4;ARRAYBRIDGE_DETECT_ROWS=4,ARRAYBRIDGE_DETECT_COLS=2}"
+  local vs=()
+  IFS=';' read -r -a vs <<<"$ab"
+  local runs=("" "${vs[@]}" "")
+  for v in "${runs[@]}"; do
+    i=$((i + 1))
+    tag="${v:-default}"
+    # the variant's VAR=VALUE words unquoted on purpose; $1, $2 are the inner shell's
+    # shellcheck disable=SC2086,SC2016
+    run_binary "ab $i $tag" "$WORK/ab-$i.md" env ${v//,/ } sh -c \
+      '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256,64 &&
+       "$1" bench paco --device cuda:0 --frames 61 --size 100 --reps 10' sh "$cli" "$frames"
+    { echo "## $i: $tag"; cat "$WORK/ab-$i.md"; echo; } >>"$WORK/ab.md"
+  done
+}
+
 phase_profile() {
   local ncu cli="$carry/bin/arraybridge"
   ncu="$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)"
@@ -368,14 +395,14 @@ phase_profile() {
 }
 
 run() {
-  [ $# -gt 0 ] || die "run needs a phase: correctness, python, sanitize, bench, profile or all"
+  [ $# -gt 0 ] || die "run needs a phase: correctness, python, sanitize, bench, profile, ab or all"
   [ -d "$carry/tests" ] || die "$carry missing: run 'bash scripts/gpu-check.sh build' here and carry .carry"
   local phases=() p out
   for p in "$@"; do
     case "$p" in
       all) phases+=(correctness python sanitize bench profile) ;;
-      correctness|python|sanitize|bench|profile) phases+=("$p") ;;
-      *) die "unknown phase $p (correctness, python, sanitize, bench, profile, all)" ;;
+      correctness|python|sanitize|bench|profile|ab) phases+=("$p") ;;
+      *) die "unknown phase $p (correctness, python, sanitize, bench, profile, ab, all)" ;;
     esac
   done
   setup_env

@@ -98,6 +98,20 @@ pub const KNOBS: &[Knob] = &[
         doc: "work-group height of the same kernels (auto: 4 on CUDA, 1 on OpenCL)",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_ROWS",
+        default: "1",
+        accepts: Accepts::Int(1, 16),
+        doc: "rows computed by each work-item of log_pass_y, sliding a window over the taps; \
+              does not change results",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_DETECT_COLS",
+        default: "1",
+        accepts: Accepts::Int(1, 16),
+        doc: "columns computed by each work-item of log_pass_x, the same way; does not change \
+              results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_PREP_WG",
         default: "256",
         accepts: Accepts::Int(1, 1024),

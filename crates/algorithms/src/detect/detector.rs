@@ -264,22 +264,42 @@ impl LogDetector {
             return Ok(out);
         };
         let t_batch = std::time::Instant::now();
-        let results = backend
-            .blob_log_batch_acc(batch, p, self.accumulate)
-            .map_err(|e| match e {
-                BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
-                    "in frames {first}..{}: {m}",
-                    first + batch.len()
-                )),
-                other => other,
-            })?;
+        let noise_of = || -> Vec<f64> {
+            batch
+                .par_iter()
+                .map(|f| frame_noise(f, self.prescale))
+                .collect()
+        };
+        // On a device, the host estimates the frames' noise while the device runs blob_log
+        // (the call stays on this thread, which holds the device's context); on the CPU the
+        // two would only share the same cores, so they run one after the other.
+        let (results, noises) = if backend.device() == Device::Cpu {
+            (backend.blob_log_batch_acc(batch, p, self.accumulate), None)
+        } else {
+            std::thread::scope(|s| {
+                let noise = s.spawn(noise_of);
+                let results = backend.blob_log_batch_acc(batch, p, self.accumulate);
+                let noises = noise
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (results, Some(noises))
+            })
+        };
+        let results = results.map_err(|e| match e {
+            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
+                "in frames {first}..{}: {m}",
+                first + batch.len()
+            )),
+            other => other,
+        })?;
         let t_host = std::time::Instant::now();
         let blob_s = t_host.duration_since(t_batch).as_secs_f64();
+        let noises = noises.unwrap_or_else(noise_of);
         let extra: Vec<(f64, Option<Vec<Refined>>)> = batch
             .par_iter()
             .zip(results.par_iter())
-            .map(|(f, blobs)| {
-                let noise = frame_noise(f, self.prescale);
+            .zip(noises.par_iter())
+            .map(|((f, blobs), &noise)| {
                 let refined = self.refine.as_ref().map(|rp| refine_blobs(*f, blobs, rp));
                 (noise, refined)
             })
@@ -309,8 +329,13 @@ impl LogDetector {
         }
         super::trace(|| {
             format!(
-                "detect batch of {}: blob_log {blob_s:.3} s, noise/refine/particles {:.3} s",
+                "detect batch of {}: blob_log {blob_s:.3} s{}, noise/refine/particles {:.3} s",
                 batch.len(),
+                if backend.device() == Device::Cpu {
+                    ""
+                } else {
+                    " (the noise alongside)"
+                },
                 t_host.elapsed().as_secs_f64()
             )
         });

@@ -127,15 +127,49 @@ DEVICE_FN int reflect_near(int j, int n) {
     return j < 0 ? -1 - j : (j >= n ? 2 * n - 1 - j : j);
 }
 
-/* meta[2s] = offset of scale s in taps (g0 half, then g2 half), meta[2s+1] = radius r. */
+/* Outputs per work-item of the two passes (build options -DLOG_ROWS=n, -DLOG_COLS=n; the
+   knobs ARRAYBRIDGE_DETECT_ROWS and ARRAYBRIDGE_DETECT_COLS). Each output is computed with the
+   same operations in the same order whatever n is, so the cube does not depend on them. The
+   pipeline always sets both; these defaults make the CI builds of every option set (NVRTC and
+   PoCL) cover the blocked code. */
+#ifndef LOG_ROWS
+#define LOG_ROWS 4
+#endif
+#ifndef LOG_COLS
+#define LOG_COLS 4
+#endif
+
+/* One output of corr_y at row y: centre tap, then the mirrored pairs from the outermost in. */
+DEVICE_FN void pass_y_one(GLOBAL const REAL* RESTRICT im, GLOBAL const ACC* RESTRICT g0,
+                          GLOBAL const ACC* RESTRICT g2, int r, int y, uint h, uint w,
+                          size_t x, ACC* s2out, ACC* s0out) {
+    ACC c = (ACC)im[(size_t)y * w + x];
+    ACC s2 = MUL_RN(c, g2[0]);
+    ACC s0 = MUL_RN(c, g0[0]);
+    for (int j = r; j >= 1; --j) {
+        int u = reflect_index(y - j, (int)h);
+        int d = reflect_index(y + j, (int)h);
+        ACC t = ADD_RN((ACC)im[(size_t)u * w + x], (ACC)im[(size_t)d * w + x]);
+        s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
+        s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+    }
+    *s2out = s2;
+    *s0out = s0;
+}
+
+/* meta[2s] = offset of scale s in taps (g0 half, then g2 half), meta[2s+1] = radius r.
+   Work-item (x, i, bs) computes rows LOG_ROWS*i .. LOG_ROWS*i + LOG_ROWS - 1 of column x. Where
+   those rows and all their taps are inside the frame, a sliding window over the rows above
+   (up[k] = row y0+k-j) and below (dn[k] = row y0+k+j) loads two values per tap for all
+   LOG_ROWS outputs, each converted to ACC once. */
 KERNEL log_pass_y(GLOBAL const REAL* RESTRICT img, const uint frame0,
                   GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
                   GLOBAL REAL* RESTRICT a2, GLOBAL REAL* RESTRICT a0,
                   const uint h, const uint w, const uint ns, const uint nb) {
     size_t x = GID(0);
-    size_t y = GID(1);
+    size_t y0 = GID(1) * LOG_ROWS;
     size_t bs = GID(2);
-    if (x >= w || y >= h || bs >= (size_t)nb * ns) return;
+    if (x >= w || y0 >= h || bs >= (size_t)nb * ns) return;
     uint b = (uint)(bs / ns);
     uint s = (uint)(bs % ns);
     uint off = meta[2 * s];
@@ -143,41 +177,78 @@ KERNEL log_pass_y(GLOBAL const REAL* RESTRICT img, const uint frame0,
     GLOBAL const ACC* g0 = taps + off;
     GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
     GLOBAL const REAL* im = img + (size_t)(frame0 + b) * h * w;
-    ACC c = (ACC)im[y * w + x];
-    ACC s2 = MUL_RN(c, g2[0]);
-    ACC s0 = MUL_RN(c, g0[0]);
-    if ((int)y >= r && (int)y + r < (int)h) {
-        /* interior rows (uniform over a work group): no boundary handling */
-        GLOBAL const REAL* col = im + y * w + x;
+    size_t o = bs * h * w + y0 * w + x;
+    if ((int)y0 >= r && (long)y0 + (LOG_ROWS - 1) + r < (long)h) {
+        /* interior block (uniform over most of a work group): no boundary handling */
+        GLOBAL const REAL* col = im + y0 * w + x;
+        long lw = (long)w;
+        ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
+        for (int k = 0; k < LOG_ROWS; ++k) {
+            ACC c = (ACC)col[k * lw];
+            s2[k] = MUL_RN(c, g2[0]);
+            s0[k] = MUL_RN(c, g0[0]);
+            up[k] = (ACC)col[(k - r) * lw];
+            dn[k] = (ACC)col[(k + r) * lw];
+        }
         for (int j = r; j >= 1; --j) {
-            size_t dj = (size_t)j * w;
-            ACC t = ADD_RN((ACC)col[-(long)dj], (ACC)col[dj]);
-            s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
-            s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+            ACC t2 = g2[j];
+            ACC t0 = g0[j];
+            for (int k = 0; k < LOG_ROWS; ++k) {
+                ACC t = ADD_RN(up[k], dn[k]);
+                s2[k] = ADD_RN(s2[k], MUL_RN(t, t2));
+                s0[k] = ADD_RN(s0[k], MUL_RN(t, t0));
+            }
+            if (j > 1) {
+                for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
+                up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
+                for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
+                dn[0] = (ACC)col[(j - 1) * lw];
+            }
+        }
+        for (int k = 0; k < LOG_ROWS; ++k) {
+            a2[o + (size_t)k * w] = (REAL)s2[k];
+            a0[o + (size_t)k * w] = (REAL)s0[k];
         }
     } else {
-        for (int j = r; j >= 1; --j) {
-            int u = reflect_index((int)y - j, (int)h);
-            int d = reflect_index((int)y + j, (int)h);
-            ACC t = ADD_RN((ACC)im[(size_t)u * w + x], (ACC)im[(size_t)d * w + x]);
-            s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
-            s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+        for (int k = 0; k < LOG_ROWS && y0 + (size_t)k < h; ++k) {
+            ACC s2, s0;
+            pass_y_one(im, g0, g2, r, (int)(y0 + (size_t)k), h, w, x, &s2, &s0);
+            a2[o + (size_t)k * w] = (REAL)s2;
+            a0[o + (size_t)k * w] = (REAL)s0;
         }
     }
-    size_t o = bs * h * w + y * w + x;
-    a2[o] = (REAL)s2;
-    a0[o] = (REAL)s0;
 }
 
-/* cube = -(REAL(corr_x(g0, a2)) + REAL(corr_x(g2, a0))) * sigma2[s] */
+/* One output of pass x at column x of a row: corr_x(g0, a2) and corr_x(g2, a0). */
+DEVICE_FN REAL pass_x_one(GLOBAL const REAL* RESTRICT r2, GLOBAL const REAL* RESTRICT r0,
+                          GLOBAL const ACC* RESTRICT g0, GLOBAL const ACC* RESTRICT g2, int r,
+                          int x, uint w, REAL sig2) {
+    ACC ly = MUL_RN((ACC)r2[x], g0[0]);
+    ACC lx = MUL_RN((ACC)r0[x], g2[0]);
+    int near = r <= (int)w;
+    for (int j = r; j >= 1; --j) {
+        int lft = near ? reflect_near(x - j, (int)w) : reflect_index(x - j, (int)w);
+        int rgt = near ? reflect_near(x + j, (int)w) : reflect_index(x + j, (int)w);
+        ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)r2[lft], (ACC)r2[rgt]), g0[j]));
+        lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)r0[lft], (ACC)r0[rgt]), g2[j]));
+    }
+    REAL lyy = (REAL)ly;
+    REAL lxx = (REAL)lx;
+    REAL sum = lyy + lxx;
+    return (-sum) * sig2;
+}
+
+/* cube = -(REAL(corr_x(g0, a2)) + REAL(corr_x(g2, a0))) * sigma2[s]. Work-item (i, y, bs)
+   computes columns LOG_COLS*i .. LOG_COLS*i + LOG_COLS - 1 of row y, with sliding windows
+   (as log_pass_y) where those columns and their taps are inside the row. */
 KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0,
                   GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
                   GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
                   const uint h, const uint w, const uint ns, const uint nb) {
-    size_t x = GID(0);
+    size_t x0 = GID(0) * LOG_COLS;
     size_t y = GID(1);
     size_t bs = GID(2);
-    if (x >= w || y >= h || bs >= (size_t)nb * ns) return;
+    if (x0 >= w || y >= h || bs >= (size_t)nb * ns) return;
     uint s = (uint)(bs % ns);
     uint off = meta[2 * s];
     int r = (int)meta[2 * s + 1];
@@ -186,19 +257,54 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
     size_t row = bs * h * w + y * w;
     GLOBAL const REAL* r2 = a2 + row;
     GLOBAL const REAL* r0 = a0 + row;
-    ACC ly = MUL_RN((ACC)r2[x], g0[0]);
-    ACC lx = MUL_RN((ACC)r0[x], g2[0]);
-    int near = r <= (int)w;
-    for (int j = r; j >= 1; --j) {
-        int lft = near ? reflect_near((int)x - j, (int)w) : reflect_index((int)x - j, (int)w);
-        int rgt = near ? reflect_near((int)x + j, (int)w) : reflect_index((int)x + j, (int)w);
-        ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)r2[lft], (ACC)r2[rgt]), g0[j]));
-        lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)r0[lft], (ACC)r0[rgt]), g2[j]));
+    REAL sig2 = sigma2[s];
+#if LOG_COLS > 1
+    if ((int)x0 >= r && (long)x0 + (LOG_COLS - 1) + r < (long)w) {
+        GLOBAL const REAL* p2 = r2 + x0;
+        GLOBAL const REAL* p0 = r0 + x0;
+        ACC ly[LOG_COLS], lx[LOG_COLS], u2[LOG_COLS], d2[LOG_COLS], u0[LOG_COLS], d0[LOG_COLS];
+        for (int k = 0; k < LOG_COLS; ++k) {
+            ly[k] = MUL_RN((ACC)p2[k], g0[0]);
+            lx[k] = MUL_RN((ACC)p0[k], g2[0]);
+            u2[k] = (ACC)p2[k - r];
+            d2[k] = (ACC)p2[k + r];
+            u0[k] = (ACC)p0[k - r];
+            d0[k] = (ACC)p0[k + r];
+        }
+        for (int j = r; j >= 1; --j) {
+            ACC t0 = g0[j];
+            ACC t2 = g2[j];
+            for (int k = 0; k < LOG_COLS; ++k) {
+                ly[k] = ADD_RN(ly[k], MUL_RN(ADD_RN(u2[k], d2[k]), t0));
+                lx[k] = ADD_RN(lx[k], MUL_RN(ADD_RN(u0[k], d0[k]), t2));
+            }
+            if (j > 1) {
+                for (int k = 0; k + 1 < LOG_COLS; ++k) {
+                    u2[k] = u2[k + 1];
+                    u0[k] = u0[k + 1];
+                }
+                u2[LOG_COLS - 1] = (ACC)p2[LOG_COLS - j];
+                u0[LOG_COLS - 1] = (ACC)p0[LOG_COLS - j];
+                for (int k = LOG_COLS - 1; k > 0; --k) {
+                    d2[k] = d2[k - 1];
+                    d0[k] = d0[k - 1];
+                }
+                d2[0] = (ACC)p2[j - 1];
+                d0[0] = (ACC)p0[j - 1];
+            }
+        }
+        for (int k = 0; k < LOG_COLS; ++k) {
+            REAL lyy = (REAL)ly[k];
+            REAL lxx = (REAL)lx[k];
+            REAL sum = lyy + lxx;
+            cube[row + x0 + (size_t)k] = (-sum) * sig2;
+        }
+        return;
     }
-    REAL lyy = (REAL)ly;
-    REAL lxx = (REAL)lx;
-    REAL sum = lyy + lxx;
-    cube[row + x] = (-sum) * sigma2[s];
+#endif
+    for (int k = 0; k < LOG_COLS && x0 + (size_t)k < w; ++k) {
+        cube[row + x0 + (size_t)k] = pass_x_one(r2, r0, g0, g2, r, (int)(x0 + (size_t)k), w, sig2);
+    }
 }
 
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);

@@ -2,6 +2,8 @@
 //! (floats converted on the host, raw integers packed in parallel and converted on the device),
 //! or a device-resident movie read in place.
 
+use std::cell::RefCell;
+
 use bridge_core::exec::Executor;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
@@ -152,7 +154,7 @@ pub(super) fn run_frames<E: Executor>(
                     .collect::<Result<_>>()?;
                 let mode = pr.last().map_or(0, |r| r.0);
                 let params: Vec<(f64, f64)> = pr.iter().map(|r| (r.1, r.2)).collect();
-                let mut bytes = vec![0u8; n * fb];
+                let mut bytes = take_raw(n * fb);
                 bytes
                     .par_chunks_mut(fb.max(1))
                     .zip(run.par_iter())
@@ -172,12 +174,14 @@ pub(super) fn run_frames<E: Executor>(
                     params,
                     mode,
                 };
-                let input = Input::Raw(bytes, pre);
-                if f64_cube {
-                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube)?
+                let input = Input::Raw(&bytes, pre);
+                let res = if f64_cube {
+                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube)
                 } else {
-                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube)?
-                }
+                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube)
+                };
+                give_raw(bytes);
+                res?
             }
         };
         out.blobs.extend(res.blobs);
@@ -190,6 +194,30 @@ pub(super) fn run_frames<E: Executor>(
     Ok(out)
 }
 
+thread_local! {
+    /// The packing buffer of raw frames, kept for this thread's next batch: a batch of 64
+    /// 512² u16 frames is 33.5 MB, and a new buffer would fault in every page again.
+    static RAW_POOL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Largest packing buffer a thread keeps between batches.
+const RAW_POOL_MAX: usize = 1 << 30;
+
+/// A buffer of `len` bytes (contents unspecified: the caller overwrites them), reusing this
+/// thread's previous packing buffer.
+fn take_raw(len: usize) -> Vec<u8> {
+    let mut v = RAW_POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    v.resize(len, 0);
+    v
+}
+
+/// Keep `v` for this thread's next batch (unless it is over [`RAW_POOL_MAX`]).
+fn give_raw(v: Vec<u8>) {
+    if v.capacity() <= RAW_POOL_MAX {
+        RAW_POOL.with(|p| *p.borrow_mut() = v);
+    }
+}
+
 /// A frame's pixels as little-endian bytes into `dst` (exactly its size); u8 and u16 only.
 fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
     match f {
@@ -197,11 +225,18 @@ fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
             Some(s) => dst.copy_from_slice(s),
             None => dst.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v),
         },
-        FrameView::U16(a) => {
-            for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
-                d.copy_from_slice(&v.to_le_bytes());
+        FrameView::U16(a) => match a.as_slice() {
+            // the bytes of a C-order u16 frame on a little-endian host are already its
+            // little-endian bytes: one memcpy
+            Some(s) if cfg!(target_endian = "little") => {
+                dst.copy_from_slice(bytemuck::cast_slice(s));
             }
-        }
+            _ => {
+                for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
+                    d.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        },
         _ => {}
     }
 }

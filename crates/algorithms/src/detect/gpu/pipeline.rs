@@ -72,7 +72,7 @@ pub(super) enum Input<'a, T, B> {
     Host(&'a [Vec<T>]),
     /// Raw integers (working type f64) from the host, little-endian, frame after frame:
     /// uploaded as they are and converted on the device.
-    Raw(Vec<u8>, Prescaling),
+    Raw(&'a [u8], Prescaling),
     /// Raw integers (working type f64) already on the device (a caller's array, read in place),
     /// from frame `.1` of the buffer.
     Device(&'a B, usize, Prescaling),
@@ -149,6 +149,17 @@ pub(super) fn local_xy<E: Executor>(e: &E) -> (usize, usize) {
     (x, y)
 }
 
+/// Outputs per work-item of `log_pass_y` (rows) and `log_pass_x` (columns):
+/// `ARRAYBRIDGE_DETECT_ROWS` and `ARRAYBRIDGE_DETECT_COLS` (1 each until a GPU run says
+/// otherwise; more is slower on PoCL). They are build options of the kernels (`-DLOG_ROWS`,
+/// `-DLOG_COLS`); results do not depend on them.
+pub(super) fn pass_blocking() -> (usize, usize) {
+    (
+        tuning::usize_or("ARRAYBRIDGE_DETECT_ROWS", 1),
+        tuning::usize_or("ARRAYBRIDGE_DETECT_COLS", 1),
+    )
+}
+
 /// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG`, default 256).
 pub(super) fn prep_wg() -> usize {
     tuning::usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
@@ -182,13 +193,21 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         Ok(())
     };
     let acc64 = e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8);
-    let opts: &[&str] = if R::SIZE == 8 {
+    let base: &[&str] = if R::SIZE == 8 {
         OPTS_F64
     } else if acc64 {
         OPTS_F32_ACC64
     } else {
         OPTS_F32_ACC32
     };
+    let (rows, cols) = pass_blocking();
+    let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
+    let opts_v: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(blocking.iter().map(String::as_str))
+        .collect();
+    let opts: &[&str] = &opts_v;
     let sigmas = p.sigma_list::<T>();
     let ns = sigmas.len();
     let plane = h * w;
@@ -232,7 +251,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         }
         Input::Raw(bytes, pre) => {
             let t = std::time::Instant::now();
-            let raw_buf = e.upload(&bytes)?;
+            let raw_buf = e.upload(bytes)?;
             up_s += t.elapsed().as_secs_f64();
             prescale(
                 e,
@@ -296,13 +315,23 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         let nbu = to_u32(nb, "batch")?;
         let (lx, ly) = local_xy(e);
         let global = [round_up_to(w, lx), round_up_to(h, ly), nb * ns];
+        let global_y = [
+            round_up_to(w, lx),
+            round_up_to(h.div_ceil(rows), ly),
+            nb * ns,
+        ];
+        let global_x = [
+            round_up_to(w.div_ceil(cols), lx),
+            round_up_to(h, ly),
+            nb * ns,
+        ];
         let local = [lx, ly, 1];
         timed(&mut || {
             e.launch(
                 &BLOB_LOG,
                 opts,
                 "log_pass_y",
-                &global,
+                &global_y,
                 &local,
                 &[
                     KernelArg::Buf(&img_buf),
@@ -323,7 +352,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
                 &BLOB_LOG,
                 opts,
                 "log_pass_x",
-                &global,
+                &global_x,
                 &local,
                 &[
                     KernelArg::Buf(&a2),
