@@ -474,4 +474,60 @@ fn large_movies_get_a_memory_error_that_says_what_fits() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.exists());
+    // and `bench detect` checks the same way: the back end's own figure
+    let o = run_env(
+        &[
+            "bench",
+            "detect",
+            "--device",
+            "cpu",
+            "--frames",
+            "1",
+            "--size",
+            "2000",
+            "--particles",
+            "10",
+            "--batch-sizes",
+            "1",
+        ],
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "300")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn huge_sigmas_are_counted_before_their_kernels_are_built() {
+    // a 64×64 frame is nothing, but 1000 scales up to σ = 10⁴ build 1000 kernels pairs of
+    // 40 001 taps (640 MB): refused under 300 MB, up front and naming --max-sigma
+    let d = tmpdir("sigmas");
+    let px: Vec<u8> = (0..64 * 64).map(|i| (i % 251) as u8).collect();
+    let m = d.join("small.npy");
+    std::fs::write(&m, encode_npy("|u1", &[1, 64, 64], &px)).unwrap();
+    let x = d.join("x.csv");
+    let base = [
+        "detect",
+        s(&m),
+        "-o",
+        s(&x),
+        "--device",
+        "cpu",
+        "--min-sigma",
+        "9999",
+        "--max-sigma",
+        "10000",
+        "--num-sigma",
+    ];
+    let with = |ns| [&base[..], &[ns]].concat();
+    fails_env(
+        &with("1000"),
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "300")],
+        &[
+            "--max-sigma",
+            "ARRAYBRIDGE_MEMORY_LIMIT_MB",
+            "smaller max sigma",
+        ],
+    );
+    // one scale of that size fits (and runs: the taps fold onto the frame by reflection)
+    let o = run_env(&with("1"), &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "300")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -327,20 +327,22 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     };
     if locate {
         lp.validate()?;
-    } else {
-        for &b in &batch_sizes {
-            algorithms::detect::LogDetector {
-                batch_size: b,
-                ..detector.clone()
-            }
-            .check_memory(size, size, frames)?;
-        }
     }
     let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
     let device = bench_device("bench detect", a.device, DETECT, g, || {
         detect_estimate(&movie.movie, &detector)
     })?;
     let backend = algorithms::detect::backend_for(device)?;
+    if !locate {
+        // what this back end holds per frame (the CPU never holds the whole scale space)
+        for &b in &batch_sizes {
+            algorithms::detect::LogDetector {
+                batch_size: b,
+                ..detector.clone()
+            }
+            .check_memory_on(size, size, frames, &[backend.as_ref()])?;
+        }
+    }
     g.note(format!(
         "bench detect ({}) on {device}: {frames}x{size}x{size} movie, {particles} particles",
         if locate {

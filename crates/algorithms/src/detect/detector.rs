@@ -146,7 +146,7 @@ impl LogDetector {
 
     /// [`Self::check_memory`] on `backends`: the most any of them needs per frame (none: the
     /// whole scale space, as for an unknown back end).
-    pub(crate) fn check_memory_on(
+    pub fn check_memory_on(
         &self,
         h: usize,
         w: usize,
@@ -163,14 +163,19 @@ impl LogDetector {
 
     fn check_batch_bytes(&self, h: usize, w: usize, frames: usize, per_frame: u64) -> Result<()> {
         let in_flight = self.batch_size.min(frames).max(1);
+        let (kernels, scratch) = sigma_host_bytes(w, self.num_sigma, self.max_sigma);
+        let threads = rayon::current_num_threads() as u64;
         bridge_core::host::check_allocation(
-            per_frame.saturating_mul(in_flight as u64),
+            per_frame
+                .saturating_add(kernels)
+                .saturating_mul(in_flight as u64)
+                .saturating_add(scratch.saturating_mul(threads)),
             &format!(
-                "blob_log with {} scales (--num-sigma) on {in_flight} frame(s) of {h}x{w} at once \
-                 (--batch-size)",
-                self.num_sigma
+                "blob_log with {} scales (--num-sigma) up to sigma {} (--max-sigma) on \
+                 {in_flight} frame(s) of {h}x{w} at once (--batch-size)",
+                self.num_sigma, self.max_sigma
             ),
-            "use fewer scales or a smaller batch",
+            "use fewer scales, a smaller max sigma or a smaller batch",
         )
     }
 
@@ -341,6 +346,27 @@ impl LogDetector {
         });
         Ok(out)
     }
+}
+
+/// Host bytes that grow with the largest σ (radius `r = int(4σ + 0.5)`), beyond the images:
+/// per frame in flight, the kernels (two f64 halves of `r + 1` taps for each of `num_sigma`
+/// scales, and two whole kernels of `2r + 1` taps while they are built); per thread, the CPU's
+/// y-pass rows padded by `r` on either side (two f64 arrays of 8 rows of `w + 2r`). A few KB
+/// for the usual σ ≤ 10; with `--max-sigma 10000 --num-sigma 1000` the kernels alone are
+/// 640 MB a frame.
+fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
+    let r = if max_sigma.is_finite() && max_sigma > 0.0 {
+        crate::detect::filters::kernel_radius(max_sigma) as u64
+    } else {
+        0
+    };
+    let (w, ns) = (w as u64, num_sigma as u64);
+    let kernels = ns
+        .saturating_mul(2 * (r + 1))
+        .saturating_add(2 * (2 * r + 1))
+        .saturating_mul(8);
+    let scratch = (2 * 8 * 8u64).saturating_mul(w.saturating_add(2 * r));
+    (kernels, scratch)
 }
 
 /// 1.4826 · MAD of the prescaled frame, on every 4th pixel.
