@@ -86,6 +86,41 @@ fn detector_errors() {
         ..Default::default()
     };
     assert!(det.detect_movie(&movie(), Device::Cpu).is_err());
+    // finite pixels so large that the scale space would overflow (a NaN cube's maxima differ
+    // between the AVX2 and the generic code): refused, whatever the back end
+    let mut huge = Array3::<f64>::zeros((1, 32, 32));
+    huge[[0, 10, 10]] = 1e308;
+    huge[[0, 12, 12]] = -1e308;
+    let huge = Movie::F64(huge);
+    let err = LogDetector::default().detect_movie(&huge, Device::Cpu);
+    assert!(
+        matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("overflow")),
+        "{err:?}"
+    );
+    let mut big32 = Array3::<f32>::zeros((1, 32, 32));
+    big32[[0, 3, 3]] = 1e38;
+    assert!(matches!(
+        LogDetector::default().detect_movie(&Movie::F32(big32), Device::Cpu),
+        Err(BridgeError::InvalidInput(_))
+    ));
+    // 1e200 is fine in float64 on the CPU ...
+    let mut big = Array3::<f64>::zeros((1, 32, 32));
+    big[[0, 10, 10]] = 1e200;
+    let big = Movie::F64(big);
+    let det = LogDetector {
+        prescale: algorithms::detect::Prescale::None,
+        ..Default::default()
+    };
+    assert!(det.detect_movie(&big, Device::Cpu).is_ok());
+    // ... but not in a device's float32 scale space
+    #[cfg(feature = "opencl")]
+    if let Ok(b) = algorithms::detect::backend_for(Device::OpenCl(0)) {
+        let err = det.detect_movie_with(&big, b.as_ref(), |_| {});
+        assert!(
+            matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("float32")),
+            "{err:?}"
+        );
+    }
 }
 
 /// Refinement beats the integer-pixel floor (0.41 px) on the high-SNR frame.

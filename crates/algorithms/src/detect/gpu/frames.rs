@@ -139,6 +139,21 @@ pub(super) fn run_frames<E: Executor>(
                     if f64_cube {
                         run_typed::<E, f64, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
                     } else {
+                        // the float32 cube of a float64 frame: its prescaled values must not
+                        // overflow float32 (FrameView::validate bounds them for float64 only)
+                        let max = super::super::F32_PIXEL_MAX;
+                        let limit = f64::from(max);
+                        if let Some(k) = imgs
+                            .iter()
+                            .position(|im| im.iter().any(|v| v.abs() > limit))
+                        {
+                            return Err(BridgeError::InvalidInput(format!(
+                                "frame {} has values beyond ±{max:e} after prescaling, which \
+                                 overflow the device's float32 scale space; rescale the frames \
+                                 (or use DevicePrecision::MatchCpu on a device with doubles)",
+                                i + k
+                            )));
+                        }
                         run_typed::<E, f64, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
                     }
                 }
