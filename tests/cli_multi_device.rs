@@ -312,7 +312,31 @@ fn the_demo_runs_on_two_devices() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let text = v.to_string();
     assert!(text.contains("shared by opencl:0,opencl:1"), "{text}");
-    assert!(out.join("detections.csv").exists() && out.join("snr.fits").exists());
+    // every output but the summaries (timings, devices) is byte-identical to one device's
+    let one = dir.join("one");
+    let o = arraybridge(&[
+        "demo",
+        "-o",
+        one.to_str().unwrap(),
+        "--device",
+        "opencl:0",
+        "--no-inputs",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in [
+        "detections.csv",
+        "tracks.csv",
+        "overlay.png",
+        "snr.png",
+        "snr.fits",
+    ] {
+        let (a, b) = (std::fs::read(out.join(f)), std::fs::read(one.join(f)));
+        assert!(
+            a.as_ref().ok() == b.as_ref().ok() && a.is_ok(),
+            "{f} differs between two devices and one"
+        );
+    }
 }
 
 #[test]
