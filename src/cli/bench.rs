@@ -356,6 +356,12 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     } else {
         benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?
     };
+    if device != Device::Cpu && rows.iter().any(|r| r.kernel_s.is_none()) {
+        g.note(
+            "kernel s: not measured where launches are asynchronous (CUDA's default); \
+             ARRAYBRIDGE_TRACE=1 or ARRAYBRIDGE_CUDA_LAUNCH=sync waits for each kernel to time it",
+        );
+    }
     if g.json {
         let v: Vec<serde_json::Value> = rows
             .iter()

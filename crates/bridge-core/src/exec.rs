@@ -85,6 +85,11 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
     }
     /// Wait for every launch enqueued so far.
     fn synchronize(&self) -> Result<()>;
+    /// Whether [`Executor::launch`] returns before the kernel has run (a stream-ordered
+    /// launch): the host time around a launch is then not the kernel's time.
+    fn launches_are_async(&self) -> bool {
+        false
+    }
     /// The raw buffer of `array` when it lives on this executor's device in this backend's
     /// memory (zero-copy access for device-resident inputs); `None` otherwise.
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a Self::Buffer>;

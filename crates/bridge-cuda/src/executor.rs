@@ -311,6 +311,10 @@ impl Executor for CudaExecutor {
         Ok(())
     }
 
+    fn launches_are_async(&self) -> bool {
+        self.shared.mode == LaunchMode::Stream
+    }
+
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a CudaStorage> {
         storage_of(array)
             .ok()

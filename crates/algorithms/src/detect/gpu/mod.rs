@@ -348,9 +348,13 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         Ok(out.blobs)
     }
 
-    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks; the
-    /// launches are blocking), without transfers and host work.
+    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks),
+    /// without transfers and host work; `None` where launches are asynchronous (CUDA's
+    /// default `ARRAYBRIDGE_CUDA_LAUNCH=stream`) unless `ARRAYBRIDGE_TRACE=1` waits for each.
     fn last_kernel_seconds(&self) -> Option<f64> {
+        if self.exec.launches_are_async() && !super::trace_enabled() {
+            return None;
+        }
         self.last_kernel.get()
     }
 
