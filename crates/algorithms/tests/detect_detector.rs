@@ -91,31 +91,55 @@ fn detector_errors() {
     let mut huge = Array3::<f64>::zeros((1, 32, 32));
     huge[[0, 10, 10]] = 1e308;
     huge[[0, 12, 12]] = -1e308;
-    let huge = Movie::F64(huge);
-    let err = LogDetector::default().detect_movie(&huge, Device::Cpu);
+    let none = LogDetector {
+        prescale: algorithms::detect::Prescale::None,
+        ..Default::default()
+    };
+    let err = none.detect_movie(&Movie::F64(huge.clone()), Device::Cpu);
     assert!(
         matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("overflow")),
         "{err:?}"
     );
+    // minmax maps them into [0, 1]: fine
+    assert!(
+        LogDetector {
+            prescale: algorithms::detect::Prescale::MinMax,
+            ..Default::default()
+        }
+        .detect_movie(&Movie::F64(huge), Device::Cpu)
+        .is_ok()
+    );
     let mut big32 = Array3::<f32>::zeros((1, 32, 32));
     big32[[0, 3, 3]] = 1e38;
     assert!(matches!(
-        LogDetector::default().detect_movie(&Movie::F32(big32), Device::Cpu),
+        none.detect_movie(&Movie::F32(big32.clone()), Device::Cpu),
         Err(BridgeError::InvalidInput(_))
     ));
-    // 1e200 is fine in float64 on the CPU ...
+    big32[[0, 3, 3]] = 1e30;
+    assert!(
+        none.detect_movie(&Movie::F32(big32.clone()), Device::Cpu)
+            .is_ok()
+    );
+    // ... but not with a small sigma, whose second-derivative taps grow as 1/σ²
+    let small = LogDetector {
+        min_sigma: 0.0001,
+        ..none.clone()
+    };
+    assert!(small.detect_movie(&Movie::F32(big32), Device::Cpu).is_err());
+    // a tiny range prescale multiplies integer pixels too
+    let tiny = LogDetector {
+        prescale: algorithms::detect::Prescale::Range(0.0, 1e-305),
+        ..Default::default()
+    };
+    assert!(tiny.detect_movie(&movie(), Device::Cpu).is_err());
+    // 1e200 is fine in float64 on the CPU, not in a device's float32 scale space
     let mut big = Array3::<f64>::zeros((1, 32, 32));
     big[[0, 10, 10]] = 1e200;
     let big = Movie::F64(big);
-    let det = LogDetector {
-        prescale: algorithms::detect::Prescale::None,
-        ..Default::default()
-    };
-    assert!(det.detect_movie(&big, Device::Cpu).is_ok());
-    // ... but not in a device's float32 scale space
+    assert!(none.detect_movie(&big, Device::Cpu).is_ok());
     #[cfg(feature = "opencl")]
     if let Ok(b) = algorithms::detect::backend_for(Device::OpenCl(0)) {
-        let err = det.detect_movie_with(&big, b.as_ref(), |_| {});
+        let err = none.detect_movie_with(&big, b.as_ref(), |_| {});
         assert!(
             matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("float32")),
             "{err:?}"

@@ -85,6 +85,12 @@ pub fn transfer_report(gpu: &Arc<Gpu>, sizes: &[usize], reps: usize) -> Result<V
                 gpu.download_with(&dev, HostPath::PinnedStaged).map(drop)
             })?,
         );
+        let mut reused = vec![0u8; bytes];
+        row(
+            "d2h",
+            "staged-reused",
+            best(reps, bytes, || gpu.download_into(&dev, &mut reused))?,
+        );
         row(
             "d2h",
             "reference",

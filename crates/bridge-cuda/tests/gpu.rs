@@ -118,9 +118,23 @@ fn round_trip_every_dtype_both_paths() {
                     same(&h, &g.download_with(&d, back_path).unwrap());
                 }
                 same(&h, &g.download(&g.copy(&d).unwrap()).unwrap());
+                // into a caller's buffer, reused (dirty) from one download to the next
+                let mut buf = vec![0xA5u8; h.to_c_bytes().len()];
+                for _ in 0..2 {
+                    g.download_into(&d, &mut buf).unwrap();
+                    assert_eq!(&buf[..], &h.to_c_bytes()[..], "{dtype} {shape:?}");
+                }
             }
         }
     }
+    // a buffer of the wrong size is refused, untouched
+    let d = g.upload(&random(DType::F32, &[10], 1)).unwrap();
+    let mut short = vec![1u8; 39];
+    assert!(matches!(
+        g.download_into(&d, &mut short),
+        Err(BridgeError::InvalidArgument { .. })
+    ));
+    assert!(short.iter().all(|&b| b == 1));
 }
 
 #[test]

@@ -361,11 +361,13 @@ fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
         0
     };
     let (w, ns) = (w as u64, num_sigma as u64);
+    let taps = r.saturating_add(1); // a half kernel
+    let whole = r.saturating_mul(2).saturating_add(1);
     let kernels = ns
-        .saturating_mul(2 * (r + 1))
-        .saturating_add(2 * (2 * r + 1))
+        .saturating_mul(taps.saturating_mul(2))
+        .saturating_add(whole.saturating_mul(2))
         .saturating_mul(8);
-    let scratch = (2 * 8 * 8u64).saturating_mul(w.saturating_add(2 * r));
+    let scratch = (2 * 8 * 8u64).saturating_mul(w.saturating_add(r.saturating_mul(2)));
     (kernels, scratch)
 }
 

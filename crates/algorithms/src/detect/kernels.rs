@@ -31,6 +31,11 @@
 //!
 //! Floating-point contraction (FMA) is disabled (`FP_CONTRACT OFF` on OpenCL, `__dmul_rn` /
 //! `__dadd_rn` on CUDA) so that with `ACC = double` the passes round exactly like the CPU code.
+//!
+//! Build options beyond the types: `LOG_ROWS` / `LOG_COLS`, the outputs per work-item of the
+//! two passes (`ARRAYBRIDGE_DETECT_ROWS` / `_COLS`; the pipeline always sets both). The cube
+//! does not depend on them. CI builds every option set with the source's defaults (4 and 4,
+//! the blocked code) and [`OPTS_F32_ACC64_UNBLOCKED`] with 1 and 1 (the shipped default).
 
 use bridge_core::kernel::KernelSource;
 
@@ -41,6 +46,15 @@ pub const OPTS_F32_ACC64: &[&str] = &["-DREAL=float", "-DACC=double", "-DACC_DOU
 pub const OPTS_F32_ACC32: &[&str] = &["-DREAL=float", "-DACC=float", "-DACC_DOUBLE=0"];
 /// Build options: float64 cube (matches the CPU's f64 working type bit for bit).
 pub const OPTS_F64: &[&str] = &["-DREAL=double", "-DACC=double", "-DACC_DOUBLE=1"];
+/// [`OPTS_F32_ACC64`] with one output per work-item in both passes, as the pipeline builds it
+/// by default (listed so that CI compiles that build too).
+pub const OPTS_F32_ACC64_UNBLOCKED: &[&str] = &[
+    "-DREAL=float",
+    "-DACC=double",
+    "-DACC_DOUBLE=1",
+    "-DLOG_ROWS=1",
+    "-DLOG_COLS=1",
+];
 
 /// Work-group size of `cube_minmax` (its `LOCAL` arrays have this many entries).
 pub const MINMAX_WG: usize = 256;
@@ -57,7 +71,12 @@ pub const BLOB_LOG: KernelSource = KernelSource {
         "cube_minmax",
         "log_peaks",
     ],
-    option_sets: &[OPTS_F32_ACC64, OPTS_F32_ACC32, OPTS_F64],
+    option_sets: &[
+        OPTS_F32_ACC64,
+        OPTS_F32_ACC32,
+        OPTS_F64,
+        OPTS_F32_ACC64_UNBLOCKED,
+    ],
 };
 
 /// Every kernel source of the detection module (each is compiled through NVRTC and built on

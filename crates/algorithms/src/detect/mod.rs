@@ -45,12 +45,6 @@ pub use refine::{RefineParams, Refined, refine_blobs};
 use bridge_core::{BridgeError, Result};
 use ndarray::{Array3, ArrayView2, Axis};
 
-/// Largest pixel magnitude of a float32 frame ([`FrameView::validate`]): a LoG response is at
-/// most about 8 times the largest magnitude, so the scale space stays finite in float32.
-pub const F32_PIXEL_MAX: f32 = 1e37;
-/// Largest pixel magnitude of a float64 frame (the same margin in float64).
-pub const F64_PIXEL_MAX: f64 = 1e300;
-
 /// One 2-D frame in one of the pixel types the detectors accept.
 #[derive(Debug, Clone, Copy)]
 pub enum FrameView<'a> {
@@ -87,9 +81,7 @@ impl FrameView<'_> {
 
     /// Rejects empty frames and frames with non-finite pixels (NaN, +Inf or −Inf): one infinite
     /// pixel would saturate the prescaling and the LoG responses of its neighbourhood, changing
-    /// detections far from it, so it is an error rather than a silent change. Finite pixels
-    /// whose magnitude would overflow the scale space (beyond [`F32_PIXEL_MAX`] in a float32
-    /// frame, [`F64_PIXEL_MAX`] in a float64 one) are rejected for the same reason.
+    /// detections far from it, so it is an error rather than a silent change.
     pub fn validate(&self) -> Result<()> {
         let (h, w) = self.dim();
         if h == 0 || w == 0 {
@@ -119,25 +111,6 @@ impl FrameView<'_> {
             return Err(BridgeError::InvalidInput(format!(
                 "frame contains {nan} NaN and {inf} infinite pixel(s); replace them (e.g. by the \
                  frame median) before detection"
-            )));
-        }
-        // Finite but so large that the scale space would overflow to ±Inf and NaN (a LoG
-        // response is at most about 8 times the largest magnitude), and the maxima with it.
-        let (huge, limit) = match self {
-            FrameView::F32(a) => (
-                a.iter().filter(|v| v.abs() > F32_PIXEL_MAX).count(),
-                f64::from(F32_PIXEL_MAX),
-            ),
-            FrameView::F64(a) => (
-                a.iter().filter(|v| v.abs() > F64_PIXEL_MAX).count(),
-                F64_PIXEL_MAX,
-            ),
-            _ => (0, 0.0),
-        };
-        if huge > 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "frame has {huge} pixel(s) beyond ±{limit:e}, where the LoG scale space would \
-                 overflow; rescale the frame before detection"
             )));
         }
         Ok(())

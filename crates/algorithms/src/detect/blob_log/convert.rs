@@ -74,3 +74,58 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
         (f, _, None) => Converted::F64(f.to_f64_vec()),
     })
 }
+
+/// Refuse a frame whose prescaled values would overflow the scale space (the cube in float32
+/// when `cube_f32`, else float64), instead of letting ±Inf and NaN through the passes: a NaN
+/// cube's 3×3×3 maxima differ between the AVX2 and the generic code, and its detections are
+/// anywhere. A pass sums `Σ|g| · max|v|`, with `Σ|g2|` up to about `2/σ²` for small σ; the
+/// limit keeps a factor 16 · max(1, 1/σ²) below the type's largest value. Integer frames are
+/// bounded by their type's range (no scan), float frames by a scan for their largest
+/// magnitude; `minmax` maps every frame into [0, 1].
+pub(crate) fn check_scale_space_range(
+    frame: &FrameView<'_>,
+    p: &super::BlobLogParams,
+    cube_f32: bool,
+) -> Result<()> {
+    let raw = match frame {
+        FrameView::U8(_) => 255.0,
+        FrameView::U16(_) => 65535.0,
+        FrameView::F32(a) => a.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs())),
+        FrameView::F64(a) => a.iter().fold(0f64, |m, &v| m.max(v.abs())),
+    };
+    let is_int = matches!(frame, FrameView::U8(_) | FrameView::U16(_));
+    check_range_of(raw, is_int, p, cube_f32)
+}
+
+/// [`check_scale_space_range`] for frames whose largest magnitude is `raw` (integer pixels
+/// when `is_int`).
+pub(crate) fn check_range_of(
+    raw: f64,
+    is_int: bool,
+    p: &super::BlobLogParams,
+    cube_f32: bool,
+) -> Result<()> {
+    let bound = match p.prescale {
+        Prescale::MinMax => 1.0,
+        Prescale::Legacy if is_int => 1.0,
+        Prescale::Legacy | Prescale::None => raw,
+        Prescale::Range(c, d) => (raw + c.abs()) / (d - c).abs(),
+    };
+    let top = if cube_f32 {
+        f64::from(f32::MAX)
+    } else {
+        f64::MAX
+    };
+    let s = p.min_sigma.min(1.0);
+    let limit = top * s * s / 16.0;
+    if bound.is_nan() || bound > limit {
+        return Err(BridgeError::InvalidInput(format!(
+            "pixel values up to {bound:e} after prescaling would overflow the {} scale space \
+             (at most {limit:.1e} with min_sigma {}); rescale the frames or choose a prescale \
+             that maps them into a smaller range",
+            if cube_f32 { "float32" } else { "float64" },
+            p.min_sigma
+        )));
+    }
+    Ok(())
+}

@@ -27,6 +27,7 @@ use super::real::{Real, give_buf};
 use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
 pub use convert::{Converted, convert_frame};
+pub(crate) use convert::{check_range_of, check_scale_space_range};
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
 pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};
 pub(crate) use scale_space::banded_host_bytes;
@@ -186,6 +187,10 @@ pub fn blob_log_diag_acc(
 ) -> Result<BlobLogDiag> {
     p.validate()?;
     frame.validate()?;
+    // the working type (and cube) is f32 for f32 frames, f64 otherwise; f32 sums (--fast)
+    // bound it as f32 too
+    let f32_sums = acc == Accumulate::F32 || matches!(frame, FrameView::F32(_));
+    check_scale_space_range(&frame, p, f32_sums)?;
     let (h, w) = frame.dim();
     // the converted frame goes back to the pool for the next frame
     match convert_frame(&frame, p.prescale)? {

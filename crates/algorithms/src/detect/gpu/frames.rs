@@ -9,7 +9,9 @@ use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::super::FrameView;
-use super::super::blob_log::{BlobLogParams, Converted, Prescale, convert_frame};
+use super::super::blob_log::{
+    BlobLogParams, Converted, Prescale, check_range_of, check_scale_space_range, convert_frame,
+};
 use super::super::trace;
 use super::pipeline::{Input, Prescaling, RunOut, run_typed};
 use super::{DevicePrecision, GpuDetectConfig};
@@ -88,15 +90,16 @@ pub(super) fn run_frames<E: Executor>(
     want_cube: bool,
 ) -> Result<RunOut> {
     p.validate()?;
+    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
     for f in frames {
         f.validate()?;
+        check_scale_space_range(f, p, !f64_cube)?;
     }
     let mut out = RunOut {
         blobs: Vec::with_capacity(frames.len()),
         cubes: want_cube.then(Vec::new),
         kernel_s: 0.0,
     };
-    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
     let mut i = 0;
     while i < frames.len() {
         let dim = frames[i].dim();
@@ -139,21 +142,6 @@ pub(super) fn run_frames<E: Executor>(
                     if f64_cube {
                         run_typed::<E, f64, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
                     } else {
-                        // the float32 cube of a float64 frame: its prescaled values must not
-                        // overflow float32 (FrameView::validate bounds them for float64 only)
-                        let max = super::super::F32_PIXEL_MAX;
-                        let limit = f64::from(max);
-                        if let Some(k) = imgs
-                            .iter()
-                            .position(|im| im.iter().any(|v| v.abs() > limit))
-                        {
-                            return Err(BridgeError::InvalidInput(format!(
-                                "frame {} has values beyond ±{max:e} after prescaling, which \
-                                 overflow the device's float32 scale space; rescale the frames \
-                                 (or use DevicePrecision::MatchCpu on a device with doubles)",
-                                i + k
-                            )));
-                        }
                         run_typed::<E, f64, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
                     }
                 }
@@ -215,13 +203,18 @@ thread_local! {
     static RAW_POOL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Largest packing buffer a thread keeps between batches.
-const RAW_POOL_MAX: usize = 1 << 30;
+/// Largest packing buffer a thread keeps between batches (a batch of 256 frames of 512² u16
+/// is 128 MiB; larger batches allocate afresh each time, as before).
+const RAW_POOL_MAX: usize = 256 << 20;
 
 /// A buffer of `len` bytes (contents unspecified: the caller overwrites them), reusing this
-/// thread's previous packing buffer.
+/// thread's previous packing buffer where it is large enough (a smaller one is dropped rather
+/// than grown: growing would copy its old contents).
 fn take_raw(len: usize) -> Vec<u8> {
     let mut v = RAW_POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    if v.capacity() < len {
+        v = Vec::new();
+    }
     v.resize(len, 0);
     v
 }
@@ -284,6 +277,7 @@ pub(super) fn run_resident<E: Executor>(
         }
     };
     let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
+    check_range_of(dmax, true, p, !f64_cube)?;
     let mut out = RunOut {
         blobs: Vec::with_capacity(t),
         cubes: None,
