@@ -93,7 +93,8 @@ pub(super) fn run_frames<E: Executor>(
     let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
     for f in frames {
         f.validate()?;
-        check_scale_space_range(f, p, !f64_cube)?;
+        // float32 frames always get a float32 cube
+        check_scale_space_range(f, p, !f64_cube || matches!(f, FrameView::F32(_)))?;
     }
     let mut out = RunOut {
         blobs: Vec::with_capacity(frames.len()),
