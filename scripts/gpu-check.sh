@@ -20,7 +20,8 @@
 # Every binary runs, whatever happened to the one before: each one's outcome (passed, failed,
 # crashed with its signal, timed out, could not start) is a row of the summary table. Results
 # are one archive gpu-check-<phases>.tar.gz (every log) and summary.md, under $OUT when it is
-# set (the device tool brings them back), else .carry/gpu-check-results/. The exit status is 0
+# set (the device tool brings them back), else target/gpu-check-results/ (outside .carry, which
+# travels to the device). The exit status is 0
 # only when every row passed.
 #
 # Environment (defaults in brackets; every knob is also listed in docs/gpu.md):
@@ -120,7 +121,7 @@ build() {
   if [ "$kib" -gt $((max * 1024)) ]; then
     die "the carried folder is $((kib / 1024)) MiB, over GPU_CHECK_MAX_MIB=$max MiB"
   fi
-  echo "gpu-check: $carry is $((kib / 1024)) MiB; carry .carry and run: bash scripts/gpu-check.sh run all" >&2
+  echo "gpu-check: $carry is $((kib / 1024)) MiB; carry .carry/gpu-check and run: bash scripts/gpu-check.sh run all" >&2
 }
 
 # ------------------------------------------------------------------------------------------
@@ -406,7 +407,7 @@ run() {
     esac
   done
   setup_env
-  out="${OUT:-$root/.carry/gpu-check-results}"
+  out="${OUT:-$root/target/gpu-check-results}"
   mkdir -p "$out"
   ROWS_FILE="$out/rows.md"
   : >"$ROWS_FILE"
@@ -449,7 +450,7 @@ dry_run() {
   local status=0
   unset OUT
   ARRAYBRIDGE_REQUIRE_GPU=0 run correctness python || status=1
-  local s="$root/.carry/gpu-check-results/summary.md"
+  local s="$root/target/gpu-check-results/summary.md"
   # nvrtc_compile needs NVRTC, not a GPU: it runs for real here
   if grep -vE '\| test nvrtc_compile ' "$s" | grep -qE '\| test [^|]* \| passed \| [0-9]+ \| 0 \| 0 \|'; then
     echo "gpu-check: dry run: a test binary reported no skipped test on a machine without a GPU" >&2
