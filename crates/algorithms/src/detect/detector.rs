@@ -278,7 +278,8 @@ impl LogDetector {
         // On a device, the host estimates the frames' noise while the device runs blob_log
         // (the call stays on this thread, which holds the device's context); on the CPU the
         // two would only share the same cores, so they run one after the other.
-        let (results, noises) = if backend.device() == Device::Cpu {
+        let alongside = backend.device() != Device::Cpu;
+        let (results, noises) = if !alongside {
             (backend.blob_log_batch_acc(batch, p, self.accumulate), None)
         } else {
             std::thread::scope(|s| {
@@ -336,10 +337,10 @@ impl LogDetector {
             format!(
                 "detect batch of {}: blob_log {blob_s:.3} s{}, noise/refine/particles {:.3} s",
                 batch.len(),
-                if backend.device() == Device::Cpu {
-                    ""
-                } else {
+                if alongside {
                     " (the noise alongside)"
+                } else {
+                    ""
                 },
                 t_host.elapsed().as_secs_f64()
             )
@@ -351,9 +352,9 @@ impl LogDetector {
 /// Host bytes that grow with the largest σ (radius `r = int(4σ + 0.5)`), beyond the images:
 /// per frame in flight, the kernels (two f64 halves of `r + 1` taps for each of `num_sigma`
 /// scales, and two whole kernels of `2r + 1` taps while they are built); per thread, the CPU's
-/// y-pass rows padded by `r` on either side (two f64 arrays of 8 rows of `w + 2r`). A few KB
-/// for the usual σ ≤ 10; with `--max-sigma 10000 --num-sigma 1000` the kernels alone are
-/// 640 MB a frame.
+/// y-pass rows padded by `r` on either side (two f64 arrays of `BLOCK_ROWS` rows of `w + 2r`).
+/// A few KB for the usual σ ≤ 10; with `--max-sigma 10000 --num-sigma 1000` the kernels alone
+/// are 640 MB a frame.
 fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
     let r = if max_sigma.is_finite() && max_sigma > 0.0 {
         crate::detect::filters::kernel_radius(max_sigma) as u64
@@ -367,7 +368,8 @@ fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
         .saturating_mul(taps.saturating_mul(2))
         .saturating_add(whole.saturating_mul(2))
         .saturating_mul(8);
-    let scratch = (2 * 8 * 8u64).saturating_mul(w.saturating_add(r.saturating_mul(2)));
+    let rows = crate::detect::filters::BLOCK_ROWS as u64;
+    let scratch = (2 * rows * 8).saturating_mul(w.saturating_add(r.saturating_mul(2)));
     (kernels, scratch)
 }
 

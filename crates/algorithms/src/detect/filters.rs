@@ -429,7 +429,7 @@ const XLANES: usize = 32;
 type Blocks<'a, A> = &'a [[A; LANES]];
 
 /// Rows of a y-pass block: the x passes read them while they are still in the L2 cache.
-const BLOCK_ROWS: usize = 8;
+pub(crate) const BLOCK_ROWS: usize = 8;
 
 /// Both y passes of one scale (`g2` and `g0` from one read) for the output rows `y0..y1`
 /// (row `y` at `(y − y0)·(w + 2r) + r` in `a2`, `a0`: room for the x passes' padding),

@@ -24,7 +24,7 @@ pub trait Real:
     + Mul<Output = Self>
     + Div<Output = Self>
     + Neg<Output = Self>
-    + 'static
+    + Pooled
 {
     /// True for `f32`.
     const IS_F32: bool;
@@ -42,18 +42,40 @@ pub trait Real:
     fn abs(self) -> Self;
     /// True when NaN.
     fn is_nan(self) -> bool;
-    /// This thread's pool of reusable buffers of this type (see [`take_buf`]).
-    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>>;
     /// The slice as f64 values when this type is `f64` (for kernels written for f64 only).
     fn as_f64s(s: &[Self]) -> Option<&[f64]>;
     /// The mutable slice as f64 values when this type is `f64`.
     fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]>;
 }
 
+/// An element type of the per-thread buffer pools ([`take_buf`], [`give_buf`]): the working
+/// floats and the bytes of raw frames packed for a device.
+pub trait Pooled: Copy + 'static {
+    /// The value a new buffer is filled with.
+    const FILL: Self;
+    /// This thread's pool of reusable buffers of this type.
+    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>>;
+}
+
 thread_local! {
     static POOL_F32: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
     static POOL_F64: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
+    static POOL_U8: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
+
+macro_rules! pooled {
+    ($t:ty, $fill:expr, $pool:ident) => {
+        impl Pooled for $t {
+            const FILL: Self = $fill;
+            fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
+                &$pool
+            }
+        }
+    };
+}
+pooled!(f32, 0.0, POOL_F32);
+pooled!(f64, 0.0, POOL_F64);
+pooled!(u8, 0, POOL_U8);
 
 /// Bytes kept for reuse per thread and type, and buffers. A 2048² frame's f64 cube (14 scales)
 /// is 470 MB: bounded by buffer length instead (8 M elements, as before), it was allocated
@@ -67,7 +89,7 @@ const POOL_MAX_BUFS: usize = 4;
 /// page faults and zeroing for every frame of a movie. The pool hands out its smallest buffer
 /// that is large enough (best fit), so a small request does not take the large buffer a later
 /// large one needs.
-pub fn take_buf<T: Real>(len: usize) -> Vec<T> {
+pub fn take_buf<T: Pooled>(len: usize) -> Vec<T> {
     let reused = T::pool().with(|p| {
         let mut p = p.borrow_mut();
         let (i, _) = p
@@ -79,15 +101,15 @@ pub fn take_buf<T: Real>(len: usize) -> Vec<T> {
     });
     match reused {
         Some(mut v) => {
-            v.resize(len, T::ZERO);
+            v.resize(len, T::FILL);
             v
         }
-        None => vec![T::ZERO; len],
+        None => vec![T::FILL; len],
     }
 }
 
 /// Return a buffer to this thread's pool.
-pub fn give_buf<T: Real>(v: Vec<T>) {
+pub fn give_buf<T: Pooled>(v: Vec<T>) {
     let size = std::mem::size_of::<T>();
     T::pool().with(|p| {
         let mut p = p.borrow_mut();
@@ -122,9 +144,6 @@ impl Real for f32 {
     fn is_nan(self) -> bool {
         f32::is_nan(self)
     }
-    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
-        &POOL_F32
-    }
     fn as_f64s(_: &[Self]) -> Option<&[f64]> {
         None
     }
@@ -156,9 +175,6 @@ impl Real for f64 {
     #[inline(always)]
     fn is_nan(self) -> bool {
         f64::is_nan(self)
-    }
-    fn pool() -> &'static LocalKey<RefCell<Vec<Vec<Self>>>> {
-        &POOL_F64
     }
     #[inline(always)]
     fn as_f64s(s: &[Self]) -> Option<&[f64]> {

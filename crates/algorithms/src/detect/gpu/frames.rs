@@ -2,8 +2,6 @@
 //! (floats converted on the host, raw integers packed in parallel and converted on the device),
 //! or a device-resident movie read in place.
 
-use std::cell::RefCell;
-
 use bridge_core::exec::Executor;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
@@ -12,6 +10,7 @@ use super::super::FrameView;
 use super::super::blob_log::{
     BlobLogParams, Converted, Prescale, check_range_of, check_scale_space_range, convert_frame,
 };
+use super::super::real::{give_buf, take_buf};
 use super::super::trace;
 use super::pipeline::{Input, Prescaling, RunOut, run_typed};
 use super::{DevicePrecision, GpuDetectConfig};
@@ -158,7 +157,9 @@ pub(super) fn run_frames<E: Executor>(
                     .collect::<Result<_>>()?;
                 let mode = pr.last().map_or(0, |r| r.0);
                 let params: Vec<(f64, f64)> = pr.iter().map(|r| (r.1, r.2)).collect();
-                let mut bytes = take_raw(n * fb);
+                // a pooled buffer: a new one would fault in every page again (64 frames of
+                // 512² u16 are 33.5 MB)
+                let mut bytes: Vec<u8> = take_buf(n * fb);
                 bytes
                     .par_chunks_mut(fb.max(1))
                     .zip(run.par_iter())
@@ -184,7 +185,7 @@ pub(super) fn run_frames<E: Executor>(
                 } else {
                     run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube)
                 };
-                give_raw(bytes);
+                give_buf(bytes);
                 res?
             }
         };
@@ -196,35 +197,6 @@ pub(super) fn run_frames<E: Executor>(
         i = j;
     }
     Ok(out)
-}
-
-thread_local! {
-    /// The packing buffer of raw frames, kept for this thread's next batch: a batch of 64
-    /// 512² u16 frames is 33.5 MB, and a new buffer would fault in every page again.
-    static RAW_POOL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Largest packing buffer a thread keeps between batches (a batch of 256 frames of 512² u16
-/// is 128 MiB; larger batches allocate afresh each time, as before).
-const RAW_POOL_MAX: usize = 256 << 20;
-
-/// A buffer of `len` bytes (contents unspecified: the caller overwrites them), reusing this
-/// thread's previous packing buffer where it is large enough (a smaller one is dropped rather
-/// than grown: growing would copy its old contents).
-fn take_raw(len: usize) -> Vec<u8> {
-    let mut v = RAW_POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    if v.capacity() < len {
-        v = Vec::new();
-    }
-    v.resize(len, 0);
-    v
-}
-
-/// Keep `v` for this thread's next batch (unless it is over [`RAW_POOL_MAX`]).
-fn give_raw(v: Vec<u8>) {
-    if v.capacity() <= RAW_POOL_MAX {
-        RAW_POOL.with(|p| *p.borrow_mut() = v);
-    }
 }
 
 /// A frame's pixels as little-endian bytes into `dst` (exactly its size); u8 and u16 only.
