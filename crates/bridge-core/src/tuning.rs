@@ -119,6 +119,14 @@ pub const KNOBS: &[Knob] = &[
               locate's load and rescale kernels",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_CERTIFIED",
+        default: "1",
+        accepts: Accepts::Int(0, 1),
+        doc: "1: exact blob_log on the CPU finds its maxima in an f32 scale space with a \
+              proven error bound and computes the exact f64 value of every voxel the bound \
+              leaves open (same results, faster); 0: the whole scale space in f64",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_BAND_ROWS",
         default: "auto",
         accepts: Accepts::Int(1, 1 << 16),

@@ -34,6 +34,17 @@ impl Avx2 {
     pub(crate) fn gt_mask16(self, _: &[f64; 16], _: f64) -> u32 {
         match self {}
     }
+    pub(crate) fn gt_mask16_f32(self, _: &[f32; 16], _: f32) -> u32 {
+        match self {}
+    }
+    pub(crate) fn ge_max3_mask16_f32(
+        self,
+        _: &[f32; 16],
+        _: (&[f32; 16], &[f32; 16], &[f32; 16]),
+        _: f32,
+    ) -> u32 {
+        match self {}
+    }
     pub(crate) fn ge_max3_mask16(
         self,
         _: &[f64; 16],
@@ -589,6 +600,8 @@ fn log_plane_impl<T: Real, A: Real>(
     }
     // the explicit AVX2 kernels: f64 accumulation only
     let avx = simd.zip(A::as_f64s(img));
+    // the explicit AVX2 kernels of f32 accumulation (an f32 cube for the x passes)
+    let avx32 = simd.zip(A::as_f32s(img));
     // the kernels in `A` for the generic passes (the AVX2 ones read the f64 kernels)
     let (g0, g2): (Vec<A>, Vec<A>) = if avx.is_some() {
         (Vec::new(), Vec::new())
@@ -622,6 +635,11 @@ fn log_plane_impl<T: Real, A: Real>(
                 a2,
                 a0,
             );
+        } else if let Some((t, img)) = avx32
+            && let (Some(g2), Some(g0)) = (A::as_f32s(&g2), A::as_f32s(&g0))
+            && let (Some(a2), Some(a0)) = (A::as_f32s_mut(&mut s.a2), A::as_f32s_mut(&mut s.a0))
+        {
+            t.y_rows_f32(img, (stride, h, w), (y0, y1), (g2, g0), a2, a0);
         } else {
             log_pass_y::<T, A>(img, stride, h, w, (y0, y1), &g2, &g0, &mut s.a2, &mut s.a0);
         }
@@ -639,6 +657,17 @@ fn log_plane_impl<T: Real, A: Real>(
                 && let (Some(l), Some(hh)) = (T::as_f64s_mut(&mut lo), T::as_f64s_mut(&mut hi))
             {
                 t.x_row_scaled((r2, r0), (&k.g0, &k.g2), sc.to_f64(), o, (l, hh));
+                continue;
+            }
+            // a plane of an f32 cube from f32 sums
+            if let (Some((t, _)), Some(sc)) = (avx32, scaled)
+                && let (Some(r2), Some(r0)) = (A::as_f32s(row2), A::as_f32s(row0))
+                && let (Some(g0), Some(g2)) = (A::as_f32s(&g0), A::as_f32s(&g2))
+                && let Some(o) = T::as_f32s_mut(orow)
+                && let (Some(l), Some(hh)) = (T::as_f32s_mut(&mut lo), T::as_f32s_mut(&mut hi))
+                && let Some(&sc) = T::as_f32s(std::slice::from_ref(&sc)).and_then(<[f32]>::first)
+            {
+                t.x_row_scaled_f32((r2, r0), (g0, g2), sc, o, (l, hh));
                 continue;
             }
             if let Some((t, _)) = avx

@@ -46,6 +46,10 @@ pub trait Real:
     fn as_f64s(s: &[Self]) -> Option<&[f64]>;
     /// The mutable slice as f64 values when this type is `f64`.
     fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]>;
+    /// The slice as f32 values when this type is `f32` (for kernels written for f32 only).
+    fn as_f32s(s: &[Self]) -> Option<&[f32]>;
+    /// The mutable slice as f32 values when this type is `f32`.
+    fn as_f32s_mut(s: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 /// An element type of the per-thread buffer pools ([`take_buf`], [`give_buf`]): the working
@@ -150,6 +154,14 @@ impl Real for f32 {
     fn as_f64s_mut(_: &mut [Self]) -> Option<&mut [f64]> {
         None
     }
+    #[inline(always)]
+    fn as_f32s(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    #[inline(always)]
+    fn as_f32s_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
+    }
 }
 
 impl Real for f64 {
@@ -183,6 +195,12 @@ impl Real for f64 {
     #[inline(always)]
     fn as_f64s_mut(s: &mut [Self]) -> Option<&mut [f64]> {
         Some(s)
+    }
+    fn as_f32s(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32s_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
     }
 }
 

@@ -97,6 +97,11 @@ pub(super) struct Cand<T> {
     pub(super) x: usize,
     pub(super) s: usize,
     pub(super) v: T,
+    /// With a search margin (the certified f32 search, [`log_peaks_banded_in`]'s `relax`): bit
+    /// `9·(ds + 1) + 3·(dy + 1) + (dx + 1)` set where the neighbour at (s + ds, y + dy, x + dx)
+    /// (clamped to the cube, never the voxel itself) is within the margin of this value, so
+    /// only exact values can tell which is larger; 0 otherwise.
+    pub(super) near: u32,
 }
 
 /// Effective threshold (spec §1.5) from the cube extrema `(lo, hi)`, and those extrema.
@@ -184,6 +189,12 @@ fn f64s<T: Real>(x: &[T]) -> Option<&[f64; 16]> {
     T::as_f64s(x).and_then(|x| <&[f64; 16]>::try_from(x).ok())
 }
 
+/// The 16 values of a full block as f32 (an f32 working type), for the AVX2 masks.
+#[inline(always)]
+fn f32s<T: Real>(x: &[T]) -> Option<&[f32; 16]> {
+    T::as_f32s(x).and_then(|x| <&[f32; 16]>::try_from(x).ok())
+}
+
 /// The larger of two values (NaN-free: the cube is validated).
 #[inline(always)]
 fn max2<T: Real>(a: T, b: T) -> T {
@@ -203,7 +214,12 @@ fn block_max3x3<T: Real>(data: &[T], [ra, rb, rc]: [usize; 3], c0: usize, w: usi
         && let (Some(a), Some(b), Some(c)) = (cols(ra), cols(rb), cols(rc))
     {
         let row3 = |v: &[T; 18], k: usize| max2(max2(v[k], v[k + 1]), v[k + 2]);
-        return std::array::from_fn(|k| max2(max2(row3(a, k), row3(b, k)), row3(c, k)));
+        // a plain loop: `array::from_fn` is not always inlined (f32 blocks)
+        let mut out = [T::ZERO; 16];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = max2(max2(row3(a, k), row3(b, k)), row3(c, k));
+        }
+        return out;
     }
     let at = |r: usize, k: usize| data[r + (c0 + k).saturating_sub(1).min(w - 1)];
     let cm: [T; 18] = std::array::from_fn(|k| max2(max2(at(ra, k), at(rb, k)), at(rc, k)));
@@ -229,11 +245,12 @@ fn row_peaks<T: Real>(
     (y, h): (usize, usize),
     (x0, x1, w): (usize, usize, usize),
     ns: usize,
-    thr: T,
+    (thr, margin): (T, T),
     sc: &mut RowScratch<T>,
     out: &mut Vec<Cand<T>>,
 ) {
-    let offs = [y.saturating_sub(1), y, (y + 1).min(h - 1)].map(off);
+    let ry = [y.saturating_sub(1), y, (y + 1).min(h - 1)];
+    let offs = ry.map(off);
     sc.masks.clear();
     sc.masks.resize(ns, 0);
     sc.xm.resize(ns, [T::ZERO; 16]);
@@ -245,8 +262,10 @@ fn row_peaks<T: Real>(
         for (s, m) in sc.masks.iter_mut().enumerate() {
             let base = s * ps + offs[1];
             let v = &data[base + c0..base + c1];
-            *m = match (simd, f64s(v)) {
-                (Some(t), Some(v)) => t.gt_mask16(v, thr.to_f64()),
+            *m = match (simd, f64s(v), f32s(v)) {
+                (Some(t), Some(v), _) => t.gt_mask16(v, thr.to_f64()),
+                // `thr` is an f32 here: the conversions are exact
+                (Some(t), _, Some(v)) => t.gt_mask16_f32(v, thr.to_f64() as f32),
                 _ => above_mask(v, thr),
             };
             any |= *m;
@@ -276,13 +295,29 @@ fn row_peaks<T: Real>(
                 let (a, b, c) = (&sc.xm[lo], &sc.xm[s], &sc.xm[hi]);
                 let base = s * ps + offs[1] + c0;
                 let v = &data[base..base + (c1 - c0)];
-                let peak = match (simd, f64s(v), f64s(a), f64s(b), f64s(c)) {
-                    (Some(t), Some(v), Some(a), Some(b), Some(c)) => t.ge_max3_mask16(v, (a, b, c)),
-                    _ => {
+                let f32s4 = (f32s(v), f32s(a), f32s(b), f32s(c));
+                let peak = match (simd, f64s(v), f64s(a), f64s(b), f64s(c), f32s4) {
+                    (Some(t), Some(v), Some(a), Some(b), Some(c), _) if margin == T::ZERO => {
+                        t.ge_max3_mask16(v, (a, b, c))
+                    }
+                    // f32: `x + 0 ≥ m` is `x ≥ m` (NaN-free), so one kernel serves both
+                    (Some(t), _, _, _, _, (Some(v), Some(a), Some(b), Some(c))) => {
+                        t.ge_max3_mask16_f32(v, (a, b, c), margin.to_f64() as f32)
+                    }
+                    _ if margin == T::ZERO => {
                         let mut peak = 0u32;
                         for (k, &x) in v.iter().enumerate() {
                             let m = max2(max2(a[k], b[k]), c[k]);
                             peak |= u32::from(x >= m) << k;
+                        }
+                        peak
+                    }
+                    _ => {
+                        // within the margin of the neighbourhood's maximum
+                        let mut peak = 0u32;
+                        for (k, &x) in v.iter().enumerate() {
+                            let m = max2(max2(a[k], b[k]), c[k]);
+                            peak |= u32::from(x + margin >= m) << k;
                         }
                         peak
                     }
@@ -296,18 +331,50 @@ fn row_peaks<T: Real>(
                 for (s, m) in sc.masks.iter().enumerate() {
                     if m & (1 << k) != 0 {
                         let x = c0 + k;
-                        out.push(Cand {
-                            y,
-                            x,
-                            s,
-                            v: data[s * ps + offs[1] + x],
-                        });
+                        let v = data[s * ps + offs[1] + x];
+                        let near = if margin == T::ZERO {
+                            0
+                        } else {
+                            contenders(data, (ps, offs, ry), (s, ns), (x, w), v, margin)
+                        };
+                        out.push(Cand { y, x, s, v, near });
                     }
                 }
             }
         }
         c0 = c1;
     }
+}
+
+/// The neighbours (bits as [`Cand::near`]) of the voxel (s, `ry[1]`, x) whose values are
+/// within `margin` of its value `v` or above it (rows `ry` at offsets `offs` of planes `ps`
+/// apart, clamped as [`row_peaks`] clamps them).
+#[inline(never)]
+fn contenders<T: Real>(
+    data: &[T],
+    (ps, offs, ry): (usize, [usize; 3], [usize; 3]),
+    (s, ns): (usize, usize),
+    (x, w): (usize, usize),
+    v: T,
+    margin: T,
+) -> u32 {
+    let ss = [s.saturating_sub(1), s, (s + 1).min(ns - 1)];
+    let xs = [x.saturating_sub(1), x, (x + 1).min(w - 1)];
+    let (v, margin) = (v.to_f64(), margin.to_f64());
+    let mut near = 0u32;
+    for (a, &sn) in ss.iter().enumerate() {
+        for (b, (&o, &yn)) in offs.iter().zip(&ry).enumerate() {
+            for (c, &xn) in xs.iter().enumerate() {
+                if (sn, yn, xn) == (s, ry[1], x) {
+                    continue;
+                }
+                if data[sn * ps + o + xn].to_f64() + margin > v {
+                    near |= 1 << (9 * a + 3 * b + c);
+                }
+            }
+        }
+    }
+    near
 }
 
 /// [`row_peaks`] of the rows `ys.0..ys.1` (of `ys.2`; row `y'` of plane `s` at
@@ -322,7 +389,7 @@ fn rows_peaks<T: Real, F: Fn(usize) -> usize>(
     ys: (usize, usize, usize),
     xs: (usize, usize, usize),
     ns: usize,
-    thr: T,
+    thr: (T, T),
     sc: &mut RowScratch<T>,
     out: &mut Vec<Cand<T>>,
 ) {
@@ -350,7 +417,7 @@ unsafe fn rows_peaks_avx2<T: Real, F: Fn(usize) -> usize>(
     ys: (usize, usize, usize),
     xs: (usize, usize, usize),
     ns: usize,
-    thr: T,
+    thr: (T, T),
     sc: &mut RowScratch<T>,
     out: &mut Vec<Cand<T>>,
 ) {
@@ -366,7 +433,7 @@ fn rows_peaks_in<T: Real, F: Fn(usize) -> usize>(
     (y0, y1, h): (usize, usize, usize),
     xs: (usize, usize, usize),
     ns: usize,
-    thr: T,
+    thr: (T, T),
     sc: &mut RowScratch<T>,
     out: &mut Vec<Cand<T>>,
 ) {
@@ -402,7 +469,7 @@ pub(super) fn find_peaks<T: Real>(
                 (y, y + 1, h),
                 (bx, w - bx, w),
                 ns,
-                thr,
+                (thr, T::ZERO),
                 sc,
                 &mut out,
             );
@@ -480,25 +547,72 @@ pub(super) fn log_peaks_banded<T: Real>(
     let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
     let nparts = band_parts(h, band);
     let split = (band, nparts, None);
-    match acc {
-        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), sigmas, p, split),
-        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), sigmas, p, split),
-    }
+    let planes = exact_planes(sigmas);
+    let b = match acc {
+        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), &planes, p, split, None),
+        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), &planes, p, split, None),
+    };
+    (b.cands, b.lo, b.hi)
+}
+
+/// The kernels and the scale `σ²` (in `T`) of every plane, as SciPy builds them for a `T`
+/// working type.
+pub(super) fn exact_planes<T: Real>(sigmas: &[T]) -> Vec<(LogKernels, T)> {
+    sigmas
+        .iter()
+        .map(|&s| (LogKernels::new(s.to_f64(), T::IS_F32), s * s))
+        .collect()
+}
+
+/// What [`log_peaks_banded_in`] found: the maxima (in raster order of (y, x, scale)), the
+/// cube's extrema, and with `relax` the extrema of every run of rows computed (to find the
+/// voxels near the cube's extrema again) and whether the candidates overflowed the cap (then
+/// nothing else is meaningful).
+pub(super) struct Banded<T> {
+    pub(super) cands: Vec<Cand<T>>,
+    pub(super) lo: T,
+    pub(super) hi: T,
+    pub(super) spans: Vec<Span<T>>,
+    pub(super) overflow: bool,
+}
+
+/// Rows `rows.0..rows.1` of plane `s` were computed with these extrema.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span<T> {
+    pub(super) s: usize,
+    pub(super) rows: (usize, usize),
+    pub(super) lo: T,
+    pub(super) hi: T,
 }
 
 /// [`log_peaks_banded`] with `band` rows per step (at least 1), the rows split into `nparts`
 /// parts (at least 1), and at most `cap` maxima kept per part on the first pass (`None`: 8
-/// bytes per pixel of the part).
+/// bytes per pixel of the part). `planes` holds each plane's kernels and scale.
+///
+/// `relax = Some(e)` is the search of an approximate cube (f32 sums) whose every value is
+/// within `e / 2` of the exact one ([`super::certified`]): a voxel is kept when it is within
+/// `e` of its neighbourhood's maximum (with the neighbours within `e` of it marked in
+/// [`Cand::near`]) and above the lower bound of the threshold less `e`; the extrema of every
+/// run of rows computed are recorded; the threshold is never applied a second time (past the
+/// cap, the result says `overflow`).
 fn log_peaks_banded_in<T: Real, A: Real>(
     image: &[T],
     (h, w): (usize, usize),
-    sigmas: &[T],
+    planes: &[(LogKernels, T)],
     p: &BlobLogParams,
     (band, nparts, cap): (usize, usize, Option<usize>),
-) -> (Vec<Cand<T>>, T, T) {
-    let ns = sigmas.len();
+    relax: Option<f64>,
+) -> Banded<T> {
+    let ns = planes.len();
+    let empty = |lo: T, hi: T| Banded {
+        cands: Vec::new(),
+        lo,
+        hi,
+        spans: Vec::new(),
+        overflow: false,
+    };
     if h == 0 || w == 0 || ns == 0 {
-        return (Vec::new(), T::ZERO, T::ZERO);
+        return empty(T::ZERO, T::ZERO);
     }
     let (band, nparts) = (band.max(1), nparts.clamp(1, h));
     let stride = crate::detect::filters::padded_stride(w);
@@ -509,28 +623,31 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         }
     }
     let img = &padded[..];
-    let kernels: Vec<LogKernels> = sigmas
-        .iter()
-        .map(|s| LogKernels::new(s.to_f64(), T::IS_F32))
-        .collect();
-    let rmax = kernels.iter().map(LogKernels::radius).max().unwrap_or(0);
+    let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let per = h.div_ceil(nparts);
     let (by, bx) = p.exclude_border;
     let test = !(2 * by >= h || 2 * bx >= w);
     let rel = p.threshold_rel.filter(|&r| r >= 0.0).map(T::from_f64);
     let simd = Avx2::detect();
     let abs = p.threshold.map(T::from_f64);
+    let margin = relax.map_or(T::ZERO, T::from_f64);
+    // maxima kept per part on the first pass: 8 bytes per pixel of the part (a `Cand` is 40),
+    // plenty for real frames; flat or noisy cubes with no useful bound (no threshold, or none
+    // yet) overflow it and are searched again once the threshold is known
+    let cap = cap.unwrap_or((per * w / 5).max(1 << 12));
     // one part's rows: its maxima above `fixed` (the final threshold, known on a second pass)
     // or above the provisional lower bound, with at most `cap` kept
     let part = |i: usize, fixed: Option<T>, cap: usize| -> Part<T> {
         let (ya, yb) = (i * per, ((i + 1) * per).min(h));
         let mut out = Vec::new();
+        let mut spans = Vec::new();
         let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
         if ya >= yb {
             return Part {
                 cands: out,
                 lo,
                 hi,
+                spans,
                 overflow: false,
             };
         }
@@ -546,23 +663,31 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         let mut sc = RowScratch::default();
         let (mut comp, mut next) = (c0, ya);
         let (mut overflow, mut compacted) = (false, 0);
-        while comp < c_end {
+        while comp < c_end && !(overflow && relax.is_some()) {
             let end = comp + band.min(c_end - comp);
             let mut y = comp;
             while y < end {
                 // the rows up to the ring's end in one call
                 let pos = (y - c0) % ring;
                 let m = (ring - pos).min(end - y);
-                for (si, (k, &sg)) in kernels.iter().zip(sigmas).enumerate() {
+                for (si, (k, sc2)) in planes.iter().enumerate() {
                     let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
                     let rows = (y, y + m);
                     let (l, u) =
-                        log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, sg * sg);
+                        log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, *sc2);
                     if l < lo {
                         lo = l;
                     }
                     if u > hi {
                         hi = u;
+                    }
+                    if relax.is_some() {
+                        spans.push(Span {
+                            s: si,
+                            rows,
+                            lo: l,
+                            hi: u,
+                        });
                     }
                 }
                 y += m;
@@ -571,19 +696,40 @@ fn log_peaks_banded_in<T: Real, A: Real>(
             // rows whose lower neighbour is computed (or is past the frame's end)
             let done = if comp >= h { h } else { comp - 1 }.min(yb);
             if test && !overflow {
-                let thr = fixed.unwrap_or_else(|| {
-                    let mut thr = abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
-                    if let Some(r) = rel
-                        && r * hi > thr
-                    {
-                        thr = r * hi;
+                let thr = fixed.unwrap_or_else(|| match relax {
+                    // every maximum the exact cube can have above its threshold:
+                    // thr ≥ max(abs, rel·hi_exact) and hi_exact ≥ hi − e/2
+                    Some(e) => {
+                        let mut base = abs.map_or(f64::NEG_INFINITY, T::to_f64);
+                        if let Some(r) = rel {
+                            base = base.max(r.to_f64() * (hi.to_f64() - e));
+                        }
+                        T::from_f64(base - e)
                     }
-                    thr
+                    None => {
+                        let mut thr = abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
+                        if let Some(r) = rel
+                            && r * hi > thr
+                        {
+                            thr = r * hi;
+                        }
+                        thr
+                    }
                 });
                 let row = (slab, |y: usize| (y - c0) % ring * w);
                 let ys = (next.max(by), done.max(next).min(h - by), h);
                 let xs = (bx, w - bx, w);
-                rows_peaks(simd, &buf, row, ys, xs, ns, thr, &mut sc, &mut out);
+                rows_peaks(
+                    simd,
+                    &buf,
+                    row,
+                    ys,
+                    xs,
+                    ns,
+                    (thr, margin),
+                    &mut sc,
+                    &mut out,
+                );
                 if out.len() > cap && out.len() > 2 * compacted {
                     // the bound has risen since: drop what is below it now
                     out.retain(|c| c.v > thr);
@@ -601,13 +747,10 @@ fn log_peaks_banded_in<T: Real, A: Real>(
             cands: out,
             lo,
             hi,
+            spans,
             overflow,
         }
     };
-    // maxima kept per part on the first pass: 8 bytes per pixel of the part (a `Cand` is 32),
-    // plenty for real frames; flat or noisy cubes with no useful bound (no threshold, or none
-    // yet) overflow it and are searched again once the threshold is known
-    let cap = cap.unwrap_or((per * w / 4).max(1 << 12));
     let mut parts: Vec<Part<T>> = (0..nparts)
         .into_par_iter()
         .map(|i| part(i, None, cap))
@@ -623,9 +766,15 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         }
     }
     if parts.iter().any(|q| q.overflow) {
+        if relax.is_some() {
+            give_buf(padded);
+            let mut out = empty(lo, hi);
+            out.overflow = true;
+            return out;
+        }
         if degenerate(lo, hi) {
             give_buf(padded);
-            return (Vec::new(), lo, hi);
+            return empty(lo, hi);
         }
         let (thr, _, _) = threshold_from((lo, hi), p);
         let again: Vec<(usize, Vec<Cand<T>>)> = (0..nparts)
@@ -638,11 +787,48 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         }
     }
     give_buf(padded);
-    let mut cands = Vec::new();
+    let mut out = empty(lo, hi);
     for q in parts {
-        cands.extend(q.cands);
+        out.cands.extend(q.cands);
+        out.spans.extend(q.spans);
     }
-    (cands, lo, hi)
+    out
+}
+
+/// [`log_peaks_banded_in`] of an f32 frame with f32 sums and an f32 cube, relaxed by `e`
+/// (the search of [`super::certified`]), in bands sized for 4-byte values.
+pub(super) fn log_peaks_banded_in_f32(
+    image: &[f32],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f32)],
+    p: &BlobLogParams,
+    e: f64,
+) -> Banded<f32> {
+    let band = band_rows(planes.len(), w, 4);
+    let nparts = band_parts(h, band);
+    log_peaks_banded_in::<f32, f32>(image, (h, w), planes, p, (band, nparts, None), Some(e))
+}
+
+/// The whole f32 cube of [`log_peaks_banded_in_f32`] (f32 sums of the f64 kernels, scales
+/// rounded to f32), plane-major: the cube the certified search's bound is about.
+#[cfg(test)]
+pub(super) fn log_cube_planes_f32(
+    image: &[f32],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f64)],
+) -> Vec<f32> {
+    let stride = crate::detect::filters::padded_stride(w);
+    let mut padded = vec![0.0f32; h * stride];
+    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
+        dst[..w].copy_from_slice(src);
+    }
+    let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
+    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
+    let mut cube = vec![0.0f32; planes.len() * h * w];
+    for ((k, sc), out) in planes.iter().zip(cube.chunks_mut(h * w)) {
+        log_plane_scaled(&padded, stride, h, w, k, &mut scratch, out, *sc as f32);
+    }
+    cube
 }
 
 /// What one part of [`log_peaks_banded`] found: its maxima, its rows' extrema, and whether the
@@ -652,6 +838,7 @@ struct Part<T> {
     cands: Vec<Cand<T>>,
     lo: T,
     hi: T,
+    spans: Vec<Span<T>>,
     overflow: bool,
 }
 
@@ -665,6 +852,120 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::synth::SplitMix;
+
+    /// The maxima of a cube by the definition: every voxel above `thr` with `v + margin` at
+    /// least each value of its 3×3×3 neighbourhood (clamped), with the neighbours within the
+    /// margin marked as [`contenders`] marks them.
+    fn naive_peaks<T: Real>(
+        cube: &[T],
+        (ns, h, w): (usize, usize, usize),
+        thr: T,
+        margin: T,
+    ) -> Vec<(usize, usize, usize, u32)> {
+        let at = |s: usize, y: usize, x: usize| cube[(s * h + y) * w + x].to_f64();
+        let mut out = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                for s in 0..ns {
+                    let v = at(s, y, x);
+                    if v <= thr.to_f64() {
+                        continue;
+                    }
+                    let (mut peak, mut near) = (true, 0u32);
+                    for a in 0..3 {
+                        for b in 0..3 {
+                            for c in 0..3 {
+                                let step = |i: usize, d: usize, n: usize| {
+                                    (i + d).saturating_sub(1).min(n - 1)
+                                };
+                                let (sn, yn, xn) = (step(s, a, ns), step(y, b, h), step(x, c, w));
+                                let q = at(sn, yn, xn);
+                                // in T, as the search adds
+                                peak &= (T::from_f64(v) + margin).to_f64() >= q;
+                                if margin != T::ZERO
+                                    && (sn, yn, xn) != (s, y, x)
+                                    && q + margin.to_f64() > v
+                                {
+                                    near |= 1 << (9 * a + 3 * b + c);
+                                }
+                            }
+                        }
+                    }
+                    if peak {
+                        out.push((y, x, s, near));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The blocked search (AVX2 masks for f64 and f32 cubes where the CPU has them, the
+    /// generic code otherwise) finds the maxima of the definition, with and without a margin,
+    /// on random cubes of few levels (plateaus and ties) and of many, widths around the block
+    /// of 16 columns.
+    #[test]
+    fn the_search_finds_the_maxima_of_the_definition() {
+        fn check<T: Real>(rng: &mut SplitMix) -> usize {
+            let mut found = 0;
+            for (ns, h, w) in [(1, 1, 1), (3, 4, 15), (4, 7, 16), (5, 9, 33), (2, 3, 50)] {
+                for levels in [4.0, 1e6] {
+                    let cube: Vec<T> = (0..ns * h * w)
+                        .map(|_| T::from_f64((rng.uniform() * levels).floor() / levels - 0.3))
+                        .collect();
+                    for (thr, margin) in [(0.1, 0.0), (-1.0, 0.0), (0.2, 0.01), (-1.0, 0.3)] {
+                        let (thr, margin) = (T::from_f64(thr), T::from_f64(margin));
+                        let mut got = Vec::new();
+                        let mut sc = RowScratch::default();
+                        rows_peaks(
+                            Avx2::detect(),
+                            &cube,
+                            (h * w, |y: usize| y * w),
+                            (0, h, h),
+                            (0, w, w),
+                            ns,
+                            (thr, margin),
+                            &mut sc,
+                            &mut got,
+                        );
+                        let got: Vec<_> = got.iter().map(|c| (c.y, c.x, c.s, c.near)).collect();
+                        let want = naive_peaks(&cube, (ns, h, w), thr, margin);
+                        assert_eq!(got, want, "{ns}x{h}x{w} levels {levels} {thr} {margin}");
+                        found += want.len();
+                    }
+                }
+            }
+            found
+        }
+        let mut rng = SplitMix::new(12);
+        assert!(check::<f64>(&mut rng) > 300);
+        assert!(check::<f32>(&mut rng) > 300);
+    }
+
+    /// The relaxed search gives up (`overflow`) past its cap of candidates, instead of a
+    /// second pass: the certified caller then runs the f64 path.
+    #[test]
+    fn the_relaxed_search_overflows_past_its_cap() {
+        let mut rng = SplitMix::new(4);
+        let (h, w) = (30, 40);
+        let img: Vec<f32> = (0..h * w).map(|_| rng.uniform() as f32).collect();
+        let p = BlobLogParams {
+            threshold: Some(-1.0),
+            threshold_rel: None,
+            ..BlobLogParams::default()
+        };
+        let planes: Vec<(LogKernels, f32)> = exact_planes(&p.sigma_list::<f64>())
+            .into_iter()
+            .map(|(k, s)| (k, s as f32))
+            .collect();
+        let run = |cap| {
+            log_peaks_banded_in::<f32, f32>(&img, (h, w), &planes, &p, (8, 2, cap), Some(1e-6))
+        };
+        assert!(run(Some(3)).overflow);
+        let all = run(None);
+        assert!(!all.overflow && all.cands.len() > 3);
+        assert!(!all.spans.is_empty());
+    }
 
     /// The banded search (bands of 1, 2, 3, 8 and more rows than the frame, split into 1 to 5
     /// parts) finds exactly the maxima of the whole cube (`find_peaks` with the final threshold)
@@ -717,13 +1018,15 @@ mod tests {
                         .flat_map(|b| [1, 2, 5].map(|n| (b, n)))
                         .flat_map(|(b, n)| [None, Some(0), Some(3)].map(|c| (b, n, c)))
                     {
-                        let (mut got, l, u) = log_peaks_banded_in::<f64, f64>(
+                        let b = log_peaks_banded_in::<f64, f64>(
                             &img,
                             (h, w),
-                            &sigmas,
+                            &exact_planes(&sigmas),
                             &p,
                             (band, nparts, cap),
+                            None,
                         );
+                        let (mut got, l, u) = (b.cands, b.lo, b.hi);
                         let what = format!(
                             "{h}x{w} levels {levels} {threshold:?} {threshold_rel:?} \
                              {exclude_border:?} band {band} parts {nparts} cap {cap:?}"

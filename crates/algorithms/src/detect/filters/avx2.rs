@@ -12,9 +12,11 @@
 //! the unchecked loads and stores.
 
 use std::arch::x86_64::{
-    __m256d, _CMP_GE_OQ, _CMP_GT_OQ, _mm256_add_pd, _mm256_cmp_pd, _mm256_cvtpd_ps,
-    _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_min_pd, _mm256_movemask_pd,
-    _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd, _mm256_xor_pd,
+    __m256, __m256d, _CMP_GE_OQ, _CMP_GT_OQ, _mm256_add_pd, _mm256_add_ps, _mm256_cmp_pd,
+    _mm256_cmp_ps, _mm256_cvtpd_ps, _mm256_cvtps_pd, _mm256_loadu_pd, _mm256_loadu_ps,
+    _mm256_max_pd, _mm256_max_ps, _mm256_min_pd, _mm256_min_ps, _mm256_movemask_pd,
+    _mm256_movemask_ps, _mm256_mul_pd, _mm256_mul_ps, _mm256_set1_pd, _mm256_set1_ps,
+    _mm256_storeu_pd, _mm256_storeu_ps, _mm256_xor_pd, _mm256_xor_ps,
 };
 
 use super::{Boundary, map_index};
@@ -175,6 +177,71 @@ impl Avx2 {
         // SAFETY: the token proves AVX2; each array holds the 16 values read.
         unsafe { ge_max3_mask16_avx2(v, (a, b, c)) }
     }
+}
+
+impl Avx2 {
+    /// Bit `k` set where `v[k] > t` (16 f32 values: two compares and two sign masks).
+    #[inline(always)]
+    pub(crate) fn gt_mask16_f32(self, v: &[f32; 16], t: f32) -> u32 {
+        // SAFETY: the token proves AVX2; the array holds the 16 values read.
+        unsafe { gt_mask16_f32_avx2(v, t) }
+    }
+
+    /// Bit `k` set where `v[k] + margin ≥ max(a[k], b[k], c[k])` (16 f32 values, NaN-free;
+    /// `margin = 0` is `v[k] ≥ max(…)`).
+    #[inline(always)]
+    pub(crate) fn ge_max3_mask16_f32(
+        self,
+        v: &[f32; 16],
+        (a, b, c): (&[f32; 16], &[f32; 16], &[f32; 16]),
+        margin: f32,
+    ) -> u32 {
+        // SAFETY: the token proves AVX2; each array holds the 16 values read.
+        unsafe { ge_max3_mask16_f32_avx2(v, (a, b, c), margin) }
+    }
+}
+
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn gt_mask16_f32_avx2(v: &[f32; 16], t: f32) -> u32 {
+    let tv = _mm256_set1_ps(t);
+    let mut m = 0u32;
+    for q in 0..2 {
+        // SAFETY: lanes 8q..8q + 8 of a 16-value array.
+        let x = unsafe { ld8(v.as_ptr().add(8 * q)) };
+        let bits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(x, tv));
+        m |= (bits as u32) << (8 * q);
+    }
+    m
+}
+
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn ge_max3_mask16_f32_avx2(
+    v: &[f32; 16],
+    (a, b, c): (&[f32; 16], &[f32; 16], &[f32; 16]),
+    margin: f32,
+) -> u32 {
+    let mv = _mm256_set1_ps(margin);
+    let mut m = 0u32;
+    for q in 0..2 {
+        // SAFETY: lanes 8q..8q + 8 of 16-value arrays.
+        let (x, mx) = unsafe {
+            let o = 8 * q;
+            let mx = _mm256_max_ps(
+                _mm256_max_ps(ld8(a.as_ptr().add(o)), ld8(b.as_ptr().add(o))),
+                ld8(c.as_ptr().add(o)),
+            );
+            (_mm256_add_ps(ld8(v.as_ptr().add(o)), mv), mx)
+        };
+        let bits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(x, mx));
+        m |= (bits as u32) << (8 * q);
+    }
+    m
 }
 
 /// # Safety
@@ -490,6 +557,288 @@ unsafe fn x_rows_avx2(
                 hi[0] = if v > hi[0] { v } else { hi[0] };
             }
         }
+        x += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 accumulation (8 × f32 per vector): the same sums as the generic code with `A = f32`, lane
+// for lane, in the same order (separate multiplications and additions, no reassociation), so
+// the f32 planes are bit-identical to the generic f32 path's
+// (`filters::tests::avx2_f32_planes_equal_the_generic_ones`).
+
+/// Columns of one f32 register block (4 vectors of 8).
+const B32: usize = 32;
+
+impl Avx2 {
+    /// [`Avx2::y_rows`] for an f32 image and f32 accumulation (`g2`, `g0`: the taps in f32).
+    ///
+    /// # Panics
+    /// When a slice is too short for the given geometry (a caller bug).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn y_rows_f32(
+        self,
+        img: &[f32],
+        (stride, h, w): (usize, usize, usize),
+        (y0, y1): (usize, usize),
+        (g2, g0): (&[f32], &[f32]),
+        a2: &mut [f32],
+        a0: &mut [f32],
+    ) {
+        let r = g0.len().saturating_sub(1);
+        let pw = w + 2 * r;
+        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
+        assert!(stride >= w && y0 <= y1 && y1 <= h, "geometry");
+        assert!(h == 0 || img.len() >= (h - 1) * stride + w, "image length");
+        assert!(
+            a2.len() >= (y1 - y0) * pw && a0.len() >= (y1 - y0) * pw,
+            "scratch length"
+        );
+        let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
+        let mut offs = Vec::with_capacity((y1 - y0) * r);
+        for y in y0..y1 {
+            for j in 1..=r {
+                offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
+            }
+        }
+        // SAFETY: AVX2 is available (`self`); every offset + column read is
+        // < (h − 1)·stride + w ≤ img.len(), every write < (y1 − y0)·pw ≤ a2.len(), a0.len()
+        // (checked above).
+        unsafe { y_rows_f32_avx2(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
+    }
+
+    /// [`Avx2::x_row_scaled`] for f32 rows, taps, output and extrema: `out[x] =
+    /// (−(Lyy[x] + Lxx[x]))·scale` in f32, folded into the 8 lanes of extrema (lane `x mod 8`
+    /// for blocks of 8 columns, lane 0 for the rest).
+    ///
+    /// # Panics
+    /// When a slice is too short (a caller bug).
+    pub(super) fn x_row_scaled_f32(
+        self,
+        (row2, row0): (&[f32], &[f32]),
+        (g0, g2): (&[f32], &[f32]),
+        scale: f32,
+        out: &mut [f32],
+        (lo, hi): (&mut [f32], &mut [f32]),
+    ) {
+        let w = out.len();
+        let r = g0.len().saturating_sub(1);
+        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
+        assert!(
+            row2.len() >= w + 2 * r && row0.len() >= w + 2 * r,
+            "row lengths"
+        );
+        assert!(lo.len() == 8 && hi.len() == 8, "extrema lanes");
+        // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
+        // below w = the output's length and within the 8 extrema lanes (checked above).
+        unsafe { x_rows_f32_avx2((row2, row0), (g0, g2), w, scale, out, (lo, hi)) }
+    }
+}
+
+/// Load 8 f32 from `p`.
+///
+/// # Safety
+/// AVX2; `p..p + 8` readable.
+#[inline(always)]
+unsafe fn ld8(p: *const f32) -> __m256 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { _mm256_loadu_ps(p) }
+}
+
+/// The f32 y passes of [`Avx2::y_rows_f32`] (offsets as [`y_rows_avx2`]'s).
+///
+/// # Safety
+/// AVX2; `img[off + x]` readable for every offset in `offs` (and `y·stride` for y in
+/// `y0..y1`) and x < w; `a2`, `a0` hold `(y1 − y0)·(w + 2r)` values.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn y_rows_f32_avx2(
+    img: &[f32],
+    stride: usize,
+    w: usize,
+    (y0, y1): (usize, usize),
+    (g2, g0): (&[f32], &[f32]),
+    offs: &[(usize, usize)],
+    a2: &mut [f32],
+    a0: &mut [f32],
+) {
+    let r = g0.len() - 1;
+    let pw = w + 2 * r;
+    let ip = img.as_ptr();
+    let (c2, c0) = (_mm256_set1_ps(g2[0]), _mm256_set1_ps(g0[0]));
+    let mut xs = 0;
+    while xs < w {
+        let xe = (xs + 2 * STRIP).min(w);
+        for y in y0..y1 {
+            let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
+            let centre = y * stride;
+            let orow = (y - y0) * pw + r;
+            let (o2, o0) = (
+                a2[orow..orow + w].as_mut_ptr(),
+                a0[orow..orow + w].as_mut_ptr(),
+            );
+            let mut x = xs;
+            // 32 columns: 4 vectors per kernel
+            while x + B32 <= xe {
+                // SAFETY: columns x..x + 32 ≤ w of rows inside the image (caller's contract).
+                unsafe {
+                    let p = ip.add(centre + x);
+                    let v: [__m256; 4] = std::array::from_fn(|q| ld8(p.add(8 * q)));
+                    let mut s2: [__m256; 4] = std::array::from_fn(|q| _mm256_mul_ps(v[q], c2));
+                    let mut s0: [__m256; 4] = std::array::from_fn(|q| _mm256_mul_ps(v[q], c0));
+                    for j in (1..=r).rev() {
+                        let (u, d) = *off.get_unchecked(j - 1);
+                        let (pu, pd) = (ip.add(u + x), ip.add(d + x));
+                        let (w2, w0) = (
+                            _mm256_set1_ps(*g2.get_unchecked(j)),
+                            _mm256_set1_ps(*g0.get_unchecked(j)),
+                        );
+                        for q in 0..4 {
+                            let t = _mm256_add_ps(ld8(pu.add(8 * q)), ld8(pd.add(8 * q)));
+                            s2[q] = _mm256_add_ps(s2[q], _mm256_mul_ps(t, w2));
+                            s0[q] = _mm256_add_ps(s0[q], _mm256_mul_ps(t, w0));
+                        }
+                    }
+                    let (q2, q0) = (o2.add(x), o0.add(x));
+                    for q in 0..4 {
+                        _mm256_storeu_ps(q2.add(8 * q), s2[q]);
+                        _mm256_storeu_ps(q0.add(8 * q), s0[q]);
+                    }
+                }
+                x += B32;
+            }
+            // 8 columns
+            while x + 8 <= xe {
+                // SAFETY: columns x..x + 8 ≤ w (caller's contract).
+                unsafe {
+                    let v = ld8(ip.add(centre + x));
+                    let mut s2 = _mm256_mul_ps(v, c2);
+                    let mut s0 = _mm256_mul_ps(v, c0);
+                    for j in (1..=r).rev() {
+                        let (u, d) = *off.get_unchecked(j - 1);
+                        let t = _mm256_add_ps(ld8(ip.add(u + x)), ld8(ip.add(d + x)));
+                        s2 = _mm256_add_ps(s2, _mm256_mul_ps(t, _mm256_set1_ps(g2[j])));
+                        s0 = _mm256_add_ps(s0, _mm256_mul_ps(t, _mm256_set1_ps(g0[j])));
+                    }
+                    _mm256_storeu_ps(o2.add(x), s2);
+                    _mm256_storeu_ps(o0.add(x), s0);
+                }
+                x += 8;
+            }
+            // the last columns, one at a time
+            while x < xe {
+                let c = img[centre + x];
+                let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
+                for j in (1..=r).rev() {
+                    let (u, d) = off[j - 1];
+                    let t = img[u + x] + img[d + x];
+                    s2 += t * g2[j];
+                    s0 += t * g0[j];
+                }
+                a2[orow + x] = s2;
+                a0[orow + x] = s0;
+                x += 1;
+            }
+        }
+        xs = xe;
+    }
+}
+
+/// `Lyy` and `Lxx` of the 8·N columns from `c2`, `c0` in f32 (as [`x_block`]).
+///
+/// # Safety
+/// AVX2; `c2 − r .. c2 + 8N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn x_block_f32<const N: usize>(
+    (c2, c0): (*const f32, *const f32),
+    (g0, g2): (&[f32], &[f32]),
+    r: usize,
+) -> ([__m256; N], [__m256; N]) {
+    let (cy, cx) = (_mm256_set1_ps(g0[0]), _mm256_set1_ps(g2[0]));
+    // SAFETY: every read is within the ranges the caller guarantees.
+    unsafe {
+        let mut ys: [__m256; N] = std::array::from_fn(|v| _mm256_mul_ps(ld8(c2.add(8 * v)), cy));
+        let mut xs: [__m256; N] = std::array::from_fn(|v| _mm256_mul_ps(ld8(c0.add(8 * v)), cx));
+        for j in (1..=r).rev() {
+            let (wy, wx) = (
+                _mm256_set1_ps(*g0.get_unchecked(j)),
+                _mm256_set1_ps(*g2.get_unchecked(j)),
+            );
+            let (l2, r2) = (c2.sub(j), c2.add(j));
+            for (v, y) in ys.iter_mut().enumerate() {
+                let t = _mm256_add_ps(ld8(l2.add(8 * v)), ld8(r2.add(8 * v)));
+                *y = _mm256_add_ps(*y, _mm256_mul_ps(t, wy));
+            }
+            let (l0, r0) = (c0.sub(j), c0.add(j));
+            for (v, x) in xs.iter_mut().enumerate() {
+                let t = _mm256_add_ps(ld8(l0.add(8 * v)), ld8(r0.add(8 * v)));
+                *x = _mm256_add_ps(*x, _mm256_mul_ps(t, wx));
+            }
+        }
+        (ys, xs)
+    }
+}
+
+/// The f32 x passes of [`Avx2::x_row_scaled_f32`].
+///
+/// # Safety
+/// AVX2; `row2`, `row0` hold `w + 2r` values, `out` `w`, `lo` and `hi` 8.
+#[target_feature(enable = "avx2")]
+unsafe fn x_rows_f32_avx2(
+    (row2, row0): (&[f32], &[f32]),
+    (g0, g2): (&[f32], &[f32]),
+    w: usize,
+    scale: f32,
+    out: &mut [f32],
+    (lo, hi): (&mut [f32], &mut [f32]),
+) {
+    let r = g0.len() - 1;
+    let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
+    let sign = _mm256_set1_ps(-0.0);
+    let sc = _mm256_set1_ps(scale);
+    // SAFETY: the 8 extrema lanes (caller's contract).
+    let (mut lv, mut hv) = unsafe { (ld8(lo.as_ptr()), ld8(hi.as_ptr())) };
+    let op = out.as_mut_ptr();
+    let mut put = |x: usize, ys: &[__m256], xs: &[__m256]| {
+        for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
+            let c = _mm256_mul_ps(_mm256_xor_ps(_mm256_add_ps(*y, *xx), sign), sc);
+            // SAFETY: x + 8v + 8 ≤ w, the output's length (caller's contract).
+            unsafe { _mm256_storeu_ps(op.add(x + 8 * v), c) };
+            // `_mm256_min_ps(a, b)` is `a < b ? a : b`, `_mm256_max_ps(a, b)` `a > b ? a : b`
+            lv = _mm256_min_ps(c, lv);
+            hv = _mm256_max_ps(c, hv);
+        }
+    };
+    let mut x = 0;
+    while x + B32 <= w {
+        // SAFETY: reads at x + r ± j + 0..32 ≤ w + 2r.
+        let (ys, xs) =
+            unsafe { x_block_f32::<{ B32 / 8 }>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+        put(x, &ys, &xs);
+        x += B32;
+    }
+    while x + 8 <= w {
+        // SAFETY: reads at x + r ± j + 0..8 ≤ w + 2r.
+        let (ys, xs) = unsafe { x_block_f32::<1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+        put(x, &ys, &xs);
+        x += 8;
+    }
+    // SAFETY: the 8 extrema lanes (caller's contract).
+    unsafe {
+        _mm256_storeu_ps(lo.as_mut_ptr(), lv);
+        _mm256_storeu_ps(hi.as_mut_ptr(), hv);
+    }
+    while x < w {
+        let (mut sy, mut sx) = (row2[r + x] * g0[0], row0[r + x] * g2[0]);
+        for j in (1..=r).rev() {
+            sy += (row2[r + x - j] + row2[r + x + j]) * g0[j];
+            sx += (row0[r + x - j] + row0[r + x + j]) * g2[j];
+        }
+        let v = (-(sy + sx)) * scale;
+        out[x] = v;
+        lo[0] = if v < lo[0] { v } else { lo[0] };
+        hi[0] = if v > hi[0] { v } else { hi[0] };
         x += 1;
     }
 }

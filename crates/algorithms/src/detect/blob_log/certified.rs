@@ -1,0 +1,568 @@
+//! Exact maxima of the f64 scale space, found in an f32 one.
+//!
+//! The f64 scale space (SciPy's sums, bit for bit) costs twice what an f32 one costs on the
+//! CPU: half the lanes per vector, twice the bytes per row. Yet almost every decision the
+//! peak search makes — is this voxel above the threshold, is it at least as large as its 26
+//! neighbours — has a wide margin. This module takes those decisions in an f32 cube whose
+//! every value is within a proven bound `b` of the f64 value, and settles each of the few
+//! that the bound leaves open with the exact f64 value of the voxels involved, computed on
+//! their own in SciPy's order ([`ExactVoxels`]). The maxima, their responses, the threshold and
+//! the cube's extrema are then those of the f64 path bit for bit
+//! (`certified_search_equals_the_exact_one`); where the bound leaves too much open (a flat
+//! cube, no threshold), [`log_peaks_certified`] says so and the caller runs the f64 path.
+//!
+//! **The bound.** For one output of a 1-D pass `s = c·w₀ + Σⱼ (lⱼ + rⱼ)·wⱼ` over inputs of
+//! magnitude ≤ m, summed in a precision with unit roundoff u with the taps rounded to it,
+//! |ŝ − s| ≤ γ_{r+3}·S·m with `S = Σ|w|` over all taps (the products, the pair sums, r
+//! additions, the rounded tap). Chaining the y pass, the x pass, the sum `Lyy + Lxx` and the
+//! product by σ² (rounded to f32 too) from an input rounded to f32 gives, with `M = max|x|`,
+//!
+//! `|ṽ − v_real| ≤ σ²·S₀·S₂·M·(4r + 24)·u₃₂` (to first order), and the same with `u₆₄` for the
+//! f64 cube, so `|ṽ − v| ≤ σ²·S₀·S₂·M·(4r + 24)·(u₃₂ + u₆₄)`. `b` is 1.5 times the largest
+//! of these over the scales (the slack covers the second-order terms and the rounding of the
+//! comparisons below, each ≤ u₃₂·2σ²S₀S₂M, a twelfth of the bound), plus 10⁻³⁵ for f32
+//! underflow. Every test uses `e = 2b`:
+//!
+//! * a voxel can be a maximum only if `ṽ + e ≥` the largest ṽ of its neighbourhood (a true
+//!   maximum passes: `ṽₚ + b ≥ vₚ ≥ v_q ≥ ṽ_q − b`); a neighbour with `ṽ_q + e ≤ ṽₚ` is
+//!   certainly not larger, the others are compared exactly;
+//! * it can be above the threshold only if `ṽ > thr_lo − e`, with `thr_lo ≤ thr` built from
+//!   the running maximum less `e`;
+//! * the exact maximum of the cube is the largest exact value of the voxels with
+//!   `ṽ ≥ max ṽ − e` (the arg max is one of them), found again in the runs of rows whose
+//!   extrema come that close; the minimum likewise.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::params::BlobLogParams;
+use super::scale_space::{Cand, Span, exact_planes, log_peaks_banded_in_f32, threshold_from};
+use crate::detect::filters::{
+    Avx2, Boundary, LogKernels, LogScratch, log_rows_scaled, map_index, padded_stride,
+};
+use crate::detect::real::{give_buf, take_buf};
+
+/// Unit roundoff of f32 and f64.
+const U32: f64 = f32::EPSILON as f64 / 2.0;
+const U64: f64 = f64::EPSILON / 2.0;
+
+/// Whether the certified search runs (`ARRAYBRIDGE_DETECT_CERTIFIED`, default 1) on this CPU:
+/// it needs the AVX2 f32 kernels to be faster than the f64 path.
+pub(super) fn enabled() -> bool {
+    Avx2::detect().is_some()
+        && bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_CERTIFIED") != Some(0)
+}
+
+/// `|ṽ − v| ≤ bound` for every voxel of the f32 cube of `planes` against the f64 one, for
+/// inputs of magnitude at most `m` (see the module documentation).
+fn error_bound(planes: &[(LogKernels, f64)], m: f64) -> f64 {
+    let sum_abs = |half: &[f64]| {
+        half.iter()
+            .enumerate()
+            .map(|(j, w)| if j == 0 { w.abs() } else { 2.0 * w.abs() })
+            .sum::<f64>()
+    };
+    let worst = planes
+        .iter()
+        .map(|(k, sc)| {
+            let r = k.radius() as f64;
+            sc.abs() * sum_abs(&k.g0) * sum_abs(&k.g2) * m * (4.0 * r + 24.0) * (U32 + U64)
+        })
+        .fold(0.0, f64::max);
+    1.5 * worst + 1e-35
+}
+
+/// Voxels near each extremum of the cube past which the certified search gives up (a flat
+/// cube: every voxel is near both).
+const NEAR_CAP: usize = 1 << 14;
+
+/// Positions (s, y, x) in the f32 cube.
+type Voxels = Vec<(usize, usize, usize)>;
+
+/// The voxels of the f32 cube with `ṽ ≤ lo + e` and those with `ṽ ≥ hi − e`, found by
+/// computing again the runs of rows (`spans`) whose extrema come that close (the same values
+/// bit for bit: `filters::tests::bands_of_rows_equal_the_rows_of_the_plane`). `None` past
+/// [`NEAR_CAP`].
+fn near_extrema(
+    image: &[f32],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f32)],
+    spans: &[Span<f32>],
+    (lo, hi, e): (f64, f64, f64),
+) -> Option<(Voxels, Voxels)> {
+    let stride = padded_stride(w);
+    let mut padded: Vec<f32> = take_buf(h * stride);
+    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
+        dst[..w].copy_from_slice(src);
+    }
+    let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
+    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
+    let (mut near_lo, mut near_hi) = (Vec::new(), Vec::new());
+    let mut rows = Vec::new();
+    for sp in spans {
+        let (l, u) = (f64::from(sp.lo), f64::from(sp.hi));
+        if l > lo + e && u < hi - e {
+            continue;
+        }
+        let (k, sc) = &planes[sp.s];
+        rows.clear();
+        rows.resize((sp.rows.1 - sp.rows.0) * w, 0.0f32);
+        log_rows_scaled(
+            &padded,
+            stride,
+            h,
+            w,
+            k,
+            &mut scratch,
+            sp.rows,
+            &mut rows,
+            *sc,
+        );
+        for (n, &v) in rows.iter().enumerate() {
+            let v = f64::from(v);
+            let at = (sp.s, sp.rows.0 + n / w, n % w);
+            if v <= lo + e {
+                near_lo.push(at);
+            }
+            if v >= hi - e {
+                near_hi.push(at);
+            }
+        }
+        if near_lo.len() > NEAR_CAP || near_hi.len() > NEAR_CAP {
+            give_buf(padded);
+            return None;
+        }
+    }
+    give_buf(padded);
+    Some((near_lo, near_hi))
+}
+
+/// Multiply-adds of one exact voxel of a plane ([`ExactVoxels`]: two y passes at 2r + 1
+/// columns).
+fn voxel_cost((k, _): &(LogKernels, f64)) -> f64 {
+    let r = k.radius() as f64;
+    2.0 * (2.0 * r + 1.0) * (r + 1.0)
+}
+
+/// Multiply-adds of the whole f64 cube of `pixels` pixels (four passes per plane).
+fn f64_cube_cost(planes: &[(LogKernels, f64)], pixels: usize) -> f64 {
+    planes
+        .iter()
+        .map(|(k, _)| 4.0 * pixels as f64 * (k.radius() as f64 + 1.0))
+        .sum()
+}
+
+/// The exact f64 value of single voxels of the scale space, in SciPy's order (the values of
+/// [`super::log_cube`] bit for bit), remembered once computed.
+struct ExactVoxels<'a> {
+    img: &'a [f64],
+    h: usize,
+    w: usize,
+    planes: &'a [(LogKernels, f64)],
+    simd: Option<Avx2>,
+    known: HashMap<(usize, usize, usize), f64, BuildHasherDefault<VoxelHasher>>,
+    cols: Vec<usize>,
+    col2: Vec<f64>,
+    col0: Vec<f64>,
+}
+
+/// A multiplicative hash of small integer keys (the voxel positions; no adversary chooses
+/// them).
+#[derive(Default)]
+struct VoxelHasher(u64);
+
+impl Hasher for VoxelHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize(usize::from(b));
+        }
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (self.0.rotate_left(5) ^ i as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl<'a> ExactVoxels<'a> {
+    fn new(img: &'a [f64], (h, w): (usize, usize), planes: &'a [(LogKernels, f64)]) -> Self {
+        ExactVoxels {
+            img,
+            h,
+            w,
+            planes,
+            simd: Avx2::detect(),
+            known: HashMap::default(),
+            cols: Vec::new(),
+            col2: Vec::new(),
+            col0: Vec::new(),
+        }
+    }
+
+    /// `cube[s][y][x]`.
+    fn get(&mut self, s: usize, y: usize, x: usize) -> f64 {
+        if let Some(&v) = self.known.get(&(s, y, x)) {
+            return v;
+        }
+        let v = self.compute(s, y, x);
+        self.known.insert((s, y, x), v);
+        v
+    }
+
+    fn compute(&mut self, s: usize, y: usize, x: usize) -> f64 {
+        match self.simd {
+            // the same sums, with 256-bit vectors across the columns
+            Some(t) => t.run(|| self.compute_in(s, y, x)),
+            None => self.compute_in(s, y, x),
+        }
+    }
+
+    /// Both y passes at the 2r + 1 columns that the x passes read around x (reflected as the
+    /// padded rows reflect them), each column summed in the order of the y pass (the centre,
+    /// then the pairs from the outermost in: the loop over the columns is inside the loop over
+    /// the taps), then both x passes and the combine of [`super::log_cube`].
+    #[inline(always)]
+    fn compute_in(&mut self, s: usize, y: usize, x: usize) -> f64 {
+        let (h, w, img) = (self.h, self.w, self.img);
+        let (k, scale) = &self.planes[s];
+        let (g0, g2) = (&k.g0[..], &k.g2[..]);
+        let r = k.radius();
+        let n = 2 * r + 1;
+        let reflect = |i: isize, n: usize| map_index(i, n, Boundary::Reflect).unwrap_or(0);
+        self.cols.clear();
+        self.cols
+            .extend((0..n).map(|t| reflect(x as isize + t as isize - r as isize, w)));
+        let (cols, c2, c0) = (&self.cols, &mut self.col2, &mut self.col0);
+        c2.clear();
+        c0.clear();
+        for &xi in cols.iter() {
+            let c = img[y * w + xi];
+            c2.push(c * g2[0]);
+            c0.push(c * g0[0]);
+        }
+        // the columns x − r ..= x + r are in the frame: contiguous reads
+        let inside = x >= r && x + r < w;
+        for j in (1..=r).rev() {
+            let (u, d) = (
+                reflect(y as isize - j as isize, h) * w,
+                reflect((y + j) as isize, h) * w,
+            );
+            let (w2, w0) = (g2[j], g0[j]);
+            if inside {
+                let (ru, rd) = (
+                    &img[u + x - r..u + x + r + 1],
+                    &img[d + x - r..d + x + r + 1],
+                );
+                for (((a2, a0), &vu), &vd) in c2.iter_mut().zip(c0.iter_mut()).zip(ru).zip(rd) {
+                    let t = vu + vd;
+                    *a2 += t * w2;
+                    *a0 += t * w0;
+                }
+            } else {
+                for ((a2, a0), &xi) in c2.iter_mut().zip(c0.iter_mut()).zip(cols) {
+                    let t = img[u + xi] + img[d + xi];
+                    *a2 += t * w2;
+                    *a0 += t * w0;
+                }
+            }
+        }
+        let (mut sy, mut sx) = (c2[r] * g0[0], c0[r] * g2[0]);
+        for j in (1..=r).rev() {
+            sy += (c2[r - j] + c2[r + j]) * g0[j];
+            sx += (c0[r - j] + c0[r + j]) * g2[j];
+        }
+        (-(sy + sx)) * *scale
+    }
+}
+
+/// The 3×3×3 maxima above the threshold (raster order of (y, x, scale)) and the cube's
+/// minimum and maximum of `blob_log` on an f64 frame — exactly those of the f64 banded search
+/// — from the f32 search and exact values where its bound leaves a decision open. `None`
+/// where this cannot be done cheaply (then the caller runs the f64 path): no threshold, a
+/// negative or > 1 `threshold_rel`, a frame of zeros or of magnitudes beyond 10^±30, a bound
+/// too loose for the frame (too many voxels near the extrema or too many candidates), exact
+/// voxels that would cost more than a quarter of the f64 cube (kernels about as wide as the
+/// frame), or an extremum of exactly zero (whose sign the f64 path's order of reduction
+/// decides).
+pub(super) fn log_peaks_certified(
+    image: &[f64],
+    (h, w): (usize, usize),
+    sigmas: &[f64],
+    p: &BlobLogParams,
+) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    if h == 0 || w == 0 || sigmas.is_empty() || image.len() != h * w {
+        return None;
+    }
+    if p.threshold.is_none() && p.threshold_rel.is_none() {
+        return None;
+    }
+    if p.threshold_rel.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+        return None;
+    }
+    let m = image.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    if !(1e-30..=1e30).contains(&m) {
+        return None;
+    }
+    let planes = exact_planes(sigmas);
+    // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
+    // the f64 cube (kernels as wide as the frame)
+    let budget = 0.25 * f64_cube_cost(&planes, h * w);
+    if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
+        return None;
+    }
+    let e = 2.0 * error_bound(&planes, m);
+    let planes32: Vec<(LogKernels, f32)> = planes
+        .iter()
+        .map(|(k, sc)| (k.clone(), *sc as f32))
+        .collect();
+    let mut img32: Vec<f32> = take_buf(h * w);
+    for (d, s) in img32.iter_mut().zip(image) {
+        *d = *s as f32;
+    }
+    let found = log_peaks_banded_in_f32(&img32, (h, w), &planes32, p, e);
+    let (lo_a, hi_a) = (f64::from(found.lo), f64::from(found.hi));
+    let near = if found.overflow {
+        None
+    } else {
+        near_extrema(&img32, (h, w), &planes32, &found.spans, (lo_a, hi_a, e))
+    };
+    give_buf(img32);
+    let (near_lo, near_hi) = near?;
+    let planned: f64 = near_lo
+        .iter()
+        .chain(&near_hi)
+        .map(|&(s, _, _)| voxel_cost(&planes[s]))
+        .sum();
+    if planned > budget {
+        return None;
+    }
+    let mut exact = ExactVoxels::new(image, (h, w), &planes);
+    // the extrema: the exact values of every voxel that can hold them
+    let mut hi = f64::NEG_INFINITY;
+    for &(s, y, x) in &near_hi {
+        hi = hi.max(exact.get(s, y, x));
+    }
+    let mut lo = f64::INFINITY;
+    for &(s, y, x) in &near_lo {
+        lo = lo.min(exact.get(s, y, x));
+    }
+    if !lo.is_finite() || !hi.is_finite() || lo == 0.0 || hi == 0.0 {
+        return None;
+    }
+    let (thr, lo, hi) = threshold_from((lo, hi), p);
+    let open = |c: &&Cand<f32>| f64::from(c.v) + e > thr;
+    let planned: f64 = found
+        .cands
+        .iter()
+        .filter(open)
+        .map(|c| f64::from(1 + c.near.count_ones()) * voxel_cost(&planes[c.s]))
+        .sum();
+    if planned > budget {
+        return None;
+    }
+    let ns = planes.len();
+    let mut out = Vec::with_capacity(found.cands.len());
+    'cand: for c in found.cands.iter().filter(open) {
+        let v = exact.get(c.s, c.y, c.x);
+        if v <= thr {
+            continue;
+        }
+        let mut near = c.near;
+        while near != 0 {
+            let bit = near.trailing_zeros() as usize;
+            near &= near - 1;
+            let step = |i: usize, d: usize, n: usize| (i + d).saturating_sub(1).min(n - 1);
+            let (sn, yn, xn) = (
+                step(c.s, bit / 9, ns),
+                step(c.y, bit / 3 % 3, h),
+                step(c.x, bit % 3, w),
+            );
+            if exact.get(sn, yn, xn) > v {
+                continue 'cand;
+            }
+        }
+        out.push(Cand {
+            y: c.y,
+            x: c.x,
+            s: c.s,
+            v,
+            near: 0,
+        });
+    }
+    Some((out, lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::detect::blob_log::scale_space::log_peaks_banded;
+    use crate::detect::blob_log::{Accumulate, log_cube};
+    use crate::synth::SplitMix;
+
+    /// [`ExactVoxels`] gives every voxel of the f64 cube bit for bit (frames smaller than the
+    /// kernels included: reflected more than once).
+    #[test]
+    fn exact_voxels_equal_the_cube() {
+        let mut rng = SplitMix::new(5);
+        for (h, w) in [(1, 1), (3, 7), (9, 4), (20, 33)] {
+            let img: Vec<f64> = (0..h * w).map(|_| rng.uniform()).collect();
+            let p = BlobLogParams {
+                max_sigma: 3.0,
+                num_sigma: 4,
+                ..BlobLogParams::default()
+            };
+            let sigmas = p.sigma_list::<f64>();
+            let cube = log_cube(&img, h, w, &sigmas);
+            let planes = exact_planes(&sigmas);
+            let mut ex = ExactVoxels::new(&img, (h, w), &planes);
+            for s in 0..sigmas.len() {
+                for y in 0..h {
+                    for x in 0..w {
+                        let want = cube[s * h * w + y * w + x];
+                        assert_eq!(ex.compute(s, y, x).to_bits(), want.to_bits(), "{h}x{w}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The f32 cube is within the bound of the f64 one, with room: the bound is not
+    /// violated on random frames, and not so loose that it is useless (at most 10⁴ times the
+    /// largest error seen).
+    #[test]
+    fn the_bound_holds_with_room() {
+        let mut rng = SplitMix::new(8);
+        let (h, w) = (40, 50);
+        for scale in [1.0, 1e-3, 300.0] {
+            let img: Vec<f64> = (0..h * w).map(|_| rng.uniform() * scale).collect();
+            let p = BlobLogParams {
+                max_sigma: 6.0,
+                num_sigma: 6,
+                ..BlobLogParams::default()
+            };
+            let sigmas = p.sigma_list::<f64>();
+            let exact = log_cube(&img, h, w, &sigmas);
+            let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
+            let planes = exact_planes(&sigmas);
+            let approx =
+                crate::detect::blob_log::scale_space::log_cube_planes_f32(&img32, (h, w), &planes);
+            let m = img.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let b = error_bound(&planes, m);
+            let worst = exact
+                .iter()
+                .zip(&approx)
+                .map(|(a, b)| (a - f64::from(*b)).abs())
+                .fold(0.0, f64::max);
+            assert!(worst <= b, "scale {scale}: error {worst} > bound {b}");
+            assert!(
+                worst * 1e4 > b,
+                "scale {scale}: bound {b} for error {worst}"
+            );
+        }
+    }
+
+    /// A u8 frame as a microscope gives it: bright Gaussian spots of σ 1–3 on a dim
+    /// background with Poisson-like noise and a few saturated spots, as `img_as_float` scales
+    /// it (k / 255).
+    fn blobs(rng: &mut SplitMix, h: usize, w: usize) -> Vec<f64> {
+        let spots: Vec<(f64, f64, f64, f64)> = (0..(h * w / 150).max(1))
+            .map(|_| {
+                (
+                    rng.uniform() * h as f64,
+                    rng.uniform() * w as f64,
+                    1.0 + 2.0 * rng.uniform(),
+                    60.0 + 400.0 * rng.uniform(),
+                )
+            })
+            .collect();
+        (0..h * w)
+            .map(|i| {
+                let (y, x) = ((i / w) as f64, (i % w) as f64);
+                let mut v = 20.0;
+                for &(sy, sx, s, a) in &spots {
+                    let d2 = (y - sy).powi(2) + (x - sx).powi(2);
+                    v += a * (-d2 / (2.0 * s * s)).exp();
+                }
+                let noisy = v + v.sqrt() * (rng.uniform() - 0.5) * 3.4;
+                noisy.round().clamp(0.0, 255.0) / 255.0
+            })
+            .collect()
+    }
+
+    /// The certified search gives the f64 banded search's maxima (positions, scales and
+    /// responses bit for bit) and extrema, or declines: on random frames of 256 levels, of
+    /// 3 levels (plateaus and exact ties everywhere), of u16-like values, on microscope-like
+    /// frames of spots with saturation, with relative and absolute thresholds and borders,
+    /// from one row to more rows than a band (several parts); and it declines where it must
+    /// (no threshold, zeros).
+    #[test]
+    fn certified_search_equals_the_exact_one() {
+        let mut rng = SplitMix::new(77);
+        let (mut compared, mut declined, mut maxima) = (0, 0, 0);
+        for (h, w) in [(1, 1), (5, 3), (13, 21), (40, 37), (67, 90), (150, 131)] {
+            for levels in [3.0, 256.0, 65536.0, 0.0] {
+                let img: Vec<f64> = if levels == 0.0 {
+                    blobs(&mut rng, h, w)
+                } else {
+                    (0..h * w)
+                        .map(|_| (rng.uniform() * levels).floor() / (levels - 1.0))
+                        .collect()
+                };
+                for (threshold, threshold_rel, exclude_border) in [
+                    (None, Some(0.2), (0, 0)),
+                    (Some(0.01), None, (0, 0)),
+                    (Some(0.02), Some(0.3), (2, 3)),
+                    (None, Some(0.0), (0, 0)),
+                    (Some(-1.0), None, (0, 0)),
+                ] {
+                    let p = BlobLogParams {
+                        max_sigma: 3.0,
+                        num_sigma: 5,
+                        threshold,
+                        threshold_rel,
+                        exclude_border,
+                        ..BlobLogParams::default()
+                    };
+                    let sigmas = p.sigma_list::<f64>();
+                    let (want, lo, hi) = log_peaks_banded(&img, h, w, &sigmas, Accumulate::F64, &p);
+                    let (thr, _, _) = threshold_from((lo, hi), &p);
+                    let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
+                    let want: Vec<_> = want.iter().filter(|c| c.v > thr).map(key).collect();
+                    let what = format!("{h}x{w} levels {levels} {threshold:?} {threshold_rel:?}");
+                    match log_peaks_certified(&img, (h, w), &sigmas, &p) {
+                        None => declined += 1,
+                        Some((got, l, u)) => {
+                            assert_eq!((l.to_bits(), u.to_bits()), (lo.to_bits(), hi.to_bits()));
+                            let got: Vec<_> = got.iter().map(key).collect();
+                            assert_eq!(got, want, "{what}");
+                            compared += 1;
+                            maxima += want.len();
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("compared {compared}, declined {declined}, maxima {maxima}");
+        assert!(
+            compared > 50 && maxima > 1000,
+            "{compared} {declined} {maxima}"
+        );
+        let p = BlobLogParams {
+            threshold: None,
+            threshold_rel: None,
+            ..BlobLogParams::default()
+        };
+        assert!(log_peaks_certified(&[0.5; 100], (10, 10), &[1.0], &p).is_none());
+        let p = BlobLogParams::default();
+        assert!(log_peaks_certified(&[0.0; 100], (10, 10), &[1.0], &p).is_none());
+        // kernels wider than the frame: exact voxels would cost more than the f64 cube
+        let img: Vec<f64> = (0..64 * 64).map(|_| rng.uniform()).collect();
+        assert!(log_peaks_certified(&img, (64, 64), &[100.0], &p).is_none());
+        assert!(log_peaks_certified(&img, (64, 64), &[2.0], &p).is_some());
+        // a flat frame: every voxel is within the bound of both extrema, past the cap
+        let flat = vec![0.5; 200 * 100];
+        assert!(log_peaks_certified(&flat, (200, 100), &[1.0], &p).is_none());
+    }
+}
