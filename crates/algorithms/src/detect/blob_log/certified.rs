@@ -20,8 +20,10 @@
 //! `|ṽ − v_real| ≤ σ²·S₀·S₂·M·(4r + 24)·u₃₂` (to first order), and the same with `u₆₄` for the
 //! f64 cube, so `|ṽ − v| ≤ σ²·S₀·S₂·M·(4r + 24)·(u₃₂ + u₆₄)`. `b` is 1.5 times the largest
 //! of these over the scales (the slack covers the second-order terms and the rounding of the
-//! comparisons below, each ≤ u₃₂·2σ²S₀S₂M, a twelfth of the bound), plus 10⁻³⁵ for f32
-//! underflow. Every test uses `e = 2b`:
+//! comparisons below, each ≤ u₃₂·2σ²S₀S₂M, a twelfth of the bound), plus
+//! `(σ²·(S₀ + S₂ + 2)·(2r + 3) + 1)·2⁻¹⁴⁹` for f32 underflow (an absolute error of at most
+//! 2⁻¹⁵⁰ per operation with a subnormal result). It holds only while the f32 cube stays
+//! finite, which [`fits_f32`] checks first. Every test uses `e = 2b`:
 //!
 //! * a voxel can be a maximum only if `ṽ + e ≥` the largest ṽ of its neighbourhood (a true
 //!   maximum passes: `ṽₚ + b ≥ vₚ ≥ v_q ≥ ṽ_q − b`); a neighbour with `ṽ_q + e ≤ ṽₚ` is
@@ -45,6 +47,8 @@ use crate::detect::real::{give_buf, take_buf};
 /// Unit roundoff of f32 and f64.
 const U32: f64 = f32::EPSILON as f64 / 2.0;
 const U64: f64 = f64::EPSILON / 2.0;
+/// Twice the largest error of an f32 operation with a subnormal result (2⁻¹⁴⁹).
+const TINY32: f64 = 1.401_298_464_324_817e-45;
 
 /// Whether the certified search runs (`ARRAYBRIDGE_DETECT_CERTIFIED`, default 1) on this CPU:
 /// it needs the AVX2 f32 kernels to be faster than the f64 path.
@@ -56,20 +60,50 @@ pub(super) fn enabled() -> bool {
 /// `|ṽ − v| ≤ bound` for every voxel of the f32 cube of `planes` against the f64 one, for
 /// inputs of magnitude at most `m` (see the module documentation).
 fn error_bound(planes: &[(LogKernels, f64)], m: f64) -> f64 {
-    let sum_abs = |half: &[f64]| {
-        half.iter()
-            .enumerate()
-            .map(|(j, w)| if j == 0 { w.abs() } else { 2.0 * w.abs() })
-            .sum::<f64>()
-    };
-    let worst = planes
+    planes
         .iter()
         .map(|(k, sc)| {
             let r = k.radius() as f64;
-            sc.abs() * sum_abs(&k.g0) * sum_abs(&k.g2) * m * (4.0 * r + 24.0) * (U32 + U64)
+            let (s0, s2) = (sum_abs(&k.g0), sum_abs(&k.g2));
+            let rounding = sc.abs() * s0 * s2 * m * (4.0 * r + 24.0) * (U32 + U64);
+            // f32 underflow: an absolute error ≤ 2⁻¹⁵⁰ per operation whose result is
+            // subnormal (2r + 2 per 1-D pass), carried through the x pass and the scale
+            let underflow = (sc.abs() * (s0 + s2 + 2.0) * (2.0 * r + 3.0) + 1.0) * TINY32;
+            1.5 * rounding + underflow
         })
-        .fold(0.0, f64::max);
-    1.5 * worst + 1e-35
+        .fold(0.0, f64::max)
+}
+
+/// `Σ|w|` over all `2r + 1` taps of a symmetric kernel given by its half.
+fn sum_abs(half: &[f64]) -> f64 {
+    half.iter()
+        .enumerate()
+        .map(|(j, w)| if j == 0 { w.abs() } else { 2.0 * w.abs() })
+        .sum()
+}
+
+/// Whether every value the f32 cube of `planes` computes from inputs of magnitude at most `m`
+/// stays finite and normal enough for [`error_bound`]: finite f32 taps, an f32 σ² that is
+/// a normal number, and every partial sum (`M·S₀`, `M·S₂`, `2·S₀·S₂·M`, `2σ²·S₀·S₂·M`) far
+/// below `f32::MAX`. Tiny σ (a second-derivative tap of −1/σ²) or huge pixels fail it.
+fn fits_f32(planes: &[(LogKernels, f64)], m: f64) -> bool {
+    let limit = f64::from(f32::MAX) / 16.0;
+    planes.iter().all(|(k, sc)| {
+        let taps_ok = k.g0.iter().chain(&k.g2).all(|&t| (t as f32).is_finite());
+        let sc32 = *sc as f32;
+        let (s0, s2) = (sum_abs(&k.g0), sum_abs(&k.g2));
+        taps_ok
+            && sc32.is_finite()
+            && sc32.abs() >= f32::MIN_POSITIVE
+            && [
+                m * s0,
+                m * s2,
+                2.0 * s0 * s2 * m,
+                2.0 * sc.abs() * s0 * s2 * m,
+            ]
+            .iter()
+            .all(|&v| v.is_finite() && v < limit)
+    })
 }
 
 /// Voxels near each extremum of the cube past which the certified search gives up (a flat
@@ -280,7 +314,9 @@ impl<'a> ExactVoxels<'a> {
 /// minimum and maximum of `blob_log` on an f64 frame — exactly those of the f64 banded search
 /// — from the f32 search and exact values where its bound leaves a decision open. `None`
 /// where this cannot be done cheaply (then the caller runs the f64 path): no threshold, a
-/// negative or > 1 `threshold_rel`, a frame of zeros or of magnitudes beyond 10^±30, a bound
+/// negative or > 1 `threshold_rel`, a frame with NaN or infinite pixels, of zeros, or of
+/// magnitudes beyond 10^±20, kernels or scales that f32 cannot hold (σ so small that a tap
+/// overflows, σ² subnormal, partial sums near `f32::MAX`), a bound
 /// too loose for the frame (too many voxels near the extrema or too many candidates), exact
 /// voxels that would cost more than a quarter of the f64 cube (kernels about as wide as the
 /// frame), or an extremum of exactly zero (whose sign the f64 path's order of reduction
@@ -300,14 +336,22 @@ pub(super) fn log_peaks_certified(
     if p.threshold_rel.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
         return None;
     }
-    let m = image.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-    if !(1e-30..=1e30).contains(&m) {
+    // NaN-free (the public `blob_log_typed` does not validate pixels): `max` would skip NaN
+    let m = image
+        .iter()
+        .try_fold(0.0f64, |a, v| v.is_finite().then(|| a.max(v.abs())))?;
+    if !(1e-20..=1e20).contains(&m) {
         return None;
     }
     let planes = exact_planes(sigmas);
+    if !fits_f32(&planes, m) {
+        return None;
+    }
     // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
     // the f64 cube (kernels as wide as the frame)
     let budget = 0.25 * f64_cube_cost(&planes, h * w);
+    // and their memory (a hash map entry each) within a few bytes per pixel
+    let max_voxels = (h * w / 4).max(64);
     if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
         return None;
     }
@@ -322,7 +366,8 @@ pub(super) fn log_peaks_certified(
     }
     let found = log_peaks_banded_in_f32(&img32, (h, w), &planes32, p, e);
     let (lo_a, hi_a) = (f64::from(found.lo), f64::from(found.hi));
-    let near = if found.overflow {
+    // a backstop of `fits_f32`: a non-finite f32 cube settles nothing
+    let near = if found.overflow || !(lo_a.is_finite() && hi_a.is_finite() && e.is_finite()) {
         None
     } else {
         near_extrema(&img32, (h, w), &planes32, &found.spans, (lo_a, hi_a, e))
@@ -334,7 +379,7 @@ pub(super) fn log_peaks_certified(
         .chain(&near_hi)
         .map(|&(s, _, _)| voxel_cost(&planes[s]))
         .sum();
-    if planned > budget {
+    if planned > budget || near_lo.len() + near_hi.len() > max_voxels {
         return None;
     }
     let mut exact = ExactVoxels::new(image, (h, w), &planes);
@@ -358,7 +403,13 @@ pub(super) fn log_peaks_certified(
         .filter(open)
         .map(|c| f64::from(1 + c.near.count_ones()) * voxel_cost(&planes[c.s]))
         .sum();
-    if planned > budget {
+    let count: usize = found
+        .cands
+        .iter()
+        .filter(open)
+        .map(|c| 1 + c.near.count_ones() as usize)
+        .sum();
+    if planned > budget || count > max_voxels {
         return None;
     }
     let ns = planes.len();
@@ -561,6 +612,13 @@ mod tests {
         let img: Vec<f64> = (0..64 * 64).map(|_| rng.uniform()).collect();
         assert!(log_peaks_certified(&img, (64, 64), &[100.0], &p).is_none());
         assert!(log_peaks_certified(&img, (64, 64), &[2.0], &p).is_some());
+        // σ so small that the f32 taps overflow; a NaN or infinite pixel
+        assert!(log_peaks_certified(&img, (64, 64), &[1e-20], &p).is_none());
+        let mut bad = img.clone();
+        bad[7] = f64::NAN;
+        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p).is_none());
+        bad[7] = f64::INFINITY;
+        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p).is_none());
         // a flat frame: every voxel is within the bound of both extrema, past the cap
         let flat = vec![0.5; 200 * 100];
         assert!(log_peaks_certified(&flat, (200, 100), &[1.0], &p).is_none());

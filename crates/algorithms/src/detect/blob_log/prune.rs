@@ -83,7 +83,14 @@ pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
     };
     let (ky_max, kx_max) = key(ymax, xmax);
     let cells = (ky_max as f64 + 1.0) * (kx_max as f64 + 1.0);
-    if !(cells.is_finite() && cells <= (4 * n + 1024) as f64) {
+    // NaN on an axis (no extent) or a grid far larger than the candidates: the hash map
+    let dense = ymin <= ymax
+        && xmin <= xmax
+        && ky_max >= 0
+        && kx_max >= 0
+        && cells.is_finite()
+        && cells <= (4 * n + 1024) as f64;
+    if !dense {
         return pairs_within_sparse(pos, c2, key);
     }
     let (ny, nx) = (ky_max as usize + 1, kx_max as usize + 1);
@@ -247,6 +254,11 @@ mod tests {
         }
         let pos = [(0.0, 0.0), (1.0, 0.0)];
         assert!(pairs_within(&pos, -1.0).is_empty());
+        // NaN on one axis: the hash grid, no panic, no huge grid
+        let nan_y = [(f64::NAN, 0.0), (f64::NAN, 1.0), (f64::NAN, 50.0)];
+        assert!(pairs_within(&nan_y, 2.0).is_empty());
+        let nan_x = [(0.0, f64::NAN), (1.0, f64::NAN)];
+        assert!(pairs_within(&nan_x, 2.0).is_empty());
         assert!(pairs_within(&pos, f64::NAN).is_empty());
     }
 }
