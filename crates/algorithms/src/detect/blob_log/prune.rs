@@ -121,20 +121,36 @@ pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
         let (x0, x1) = (kx.saturating_sub(1), (kx + 1).min(nx - 1));
         js.clear();
         for row in ky.saturating_sub(1)..=(ky + 1).min(ny - 1) {
-            let run = &sorted[start[row * nx + x0]..start[row * nx + x1 + 1]];
-            for &(yj, xj, j) in run {
-                if j > i {
-                    let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
-                    if d2 <= c2 {
-                        js.push(j);
-                    }
-                }
+            for &(yj, xj, j) in &sorted[start[row * nx + x0]..start[row * nx + x1 + 1]] {
+                consider(&mut js, (i, y, x), c2, (yj, xj, j));
             }
         }
-        js.sort_unstable();
-        pairs.extend(js.iter().map(|&j| (i, j)));
+        flush(&mut pairs, &mut js, i);
     }
     pairs
+}
+
+/// Note `j` in `js` when `j > i` and `(yj, xj)` is within `√c2` of `(y, x)`.
+#[inline(always)]
+fn consider(
+    js: &mut Vec<usize>,
+    (i, y, x): (usize, f64, f64),
+    c2: f64,
+    (yj, xj, j): (f64, f64, usize),
+) {
+    if j > i {
+        let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
+        if d2 <= c2 {
+            js.push(j);
+        }
+    }
+}
+
+/// Append the pairs `(i, j)` of the `j` noted in `js`, in ascending `j`.
+#[inline(always)]
+fn flush(pairs: &mut Vec<(usize, usize)>, js: &mut [usize], i: usize) {
+    js.sort_unstable();
+    pairs.extend(js.iter().map(|&j| (i, j)));
 }
 
 /// [`pairs_within`] with a hash map of the occupied cells (`key`: a position's cell).
@@ -155,21 +171,12 @@ fn pairs_within_sparse(
         js.clear();
         for dy in -1..=1 {
             for dx in -1..=1 {
-                if let Some(list) = grid.get(&(ky + dy, kx + dx)) {
-                    for &j in list {
-                        if j > i {
-                            let (yj, xj) = pos[j];
-                            let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
-                            if d2 <= c2 {
-                                js.push(j);
-                            }
-                        }
-                    }
+                for &j in grid.get(&(ky + dy, kx + dx)).into_iter().flatten() {
+                    consider(&mut js, (i, y, x), c2, (pos[j].0, pos[j].1, j));
                 }
             }
         }
-        js.sort_unstable();
-        pairs.extend(js.iter().map(|&j| (i, j)));
+        flush(&mut pairs, &mut js, i);
     }
     pairs
 }

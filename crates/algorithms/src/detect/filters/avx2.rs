@@ -25,15 +25,6 @@ use super::{Boundary, map_index};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Avx2(());
 
-/// Columns of one register block of the y pass (per kernel: 4 vectors, 8 accumulators for the
-/// pair g2, g0).
-const YB: usize = 16;
-/// Columns of one register block of the x passes (per pass: 4 vectors, 8 accumulators for the
-/// pair Lyy, Lxx).
-const XB: usize = 16;
-/// Column strip of the y pass: the 2r + 1 input rows of a strip stay in L1 while y advances.
-const STRIP: usize = 64;
-
 impl Avx2 {
     /// The token, when the CPU supports AVX2.
     pub(crate) fn detect() -> Option<Self> {
@@ -89,10 +80,14 @@ impl Avx2 {
         // 0..h), every write < (y1 − y0)·pw ≤ a2.len(), a0.len(): checked above
         if round_f32 {
             // SAFETY: AVX2 is available (`self`); the lengths are checked above.
-            unsafe { y_rows_avx2::<true>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
+            unsafe {
+                y_rows_avx2::<__m256d, true>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0)
+            }
         } else {
             // SAFETY: as above.
-            unsafe { y_rows_avx2::<false>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
+            unsafe {
+                y_rows_avx2::<__m256d, false>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0)
+            }
         }
     }
 
@@ -119,7 +114,7 @@ impl Avx2 {
         );
         // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
         // below w = output lengths (checked above).
-        unsafe { x_rows_avx2((row2, row0), (g0, g2), w, XOut::Pair(lyy, lxx)) }
+        unsafe { x_rows_avx2::<__m256d>((row2, row0), (g0, g2), w, XOut::Pair(lyy, lxx)) }
     }
 
     /// [`Avx2::x_row_pair`] and the generic combine in one pass: `out[x] =
@@ -149,7 +144,7 @@ impl Avx2 {
         // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
         // below w = the output's length and within the 8 extrema lanes (checked above).
         unsafe {
-            x_rows_avx2(
+            x_rows_avx2::<__m256d>(
                 (row2, row0),
                 (g0, g2),
                 w,
@@ -305,245 +300,400 @@ unsafe fn ld(p: *const f64) -> __m256d {
     unsafe { _mm256_loadu_pd(p) }
 }
 
-/// With `F32`, round each lane to f32 and back (`(v as f32) as f64`: round to nearest even,
-/// as `_mm256_cvtpd_ps` under the default rounding mode Rust assumes); else `v`.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn round<const F32: bool>(v: __m256d) -> __m256d {
-    if F32 {
+/// Load 8 f32 from `p`.
+///
+/// # Safety
+/// AVX2; `p..p + 8` readable.
+#[inline(always)]
+unsafe fn ld8(p: *const f32) -> __m256 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { _mm256_loadu_ps(p) }
+}
+
+/// A 256-bit vector: 4 f64 or 8 f32 lanes. The pass kernels below are written once for both.
+///
+/// # Safety
+/// Each method is an AVX intrinsic compiled with AVX2 enabled: call it only where the CPU has
+/// AVX2 (from the kernels, which an [`Avx2`] token guards); `load` and `store` also need
+/// `p..p + L` readable or writable.
+trait Lanes: Copy {
+    /// The lane type.
+    type E: Copy
+        + PartialOrd
+        + std::ops::Add<Output = Self::E>
+        + std::ops::Mul<Output = Self::E>
+        + std::ops::Neg<Output = Self::E>;
+    /// Lanes per vector.
+    const L: usize;
+    /// `L` values from `p` (unaligned).
+    unsafe fn load(p: *const Self::E) -> Self;
+    /// `L` values to `p` (unaligned).
+    unsafe fn store(p: *mut Self::E, v: Self);
+    /// Every lane `e`.
+    unsafe fn splat(e: Self::E) -> Self;
+    /// `a + b` per lane.
+    unsafe fn add(a: Self, b: Self) -> Self;
+    /// `a · b` per lane (never fused with an addition).
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    /// `−v` per lane (the sign bit flipped, as Rust's `-x`).
+    unsafe fn neg(v: Self) -> Self;
+    /// `a < b ? a : b` per lane.
+    unsafe fn min(a: Self, b: Self) -> Self;
+    /// `a > b ? a : b` per lane.
+    unsafe fn max(a: Self, b: Self) -> Self;
+    /// Each lane rounded to f32 and back (f64 lanes: `(v as f32) as f64`, round to nearest
+    /// even as `_mm256_cvtpd_ps` under the default rounding mode Rust assumes); f32 lanes
+    /// unchanged.
+    unsafe fn round_f32(v: Self) -> Self;
+    /// [`Lanes::round_f32`] of one value.
+    fn round1_f32(e: Self::E) -> Self::E;
+}
+
+impl Lanes for __m256d {
+    type E = f64;
+    const L: usize = 4;
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load(p: *const f64) -> Self {
+        // SAFETY: `p..p + 4` readable (the caller's contract).
+        unsafe { _mm256_loadu_pd(p) }
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn store(p: *mut f64, v: Self) {
+        // SAFETY: `p..p + 4` writable (the caller's contract).
+        unsafe { _mm256_storeu_pd(p, v) }
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn splat(e: f64) -> Self {
+        _mm256_set1_pd(e)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        _mm256_add_pd(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        _mm256_mul_pd(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn neg(v: Self) -> Self {
+        _mm256_xor_pd(v, _mm256_set1_pd(-0.0))
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        _mm256_min_pd(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        _mm256_max_pd(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn round_f32(v: Self) -> Self {
         _mm256_cvtps_pd(_mm256_cvtpd_ps(v))
-    } else {
-        v
+    }
+    #[inline(always)]
+    fn round1_f32(e: f64) -> f64 {
+        f64::from(e as f32)
     }
 }
 
-/// The y passes of [`Avx2::y_rows`] (`offs[(y − y0)·r + j − 1]` = the offsets of rows y − j
-/// and y + j).
+impl Lanes for __m256 {
+    type E = f32;
+    const L: usize = 8;
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: `p..p + 8` readable (the caller's contract).
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: `p..p + 8` writable (the caller's contract).
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn splat(e: f32) -> Self {
+        _mm256_set1_ps(e)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        _mm256_add_ps(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        _mm256_mul_ps(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn neg(v: Self) -> Self {
+        _mm256_xor_ps(v, _mm256_set1_ps(-0.0))
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        _mm256_min_ps(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        _mm256_max_ps(a, b)
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn round_f32(v: Self) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn round1_f32(e: f32) -> f32 {
+        e
+    }
+}
+
+/// Vectors per register block of the passes (4: 16 f64 or 32 f32 columns; per kernel pair,
+/// 8 accumulators).
+const BLOCK: usize = 4;
+
+/// The y passes of [`Avx2::y_rows`] and [`Avx2::y_rows_f32`] (`offs[(y − y0)·r + j − 1]` =
+/// the offsets of rows y − j and y + j), each output rounded with [`Lanes::round_f32`] when
+/// `ROUND`. Column strips of `16·L` keep the 2r + 1 input rows of a strip in L1 while y
+/// advances.
 ///
 /// # Safety
-/// AVX2; `img[off + x]` readable for every offset in `offs` (and `(y)·stride` for y in
+/// AVX2; `img[off + x]` readable for every offset in `offs` (and `y·stride` for y in
 /// `y0..y1`) and x < w; `a2`, `a0` hold `(y1 − y0)·(w + 2r)` values.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn y_rows_avx2<const F32: bool>(
-    img: &[f64],
+unsafe fn y_rows_avx2<V: Lanes, const ROUND: bool>(
+    img: &[V::E],
     stride: usize,
     w: usize,
     (y0, y1): (usize, usize),
-    (g2, g0): (&[f64], &[f64]),
+    (g2, g0): (&[V::E], &[V::E]),
     offs: &[(usize, usize)],
-    a2: &mut [f64],
-    a0: &mut [f64],
+    a2: &mut [V::E],
+    a0: &mut [V::E],
 ) {
+    let (l, cols) = (V::L, BLOCK * V::L);
     let r = g0.len() - 1;
     let pw = w + 2 * r;
     let ip = img.as_ptr();
-    let round1 = |v: f64| if F32 { f64::from(v as f32) } else { v };
-    let (c2, c0) = (_mm256_set1_pd(g2[0]), _mm256_set1_pd(g0[0]));
-    let mut xs = 0;
-    while xs < w {
-        let xe = (xs + STRIP).min(w);
-        for y in y0..y1 {
-            let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
-            let centre = y * stride;
-            let orow = (y - y0) * pw + r;
-            let (o2, o0) = (
-                a2[orow..orow + w].as_mut_ptr(),
-                a0[orow..orow + w].as_mut_ptr(),
-            );
-            let mut x = xs;
-            // 16 columns: 4 vectors per kernel
-            while x + YB <= xe {
-                // SAFETY: columns x..x + 16 ≤ w of rows inside the image (caller's contract).
-                unsafe {
+    let round1 = |v: V::E| if ROUND { V::round1_f32(v) } else { v };
+    // SAFETY: AVX2 (the caller's contract); every read is at columns x..x + L·n ≤ w of rows
+    // inside the image, every write below (y1 − y0)·pw (the caller's contract).
+    unsafe {
+        let round = |v: V| if ROUND { V::round_f32(v) } else { v };
+        let (c2, c0) = (V::splat(g2[0]), V::splat(g0[0]));
+        let mut xs = 0;
+        while xs < w {
+            let xe = (xs + 16 * l).min(w);
+            for y in y0..y1 {
+                let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
+                let centre = y * stride;
+                let orow = (y - y0) * pw + r;
+                let (o2, o0) = (
+                    a2[orow..orow + w].as_mut_ptr(),
+                    a0[orow..orow + w].as_mut_ptr(),
+                );
+                let mut x = xs;
+                // BLOCK vectors per kernel
+                while x + cols <= xe {
                     let p = ip.add(centre + x);
-                    let (v0, v1, v2, v3) = (ld(p), ld(p.add(4)), ld(p.add(8)), ld(p.add(12)));
-                    let mut s20 = _mm256_mul_pd(v0, c2);
-                    let mut s21 = _mm256_mul_pd(v1, c2);
-                    let mut s22 = _mm256_mul_pd(v2, c2);
-                    let mut s23 = _mm256_mul_pd(v3, c2);
-                    let mut s00 = _mm256_mul_pd(v0, c0);
-                    let mut s01 = _mm256_mul_pd(v1, c0);
-                    let mut s02 = _mm256_mul_pd(v2, c0);
-                    let mut s03 = _mm256_mul_pd(v3, c0);
+                    let v: [V; BLOCK] = std::array::from_fn(|q| V::load(p.add(l * q)));
+                    let mut s2: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c2));
+                    let mut s0: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c0));
                     for j in (1..=r).rev() {
                         let (u, d) = *off.get_unchecked(j - 1);
                         let (pu, pd) = (ip.add(u + x), ip.add(d + x));
                         let (w2, w0) = (
-                            _mm256_set1_pd(*g2.get_unchecked(j)),
-                            _mm256_set1_pd(*g0.get_unchecked(j)),
+                            V::splat(*g2.get_unchecked(j)),
+                            V::splat(*g0.get_unchecked(j)),
                         );
-                        let t0 = _mm256_add_pd(ld(pu), ld(pd));
-                        let t1 = _mm256_add_pd(ld(pu.add(4)), ld(pd.add(4)));
-                        let t2 = _mm256_add_pd(ld(pu.add(8)), ld(pd.add(8)));
-                        let t3 = _mm256_add_pd(ld(pu.add(12)), ld(pd.add(12)));
-                        s20 = _mm256_add_pd(s20, _mm256_mul_pd(t0, w2));
-                        s21 = _mm256_add_pd(s21, _mm256_mul_pd(t1, w2));
-                        s22 = _mm256_add_pd(s22, _mm256_mul_pd(t2, w2));
-                        s23 = _mm256_add_pd(s23, _mm256_mul_pd(t3, w2));
-                        s00 = _mm256_add_pd(s00, _mm256_mul_pd(t0, w0));
-                        s01 = _mm256_add_pd(s01, _mm256_mul_pd(t1, w0));
-                        s02 = _mm256_add_pd(s02, _mm256_mul_pd(t2, w0));
-                        s03 = _mm256_add_pd(s03, _mm256_mul_pd(t3, w0));
+                        for q in 0..BLOCK {
+                            let t = V::add(V::load(pu.add(l * q)), V::load(pd.add(l * q)));
+                            s2[q] = V::add(s2[q], V::mul(t, w2));
+                            s0[q] = V::add(s0[q], V::mul(t, w0));
+                        }
                     }
-                    let (q2, q0) = (o2.add(x), o0.add(x));
-                    _mm256_storeu_pd(q2, round::<F32>(s20));
-                    _mm256_storeu_pd(q2.add(4), round::<F32>(s21));
-                    _mm256_storeu_pd(q2.add(8), round::<F32>(s22));
-                    _mm256_storeu_pd(q2.add(12), round::<F32>(s23));
-                    _mm256_storeu_pd(q0, round::<F32>(s00));
-                    _mm256_storeu_pd(q0.add(4), round::<F32>(s01));
-                    _mm256_storeu_pd(q0.add(8), round::<F32>(s02));
-                    _mm256_storeu_pd(q0.add(12), round::<F32>(s03));
+                    for q in 0..BLOCK {
+                        V::store(o2.add(x + l * q), round(s2[q]));
+                        V::store(o0.add(x + l * q), round(s0[q]));
+                    }
+                    x += cols;
                 }
-                x += YB;
-            }
-            // 4 columns
-            while x + 4 <= xe {
-                // SAFETY: columns x..x + 4 ≤ w (caller's contract).
-                unsafe {
-                    let v = ld(ip.add(centre + x));
-                    let mut s2 = _mm256_mul_pd(v, c2);
-                    let mut s0 = _mm256_mul_pd(v, c0);
+                // one vector
+                while x + l <= xe {
+                    let v = V::load(ip.add(centre + x));
+                    let mut s2 = V::mul(v, c2);
+                    let mut s0 = V::mul(v, c0);
                     for j in (1..=r).rev() {
                         let (u, d) = *off.get_unchecked(j - 1);
-                        let t = _mm256_add_pd(ld(ip.add(u + x)), ld(ip.add(d + x)));
-                        s2 = _mm256_add_pd(s2, _mm256_mul_pd(t, _mm256_set1_pd(g2[j])));
-                        s0 = _mm256_add_pd(s0, _mm256_mul_pd(t, _mm256_set1_pd(g0[j])));
+                        let t = V::add(V::load(ip.add(u + x)), V::load(ip.add(d + x)));
+                        s2 = V::add(s2, V::mul(t, V::splat(g2[j])));
+                        s0 = V::add(s0, V::mul(t, V::splat(g0[j])));
                     }
-                    _mm256_storeu_pd(o2.add(x), round::<F32>(s2));
-                    _mm256_storeu_pd(o0.add(x), round::<F32>(s0));
+                    V::store(o2.add(x), round(s2));
+                    V::store(o0.add(x), round(s0));
+                    x += l;
                 }
-                x += 4;
-            }
-            // the last columns, one at a time
-            while x < xe {
-                let c = img[centre + x];
-                let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
-                for j in (1..=r).rev() {
-                    let (u, d) = off[j - 1];
-                    let t = img[u + x] + img[d + x];
-                    s2 += t * g2[j];
-                    s0 += t * g0[j];
+                // the last columns, one at a time
+                while x < xe {
+                    let c = img[centre + x];
+                    let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
+                    for j in (1..=r).rev() {
+                        let (u, d) = off[j - 1];
+                        let t = img[u + x] + img[d + x];
+                        s2 = s2 + t * g2[j];
+                        s0 = s0 + t * g0[j];
+                    }
+                    a2[orow + x] = round1(s2);
+                    a0[orow + x] = round1(s0);
+                    x += 1;
                 }
-                a2[orow + x] = round1(s2);
-                a0[orow + x] = round1(s0);
-                x += 1;
             }
+            xs = xe;
         }
-        xs = xe;
     }
 }
 
 /// Where the x passes put a block of outputs: both rows (`lyy`, `lxx`), or the cube's
 /// `(−(Lyy + Lxx))·scale` with its running extrema (the combine fused into the pass, so `Lyy`
 /// and `Lxx` never leave the registers).
-enum XOut<'a> {
+enum XOut<'a, E> {
     /// `lyy`, `lxx`, `w` values each.
-    Pair(&'a mut [f64], &'a mut [f64]),
+    Pair(&'a mut [E], &'a mut [E]),
     /// `out` (`w` values), the scale, and 8 lanes of minima and maxima.
-    Scaled(&'a mut [f64], f64, (&'a mut [f64], &'a mut [f64])),
+    Scaled(&'a mut [E], E, (&'a mut [E], &'a mut [E])),
 }
 
-/// `Lyy` and `Lxx` of the 4·N columns from `c2`, `c0` (the columns' centre samples in rows
+/// `Lyy` and `Lxx` of the L·N columns from `c2`, `c0` (the columns' centre samples in rows
 /// padded by `r`), each lane in the generic order.
 ///
 /// # Safety
-/// AVX2; `c2 − r .. c2 + 4N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
+/// AVX2; `c2 − r .. c2 + L·N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn x_block<const N: usize>(
-    (c2, c0): (*const f64, *const f64),
-    (g0, g2): (&[f64], &[f64]),
+unsafe fn x_block<V: Lanes, const N: usize>(
+    (c2, c0): (*const V::E, *const V::E),
+    (g0, g2): (&[V::E], &[V::E]),
     r: usize,
-) -> ([__m256d; N], [__m256d; N]) {
-    let (cy, cx) = (_mm256_set1_pd(g0[0]), _mm256_set1_pd(g2[0]));
-    // SAFETY: every read is within the ranges the caller guarantees.
+) -> ([V; N], [V; N]) {
+    let l = V::L;
+    // SAFETY: AVX2 and every read within the ranges the caller guarantees.
     unsafe {
-        let mut ys: [__m256d; N] = std::array::from_fn(|v| _mm256_mul_pd(ld(c2.add(4 * v)), cy));
-        let mut xs: [__m256d; N] = std::array::from_fn(|v| _mm256_mul_pd(ld(c0.add(4 * v)), cx));
+        let (cy, cx) = (V::splat(g0[0]), V::splat(g2[0]));
+        let mut ys: [V; N] = std::array::from_fn(|v| V::mul(V::load(c2.add(l * v)), cy));
+        let mut xs: [V; N] = std::array::from_fn(|v| V::mul(V::load(c0.add(l * v)), cx));
         for j in (1..=r).rev() {
             let (wy, wx) = (
-                _mm256_set1_pd(*g0.get_unchecked(j)),
-                _mm256_set1_pd(*g2.get_unchecked(j)),
+                V::splat(*g0.get_unchecked(j)),
+                V::splat(*g2.get_unchecked(j)),
             );
             let (l2, r2) = (c2.sub(j), c2.add(j));
             for (v, y) in ys.iter_mut().enumerate() {
-                let t = _mm256_add_pd(ld(l2.add(4 * v)), ld(r2.add(4 * v)));
-                *y = _mm256_add_pd(*y, _mm256_mul_pd(t, wy));
+                let t = V::add(V::load(l2.add(l * v)), V::load(r2.add(l * v)));
+                *y = V::add(*y, V::mul(t, wy));
             }
             let (l0, r0) = (c0.sub(j), c0.add(j));
             for (v, x) in xs.iter_mut().enumerate() {
-                let t = _mm256_add_pd(ld(l0.add(4 * v)), ld(r0.add(4 * v)));
-                *x = _mm256_add_pd(*x, _mm256_mul_pd(t, wx));
+                let t = V::add(V::load(l0.add(l * v)), V::load(r0.add(l * v)));
+                *x = V::add(*x, V::mul(t, wx));
             }
         }
         (ys, xs)
     }
 }
 
-/// The x passes of [`Avx2::x_row_pair`] and [`Avx2::x_row_scaled`].
+/// The x passes of [`Avx2::x_row_pair`], [`Avx2::x_row_scaled`] and
+/// [`Avx2::x_row_scaled_f32`]. The extrema fold lane `x mod 8` of blocks of `L` columns
+/// (lane 0 for the last columns), as the generic `combine_row` does.
 ///
 /// # Safety
 /// AVX2; `row2`, `row0` hold `w + 2r` values, the outputs `w` (and 8 extrema lanes).
 #[target_feature(enable = "avx2")]
-unsafe fn x_rows_avx2(
-    (row2, row0): (&[f64], &[f64]),
-    (g0, g2): (&[f64], &[f64]),
+unsafe fn x_rows_avx2<V: Lanes>(
+    (row2, row0): (&[V::E], &[V::E]),
+    (g0, g2): (&[V::E], &[V::E]),
     w: usize,
-    mut out: XOut<'_>,
+    mut out: XOut<'_, V::E>,
 ) {
+    let l = V::L;
     let r = g0.len() - 1;
     let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
-    // negation flips the sign bit, as Rust's `-x`
-    let sign = _mm256_set1_pd(-0.0);
-    let mut put = |x: usize, ys: &[__m256d], xs: &[__m256d]| match &mut out {
-        XOut::Pair(lyy, lxx) => {
+    // the 8 extrema lanes as 8 / L vectors held in registers across the row (vector k: lanes
+    // k·L..(k + 1)·L)
+    let nv = 8 / l;
+    let mut ext = match &out {
+        // SAFETY: AVX2; lanes k·L..(k + 1)·L ≤ 8 of the 8 extrema (caller's contract).
+        XOut::Scaled(_, _, (lo, hi)) => unsafe {
+            let at = |e: &[V::E], k: usize| V::load(e.as_ptr().add(l * k.min(nv - 1)));
+            Some(([at(lo, 0), at(lo, 1)], [at(hi, 0), at(hi, 1)]))
+        },
+        XOut::Pair(..) => None,
+    };
+    let mut put = |x: usize, ys: &[V], xs: &[V]| match (&mut out, &mut ext) {
+        (XOut::Pair(lyy, lxx), _) => {
             for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
-                // SAFETY: x + 4v + 4 ≤ w, the length of both rows (checked by the caller).
+                // SAFETY: AVX2; x + L·v + L ≤ w, the length of both rows (caller's contract).
                 unsafe {
-                    _mm256_storeu_pd(lyy.as_mut_ptr().add(x + 4 * v), *y);
-                    _mm256_storeu_pd(lxx.as_mut_ptr().add(x + 4 * v), *xx);
+                    V::store(lyy.as_mut_ptr().add(x + l * v), *y);
+                    V::store(lxx.as_mut_ptr().add(x + l * v), *xx);
                 }
             }
         }
-        XOut::Scaled(o, scale, (lo, hi)) => {
-            let sc = _mm256_set1_pd(*scale);
+        (XOut::Scaled(o, scale, _), Some((lov, hiv))) => {
             for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
-                // lanes 0..4 or 4..8 of the extrema (x mod 8)
-                let e = 4 * ((x / 4 + v) % 2);
-                // SAFETY: x + 4v + 4 ≤ w, the output's length; e + 4 ≤ 8, the extrema's.
+                // the extrema vector of lanes (x mod 8) rounded down to a vector
+                let k = (x + l * v) % 8 / l;
+                // SAFETY: AVX2; x + L·v + L ≤ w, the output's length (caller's contract).
                 unsafe {
-                    let c = _mm256_mul_pd(_mm256_xor_pd(_mm256_add_pd(*y, *xx), sign), sc);
-                    _mm256_storeu_pd(o.as_mut_ptr().add(x + 4 * v), c);
-                    // `_mm256_min_pd(a, b)` is `a < b ? a : b`, `_mm256_max_pd(a, b)` `a > b ? a : b`
-                    let l = _mm256_min_pd(c, ld(lo.as_ptr().add(e)));
-                    let u = _mm256_max_pd(c, ld(hi.as_ptr().add(e)));
-                    _mm256_storeu_pd(lo.as_mut_ptr().add(e), l);
-                    _mm256_storeu_pd(hi.as_mut_ptr().add(e), u);
+                    let c = V::mul(V::neg(V::add(*y, *xx)), V::splat(*scale));
+                    V::store(o.as_mut_ptr().add(x + l * v), c);
+                    lov[k] = V::min(c, lov[k]);
+                    hiv[k] = V::max(c, hiv[k]);
                 }
             }
         }
+        (XOut::Scaled(..), None) => {}
     };
     let mut x = 0;
-    while x + XB <= w {
-        // SAFETY: reads at x + r ± j + 0..16 ≤ w + 2r.
-        let (ys, xs) =
-            unsafe { x_block::<{ XB / 4 }>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+    while x + BLOCK * l <= w {
+        // SAFETY: reads at x + r ± j + 0..BLOCK·L ≤ w + 2r.
+        let (ys, xs) = unsafe { x_block::<V, BLOCK>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
         put(x, &ys, &xs);
-        x += XB;
+        x += BLOCK * l;
     }
-    while x + 4 <= w {
-        // SAFETY: reads at x + r ± j + 0..4 ≤ w + 2r.
-        let (ys, xs) = unsafe { x_block::<1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+    while x + l <= w {
+        // SAFETY: reads at x + r ± j + 0..L ≤ w + 2r.
+        let (ys, xs) = unsafe { x_block::<V, 1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
         put(x, &ys, &xs);
-        x += 4;
+        x += l;
+    }
+    if let (XOut::Scaled(_, _, (lo, hi)), Some((lov, hiv))) = (&mut out, &ext) {
+        for k in 0..nv {
+            // SAFETY: AVX2; lanes k·L..(k + 1)·L ≤ 8 of the 8 extrema (caller's contract).
+            unsafe {
+                V::store(lo.as_mut_ptr().add(l * k), lov[k]);
+                V::store(hi.as_mut_ptr().add(l * k), hiv[k]);
+            }
+        }
     }
     while x < w {
         let (mut sy, mut sx) = (row2[r + x] * g0[0], row0[r + x] * g2[0]);
         for j in (1..=r).rev() {
-            sy += (row2[r + x - j] + row2[r + x + j]) * g0[j];
-            sx += (row0[r + x - j] + row0[r + x + j]) * g2[j];
+            sy = sy + (row2[r + x - j] + row2[r + x + j]) * g0[j];
+            sx = sx + (row0[r + x - j] + row0[r + x + j]) * g2[j];
         }
         match &mut out {
             XOut::Pair(lyy, lxx) => {
@@ -566,9 +716,6 @@ unsafe fn x_rows_avx2(
 // for lane, in the same order (separate multiplications and additions, no reassociation), so
 // the f32 planes are bit-identical to the generic f32 path's
 // (`filters::tests::avx2_f32_planes_equal_the_generic_ones`).
-
-/// Columns of one f32 register block (4 vectors of 8).
-const B32: usize = 32;
 
 impl Avx2 {
     /// [`Avx2::y_rows`] for an f32 image and f32 accumulation (`g2`, `g0`: the taps in f32).
@@ -604,7 +751,7 @@ impl Avx2 {
         // SAFETY: AVX2 is available (`self`); every offset + column read is
         // < (h − 1)·stride + w ≤ img.len(), every write < (y1 − y0)·pw ≤ a2.len(), a0.len()
         // (checked above).
-        unsafe { y_rows_f32_avx2(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
+        unsafe { y_rows_avx2::<__m256, false>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
     }
 
     /// [`Avx2::x_row_scaled`] for f32 rows, taps, output and extrema: `out[x] =
@@ -631,214 +778,13 @@ impl Avx2 {
         assert!(lo.len() == 8 && hi.len() == 8, "extrema lanes");
         // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
         // below w = the output's length and within the 8 extrema lanes (checked above).
-        unsafe { x_rows_f32_avx2((row2, row0), (g0, g2), w, scale, out, (lo, hi)) }
-    }
-}
-
-/// Load 8 f32 from `p`.
-///
-/// # Safety
-/// AVX2; `p..p + 8` readable.
-#[inline(always)]
-unsafe fn ld8(p: *const f32) -> __m256 {
-    // SAFETY: guaranteed by the caller.
-    unsafe { _mm256_loadu_ps(p) }
-}
-
-/// The f32 y passes of [`Avx2::y_rows_f32`] (offsets as [`y_rows_avx2`]'s).
-///
-/// # Safety
-/// AVX2; `img[off + x]` readable for every offset in `offs` (and `y·stride` for y in
-/// `y0..y1`) and x < w; `a2`, `a0` hold `(y1 − y0)·(w + 2r)` values.
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn y_rows_f32_avx2(
-    img: &[f32],
-    stride: usize,
-    w: usize,
-    (y0, y1): (usize, usize),
-    (g2, g0): (&[f32], &[f32]),
-    offs: &[(usize, usize)],
-    a2: &mut [f32],
-    a0: &mut [f32],
-) {
-    let r = g0.len() - 1;
-    let pw = w + 2 * r;
-    let ip = img.as_ptr();
-    let (c2, c0) = (_mm256_set1_ps(g2[0]), _mm256_set1_ps(g0[0]));
-    let mut xs = 0;
-    while xs < w {
-        let xe = (xs + 2 * STRIP).min(w);
-        for y in y0..y1 {
-            let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
-            let centre = y * stride;
-            let orow = (y - y0) * pw + r;
-            let (o2, o0) = (
-                a2[orow..orow + w].as_mut_ptr(),
-                a0[orow..orow + w].as_mut_ptr(),
-            );
-            let mut x = xs;
-            // 32 columns: 4 vectors per kernel
-            while x + B32 <= xe {
-                // SAFETY: columns x..x + 32 ≤ w of rows inside the image (caller's contract).
-                unsafe {
-                    let p = ip.add(centre + x);
-                    let v: [__m256; 4] = std::array::from_fn(|q| ld8(p.add(8 * q)));
-                    let mut s2: [__m256; 4] = std::array::from_fn(|q| _mm256_mul_ps(v[q], c2));
-                    let mut s0: [__m256; 4] = std::array::from_fn(|q| _mm256_mul_ps(v[q], c0));
-                    for j in (1..=r).rev() {
-                        let (u, d) = *off.get_unchecked(j - 1);
-                        let (pu, pd) = (ip.add(u + x), ip.add(d + x));
-                        let (w2, w0) = (
-                            _mm256_set1_ps(*g2.get_unchecked(j)),
-                            _mm256_set1_ps(*g0.get_unchecked(j)),
-                        );
-                        for q in 0..4 {
-                            let t = _mm256_add_ps(ld8(pu.add(8 * q)), ld8(pd.add(8 * q)));
-                            s2[q] = _mm256_add_ps(s2[q], _mm256_mul_ps(t, w2));
-                            s0[q] = _mm256_add_ps(s0[q], _mm256_mul_ps(t, w0));
-                        }
-                    }
-                    let (q2, q0) = (o2.add(x), o0.add(x));
-                    for q in 0..4 {
-                        _mm256_storeu_ps(q2.add(8 * q), s2[q]);
-                        _mm256_storeu_ps(q0.add(8 * q), s0[q]);
-                    }
-                }
-                x += B32;
-            }
-            // 8 columns
-            while x + 8 <= xe {
-                // SAFETY: columns x..x + 8 ≤ w (caller's contract).
-                unsafe {
-                    let v = ld8(ip.add(centre + x));
-                    let mut s2 = _mm256_mul_ps(v, c2);
-                    let mut s0 = _mm256_mul_ps(v, c0);
-                    for j in (1..=r).rev() {
-                        let (u, d) = *off.get_unchecked(j - 1);
-                        let t = _mm256_add_ps(ld8(ip.add(u + x)), ld8(ip.add(d + x)));
-                        s2 = _mm256_add_ps(s2, _mm256_mul_ps(t, _mm256_set1_ps(g2[j])));
-                        s0 = _mm256_add_ps(s0, _mm256_mul_ps(t, _mm256_set1_ps(g0[j])));
-                    }
-                    _mm256_storeu_ps(o2.add(x), s2);
-                    _mm256_storeu_ps(o0.add(x), s0);
-                }
-                x += 8;
-            }
-            // the last columns, one at a time
-            while x < xe {
-                let c = img[centre + x];
-                let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
-                for j in (1..=r).rev() {
-                    let (u, d) = off[j - 1];
-                    let t = img[u + x] + img[d + x];
-                    s2 += t * g2[j];
-                    s0 += t * g0[j];
-                }
-                a2[orow + x] = s2;
-                a0[orow + x] = s0;
-                x += 1;
-            }
+        unsafe {
+            x_rows_avx2::<__m256>(
+                (row2, row0),
+                (g0, g2),
+                w,
+                XOut::Scaled(out, scale, (lo, hi)),
+            )
         }
-        xs = xe;
-    }
-}
-
-/// `Lyy` and `Lxx` of the 8·N columns from `c2`, `c0` in f32 (as [`x_block`]).
-///
-/// # Safety
-/// AVX2; `c2 − r .. c2 + 8N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn x_block_f32<const N: usize>(
-    (c2, c0): (*const f32, *const f32),
-    (g0, g2): (&[f32], &[f32]),
-    r: usize,
-) -> ([__m256; N], [__m256; N]) {
-    let (cy, cx) = (_mm256_set1_ps(g0[0]), _mm256_set1_ps(g2[0]));
-    // SAFETY: every read is within the ranges the caller guarantees.
-    unsafe {
-        let mut ys: [__m256; N] = std::array::from_fn(|v| _mm256_mul_ps(ld8(c2.add(8 * v)), cy));
-        let mut xs: [__m256; N] = std::array::from_fn(|v| _mm256_mul_ps(ld8(c0.add(8 * v)), cx));
-        for j in (1..=r).rev() {
-            let (wy, wx) = (
-                _mm256_set1_ps(*g0.get_unchecked(j)),
-                _mm256_set1_ps(*g2.get_unchecked(j)),
-            );
-            let (l2, r2) = (c2.sub(j), c2.add(j));
-            for (v, y) in ys.iter_mut().enumerate() {
-                let t = _mm256_add_ps(ld8(l2.add(8 * v)), ld8(r2.add(8 * v)));
-                *y = _mm256_add_ps(*y, _mm256_mul_ps(t, wy));
-            }
-            let (l0, r0) = (c0.sub(j), c0.add(j));
-            for (v, x) in xs.iter_mut().enumerate() {
-                let t = _mm256_add_ps(ld8(l0.add(8 * v)), ld8(r0.add(8 * v)));
-                *x = _mm256_add_ps(*x, _mm256_mul_ps(t, wx));
-            }
-        }
-        (ys, xs)
-    }
-}
-
-/// The f32 x passes of [`Avx2::x_row_scaled_f32`].
-///
-/// # Safety
-/// AVX2; `row2`, `row0` hold `w + 2r` values, `out` `w`, `lo` and `hi` 8.
-#[target_feature(enable = "avx2")]
-unsafe fn x_rows_f32_avx2(
-    (row2, row0): (&[f32], &[f32]),
-    (g0, g2): (&[f32], &[f32]),
-    w: usize,
-    scale: f32,
-    out: &mut [f32],
-    (lo, hi): (&mut [f32], &mut [f32]),
-) {
-    let r = g0.len() - 1;
-    let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
-    let sign = _mm256_set1_ps(-0.0);
-    let sc = _mm256_set1_ps(scale);
-    // SAFETY: the 8 extrema lanes (caller's contract).
-    let (mut lv, mut hv) = unsafe { (ld8(lo.as_ptr()), ld8(hi.as_ptr())) };
-    let op = out.as_mut_ptr();
-    let mut put = |x: usize, ys: &[__m256], xs: &[__m256]| {
-        for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
-            let c = _mm256_mul_ps(_mm256_xor_ps(_mm256_add_ps(*y, *xx), sign), sc);
-            // SAFETY: x + 8v + 8 ≤ w, the output's length (caller's contract).
-            unsafe { _mm256_storeu_ps(op.add(x + 8 * v), c) };
-            // `_mm256_min_ps(a, b)` is `a < b ? a : b`, `_mm256_max_ps(a, b)` `a > b ? a : b`
-            lv = _mm256_min_ps(c, lv);
-            hv = _mm256_max_ps(c, hv);
-        }
-    };
-    let mut x = 0;
-    while x + B32 <= w {
-        // SAFETY: reads at x + r ± j + 0..32 ≤ w + 2r.
-        let (ys, xs) =
-            unsafe { x_block_f32::<{ B32 / 8 }>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
-        put(x, &ys, &xs);
-        x += B32;
-    }
-    while x + 8 <= w {
-        // SAFETY: reads at x + r ± j + 0..8 ≤ w + 2r.
-        let (ys, xs) = unsafe { x_block_f32::<1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
-        put(x, &ys, &xs);
-        x += 8;
-    }
-    // SAFETY: the 8 extrema lanes (caller's contract).
-    unsafe {
-        _mm256_storeu_ps(lo.as_mut_ptr(), lv);
-        _mm256_storeu_ps(hi.as_mut_ptr(), hv);
-    }
-    while x < w {
-        let (mut sy, mut sx) = (row2[r + x] * g0[0], row0[r + x] * g2[0]);
-        for j in (1..=r).rev() {
-            sy += (row2[r + x - j] + row2[r + x + j]) * g0[j];
-            sx += (row0[r + x - j] + row0[r + x + j]) * g2[j];
-        }
-        let v = (-(sy + sx)) * scale;
-        out[x] = v;
-        lo[0] = if v < lo[0] { v } else { lo[0] };
-        hi[0] = if v > hi[0] { v } else { hi[0] };
-        x += 1;
     }
 }
