@@ -598,7 +598,7 @@ fn log_plane_impl<T: Real, A: Real>(
         s.a2.resize(rows, A::ZERO);
         s.a0.resize(rows, A::ZERO);
     }
-    // the explicit AVX2 kernels: f64 accumulation only
+    // the explicit AVX2 kernels of f64 accumulation
     let avx = simd.zip(A::as_f64s(img));
     // the explicit AVX2 kernels of f32 accumulation (an f32 cube for the x passes)
     let avx32 = simd.zip(A::as_f32s(img));
@@ -740,8 +740,9 @@ fn combine_row<T: Real, A: Real>(
 /// `Lxx = corr_x(g2, corr_y(g0, I))`, every pass accumulated in `A` in SciPy's order and
 /// rounded to `T`. With `A = f64` this is SciPy bit for bit; `A = f32` is the fast mode (f32
 /// accumulation, spec §1.4). `img` is the frame in `A`, rows `stride` apart. Uses explicit AVX2
-/// kernels when the CPU has them (f64 accumulation: each vector lane sums one pixel in the
-/// generic order, no FMA: results are bit-identical), the generic code otherwise. Returns the
+/// kernels when the CPU has them (f64 accumulation, and f32 accumulation of an f32 working
+/// type: each vector lane sums one pixel in the generic order, no FMA: results are
+/// bit-identical), the generic code otherwise. Returns the
 /// plane's minimum and maximum (infinities for an empty plane; the values must be NaN-free).
 ///
 /// The y passes run on blocks of rows that the x passes then read while they are in cache.
@@ -978,10 +979,10 @@ mod tests {
 
     /// The explicit AVX2 kernels give the generic code's planes bit for bit (the generic path
     /// is `log_plane_with(None, …)`, so both run in one test on an AVX2 machine), on random
-    /// frames of u8, u16, f32 and f64 values, in f64 and f32 working types (and the f32
-    /// accumulation, which stays generic), with every radius 0…12 and 24 and awkward sizes:
-    /// widths around the vector (4), register-block (16) and strip (64) sizes, frames smaller
-    /// than the kernel (reflected more than once) and than a row block.
+    /// frames of u8, u16, f32 and f64 values, in f64 and f32 working types and with f32
+    /// accumulation (the f32 kernels: 8 lanes), with every radius 0…12 and 24 and awkward
+    /// sizes: widths around the vector (4, 8), register-block (16, 32) and strip (64, 128)
+    /// sizes, frames smaller than the kernel (reflected more than once) and than a row block.
     #[test]
     fn avx2_planes_equal_the_generic_ones() {
         let Some(simd) = Avx2::detect() else {

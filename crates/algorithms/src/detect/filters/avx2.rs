@@ -1,4 +1,7 @@
-//! Explicit AVX2 kernels (4 × f64 per vector) for the y and x passes of an exact f64 LoG plane.
+//! Explicit AVX2 kernels for the y and x passes of a LoG plane: 4 × f64 per vector for the
+//! exact f64 sums, 8 × f32 for the f32 sums of the certified search
+//! (`blob_log/certified.rs`) and of `--fast` on f32 frames, one generic kernel over the
+//! [`Lanes`] of both.
 //!
 //! Every vector lane computes one output pixel with exactly the scalar sum of
 //! [`super::log_plane`]'s generic code, in the same order: `c·w[0]`, then
@@ -715,7 +718,7 @@ unsafe fn x_rows_avx2<V: Lanes>(
 // f32 accumulation (8 × f32 per vector): the same sums as the generic code with `A = f32`, lane
 // for lane, in the same order (separate multiplications and additions, no reassociation), so
 // the f32 planes are bit-identical to the generic f32 path's
-// (`filters::tests::avx2_f32_planes_equal_the_generic_ones`).
+// (`filters::tests::avx2_planes_equal_the_generic_ones`).
 
 impl Avx2 {
     /// [`Avx2::y_rows`] for an f32 image and f32 accumulation (`g2`, `g0`: the taps in f32).
