@@ -35,6 +35,8 @@
 //!   extrema come that close; the minimum likewise.
 
 use std::collections::HashMap;
+
+use rayon::prelude::*;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::params::BlobLogParams;
@@ -133,6 +135,9 @@ fn fits_f32(planes: &[(LogKernels, f64)], m: f64) -> bool {
 /// Voxels near each extremum of the cube past which the certified search gives up (a flat
 /// cube: every voxel is near both).
 const NEAR_CAP: usize = 1 << 14;
+
+/// Candidates settled per task when there are many (a dense frame).
+const SETTLE_CHUNK: usize = 1024;
 
 /// Positions (s, y, x) in the f32 cube.
 type Voxels = Vec<(usize, usize, usize)>;
@@ -435,34 +440,48 @@ pub(super) fn log_peaks_certified(
         return None;
     }
     let ns = planes.len();
-    let mut out = Vec::with_capacity(found.cands.len());
-    'cand: for c in found.cands.iter().filter(open) {
-        let v = exact.get(c.s, c.y, c.x);
-        if v <= thr {
-            continue;
-        }
-        let mut near = c.near;
-        while near != 0 {
-            let bit = near.trailing_zeros() as usize;
-            near &= near - 1;
-            let step = |i: usize, d: usize, n: usize| (i + d).saturating_sub(1).min(n - 1);
-            let (sn, yn, xn) = (
-                step(c.s, bit / 9, ns),
-                step(c.y, bit / 3 % 3, h),
-                step(c.x, bit % 3, w),
-            );
-            if exact.get(sn, yn, xn) > v {
-                continue 'cand;
+    // the candidates' exact values, in parallel chunks (each with its own memo; dense frames
+    // have hundreds of thousands), in order
+    let open: Vec<&Cand<f32>> = found.cands.iter().filter(open).collect();
+    let settle = |chunk: &[&Cand<f32>]| -> Vec<Cand<f64>> {
+        let mut exact = ExactVoxels::new(image, (h, w), &planes);
+        let mut out = Vec::with_capacity(chunk.len());
+        'cand: for c in chunk {
+            let v = exact.get(c.s, c.y, c.x);
+            if v <= thr {
+                continue;
             }
+            let mut near = c.near;
+            while near != 0 {
+                let bit = near.trailing_zeros() as usize;
+                near &= near - 1;
+                let step = |i: usize, d: usize, n: usize| (i + d).saturating_sub(1).min(n - 1);
+                let (sn, yn, xn) = (
+                    step(c.s, bit / 9, ns),
+                    step(c.y, bit / 3 % 3, h),
+                    step(c.x, bit % 3, w),
+                );
+                if exact.get(sn, yn, xn) > v {
+                    continue 'cand;
+                }
+            }
+            out.push(Cand {
+                y: c.y,
+                x: c.x,
+                s: c.s,
+                v,
+                near: 0,
+            });
         }
-        out.push(Cand {
-            y: c.y,
-            x: c.x,
-            s: c.s,
-            v,
-            near: 0,
-        });
-    }
+        out
+    };
+    let out: Vec<Cand<f64>> = if open.len() < 2 * SETTLE_CHUNK {
+        settle(&open)
+    } else {
+        open.par_chunks(SETTLE_CHUNK)
+            .flat_map_iter(settle)
+            .collect()
+    };
     Some((out, lo, hi))
 }
 
@@ -573,8 +592,17 @@ mod tests {
     #[test]
     fn certified_search_equals_the_exact_one() {
         let mut rng = SplitMix::new(77);
-        let (mut compared, mut declined, mut maxima) = (0, 0, 0);
-        for (h, w) in [(1, 1), (5, 3), (13, 21), (40, 37), (67, 90), (150, 131)] {
+        let (mut compared, mut declined, mut maxima, mut largest) = (0, 0, 0, 0);
+        // (300, 260): thousands of open candidates, settled in parallel chunks
+        for (h, w) in [
+            (1, 1),
+            (5, 3),
+            (13, 21),
+            (40, 37),
+            (67, 90),
+            (150, 131),
+            (300, 260),
+        ] {
             for levels in [3.0, 256.0, 65536.0, 0.0] {
                 let img: Vec<f64> = if levels == 0.0 {
                     blobs(&mut rng, h, w)
@@ -612,12 +640,17 @@ mod tests {
                             assert_eq!(got, want, "{what}");
                             compared += 1;
                             maxima += want.len();
+                            largest = largest.max(want.len());
                         }
                     }
                 }
             }
         }
-        eprintln!("compared {compared}, declined {declined}, maxima {maxima}");
+        eprintln!("compared {compared}, declined {declined}, maxima {maxima}, largest {largest}");
+        assert!(
+            largest > 2 * SETTLE_CHUNK,
+            "a frame settles its candidates in parallel"
+        );
         assert!(
             compared > 50 && maxima > 1000,
             "{compared} {declined} {maxima}"
