@@ -4,6 +4,7 @@ pub mod detect;
 pub mod exec;
 pub mod track;
 
+mod grid;
 pub mod paco;
 pub mod synth;
 mod units;

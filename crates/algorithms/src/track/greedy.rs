@@ -3,8 +3,8 @@
 
 use bridge_core::{BridgeError, Result};
 
-use super::grid::Grid;
 use super::{check_inputs, check_pushed_frame, group_by_frame};
+use crate::grid::Grid;
 
 /// Parameters of the seed's greedy tracker (spec §3.5).
 #[derive(Debug, Clone, PartialEq)]

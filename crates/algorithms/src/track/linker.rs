@@ -6,9 +6,9 @@ use rayon::prelude::*;
 use bridge_core::Result;
 
 use super::assign::{Edges, Outcome, Rules, solve_subnet};
-use super::grid::Grid;
 use super::predict::{Field, Velocity};
 use super::{LinkParams, LinkStats, Predictor, check_pushed_frame};
+use crate::grid::Grid;
 
 /// "No index".
 const NONE: u32 = u32::MAX;

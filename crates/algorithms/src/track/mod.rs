@@ -40,7 +40,6 @@
 
 mod assign;
 mod greedy;
-mod grid;
 mod linker;
 mod predict;
 

@@ -37,14 +37,15 @@
 use std::collections::HashMap;
 
 use rayon::prelude::*;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use super::params::BlobLogParams;
-use super::scale_space::{Cand, Span, exact_planes, log_peaks_banded_in_f32, threshold_from};
-use crate::detect::filters::{
-    Avx2, Boundary, LogKernels, LogScratch, log_rows_scaled, map_index, padded_stride,
+use super::scale_space::{
+    Cand, Span, exact_planes, log_peaks_banded_in_f32, pad_frame, threshold_from,
 };
-use crate::detect::real::{give_buf, take_buf};
+use crate::detect::filters::{Avx2, Boundary, LogKernels, LogScratch, log_rows_scaled, map_index};
+use crate::detect::real::give_buf;
+use crate::grid::CellHasher;
 
 /// Unit roundoff of f32 and f64.
 const U32: f64 = f32::EPSILON as f64 / 2.0;
@@ -147,17 +148,12 @@ type Voxels = Vec<(usize, usize, usize)>;
 /// bit for bit: `filters::tests::bands_of_rows_equal_the_rows_of_the_plane`). `None` past
 /// [`NEAR_CAP`].
 fn near_extrema(
-    image: &[f32],
+    (padded, stride): (&[f32], usize),
     (h, w): (usize, usize),
     planes: &[(LogKernels, f32)],
     spans: &[Span<f32>],
     (lo, hi, e): (f64, f64, f64),
 ) -> Option<(Voxels, Voxels)> {
-    let stride = padded_stride(w);
-    let mut padded: Vec<f32> = take_buf(h * stride);
-    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
-        dst[..w].copy_from_slice(src);
-    }
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
     let (mut near_lo, mut near_hi) = (Vec::new(), Vec::new());
@@ -171,7 +167,7 @@ fn near_extrema(
         rows.clear();
         rows.resize((sp.rows.1 - sp.rows.0) * w, 0.0f32);
         log_rows_scaled(
-            &padded,
+            padded,
             stride,
             h,
             w,
@@ -192,11 +188,9 @@ fn near_extrema(
             }
         }
         if near_lo.len() > NEAR_CAP || near_hi.len() > NEAR_CAP {
-            give_buf(padded);
             return None;
         }
     }
-    give_buf(padded);
     Some((near_lo, near_hi))
 }
 
@@ -223,29 +217,10 @@ struct ExactVoxels<'a> {
     w: usize,
     planes: &'a [(LogKernels, f64)],
     simd: Option<Avx2>,
-    known: HashMap<(usize, usize, usize), f64, BuildHasherDefault<VoxelHasher>>,
+    known: HashMap<(usize, usize, usize), f64, BuildHasherDefault<CellHasher>>,
     cols: Vec<usize>,
     col2: Vec<f64>,
     col0: Vec<f64>,
-}
-
-/// A multiplicative hash of small integer keys (the voxel positions; no adversary chooses
-/// them).
-#[derive(Default)]
-struct VoxelHasher(u64);
-
-impl Hasher for VoxelHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_usize(usize::from(b));
-        }
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.0 = (self.0.rotate_left(5) ^ i as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
 }
 
 impl<'a> ExactVoxels<'a> {
@@ -387,17 +362,21 @@ pub(super) fn log_peaks_certified(
         .iter()
         .map(|(k, sc)| (k.clone(), *sc as f32))
         .collect();
-    let mut img32: Vec<f32> = take_buf(h * w);
-    for (d, s) in img32.iter_mut().zip(image) {
-        *d = *s as f32;
-    }
-    let found = log_peaks_banded_in_f32(&img32, (h, w), &planes32, p, e);
+    // the frame in f32, padded once for the search and for the extrema's rows
+    let (img32, stride) = pad_frame::<f64, f32>(image, h, w);
+    let found = log_peaks_banded_in_f32((&img32, stride), (h, w), &planes32, p, e);
     let (lo_a, hi_a) = (f64::from(found.lo), f64::from(found.hi));
     // a backstop of `fits_f32`: a non-finite f32 cube settles nothing
     let near = if found.overflow || !(lo_a.is_finite() && hi_a.is_finite() && e.is_finite()) {
         None
     } else {
-        near_extrema(&img32, (h, w), &planes32, &found.spans, (lo_a, hi_a, e))
+        near_extrema(
+            (&img32, stride),
+            (h, w),
+            &planes32,
+            &found.spans,
+            (lo_a, hi_a, e),
+        )
     };
     give_buf(img32);
     let (near_lo, near_hi) = near?;

@@ -91,31 +91,23 @@ pub fn blob_log_typed_acc<T: Real>(
         ));
     }
     let sigmas = p.sigma_list::<T>();
-    // exact maxima from an f32 scale space and exact values where its bound is not enough
-    if acc == Accumulate::F64
-        && certified::enabled()
-        && let Some(img) = T::as_f64s(image)
-    {
-        let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
-        if let Some((cands, lo, hi)) = certified::log_peaks_certified(img, (h, w), &s64, p) {
-            let cands = cands
-                .into_iter()
-                .filter(|_| !degenerate(lo, hi))
-                .map(|c| Cand {
-                    y: c.y,
-                    x: c.x,
-                    s: c.s,
-                    v: T::from_f64(c.v),
-                    near: 0,
-                })
-                .collect();
-            let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
-            let (thr, lo, hi) = threshold_from((lo, hi), p);
-            return Ok(order_and_prune(cands, &sigmas, p, (thr, lo, hi)));
-        }
-    }
-    // the maxima above a lower bound of the threshold, without the cube in memory
-    let (mut cands, lo, hi) = log_peaks_banded(image, h, w, &sigmas, acc, p);
+    // the maxima above a lower bound of the threshold, without the cube in memory: found in
+    // an f32 scale space where its error bound settles them (exact f64 values where it does
+    // not), else in the f64 one
+    let certified = T::as_f64s(image)
+        .filter(|_| acc == Accumulate::F64 && certified::enabled())
+        .and_then(|img| {
+            let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
+            certified::log_peaks_certified(img, (h, w), &s64, p)
+        });
+    let (mut cands, lo, hi) = match certified {
+        Some((cands, lo, hi)) => (
+            cands.iter().map(|c| c.map(T::from_f64)).collect(),
+            T::from_f64(lo),
+            T::from_f64(hi),
+        ),
+        None => log_peaks_banded(image, h, w, &sigmas, acc, p),
+    };
     let (thr, lo, hi) = threshold_from((lo, hi), p);
     if degenerate(lo, hi) {
         cands.clear();

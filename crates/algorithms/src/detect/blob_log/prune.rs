@@ -2,6 +2,7 @@
 //! candidate pairs within a distance in ascending (i, j) order, and the pruning pass over them.
 
 use crate::detect::real::Real;
+use crate::grid::Grid;
 
 /// `skimage.feature.blob._blob_overlap` for 2-D isotropic blobs, in the working type
 /// (Python-scalar promotion rules of NumPy 2 reproduced).
@@ -53,12 +54,11 @@ pub fn blob_overlap_2d<T: Real>(b1: (T, T, T), b2: (T, T, T)) -> T {
 
 /// Pairs `(i < j)` of candidates within `cutoff` (inclusive), in ascending lexicographic order.
 ///
-/// Cells of side `max(cutoff, 1)`: a pair is within one cell of each other. The candidates are
-/// stored cell by cell (a counting sort), so the three cells of a row of neighbours are one
-/// contiguous run of positions: candidates come in order of response, scattered over the
-/// frame, and reading them in that order missed the cache on every neighbour (a 2048² frame
-/// of 220 000 blobs spent a second here). A grid much larger than the number of candidates
-/// (far-apart positions with a small cutoff) uses a hash map of the occupied cells instead.
+/// The candidates go into a uniform grid of cells of side `max(cutoff, 1)` (a pair is within one
+/// cell of each other), and their positions are copied in the grid's cell order, so the
+/// neighbours of a candidate are read as contiguous runs: candidates come in order of
+/// response, scattered over the frame, and reading them in that order missed the cache on
+/// every neighbour (a 2048² frame of 220 000 blobs spent a second here).
 pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
     let n = pos.len();
     let mut pairs = Vec::new();
@@ -66,117 +66,28 @@ pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
         return pairs;
     }
     let c2 = cutoff * cutoff;
-    let cell = cutoff.max(1.0);
-    let (mut ymin, mut xmin) = (f64::INFINITY, f64::INFINITY);
-    let (mut ymax, mut xmax) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    for &(y, x) in pos {
-        ymin = ymin.min(y);
-        xmin = xmin.min(x);
-        ymax = ymax.max(y);
-        xmax = xmax.max(x);
-    }
-    let key = |y: f64, x: f64| {
-        (
-            ((y - ymin) / cell).floor() as i64,
-            ((x - xmin) / cell).floor() as i64,
-        )
-    };
-    let (ky_max, kx_max) = key(ymax, xmax);
-    let cells = (ky_max as f64 + 1.0) * (kx_max as f64 + 1.0);
-    // NaN on an axis (no extent) or a grid far larger than the candidates: the hash map
-    let dense = ymin <= ymax
-        && xmin <= xmax
-        && ky_max >= 0
-        && kx_max >= 0
-        && cells.is_finite()
-        && cells <= (4 * n + 1024) as f64;
-    if !dense {
-        return pairs_within_sparse(pos, c2, key);
-    }
-    let (ny, nx) = (ky_max as usize + 1, kx_max as usize + 1);
-    let cell_of = |y: f64, x: f64| {
-        let (ky, kx) = key(y, x);
-        // clamped: a NaN-free position is inside the grid by construction
-        (ky.clamp(0, ky_max) as usize) * nx + kx.clamp(0, kx_max) as usize
-    };
-    // counting sort of the candidates by cell: `sorted[start[c]..start[c + 1]]` is cell c
-    let mut start = vec![0usize; ny * nx + 1];
-    for &(y, x) in pos {
-        start[cell_of(y, x) + 1] += 1;
-    }
-    for c in 0..ny * nx {
-        start[c + 1] += start[c];
-    }
-    let mut fill = start.clone();
-    let mut sorted = vec![(0.0f64, 0.0f64, 0usize); n];
-    for (i, &(y, x)) in pos.iter().enumerate() {
-        let c = cell_of(y, x);
-        sorted[fill[c]] = (y, x, i);
-        fill[c] += 1;
-    }
+    let pts: Vec<[f64; 2]> = pos.iter().map(|&(y, x)| [y, x]).collect();
+    let grid = Grid::new(&pts, cutoff.max(1.0));
+    let sorted: Vec<(f64, f64, usize)> = grid
+        .order()
+        .iter()
+        .map(|&j| (pos[j as usize].0, pos[j as usize].1, j as usize))
+        .collect();
     let mut js = Vec::new();
-    for (i, &(y, x)) in pos.iter().enumerate() {
-        let c = cell_of(y, x);
-        let (ky, kx) = (c / nx, c % nx);
-        let (x0, x1) = (kx.saturating_sub(1), (kx + 1).min(nx - 1));
+    for (i, (&(y, x), p)) in pos.iter().zip(&pts).enumerate() {
         js.clear();
-        for row in ky.saturating_sub(1)..=(ky + 1).min(ny - 1) {
-            for &(yj, xj, j) in &sorted[start[row * nx + x0]..start[row * nx + x1 + 1]] {
-                consider(&mut js, (i, y, x), c2, (yj, xj, j));
-            }
-        }
-        flush(&mut pairs, &mut js, i);
-    }
-    pairs
-}
-
-/// Note `j` in `js` when `j > i` and `(yj, xj)` is within `√c2` of `(y, x)`.
-#[inline(always)]
-fn consider(
-    js: &mut Vec<usize>,
-    (i, y, x): (usize, f64, f64),
-    c2: f64,
-    (yj, xj, j): (f64, f64, usize),
-) {
-    if j > i {
-        let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
-        if d2 <= c2 {
-            js.push(j);
-        }
-    }
-}
-
-/// Append the pairs `(i, j)` of the `j` noted in `js`, in ascending `j`.
-#[inline(always)]
-fn flush(pairs: &mut Vec<(usize, usize)>, js: &mut [usize], i: usize) {
-    js.sort_unstable();
-    pairs.extend(js.iter().map(|&j| (i, j)));
-}
-
-/// [`pairs_within`] with a hash map of the occupied cells (`key`: a position's cell).
-fn pairs_within_sparse(
-    pos: &[(f64, f64)],
-    c2: f64,
-    key: impl Fn(f64, f64) -> (i64, i64),
-) -> Vec<(usize, usize)> {
-    let mut pairs = Vec::new();
-    let mut grid: std::collections::HashMap<(i64, i64), Vec<usize>> =
-        std::collections::HashMap::new();
-    for (i, &(y, x)) in pos.iter().enumerate() {
-        grid.entry(key(y, x)).or_default().push(i);
-    }
-    let mut js = Vec::new();
-    for (i, &(y, x)) in pos.iter().enumerate() {
-        let (ky, kx) = key(y, x);
-        js.clear();
-        for dy in -1..=1 {
-            for dx in -1..=1 {
-                for &j in grid.get(&(ky + dy, kx + dx)).into_iter().flatten() {
-                    consider(&mut js, (i, y, x), c2, (pos[j].0, pos[j].1, j));
+        grid.near_ranges(p, |run| {
+            for &(yj, xj, j) in &sorted[run] {
+                if j > i {
+                    let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
+                    if d2 <= c2 {
+                        js.push(j);
+                    }
                 }
             }
-        }
-        flush(&mut pairs, &mut js, i);
+        });
+        js.sort_unstable();
+        pairs.extend(js.iter().map(|&j| (i, j)));
     }
     pairs
 }

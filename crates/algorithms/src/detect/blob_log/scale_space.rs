@@ -52,13 +52,7 @@ fn log_cube_extrema_in<T: Real, A: Real>(
 ) -> (Vec<T>, T, T) {
     let plane = h * w;
     let mut cube: Vec<T> = take_buf(plane * sigmas.len());
-    let stride = crate::detect::filters::padded_stride(w);
-    let mut padded: Vec<A> = take_buf(h * stride);
-    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w.max(1))) {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = A::from_f64(s.to_f64());
-        }
-    }
+    let (padded, stride) = pad_frame::<T, A>(image, h, w);
     let image = &padded[..];
     let rmax = sigmas
         .iter()
@@ -90,6 +84,21 @@ fn log_cube_extrema_in<T: Real, A: Real>(
     (cube, lo, hi)
 }
 
+/// The `h × w` frame `image` converted to `A`, in rows [`padded_stride`] apart (a pooled
+/// buffer: give it back with [`give_buf`]), and that stride.
+///
+/// [`padded_stride`]: crate::detect::filters::padded_stride
+pub(super) fn pad_frame<S: Real, A: Real>(image: &[S], h: usize, w: usize) -> (Vec<A>, usize) {
+    let stride = crate::detect::filters::padded_stride(w);
+    let mut padded: Vec<A> = take_buf(h * stride);
+    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w.max(1))) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = A::from_f64(s.to_f64());
+        }
+    }
+    (padded, stride)
+}
+
 /// A candidate peak before pruning.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Cand<T> {
@@ -102,6 +111,19 @@ pub(super) struct Cand<T> {
     /// (clamped to the cube, never the voxel itself) is within the margin of this value, so
     /// only exact values can tell which is larger; 0 otherwise.
     pub(super) near: u32,
+}
+
+impl<T: Copy> Cand<T> {
+    /// The same candidate with its value converted by `f`.
+    pub(super) fn map<U>(&self, f: impl FnOnce(T) -> U) -> Cand<U> {
+        Cand {
+            y: self.y,
+            x: self.x,
+            s: self.s,
+            v: f(self.v),
+            near: self.near,
+        }
+    }
 }
 
 /// Effective threshold (spec §1.5) from the cube extrema `(lo, hi)`, and those extrema.
@@ -304,16 +326,9 @@ fn row_peaks<T: Real>(
                     (Some(t), _, _, _, _, (Some(v), Some(a), Some(b), Some(c))) => {
                         t.ge_max3_mask16_f32(v, (a, b, c), margin.to_f64() as f32)
                     }
-                    _ if margin == T::ZERO => {
-                        let mut peak = 0u32;
-                        for (k, &x) in v.iter().enumerate() {
-                            let m = max2(max2(a[k], b[k]), c[k]);
-                            peak |= u32::from(x >= m) << k;
-                        }
-                        peak
-                    }
                     _ => {
-                        // within the margin of the neighbourhood's maximum
+                        // within the margin of the neighbourhood's maximum (`x + 0 ≥ m` is
+                        // `x ≥ m`: NaN-free)
                         let mut peak = 0u32;
                         for (k, &x) in v.iter().enumerate() {
                             let m = max2(max2(a[k], b[k]), c[k]);
@@ -600,6 +615,21 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     (h, w): (usize, usize),
     planes: &[(LogKernels, T)],
     p: &BlobLogParams,
+    split: (usize, usize, Option<usize>),
+    relax: Option<f64>,
+) -> Banded<T> {
+    let (padded, stride) = pad_frame::<T, A>(image, h, w);
+    let out = log_peaks_padded::<T, A>((&padded, stride), (h, w), planes, p, split, relax);
+    give_buf(padded);
+    out
+}
+
+/// [`log_peaks_banded_in`] of a frame already in `A`, rows `stride` apart ([`pad_frame`]).
+fn log_peaks_padded<T: Real, A: Real>(
+    (img, stride): (&[A], usize),
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, T)],
+    p: &BlobLogParams,
     (band, nparts, cap): (usize, usize, Option<usize>),
     relax: Option<f64>,
 ) -> Banded<T> {
@@ -615,14 +645,6 @@ fn log_peaks_banded_in<T: Real, A: Real>(
         return empty(T::ZERO, T::ZERO);
     }
     let (band, nparts) = (band.max(1), nparts.clamp(1, h));
-    let stride = crate::detect::filters::padded_stride(w);
-    let mut padded: Vec<A> = take_buf(h * stride);
-    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = A::from_f64(s.to_f64());
-        }
-    }
-    let img = &padded[..];
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let per = h.div_ceil(nparts);
     let (by, bx) = p.exclude_border;
@@ -767,13 +789,11 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     }
     if parts.iter().any(|q| q.overflow) {
         if relax.is_some() {
-            give_buf(padded);
             let mut out = empty(lo, hi);
             out.overflow = true;
             return out;
         }
         if degenerate(lo, hi) {
-            give_buf(padded);
             return empty(lo, hi);
         }
         let (thr, _, _) = threshold_from((lo, hi), p);
@@ -786,7 +806,6 @@ fn log_peaks_banded_in<T: Real, A: Real>(
             parts[i].cands = c;
         }
     }
-    give_buf(padded);
     let mut out = empty(lo, hi);
     for q in parts {
         out.cands.extend(q.cands);
@@ -795,10 +814,11 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     out
 }
 
-/// [`log_peaks_banded_in`] of an f32 frame with f32 sums and an f32 cube, relaxed by `e`
-/// (the search of [`super::certified`]), in bands sized for 4-byte values.
+/// [`log_peaks_banded_in`] of an f32 frame already padded ([`pad_frame`]) with f32 sums and an
+/// f32 cube, relaxed by `e` (the search of [`super::certified`]), in bands sized for 4-byte
+/// values.
 pub(super) fn log_peaks_banded_in_f32(
-    image: &[f32],
+    padded: (&[f32], usize),
     (h, w): (usize, usize),
     planes: &[(LogKernels, f32)],
     p: &BlobLogParams,
@@ -806,7 +826,7 @@ pub(super) fn log_peaks_banded_in_f32(
 ) -> Banded<f32> {
     let band = band_rows(planes.len(), w, 4);
     let nparts = band_parts(h, band);
-    log_peaks_banded_in::<f32, f32>(image, (h, w), planes, p, (band, nparts, None), Some(e))
+    log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, (band, nparts, None), Some(e))
 }
 
 /// The whole f32 cube of [`log_peaks_banded_in_f32`] (f32 sums of the f64 kernels, scales
@@ -817,11 +837,7 @@ pub(super) fn log_cube_planes_f32(
     (h, w): (usize, usize),
     planes: &[(LogKernels, f64)],
 ) -> Vec<f32> {
-    let stride = crate::detect::filters::padded_stride(w);
-    let mut padded = vec![0.0f32; h * stride];
-    for (dst, src) in padded.chunks_mut(stride).zip(image.chunks(w)) {
-        dst[..w].copy_from_slice(src);
-    }
+    let (padded, stride) = pad_frame::<f32, f32>(image, h, w);
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
     let mut cube = vec![0.0f32; planes.len() * h * w];

@@ -6,6 +6,9 @@
 //! of it is always returned. Cells are a dense array when the occupied box is small compared with
 //! the number of points (the usual case: one field of view), a hash map otherwise (scattered or
 //! huge coordinates); both list the points of a cell in ascending index order.
+//!
+//! Shared by linking (`track`) and by `blob_log`'s overlap pruning; [`CellHasher`] also keys
+//! the certified search's memo of exact voxels.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -25,6 +28,9 @@ impl Hasher for CellHasher {
         }
     }
     fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
         self.write_u64(v as u64);
     }
     fn write_u64(&mut self, v: u64) {
@@ -129,6 +135,19 @@ impl Grid {
     /// Every point in the 3×3 cells around `p`, appended to `out` (cleared first).
     pub(crate) fn near(&self, p: &[f64; 2], out: &mut Vec<u32>) {
         out.clear();
+        self.near_ranges(p, |r| out.extend_from_slice(&self.order[r]));
+    }
+
+    /// The point indices grouped by cell (ascending within a cell): [`Grid::near_ranges`]
+    /// gives ranges of it, so a caller can keep its points' data in this order and read the
+    /// neighbours of a position as contiguous runs.
+    pub(crate) fn order(&self) -> &[u32] {
+        &self.order
+    }
+
+    /// Call `f` with the range of [`Grid::order`] of each non-empty cell of the 3×3 cells
+    /// around `p` (the points [`Grid::near`] lists).
+    pub(crate) fn near_ranges(&self, p: &[f64; 2], mut f: impl FnMut(std::ops::Range<usize>)) {
         let (ky, kx) = Self::key(p, self.cell);
         for dy in -1..=1i64 {
             for dx in -1..=1i64 {
@@ -158,7 +177,9 @@ impl Grid {
                         None => continue,
                     },
                 };
-                out.extend_from_slice(&self.order[range.0 as usize..range.1 as usize]);
+                if range.0 < range.1 {
+                    f(range.0 as usize..range.1 as usize);
+                }
             }
         }
     }
