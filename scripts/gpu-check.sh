@@ -8,21 +8,36 @@
 #                                             #   correctness  every GPU test binary
 #                                             #   python       the Python package's pytest suite
 #                                             #                (CUDA through PyTorch, CuPy, JAX)
+#                                             #   identity     detect/locate CSVs, CPU vs cuda:0
 #                                             #   sanitize     compute-sanitizer on two small tests
-#                                             #   bench        ceilings, transfers, detection, PACO
+#                                             #   headline     transfers, detection, locate, PACO
+#                                             #   cpu          the same detection on the host
+#                                             #   peers        CuPy, cuCIM, scikit-image (CPU)
+#                                             #   ceilings     the machine's copy and FLOP rates
+#                                             #   criterion    the carried criterion benches
+#                                             #   variants     headline again per GPU_CHECK_VARIANTS
+#                                             #   bench        ceilings peers headline variants
+#                                             #                cpu criterion
 #                                             #   profile      ncu on the hottest kernels
 #                                             #   ab           knob A/B in one process order
 #                                             #   all          correctness python sanitize
 #                                             #                bench profile, in that order
+#                                             #   plan         the one budgeted call of docs/gpu.md:
+#                                             #                correctness python identity headline
+#                                             #                sanitize cpu peers ceilings ab
+#                                             #                profile criterion (GPU_CHECK_QUICK=1)
 #   bash scripts/gpu-check.sh dry-run         # HERE: `run correctness` on a machine without a GPU;
 #                                             # every GPU test must report itself skipped
 #
 # Every binary runs, whatever happened to the one before: each one's outcome (passed, failed,
 # crashed with its signal, timed out, could not start) is a row of the summary table. Results
-# are one archive gpu-check-<phases>.tar.gz (every log) and summary.md, under $OUT when it is
-# set (the device tool brings them back), else target/gpu-check-results/ (outside .carry, which
-# travels to the device). The exit status is 0
-# only when every row passed.
+# are rows.md (a line per row as it ends), the archive gpu-check-<phases>.tar.gz (every log,
+# rewritten after every row, so a call cut off at its limit brings back every finished row's
+# log) and summary.md at the end, under $OUT when it is set (the device tool brings them back),
+# else target/gpu-check-results/ (outside .carry, which travels to the device). The synthetic
+# benchmark movies are generated once per call, in the background while the first phases run
+# (`bench detect --movie-cache`, GPU_CHECK_MOVIES), and every process and peer reads the same
+# frames. The exit status is 0 only when every row passed.
 #
 # Environment (defaults in brackets; every knob is also listed in docs/gpu.md):
 #   ARRAYBRIDGE_REQUIRE_GPU [0]    1: a missing GPU fails the GPU tests instead of skipping them
@@ -33,10 +48,13 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [the detection pass knobs]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [rows 1 and 4, PACO groups 128 and 32]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
+#   GPU_CHECK_QUICK [0; 1 under plan]  fewer sizes, batch sizes and repetitions per bench row
+#   GPU_CHECK_MOVIES [/tmp/gpu-check-movies]  where the benchmark movies are saved and read
+#   GPU_CHECK_CUCIM [1]            build: 0 leaves the cuCIM peer (its pure-Python part) out
 #   GPU_CHECK_MAX_MIB [48]         build: the largest carried folder (the device call carries at
 #                                  most 64 MiB together with the repository and its fixtures)
 #   GPU_CHECK_TORCH [auto]         build: 1 requires the Torch-CUDA binaries, 0 leaves them out
@@ -81,14 +99,41 @@ build() {
   cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"
   if [ "${GPU_CHECK_WHEEL:-1}" != 0 ]; then
     # The Python package (abi3: any CPython >= 3.9 there) and pytest's pure-Python wheels, so
-    # the python phase needs no network; NumPy, PyTorch, CuPy and JAX are the GPU machine's.
+    # the python phase needs no network; NumPy, PyTorch, CuPy and JAX are the GPU machine's;
+    # trackpy (pure Python; the machine has none) for the tests that compare with it.
     echo "gpu-check: building the Python wheel" >&2
     mkdir -p "$carry/python"
     [ -n "${ARRAYBRIDGE_PYTHON:-}" ] || eval "$(bash scripts/python.sh --print-env)"
     "$(dirname "$ARRAYBRIDGE_PYTHON")/maturin" build --release --quiet \
       -m crates/bridge-python/Cargo.toml -o "$carry/python" >&2
     "$ARRAYBRIDGE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
-      -d "$carry/python" pytest pluggy iniconfig packaging pygments exceptiongroup tomli >&2
+      -d "$carry/python" pytest pluggy iniconfig packaging pygments exceptiongroup tomli \
+      looseversion >&2
+    # trackpy publishes no wheel since 0.3.3: build the pure-Python one of the version the
+    # tests compare with here
+    local tp
+    tp="$("$ARRAYBRIDGE_PYTHON" -m pip show trackpy 2>/dev/null | sed -n 's/^Version: //p')"
+    "$ARRAYBRIDGE_PYTHON" -m pip wheel --quiet --no-deps -w "$carry/python" "trackpy${tp:+==$tp}" >&2 ||
+      echo "gpu-check: no trackpy wheel: its pytest comparisons will skip there" >&2
+  fi
+  if [ "${GPU_CHECK_CUCIM:-1}" != 0 ]; then
+    # cuCIM's blob_log, the peer NVIDIA ships: its wheel (17 MB) does not fit the call's 64 MiB
+    # next to everything else, and blob_log needs only its pure-Python `skimage` part on the
+    # machine's CuPy, so that part travels (0.5 MB); clara (image IO, 15 MB of .so) stays here
+    echo "gpu-check: fetching the cuCIM peer" >&2
+    local tmp
+    tmp="$(mktemp -d)"
+    [ -n "${ARRAYBRIDGE_PYTHON:-}" ] || eval "$(bash scripts/python.sh --print-env)"
+    if "$ARRAYBRIDGE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+        -d "$tmp" "cucim-cu13==${GPU_CHECK_CUCIM_VERSION:-26.10.0}" >&2 &&
+        (cd "$tmp" && unzip -q ./cucim_cu13-*.whl 'cucim/*' -x 'cucim/clara/*' '*/tests/*'); then
+      mkdir -p "$carry/peers"
+      tar -C "$tmp" -czf "$carry/peers/cucim.tar.gz" cucim
+    else
+      echo "gpu-check: cuCIM could not be fetched: its peer row will say so" >&2
+    fi
+    rm -rf "$tmp"
   fi
   local torch="${GPU_CHECK_TORCH:-auto}"
   if [ "$torch" != 0 ]; then
@@ -204,14 +249,29 @@ classify() {
 ROWS=""
 FAIL=0
 # Each row also goes to $OUT/rows.md at once, so a call cut off at its limit still reports.
-row() { ROWS+="$1"$'\n'; [ -n "${ROWS_FILE:-}" ] && printf '%s\n' "$1" >>"$ROWS_FILE"; }
+row() { ROWS+="$1"$'\n'; [ -n "${ROWS_FILE:-}" ] && printf '%s\n' "$1" >>"$ROWS_FILE"; archive; }
+
+# Every log so far into the result folder (a temporary name, then renamed: a call killed while
+# it writes keeps the previous archive). Logs are small; the scratch folder is elsewhere.
+archive() {
+  [ -n "${ARCHIVE:-}" ] || return 0
+  tar -C "$WORK" -czf "$ARCHIVE.part" . 2>/dev/null && mv -f "$ARCHIVE.part" "$ARCHIVE"
+}
+
+# A row that reports a finding rather than a pass or a failure (a comparison).
+info_row() { row "| $1 | $2 | | | | | $3 |"; }
+
+# Seconds left before GPU_CHECK_DEADLINE (a large number without one).
+time_left() {
+  if [ -n "${GPU_CHECK_DEADLINE:-}" ]; then echo $((DEADLINE_AT - $(date +%s))); else echo 999999; fi
+}
 
 run_binary() { # label logfile command...
   local label="$1" log="$2"; shift 2
   local start rc secs c limit left
   limit="${GPU_CHECK_TIMEOUT:-300}"
   if [ -n "${GPU_CHECK_DEADLINE:-}" ]; then
-    left=$((DEADLINE_AT - $(date +%s)))
+    left=$(time_left)
     if [ "$left" -lt 10 ]; then
       row "| $label | not run (GPU_CHECK_DEADLINE) | 0 | 0 | 0 | 0 | 0 |"
       FAIL=1
@@ -236,11 +296,12 @@ run_binary() { # label logfile command...
 phase_correctness() {
   local t filter=()
   [ -n "${GPU_CHECK_FILTER:-}" ] && filter=("$GPU_CHECK_FILTER")
-  # the OpenCL tests in these binaries run in CI on PoCL; a GPU machine with no OpenCL driver
-  # would only count them as skipped, hiding a CUDA test that skips
-  if ! ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
+  # the OpenCL tests in these binaries run in CI on PoCL; a GPU machine with no OpenCL device
+  # would only count them as skipped, hiding a CUDA test that skips (an ICD file alone is not a
+  # device: the H200 image of 2026-11-26 has one and no device)
+  if ! "$carry/bin/arraybridge" devices 2>/dev/null | grep -q '^opencl:'; then
     filter+=(--skip opencl)
-    echo "gpu-check: no OpenCL driver here (/etc/OpenCL/vendors): tests named *opencl* left out" >&2
+    echo "gpu-check: no OpenCL device here (arraybridge devices): tests named *opencl* left out" >&2
   fi
   for t in "$carry"/tests/*; do
     [ -x "$t" ] || continue
@@ -253,7 +314,7 @@ phase_correctness() {
 # (nothing is installed into the machine's Python): on a GPU its CUDA tests (tests/test_cuda.py:
 # DLPack with PyTorch, CuPy and JAX, pipelines on CUDA inputs) run for real.
 phase_python() {
-  local py="${GPU_CHECK_PYTHON:-}" lib="$WORK/pylib"
+  local py="${GPU_CHECK_PYTHON:-}" lib="$SCRATCH/pylib"
   if [ -z "$py" ]; then
     py="$(python_with_torch)" || py="${ARRAYBRIDGE_PYTHON:-python3}"
   fi
@@ -296,66 +357,189 @@ phase_sanitize() {
   done
 }
 
+# ------------------------------------------------------------------------------------------
+# The benchmark movies: generated once per call (about 26 s for 1000x512² on one core), in the
+# background while the first phases run; every bench process and peer reads the saved frames.
+
+MOVIES_PID=""
+movies_dir() { echo "${GPU_CHECK_MOVIES:-/tmp/gpu-check-movies}"; }
+start_movies() {
+  local cli="$carry/bin/arraybridge" dir frames
+  dir="$(movies_dir)"; frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  mkdir -p "$dir"
+  ( "$cli" --quiet bench detect --frames "$frames" --size 512 --particles 100 \
+      --movie-cache "$dir" --prepare-only &&
+    "$cli" --quiet bench detect --frames 8 --size 4096 --particles 2000 \
+      --movie-cache "$dir" --prepare-only ) >"$WORK/movies.log" 2>&1 &
+  MOVIES_PID=$!
+}
+# Wait for the movies (at most until the deadline); a row says so when they are not there.
+wait_movies() {
+  [ -n "$MOVIES_PID" ] || return 0
+  local t0 rc
+  t0=$(date +%s)
+  while kill -0 "$MOVIES_PID" 2>/dev/null && [ "$(time_left)" -gt 10 ]; do sleep 1; done
+  if kill -0 "$MOVIES_PID" 2>/dev/null; then
+    kill "$MOVIES_PID" 2>/dev/null
+    info_row "benchmark movies" "not ready before GPU_CHECK_DEADLINE" "$(($(date +%s) - t0))"
+  else
+    wait "$MOVIES_PID"; rc=$?
+    [ "$rc" = 0 ] || { info_row "benchmark movies" "failed (exit $rc): movies.log" 0; FAIL=1; }
+    echo "gpu-check: movies ready (waited $(($(date +%s) - t0)) s)" >&2
+  fi
+  MOVIES_PID=""
+}
+movie_npy() { echo "$(movies_dir)/synth-u16-512-p100-seed1.npy"; }
+
+quick() { [ "${GPU_CHECK_QUICK:-0}" = 1 ]; }
+
+# ------------------------------------------------------------------------------------------
+# identity: the CSVs of `detect` on the CPU and on cuda:0, compared byte for byte (LoG with the
+# fixtures' `default_rel` settings: sigma 1-3, 10 scales, threshold_rel 0.2; locate) (a finding
+# per input in identity.md and a row; a difference is reported, not failed: docs/perf.md says
+# which devices promise identical bytes)
+
+phase_identity() {
+  local cli="$carry/bin/arraybridge" input label args dev
+  wait_movies
+  local fx="$root/fixtures/detect/blob_log"
+  local log_movie=(--max-sigma 3 --num-sigma 10 --threshold none --threshold-rel 0.2)
+  echo "| input | verdict | rows cpu / device | identical rows | identical positions | largest relative difference |" >"$WORK/identity.md"
+  echo "|---|---|---|---|---|---|" >>"$WORK/identity.md"
+  for spec in "hisnr_u16|$fx/hisnr_u16.npy|log" "lowsnr_f32|$fx/lowsnr_f32.npy|log" \
+              "movie_log|$(movie_npy)|log" "movie_locate|$(movie_npy)|locate"; do
+    IFS='|' read -r label input args <<<"$spec"
+    local extra=()
+    [ "$args" = log ] && extra=("${log_movie[@]}")
+    [ "$args" = locate ] && extra=(--method locate --diameter 7 --minmass 200)
+    for dev in cpu cuda:0; do
+      run_binary "identity $label $dev" "$WORK/identity-$label-${dev%%:*}.log" \
+        "$cli" --quiet detect "$input" --device "$dev" "${extra[@]}" -o "$SCRATCH/identity-$label-${dev%%:*}.csv"
+    done
+    local t0 line
+    t0=$(date +%s)
+    line="$("$PY" "$root/scripts/gpu/compare_csv.py" "$label" \
+      "$SCRATCH/identity-$label-cpu.csv" "$SCRATCH/identity-$label-cuda.csv" 2>&1)"
+    echo "$line" | head -1 >>"$WORK/identity.md"
+    echo "$line" >"$WORK/identity-$label-compare.txt"
+    info_row "identity $label cpu vs cuda:0" "$(echo "$line" | head -1 | cut -d'|' -f3-5 | tr '|' ' ')" "$(($(date +%s) - t0))"
+  done
+  # the pass knobs must not change a byte: the default (8 rows on CUDA) against 1 row, 1 column
+  run_binary "identity movie_log cuda:0 rows 1 cols 1" "$WORK/identity-movie_log-rows1.log" \
+    env ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 \
+    "$cli" --quiet detect "$(movie_npy)" --device cuda:0 "${log_movie[@]}" -o "$SCRATCH/identity-movie_log-rows1.csv"
+  line="$("$PY" "$root/scripts/gpu/compare_csv.py" "movie_log, cuda:0 default vs rows 1 cols 1" \
+    "$SCRATCH/identity-movie_log-cuda.csv" "$SCRATCH/identity-movie_log-rows1.csv" 2>&1)"
+  echo "$line" | head -1 >>"$WORK/identity.md"
+  echo "$line" >"$WORK/identity-movie_log-rows1-compare.txt"
+  if echo "$line" | head -1 | grep -q '| byte-identical |'; then
+    info_row "identity movie_log cuda:0 default vs rows 1 cols 1" "byte-identical" 0
+  else
+    row "| identity movie_log cuda:0 default vs rows 1 cols 1 | failed (the pass knobs changed the CSV) | 0 | 1 | 0 | 0 | 0 |"
+    FAIL=1
+  fi
+}
+
 bench_once() { # tag: one pass of every measurement, under the current environment
-  local tag="$1" cli="$carry/bin/arraybridge" b frames
+  local tag="$1" cli="$carry/bin/arraybridge" frames mc
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  wait_movies
+  mc=(--movie-cache "$(movies_dir)")
+  local sizes=1,4,16,64,256,1024 reps=10 batches=16,64,256 big=1,4
+  if quick; then sizes=1,64,1024; reps=5; batches=64,256; big=4; fi
   env | grep -E '^ARRAYBRIDGE_' | sort >"$WORK/bench-$tag-env.txt"
-  run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
-    "$cli" bench transfer --device cuda:0 --sizes-mb 1,4,16,64,256,1024 --reps 10
   run_binary "bench $tag detect ${frames}x512" "$WORK/bench-$tag-detect512.md" \
-    "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
-  # the per-stage breakdown waits for every kernel, so it is a separate, shorter run
-  run_binary "bench $tag detect 128x512 traced" "$WORK/bench-$tag-detect512-trace.md" \
-    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64
+    "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes "$batches" "${mc[@]}"
   run_binary "bench $tag locate ${frames}x512" "$WORK/bench-$tag-locate512.md" \
-    "$cli" bench detect --method locate --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 16,64,256
-  run_binary "bench $tag locate 128x512 traced" "$WORK/bench-$tag-locate512-trace.md" \
-    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --method locate --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64
-  run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
-    "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes 1,4
+    "$cli" bench detect --method locate --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes "$batches" "${mc[@]}"
   run_binary "bench $tag paco 61x100" "$WORK/bench-$tag-paco100.md" \
     "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 10
+  # the per-stage breakdown waits for every kernel, so it is a separate, shorter run
+  run_binary "bench $tag detect 128x512 traced" "$WORK/bench-$tag-detect512-trace.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
+  run_binary "bench $tag locate 128x512 traced" "$WORK/bench-$tag-locate512-trace.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --method locate --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
+  run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
+    "$cli" bench transfer --device cuda:0 --sizes-mb "$sizes" --reps "$reps"
   if [ "${GPU_CHECK_PACO_BIG:-1}" = 1 ]; then
     run_binary "bench $tag paco 100x1024" "$WORK/bench-$tag-paco1024.md" \
       "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1
   fi
+  run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
+    "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes "$big" "${mc[@]}"
 }
 
-phase_bench() {
-  local cli="$carry/bin/arraybridge" b v frames
-  frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+phase_headline() { bench_once default; }
+
+phase_ceilings() {
   run_binary "ceilings (torch: d2d copy, matmul, pinned copies)" "$WORK/bench-ceilings.md" \
     "$PY" "$root/scripts/gpu/ceilings.py"
-  run_binary "peer: CuPy blob_log ${frames}x512" "$WORK/bench-peer-cupy.md" \
-    "$PY" "$root/scripts/gpu/cupy_blob_log.py" --frames "$frames" --size 512
-  bench_once default
-  if [ -n "${GPU_CHECK_VARIANTS:-}" ]; then
-    local i=0 IFS=';'
-    for v in $GPU_CHECK_VARIANTS; do
-      i=$((i + 1))
-      echo "variant$i: $v" >>"$WORK/variants.txt"
-      # a subshell, so the variant's settings end with it; its rows come back through a file
-      # shellcheck disable=SC2030,SC2031
-      ( IFS=','; for kv in $v; do export "${kv%%=*}=${kv#*=}"; done; unset IFS
-        ROWS=""; FAIL=0; bench_once "variant$i"
-        printf '%s' "$ROWS" >"$WORK/rows-variant$i"; exit "$FAIL" ) || FAIL=1
-      # shellcheck disable=SC2031
-      ROWS+="$(cat "$WORK/rows-variant$i")"$'\n'
-    done
-    unset IFS
+}
+
+# The peers on the same movie (the one `bench detect` saved): CuPy's and cuCIM's blob_log on
+# this GPU, scikit-image's on this host's CPU (one process, then every core).
+phase_peers() {
+  local frames n_gpu n_cpu peers="$SCRATCH/peers" pp=()
+  frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
+  n_gpu="$frames"; n_cpu=64
+  quick && { n_gpu=$((frames < 200 ? frames : 200)); n_cpu=32; }
+  wait_movies
+  run_binary "peer: CuPy blob_log ${n_gpu}x512" "$WORK/bench-peer-cupy.md" \
+    "$PY" "$root/scripts/gpu/cupy_blob_log.py" --impl cupy --movie "$(movie_npy)" --frames "$n_gpu"
+  if [ -f "$carry/peers/cucim.tar.gz" ]; then
+    mkdir -p "$peers" && tar -C "$peers" -xzf "$carry/peers/cucim.tar.gz" && pp=(env "PYTHONPATH=$peers")
+    run_binary "peer: cuCIM blob_log ${n_gpu}x512" "$WORK/bench-peer-cucim.md" \
+      "${pp[@]}" "$PY" "$root/scripts/gpu/cupy_blob_log.py" --impl cucim --movie "$(movie_npy)" --frames "$n_gpu"
+  else
+    info_row "peer: cuCIM blob_log" "not carried (GPU_CHECK_CUCIM=0 or no network at build)" 0
   fi
-  # CPU on this machine's cores, for the GPU/CPU ratio
-  run_binary "bench cpu detect 200x512" "$WORK/bench-cpu-detect512.md" \
-    "$cli" bench detect --device cpu --frames 200 --size 512 --particles 100 --batch-sizes 16
-  run_binary "bench cpu locate 200x512" "$WORK/bench-cpu-locate512.md" \
-    "$cli" bench detect --method locate --device cpu --frames 200 --size 512 --particles 100 --batch-sizes 16
+  run_binary "peer: scikit-image blob_log ${n_cpu}x512, 1 process" "$WORK/bench-peer-skimage1.md" \
+    "$PY" "$root/scripts/gpu/cupy_blob_log.py" --impl skimage --movie "$(movie_npy)" --frames "$n_cpu" --workers 1
+  run_binary "peer: scikit-image blob_log $((n_cpu * 4))x512, every core" "$WORK/bench-peer-skimage-all.md" \
+    "$PY" "$root/scripts/gpu/cupy_blob_log.py" --impl skimage --movie "$(movie_npy)" --frames $((n_cpu * 4)) --workers 0
+}
+
+# CPU on this machine's cores, for the GPU/CPU ratio (the same movie's first frames)
+phase_cpu() {
+  local cli="$carry/bin/arraybridge" n=200
+  quick && n=100
+  wait_movies
+  run_binary "bench cpu detect ${n}x512" "$WORK/bench-cpu-detect512.md" \
+    "$cli" bench detect --device cpu --frames "$n" --size 512 --particles 100 --batch-sizes 16 --movie-cache "$(movies_dir)"
+  run_binary "bench cpu locate ${n}x512" "$WORK/bench-cpu-locate512.md" \
+    "$cli" bench detect --method locate --device cpu --frames "$n" --size 512 --particles 100 --batch-sizes 16 --movie-cache "$(movies_dir)"
   run_binary "bench cpu paco 61x100" "$WORK/bench-cpu-paco100.md" \
     "$cli" bench paco --device cpu --frames 61 --size 100 --reps 3
+}
+
+phase_criterion() {
+  local b
   for b in "$carry"/bench/*; do
     [ -x "$b" ] || continue
     run_binary "bench binary $(basename "$b")" "$WORK/bench-bin-$(basename "$b").md" \
       env ARRAYBRIDGE_BENCH_TABLE=1 ARRAYBRIDGE_BENCH_MAX_MB=1024 "$b" --bench
   done
+}
+
+phase_variants() {
+  [ -n "${GPU_CHECK_VARIANTS:-}" ] || return 0
+  local i=0 v IFS=';'
+  for v in $GPU_CHECK_VARIANTS; do
+    i=$((i + 1))
+    echo "variant$i: $v" >>"$WORK/variants.txt"
+    # a subshell, so the variant's settings end with it; its rows come back through a file
+    # shellcheck disable=SC2030,SC2031
+    ( IFS=','; for kv in $v; do export "${kv%%=*}=${kv#*=}"; done; unset IFS
+      ROWS=""; FAIL=0; bench_once "variant$i"
+      printf '%s' "$ROWS" >"$WORK/rows-variant$i"; exit "$FAIL" ) || FAIL=1
+    # shellcheck disable=SC2031
+    ROWS+="$(cat "$WORK/rows-variant$i")"$'\n'
+  done
+  unset IFS
+}
+
+phase_bench() {
+  phase_ceilings; phase_peers; phase_headline; phase_variants; phase_cpu; phase_criterion
 }
 
 # Knob A/B: the default, every variant of GPU_CHECK_AB, the default again, one after the other
@@ -364,8 +548,9 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_ROWS=2;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_DETECT_ROWS=8;ARRAYBRIDGE_DETECT_COLS=2;ARRAYBRIDGE_DETECT_COLS=4;ARRAYBRIDGE_DETECT_ROWS=4,ARRAYBRIDGE_DETECT_COLS=2}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_ROWS=1;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_PACO_STATS_WG=128;ARRAYBRIDGE_PACO_STATS_WG=32}"
   local vs=()
+  wait_movies
   IFS=';' read -r -a vs <<<"$ab"
   local runs=("" "${vs[@]}" "")
   for v in "${runs[@]}"; do
@@ -374,8 +559,8 @@ phase_ab() {
     # the variant's VAR=VALUE words unquoted on purpose; $1, $2 are the inner shell's
     # shellcheck disable=SC2086,SC2016
     run_binary "ab $i $tag" "$WORK/ab-$i.md" env ${v//,/ } sh -c \
-      '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256,64 &&
-       "$1" bench paco --device cuda:0 --frames 61 --size 100 --reps 10' sh "$cli" "$frames"
+      '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256,64 --movie-cache "$3" &&
+       "$1" bench paco --device cuda:0 --frames 61 --size 100 --reps 10' sh "$cli" "$frames" "$(movies_dir)"
     { echo "## $i: $tag"; cat "$WORK/ab-$i.md"; echo; } >>"$WORK/ab.md"
   done
 }
@@ -395,15 +580,23 @@ phase_profile() {
     "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 1
 }
 
+PHASES="correctness python identity sanitize headline cpu peers ceilings criterion variants bench profile ab"
 run() {
-  [ $# -gt 0 ] || die "run needs a phase: correctness, python, sanitize, bench, profile, ab or all"
+  [ $# -gt 0 ] || die "run needs a phase: $PHASES, all or plan"
   [ -d "$carry/tests" ] || die "$carry missing: run 'bash scripts/gpu-check.sh build' here and carry .carry"
   local phases=() p out
   for p in "$@"; do
     case "$p" in
       all) phases+=(correctness python sanitize bench profile) ;;
-      correctness|python|sanitize|bench|profile|ab) phases+=("$p") ;;
-      *) die "unknown phase $p (correctness, python, sanitize, bench, profile, ab, all)" ;;
+      plan)
+        # the one budgeted call (docs/gpu.md): the most valuable rows first
+        export GPU_CHECK_QUICK="${GPU_CHECK_QUICK:-1}"
+        phases+=(correctness python identity headline sanitize cpu peers ceilings ab profile criterion) ;;
+      *)
+        case " $PHASES " in
+          *" $p "*) phases+=("$p") ;;
+          *) die "unknown phase $p ($PHASES, all, plan)" ;;
+        esac ;;
     esac
   done
   setup_env
@@ -413,19 +606,28 @@ run() {
   : >"$ROWS_FILE"
   DEADLINE_AT=$(( $(date +%s) + ${GPU_CHECK_DEADLINE:-0} ))
   WORK="$(mktemp -d)"
+  SCRATCH="$(mktemp -d)"
   local name
   name="gpu-check-$(IFS=-; echo "${phases[*]}")"
+  [ "${#name}" -gt 80 ] && name="gpu-check-${phases[0]}-to-${phases[${#phases[@]}-1]}"
+  ARCHIVE="$out/$name.tar.gz"
   {
     echo "date: $(date -u +%FT%TZ)"
     echo "host: $(uname -srm)"
+    echo "cpus: $(nproc)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 || echo "nvidia-smi: none"
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     env | grep -E '^(ARRAYBRIDGE_|GPU_CHECK_)' | sort
   } >"$WORK/env.txt" 2>&1
+  case " ${phases[*]} " in
+    *" identity "*|*" headline "*|*" bench "*|*" cpu "*|*" peers "*|*" ab "*|*" variants "*) start_movies ;;
+  esac
   for p in "${phases[@]}"; do
-    echo "gpu-check: phase $p" >&2
+    echo "gpu-check: phase $p ($(time_left) s left)" >&2
+    echo "phase $p: start $(date -u +%T), $(time_left) s left" >>"$WORK/phases.txt"
     "phase_$p"
   done
+  [ -n "$MOVIES_PID" ] && kill "$MOVIES_PID" 2>/dev/null
   {
     echo "# gpu-check ${phases[*]}"
     echo
@@ -434,11 +636,12 @@ run() {
     echo "| what | result | passed | failed | skipped | ignored | seconds |"
     echo "|---|---|---|---|---|---|---|"
     printf '%s' "$ROWS"
+    if [ -f "$WORK/identity.md" ]; then echo; echo "## CPU against cuda:0"; cat "$WORK/identity.md"; fi
     if [ -f "$WORK/failures.md" ]; then echo; echo "## Failures"; cat "$WORK/failures.md"; fi
   } >"$WORK/summary.md"
   cp "$WORK/summary.md" "$out/summary.md"
-  tar -C "$WORK" -czf "$out/$name.tar.gz" .
-  rm -rf "$WORK"
+  archive
+  rm -rf "$WORK" "$SCRATCH"
   cat "$out/summary.md"
   if [ "$FAIL" = 0 ]; then echo "gpu-check: every row passed"; else echo "gpu-check: FAILURES (see summary.md and $name.tar.gz in $out)"; fi
   return "$FAIL"

@@ -1,12 +1,23 @@
 #!/usr/bin/env python3
-"""The peer to beat for `arraybridge bench detect`: scikit-image's blob_log written with CuPy,
-the way cuCIM runs it (cupyx.scipy.ndimage.gaussian_laplace per scale, a 3x3x3 maximum filter,
-the relative threshold, then scikit-image's own overlap pruning on the host), timed end to end
-on a synthetic u16 movie of the same size and density as arraybridge's (frames of spots of
-sigma 1.5-2.5 on a background of 10 photons, Poisson noise), upload included.
+"""The peers of `arraybridge bench detect`, timed end to end on the same kind of movie:
 
-    cupy_blob_log.py --frames 1000 --size 512 [--particles 100] [--min-sigma 1 --max-sigma 3
-                     --num-sigma 10 --threshold-rel 0.2 --overlap 0.5]
+- `--impl cupy` (default): scikit-image's blob_log written with CuPy, the way cuCIM runs it
+  (cupyx.scipy.ndimage.gaussian_laplace per scale, a 3x3x3 maximum filter, the relative
+  threshold, then scikit-image's own overlap pruning on the host), upload included;
+- `--impl cucim`: cuCIM's own `cucim.skimage.feature.blob_log`, frame by frame, upload included
+  (the package travels slimmed: `gpu-check.sh build` keeps its pure-Python `skimage` part);
+- `--impl skimage`: scikit-image's `blob_log` on the host's CPU, frame by frame in `--workers`
+  processes (1: one core, the usual call; 0: every core), the denominator of "x scikit-image"
+  on the same host.
+
+`--movie PATH.npy` reads the u16 movie `arraybridge bench detect --movie-cache` saved (the very
+frames arraybridge times; its first `--frames` frames); without it a movie of the same size
+and density is generated here (frames of spots of sigma 1.5-2.5 on a background of 10 photons,
+Poisson noise).
+
+    cupy_blob_log.py [--impl cupy|cucim|skimage] [--movie M.npy] --frames 1000 --size 512
+                     [--particles 100] [--min-sigma 1 --max-sigma 3 --num-sigma 10
+                     --threshold-rel 0.2 --overlap 0.5] [--workers 1]
 """
 import argparse
 import sys
@@ -43,7 +54,12 @@ def main():
     ap.add_argument("--threshold-rel", type=float, default=0.2)
     ap.add_argument("--overlap", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--impl", choices=["cupy", "cucim", "skimage"], default="cupy")
+    ap.add_argument("--movie", help="a (T, H, W) u16 .npy movie (its first --frames frames)")
+    ap.add_argument("--workers", type=int, default=1, help="skimage: processes (0: every core)")
     a = ap.parse_args()
+    if a.impl != "cupy":
+        return other_peer(a)
     try:
         import cupy as cp
         from cupyx.scipy import ndimage as cnd
@@ -51,7 +67,7 @@ def main():
     except ImportError as e:
         print(f"peer unavailable: {e}", file=sys.stderr)
         return 1
-    host = movie(a.frames, a.size, a.particles, a.seed)
+    host = load(a) if a.movie else movie(a.frames, a.size, a.particles, a.seed)
     sigmas = np.linspace(a.min_sigma, a.max_sigma, a.num_sigma)
     fp = cp.ones((3, 3, 3), dtype=bool)
 
@@ -78,9 +94,69 @@ def main():
         n += len(one(host[f]))
     cp.cuda.runtime.deviceSynchronize()
     dt = time.perf_counter() - t0
+    report(f"CuPy blob_log ({a.num_sigma} scales)", a, host, dt, n)
+    return 0
+
+
+def load(a):
+    m = np.load(a.movie, mmap_mode="r")
+    if m.ndim != 3 or m.shape[0] < a.frames:
+        raise SystemExit(f"{a.movie}: shape {m.shape}, need at least {a.frames} frames")
+    return np.ascontiguousarray(m[: a.frames])
+
+
+def report(name, a, host, dt, n):
+    t, h, w = host.shape
     print("| peer | frames | total s | ms/frame | detections |")
     print("|---|---|---|---|---|")
-    print(f"| CuPy blob_log ({a.num_sigma} scales) {a.size}x{a.size} u16 | {a.frames} | {dt:.3f} | {1e3 * dt / a.frames:.2f} | {n} |")
+    print(f"| {name} {h}x{w} {host.dtype} | {t} | {dt:.3f} | {1e3 * dt / t:.2f} | {n} |")
+
+
+def _skimage_frames(args):
+    from skimage.feature import blob_log
+
+    frames, kw = args
+    return sum(len(blob_log(f, **kw)) for f in frames)
+
+
+def other_peer(a):
+    host = load(a) if a.movie else None
+    kw = dict(min_sigma=a.min_sigma, max_sigma=a.max_sigma, num_sigma=a.num_sigma,
+              threshold=None, threshold_rel=a.threshold_rel, overlap=a.overlap)
+    if a.impl == "cucim":
+        try:
+            import cupy as cp
+            from cucim.skimage.feature import blob_log
+        except ImportError as e:
+            print(f"peer unavailable: {e}", file=sys.stderr)
+            return 1
+        if host is None:
+            host = movie(a.frames, a.size, a.particles, a.seed)
+        for f in range(min(3, len(host))):  # warm-up (kernel compilation)
+            blob_log(cp.asarray(host[f]), **kw)
+        cp.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        n = 0
+        for f in host:
+            n += len(blob_log(cp.asarray(f), **kw))  # the result is on the device: len syncs
+        cp.cuda.runtime.deviceSynchronize()
+        report(f"cuCIM blob_log ({a.num_sigma} scales)", a, host, time.perf_counter() - t0, n)
+        return 0
+    if host is None:
+        raise SystemExit("--impl skimage needs --movie (no GPU generator on the CPU path)")
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = a.workers or os.cpu_count() or 1
+    _skimage_frames((host[:1], kw))  # warm-up (imports)
+    t0 = time.perf_counter()
+    if workers == 1:
+        n = _skimage_frames((host, kw))
+    else:
+        parts = [(host[i::workers], kw) for i in range(workers)]
+        with ProcessPoolExecutor(workers) as ex:
+            n = sum(ex.map(_skimage_frames, parts))
+    report(f"scikit-image blob_log, {workers} process(es)", a, host, time.perf_counter() - t0, n)
     return 0
 
 

@@ -70,6 +70,15 @@ pub struct DetectArgs {
     /// [locate] Minimum integrated brightness.
     #[arg(long, default_value_t = 200.0)]
     pub minmass: f64,
+    /// Keep the synthetic movie in this folder and reuse it: a `.npy` movie (u16, readable by
+    /// NumPy, so peers can time the same frames) and its ground truth. A saved movie of at
+    /// least `--frames` frames of the same size, particles and seed is read instead of
+    /// generated (its first frames are the shorter movie's, frame for frame).
+    #[arg(long, value_name = "DIR")]
+    pub movie_cache: Option<std::path::PathBuf>,
+    /// Save the movie into `--movie-cache` (when it is not there yet) and stop: no detection.
+    #[arg(long, requires = "movie_cache")]
+    pub prepare_only: bool,
 }
 
 /// Arguments of `arraybridge bench paco`.
@@ -328,7 +337,13 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     if locate {
         lp.validate()?;
     }
-    let movie = synthetic_movie(frames, size, particles, 1.0, a.seed);
+    let movie = match &a.movie_cache {
+        Some(dir) => cache::movie(dir, frames, size, particles, a.seed, g)?,
+        None => synthetic_movie(frames, size, particles, 1.0, a.seed),
+    };
+    if a.prepare_only {
+        return Ok(());
+    }
     let device = bench_device("bench detect", a.device, DETECT, g, || {
         detect_estimate(&movie.movie, &detector)
     })?;
@@ -429,4 +444,180 @@ fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The synthetic movies of `bench detect --movie-cache`: generating 1000×512² frames takes
+/// about half a minute on one core, timing them a fraction of a second, so a harness that times
+/// the same movie in several processes (knob A/B, peers) generates it once.
+mod cache {
+    use std::io::{BufWriter, Write};
+    use std::path::{Path, PathBuf};
+
+    use algorithms::detect::Movie;
+    use algorithms::detect::synth::{SyntheticMovie, TruthPoint, synthetic_movie};
+    use bridge_core::{BridgeError, Result};
+
+    use crate::cli::common::Global;
+
+    /// First bytes of a truth file, then frames and particles (u64 each), then 40-byte records.
+    const MAGIC: &[u8; 8] = b"ABTRUTH1";
+    const RECORD: usize = 40;
+
+    fn paths(dir: &Path, size: usize, particles: usize, seed: u64) -> (PathBuf, PathBuf) {
+        let stem = format!("synth-u16-{size}-p{particles}-seed{seed}");
+        (
+            dir.join(format!("{stem}.npy")),
+            dir.join(format!("{stem}.truth")),
+        )
+    }
+
+    /// The movie of `synthetic_movie(frames, size, particles, 1.0, seed)`, read from `dir`
+    /// when a long enough one is saved there, else generated and saved.
+    pub(super) fn movie(
+        dir: &Path,
+        frames: usize,
+        size: usize,
+        particles: usize,
+        seed: u64,
+        g: Global,
+    ) -> Result<SyntheticMovie> {
+        let (npy, truth) = paths(dir, size, particles, seed);
+        match read(&npy, &truth, frames, size) {
+            Ok(Some(m)) => {
+                g.note(format!("bench detect: movie read from {}", npy.display()));
+                return Ok(m);
+            }
+            Ok(None) => {}
+            Err(e) => g.note(format!(
+                "bench detect: the saved movie {} is not usable ({e}); generating it again",
+                npy.display()
+            )),
+        }
+        let m = synthetic_movie(frames, size, particles, 1.0, seed);
+        write(dir, &npy, &truth, &m, frames, size)?;
+        g.note(format!("bench detect: movie saved to {}", npy.display()));
+        Ok(m)
+    }
+
+    /// `None` when nothing (or too short a movie) is saved; an error when what is saved is
+    /// not what its name says.
+    fn read(
+        npy: &Path,
+        truth: &Path,
+        frames: usize,
+        size: usize,
+    ) -> Result<Option<SyntheticMovie>> {
+        if !npy.exists() || !truth.exists() {
+            return Ok(None);
+        }
+        let bytes =
+            std::fs::read(truth).map_err(|e| BridgeError::io(truth.display().to_string(), e))?;
+        let bad = |why: &str| BridgeError::InvalidInput(format!("{}: {why}", truth.display()));
+        if bytes.len() < 24 || &bytes[..8] != MAGIC {
+            return Err(bad("not a truth file"));
+        }
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[8 + 8 * i..16 + 8 * i]);
+            u64::from_le_bytes(b)
+        };
+        let (saved, pts) = (word(0) as usize, word(1) as usize);
+        let expected = saved
+            .checked_mul(pts)
+            .and_then(|r| r.checked_mul(RECORD))
+            .and_then(|b| b.checked_add(24))
+            .ok_or_else(|| bad("its header declares absurd sizes"))?;
+        if bytes.len() != expected {
+            return Err(bad("length does not match its header"));
+        }
+        if saved < frames {
+            return Ok(None);
+        }
+        let mut reader = arraybridge::io::npy::NpyFrames::open(npy)?;
+        if reader.frames() != saved {
+            return Err(bad("the movie and its truth disagree on the frame count"));
+        }
+        let budget = bridge_core::host::Budget::current();
+        let movie = match reader.next_chunk(frames, &budget)? {
+            Some(Movie::U16(a)) if a.dim() == (frames, size, size) => Movie::U16(a),
+            _ => return Err(bad("the movie is not u16 frames of the asked size")),
+        };
+        let truth = bytes[24..24 + frames * pts * RECORD]
+            .chunks_exact(RECORD)
+            .map(|r| {
+                let u = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap_or([0; 4]));
+                let f = |i: usize| f64::from_le_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
+                TruthPoint {
+                    frame: u(0),
+                    particle: u(4),
+                    y: f(8),
+                    x: f(16),
+                    sigma: f(24),
+                    amplitude: f(32),
+                }
+            })
+            .collect();
+        Ok(Some(SyntheticMovie { movie, truth }))
+    }
+
+    /// Written to temporary names and renamed, so a process stopped half-way leaves no movie
+    /// that a later one would read.
+    fn write(
+        dir: &Path,
+        npy: &Path,
+        truth: &Path,
+        m: &SyntheticMovie,
+        frames: usize,
+        size: usize,
+    ) -> Result<()> {
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |e| BridgeError::io(p, e)
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let Movie::U16(a) = &m.movie else {
+            return Err(BridgeError::Unsupported(
+                "the synthetic movie is not u16".into(),
+            ));
+        };
+        let tmp = npy.with_extension(format!("npy.{}.tmp", std::process::id()));
+        {
+            let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+            let mut w = BufWriter::with_capacity(1 << 20, f);
+            w.write_all(&arraybridge::io::npy::encode_npy(
+                "<u2",
+                &[frames, size, size],
+                &[],
+            ))
+            .map_err(io(&tmp))?;
+            let mut buf = Vec::with_capacity(size * size * 2);
+            for frame in a.outer_iter() {
+                buf.clear();
+                buf.extend(frame.iter().flat_map(|v| v.to_le_bytes()));
+                w.write_all(&buf).map_err(io(&tmp))?;
+            }
+            w.into_inner()
+                .map_err(|e| BridgeError::io(tmp.display().to_string(), e.into_error()))?
+                .sync_all()
+                .map_err(io(&tmp))?;
+        }
+        let pts = m.truth.len().checked_div(frames).unwrap_or(0);
+        let mut t = Vec::with_capacity(24 + m.truth.len() * RECORD);
+        t.extend_from_slice(MAGIC);
+        t.extend_from_slice(&(frames as u64).to_le_bytes());
+        t.extend_from_slice(&(pts as u64).to_le_bytes());
+        for p in &m.truth {
+            t.extend_from_slice(&p.frame.to_le_bytes());
+            t.extend_from_slice(&p.particle.to_le_bytes());
+            for v in [p.y, p.x, p.sigma, p.amplitude] {
+                t.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let ttmp = truth.with_extension(format!("truth.{}.tmp", std::process::id()));
+        std::fs::write(&ttmp, &t).map_err(io(&ttmp))?;
+        // the truth last: a movie without its truth is never read
+        std::fs::rename(&tmp, npy).map_err(io(npy))?;
+        std::fs::rename(&ttmp, truth).map_err(io(truth))?;
+        Ok(())
+    }
 }

@@ -99,10 +99,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_ROWS",
-        default: "1",
+        default: "auto",
         accepts: Accepts::Int(1, 16),
-        doc: "rows computed by each work-item of log_pass_y, sliding a window over the taps; \
-              does not change results",
+        doc: "rows computed by each work-item of log_pass_y, sliding a window over the taps \
+              (auto: 8 on CUDA, 1 on OpenCL); does not change results",
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_COLS",
