@@ -531,3 +531,79 @@ fn huge_sigmas_are_counted_before_their_kernels_are_built() {
     let o = run_env(&with("1"), &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "300")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Issue 32, class 6: values that used to be accepted silently are refused with a message that
+/// names them, and a valid value still works.
+#[test]
+fn silently_ignored_values_are_refused() {
+    let d = tmpdir("silent");
+    let m = detect_fixture("blob_log/hisnr_u16.npy");
+    let o = d.join("x.csv");
+    // a memory limit that is not a whole number of MiB is refused, by every command
+    for v in ["abc", "1e0", "-5", "0", "4096 MiB"] {
+        fails_env(
+            &["devices"],
+            &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", v)],
+            &["ARRAYBRIDGE_MEMORY_LIMIT_MB", "whole number of MiB"],
+        );
+    }
+    let ok = run_env(&["devices"], &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", " 4096 ")]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // NaN locate thresholds would remove every feature: refused, like --minmass NaN
+    let locate = [
+        "detect",
+        &m,
+        "-o",
+        s(&o),
+        "--device",
+        "cpu",
+        "--method",
+        "locate",
+    ];
+    for (flag, v, needle) in [
+        ("--maxsize", "NaN", "maxsize"),
+        ("--locate-threshold", "NaN", "threshold"),
+        ("--locate-threshold", "inf", "threshold"),
+    ] {
+        let mut args = locate.to_vec();
+        args.extend(["--diameter", "7", flag, v]);
+        fails(&args, &[needle]);
+        assert!(!o.exists(), "{flag} {v} wrote an output");
+    }
+    let mut args = locate.to_vec();
+    args.extend([
+        "--diameter",
+        "7",
+        "--maxsize",
+        "inf",
+        "--locate-threshold",
+        "1",
+    ]);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // linking on one column twice is not 2-D linking
+    let det = d.join("det.csv");
+    std::fs::write(&det, "frame,y,x\n0,1.0,2.0\n1,1.5,2.5\n").unwrap();
+    fails(
+        &[
+            "track",
+            s(&det),
+            "-o",
+            s(&d.join("t.csv")),
+            "--search-range",
+            "3",
+            "--pos-columns",
+            "y,y",
+        ],
+        &["--pos-columns", "twice"],
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

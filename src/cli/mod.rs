@@ -54,6 +54,8 @@ pub enum Command {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
+    // a memory limit that does not parse is refused, not ignored
+    bridge_core::host::limit_from_env()?;
     #[cfg(feature = "mpi")]
     if let Some(p) = mpi::place()
         && !matches!(cli.command, Command::Paco(_) | Command::Detect(_))

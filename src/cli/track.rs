@@ -548,6 +548,16 @@ fn columns(
             "expected two column names, e.g. y,x",
         ));
     }
+    if pc[0] == pc[1] {
+        return Err(BridgeError::invalid_argument(
+            "--pos-columns",
+            format!(
+                "names the column {:?} twice; linking needs two different position columns, \
+                 e.g. y,x",
+                pc[0]
+            ),
+        ));
+    }
     if has("particle") {
         return Err(BridgeError::InvalidInput(format!(
             "{file}: already has a `particle` column (remove it, or rename it, before linking)"

@@ -82,10 +82,7 @@ impl Budget {
         if let Some(r) = address_space_headroom() {
             candidates.push((r, LimitSource::AddressSpace));
         }
-        if let Some(e) = std::env::var(LIMIT_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
+        if let Ok(Some(e)) = limit_from_env() {
             candidates.push((e.saturating_mul(1 << 20), LimitSource::Environment));
         }
         let limit = candidates
@@ -113,6 +110,28 @@ impl Budget {
             limited_by: source.to_string(),
             hint: hint.to_string(),
         })
+    }
+}
+
+/// [`LIMIT_ENV`] in MiB: `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole number
+/// n ≥ 1, and [`BridgeError::InvalidArgument`] naming the value for anything else (`abc`, `1e0`,
+/// `-5`, `0`). [`Budget::current`] ignores a refused value; the front ends call this once at
+/// start so that it is refused instead of silently ignored.
+pub fn limit_from_env() -> Result<Option<u64>> {
+    let Some(raw) = std::env::var_os(LIMIT_ENV) else {
+        return Ok(None);
+    };
+    let v = raw.to_string_lossy();
+    let t = v.trim();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    match t.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(BridgeError::invalid_argument(
+            LIMIT_ENV,
+            format!("expected a whole number of MiB, at least 1 (e.g. 4096), got {v:?}"),
+        )),
     }
 }
 

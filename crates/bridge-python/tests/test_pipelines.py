@@ -90,6 +90,15 @@ def test_locate_equals_trackpy_fixture():
     np.testing.assert_allclose(got.to_numpy(float), ref.to_numpy(float), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("kw", [{"maxsize": float("nan")}, {"threshold": float("nan")},
+                                {"threshold": float("inf")}])
+def test_locate_refuses_nan_limits(kw):
+    # NaN compares false with every size and pixel: it used to remove every feature silently
+    movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:1]
+    with pytest.raises(ab.InvalidInput, match=next(iter(kw))):
+        ab.locate(movie, 7, minmass=300, **kw)
+
+
 def canonical(ids):
     """Particle ids renumbered by first appearance (trackpy's numbering is an implementation
     detail; the partition into tracks is what must match)."""

@@ -93,6 +93,20 @@ impl LocateParams {
         if !self.minmass.is_finite() {
             return bad("minmass", "must be finite".into());
         }
+        // NaN compares false with every size and pixel: it would silently remove every feature
+        if let Some(m) = self.maxsize
+            && m.is_nan()
+        {
+            return bad(
+                "maxsize",
+                "must be a number (an infinite one sets no limit), got NaN".into(),
+            );
+        }
+        if let Some(t) = self.threshold
+            && !t.is_finite()
+        {
+            return bad("threshold", format!("must be finite, got {t}"));
+        }
         Ok(())
     }
 }
