@@ -112,7 +112,7 @@ build() {
     # trackpy publishes no wheel since 0.3.3: build the pure-Python one of the version the
     # tests compare with here
     local tp
-    tp="$("$ARRAYBRIDGE_PYTHON" -m pip show trackpy 2>/dev/null | sed -n 's/^Version: //p')"
+    tp="$("$ARRAYBRIDGE_PYTHON" -m pip show trackpy 2>/dev/null | sed -n 's/^Version: //p')" || tp=""
     "$ARRAYBRIDGE_PYTHON" -m pip wheel --quiet --no-deps -w "$carry/python" "trackpy${tp:+==$tp}" >&2 ||
       echo "gpu-check: no trackpy wheel: its pytest comparisons will skip there" >&2
   fi
