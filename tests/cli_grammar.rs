@@ -589,6 +589,40 @@ fn silently_ignored_values_are_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // integers past what any frame holds: nothing to detect, or a refusal; never an overflow
+    let rel = [
+        "--threshold",
+        "none",
+        "--threshold-rel",
+        "0.2",
+        "--device",
+        "cpu",
+    ];
+    let mut args = vec![
+        "detect",
+        &m,
+        "-o",
+        s(&o),
+        "--exclude-border",
+        "18446744073709551615",
+    ];
+    args.extend(rel);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(&o).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1,
+        "a border past half the frame leaves no detection"
+    );
+    std::fs::remove_file(&o).unwrap();
+    let mut args = locate.to_vec();
+    args.extend(["--diameter", "18446744073709551615"]);
+    fails(&args, &["diameter", "65535"]);
     // linking on one column twice is not 2-D linking
     let det = d.join("det.csv");
     std::fs::write(&det, "frame,y,x\n0,1.0,2.0\n1,1.5,2.5\n").unwrap();

@@ -94,6 +94,21 @@ fn batched<R: Send>(
     Ok(out)
 }
 
+/// `value` of argument `name` within `lo..=hi` (the command line's ranges), else `InvalidInput`
+/// naming it: Python passes any int that fits a `usize`, and 0 or a huge count was accepted
+/// where the command line refuses it.
+fn in_range(name: &str, value: usize, lo: usize, hi: usize) -> PyResult<()> {
+    if (lo..=hi).contains(&value) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "invalid argument {name}: must be in {lo}..={hi}, got {value}"
+    )))
+}
+
+/// The command line's `--batch-size` range.
+const MAX_BATCH: usize = 100_000;
+
 /// Blobs of a movie already on `device` (`u8`/`u16`, C-contiguous), read in place; `None` when
 /// the movie cannot be read there.
 #[cfg(any(feature = "cuda", feature = "opencl"))]
@@ -202,6 +217,7 @@ pub fn blob_log<'py>(
         prescale: prescale.parse::<Prescale>().py_err()?,
     };
     p.validate().py_err()?;
+    in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
     let device = resolve(device, &held)?;
     let backend = backend_for(device).py_err()?;
@@ -262,6 +278,7 @@ pub fn locate<'py>(
         ..LocateParams::new(diameter)
     };
     p.validate().py_err()?;
+    in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
     let device = resolve(device, &held)?;
     let backend: Box<dyn DetectBackend> = backend_for(device).py_err()?;
@@ -316,9 +333,12 @@ pub fn link<'py>(
             pos.ncols()
         )));
     }
+    if let Some(m) = max_subnet {
+        in_range("max_subnet", m, 1, usize::MAX)?;
+    }
     let pos: Vec<[f64; 2]> = pos.rows().into_iter().map(|r| [r[0], r[1]]).collect();
     let p = LinkParams {
-        max_subnet_sources: max_subnet.map_or(usize::MAX, |m| m.max(1)),
+        max_subnet_sources: max_subnet.unwrap_or(usize::MAX),
         ..LinkParams::new(search_range, memory)
     };
     let (ids, _) = py
@@ -478,6 +498,8 @@ pub fn paco<'py>(
     top: usize,
     device: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // `paco --top`'s range, checked before the maps are computed
+    in_range("top", top, 1, 100_000)?;
     let device = if device.trim().eq_ignore_ascii_case("auto") {
         Device::Cpu
     } else {

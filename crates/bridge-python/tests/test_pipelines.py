@@ -99,6 +99,43 @@ def test_locate_refuses_nan_limits(kw):
         ab.locate(movie, 7, minmass=300, **kw)
 
 
+def test_huge_integers_are_errors_or_empty_never_panics():
+    # an exclude_border past half the frame leaves nothing to detect, however large it is; a
+    # diameter past MAX_DIAMETER is refused (both overflowed: PanicException in debug builds)
+    frame = np.load(FIX / "detect" / "blob_log" / "hisnr_u16.npy")
+    for b in [2**32, 2**63, 2**64 - 1]:
+        assert len(ab.blob_log(frame, threshold=None, threshold_rel=0.2, exclude_border=b)) == 0
+    for d in [65537, 2**63 + 1, 2**64 - 1]:
+        with pytest.raises(ab.InvalidInput, match="diameter"):
+            ab.locate(frame, d)
+    with pytest.raises(ab.InvalidInput, match="smoothing_size"):
+        ab.locate(frame, 7, smoothing_size=2**64 - 1)
+
+
+def test_counts_and_tolerances_out_of_range_are_refused():
+    # the command line's ranges, in Python too (0 used to be taken as 1 or as "nothing")
+    pd = pytest.importorskip("pandas")
+    frame = np.load(FIX / "detect" / "blob_log" / "hisnr_u16.npy")
+    feats = pd.DataFrame({"frame": [0, 1], "y": [1.0, 1.5], "x": [2.0, 2.5]})
+    rng = np.random.default_rng(0)
+    cube, angles = rng.normal(size=(12, 32, 32)), np.linspace(0, 90, 12)
+    yy, xx = np.mgrid[-4:5, -4:5]
+    psf = np.exp(-(yy**2 + xx**2) / 4.0)
+    for call, name in [
+        (lambda: ab.blob_log(frame, batch_size=0), "batch_size"),
+        (lambda: ab.blob_log(frame, batch_size=100_001), "batch_size"),
+        (lambda: ab.locate(frame, 7, batch_size=0), "batch_size"),
+        (lambda: ab.link(feats, 5, max_subnet=0), "max_subnet"),
+        (lambda: ab.paco(cube, angles, psf, top=0), "top"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(16, 20)], eps=float("nan")), "eps"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(16, 20)], eps=-1.0), "eps"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(16, 20)], alpha0=float("nan")), "alpha0"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(16, 20)], max_iter=0), "max_iter"),
+    ]:
+        with pytest.raises(ab.InvalidInput, match=name):
+            call()
+
+
 def canonical(ids):
     """Particle ids renumbered by first appearance (trackpy's numbering is an implementation
     detail; the partition into tracks is what must match)."""

@@ -1,7 +1,7 @@
 //! Unbiased flux estimation (paper Algorithm 3, spec §8), with the source model removed from
 //! every frame of every trajectory column.
 
-use bridge_core::Result;
+use bridge_core::{BridgeError, Result};
 use ndarray::{Array2, ArrayView1, ArrayView2, ArrayView3};
 use rayon::prelude::*;
 
@@ -28,6 +28,32 @@ impl Default for FluxOptions {
             max_iter: 50,
             alpha0: 0.0,
         }
+    }
+}
+
+impl FluxOptions {
+    /// Check every option: `eps` finite and positive (with NaN or a negative tolerance the
+    /// iteration never converges), `alpha0` finite, `max_iter` at least 1.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(BridgeError::invalid_argument(
+                "eps",
+                format!("must be a positive number, got {}", self.eps),
+            ));
+        }
+        if !self.alpha0.is_finite() {
+            return Err(BridgeError::invalid_argument(
+                "alpha0",
+                format!("must be finite, got {}", self.alpha0),
+            ));
+        }
+        if self.max_iter == 0 {
+            return Err(BridgeError::invalid_argument(
+                "max_iter",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -62,6 +88,7 @@ pub fn unbiased_flux(
     positions: &[(f64, f64)],
     opts: FluxOptions,
 ) -> Result<Vec<FluxEstimate>> {
+    opts.validate()?;
     let job = PacoJob::new(cube, angles, psf, params)?;
     positions
         .iter()

@@ -468,7 +468,8 @@ pub(super) fn find_peaks<T: Real>(
 ) -> Vec<Cand<T>> {
     let plane = h * w;
     let (by, bx) = border;
-    if 2 * by >= h || 2 * bx >= w {
+    // by >= ceil(h / 2) is 2·by >= h without the overflow of a huge border
+    if by >= h.div_ceil(2) || bx >= w.div_ceil(2) {
         return Vec::new();
     }
     let simd = Avx2::detect();
@@ -648,7 +649,7 @@ fn log_peaks_padded<T: Real, A: Real>(
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let per = h.div_ceil(nparts);
     let (by, bx) = p.exclude_border;
-    let test = !(2 * by >= h || 2 * bx >= w);
+    let test = !(by >= h.div_ceil(2) || bx >= w.div_ceil(2));
     let rel = p.threshold_rel.filter(|&r| r >= 0.0).map(T::from_f64);
     let simd = Avx2::detect();
     let abs = p.threshold.map(T::from_f64);

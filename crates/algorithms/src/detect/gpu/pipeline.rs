@@ -306,7 +306,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         to_u32(ns, "num_sigma")?,
     );
     let (by, bx) = p.exclude_border;
-    let border_empty = 2 * by >= h || 2 * bx >= w;
+    let border_empty = by >= h.div_ceil(2) || bx >= w.div_ceil(2);
     let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
     let mut cap = (chunk * plane / 32).max(1024);
     let mut idx_buf = e.alloc(cap * 4)?;

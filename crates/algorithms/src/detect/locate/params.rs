@@ -3,6 +3,11 @@
 
 use bridge_core::{BridgeError, Result};
 
+/// The largest `diameter` and `smoothing_size` accepted (pixels): a feature or background
+/// window wider than any frame finds nothing, and sizes derived from larger values would
+/// overflow.
+pub const MAX_DIAMETER: usize = 65_535;
+
 /// Parameters of [`locate`](crate::detect::locate::locate); `LocateParams::new(diameter)` gives
 /// trackpy's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,9 +69,24 @@ impl LocateParams {
                 format!("must be a positive odd integer, got {}", self.diameter),
             );
         }
+        if self.diameter > MAX_DIAMETER {
+            return bad(
+                "diameter",
+                format!(
+                    "must be at most {MAX_DIAMETER} pixels, got {}",
+                    self.diameter
+                ),
+            );
+        }
         let sm = self.smoothing_size.unwrap_or(self.diameter);
         if sm.is_multiple_of(2) {
             return bad("smoothing_size", format!("must be odd, got {sm}"));
+        }
+        if sm > MAX_DIAMETER {
+            return bad(
+                "smoothing_size",
+                format!("must be at most {MAX_DIAMETER} pixels, got {sm}"),
+            );
         }
         if !(self.noise_size.is_finite() && self.noise_size >= 0.0)
             || (sm as f64) <= self.noise_size
