@@ -399,40 +399,43 @@ quick() { [ "${GPU_CHECK_QUICK:-0}" = 1 ]; }
 # per input in identity.md and a row; a difference is reported, not failed: docs/perf.md says
 # which devices promise identical bytes)
 
+# Compare two CSVs: the table row goes to identity.md, the differing rows to FILE; prints the
+# table row.
+compare_csvs() { # label a.csv b.csv file
+  local out
+  out="$("$PY" "$root/scripts/gpu/compare_csv.py" "$1" "$2" "$3" 2>&1)"
+  echo "$out" >"$4"
+  echo "$out" | head -1 | tee -a "$WORK/identity.md"
+}
+
 phase_identity() {
-  local cli="$carry/bin/arraybridge" input label args dev
+  local cli="$carry/bin/arraybridge" input label args dev t0 line
   wait_movies
   local fx="$root/fixtures/detect/blob_log"
-  local log_movie=(--max-sigma 3 --num-sigma 10 --threshold none --threshold-rel 0.2)
+  local log_args=(--max-sigma 3 --num-sigma 10 --threshold none --threshold-rel 0.2)
   echo "| input | verdict | rows cpu / device | identical rows | identical positions | largest relative difference |" >"$WORK/identity.md"
   echo "|---|---|---|---|---|---|" >>"$WORK/identity.md"
   for spec in "hisnr_u16|$fx/hisnr_u16.npy|log" "lowsnr_f32|$fx/lowsnr_f32.npy|log" \
               "movie_log|$(movie_npy)|log" "movie_locate|$(movie_npy)|locate"; do
     IFS='|' read -r label input args <<<"$spec"
-    local extra=()
-    [ "$args" = log ] && extra=("${log_movie[@]}")
+    local extra=("${log_args[@]}")
     [ "$args" = locate ] && extra=(--method locate --diameter 7 --minmass 200)
     for dev in cpu cuda:0; do
       run_binary "identity $label $dev" "$WORK/identity-$label-${dev%%:*}.log" \
         "$cli" --quiet detect "$input" --device "$dev" "${extra[@]}" -o "$SCRATCH/identity-$label-${dev%%:*}.csv"
     done
-    local t0 line
     t0=$(date +%s)
-    line="$("$PY" "$root/scripts/gpu/compare_csv.py" "$label" \
-      "$SCRATCH/identity-$label-cpu.csv" "$SCRATCH/identity-$label-cuda.csv" 2>&1)"
-    echo "$line" | head -1 >>"$WORK/identity.md"
-    echo "$line" >"$WORK/identity-$label-compare.txt"
-    info_row "identity $label cpu vs cuda:0" "$(echo "$line" | head -1 | cut -d'|' -f3-5 | tr '|' ' ')" "$(($(date +%s) - t0))"
+    line="$(compare_csvs "$label" "$SCRATCH/identity-$label-cpu.csv" \
+      "$SCRATCH/identity-$label-cuda.csv" "$WORK/identity-$label-compare.txt")"
+    info_row "identity $label cpu vs cuda:0" "$(echo "$line" | cut -d'|' -f3-5 | tr '|' ' ')" "$(($(date +%s) - t0))"
   done
   # the pass knobs must not change a byte: the default (8 rows on CUDA) against 1 row, 1 column
   run_binary "identity movie_log cuda:0 rows 1 cols 1" "$WORK/identity-movie_log-rows1.log" \
     env ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 \
-    "$cli" --quiet detect "$(movie_npy)" --device cuda:0 "${log_movie[@]}" -o "$SCRATCH/identity-movie_log-rows1.csv"
-  line="$("$PY" "$root/scripts/gpu/compare_csv.py" "movie_log, cuda:0 default vs rows 1 cols 1" \
-    "$SCRATCH/identity-movie_log-cuda.csv" "$SCRATCH/identity-movie_log-rows1.csv" 2>&1)"
-  echo "$line" | head -1 >>"$WORK/identity.md"
-  echo "$line" >"$WORK/identity-movie_log-rows1-compare.txt"
-  if echo "$line" | head -1 | grep -q '| byte-identical |'; then
+    "$cli" --quiet detect "$(movie_npy)" --device cuda:0 "${log_args[@]}" -o "$SCRATCH/identity-movie_log-rows1.csv"
+  line="$(compare_csvs "movie_log, cuda:0 default vs rows 1 cols 1" "$SCRATCH/identity-movie_log-cuda.csv" \
+    "$SCRATCH/identity-movie_log-rows1.csv" "$WORK/identity-movie_log-rows1-compare.txt")"
+  if echo "$line" | grep -q '| byte-identical |'; then
     info_row "identity movie_log cuda:0 default vs rows 1 cols 1" "byte-identical" 0
   else
     row "| identity movie_log cuda:0 default vs rows 1 cols 1 | failed (the pass knobs changed the CSV) | 0 | 1 | 0 | 0 | 0 |"

@@ -95,11 +95,10 @@ fn the_saved_movie_is_the_generated_one_and_serves_shorter_runs() {
 fn a_broken_saved_movie_is_generated_again() {
     let d = tmpdir("broken");
     bench("4", Some(&d), &["--prepare-only"]);
-    let truth = d.join("synth-u16-48-p6-seed1.truth");
-    let mut bytes = std::fs::read(&truth).unwrap();
-    // a truth file that claims more frames than it holds
-    bytes[8] = 200;
-    std::fs::write(&truth, &bytes).unwrap();
+    let truth = d.join("synth-u16-48-p6-seed1.truth.npy");
+    let bytes = std::fs::read(&truth).unwrap();
+    // a truth table cut short
+    std::fs::write(&truth, &bytes[..bytes.len() - 8]).unwrap();
     let (rows, note) = bench("4", Some(&d), &[]);
     assert!(note.contains("is not usable"), "{note}");
     assert!(note.contains("movie saved to"), "{note}");

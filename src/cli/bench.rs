@@ -448,26 +448,28 @@ fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
 
 /// The synthetic movies of `bench detect --movie-cache`: generating 1000×512² frames takes
 /// about half a minute on one core, timing them a fraction of a second, so a harness that times
-/// the same movie in several processes (knob A/B, peers) generates it once.
+/// the same movie in several processes (knob A/B, peers) generates it once. Both files are
+/// `.npy` (the project's reader and writer): the u16 movie `(T, H, W)` and its truth, f64
+/// `(T·P, 6)` with columns frame, particle, y, x, sigma, amplitude, frame by frame.
 mod cache {
     use std::io::{BufWriter, Write};
     use std::path::{Path, PathBuf};
 
     use algorithms::detect::Movie;
     use algorithms::detect::synth::{SyntheticMovie, TruthPoint, synthetic_movie};
+    use arraybridge::io::npy::{NpyArray, NpyFrames, encode_npy, read_npy};
     use bridge_core::{BridgeError, Result};
 
     use crate::cli::common::Global;
 
-    /// First bytes of a truth file, then frames and particles (u64 each), then 40-byte records.
-    const MAGIC: &[u8; 8] = b"ABTRUTH1";
-    const RECORD: usize = 40;
+    /// Columns of a truth row.
+    const COLS: usize = 6;
 
     fn paths(dir: &Path, size: usize, particles: usize, seed: u64) -> (PathBuf, PathBuf) {
         let stem = format!("synth-u16-{size}-p{particles}-seed{seed}");
         (
             dir.join(format!("{stem}.npy")),
-            dir.join(format!("{stem}.truth")),
+            dir.join(format!("{stem}.truth.npy")),
         )
     }
 
@@ -510,51 +512,35 @@ mod cache {
         if !npy.exists() || !truth.exists() {
             return Ok(None);
         }
-        let bytes =
-            std::fs::read(truth).map_err(|e| BridgeError::io(truth.display().to_string(), e))?;
         let bad = |why: &str| BridgeError::InvalidInput(format!("{}: {why}", truth.display()));
-        if bytes.len() < 24 || &bytes[..8] != MAGIC {
-            return Err(bad("not a truth file"));
-        }
-        let word = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[8 + 8 * i..16 + 8 * i]);
-            u64::from_le_bytes(b)
-        };
-        let (saved, pts) = (word(0) as usize, word(1) as usize);
-        let expected = saved
-            .checked_mul(pts)
-            .and_then(|r| r.checked_mul(RECORD))
-            .and_then(|b| b.checked_add(24))
-            .ok_or_else(|| bad("its header declares absurd sizes"))?;
-        if bytes.len() != expected {
-            return Err(bad("length does not match its header"));
-        }
+        let mut reader = NpyFrames::open(npy)?;
+        let saved = reader.frames();
         if saved < frames {
             return Ok(None);
         }
-        let mut reader = arraybridge::io::npy::NpyFrames::open(npy)?;
-        if reader.frames() != saved {
+        let rows = match read_npy(truth)? {
+            NpyArray::F64(t) if t.ndim() == 2 && t.shape()[1] == COLS => t,
+            _ => return Err(bad("not a truth table (f64, 6 columns)")),
+        };
+        if saved == 0 || !rows.shape()[0].is_multiple_of(saved) {
             return Err(bad("the movie and its truth disagree on the frame count"));
         }
+        let pts = rows.shape()[0] / saved;
         let budget = bridge_core::host::Budget::current();
         let movie = match reader.next_chunk(frames, &budget)? {
             Some(Movie::U16(a)) if a.dim() == (frames, size, size) => Movie::U16(a),
             _ => return Err(bad("the movie is not u16 frames of the asked size")),
         };
-        let truth = bytes[24..24 + frames * pts * RECORD]
-            .chunks_exact(RECORD)
-            .map(|r| {
-                let u = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().unwrap_or([0; 4]));
-                let f = |i: usize| f64::from_le_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
-                TruthPoint {
-                    frame: u(0),
-                    particle: u(4),
-                    y: f(8),
-                    x: f(16),
-                    sigma: f(24),
-                    amplitude: f(32),
-                }
+        let truth = rows
+            .outer_iter()
+            .take(frames * pts)
+            .map(|r| TruthPoint {
+                frame: r[0] as u32,
+                particle: r[1] as u32,
+                y: r[2],
+                x: r[3],
+                sigma: r[4],
+                amplitude: r[5],
             })
             .collect();
         Ok(Some(SyntheticMovie { movie, truth }))
@@ -582,14 +568,11 @@ mod cache {
         };
         let tmp = npy.with_extension(format!("npy.{}.tmp", std::process::id()));
         {
+            // frame by frame: the movie is not copied whole into a byte buffer
             let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
             let mut w = BufWriter::with_capacity(1 << 20, f);
-            w.write_all(&arraybridge::io::npy::encode_npy(
-                "<u2",
-                &[frames, size, size],
-                &[],
-            ))
-            .map_err(io(&tmp))?;
+            w.write_all(&encode_npy("<u2", &[frames, size, size], &[]))
+                .map_err(io(&tmp))?;
             let mut buf = Vec::with_capacity(size * size * 2);
             for frame in a.outer_iter() {
                 buf.clear();
@@ -601,20 +584,24 @@ mod cache {
                 .sync_all()
                 .map_err(io(&tmp))?;
         }
-        let pts = m.truth.len().checked_div(frames).unwrap_or(0);
-        let mut t = Vec::with_capacity(24 + m.truth.len() * RECORD);
-        t.extend_from_slice(MAGIC);
-        t.extend_from_slice(&(frames as u64).to_le_bytes());
-        t.extend_from_slice(&(pts as u64).to_le_bytes());
-        for p in &m.truth {
-            t.extend_from_slice(&p.frame.to_le_bytes());
-            t.extend_from_slice(&p.particle.to_le_bytes());
-            for v in [p.y, p.x, p.sigma, p.amplitude] {
-                t.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        let ttmp = truth.with_extension(format!("truth.{}.tmp", std::process::id()));
-        std::fs::write(&ttmp, &t).map_err(io(&ttmp))?;
+        let table: Vec<u8> = m
+            .truth
+            .iter()
+            .flat_map(|p| {
+                [
+                    f64::from(p.frame),
+                    f64::from(p.particle),
+                    p.y,
+                    p.x,
+                    p.sigma,
+                    p.amplitude,
+                ]
+            })
+            .flat_map(f64::to_le_bytes)
+            .collect();
+        let ttmp = truth.with_extension(format!("npy.{}.tmp", std::process::id()));
+        std::fs::write(&ttmp, encode_npy("<f8", &[m.truth.len(), COLS], &table))
+            .map_err(io(&ttmp))?;
         // the truth last: a movie without its truth is never read
         std::fs::rename(&tmp, npy).map_err(io(npy))?;
         std::fs::rename(&ttmp, truth).map_err(io(truth))?;

@@ -29,6 +29,7 @@ use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from
 
 pub use convert::{Converted, convert_frame};
 pub(crate) use convert::{check_range_of, check_scale_space_range};
+pub(crate) use params::border_covers;
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
 pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};
 pub(crate) use scale_space::banded_host_bytes;

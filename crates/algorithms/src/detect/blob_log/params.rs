@@ -51,6 +51,13 @@ impl std::str::FromStr for Prescale {
 /// a mistake (scikit-image's default is 10), and each scale costs a full f64 image per frame.
 pub const MAX_NUM_SIGMA: usize = 1000;
 
+/// Whether `exclude_border` `(rows, cols)` leaves no pixel of an `h`×`w` frame to search: a
+/// border of at least half a side (`2·b ≥ side`, compared without the overflow of a huge
+/// border, which any `usize` may be).
+pub(crate) fn border_covers(border: (usize, usize), h: usize, w: usize) -> bool {
+    border.0 >= h.div_ceil(2) || border.1 >= w.div_ceil(2)
+}
+
 /// Parameters of [`blob_log`](crate::detect::blob_log::blob_log); [`Default`] gives
 /// scikit-image's defaults.
 #[derive(Debug, Clone, PartialEq)]

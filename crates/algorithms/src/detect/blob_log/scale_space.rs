@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::params::BlobLogParams;
+use super::params::{BlobLogParams, border_covers};
 use crate::detect::filters::{Avx2, LogKernels, LogScratch, log_plane_scaled, log_rows_scaled};
 use crate::detect::real::{Real, give_buf, take_buf};
 
@@ -467,11 +467,10 @@ pub(super) fn find_peaks<T: Real>(
     border: (usize, usize),
 ) -> Vec<Cand<T>> {
     let plane = h * w;
-    let (by, bx) = border;
-    // by >= ceil(h / 2) is 2·by >= h without the overflow of a huge border
-    if by >= h.div_ceil(2) || bx >= w.div_ceil(2) {
+    if border_covers(border, h, w) {
         return Vec::new();
     }
+    let (by, bx) = border;
     let simd = Avx2::detect();
     let rows: Vec<Vec<Cand<T>>> = (by..h - by)
         .into_par_iter()
@@ -649,7 +648,7 @@ fn log_peaks_padded<T: Real, A: Real>(
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
     let per = h.div_ceil(nparts);
     let (by, bx) = p.exclude_border;
-    let test = !(by >= h.div_ceil(2) || bx >= w.div_ceil(2));
+    let test = !border_covers(p.exclude_border, h, w);
     let rel = p.threshold_rel.filter(|&r| r >= 0.0).map(T::from_f64);
     let simd = Avx2::detect();
     let abs = p.threshold.map(T::from_f64);

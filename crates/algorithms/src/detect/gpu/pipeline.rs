@@ -6,7 +6,7 @@ use bridge_core::exec::{Executor, KernelArg};
 use bridge_core::{BridgeError, Device, Result, tuning};
 use rayon::prelude::*;
 
-use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
+use super::super::blob_log::{Blob, BlobLogParams, border_covers, prune_blobs};
 use super::super::filters::LogKernels;
 use super::super::kernels::{BLOB_LOG, MINMAX_WG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
 use super::super::real::Real;
@@ -306,7 +306,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         to_u32(ns, "num_sigma")?,
     );
     let (by, bx) = p.exclude_border;
-    let border_empty = by >= h.div_ceil(2) || bx >= w.div_ceil(2);
+    let border_empty = border_covers(p.exclude_border, h, w);
     let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
     let mut cap = (chunk * plane / 32).max(1024);
     let mut idx_buf = e.alloc(cap * 4)?;
