@@ -128,6 +128,55 @@ impl Flaky {
     }
 }
 
+/// A CPU back end that starts its first batch only once `calls` (a [`Flaky`]'s) has reached
+/// `until` (at most 10 s later): the flaky device then surely makes its failing call, however
+/// the threads are scheduled (a loaded machine let the healthy device take every unit first).
+struct WaitsFor<'a> {
+    calls: &'a AtomicUsize,
+    until: usize,
+}
+
+impl WaitsFor<'_> {
+    fn wait(&self) {
+        let start = std::time::Instant::now();
+        while self.calls.load(Ordering::SeqCst) < self.until
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+impl DetectBackend for WaitsFor<'_> {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn blob_log_batch(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &BlobLogParams,
+    ) -> Result<Vec<Vec<Blob>>> {
+        self.blob_log_batch_acc(frames, p, Accumulate::F64)
+    }
+    fn blob_log_batch_acc(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &BlobLogParams,
+        acc: Accumulate,
+    ) -> Result<Vec<Vec<Blob>>> {
+        self.wait();
+        CpuBackend.blob_log_batch_acc(frames, p, acc)
+    }
+    fn locate_batch(
+        &self,
+        frames: &[FrameView<'_>],
+        p: &LocateParams,
+    ) -> Result<Vec<Vec<Feature>>> {
+        self.wait();
+        CpuBackend.locate_batch(frames, p)
+    }
+}
+
 #[test]
 fn two_devices_equal_one() {
     let m = movie(23);
@@ -197,8 +246,12 @@ fn a_failed_device_fails_the_run_unless_requeue_is_asked_for() {
     let det = detector(2);
     let one = det.detect_movie(&m, Device::Cpu).unwrap();
     let lost = Flaky::new(Fault::FailAfter(1), 3);
+    let healthy = WaitsFor {
+        calls: &lost.calls,
+        until: 2,
+    };
     let err = det
-        .detect_movie_multi(&m, &[&lost, &CpuBackend], MultiPolicy::default(), |_| {})
+        .detect_movie_multi(&m, &[&lost, &healthy], MultiPolicy::default(), |_| {})
         .unwrap_err()
         .to_string();
     assert!(
@@ -206,11 +259,15 @@ fn a_failed_device_fails_the_run_unless_requeue_is_asked_for() {
         "{err}"
     );
     let lost = Flaky::new(Fault::FailAfter(1), 3);
+    let healthy = WaitsFor {
+        calls: &lost.calls,
+        until: 2,
+    };
     let done = AtomicUsize::new(0);
     let out = det
         .detect_movie_multi(
             &m,
-            &[&lost, &CpuBackend],
+            &[&lost, &healthy],
             MultiPolicy {
                 requeue_on_failure: true,
             },
@@ -418,10 +475,14 @@ fn locate_faults_stay_local() {
     assert_eq!(out.shares[0].frames, 0);
     // a lost device fails the run, or with requeue leaves its frames to the other
     let lost = Flaky::new(Fault::FailAfter(1), 2);
+    let healthy = WaitsFor {
+        calls: &lost.calls,
+        until: 2,
+    };
     let err = algorithms::detect::locate_movie_multi(
         &m,
         &p,
-        &[&lost, &CpuBackend],
+        &[&lost, &healthy],
         2,
         MultiPolicy::default(),
         |_| {},
@@ -429,10 +490,14 @@ fn locate_faults_stay_local() {
     .unwrap_err();
     assert!(err.to_string().contains("opencl:2"), "{err}");
     let lost = Flaky::new(Fault::FailAfter(1), 2);
+    let healthy = WaitsFor {
+        calls: &lost.calls,
+        until: 2,
+    };
     let out = algorithms::detect::locate_movie_multi(
         &m,
         &p,
-        &[&lost, &CpuBackend],
+        &[&lost, &healthy],
         2,
         MultiPolicy {
             requeue_on_failure: true,
