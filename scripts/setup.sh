@@ -4,7 +4,7 @@
 #   - shellcheck and jq (the GPU harness scripts/gpu-check.sh is linted and dry-run in CI);
 #   - Open MPI (libopenmpi-dev, openmpi-bin; openssh-client, which Open MPI's launcher looks for
 #     even on one node) and libclang-dev, for the opt-in `mpi` feature
-#     (the `mpi` crate's bindgen needs libclang; tests/mpi.rs runs `mpirun`);
+#     (the `mpi` crate's bindgen needs libclang; crates/cli/tests/mpi.rs runs `mpirun`);
 #   - the NVRTC wheel (CUDA's runtime compiler; works with no GPU), so every CUDA kernel is
 #     compiled in CI;
 #   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature;

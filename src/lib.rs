@@ -3,6 +3,9 @@
 //! Move n-dimensional arrays between the host and GPU frameworks, and run scientific pipelines on
 //! whichever device is enabled. This crate re-exports the workspace: [`core`] (bridge-core),
 //! [`algorithms`], and each compiled-in backend, and provides the process-wide [`registry`].
+//! The file formats (`io`: `.npy`, FITS, TIFF, PNG, CSV) are behind the `io` feature; the
+//! command-line tool is the `arraybridge-cli` crate, so this library pulls in no clap,
+//! indicatif or png.
 //!
 //! ```
 //! use arraybridge::{registry, Array, Device, MemoryType};
@@ -28,12 +31,13 @@ pub use bridge_opencl;
 pub use bridge_torch;
 
 mod backends;
-pub mod figures;
+mod handle;
+#[cfg(feature = "io")]
 pub mod io;
 pub mod kernels;
-pub mod testing;
 
 pub use backends::{build_registry, registry};
+pub use handle::{ArrayTo, DeviceHandle, device, open_device};
 
 /// The README's examples, compiled and run as doc-tests.
 #[cfg(doctest)]

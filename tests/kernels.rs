@@ -27,7 +27,7 @@ fn every_kernel_compiles_with_nvrtc() {
 #[test]
 fn every_kernel_builds_on_opencl() {
     use arraybridge::Device;
-    let Some(dev) = arraybridge::testing::device_or_skip(Device::OpenCl(0)) else {
+    let Some(dev) = test_support::device_or_skip(arraybridge::registry(), Device::OpenCl(0)) else {
         return;
     };
     let cl = bridge_opencl::shared();

@@ -18,7 +18,8 @@
 mod common;
 
 use algorithms::detect::gpu::GpuDetectConfig;
-use algorithms::detect::{DetectBackend, Feature, FrameView, LocateParams, locate};
+use algorithms::detect::locate::locate;
+use algorithms::detect::{DetectBackend, Feature, FrameView, LocateParams};
 use common::{Frame, load_csv, load_npy};
 use ndarray::{Array2, ArrayView2};
 use test_support::env_flag;

@@ -562,7 +562,7 @@ fn pocl_two_devices_locate_inner() {
     let two = [Device::OpenCl(0), Device::OpenCl(1)];
     let fixture = {
         let npy =
-            test_support::npy::read(&bridge_core::fixtures::path("detect/movie/movie_u16.npy"));
+            test_support::npy::read(&test_support::fixtures::path("detect/movie/movie_u16.npy"));
         let shape = (npy.shape[0], npy.shape[1], npy.shape[2]);
         Movie::U16(ndarray::Array3::from_shape_vec(shape, npy.u16s()).unwrap())
     };

@@ -15,7 +15,6 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod exec;
-pub mod fixtures;
 pub mod host;
 pub mod kernel;
 pub mod memory;

@@ -289,6 +289,10 @@ pub struct Gpu {
     programs: Mutex<HashMap<ProgramKey, Arc<Program>>>,
     pub(crate) peers_enabled: Mutex<HashSet<usize>>,
     cc: (u32, u32),
+    /// The device's one executor state ([`crate::CudaExecutor::from_gpu`]), made on first use.
+    pub(crate) executor: Mutex<Option<Arc<crate::executor::Shared>>>,
+    /// Executors ever created on this device (see [`Gpu::executors_created`]).
+    pub(crate) executors_created: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for Gpu {
@@ -396,6 +400,8 @@ impl Gpu {
             programs: Mutex::new(HashMap::new()),
             peers_enabled: Mutex::new(HashSet::new()),
             cc,
+            executor: Mutex::new(None),
+            executors_created: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -419,6 +425,14 @@ impl Gpu {
     pub fn compute_capability(&self) -> (u32, u32) {
         self.cc
     }
+    /// How many executors (stream, program lookup, upload ring) were created on this device in
+    /// this process: 1 once anything ran on it, however many back ends, chunks and calls used
+    /// it (each [`crate::CudaExecutor::with_mode`] adds one).
+    pub fn executors_created(&self) -> usize {
+        self.executors_created
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The caching memory pool.
     pub fn pool(&self) -> &CachingPool<CudaAllocator> {
         &self.pool

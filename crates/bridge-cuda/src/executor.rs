@@ -13,9 +13,15 @@
 //! `ARRAYBRIDGE_CUDA_LAUNCH=sync` makes every operation wait for its own completion (the
 //! behaviour before the stream was kept), for A/B comparisons on a GPU.
 //!
-//! Programs are looked up by the address of their `&'static` [`KernelSource`] and the options,
-//! so a launch neither hashes the source text nor takes the device-wide program lock; kernel
-//! handles and their parameter sizes are cached by the [`crate::Program`].
+//! **One executor per device.** [`CudaExecutor::new`] and [`CudaExecutor::from_gpu`] hand out
+//! clones of the device's one executor (its stream, program lookup and upload ring), created on
+//! first use; [`Gpu::executors_created`] counts how many were ever made (only
+//! [`CudaExecutor::with_mode`] makes another, for A/B comparisons).
+//!
+//! Programs are looked up by the text of their `&'static` [`KernelSource`] (its address and
+//! length: equal keys are the same bytes) and the options, compared in place, so a launch
+//! neither hashes the source text, nor allocates, nor takes the device-wide program lock;
+//! kernel handles and their parameter sizes are cached by the [`crate::Program`].
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -63,14 +69,24 @@ impl LaunchMode {
 /// Pinned buffers of the small-upload ring in flight at most.
 const RING_BUFFERS: usize = 16;
 
-/// Program-cache key of an executor: the source's address (sources are `'static`) and the
-/// options.
-type ExecKey = (usize, Vec<String>);
+/// Program-cache key of an executor: the source text's address and length (sources are
+/// `'static`, so one key is one text) and a hash of the options; the entry keeps the options
+/// themselves, compared on every hit.
+type ExecKey = (usize, usize, u64);
 
-struct Shared {
+/// The options' hash (FNV-1a, NUL-separated).
+fn options_hash(opts: &[&str]) -> u64 {
+    bridge_core::kernel::source_hash("", opts)
+}
+
+/// A cached program with the options it was built with.
+type Kept = (Vec<String>, Arc<Program>);
+
+/// What every clone of an executor shares; one per [`Gpu`] for its default executor.
+pub(crate) struct Shared {
     stream: Arc<CudaStream>,
     mode: LaunchMode,
-    programs: Mutex<HashMap<ExecKey, Arc<Program>>>,
+    programs: Mutex<HashMap<ExecKey, Kept>>,
     ring: Mutex<Ring<Ready, PinnedMem>>,
 }
 
@@ -97,29 +113,45 @@ impl std::fmt::Debug for CudaExecutor {
 }
 
 impl CudaExecutor {
-    /// The executor of CUDA device `ordinal`; [`bridge_core::BridgeError::BackendUnavailable`]
-    /// without a driver or that device.
+    /// The executor of CUDA device `ordinal` (a clone of the device's one executor);
+    /// [`bridge_core::BridgeError::BackendUnavailable`] without a driver or that device.
     pub fn new(ordinal: usize) -> Result<Self> {
-        Self::with_mode(gpu(ordinal)?, LaunchMode::get())
+        Self::from_gpu(gpu(ordinal)?)
     }
 
-    /// The executor of an opened device (in the process's [`LaunchMode`]).
+    /// The executor of an opened device: a clone of its one executor, created on first use in
+    /// the process's [`LaunchMode`].
     pub fn from_gpu(gpu: Arc<Gpu>) -> Result<Self> {
-        Self::with_mode(gpu, LaunchMode::get())
+        let mut slot = lock(&gpu.executor);
+        let shared = match &*slot {
+            Some(s) => Arc::clone(s),
+            None => {
+                let s = Self::shared_state(&gpu, LaunchMode::get())?;
+                *slot = Some(Arc::clone(&s));
+                s
+            }
+        };
+        drop(slot);
+        Ok(CudaExecutor { gpu, shared })
     }
 
-    /// The executor of an opened device in `mode`.
+    /// A new executor of an opened device in `mode`, with its own stream (for A/B
+    /// comparisons of launch modes; everything else uses the device's one executor).
     pub fn with_mode(gpu: Arc<Gpu>, mode: LaunchMode) -> Result<Self> {
+        let shared = Self::shared_state(&gpu, mode)?;
+        Ok(CudaExecutor { gpu, shared })
+    }
+
+    fn shared_state(gpu: &Gpu, mode: LaunchMode) -> Result<Arc<Shared>> {
         let stream = gpu.new_stream()?;
-        Ok(CudaExecutor {
-            gpu,
-            shared: Arc::new(Shared {
-                stream,
-                mode,
-                programs: Mutex::new(HashMap::new()),
-                ring: Mutex::new(Ring::new(RING_BUFFERS)),
-            }),
-        })
+        gpu.executors_created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Arc::new(Shared {
+            stream,
+            mode,
+            programs: Mutex::new(HashMap::new()),
+            ring: Mutex::new(Ring::new(RING_BUFFERS)),
+        }))
     }
 
     /// The device handle.
@@ -154,14 +186,19 @@ impl CudaExecutor {
 
     fn program(&self, src: &'static KernelSource, opts: &[&str]) -> Result<Arc<Program>> {
         let key: ExecKey = (
-            std::ptr::from_ref(src) as usize,
-            opts.iter().map(|s| (*s).to_owned()).collect(),
+            src.source.as_ptr() as usize,
+            src.source.len(),
+            options_hash(opts),
         );
-        if let Some(p) = lock(&self.shared.programs).get(&key) {
+        let same = |kept: &[String]| kept.iter().map(String::as_str).eq(opts.iter().copied());
+        if let Some((kept, p)) = lock(&self.shared.programs).get(&key)
+            && same(kept)
+        {
             return Ok(Arc::clone(p));
         }
         let p = self.gpu.program(src, opts)?;
-        lock(&self.shared.programs).insert(key, Arc::clone(&p));
+        let kept = opts.iter().map(|s| (*s).to_owned()).collect();
+        lock(&self.shared.programs).insert(key, (kept, Arc::clone(&p)));
         Ok(p)
     }
 

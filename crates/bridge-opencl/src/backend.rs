@@ -33,6 +33,16 @@ pub(crate) struct Inner {
     states: Mutex<HashMap<usize, Arc<DeviceState>>>,
     /// Built programs, one cache per device ordinal.
     programs: Mutex<HashMap<usize, Arc<ProgramCache>>>,
+    /// What an executor needs to know of each device (doubles, CPU or not), asked once per
+    /// device: the device's one executor state ([`crate::OpenClExecutor::new`]).
+    executors: Mutex<HashMap<usize, ExecutorInfo>>,
+}
+
+/// What an [`crate::OpenClExecutor`] knows of its device.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExecutorInfo {
+    pub(crate) fp64: bool,
+    pub(crate) cpu: bool,
 }
 
 impl Inner {
@@ -170,8 +180,39 @@ impl OpenClBackend {
                 contexts: Mutex::new(HashMap::new()),
                 states: Mutex::new(HashMap::new()),
                 programs: Mutex::new(HashMap::new()),
+                executors: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The executor state of `device`, asked of the driver on first use and kept.
+    pub(crate) fn executor_info(&self, device: Device) -> Result<ExecutorInfo> {
+        let entry = self.inner.entry(device)?;
+        let n = device.ordinal().unwrap_or_default();
+        let mut map = lock(&self.inner.executors);
+        if let Some(i) = map.get(&n) {
+            return Ok(*i);
+        }
+        let info = ExecutorInfo {
+            fp64: entry.check_dtype(DType::F64).is_ok(),
+            cpu: entry
+                .info
+                .details
+                .iter()
+                .any(|(k, v)| k == "type" && v == "cpu"),
+        };
+        map.insert(n, info);
+        Ok(info)
+    }
+
+    /// How many executor states this backend instance has made for `device`: 1 once
+    /// anything ran on it, however many back ends, chunks and calls used it (0 before).
+    pub fn executors_created(&self, device: Device) -> usize {
+        let n = device.ordinal().unwrap_or_default();
+        usize::from(
+            device.memory_type() == MemoryType::OpenCl
+                && lock(&self.inner.executors).contains_key(&n),
+        )
     }
 
     /// Number of devices (0 when OpenCL is unavailable).

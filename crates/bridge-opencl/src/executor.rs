@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bridge_core::exec::{Executor, KernelArg, sealed};
 use bridge_core::kernel::KernelSource;
-use bridge_core::{Array, DType, Device, Result};
+use bridge_core::{Array, Device, Result};
 
 use crate::backend::OpenClBackend;
 use crate::buffer::{ClBuffer, ClStorage};
@@ -19,17 +19,17 @@ pub struct OpenClExecutor {
 }
 
 impl OpenClExecutor {
-    /// The executor of `device` (`opencl:N`), querying its doubles and type once;
-    /// [`bridge_core::BridgeError::BackendUnavailable`] / `UnknownDevice` without it.
+    /// The executor of `device` (`opencl:N`) on `cl`: what it knows of the device (doubles,
+    /// type) is asked once per device and backend instance and kept there
+    /// ([`OpenClBackend::executors_created`]); its queue, pool and programs are the backend's.
+    /// [`bridge_core::BridgeError::BackendUnavailable`] / `UnknownDevice` without the device.
     pub fn new(cl: Arc<OpenClBackend>, device: Device) -> Result<Self> {
-        let info = cl.device_info(device)?;
-        let fp64 = cl.check_dtype(device, DType::F64).is_ok();
-        let cpu = info.details.iter().any(|(k, v)| k == "type" && v == "cpu");
+        let info = cl.executor_info(device)?;
         Ok(OpenClExecutor {
             cl,
             device,
-            fp64,
-            cpu,
+            fp64: info.fp64,
+            cpu: info.cpu,
         })
     }
 

@@ -2,8 +2,8 @@
 //!
 //! Helpers shared by the workspace's tests (a dev-dependency only; never published):
 //!
-//! - [`fixtures`]: where the golden data lives (`bridge_core::fixtures`, re-exported: it honours
-//!   `ARRAYBRIDGE_FIXTURES`, which the GPU harness `scripts/gpu-check.sh` sets);
+//! - [`fixtures`]: where the golden data lives (it honours `ARRAYBRIDGE_FIXTURES`, which the GPU
+//!   harness `scripts/gpu-check.sh` sets);
 //! - [`require`]: the one rule for tests that need a device or a library: skip (pass with a note
 //!   on stderr) when it is absent, fail instead when `ARRAYBRIDGE_REQUIRE_GPU`,
 //!   `ARRAYBRIDGE_REQUIRE_OPENCL` or `ARRAYBRIDGE_REQUIRE_NVRTC` says so ([`env_flag`],
@@ -14,9 +14,8 @@
 //! - [`device_suite!`]: one test body run on `cpu`, `opencl:0` and `cuda:0`, each device
 //!   skipping or failing as [`device_or_skip`] says.
 //!
-//! The root crate's public `arraybridge::testing` (with `arraybridge::device_tests!`) follows
-//! the same rules over the default registry; it stays in the root crate because it is public
-//! API, which cannot come from a dev-only crate.
+//! Tests of the `arraybridge` crates ask [`device_or_skip`] with `arraybridge::registry()`:
+//! test helpers are not public API of the library.
 //!
 //! ```
 //! use bridge_core::convert::Registry;
@@ -33,12 +32,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake;
+pub mod fixtures;
 pub mod npy;
 pub mod require;
 pub mod rerun;
 
-/// Where the golden test data lives: `bridge_core::fixtures`, re-exported.
-pub use bridge_core::fixtures;
 pub use require::{device_or_skip, env_flag, or_skip};
 pub use rerun::rerun_with_env;
 

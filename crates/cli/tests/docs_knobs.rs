@@ -2,7 +2,7 @@
 
 #[test]
 fn gpu_doc_lists_every_knob_with_its_default() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/gpu.md"))
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/gpu.md"))
         .expect("docs/gpu.md");
     for k in bridge_core::tuning::KNOBS {
         let row = doc

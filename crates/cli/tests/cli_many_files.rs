@@ -24,7 +24,7 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn fixture(name: &str) -> String {
-    bridge_core::fixtures::path("detect")
+    test_support::fixtures::path("detect")
         .join(name)
         .display()
         .to_string()

@@ -1,9 +1,9 @@
 //! The demo's figures: `overlay.png` (the first frame, tracks and detections) and `snr.png`
 //! (PACO's S/N map with the recovered planet and the truth).
 
+use crate::figures::{self, Canvas, GREEN, Marker, RED, SnrFigure, SnrMapOptions, WHITE};
 use algorithms::detect::{Movie, Particle};
 use algorithms::synth::adi::PlanetTruth;
-use arraybridge::figures::{self, Canvas, GREEN, Marker, RED, SnrFigure, SnrMapOptions, WHITE};
 use bridge_core::Result;
 use ndarray::Array2;
 

@@ -10,7 +10,7 @@ use arraybridge::io::npy::{NpyArray, encode_npy, read_npy};
 const BIN: &str = env!("CARGO_BIN_EXE_arraybridge");
 
 fn fixture(rel: &str) -> PathBuf {
-    bridge_core::fixtures::path("detect").join(rel)
+    test_support::fixtures::path("detect").join(rel)
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -7,7 +7,7 @@ use std::process::Command;
 use arraybridge::io::fits;
 
 fn fixtures() -> PathBuf {
-    bridge_core::fixtures::path("paco")
+    test_support::fixtures::path("paco")
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -209,7 +209,7 @@ impl Canvas {
         let height = u32::try_from(self.height)
             .map_err(|_| BridgeError::invalid_argument("height", "too large for PNG"))?;
         // written under a temporary name, in place only once complete (no partial figure)
-        let mut file = crate::io::staged::Staged::create(path)?;
+        let mut file = arraybridge::io::staged::Staged::create(path)?;
         {
             let mut enc = png::Encoder::new(std::io::BufWriter::new(&mut file), width, height);
             enc.set_color(png::ColorType::Rgb);

@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::figures::{GREEN, NAN_COLOUR, RED, SnrFigure, WHITE};
 use algorithms::detect::synth::MatchStats;
 use algorithms::synth::adi::AdiWithPlanet;
-use arraybridge::figures::{GREEN, NAN_COLOUR, RED, SnrFigure, WHITE};
 
 use super::planet::Recovered;
 use super::scenario::{FWHM, IWA, LINK, MATCH_RADIUS, MOVIE, OVERLAY_SCALE, ROTATION};

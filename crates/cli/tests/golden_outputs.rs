@@ -72,7 +72,7 @@ fn hash_into(map: &mut BTreeMap<String, String>, run: &str, dir: &Path, files: &
 
 /// Every output of every run on `device`, hashed; `None` when the device is absent.
 fn outputs(device: &str) -> Option<BTreeMap<String, String>> {
-    let fx = bridge_core::fixtures::dir();
+    let fx = test_support::fixtures::dir();
     let det = fx.join("detect/blob_log");
     let pc = fx.join("paco");
     let dir = tmpdir(device.replace(':', "-").as_str());

@@ -1,12 +1,26 @@
-//! The `arraybridge` command-line tool.
+//! # arraybridge-cli
+//!
+//! The `arraybridge` command-line tool (`detect`, `track`, `paco`, `demo`, `bench`,
+//! `devices`) over the [`arraybridge`] library: the library has no command-line
+//! dependencies (no clap, indicatif or png), and this crate holds the grammar, the commands,
+//! the figures they draw and the MPI driver. The binary is `src/main.rs`, one call to [`main`];
+//! the library target exists so that the fuzzers parse with the real grammar ([`Cli`]) and
+//! tests can run a command in their own process ([`run`]).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 mod cli;
+pub mod figures;
 
-fn main() -> ExitCode {
+pub use cli::{Cli, run};
+
+/// The `arraybridge` command line: parses the arguments of this process, runs the command,
+/// prints an error (with the causes its message does not already name) and returns the exit
+/// status. Under `mpirun` (feature `mpi`) it initialises MPI first and ends every rank when one
+/// fails.
+pub fn main() -> ExitCode {
     let args = cli::Cli::parse();
     #[cfg(feature = "mpi")]
     let _universe = match cli::mpi::init() {

@@ -92,7 +92,7 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn fixture(name: &str) -> String {
-    bridge_core::fixtures::path("paco")
+    test_support::fixtures::path("paco")
         .join(name)
         .display()
         .to_string()
@@ -266,7 +266,7 @@ fn failures_end_every_rank_with_the_message() {
 }
 
 fn movie() -> String {
-    bridge_core::fixtures::path("detect/movie/movie_u16.npy")
+    test_support::fixtures::path("detect/movie/movie_u16.npy")
         .display()
         .to_string()
 }
@@ -326,12 +326,12 @@ fn detect_on_ranks_writes_the_same_csv_as_one_process() {
 fn four_inputs(dir: &Path) -> Vec<String> {
     let tif = dir.join("movie_tif.tif");
     std::fs::copy(
-        bridge_core::fixtures::path("detect/movie/movie_u16.tif"),
+        test_support::fixtures::path("detect/movie/movie_u16.tif"),
         &tif,
     )
     .unwrap();
     let blob = |n: &str| {
-        bridge_core::fixtures::path("detect/blob_log")
+        test_support::fixtures::path("detect/blob_log")
             .join(n)
             .display()
             .to_string()

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use crate::figures::{self, Marker, RED, SnrMapOptions, WHITE};
 use algorithms::paco::PacoMaps;
-use arraybridge::figures::{self, Marker, RED, SnrMapOptions, WHITE};
 use arraybridge::io::csv::create_writer;
 use bridge_core::Result;
 use ndarray::Array2;

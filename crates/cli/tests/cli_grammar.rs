@@ -74,7 +74,7 @@ fn fails_env(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String {
 }
 
 fn paco_fixture(name: &str) -> String {
-    bridge_core::fixtures::path("paco")
+    test_support::fixtures::path("paco")
         .join(name)
         .to_str()
         .unwrap()
@@ -82,7 +82,7 @@ fn paco_fixture(name: &str) -> String {
 }
 
 fn detect_fixture(name: &str) -> String {
-    bridge_core::fixtures::path("detect")
+    test_support::fixtures::path("detect")
         .join(name)
         .to_str()
         .unwrap()

@@ -163,7 +163,7 @@ fn bar_tick(v: f64, span: f64) -> String {
 /// 2²⁸ pixels.
 ///
 /// ```
-/// use arraybridge::figures::{Marker, RED, SnrMapOptions, render_snr_map};
+/// use arraybridge_cli::figures::{Marker, RED, SnrMapOptions, render_snr_map};
 /// let snr = ndarray::Array2::from_shape_fn((16, 16), |(y, x)| (y + x) as f64);
 /// let opts = SnrMapOptions {
 ///     title: Some("PACO S/N".into()),

@@ -260,9 +260,9 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
-            let gpu = bridge_cuda::gpu(n)?;
-            let rows = bridge_cuda::bench::transfer_report(&gpu, &sizes, reps)?;
-            print!("{}", bridge_cuda::bench::format_table(&rows));
+            let gpu = arraybridge::bridge_cuda::gpu(n)?;
+            let rows = arraybridge::bridge_cuda::bench::transfer_report(&gpu, &sizes, reps)?;
+            print!("{}", arraybridge::bridge_cuda::bench::format_table(&rows));
             Ok(())
         }
         #[cfg(feature = "opencl")]
@@ -420,7 +420,7 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
 #[cfg(feature = "opencl")]
 fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
     use bridge_core::{DType, HostData};
-    let cl = bridge_opencl::shared();
+    let cl = arraybridge::bridge_opencl::shared();
     println!(
         "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
     );

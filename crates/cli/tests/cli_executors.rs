@@ -1,0 +1,92 @@
+//! One executor per device per process: a `detect` run (several chunks, both methods, then a
+//! `paco` run) opens the device's executor once, however many back ends, chunks and stages use
+//! it. The commands run in this test's own process ([`arraybridge_cli::run`]), so the device's
+//! counter sees everything they did.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use arraybridge::Device;
+use arraybridge_cli::{Cli, run};
+use clap::Parser;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ab-executors-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cli(args: &[&str]) {
+    let args = std::iter::once("arraybridge").chain(args.iter().copied());
+    run(Cli::try_parse_from(args).unwrap()).unwrap();
+}
+
+/// Runs `detect` twice (`log` and `locate`, 3 frames a chunk) and `paco` on `device`.
+fn run_commands(device: &str, out: &std::path::Path) {
+    let movie = test_support::fixtures::path("detect/movie/movie_u16.npy");
+    for method in ["log", "locate"] {
+        let csv = out.join(format!("{method}.csv"));
+        cli(&[
+            "-q",
+            "detect",
+            movie.to_str().unwrap(),
+            "-o",
+            csv.to_str().unwrap(),
+            "--device",
+            device,
+            "--method",
+            method,
+            "--chunk-frames",
+            "3",
+            "--diameter",
+            "7",
+        ]);
+        assert!(csv.is_file());
+    }
+    let pc = test_support::fixtures::path("paco");
+    let fits = |name: &str| pc.join(format!("synth_adi40_64_{name}.fits"));
+    let (cube, angles, psf) = (fits("cube"), fits("angles"), fits("psf"));
+    let maps = out.join("paco");
+    cli(&[
+        "-q",
+        "paco",
+        "--cube",
+        cube.to_str().unwrap(),
+        "--angles",
+        angles.to_str().unwrap(),
+        "--psf",
+        psf.to_str().unwrap(),
+        "--fwhm",
+        "4",
+        "--device",
+        device,
+        "-o",
+        maps.to_str().unwrap(),
+    ]);
+    assert!(maps.exists());
+}
+
+#[test]
+fn opencl_detect_opens_one_executor() {
+    let Some(dev) = test_support::device_or_skip(arraybridge::registry(), Device::OpenCl(0)) else {
+        return;
+    };
+    let cl = arraybridge::bridge_opencl::shared();
+    assert_eq!(cl.executors_created(dev), 0, "nothing ran yet");
+    let out = tmp("opencl");
+    run_commands("opencl:0", &out);
+    assert_eq!(cl.executors_created(dev), 1);
+    std::fs::remove_dir_all(out).ok();
+}
+
+#[test]
+fn cuda_detect_opens_one_executor() {
+    let Some(_) = test_support::device_or_skip(arraybridge::registry(), Device::Cuda(0)) else {
+        return;
+    };
+    let gpu = arraybridge::bridge_cuda::gpu(0).unwrap();
+    let before = gpu.executors_created();
+    assert!(before <= 1, "{before}");
+    let out = tmp("cuda");
+    run_commands("cuda:0", &out);
+    assert_eq!(gpu.executors_created(), 1);
+    std::fs::remove_dir_all(out).ok();
+}

@@ -1,0 +1,168 @@
+//! Live device handles and algorithms that run where their array lives:
+//! `arraybridge::device`, `ArrayTo::to`, `algorithms::detect::{blob_log, locate}`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use arraybridge::algorithms::detect::{
+    self, BlobLogParams, LocateParams, Prescale, blob_log_array, locate_array,
+};
+use arraybridge::{Array, ArrayTo, BridgeError, DType, Device, MemoryType, registry};
+use ndarray::Array3;
+
+/// A real-like movie: Gaussian spots that move, on a noisy background (seeded).
+fn movie() -> Array3<u16> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut noise = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % 200) as f64
+    };
+    let spots = [
+        (12.0, 15.0, 6000.0),
+        (40.0, 22.0, 9000.0),
+        (30.0, 50.0, 4000.0),
+    ];
+    Array3::from_shape_fn((5, 64, 72), |(t, y, x)| {
+        let mut v = 800.0 + noise();
+        for (k, (sy, sx, a)) in spots.iter().enumerate() {
+            let (cy, cx) = (sy + 0.7 * t as f64, sx - 0.4 * (k + t) as f64);
+            let d2 = (y as f64 - cy).powi(2) + (x as f64 - cx).powi(2);
+            v += a * (-d2 / 6.0).exp();
+        }
+        v as u16
+    })
+}
+
+fn blob_params() -> BlobLogParams {
+    BlobLogParams {
+        max_sigma: 4.0,
+        num_sigma: 6,
+        threshold: None,
+        threshold_rel: Some(0.2),
+        ..Default::default()
+    }
+}
+
+fn present(device: Device) -> bool {
+    test_support::device_or_skip(registry(), device).is_some()
+}
+
+#[test]
+fn opening_devices_gives_typed_errors() {
+    let cpu = arraybridge::device("cpu").unwrap();
+    assert_eq!(cpu.device(), Device::Cpu);
+    assert!(cpu.executor().is_none());
+    assert!(arraybridge::device("gpu7").is_err());
+    let err = arraybridge::device("opencl:99").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BridgeError::UnknownDevice { .. } | BridgeError::BackendUnavailable { .. }
+        ),
+        "{err:?}"
+    );
+    if !registry().topology().has_device(Device::Cuda(0)) {
+        let err = arraybridge::device("cuda:0").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BridgeError::UnknownDevice { .. } | BridgeError::BackendUnavailable { .. }
+            ),
+            "{err:?}"
+        );
+    }
+}
+
+/// `blob_log` and `locate` on an array on `device` give what `blob_log_array` and
+/// `locate_array` give there, and the movie stays where it is.
+fn same_as_array_functions(device: Device) {
+    if !present(device) {
+        return;
+    }
+    let dev = arraybridge::open_device(device).unwrap();
+    let host = Array::from_ndarray(movie().into_dyn());
+    let moved = Array::from_ndarray(movie().into_dyn()).to(&dev).unwrap();
+    assert_eq!(moved.device(), device);
+    let p = blob_params();
+    let (want, _) = blob_log_array(registry(), host, &p, device).unwrap();
+    let got = detect::blob_log(&moved, &p).unwrap();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|f| !f.is_empty()), "{got:?}");
+    let lp = LocateParams::new(7);
+    let host = Array::from_ndarray(movie().into_dyn());
+    let (want, _) = locate_array(registry(), host, &lp, device).unwrap();
+    let got = detect::locate(&moved, &lp).unwrap();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|f| !f.is_empty()));
+    assert_eq!(moved.device(), device, "the movie has not moved");
+}
+
+#[test]
+fn cpu_runs_where_the_array_lives() {
+    same_as_array_functions(Device::Cpu);
+}
+
+#[test]
+fn opencl_runs_where_the_array_lives() {
+    same_as_array_functions(Device::OpenCl(0));
+}
+
+#[test]
+fn cuda_runs_where_the_array_lives() {
+    same_as_array_functions(Device::Cuda(0));
+}
+
+#[test]
+fn a_movie_the_device_cannot_read_in_place_is_an_error_not_a_copy() {
+    if !present(Device::OpenCl(0)) {
+        return;
+    }
+    let dev = arraybridge::device("opencl:0").unwrap();
+    // minmax needs each frame's extrema on the host
+    let movie = Array::from_ndarray(movie().into_dyn()).to(&dev).unwrap();
+    let p = BlobLogParams {
+        prescale: Prescale::MinMax,
+        ..blob_params()
+    };
+    let err = detect::blob_log(&movie, &p).unwrap_err();
+    assert!(matches!(err, BridgeError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("minmax"), "{err}");
+    // float pixels are not read in place by the LoG pipeline
+    let f = Array::from_ndarray(movie_f32().into_dyn())
+        .to(&dev)
+        .unwrap();
+    assert_eq!(f.dtype(), DType::F32);
+    let err = detect::blob_log(&f, &blob_params()).unwrap_err();
+    assert!(err.to_string().contains("convert it to the host"), "{err}");
+    // and after the conversion the error names, it runs (on the CPU)
+    let host = registry()
+        .convert(f, MemoryType::Host, Device::Cpu)
+        .unwrap();
+    assert_eq!(detect::blob_log(&host, &blob_params()).unwrap().len(), 5);
+}
+
+fn movie_f32() -> Array3<f32> {
+    movie().mapv(|v| f32::from(v) / 65535.0)
+}
+
+#[test]
+fn handles_of_one_device_share_its_executor() {
+    if !present(Device::OpenCl(0)) {
+        return;
+    }
+    let a = arraybridge::device("opencl:0").unwrap();
+    let b = arraybridge::device(" opencl:0 ").unwrap();
+    assert_eq!(a, b);
+    let cl = arraybridge::bridge_opencl::shared();
+    assert_eq!(cl.executors_created(Device::OpenCl(0)), 1);
+}
+
+#[test]
+fn bad_movies_are_typed_errors() {
+    let empty = Array::from_ndarray(ndarray::ArrayD::<u16>::zeros(vec![0, 8, 8]));
+    assert!(detect::blob_log(&empty, &blob_params()).is_err());
+    let cube = Array::from_ndarray(ndarray::ArrayD::<u16>::zeros(vec![2, 2, 8, 8]));
+    assert!(detect::locate(&cube, &LocateParams::new(7)).is_err());
+    let ints = Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8]));
+    assert!(detect::blob_log(&ints, &blob_params()).is_err());
+}
