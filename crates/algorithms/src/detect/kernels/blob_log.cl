@@ -1,0 +1,314 @@
+
+#ifndef REAL
+#define REAL float
+#endif
+#ifndef ACC
+#define ACC double
+#endif
+#ifndef ACC_DOUBLE
+#define ACC_DOUBLE 1
+#endif
+#define MINMAX_WG 256
+
+#if defined(__CUDACC__)
+#if ACC_DOUBLE
+#define MUL_RN(a, b) __dmul_rn((a), (b))
+#define ADD_RN(a, b) __dadd_rn((a), (b))
+#define DIV_RN(a, b) __ddiv_rn((a), (b))
+#else
+#define MUL_RN(a, b) __fmul_rn((a), (b))
+#define ADD_RN(a, b) __fadd_rn((a), (b))
+#define DIV_RN(a, b) __fdiv_rn((a), (b))
+#endif
+#else
+#pragma OPENCL FP_CONTRACT OFF
+#define MUL_RN(a, b) ((a) * (b))
+#define ADD_RN(a, b) ((a) + (b))
+#define DIV_RN(a, b) ((a) / (b))
+#endif
+
+/* Input conversion of raw integer frames (spec 1.2/1.3), in ACC as the CPU does it in f64:
+   mode 0: v * k (Legacy: k = 1/dtype_max; None: k = 1); mode 1: (v - c) / k (MinMax, Range;
+   k = d - c). pp[2f] = c, pp[2f + 1] = k for frame f. Launched over (plane, frames); frame f
+   of the output is frame f0 + f of raw (a caller's device-resident movie, read in place). */
+#define PRESCALE_KERNEL(NAME, T)                                                         \
+KERNEL NAME(GLOBAL const T* RESTRICT raw, GLOBAL const ACC* RESTRICT pp,                 \
+            GLOBAL REAL* RESTRICT img, const uint plane, const uint nf, const uint mode, \
+            const uint f0) {                                                             \
+    size_t i = GID(0);                                                                   \
+    size_t f = GID(1);                                                                   \
+    if (i >= plane || f >= nf) return;                                                   \
+    size_t o = f * plane + i;                                                            \
+    ACC v = (ACC)raw[((size_t)f0 + f) * plane + i];                                      \
+    ACC r = mode == 0 ? MUL_RN(v, pp[2 * f + 1])                                         \
+                      : DIV_RN(ADD_RN(v, -pp[2 * f]), pp[2 * f + 1]);                    \
+    img[o] = (REAL)r;                                                                    \
+}
+PRESCALE_KERNEL(prescale_u8, uchar)
+PRESCALE_KERNEL(prescale_u16, ushort)
+
+/* SciPy 'reflect' (half-sample symmetric), valid for any j, also when |j| >= n. */
+DEVICE_FN int reflect_index(int j, int n) {
+    if (j >= 0 && j < n) return j;
+    int period = 2 * n;
+    int k = j % period;
+    if (k < 0) k += period;
+    return k >= n ? period - 1 - k : k;
+}
+
+/* 'reflect' for -n <= j < 2n (every tap when r <= n): select-only, vectorises. */
+DEVICE_FN int reflect_near(int j, int n) {
+    return j < 0 ? -1 - j : (j >= n ? 2 * n - 1 - j : j);
+}
+
+/* Outputs per work-item of the two passes (build options -DLOG_ROWS=n, -DLOG_COLS=n; the
+   knobs ARRAYBRIDGE_DETECT_ROWS and ARRAYBRIDGE_DETECT_COLS). Each output is computed with the
+   same operations in the same order whatever n is, so the cube does not depend on them. The
+   pipeline always sets both; these defaults make the CI builds of every option set (NVRTC and
+   PoCL) cover the blocked code. */
+#ifndef LOG_ROWS
+#define LOG_ROWS 4
+#endif
+#ifndef LOG_COLS
+#define LOG_COLS 4
+#endif
+
+/* One output of corr_y at row y: centre tap, then the mirrored pairs from the outermost in. */
+DEVICE_FN void pass_y_one(GLOBAL const REAL* RESTRICT im, GLOBAL const ACC* RESTRICT g0,
+                          GLOBAL const ACC* RESTRICT g2, int r, int y, uint h, uint w,
+                          size_t x, ACC* s2out, ACC* s0out) {
+    ACC c = (ACC)im[(size_t)y * w + x];
+    ACC s2 = MUL_RN(c, g2[0]);
+    ACC s0 = MUL_RN(c, g0[0]);
+    for (int j = r; j >= 1; --j) {
+        int u = reflect_index(y - j, (int)h);
+        int d = reflect_index(y + j, (int)h);
+        ACC t = ADD_RN((ACC)im[(size_t)u * w + x], (ACC)im[(size_t)d * w + x]);
+        s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
+        s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+    }
+    *s2out = s2;
+    *s0out = s0;
+}
+
+/* meta[2s] = offset of scale s in taps (g0 half, then g2 half), meta[2s+1] = radius r.
+   Work-item (x, i, bs) computes rows LOG_ROWS*i .. LOG_ROWS*i + LOG_ROWS - 1 of column x. Where
+   those rows and all their taps are inside the frame, a sliding window over the rows above
+   (up[k] = row y0+k-j) and below (dn[k] = row y0+k+j) loads two values per tap for all
+   LOG_ROWS outputs, each converted to ACC once. */
+KERNEL log_pass_y(GLOBAL const REAL* RESTRICT img, const uint frame0,
+                  GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
+                  GLOBAL REAL* RESTRICT a2, GLOBAL REAL* RESTRICT a0,
+                  const uint h, const uint w, const uint ns, const uint nb) {
+    size_t x = GID(0);
+    size_t y0 = GID(1) * LOG_ROWS;
+    size_t bs = GID(2);
+    if (x >= w || y0 >= h || bs >= (size_t)nb * ns) return;
+    uint b = (uint)(bs / ns);
+    uint s = (uint)(bs % ns);
+    uint off = meta[2 * s];
+    int r = (int)meta[2 * s + 1];
+    GLOBAL const ACC* g0 = taps + off;
+    GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
+    GLOBAL const REAL* im = img + (size_t)(frame0 + b) * h * w;
+    size_t o = bs * h * w + y0 * w + x;
+    if ((int)y0 >= r && (long)y0 + (LOG_ROWS - 1) + r < (long)h) {
+        /* interior block (uniform over most of a work group): no boundary handling */
+        GLOBAL const REAL* col = im + y0 * w + x;
+        long lw = (long)w;
+        ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
+        for (int k = 0; k < LOG_ROWS; ++k) {
+            ACC c = (ACC)col[k * lw];
+            s2[k] = MUL_RN(c, g2[0]);
+            s0[k] = MUL_RN(c, g0[0]);
+            up[k] = (ACC)col[(k - r) * lw];
+            dn[k] = (ACC)col[(k + r) * lw];
+        }
+        for (int j = r; j >= 1; --j) {
+            ACC t2 = g2[j];
+            ACC t0 = g0[j];
+            for (int k = 0; k < LOG_ROWS; ++k) {
+                ACC t = ADD_RN(up[k], dn[k]);
+                s2[k] = ADD_RN(s2[k], MUL_RN(t, t2));
+                s0[k] = ADD_RN(s0[k], MUL_RN(t, t0));
+            }
+            if (j > 1) {
+                for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
+                up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
+                for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
+                dn[0] = (ACC)col[(j - 1) * lw];
+            }
+        }
+        for (int k = 0; k < LOG_ROWS; ++k) {
+            a2[o + (size_t)k * w] = (REAL)s2[k];
+            a0[o + (size_t)k * w] = (REAL)s0[k];
+        }
+    } else {
+        for (int k = 0; k < LOG_ROWS && y0 + (size_t)k < h; ++k) {
+            ACC s2, s0;
+            pass_y_one(im, g0, g2, r, (int)(y0 + (size_t)k), h, w, x, &s2, &s0);
+            a2[o + (size_t)k * w] = (REAL)s2;
+            a0[o + (size_t)k * w] = (REAL)s0;
+        }
+    }
+}
+
+/* One output of pass x at column x of a row: corr_x(g0, a2) and corr_x(g2, a0). */
+DEVICE_FN REAL pass_x_one(GLOBAL const REAL* RESTRICT r2, GLOBAL const REAL* RESTRICT r0,
+                          GLOBAL const ACC* RESTRICT g0, GLOBAL const ACC* RESTRICT g2, int r,
+                          int x, uint w, REAL sig2) {
+    ACC ly = MUL_RN((ACC)r2[x], g0[0]);
+    ACC lx = MUL_RN((ACC)r0[x], g2[0]);
+    int near = r <= (int)w;
+    for (int j = r; j >= 1; --j) {
+        int lft = near ? reflect_near(x - j, (int)w) : reflect_index(x - j, (int)w);
+        int rgt = near ? reflect_near(x + j, (int)w) : reflect_index(x + j, (int)w);
+        ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)r2[lft], (ACC)r2[rgt]), g0[j]));
+        lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)r0[lft], (ACC)r0[rgt]), g2[j]));
+    }
+    REAL lyy = (REAL)ly;
+    REAL lxx = (REAL)lx;
+    REAL sum = lyy + lxx;
+    return (-sum) * sig2;
+}
+
+/* cube = -(REAL(corr_x(g0, a2)) + REAL(corr_x(g2, a0))) * sigma2[s]. Work-item (i, y, bs)
+   computes columns LOG_COLS*i .. LOG_COLS*i + LOG_COLS - 1 of row y, with sliding windows
+   (as log_pass_y) where those columns and their taps are inside the row. */
+KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0,
+                  GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
+                  GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
+                  const uint h, const uint w, const uint ns, const uint nb) {
+    size_t x0 = GID(0) * LOG_COLS;
+    size_t y = GID(1);
+    size_t bs = GID(2);
+    if (x0 >= w || y >= h || bs >= (size_t)nb * ns) return;
+    uint s = (uint)(bs % ns);
+    uint off = meta[2 * s];
+    int r = (int)meta[2 * s + 1];
+    GLOBAL const ACC* g0 = taps + off;
+    GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
+    size_t row = bs * h * w + y * w;
+    GLOBAL const REAL* r2 = a2 + row;
+    GLOBAL const REAL* r0 = a0 + row;
+    REAL sig2 = sigma2[s];
+#if LOG_COLS > 1
+    if ((int)x0 >= r && (long)x0 + (LOG_COLS - 1) + r < (long)w) {
+        GLOBAL const REAL* p2 = r2 + x0;
+        GLOBAL const REAL* p0 = r0 + x0;
+        ACC ly[LOG_COLS], lx[LOG_COLS], u2[LOG_COLS], d2[LOG_COLS], u0[LOG_COLS], d0[LOG_COLS];
+        for (int k = 0; k < LOG_COLS; ++k) {
+            ly[k] = MUL_RN((ACC)p2[k], g0[0]);
+            lx[k] = MUL_RN((ACC)p0[k], g2[0]);
+            u2[k] = (ACC)p2[k - r];
+            d2[k] = (ACC)p2[k + r];
+            u0[k] = (ACC)p0[k - r];
+            d0[k] = (ACC)p0[k + r];
+        }
+        for (int j = r; j >= 1; --j) {
+            ACC t0 = g0[j];
+            ACC t2 = g2[j];
+            for (int k = 0; k < LOG_COLS; ++k) {
+                ly[k] = ADD_RN(ly[k], MUL_RN(ADD_RN(u2[k], d2[k]), t0));
+                lx[k] = ADD_RN(lx[k], MUL_RN(ADD_RN(u0[k], d0[k]), t2));
+            }
+            if (j > 1) {
+                for (int k = 0; k + 1 < LOG_COLS; ++k) {
+                    u2[k] = u2[k + 1];
+                    u0[k] = u0[k + 1];
+                }
+                u2[LOG_COLS - 1] = (ACC)p2[LOG_COLS - j];
+                u0[LOG_COLS - 1] = (ACC)p0[LOG_COLS - j];
+                for (int k = LOG_COLS - 1; k > 0; --k) {
+                    d2[k] = d2[k - 1];
+                    d0[k] = d0[k - 1];
+                }
+                d2[0] = (ACC)p2[j - 1];
+                d0[0] = (ACC)p0[j - 1];
+            }
+        }
+        for (int k = 0; k < LOG_COLS; ++k) {
+            REAL lyy = (REAL)ly[k];
+            REAL lxx = (REAL)lx[k];
+            REAL sum = lyy + lxx;
+            cube[row + x0 + (size_t)k] = (-sum) * sig2;
+        }
+        return;
+    }
+#endif
+    for (int k = 0; k < LOG_COLS && x0 + (size_t)k < w; ++k) {
+        cube[row + x0 + (size_t)k] = pass_x_one(r2, r0, g0, g2, r, (int)(x0 + (size_t)k), w, sig2);
+    }
+}
+
+/* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);
+   part[2 * (b * groups + g)] = min, part[... + 1] = max. */
+KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
+                   const uint n_per_frame, const uint groups) {
+    LOCAL REAL lo[MINMAX_WG];
+    LOCAL REAL hi[MINMAX_WG];
+    size_t l = LID(0);
+    size_t g = GROUP_ID(0);
+    size_t b = GID(1);
+    GLOBAL const REAL* c = cube + b * n_per_frame;
+    REAL a = c[0];
+    REAL z = c[0];
+    for (size_t i = g * MINMAX_WG + l; i < n_per_frame; i += (size_t)groups * MINMAX_WG) {
+        REAL v = c[i];
+        a = v < a ? v : a;
+        z = v > z ? v : z;
+    }
+    lo[l] = a;
+    hi[l] = z;
+    BARRIER();
+    for (size_t s = MINMAX_WG / 2; s > 0; s >>= 1) {
+        if (l < s) {
+            lo[l] = lo[l + s] < lo[l] ? lo[l + s] : lo[l];
+            hi[l] = hi[l + s] > hi[l] ? hi[l + s] : hi[l];
+        }
+        BARRIER();
+    }
+    if (l == 0) {
+        part[2 * (b * groups + g)] = lo[0];
+        part[2 * (b * groups + g) + 1] = hi[0];
+    }
+}
+
+/* 3x3x3 maxima above thr[frame], 'nearest' edges, spatial border exclusion; appends
+   (flat index in the batch cube, value) through the counter; writes only below cap. */
+KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT thr,
+                 const uint h, const uint w, const uint ns, const uint nb,
+                 const uint by, const uint bx, GLOBAL int* count,
+                 GLOBAL uint* RESTRICT cand_idx, GLOBAL REAL* RESTRICT cand_val,
+                 const uint cap) {
+    size_t x = GID(0);
+    size_t y = GID(1);
+    size_t bs = GID(2);
+    if (x >= w || y >= h || bs >= (size_t)nb * ns) return;
+    if (y < by || y + by >= h || x < bx || x + bx >= w) return;
+    uint b = (uint)(bs / ns);
+    int s = (int)(bs % ns);
+    size_t plane = (size_t)h * w;
+    size_t o = bs * plane + y * w + x;
+    REAL v = cube[o];
+    if (!(v > thr[b])) return;
+    for (int ds = -1; ds <= 1; ++ds) {
+        int sn = s + ds;
+        if (sn < 0 || sn >= (int)ns) continue;
+        GLOBAL const REAL* pl = cube + ((size_t)b * ns + (size_t)sn) * plane;
+        for (int dy = -1; dy <= 1; ++dy) {
+            int yn = (int)y + dy;
+            if (yn < 0 || yn >= (int)h) continue;
+            for (int dx = -1; dx <= 1; ++dx) {
+                int xn = (int)x + dx;
+                if (xn < 0 || xn >= (int)w) continue;
+                if (pl[(size_t)yn * w + (size_t)xn] > v) return;
+            }
+        }
+    }
+    int k = ATOMIC_ADD_INT(count, 1);
+    if (k < (int)cap) {
+        cand_idx[k] = (uint)o;
+        cand_val[k] = v;
+    }
+}

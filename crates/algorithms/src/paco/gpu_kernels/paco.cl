@@ -1,0 +1,369 @@
+
+#ifndef REAL
+#define REAL double
+#endif
+#ifndef KMAX
+#define KMAX 64
+#endif
+
+#if defined(__CUDACC__)
+#define REAL_NAN ((REAL)__longlong_as_double(0x7ff8000000000000LL))
+#else
+#pragma OPENCL FP_CONTRACT OFF
+#define REAL_NAN ((REAL)NAN)
+#endif
+
+/* Where paco_stats keeps the K x K matrix of its pixel: local (shared) memory by default,
+   or a slice of the global scratch buffer `scr` with COV_GLOBAL (patches larger than the
+   local-memory KMAX); the group's barriers then also fence global memory. */
+#if defined(COV_GLOBAL)
+#define SMEM GLOBAL
+#if defined(__CUDACC__)
+#define SBARRIER() __syncthreads()
+#else
+#define SBARRIER() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+#endif
+#else
+#define SMEM LOCAL_PTR
+#define SBARRIER() BARRIER()
+#endif
+
+/* a*b rounded (no fused multiply-add). */
+#if defined(__CUDACC__)
+DEVICE_FN double pmul(double a, double b) { return __dmul_rn(a, b); }
+DEVICE_FN float pmul(float a, float b) { return __fmul_rn(a, b); }
+#define MUL(a, b) pmul((a), (b))
+#else
+#define MUL(a, b) ((a) * (b))
+#endif
+
+/* finite and > 0 without library calls */
+#define POS_FINITE(d) ((d) > (REAL)0 && ((d) - (d)) == (REAL)0)
+
+/* CPU `dot`: four accumulators over blocks of 4, then the remainder (one definition per pair
+   of address spaces: OpenCL C has no overloading). */
+#define DEF_DOT4(NAME, QA, QB)                                                              \
+    DEVICE_FN REAL NAME(QA const REAL* a, QB const REAL* b, uint n) {                       \
+        REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                \
+        uint n4 = n & ~3u;                                                                  \
+        for (uint i = 0; i < n4; i += 4) {                                                  \
+            s0 += MUL(a[i], b[i]);                                                          \
+            s1 += MUL(a[i + 1], b[i + 1]);                                                  \
+            s2 += MUL(a[i + 2], b[i + 2]);                                                  \
+            s3 += MUL(a[i + 3], b[i + 3]);                                                  \
+        }                                                                                   \
+        REAL s = (s0 + s1) + (s2 + s3);                                                     \
+        for (uint i = n4; i < n; ++i) s += MUL(a[i], b[i]);                                 \
+        return s;                                                                           \
+    }
+DEF_DOT4(dot4_g, GLOBAL, GLOBAL)
+DEF_DOT4(dot4_ss, SMEM, SMEM)
+DEF_DOT4(dot4_ll, LOCAL_PTR, LOCAL_PTR)
+
+/* cube [t][p] -> cen [p][t], centred per pixel. */
+KERNEL paco_centre(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen,
+                   const uint npix, const uint t) {
+    size_t p = GID(0);
+    if (p >= npix) return;
+    REAL s = 0;
+    for (uint f = 0; f < t; ++f) s += cube[(size_t)f * npix + p];
+    REAL mean = s / (REAL)t;
+    for (uint f = 0; f < t; ++f) cen[p * t + f] = cube[(size_t)f * npix + p] - mean;
+}
+
+/* One work group per pixel theta: with sub == 0 the statistics pixels of rows
+   [y0, y0 + ngroups / nx), columns [x_lo, x_lo + nx); with sub != 0 the pixels plist[g]. */
+KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
+                  GLOBAL const REAL* RESTRICT h0, GLOBAL REAL* RESTRICT q,
+                  GLOBAL REAL* RESTRICT wb, GLOBAL REAL* RESTRICT scr, const uint w,
+                  const uint t, const uint k, const uint y0, const uint x_lo, const uint nx,
+                  const uint ngroups, const uint variant, const uint sub,
+                  GLOBAL const uint* RESTRICT plist, GLOBAL const uint* RESTRICT pstart,
+                  GLOBAL const uint* RESTRICT pfr, GLOBAL const REAL* RESTRICT pfy,
+                  GLOBAL const REAL* RESTRICT pfx, GLOBAL const REAL* RESTRICT tbl,
+                  const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab,
+                  LOCAL_ARG(REAL, sdyn)) {
+    DYN_LOCAL(REAL, sdyn);
+#if defined(COV_GLOBAL)
+    GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * k * k;
+#else
+    /* k * k values of local memory sized by the launch */
+    SMEM REAL* S = sdyn;
+#endif
+    LOCAL REAL v[KMAX];
+    LOCAL REAL hl[KMAX];
+    LOCAL REAL invd[KMAX];
+    LOCAL REAL xs[KMAX];
+    LOCAL REAL part[4];
+    LOCAL int ol[KMAX];
+    LOCAL int flag[1];
+    size_t g = GROUP_ID(0);
+    uint tid = (uint)LID(0);
+    uint nt = (uint)LOCAL_SIZE(0);
+    if (g >= ngroups) return; /* uniform per group */
+    size_t theta = sub ? (size_t)plist[g]
+                       : (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
+    for (uint i = tid; i < k; i += nt) {
+        ol[i] = offs[i];
+        hl[i] = h0[i];
+    }
+    SBARRIER();
+    /* 1. sample covariance, upper triangle */
+    REAL inv_t = (REAL)1 / (REAL)t;
+    for (uint idx = tid; idx < k * k; idx += nt) {
+        uint i = idx / k;
+        uint j = idx % k;
+        if (j < i) continue;
+        GLOBAL const REAL* ci = cen + (size_t)((long)theta + ol[i]) * t;
+        GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
+        S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
+    }
+    SBARRIER();
+    /* 2. validity and shrinkage: the squared norms of the rows' off-diagonal parts in
+       parallel (one row per thread), then one thread sums them in the CPU's order */
+    for (uint i = tid; i < k; i += nt) {
+        xs[i] = dot4_ss(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+    }
+    SBARRIER();
+    if (tid == 0) {
+        int ok = 1;
+        for (uint i = 0; i < k; ++i) {
+            REAL d = S[i * k + i];
+            if (!POS_FINITE(d)) ok = 0;
+        }
+        if (ok) {
+            REAL tr = 0, dsq = 0, off = 0;
+            for (uint i = 0; i < k; ++i) {
+                REAL d = S[i * k + i];
+                tr += d;
+                dsq += MUL(d, d);
+                off += xs[i];
+            }
+            REAL tr2 = dsq + MUL((REAL)2, off);
+            REAL num = variant == 0u ? (tr2 + MUL(tr, tr)) - MUL((REAL)2, dsq)
+                                     : (tr2 + MUL(tr, tr)) - MUL((REAL)2, tr2);
+            REAL den = MUL((REAL)t + (REAL)1, tr2 - dsq);
+            REAL rho = (REAL)1;
+            if (den != (REAL)0) {
+                /* the CPU's clamp: NaN stays NaN */
+                rho = num / den;
+                if (rho < (REAL)0) rho = (REAL)0;
+                if (rho > (REAL)1) rho = (REAL)1;
+            }
+            REAL scale = variant == 0u ? (REAL)1 : (REAL)0.5;
+            v[0] = scale;
+            v[1] = MUL((REAL)1 - rho, scale);
+        }
+        flag[0] = ok;
+    }
+    SBARRIER();
+    int ok = flag[0];
+    if (ok) {
+        REAL dg = v[0];
+        REAL of = v[1];
+        for (uint idx = tid; idx < k * k; idx += nt) {
+            uint i = idx / k;
+            uint j = idx % k;
+            if (j < i) continue;
+            S[idx] = MUL(S[idx], j == i ? dg : of);
+        }
+    }
+    SBARRIER();
+    /* 3. right-looking Cholesky, R = L^T in the upper triangle. Every barrier is reached by
+       the whole group (no early exit): `flag` only guards the work. */
+    for (uint j = 0; j < k; ++j) {
+        if (tid == 0 && flag[0]) {
+            REAL d = S[j * k + j];
+            if (!POS_FINITE(d)) {
+                flag[0] = 0;
+            } else {
+                REAL ljj = sqrt(d);
+                S[j * k + j] = ljj;
+                invd[j] = (REAL)1 / ljj;
+            }
+        }
+        SBARRIER();
+        if (flag[0]) {
+            REAL inv = invd[j];
+            for (uint n = j + 1 + tid; n < k; n += nt) S[j * k + n] = MUL(S[j * k + n], inv);
+        }
+        SBARRIER();
+        if (flag[0]) {
+            uint m = k - j - 1;
+            for (uint idx = tid; idx < m * m; idx += nt) {
+                uint kk = j + 1 + idx / m;
+                uint c = j + 1 + idx % m;
+                if (c < kk) continue;
+                S[kk * k + c] -= MUL(S[j * k + kk], S[j * k + c]);
+            }
+        }
+        SBARRIER();
+    }
+    ok = flag[0];
+    if (sub) {
+        /* 4'. sub-pixel templates: the pairs of slots [pstart[g], pstart[g + 1]) land on theta,
+           one per thread (frame pfr[p]). h_l is blended from the (tq+1)^2 template table tbl
+           like the CPU (sub == 1, offsets pfy[p], pfx[p]) or read from tbl[p k ..] (sub == 2,
+           per-pair templates computed on the host); then L^-1 [h_l | c_l(theta)] in the CPU's
+           forward_multi order, a_c = |L^-1 h|^2, b_c = (L^-1 h).(L^-1 c) into cab[2 p],
+           cab[2 p + 1] */
+        uint p1 = pstart[g + 1];
+        for (uint p = pstart[g] + tid; p < p1; p += nt) {
+            uint l = pfr[p];
+            REAL ca = REAL_NAN;
+            REAL cb = REAL_NAN;
+            if (ok) {
+                REAL hv[KMAX];
+                REAL xv[KMAX];
+                if (sub == 1u) {
+                    REAL qf = (REAL)tq;
+                    REAL lo = nearest ? (REAL)(-0.5) : (REAL)0;
+                    REAL uy = MUL(pfy[p] - lo, qf);
+                    REAL ux = MUL(pfx[p] - lo, qf);
+                    uy = uy < (REAL)0 ? (REAL)0 : (uy > qf ? qf : uy);
+                    ux = ux < (REAL)0 ? (REAL)0 : (ux > qf ? qf : ux);
+                    uint iy = (uint)uy;
+                    uint ix = (uint)ux;
+                    iy = iy > tq - 1 ? tq - 1 : iy;
+                    ix = ix > tq - 1 ? tq - 1 : ix;
+                    REAL ty = uy - (REAL)iy;
+                    REAL tx = ux - (REAL)ix;
+                    REAL w00 = MUL((REAL)1 - ty, (REAL)1 - tx);
+                    REAL w01 = MUL((REAL)1 - ty, tx);
+                    REAL w10 = MUL(ty, (REAL)1 - tx);
+                    REAL w11 = MUL(ty, tx);
+                    uint n = tq + 1;
+                    GLOBAL const REAL* t00 = tbl + (size_t)(iy * n + ix) * k;
+                    GLOBAL const REAL* t01 = tbl + (size_t)(iy * n + ix + 1) * k;
+                    GLOBAL const REAL* t10 = tbl + (size_t)((iy + 1) * n + ix) * k;
+                    GLOBAL const REAL* t11 = tbl + (size_t)((iy + 1) * n + ix + 1) * k;
+                    for (uint i = 0; i < k; ++i) {
+                        hv[i] = ((MUL(w00, t00[i]) + MUL(w01, t01[i])) + MUL(w10, t10[i]))
+                                + MUL(w11, t11[i]);
+                    }
+                } else {
+                    GLOBAL const REAL* tp = tbl + (size_t)p * k;
+                    for (uint i = 0; i < k; ++i) hv[i] = tp[i];
+                }
+                for (uint i = 0; i < k; ++i) {
+                    xv[i] = cen[(size_t)((long)theta + ol[i]) * t + l];
+                }
+                /* L[i][j] is stored at S[j k + i] */
+                for (uint i = 0; i < k; ++i) {
+                    REAL rh = hv[i];
+                    REAL rx = xv[i];
+                    uint j = 0;
+                    for (; j + 4 <= i; j += 4) {
+                        REAL l0 = S[j * k + i];
+                        REAL l1 = S[(j + 1) * k + i];
+                        REAL l2 = S[(j + 2) * k + i];
+                        REAL l3 = S[(j + 3) * k + i];
+                        rh -= (MUL(l0, hv[j]) + MUL(l1, hv[j + 1]))
+                              + (MUL(l2, hv[j + 2]) + MUL(l3, hv[j + 3]));
+                        rx -= (MUL(l0, xv[j]) + MUL(l1, xv[j + 1]))
+                              + (MUL(l2, xv[j + 2]) + MUL(l3, xv[j + 3]));
+                    }
+                    for (; j < i; ++j) {
+                        REAL lj = S[j * k + i];
+                        rh -= MUL(lj, hv[j]);
+                        rx -= MUL(lj, xv[j]);
+                    }
+                    hv[i] = MUL(rh, invd[i]);
+                    xv[i] = MUL(rx, invd[i]);
+                }
+                REAL sa = 0;
+                REAL sb = 0;
+                for (uint i = 0; i < k; ++i) {
+                    sa += MUL(hv[i], hv[i]);
+                    sb += MUL(hv[i], xv[i]);
+                }
+                ca = sa;
+                cb = sb;
+            }
+            cab[2 * (size_t)p] = ca;
+            cab[2 * (size_t)p + 1] = cb;
+        }
+        return;
+    }
+    /* 4. w = C^-1 h0, q = h0.w; w goes to wb[g] for paco_z (NaN for a degenerate pixel).
+       Spread over the group with the CPU's rounding sequence kept element by element:
+       forward substitution column by column (every thread reads the final v[j], the updates
+       of v[n], n > j, are split over the threads; the solution goes to xs); backward
+       substitution row by row with the four accumulators of the CPU's dot product each
+       summed by one thread, combined by thread 0. */
+    /* Every barrier is reached by the whole group (no early exit): `ok` only guards work. */
+    GLOBAL REAL* wg = wb + g * k;
+    for (uint i = tid; i < k; i += nt) v[i] = hl[i];
+    SBARRIER();
+    for (uint j = 0; j < k; ++j) {
+        if (ok) {
+            REAL vj = MUL(v[j], invd[j]);
+            if (tid == 0) xs[j] = vj;
+            for (uint n = j + 1 + tid; n < k; n += nt) v[n] -= MUL(vj, S[j * k + n]);
+        }
+        SBARRIER();
+    }
+    for (uint ii = k; ii > 0; --ii) {
+        uint i = ii - 1;
+        uint n = k - i - 1;
+        uint n4 = n & ~3u;
+        SMEM const REAL* a = S + i * k + i + 1;
+        LOCAL_PTR const REAL* b = xs + i + 1;
+        if (ok) {
+            for (uint r = tid; r < 4u; r += nt) {
+                REAL sr = 0;
+                for (uint m = r; m < n4; m += 4) sr += MUL(a[m], b[m]);
+                part[r] = sr;
+            }
+        }
+        SBARRIER();
+        if (ok && tid == 0) {
+            REAL sum = (part[0] + part[1]) + (part[2] + part[3]);
+            for (uint m = n4; m < n; ++m) sum += MUL(a[m], b[m]);
+            xs[i] = MUL(xs[i] - sum, invd[i]);
+        }
+        SBARRIER();
+    }
+    for (uint i = tid; i < k; i += nt) wg[i] = ok ? xs[i] : REAL_NAN;
+    if (tid == 0) q[theta] = ok ? dot4_ll(hl, xs, k) : REAL_NAN;
+}
+
+/* z_t(theta) = w(theta) . cen_t(theta) in disk order, one thread per (pixel of the band,
+   frame); the pixels are those of the paco_stats launch with the same arguments. */
+KERNEL paco_z(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT offs,
+              GLOBAL const REAL* RESTRICT wb, GLOBAL REAL* RESTRICT z, const uint w,
+              const uint t, const uint k, const uint y0, const uint x_lo, const uint nx,
+              const uint ngroups) {
+    size_t id = GID(0);
+    if (id >= (size_t)ngroups * t) return;
+    size_t g = id / t;
+    uint f = (uint)(id % t);
+    size_t theta = (size_t)(y0 + (uint)(g / nx)) * w + x_lo + (uint)(g % nx);
+    GLOBAL const REAL* wg = wb + g * k;
+    REAL acc = 0;
+    for (uint i = 0; i < k; ++i) {
+        acc += MUL(wg[i], cen[(size_t)((long)theta + offs[i]) * t + f]);
+    }
+    z[theta * t + f] = acc;
+}
+
+/* a, b of n positions; traj[i * t + l] = theta of frame l or -1. */
+KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTRICT q,
+                       GLOBAL const REAL* RESTRICT z, GLOBAL REAL* RESTRICT a,
+                       GLOBAL REAL* RESTRICT b, const uint n, const uint t) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    REAL sa = 0, sb = 0;
+    int ok = 1;
+    for (uint l = 0; l < t; ++l) {
+        int th = traj[i * t + l];
+        if (th < 0) {
+            ok = 0;
+            break;
+        }
+        sa += q[th];
+        sb += z[(size_t)th * t + l];
+    }
+    a[i] = ok ? sa : REAL_NAN;
+    b[i] = ok ? sb : REAL_NAN;
+}
