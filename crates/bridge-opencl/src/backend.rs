@@ -36,6 +36,20 @@ pub(crate) struct Inner {
     /// What an executor needs to know of each device (doubles, CPU or not), asked once per
     /// device: the device's one executor state ([`crate::OpenClExecutor::new`]).
     executors: Mutex<HashMap<usize, ExecutorInfo>>,
+    /// Kernels of the executor's launches, built once: (device ordinal, source text address and
+    /// length, options hash) to the program's kernels by entry point.
+    kernels: Mutex<HashMap<KernelKey, Vec<KernelSlot>>>,
+}
+
+/// (device ordinal, source address, source length, options hash).
+type KernelKey = (usize, usize, usize, u64);
+
+/// One cached kernel: its entry point and the options it was built with (compared on every
+/// hit), and the kernel (one launch at a time sets its arguments and enqueues it).
+struct KernelSlot {
+    entry: String,
+    options: Vec<String>,
+    kernel: Arc<Mutex<crate::kernel::ClKernel>>,
 }
 
 /// What an [`crate::OpenClExecutor`] knows of its device.
@@ -181,8 +195,51 @@ impl OpenClBackend {
                 states: Mutex::new(HashMap::new()),
                 programs: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
+                kernels: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The kernel `entry` of `src` built with `options` on `device`, built once and kept (the
+    /// executor's launches; no source hashing or kernel creation per launch).
+    pub(crate) fn cached_kernel(
+        &self,
+        device: Device,
+        src: &'static KernelSource,
+        options: &[&str],
+        entry: &str,
+    ) -> Result<Arc<Mutex<crate::kernel::ClKernel>>> {
+        let key: KernelKey = (
+            device.ordinal().unwrap_or_default(),
+            src.source.as_ptr() as usize,
+            src.source.len(),
+            bridge_core::kernel::source_hash("", options),
+        );
+        let same = |k: &KernelSlot| {
+            k.entry == entry
+                && k.options
+                    .iter()
+                    .map(String::as_str)
+                    .eq(options.iter().copied())
+        };
+        if let Some(k) = lock(&self.inner.kernels)
+            .get(&key)
+            .and_then(|v| v.iter().find(|k| same(k)))
+        {
+            return Ok(Arc::clone(&k.kernel));
+        }
+        let kernel = Arc::new(Mutex::new(
+            self.program_from(device, src, options)?.kernel(entry)?,
+        ));
+        lock(&self.inner.kernels)
+            .entry(key)
+            .or_default()
+            .push(KernelSlot {
+                entry: entry.to_owned(),
+                options: options.iter().map(|o| (*o).to_owned()).collect(),
+                kernel: Arc::clone(&kernel),
+            });
+        Ok(kernel)
     }
 
     /// The executor state of `device`, asked of the driver on first use and kept.

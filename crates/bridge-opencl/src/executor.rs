@@ -10,6 +10,11 @@ use crate::backend::OpenClBackend;
 use crate::buffer::{ClBuffer, ClStorage};
 
 /// The executor of one OpenCL device on a backend instance (usually [`crate::shared`]).
+///
+/// Each kernel is built once per backend, device, source, options and entry point and kept
+/// (its arguments set under a lock, then launched); a launch returns when its kernel has run
+/// (non-blocking launches wait for event profiling, which would keep the pipelines' kernel
+/// times exact).
 #[derive(Debug, Clone)]
 pub struct OpenClExecutor {
     cl: Arc<OpenClBackend>,
@@ -86,17 +91,24 @@ impl Executor for OpenClExecutor {
         local: &[usize],
         args: &[KernelArg<'_, ClBuffer>],
     ) -> Result<()> {
-        let prog = self.cl.program_from(self.device, program, opts)?;
-        let mut k = prog.kernel(entry)?;
+        let kernel = self.cl.cached_kernel(self.device, program, opts, entry)?;
+        let mut k = kernel.lock().unwrap_or_else(|p| p.into_inner());
         for (i, a) in args.iter().enumerate() {
             let i = i as u32;
-            match a {
-                KernelArg::Buf(b) => k.arg_buffer(i, b)?,
-                KernelArg::U32(v) => k.arg_scalar(i, *v)?,
-                KernelArg::Local(bytes) => k.arg_local(i, (*bytes).max(1))?,
+            let set = match a {
+                KernelArg::Buf(b) => k.arg_buffer(i, b).map(|_| ()),
+                KernelArg::U32(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::Local(bytes) => k.arg_local(i, (*bytes).max(1)).map(|_| ()),
             };
+            if let Err(e) = set {
+                k.clear_buffers();
+                return Err(e);
+            }
         }
-        k.launch(global, Some(local))
+        let r = k.launch(global, Some(local));
+        // a kept kernel must not keep its buffers (they go back to the pool when dropped)
+        k.clear_buffers();
+        r
     }
 
     fn read(&self, buf: &ClBuffer, bytes: usize) -> Result<Vec<u8>> {
@@ -118,7 +130,8 @@ impl Executor for OpenClExecutor {
     }
 
     fn synchronize(&self) -> Result<()> {
-        // Launches are blocking on this backend (`ClKernel::launch` waits for completion).
+        // Launches wait for their kernel on this backend (so the pipelines' kernel times are
+        // the kernels' own without event profiling).
         Ok(())
     }
 

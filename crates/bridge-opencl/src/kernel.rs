@@ -343,6 +343,11 @@ impl ClKernel {
     pub fn launch(&mut self, global: &[usize], local: Option<&[usize]>) -> Result<()> {
         self.enqueue(global, local)?.wait()
     }
+
+    /// Unbind every buffer argument (so that a cached kernel does not keep buffers alive).
+    pub(crate) fn clear_buffers(&mut self) {
+        self.buffers.clear();
+    }
 }
 
 #[cfg(test)]

@@ -110,78 +110,40 @@ fn in_range(name: &str, value: usize, lo: usize, hi: usize) -> PyResult<()> {
 const MAX_BATCH: usize = 100_000;
 
 /// Blobs of a movie already on `device` (`u8`/`u16`, C-contiguous), read in place; `None` when
-/// the movie cannot be read there.
-#[cfg(any(feature = "cuda", feature = "opencl"))]
+/// the movie cannot be read there ([`algorithms::detect::blob_log_in_place`]).
 fn resident_blobs(
     py: Python<'_>,
     held: &Held,
     device: Device,
     p: &BlobLogParams,
 ) -> PyResult<Option<Vec<Vec<algorithms::detect::Blob>>>> {
-    use algorithms::detect::GpuDetect;
-    use algorithms::exec::{AnyExecutor, executor_for};
-    let Held::Bridge(a) = held else {
-        return Ok(None);
-    };
-    if a.device() != device || a.ndim() != 3 || p.prescale == Prescale::MinMax {
-        return Ok(None);
-    }
-    let exec = executor_for(device, "particle detection").py_err()?;
-    py.detach(|| match exec {
-        #[cfg(feature = "opencl")]
-        AnyExecutor::OpenCl(e) => GpuDetect::with_executor(e).blob_log_resident(a, p, |_| {}),
-        #[cfg(feature = "cuda")]
-        AnyExecutor::Cuda(e) => GpuDetect::with_executor(e).blob_log_resident(a, p, |_| {}),
-    })
-    .py_err()
-}
-
-#[cfg(not(any(feature = "cuda", feature = "opencl")))]
-fn resident_blobs(
-    _py: Python<'_>,
-    _held: &Held,
-    _device: Device,
-    _p: &BlobLogParams,
-) -> PyResult<Option<Vec<Vec<algorithms::detect::Blob>>>> {
-    Ok(None)
-}
-
-/// Features of a movie already on `device` (`u8`/`u16`/`f32`, `f64` where the device computes
-/// in float64; C-contiguous), read in place by the device `locate`; `None` when the movie
-/// cannot be read there.
-#[cfg(any(feature = "cuda", feature = "opencl"))]
-fn resident_features(
-    py: Python<'_>,
-    held: &Held,
-    device: Device,
-    p: &LocateParams,
-) -> PyResult<Option<Vec<Vec<algorithms::detect::Feature>>>> {
-    use algorithms::detect::GpuDetect;
-    use algorithms::exec::{AnyExecutor, executor_for};
     let Held::Bridge(a) = held else {
         return Ok(None);
     };
     if a.device() != device || a.ndim() != 3 {
         return Ok(None);
     }
-    let exec = executor_for(device, "particle detection").py_err()?;
-    py.detach(|| match exec {
-        #[cfg(feature = "opencl")]
-        AnyExecutor::OpenCl(e) => GpuDetect::with_executor(e).locate_resident(a, p, |_| {}),
-        #[cfg(feature = "cuda")]
-        AnyExecutor::Cuda(e) => GpuDetect::with_executor(e).locate_resident(a, p, |_| {}),
-    })
-    .py_err()
+    py.detach(|| algorithms::detect::blob_log_in_place(a, p))
+        .py_err()
 }
 
-#[cfg(not(any(feature = "cuda", feature = "opencl")))]
+/// Features of a movie already on `device` (`u8`/`u16`/`f32`, `f64` where the device computes
+/// in float64; C-contiguous), read in place by the device `locate`; `None` when the movie
+/// cannot be read there ([`algorithms::detect::locate_in_place`]).
 fn resident_features(
-    _py: Python<'_>,
-    _held: &Held,
-    _device: Device,
-    _p: &LocateParams,
+    py: Python<'_>,
+    held: &Held,
+    device: Device,
+    p: &LocateParams,
 ) -> PyResult<Option<Vec<Vec<algorithms::detect::Feature>>>> {
-    Ok(None)
+    let Held::Bridge(a) = held else {
+        return Ok(None);
+    };
+    if a.device() != device || a.ndim() != 3 {
+        return Ok(None);
+    }
+    py.detach(|| algorithms::detect::locate_in_place(a, p))
+        .py_err()
 }
 
 /// `blob_log`: rows `(frame, y, x, sigma)` (frame 0 for a 2-D image) and whether the input was

@@ -70,17 +70,8 @@ pub fn blob_log(movie: &Array, p: &BlobLogParams) -> Result<Vec<Vec<Blob>>> {
     if let Some(out) = on_host_in_place(movie, &|b, f| b.blob_log_batch(f, p))? {
         return Ok(out);
     }
-    let device = device_of(movie, "blob_log")?;
-    match executor_for(device, "particle detection")? {
-        #[cfg(feature = "opencl")]
-        crate::exec::AnyExecutor::OpenCl(e) => {
-            resident_blob_log(&GpuDetect::with_executor(e), movie, p)
-        }
-        #[cfg(feature = "cuda")]
-        crate::exec::AnyExecutor::Cuda(e) => {
-            resident_blob_log(&GpuDetect::with_executor(e), movie, p)
-        }
-    }
+    check_device(movie, "blob_log")?;
+    resident_blob_log(movie, p)
 }
 
 /// trackpy `locate` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`), where the
@@ -95,17 +86,8 @@ pub fn locate(movie: &Array, p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
     if let Some(out) = on_host_in_place(movie, &|b, f| b.locate_batch(f, p))? {
         return Ok(out);
     }
-    let device = device_of(movie, "locate")?;
-    match executor_for(device, "particle detection")? {
-        #[cfg(feature = "opencl")]
-        crate::exec::AnyExecutor::OpenCl(e) => {
-            resident_locate(&GpuDetect::with_executor(e), movie, p)
-        }
-        #[cfg(feature = "cuda")]
-        crate::exec::AnyExecutor::Cuda(e) => {
-            resident_locate(&GpuDetect::with_executor(e), movie, p)
-        }
-    }
+    check_device(movie, "locate")?;
+    resident_locate(movie, p)
 }
 
 /// The CPU on a host array or a `torch:cpu` tensor, read in place; `None` for other memory.
@@ -120,10 +102,11 @@ fn on_host_in_place<R>(movie: &Array, run: HostRun<'_, R>) -> Result<Option<Vec<
     Ok(None)
 }
 
-/// The device a movie not on the host is read on: `opencl:N` or `cuda:N`.
-fn device_of(movie: &Array, what: &str) -> Result<Device> {
+/// `Ok` for a movie on a device that reads it (`opencl:N`, `cuda:N`), else the error that
+/// names the conversion.
+fn check_device(movie: &Array, what: &str) -> Result<()> {
     match movie.device() {
-        d @ (Device::OpenCl(_) | Device::Cuda(_)) => Ok(d),
+        Device::OpenCl(_) | Device::Cuda(_) => Ok(()),
         Device::TorchCuda(n) => Err(not_in_place(
             movie,
             what,
@@ -151,12 +134,9 @@ fn not_in_place(movie: &Array, what: &str, why: &str) -> BridgeError {
     ))
 }
 
-#[cfg(any(feature = "opencl", feature = "cuda"))]
-fn resident_blob_log<E: bridge_core::exec::Executor>(
-    g: &GpuDetect<E>,
-    movie: &Array,
-    p: &BlobLogParams,
-) -> Result<Vec<Vec<Blob>>> {
+/// The device part of [`blob_log`]: the reasons a movie on `opencl:N`/`cuda:N` is not read in
+/// place, as errors, then [`blob_log_in_place`].
+fn resident_blob_log(movie: &Array, p: &BlobLogParams) -> Result<Vec<Vec<Blob>>> {
     if !matches!(movie.dtype(), DType::U8 | DType::U16) {
         return Err(not_in_place(
             movie,
@@ -164,7 +144,7 @@ fn resident_blob_log<E: bridge_core::exec::Executor>(
             "is not read in place (the device reads u8 and u16 movies): convert it to the host",
         ));
     }
-    if p.prescale == Prescale::MinMax {
+    if p.prescale == super::blob_log::Prescale::MinMax {
         return Err(not_in_place(
             movie,
             "blob_log",
@@ -172,7 +152,7 @@ fn resident_blob_log<E: bridge_core::exec::Executor>(
              the host): convert it to the host, or use the linear prescale",
         ));
     }
-    g.blob_log_resident(movie, p, |_| {})?.ok_or_else(|| {
+    blob_log_in_place(movie, p)?.ok_or_else(|| {
         not_in_place(
             movie,
             "blob_log",
@@ -181,26 +161,75 @@ fn resident_blob_log<E: bridge_core::exec::Executor>(
     })
 }
 
-#[cfg(any(feature = "opencl", feature = "cuda"))]
-fn resident_locate<E: bridge_core::exec::Executor>(
-    g: &GpuDetect<E>,
-    movie: &Array,
-    p: &LocateParams,
-) -> Result<Vec<Vec<Feature>>> {
-    if !g.locate_reads_in_place(movie.dtype()) {
-        return Err(not_in_place(
-            movie,
-            "locate",
-            "is not read in place by this device's pipeline: convert it to the host",
-        ));
+/// [`blob_log`] on a movie that lives on `opencl:N` or `cuda:N` and that the device reads in
+/// place (C-contiguous `u8`/`u16`, not the `minmax` prescale); `Ok(None)` for any other movie
+/// (nothing is run or moved), for callers that then choose another route.
+pub fn blob_log_in_place(movie: &Array, p: &BlobLogParams) -> Result<Option<Vec<Vec<Blob>>>> {
+    p.validate()?;
+    check_movie(movie)?;
+    let device = movie.device();
+    if !matches!(device, Device::OpenCl(_) | Device::Cuda(_))
+        || !matches!(movie.dtype(), DType::U8 | DType::U16)
+        || p.prescale == super::blob_log::Prescale::MinMax
+    {
+        return Ok(None);
     }
-    g.locate_resident(movie, p, |_| {})?.ok_or_else(|| {
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            GpuDetect::with_executor(e).blob_log_resident(movie, p, |_| {})
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => {
+            GpuDetect::with_executor(e).blob_log_resident(movie, p, |_| {})
+        }
+    }
+}
+
+/// The device part of [`locate`]: [`locate_in_place`], or the error naming the conversion.
+fn resident_locate(movie: &Array, p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
+    locate_in_place(movie, p)?.ok_or_else(|| {
         not_in_place(
             movie,
             "locate",
-            "is not read in place (not C-contiguous): convert it to the host",
+            "is not read in place by this device's pipeline (its pixel type or layout): \
+             convert it to the host",
         )
     })
+}
+
+/// [`locate`] on a movie that lives on `opencl:N` or `cuda:N` and that the device reads in
+/// place (C-contiguous, a pixel type its pipeline takes there); `Ok(None)` for any other movie
+/// (nothing is run or moved), for callers that then choose another route.
+pub fn locate_in_place(movie: &Array, p: &LocateParams) -> Result<Option<Vec<Vec<Feature>>>> {
+    p.validate()?;
+    check_movie(movie)?;
+    let device = movie.device();
+    if !matches!(device, Device::OpenCl(_) | Device::Cuda(_)) {
+        return Ok(None);
+    }
+    match executor_for(device, "particle detection")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            in_place_locate(&GpuDetect::with_executor(e), movie, p)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => {
+            in_place_locate(&GpuDetect::with_executor(e), movie, p)
+        }
+    }
+}
+
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn in_place_locate<E: bridge_core::exec::Executor>(
+    g: &GpuDetect<E>,
+    movie: &Array,
+    p: &LocateParams,
+) -> Result<Option<Vec<Vec<Feature>>>> {
+    if !g.locate_reads_in_place(movie.dtype()) {
+        return Ok(None);
+    }
+    g.locate_resident(movie, p, |_| {})
 }
 
 /// Shape and dtype checks before anything moves.

@@ -39,7 +39,9 @@ pub use gpu::CudaDetect;
 pub use gpu::GpuDetect;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClDetect;
-pub use input::{blob_log, blob_log_array, locate, locate_array};
+pub use input::{
+    blob_log, blob_log_array, blob_log_in_place, locate, locate_array, locate_in_place,
+};
 pub use locate::{Feature, LocateParams, locate_movie};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use dlpark::metadata::Dynamic;
 use ndarray::{ArrayD, IxDyn, s};
 
 use super::*;

@@ -4,7 +4,7 @@
 //! [`Lanes`] of both.
 //!
 //! Every vector lane computes one output pixel with exactly the scalar sum of
-//! [`super::log_plane`]'s generic code, in the same order: `c·w[0]`, then
+//! [`super::log_plane`](fn@super::log_plane)'s generic code, in the same order: `c·w[0]`, then
 //! `+ (u_j + d_j)·w[j]` for `j = r … 1`, with separate multiplications and additions (never
 //! `_mm256_fmadd_pd`: a fused multiply-add rounds once where SciPy rounds twice) and no
 //! reassociation. The vectors run across neighbouring output pixels, so the outputs are

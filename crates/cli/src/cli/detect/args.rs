@@ -1,0 +1,179 @@
+//! The flags of `arraybridge detect` ([`Args`], [`Method`], [`MaybeF64`]) and their value
+//! parsers.
+
+use std::path::PathBuf;
+
+use algorithms::detect::Prescale;
+
+use super::super::device::{DeviceArg, parse_device_arg};
+
+/// Detection method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Laplacian-of-Gaussian blobs (scikit-image `blob_log`).
+    Log,
+    /// Crocker–Grier centroids (trackpy `locate`).
+    Locate,
+}
+
+/// A number or `none`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MaybeF64(pub Option<f64>);
+
+fn parse_opt_f64(s: &str) -> std::result::Result<MaybeF64, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(MaybeF64(None));
+    }
+    t.parse::<f64>()
+        .map_err(|_| format!("expected a number or `none`, got {s:?}"))
+        .and_then(|v| {
+            if v.is_finite() {
+                Ok(MaybeF64(Some(v)))
+            } else {
+                Err(format!("{s:?} is not finite"))
+            }
+        })
+}
+
+/// `--precision`: not a mode of this tool. The LoG passes accumulate in float64 (default) or
+/// float32 (`--fast`); a float16 mode was left out (see `docs/perf.md`, "Precision"), so every
+/// value is a usage error that says so.
+fn parse_precision(s: &str) -> std::result::Result<String, String> {
+    let how = "detection computes in float64 (the default, the CPU's results) or float32 \
+               (`--fast`: the LoG passes in f32); there is no --precision flag";
+    if s.trim().eq_ignore_ascii_case("f16") || s.trim().eq_ignore_ascii_case("half") {
+        Err(format!(
+            "--precision f16 is not available: no device here has f16 arithmetic to check that \
+             f16 detections match the f32 path on the fixtures (PoCL lacks cl_khr_fp16), so the \
+             mode was left out; {how}"
+        ))
+    } else {
+        Err(format!("unknown precision {s:?}: {how}"))
+    }
+}
+
+fn parse_prescale(s: &str) -> std::result::Result<Prescale, String> {
+    s.parse::<Prescale>().map_err(|e| e.to_string())
+}
+
+/// Arguments of `arraybridge detect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Input movies: multi-page TIFF (u8, u16, f32), .npy (2-D or 3-D), or a folder of
+    /// single-frame TIFF/PNG files (name order). Several inputs need `--out-dir`; they are
+    /// detected one after another (under mpirun, handed out to the ranks).
+    #[arg(required = true, num_args = 1..)]
+    pub input: Vec<PathBuf>,
+    /// Output CSV (one input).
+    #[arg(short = 'o', long = "output", conflicts_with = "out_dir")]
+    pub output: Option<PathBuf>,
+    /// Output folder (created if needed): one CSV per input, named from the input's stem
+    /// (`DIR/a.csv` for `a.tif`), written under a temporary name and renamed when complete.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// With `--out-dir`: a file that fails is reported and the others go on; the failed files
+    /// are listed at the end and the exit status is non-zero. Default: the first failure ends
+    /// the run.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Detection method.
+    #[arg(long, value_enum, default_value_t = Method::Log)]
+    pub method: Method,
+
+    /// [log] Smallest σ (blob_log default 1).
+    #[arg(long, default_value_t = 1.0)]
+    pub min_sigma: f64,
+    /// [log] Largest σ (blob_log default 50).
+    #[arg(long, default_value_t = 50.0)]
+    pub max_sigma: f64,
+    /// [log] Number of scales (blob_log default 10).
+    #[arg(long, default_value_t = 10)]
+    pub num_sigma: usize,
+    /// [log] Absolute threshold, a number or `none` (= cube minimum). blob_log default 0.2, in
+    /// prescaled units: with the legacy prescale, u16 input is divided by 65535.
+    #[arg(long, value_parser = parse_opt_f64, default_value = "0.2")]
+    pub threshold: MaybeF64,
+    /// [log] Relative threshold (fraction of the cube maximum), a number or `none` (default).
+    #[arg(long, value_parser = parse_opt_f64, default_value = "none")]
+    pub threshold_rel: MaybeF64,
+    /// [log] Overlap fraction above which the smaller blob is removed (default 0.5).
+    #[arg(long, default_value_t = 0.5)]
+    pub overlap: f64,
+    /// [log] Logarithmically spaced scales.
+    #[arg(long)]
+    pub log_scale: bool,
+    /// [log] Drop peaks within this many pixels of the border (default 0).
+    #[arg(long, default_value_t = 0)]
+    pub exclude_border: usize,
+    /// [log] Input scaling: legacy (img_as_float), minmax, none, or range:C,D.
+    #[arg(long, value_parser = parse_prescale, default_value = "legacy")]
+    pub prescale: Prescale,
+    /// [log] Sub-pixel refinement and per-particle measures (extra columns).
+    #[arg(long)]
+    pub refine: bool,
+    /// [log] Accumulate the LoG filters in f32 (faster; cube within ~1e-7 of SciPy's, so only
+    /// responses within that distance of the threshold can change). Default: exact f64.
+    #[arg(long)]
+    pub fast: bool,
+    /// Not a mode: any value (`f16` included) is a usage error explaining why (float64 by
+    /// default, float32 with `--fast`; f16 was left out, docs/perf.md "Precision").
+    #[arg(long, hide = true, value_parser = parse_precision)]
+    pub precision: Option<String>,
+
+    /// [locate] Feature diameter (odd); required with --method locate.
+    #[arg(long)]
+    pub diameter: Option<usize>,
+    /// [locate] Minimum integrated brightness (strict `mass > minmass`).
+    #[arg(long, default_value_t = 0.0)]
+    pub minmass: f64,
+    /// [locate] Maximum radius of gyration.
+    #[arg(long)]
+    pub maxsize: Option<f64>,
+    /// [locate] Minimum separation (default diameter + 1).
+    #[arg(long)]
+    pub separation: Option<f64>,
+    /// [locate] Gaussian lowpass width (default 1).
+    #[arg(long, default_value_t = 1.0)]
+    pub noise_size: f64,
+    /// [locate] Boxcar background width (default diameter).
+    #[arg(long)]
+    pub smoothing_size: Option<usize>,
+    /// [locate] Percentile of non-zero pixels a maximum must exceed (default 64).
+    #[arg(long, default_value_t = 64.0)]
+    pub percentile: f64,
+    /// [locate] Keep only the N brightest features per frame.
+    #[arg(long)]
+    pub topn: Option<usize>,
+    /// [locate] Skip the bandpass.
+    #[arg(long)]
+    pub no_preprocess: bool,
+    /// [locate] Dark features on a bright background.
+    #[arg(long)]
+    pub invert: bool,
+    /// [locate] Bandpass threshold (default 1 for integer input, 1/255 for float input).
+    #[arg(long)]
+    pub locate_threshold: Option<f64>,
+
+    /// Device: `auto` (the offload decision, printed), `cpu`, `cuda:N` or `opencl:N`; or several
+    /// at once, `opencl:0,opencl:1` or `all` (every GPU): frames go to whichever device is
+    /// free, results are the same as on one device.
+    #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
+    pub device: DeviceArg,
+    /// With several devices: a device that fails hands its frames to the others (reported)
+    /// instead of failing the run. Out-of-memory is always handled (the batch is split).
+    #[arg(long)]
+    pub requeue: bool,
+    /// Frames read and detected at a time, at most: memory is bounded by one chunk (the next one
+    /// is read while this one is detected), whatever the movie's length; results do not depend
+    /// on it.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub chunk_frames: u64,
+    /// Pixel bytes of one chunk, at most, in MiB (at least one frame a chunk): with large frames
+    /// this bounds the chunk before `--chunk-frames` does (2048² u16 frames: 16 a chunk).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub chunk_mb: u64,
+    /// Frames per batch (a device launch / a parallel CPU chunk); does not change results.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch_size: u64,
+}

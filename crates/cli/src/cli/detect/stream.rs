@@ -1,0 +1,219 @@
+//! One input detected chunk by chunk (`detect_one`): the movie is read as a stream of chunks
+//! (`MovieStream`, the next chunk read while this one is detected, so memory is bounded by a
+//! chunk whatever the movie's length), each chunk detected on one device or several and its
+//! rows written as they come.
+
+use std::path::Path;
+use std::time::Instant;
+
+use algorithms::detect::{
+    DetectBackend, Feature, LocateParams, Movie, MultiPolicy, Prescale, backend_for,
+};
+use arraybridge::io::stream::MovieStream;
+use bridge_core::{BridgeError, Result};
+use indicatif::ProgressBar;
+
+use super::super::device::{
+    Choice, DETECT, detect_estimate, detect_workload, nominal_cpu, resolve,
+};
+use super::multi::{Multi, Runner};
+use super::output::Output;
+use super::{Job, Method, Where};
+
+/// One input detected: what the summaries print.
+pub(super) struct Done {
+    pub(super) frames: usize,
+    pub(super) height: usize,
+    pub(super) width: usize,
+    pub(super) dtype: &'static str,
+    pub(super) detections: usize,
+    pub(super) seconds: f64,
+    pub(super) runner: Runner,
+}
+
+/// Detect one input into `output` on `place`.
+pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
+    let args = job.args;
+    let g = job.g;
+    let det = job.det;
+    let start = Instant::now();
+    let mut stream = MovieStream::open(input, job.chunk_frames)?.with_max_bytes(job.chunk_bytes);
+    let total = stream.total_frames();
+    let first = stream.next_chunk()?.ok_or_else(|| {
+        BridgeError::InvalidInput(format!("{}: the movie has no frame", input.display()))
+    })?;
+    let (_, h, w) = first.dim();
+    let dtype = first.dtype_name();
+    let integer = matches!(first, Movie::U8(_) | Movie::U16(_));
+    // the memory a batch needs depends on the back end (the CPU never holds the scale space):
+    // detection checks it with the back ends it runs on, before the first batch
+    let mut runner = runner_for(job, &first, place)?;
+    let policy = MultiPolicy {
+        requeue_on_failure: args.requeue,
+    };
+    let progress = g.progress(total.unwrap_or(0) as u64, "frames");
+    let mut out = match args.method {
+        Method::Log => Output::log(output, args.refine)?,
+        Method::Locate => Output::locate(output)?,
+    };
+    // The next chunk is read while this one is detected (one chunk ahead: memory stays bounded).
+    let (n, t) = std::thread::scope(|scope| -> Result<(usize, usize)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Movie>>(1);
+        scope.spawn(move || {
+            for chunk in stream {
+                if tx.send(chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let (mut n, mut frame0) = (0usize, 0usize);
+        for chunk in std::iter::once(Ok(first)).chain(rx) {
+            let chunk = chunk?;
+            let len = chunk.len();
+            if total.is_none() {
+                progress.set_length((frame0 + len) as u64);
+            }
+            n += detect_chunk(
+                job,
+                &mut runner,
+                policy,
+                &progress,
+                &mut out,
+                &chunk,
+                frame0,
+            )?;
+            frame0 += len;
+            progress.set_position(frame0 as u64);
+        }
+        Ok((n, frame0))
+    })?;
+    out.finish()?;
+    progress.finish_and_clear();
+    if n == 0
+        && args.method == Method::Log
+        && det.threshold.is_some()
+        && args.prescale == Prescale::Legacy
+        && integer
+    {
+        g.note(format!(
+            "note: no detection in {}. With --prescale legacy, integer pixels are divided by the dtype maximum, so \
+             the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
+             --prescale none with a threshold in counts",
+            input.display(),
+            det.threshold.unwrap_or_default()
+        ));
+    }
+    Ok(Done {
+        frames: t,
+        height: h,
+        width: w,
+        dtype,
+        detections: n,
+        seconds: start.elapsed().as_secs_f64(),
+        runner,
+    })
+}
+
+/// Where detection runs for `place`: one device (`auto` resolved with `first`, the first
+/// chunk, and the choice printed) or several; notes that `--requeue` does nothing with one.
+fn runner_for(job: &Job<'_>, first: &Movie, place: Where) -> Result<Runner> {
+    let args = job.args;
+    let g = job.g;
+    let det = job.det;
+    let runner = match place {
+        #[cfg(feature = "mpi")]
+        Where::Ranks(m) => Runner::Several(m),
+        Where::Arg(Some(devices)) => Runner::Several(Multi::new(&devices)?),
+        Where::Rank(d, how) => Runner::One(Choice {
+            reason: how,
+            ..Choice::explicit(d)
+        }),
+        Where::Arg(None) => Runner::One(resolve(args.device.clone(), DETECT, || {
+            match args.method {
+                Method::Log => detect_estimate(first, det),
+                Method::Locate => {
+                    let (cpu, note) = nominal_cpu();
+                    Ok((detect_workload(first, det), cpu, note))
+                }
+            }
+        })?),
+    };
+    if let Runner::One(c) = &runner
+        && let Some(note) = c.auto_note("detect")
+    {
+        g.note(note);
+    }
+    if args.requeue && matches!(runner, Runner::One(_)) {
+        g.note("--requeue has no effect with one device: it hands a failed device's work to the others of --device a,b or all");
+    }
+    Ok(runner)
+}
+
+/// One chunk, whose first frame is the movie's frame `frame0`, detected on `runner` and its
+/// rows written to `out`; returns how many.
+fn detect_chunk(
+    job: &Job<'_>,
+    runner: &mut Runner,
+    policy: MultiPolicy,
+    progress: &ProgressBar,
+    out: &mut Output,
+    chunk: &Movie,
+    frame0: usize,
+) -> Result<usize> {
+    let det = job.det;
+    let batch_size = job.batch_size;
+    match job.locate {
+        None => {
+            let mut ps = match runner {
+                Runner::One(choice) => choice.run("detect", |d| {
+                    let backend = backend_for(d)?;
+                    det.detect_movie_with(chunk, backend.as_ref(), |done| {
+                        progress.set_position((frame0 + done) as u64)
+                    })
+                }),
+                Runner::Several(m) => m.detect(det, chunk, policy, |done| {
+                    progress.set_position((frame0 + done) as u64)
+                }),
+            }
+            .map_err(|e| algorithms::detect::detector::in_movie_frames(e, frame0))?;
+            let f0 = u32::try_from(frame0)
+                .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
+            for p in &mut ps {
+                p.frame += f0;
+            }
+            out.particles(&ps)?;
+            Ok(ps.len())
+        }
+        Some(p) => {
+            let rows = match runner {
+                Runner::One(choice) => choice.run("detect", |d| {
+                    let backend = backend_for(d)?;
+                    run_locate(p, batch_size, chunk, frame0, backend.as_ref())
+                })?,
+                Runner::Several(m) => m.locate(p, batch_size, chunk, frame0, policy, |done| {
+                    progress.set_position((frame0 + done) as u64)
+                })?,
+            };
+            out.features(&rows)?;
+            Ok(rows.len())
+        }
+    }
+}
+
+fn run_locate(
+    p: &LocateParams,
+    batch_size: usize,
+    movie: &Movie,
+    frame0: usize,
+    backend: &dyn DetectBackend,
+) -> Result<Vec<(usize, Feature)>> {
+    let frames = movie.frames();
+    let mut out = Vec::new();
+    for (bi, batch) in frames.chunks(batch_size).enumerate() {
+        let res = backend.locate_batch(batch, p)?;
+        for (k, feats) in res.into_iter().enumerate() {
+            out.extend(feats.into_iter().map(|f| (frame0 + bi * batch_size + k, f)));
+        }
+    }
+    Ok(out)
+}
