@@ -4,14 +4,17 @@
 
 use bridge_core::exec::{Executor, KernelArg};
 use bridge_core::{BridgeError, Device, Result, tuning};
-use rayon::prelude::*;
 
-use super::super::blob_log::{Blob, BlobLogParams, border_covers, prune_blobs};
+use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
 use super::super::filters::LogKernels;
-use super::super::kernels::{BLOB_LOG, MINMAX_WG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
+use super::super::kernels::{BLOB_LOG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
 use super::super::real::Real;
 use super::super::trace;
 use super::{DevReal, GpuDetectConfig};
+
+mod stages;
+
+use stages::LogRun;
 
 pub(super) fn u32_bytes(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -171,6 +174,11 @@ pub(super) fn prep_wg() -> usize {
 }
 
 /// The device pipeline on one run of frames (working type `T`, cube in the device type `R`).
+///
+/// Setup: the kernels' build options, the LoG coefficients ([`upload_coefficients`]) and the
+/// frames ([`upload_frames`]) go up, and [`LogRun::new`] sizes the batches and allocates the
+/// cube. Then each batch of frames runs the stages of [`LogRun::batch`]: the two LoG passes,
+/// the per-frame thresholds, the peaks and the host's ordering and pruning.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     e: &E,
@@ -183,7 +191,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     want_cube: bool,
 ) -> Result<RunOut> {
     let t_all = std::time::Instant::now();
-    let (mut up_s, mut read_s, mut prune_s) = (0.0f64, 0.0f64, 0.0f64);
+    let mut up_s = 0.0f64;
     let mut kernel_s = 0.0f64;
     // With ARRAYBRIDGE_TRACE=1 each kernel is waited for, so the breakdown is exact (launches
     // are asynchronous otherwise, and their time shows up in the next read).
@@ -198,6 +206,55 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         Ok(())
     };
     let acc64 = e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8);
+    let (rows, cols) = pass_blocking(e);
+    let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
+    let opts_v = kernel_options::<R>(acc64, &blocking);
+    let opts: &[&str] = &opts_v;
+    let sigmas = p.sigma_list::<T>();
+    let coeffs = upload_coefficients::<E, T, R>(e, &sigmas, acc64)?;
+    let img = upload_frames::<E, T, R>(
+        e,
+        input,
+        n_frames,
+        h * w,
+        opts,
+        acc64,
+        &mut up_s,
+        &mut timed,
+    )?;
+    let mut run = LogRun::<E, T, R>::new(
+        e,
+        p,
+        opts,
+        sigmas,
+        coeffs,
+        img,
+        (n_frames, h, w, rows, cols),
+        cfg.max_device_bytes,
+        want_cube,
+    )?;
+    let mut frame0 = 0usize;
+    while frame0 < n_frames {
+        frame0 += run.batch(frame0, &mut timed)?;
+    }
+    let (read_s, prune_s) = (run.read_s, run.prune_s);
+    trace(|| {
+        format!(
+            "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \
+             {kernel_s:.3} + reads {read_s:.3} + host prune {prune_s:.3} + other",
+            t_all.elapsed().as_secs_f64()
+        )
+    });
+    Ok(RunOut {
+        blobs: run.blobs,
+        cubes: want_cube.then_some(run.cubes),
+        kernel_s,
+    })
+}
+
+/// The kernels' build options: the precision set (`f64`, `f32` with `f64` or `f32`
+/// accumulation) followed by the pass blocking (`-DLOG_ROWS`, `-DLOG_COLS`).
+fn kernel_options<R: DevReal>(acc64: bool, blocking: &[String; 2]) -> Vec<&str> {
     let base: &[&str] = if R::SIZE == 8 {
         OPTS_F64
     } else if acc64 {
@@ -205,24 +262,34 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     } else {
         OPTS_F32_ACC32
     };
-    let (rows, cols) = pass_blocking(e);
-    let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
-    let opts_v: Vec<&str> = base
-        .iter()
+    base.iter()
         .copied()
         .chain(blocking.iter().map(String::as_str))
-        .collect();
-    let opts: &[&str] = &opts_v;
-    let sigmas = p.sigma_list::<T>();
-    let ns = sigmas.len();
-    let plane = h * w;
-    let per_frame = ns * plane;
+        .collect()
+}
 
+/// The LoG coefficients of a run on the device.
+struct Coeffs<B> {
+    /// Every scale's kernel taps (`g0` then `g2`), in the accumulation type.
+    taps: B,
+    /// Per scale `(offset, radius)` into `taps`, `u32`.
+    meta: B,
+    /// Per scale σ² (working type, stored as `R`).
+    s2: B,
+}
+
+/// Builds the LoG kernels of `sigmas` and uploads their taps, their `(offset, radius)` and σ².
+fn upload_coefficients<E: Executor, T: Real, R: DevReal>(
+    e: &E,
+    sigmas: &[T],
+    acc64: bool,
+) -> Result<Coeffs<E::Buffer>> {
+    let ns = sigmas.len();
     // kernels (ACC type), per-scale (offset, radius), σ² (working type, stored as R)
     let mut taps: Vec<u8> = Vec::new();
     let mut meta: Vec<u32> = Vec::with_capacity(2 * ns);
     let mut ntaps = 0usize;
-    for &s in &sigmas {
+    for &s in sigmas {
         let k = LogKernels::new(s.to_f64(), T::IS_F32);
         meta.push(to_u32(ntaps, "kernel taps")?);
         meta.push(to_u32(k.radius(), "kernel radius")?);
@@ -236,15 +303,34 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         ntaps += k.g0.len() + k.g2.len();
     }
     let mut s2 = Vec::with_capacity(ns * R::SIZE);
-    for &s in &sigmas {
+    for &s in sigmas {
         R::from_f64((s * s).to_f64()).put(&mut s2);
     }
     let taps_buf = e.upload(&taps)?;
     let meta_buf = e.upload(&u32_bytes(&meta))?;
     let s2_buf = e.upload(&s2)?;
+    Ok(Coeffs {
+        taps: taps_buf,
+        meta: meta_buf,
+        s2: s2_buf,
+    })
+}
 
-    // the whole run in one transfer
-    let img_buf = match input {
+/// The whole run in one transfer: host frames converted to `R` and uploaded, or raw integers
+/// (uploaded, or already on the device) converted by [`prescale`]. The upload of raw frames
+/// counts in `up_s`, the prescale kernel in `timed`.
+#[allow(clippy::too_many_arguments)]
+fn upload_frames<E: Executor, T: Real, R: DevReal>(
+    e: &E,
+    input: Input<'_, T, E::Buffer>,
+    n_frames: usize,
+    plane: usize,
+    opts: &[&str],
+    acc64: bool,
+    up_s: &mut f64,
+    timed: &mut Timed<'_>,
+) -> Result<E::Buffer> {
+    Ok(match input {
         Input::Host(images) => {
             let mut img = Vec::with_capacity(n_frames * plane * R::SIZE);
             for im in images {
@@ -257,7 +343,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         Input::Raw(bytes, pre) => {
             let t = std::time::Instant::now();
             let raw_buf = e.upload(bytes)?;
-            up_s += t.elapsed().as_secs_f64();
+            *up_s += t.elapsed().as_secs_f64();
             prescale(
                 e,
                 &raw_buf,
@@ -268,7 +354,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
                 opts,
                 acc64,
                 R::SIZE,
-                &mut timed,
+                timed,
             )?
         }
         Input::Device(buf, frame0, pre) => prescale(
@@ -281,223 +367,8 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
             opts,
             acc64,
             R::SIZE,
-            &mut timed,
+            timed,
         )?,
-    };
-
-    let frame_bytes = 3 * per_frame * R::SIZE;
-    let mut chunk = (cfg.max_device_bytes / frame_bytes.max(1)).clamp(1, n_frames.max(1));
-    let idx_limit = (u32::MAX as usize) / per_frame.max(1);
-    if idx_limit == 0 {
-        return Err(BridgeError::invalid_argument(
-            "frame",
-            format!("{h}x{w} with {ns} scales exceeds the device's 32-bit cube index"),
-        ));
-    }
-    // CUDA grids hold at most 65535 blocks along y and z (frames × scales along z)
-    chunk = chunk.min(idx_limit).min((65_535 / ns.max(1)).max(1));
-    let cube_bytes = chunk * per_frame * R::SIZE;
-    let a2 = e.alloc(cube_bytes)?;
-    let a0 = e.alloc(cube_bytes)?;
-    let cube = e.alloc(cube_bytes)?;
-    let (hu, wu, nsu) = (
-        to_u32(h, "rows")?,
-        to_u32(w, "columns")?,
-        to_u32(ns, "num_sigma")?,
-    );
-    let (by, bx) = p.exclude_border;
-    let border_empty = border_covers(p.exclude_border, h, w);
-    let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
-    let mut cap = (chunk * plane / 32).max(1024);
-    let mut idx_buf = e.alloc(cap * 4)?;
-    let mut val_buf = e.alloc(cap * R::SIZE)?;
-
-    let mut blobs_out: Vec<Vec<Blob>> = Vec::with_capacity(n_frames);
-    let mut cubes_out: Vec<Vec<f64>> = Vec::new();
-    let mut frame0 = 0usize;
-    while frame0 < n_frames {
-        let nb = chunk.min(n_frames - frame0);
-        let nbu = to_u32(nb, "batch")?;
-        let (lx, ly) = local_xy(e);
-        let global = [round_up_to(w, lx), round_up_to(h, ly), nb * ns];
-        let global_y = [
-            round_up_to(w, lx),
-            round_up_to(h.div_ceil(rows), ly),
-            nb * ns,
-        ];
-        let global_x = [
-            round_up_to(w.div_ceil(cols), lx),
-            round_up_to(h, ly),
-            nb * ns,
-        ];
-        let local = [lx, ly, 1];
-        timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "log_pass_y",
-                &global_y,
-                &local,
-                &[
-                    KernelArg::Buf(&img_buf),
-                    KernelArg::U32(to_u32(frame0, "frame")?),
-                    KernelArg::Buf(&taps_buf),
-                    KernelArg::Buf(&meta_buf),
-                    KernelArg::Buf(&a2),
-                    KernelArg::Buf(&a0),
-                    KernelArg::U32(hu),
-                    KernelArg::U32(wu),
-                    KernelArg::U32(nsu),
-                    KernelArg::U32(nbu),
-                ],
-            )
-        })?;
-        timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "log_pass_x",
-                &global_x,
-                &local,
-                &[
-                    KernelArg::Buf(&a2),
-                    KernelArg::Buf(&a0),
-                    KernelArg::Buf(&taps_buf),
-                    KernelArg::Buf(&meta_buf),
-                    KernelArg::Buf(&s2_buf),
-                    KernelArg::Buf(&cube),
-                    KernelArg::U32(hu),
-                    KernelArg::U32(wu),
-                    KernelArg::U32(nsu),
-                    KernelArg::U32(nbu),
-                ],
-            )
-        })?;
-        if want_cube {
-            let bytes = e.read(&cube, nb * per_frame * R::SIZE)?;
-            for f in bytes.chunks_exact(per_frame * R::SIZE) {
-                cubes_out.push(
-                    f.chunks_exact(R::SIZE)
-                        .map(|c| R::get(c).to_f64())
-                        .collect(),
-                );
-            }
-        }
-        // per-frame extrema → thresholds
-        let part = e.alloc(nb * groups * 2 * R::SIZE)?;
-        timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "cube_minmax",
-                &[groups * MINMAX_WG, nb],
-                &[MINMAX_WG, 1],
-                &[
-                    KernelArg::Buf(&cube),
-                    KernelArg::Buf(&part),
-                    KernelArg::U32(to_u32(per_frame, "cube size")?),
-                    KernelArg::U32(to_u32(groups, "groups")?),
-                ],
-            )
-        })?;
-        let t = std::time::Instant::now();
-        let part = e.read(&part, nb * groups * 2 * R::SIZE)?;
-        read_s += t.elapsed().as_secs_f64();
-        let part: Vec<R> = part.chunks_exact(R::SIZE).map(R::get).collect();
-        let mut thr = Vec::with_capacity(nb * R::SIZE);
-        for f in part.chunks_exact(2 * groups) {
-            let (mut lo, mut hi) = (f[0], f[1]);
-            for g in f.chunks_exact(2) {
-                if g[0] < lo {
-                    lo = g[0];
-                }
-                if g[1] > hi {
-                    hi = g[1];
-                }
-            }
-            frame_threshold(lo, hi, p).put(&mut thr);
-        }
-        let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); nb];
-        if !border_empty {
-            let thr_buf = e.upload(&thr)?;
-            let count = loop {
-                let counter = e.zeroed(4)?;
-                timed(&mut || {
-                    e.launch(
-                        &BLOB_LOG,
-                        opts,
-                        "log_peaks",
-                        &global,
-                        &local,
-                        &[
-                            KernelArg::Buf(&cube),
-                            KernelArg::Buf(&thr_buf),
-                            KernelArg::U32(hu),
-                            KernelArg::U32(wu),
-                            KernelArg::U32(nsu),
-                            KernelArg::U32(nbu),
-                            KernelArg::U32(to_u32(by, "exclude_border")?),
-                            KernelArg::U32(to_u32(bx, "exclude_border")?),
-                            KernelArg::Buf(&counter),
-                            KernelArg::Buf(&idx_buf),
-                            KernelArg::Buf(&val_buf),
-                            KernelArg::U32(to_u32(cap, "candidates")?),
-                        ],
-                    )
-                })?;
-                let c = e.read(&counter, 4)?;
-                let n = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                let n = usize::try_from(n).map_err(|_| {
-                    BridgeError::backend("detect", None, "candidate counter overflowed")
-                })?;
-                if n <= cap {
-                    break n;
-                }
-                cap = n.next_power_of_two();
-                idx_buf = e.alloc(cap * 4)?;
-                val_buf = e.alloc(cap * R::SIZE)?;
-            };
-            if count > 0 {
-                let t = std::time::Instant::now();
-                let idx = e.read(&idx_buf, count * 4)?;
-                let val = e.read(&val_buf, count * R::SIZE)?;
-                read_s += t.elapsed().as_secs_f64();
-                for (ib, vb) in idx.chunks_exact(4).zip(val.chunks_exact(R::SIZE)) {
-                    let o = u32::from_le_bytes([ib[0], ib[1], ib[2], ib[3]]) as usize;
-                    let b = o / per_frame;
-                    let rem = o % per_frame;
-                    let (s, yx) = (rem / plane, rem % plane);
-                    if let Some(list) = per.get_mut(b) {
-                        list.push(Cand {
-                            y: yx / w,
-                            x: yx % w,
-                            s,
-                            v: R::get(vb),
-                        });
-                    }
-                }
-            }
-        }
-        let t = std::time::Instant::now();
-        let done: Vec<Vec<Blob>> = per
-            .into_par_iter()
-            .map(|c| order_and_prune::<T, R>(c, &sigmas, p.overlap))
-            .collect();
-        prune_s += t.elapsed().as_secs_f64();
-        blobs_out.extend(done);
-        frame0 += nb;
-    }
-    trace(|| {
-        format!(
-            "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \
-             {kernel_s:.3} + reads {read_s:.3} + host prune {prune_s:.3} + other",
-            t_all.elapsed().as_secs_f64()
-        )
-    });
-    Ok(RunOut {
-        blobs: blobs_out,
-        cubes: want_cube.then_some(cubes_out),
-        kernel_s,
     })
 }
 

@@ -1,0 +1,455 @@
+//! The stages of one run of frames on the device, once its frames and coefficients are up
+//! (see [`super::run_typed`]): per batch of frames the two LoG passes into the cube, its
+//! per-frame extrema and thresholds, the 3×3×3 peaks and their reads, then the host's ordering
+//! and overlap pruning.
+
+use std::marker::PhantomData;
+
+use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::{BridgeError, Result};
+use rayon::prelude::*;
+
+use super::{Cand, Coeffs, Timed, frame_threshold, local_xy, order_and_prune, round_up_to, to_u32};
+use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
+use crate::detect::gpu::DevReal;
+use crate::detect::kernels::{BLOB_LOG, MINMAX_WG};
+use crate::detect::real::Real;
+
+/// One run of frames on the device once its frames and coefficients are up: the sizes,
+/// options and buffers every batch of frames uses, the host's timings and the results so far.
+///
+/// The device buffers are the last fields, in the reverse order of their allocation: fields
+/// drop in declaration order, so the last allocated is freed first, as for locals.
+pub(super) struct LogRun<'a, E: Executor, T, R> {
+    /// The device.
+    e: &'a E,
+    /// The detection parameters.
+    p: &'a BlobLogParams,
+    /// Build options of every kernel ([`super::kernel_options`]).
+    opts: &'a [&'a str],
+    /// σ of each scale, in the working type.
+    sigmas: Vec<T>,
+    /// Frames in the run.
+    n_frames: usize,
+    /// Rows of a frame.
+    h: usize,
+    /// Columns of a frame.
+    w: usize,
+    /// Number of scales.
+    ns: usize,
+    /// Pixels per frame.
+    plane: usize,
+    /// Cube values per frame (`ns · plane`).
+    per_frame: usize,
+    /// Outputs per work item of `log_pass_y` ([`super::pass_blocking`]).
+    rows: usize,
+    /// Outputs per work item of `log_pass_x` ([`super::pass_blocking`]).
+    cols: usize,
+    /// Frames per batch: what `max_device_bytes`, the 32-bit index and CUDA's grid allow.
+    chunk: usize,
+    /// `h`, `w` and `ns` as kernel arguments.
+    hu: u32,
+    /// See `hu`.
+    wu: u32,
+    /// See `hu`.
+    nsu: u32,
+    /// `exclude_border` along y.
+    by: usize,
+    /// `exclude_border` along x.
+    bx: usize,
+    /// Whether the excluded border covers the whole frame (no peaks to look for).
+    border_empty: bool,
+    /// Work groups per frame of `cube_minmax`.
+    groups: usize,
+    /// Capacity of the candidate buffers, grown when a batch has more.
+    cap: usize,
+    /// Whether the cube is read back.
+    want_cube: bool,
+    /// Seconds spent reading extrema and candidates.
+    pub(super) read_s: f64,
+    /// Seconds spent ordering and pruning on the host.
+    pub(super) prune_s: f64,
+    /// Survivors per frame so far.
+    pub(super) blobs: Vec<Vec<Blob>>,
+    /// Cube per frame so far (when `want_cube`).
+    pub(super) cubes: Vec<Vec<f64>>,
+    /// Candidate values (`cap` of `R`).
+    val_buf: E::Buffer,
+    /// Candidate cube indices (`cap` of `u32`).
+    idx_buf: E::Buffer,
+    /// The LoG cube of a batch.
+    cube: E::Buffer,
+    /// Scratch of the passes: the `g0` pass along y.
+    a0: E::Buffer,
+    /// Scratch of the passes: the `g2` pass along y.
+    a2: E::Buffer,
+    /// The run's frames in the working type.
+    img: E::Buffer,
+    /// See [`Coeffs::s2`].
+    s2: E::Buffer,
+    /// See [`Coeffs::meta`].
+    meta: E::Buffer,
+    /// See [`Coeffs::taps`].
+    taps: E::Buffer,
+    /// The cube's device type.
+    _r: PhantomData<R>,
+}
+
+/// One batch of frames: its place in the run and the launch grids of its kernels.
+struct Batch {
+    /// First frame of the batch in the run.
+    frame0: usize,
+    /// Frames in the batch.
+    nb: usize,
+    /// `nb` as a kernel argument.
+    nbu: u32,
+    /// Work-group shape of the per-voxel kernels.
+    local: [usize; 3],
+    /// Grid of `log_peaks`: one work item per voxel.
+    global: [usize; 3],
+    /// Grid of `log_pass_y`: `rows` outputs per work item.
+    global_y: [usize; 3],
+    /// Grid of `log_pass_x`: `cols` outputs per work item.
+    global_x: [usize; 3],
+}
+
+impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
+    /// Sizes the batches (device memory, 32-bit cube index, CUDA's grid) and allocates the
+    /// cube, its two scratch buffers and the candidate buffers. `dims` is
+    /// `(n_frames, h, w, rows, cols)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        e: &'a E,
+        p: &'a BlobLogParams,
+        opts: &'a [&'a str],
+        sigmas: Vec<T>,
+        coeffs: Coeffs<E::Buffer>,
+        img: E::Buffer,
+        dims: (usize, usize, usize, usize, usize),
+        max_device_bytes: usize,
+        want_cube: bool,
+    ) -> Result<Self> {
+        let (n_frames, h, w, rows, cols) = dims;
+        let ns = sigmas.len();
+        let plane = h * w;
+        let per_frame = ns * plane;
+        let frame_bytes = 3 * per_frame * R::SIZE;
+        let mut chunk = (max_device_bytes / frame_bytes.max(1)).clamp(1, n_frames.max(1));
+        let idx_limit = (u32::MAX as usize) / per_frame.max(1);
+        if idx_limit == 0 {
+            return Err(BridgeError::invalid_argument(
+                "frame",
+                format!("{h}x{w} with {ns} scales exceeds the device's 32-bit cube index"),
+            ));
+        }
+        // CUDA grids hold at most 65535 blocks along y and z (frames × scales along z)
+        chunk = chunk.min(idx_limit).min((65_535 / ns.max(1)).max(1));
+        let cube_bytes = chunk * per_frame * R::SIZE;
+        let a2 = e.alloc(cube_bytes)?;
+        let a0 = e.alloc(cube_bytes)?;
+        let cube = e.alloc(cube_bytes)?;
+        let (hu, wu, nsu) = (
+            to_u32(h, "rows")?,
+            to_u32(w, "columns")?,
+            to_u32(ns, "num_sigma")?,
+        );
+        let (by, bx) = p.exclude_border;
+        let border_empty = border_covers(p.exclude_border, h, w);
+        let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
+        let cap = (chunk * plane / 32).max(1024);
+        let idx_buf = e.alloc(cap * 4)?;
+        let val_buf = e.alloc(cap * R::SIZE)?;
+        Ok(Self {
+            e,
+            p,
+            opts,
+            sigmas,
+            n_frames,
+            h,
+            w,
+            ns,
+            plane,
+            per_frame,
+            rows,
+            cols,
+            chunk,
+            hu,
+            wu,
+            nsu,
+            by,
+            bx,
+            border_empty,
+            groups,
+            cap,
+            want_cube,
+            read_s: 0.0,
+            prune_s: 0.0,
+            blobs: Vec::with_capacity(n_frames),
+            cubes: Vec::new(),
+            val_buf,
+            idx_buf,
+            cube,
+            a0,
+            a2,
+            img,
+            s2: coeffs.s2,
+            meta: coeffs.meta,
+            taps: coeffs.taps,
+            _r: PhantomData,
+        })
+    }
+
+    /// The stages on the batch of frames from `frame0` (at most `chunk` frames):
+    /// LoG passes into the cube (read back when asked), thresholds from its extrema, peaks,
+    /// then ordering and pruning on the host. Returns the batch's frame count.
+    pub(super) fn batch(&mut self, frame0: usize, timed: &mut Timed<'_>) -> Result<usize> {
+        let b = self.grids(frame0)?;
+        self.log_passes(&b, timed)?;
+        if self.want_cube {
+            self.read_cube(b.nb)?;
+        }
+        // per-frame extrema → thresholds (the partials' buffer lives to the batch's end)
+        let (thr, _part) = self.thresholds(&b, timed)?;
+        let per = self.peaks(&b, &thr, timed)?;
+        self.prune(per);
+        Ok(b.nb)
+    }
+
+    /// The batch from `frame0` and its launch grids.
+    fn grids(&self, frame0: usize) -> Result<Batch> {
+        let (h, w, ns) = (self.h, self.w, self.ns);
+        let nb = self.chunk.min(self.n_frames - frame0);
+        let nbu = to_u32(nb, "batch")?;
+        let (lx, ly) = local_xy(self.e);
+        let global = [round_up_to(w, lx), round_up_to(h, ly), nb * ns];
+        let global_y = [
+            round_up_to(w, lx),
+            round_up_to(h.div_ceil(self.rows), ly),
+            nb * ns,
+        ];
+        let global_x = [
+            round_up_to(w.div_ceil(self.cols), lx),
+            round_up_to(h, ly),
+            nb * ns,
+        ];
+        let local = [lx, ly, 1];
+        Ok(Batch {
+            frame0,
+            nb,
+            nbu,
+            local,
+            global,
+            global_y,
+            global_x,
+        })
+    }
+
+    /// The separable LoG of the batch's frames at every scale: `log_pass_y` (the `g0` and
+    /// `g2` passes along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
+    fn log_passes(&self, b: &Batch, timed: &mut Timed<'_>) -> Result<()> {
+        let (e, opts) = (self.e, self.opts);
+        let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
+        timed(&mut || {
+            e.launch(
+                &BLOB_LOG,
+                opts,
+                "log_pass_y",
+                &b.global_y,
+                &b.local,
+                &[
+                    KernelArg::Buf(&self.img),
+                    KernelArg::U32(to_u32(b.frame0, "frame")?),
+                    KernelArg::Buf(&self.taps),
+                    KernelArg::Buf(&self.meta),
+                    KernelArg::Buf(&self.a2),
+                    KernelArg::Buf(&self.a0),
+                    KernelArg::U32(hu),
+                    KernelArg::U32(wu),
+                    KernelArg::U32(nsu),
+                    KernelArg::U32(nbu),
+                ],
+            )
+        })?;
+        timed(&mut || {
+            e.launch(
+                &BLOB_LOG,
+                opts,
+                "log_pass_x",
+                &b.global_x,
+                &b.local,
+                &[
+                    KernelArg::Buf(&self.a2),
+                    KernelArg::Buf(&self.a0),
+                    KernelArg::Buf(&self.taps),
+                    KernelArg::Buf(&self.meta),
+                    KernelArg::Buf(&self.s2),
+                    KernelArg::Buf(&self.cube),
+                    KernelArg::U32(hu),
+                    KernelArg::U32(wu),
+                    KernelArg::U32(nsu),
+                    KernelArg::U32(nbu),
+                ],
+            )
+        })
+    }
+
+    /// Reads the cube of the batch's `nb` frames and keeps it per frame, widened to f64.
+    fn read_cube(&mut self, nb: usize) -> Result<()> {
+        let per_frame = self.per_frame;
+        let bytes = self.e.read(&self.cube, nb * per_frame * R::SIZE)?;
+        for f in bytes.chunks_exact(per_frame * R::SIZE) {
+            self.cubes.push(
+                f.chunks_exact(R::SIZE)
+                    .map(|c| R::get(c).to_f64())
+                    .collect(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Each frame's threshold (as `R` bytes, frame after frame): `cube_minmax` leaves partial
+    /// extrema per work group, the host folds them per frame into [`frame_threshold`].
+    /// Returns the partials' device buffer too, for the caller to keep to the batch's end.
+    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<(Vec<u8>, E::Buffer)> {
+        let (e, opts, nb, groups) = (self.e, self.opts, b.nb, self.groups);
+        let part = e.alloc(nb * groups * 2 * R::SIZE)?;
+        timed(&mut || {
+            e.launch(
+                &BLOB_LOG,
+                opts,
+                "cube_minmax",
+                &[groups * MINMAX_WG, nb],
+                &[MINMAX_WG, 1],
+                &[
+                    KernelArg::Buf(&self.cube),
+                    KernelArg::Buf(&part),
+                    KernelArg::U32(to_u32(self.per_frame, "cube size")?),
+                    KernelArg::U32(to_u32(groups, "groups")?),
+                ],
+            )
+        })?;
+        let t = std::time::Instant::now();
+        let part_bytes = e.read(&part, nb * groups * 2 * R::SIZE)?;
+        self.read_s += t.elapsed().as_secs_f64();
+        let partials: Vec<R> = part_bytes.chunks_exact(R::SIZE).map(R::get).collect();
+        let mut thr = Vec::with_capacity(nb * R::SIZE);
+        for f in partials.chunks_exact(2 * groups) {
+            let (mut lo, mut hi) = (f[0], f[1]);
+            for g in f.chunks_exact(2) {
+                if g[0] < lo {
+                    lo = g[0];
+                }
+                if g[1] > hi {
+                    hi = g[1];
+                }
+            }
+            frame_threshold(lo, hi, self.p).put(&mut thr);
+        }
+        Ok((thr, part))
+    }
+
+    /// The batch's candidates per frame: none when the border covers the frames, otherwise
+    /// the thresholds go up, [`Self::count_peaks`] finds the peaks and
+    /// [`Self::read_candidates`] reads them.
+    fn peaks(&mut self, b: &Batch, thr: &[u8], timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
+        let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); b.nb];
+        if !self.border_empty {
+            let thr_buf = self.e.upload(thr)?;
+            let count = self.count_peaks(b, &thr_buf, timed)?;
+            if count > 0 {
+                self.read_candidates(count, &mut per)?;
+            }
+        }
+        Ok(per)
+    }
+
+    /// `log_peaks` on the batch: the 3×3×3 maxima over their frame's threshold, outside the
+    /// border, into the candidate buffers; relaunched on buffers grown to fit when there were
+    /// more than `cap`. Returns the count.
+    fn count_peaks(
+        &mut self,
+        b: &Batch,
+        thr_buf: &E::Buffer,
+        timed: &mut Timed<'_>,
+    ) -> Result<usize> {
+        let (e, opts) = (self.e, self.opts);
+        let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
+        let (by, bx) = (self.by, self.bx);
+        let count = loop {
+            let counter = e.zeroed(4)?;
+            timed(&mut || {
+                e.launch(
+                    &BLOB_LOG,
+                    opts,
+                    "log_peaks",
+                    &b.global,
+                    &b.local,
+                    &[
+                        KernelArg::Buf(&self.cube),
+                        KernelArg::Buf(thr_buf),
+                        KernelArg::U32(hu),
+                        KernelArg::U32(wu),
+                        KernelArg::U32(nsu),
+                        KernelArg::U32(nbu),
+                        KernelArg::U32(to_u32(by, "exclude_border")?),
+                        KernelArg::U32(to_u32(bx, "exclude_border")?),
+                        KernelArg::Buf(&counter),
+                        KernelArg::Buf(&self.idx_buf),
+                        KernelArg::Buf(&self.val_buf),
+                        KernelArg::U32(to_u32(self.cap, "candidates")?),
+                    ],
+                )
+            })?;
+            let c = e.read(&counter, 4)?;
+            let n = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let n = usize::try_from(n).map_err(|_| {
+                BridgeError::backend("detect", None, "candidate counter overflowed")
+            })?;
+            if n <= self.cap {
+                break n;
+            }
+            self.cap = n.next_power_of_two();
+            self.idx_buf = e.alloc(self.cap * 4)?;
+            self.val_buf = e.alloc(self.cap * R::SIZE)?;
+        };
+        Ok(count)
+    }
+
+    /// Reads the first `count` candidates and decodes each cube index into its frame of the
+    /// batch, scale and raster position, appending it to that frame's list in `per`.
+    fn read_candidates(&mut self, count: usize, per: &mut [Vec<Cand<R>>]) -> Result<()> {
+        let (per_frame, plane, w) = (self.per_frame, self.plane, self.w);
+        let t = std::time::Instant::now();
+        let idx = self.e.read(&self.idx_buf, count * 4)?;
+        let val = self.e.read(&self.val_buf, count * R::SIZE)?;
+        self.read_s += t.elapsed().as_secs_f64();
+        for (ib, vb) in idx.chunks_exact(4).zip(val.chunks_exact(R::SIZE)) {
+            let o = u32::from_le_bytes([ib[0], ib[1], ib[2], ib[3]]) as usize;
+            let b = o / per_frame;
+            let rem = o % per_frame;
+            let (s, yx) = (rem / plane, rem % plane);
+            if let Some(list) = per.get_mut(b) {
+                list.push(Cand {
+                    y: yx / w,
+                    x: yx % w,
+                    s,
+                    v: R::get(vb),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The CPU's ordering and overlap pruning of each frame's candidates, frames in parallel
+    /// ([`order_and_prune`]); the survivors join the run's results.
+    fn prune(&mut self, per: Vec<Vec<Cand<R>>>) {
+        let (sigmas, p) = (&self.sigmas, self.p);
+        let t = std::time::Instant::now();
+        let done: Vec<Vec<Blob>> = per
+            .into_par_iter()
+            .map(|c| order_and_prune::<T, R>(c, sigmas, p.overlap))
+            .collect();
+        self.prune_s += t.elapsed().as_secs_f64();
+        self.blobs.extend(done);
+    }
+}
