@@ -29,13 +29,24 @@ pub mod sealed {
     pub trait Sealed {}
 }
 
-/// A kernel argument for [`Executor::launch`].
+/// A kernel argument for [`Executor::launch`]: a buffer, a scalar passed by value (no upload),
+/// or the size of the local-memory parameter.
 #[derive(Debug)]
 pub enum KernelArg<'a, B> {
     /// A device buffer (passed as a pointer / `__global` buffer).
     Buf(&'a B),
     /// A `uint`.
     U32(u32),
+    /// An `int`.
+    I32(i32),
+    /// A `ulong` (`unsigned long long` on CUDA).
+    U64(u64),
+    /// A `long` (`long long` on CUDA).
+    I64(i64),
+    /// A `float`.
+    F32(f32),
+    /// A `double` (only for devices with doubles: [`Executor::has_fp64`]).
+    F64(f64),
     /// The kernel's `LOCAL_ARG` parameter: this many bytes of local (shared) memory per work
     /// group, sized at launch ([`crate::kernel`]). At most one per launch.
     Local(usize),

@@ -282,6 +282,11 @@ impl Executor for CudaExecutor {
             .map(|a| match a {
                 ExecArg::Buf(b) => KernelArg::Storage(b),
                 ExecArg::U32(v) => KernelArg::U32(*v),
+                ExecArg::I32(v) => KernelArg::I32(*v),
+                ExecArg::U64(v) => KernelArg::U64(*v),
+                ExecArg::I64(v) => KernelArg::I64(*v),
+                ExecArg::F32(v) => KernelArg::F32(*v),
+                ExecArg::F64(v) => KernelArg::F64(*v),
                 ExecArg::Local(b) => KernelArg::Local(*b),
             })
             .collect();

@@ -98,6 +98,11 @@ impl Executor for OpenClExecutor {
             let set = match a {
                 KernelArg::Buf(b) => k.arg_buffer(i, b).map(|_| ()),
                 KernelArg::U32(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::I32(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::U64(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::I64(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::F32(v) => k.arg_scalar(i, *v).map(|_| ()),
+                KernelArg::F64(v) => k.arg_scalar(i, *v).map(|_| ()),
                 KernelArg::Local(bytes) => k.arg_local(i, (*bytes).max(1)).map(|_| ()),
             };
             if let Err(e) = set {

@@ -164,3 +164,87 @@ fn bad_launches_are_typed_errors() {
     let e = k.launch(&[64], None).unwrap_err();
     assert!(matches!(e, BridgeError::Backend { .. }), "{e}");
 }
+
+/// The executor passes scalars by value (no upload) and keeps each kernel: the same launch
+/// twice with different scalars, and a kernel kept across launches does not keep the buffers
+/// of the previous one (they go back to the pool).
+#[test]
+fn executor_passes_scalars_by_value_and_keeps_kernels() {
+    use bridge_core::exec::{Executor, KernelArg};
+    let Some((backend, dev)) = common::device() else {
+        return;
+    };
+    let e = bridge_opencl::OpenClExecutor::new(backend.clone(), dev).unwrap();
+    let n = 1000usize;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let y: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let xb = e.upload(&bytes(&x)).unwrap();
+    for a in [2.0f32, -0.5] {
+        let yb = e.upload(&bytes(&y)).unwrap();
+        let args = [
+            KernelArg::U32(n as u32),
+            KernelArg::F32(a),
+            KernelArg::Buf(&xb),
+            KernelArg::Buf(&yb),
+        ];
+        e.launch(
+            &kernels::SAXPY,
+            &[],
+            "saxpy",
+            &[round_up(n, 64)],
+            &[64],
+            &args,
+        )
+        .unwrap();
+        let out = e.read(&yb, n * 4).unwrap();
+        for (i, c) in out.chunks_exact(4).enumerate() {
+            let got = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            assert_eq!(got, a * x[i] + y[i], "a = {a}, i = {i}");
+        }
+    }
+    // a scalar of the wrong size is the driver's typed error, not a crash
+    let yb = e.upload(&bytes(&y)).unwrap();
+    let bad = [
+        KernelArg::U32(n as u32),
+        KernelArg::F64(2.0),
+        KernelArg::Buf(&xb),
+        KernelArg::Buf(&yb),
+    ];
+    let err = e
+        .launch(
+            &kernels::SAXPY,
+            &[],
+            "saxpy",
+            &[round_up(n, 64)],
+            &[64],
+            &bad,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, BridgeError::InvalidArgument { .. }),
+        "{err:?}"
+    );
+    // and the kept kernel still launches correctly after the failed call
+    let args = [
+        KernelArg::U32(n as u32),
+        KernelArg::F32(1.0),
+        KernelArg::Buf(&xb),
+        KernelArg::Buf(&yb),
+    ];
+    e.launch(
+        &kernels::SAXPY,
+        &[],
+        "saxpy",
+        &[round_up(n, 64)],
+        &[64],
+        &args,
+    )
+    .unwrap();
+    let out = e.read(&yb, 4).unwrap();
+    assert_eq!(
+        f32::from_le_bytes([out[0], out[1], out[2], out[3]]),
+        x[0] + y[0]
+    );
+    assert_eq!(backend.executors_created(dev), 1);
+}
