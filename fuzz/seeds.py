@@ -48,9 +48,10 @@ def card(k, v):
     return ("%-8s= %20s" % (k, v)).ljust(80).encode()
 
 
-def fits(bitpix, axes, data=b""):
+def fits(bitpix, axes, data=b"", extra=()):
     cards = [card("SIMPLE", "T"), card("BITPIX", str(bitpix)), card("NAXIS", str(len(axes)))]
     cards += [card("NAXIS%d" % (i + 1), str(n)) for i, n in enumerate(axes)]
+    cards += [card(k, v) for k, v in extra]
     cards.append(b"END".ljust(80))
     head = b"".join(cards)
     head += b" " * ((-len(head)) % 2880)
@@ -62,6 +63,9 @@ put("fits", "i16-16x16", fits(16, (16, 16), struct.pack(">256h", *range(256))))
 put("fits", "huge-axes", fits(-64, (100000, 100000, 100000)) + b"\0" * 2880)
 put("fits", "max-axes", fits(8, (2**63 - 1, 2)) + b"\0" * 2880)
 put("fits", "truncated", fits(-64, (64, 64, 2), b"\0" * 4000)[:6000])
+# Issue #32: integer pixels equal to BLANK are undefined (refused); scaled, the raw value counts.
+blank = [-32768 if i % 7 == 3 else i for i in range(64)]
+put("fits", "i16-blank", fits(16, (8, 8), struct.pack(">64h", *blank), (("BLANK", "-32768"), ("BZERO", "32768"))))
 
 
 # ---------------------------------------------------------------- PNG
@@ -126,6 +130,43 @@ put("tiff", "1bit", tiff_pages([(8, 8, 1, 1, 1, b"\xaa" * 8)]))
 bomb = zlib.compress(b"\0" * (3000 * 3000), 9)
 put("tiff", "shared-deflate-strip", tiff_pages([(3000, 3000, 8, 1, 8, b"")] * 8, shared_strip=bomb))
 put("tiff", "huge-dims", tiff_pages([(4000000000, 4000000000, 8, 1, 1, b"\0" * 16)]))
+
+
+def tiff_imagej(w, h, bits, fmt, description, data):
+    """Little-endian TIFF with one IFD whose ImageDescription is `description` (ImageJ's), its
+    strip the first image at the start of `data` (ImageJ's layout for stacks past 4 GB: the
+    other images follow it)."""
+    desc = description.encode() + b"\0"
+    out = bytearray(b"II*\0" + struct.pack("<I", 0))
+    desc_at = len(out)
+    out += desc
+    while len(out) % 2:
+        out += b"\0"
+    strip = len(out)
+    out += data
+    while len(out) % 2:
+        out += b"\0"
+    struct.pack_into("<I", out, 4, len(out))
+    entries = [
+        (256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, bits), (259, 3, 1, 1), (262, 3, 1, 1),
+        (270, 2, len(desc), desc_at), (273, 4, 1, strip), (277, 3, 1, 1), (278, 4, 1, h),
+        (279, 4, 1, w * h * bits // 8), (339, 3, 1, fmt),
+    ]
+    out += struct.pack("<H", len(entries))
+    for tag, typ, cnt, val in entries:
+        out += struct.pack("<HHI", tag, typ, cnt) + (
+            struct.pack("<HH", val, 0) if typ == 3 else struct.pack("<I", val)
+        )
+    out += struct.pack("<I", 0)
+    return bytes(out)
+
+
+# Issue #32: ImageJ stacks in one IFD (read as every image), hyperstacks (refused), and a count
+# far past the file's end (refused as truncated).
+u16x4 = struct.pack("<256H", *range(0, 2560, 10))
+put("tiff", "imagej-stack-1ifd", tiff_imagej(8, 8, 16, 1, "ImageJ=1.54f\nimages=4\nframes=4\n", u16x4))
+put("tiff", "imagej-hyperstack", tiff_imagej(8, 8, 16, 1, "ImageJ=1.54f\nimages=4\nchannels=2\nframes=2\n", u16x4))
+put("tiff", "imagej-images-huge", tiff_imagej(8, 8, 16, 1, "ImageJ=1.54f\nimages=1099511627776\n", u16x4))
 
 
 # ---------------------------------------------------------------- CSV

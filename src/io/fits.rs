@@ -18,6 +18,12 @@
 //! * checks the f64 output (`8 · prod(NAXISn)` bytes) against the host memory budget
 //!   ([`bridge_core::host`]) and allocates it fallibly.
 //!
+//! An integer image (BITPIX 8, 16, 32, 64) with a `BLANK` keyword is refused when any stored
+//! pixel equals `BLANK` (the raw value, before BSCALE/BZERO): those pixels are undefined, and
+//! read as numbers they would be used as data (as a NaN in a float image would be). The error
+//! names the HDU, the BLANK value and how many pixels carry it. An image with `BLANK` but no
+//! such pixel reads normally.
+//!
 //! cfitsio's numeric status codes are turned into words ([`status_text`]).
 
 use std::ffi::{CString, c_int};
@@ -167,6 +173,36 @@ struct ImageHdu {
     shape: Vec<usize>,
     /// Pixels (checked product of the axes; 0 when the HDU has no data).
     count: u64,
+    /// The `BLANK` keyword of an integer image (BITPIX 8, 16, 32, 64): the stored value of
+    /// undefined pixels. `None` for float images and when absent (or not an integer, which
+    /// cfitsio ignores as well).
+    blank: Option<i64>,
+}
+
+/// The `BLANK` keyword of the current HDU, if it holds an integer.
+fn blank_keyword(h: &Handle) -> Option<i64> {
+    let mut value: sys::LONGLONG = 0;
+    let mut comment = [0 as std::ffi::c_char; 81];
+    let mut st: c_int = 0;
+    // SAFETY: `h.0` is an open handle; the key name is NUL-terminated; `comment` holds more than
+    // FLEN_COMMENT (73) bytes.
+    unsafe {
+        sys::ffgkyjj(
+            h.0,
+            c"BLANK".as_ptr(),
+            &mut value,
+            comment.as_mut_ptr(),
+            &mut st,
+        )
+    };
+    if st != 0 {
+        // Absent (status KEY_NO_EXIST) or not an integer (which cfitsio ignores too): no
+        // undefined pixels to look for.
+        // SAFETY: as in `cfitsio_fail`.
+        unsafe { sys::ffcmsg() };
+        return None;
+    }
+    Some(value)
 }
 
 /// Move to HDU `i` (0-based) and describe it: `Ok(None)` when it is not an image.
@@ -272,7 +308,11 @@ fn image_hdu(
             ))
         })?;
     if count == 0 {
-        return Ok(Some(ImageHdu { shape, count }));
+        return Ok(Some(ImageHdu {
+            shape,
+            count,
+            blank: None,
+        }));
     }
     // SAFETY: `h.0` is an open handle positioned on this HDU.
     let compressed = unsafe { sys::fits_is_compressed_image(h.0, &mut st) } != 0;
@@ -317,7 +357,44 @@ fn image_hdu(
              it on a machine with more memory",
         )
         .map_err(|e| (0, e))?;
-    Ok(Some(ImageHdu { shape, count }))
+    let blank = if bitpix > 0 { blank_keyword(h) } else { None };
+    Ok(Some(ImageHdu {
+        shape,
+        count,
+        blank,
+    }))
+}
+
+/// The error for an integer image whose pixels equal its `BLANK` (read as NaN by `ffgpv`): they
+/// are undefined values, and used as numbers they would enter every statistic (as one NaN in a
+/// float cube would, which `paco` refuses too).
+fn blank_pixels(name: &str, i: usize, blank: i64, shape: &[usize], data: &[f64]) -> BridgeError {
+    let n = data.iter().filter(|v| v.is_nan()).count();
+    let first = data
+        .iter()
+        .position(|v| v.is_nan())
+        .map_or(String::new(), |k| {
+            // The position in C order, `[.., y, x]`.
+            let mut idx = vec![0; shape.len()];
+            let mut rest = k;
+            for (d, &len) in idx.iter_mut().zip(shape).rev() {
+                *d = rest % len.max(1);
+                rest /= len.max(1);
+            }
+            let idx: Vec<String> = idx.iter().map(ToString::to_string).collect();
+            format!(", the first at [{}]", idx.join(", "))
+        });
+    let (pixels, are) = if n == 1 {
+        ("pixel is", "an undefined value")
+    } else {
+        ("pixels are", "undefined values")
+    };
+    BridgeError::InvalidInput(format!(
+        "{name}: HDU {i}: {n} {pixels} BLANK ({blank}), {are}; replace them or mask them first \
+         ({n} of {} pixels{first}; read as numbers they would enter every statistic, as a NaN \
+         would)",
+        data.len()
+    ))
 }
 
 /// Read the first image HDU with data (the primary HDU, or the first image extension when the
@@ -329,7 +406,8 @@ pub fn read_image(path: impl AsRef<Path>) -> Result<ArrayD<f64>> {
 /// Read image HDU `hdu` (0 = primary), or the first image with data when `None`.
 ///
 /// Every problem with the file (not FITS, truncated, a header declaring more data than the file
-/// holds or than memory can take, a non-image HDU) is a typed error naming the file; nothing is
+/// holds or than memory can take, a non-image HDU, an integer image with pixels equal to its
+/// `BLANK`, i.e. undefined) is a typed error naming the file; nothing is
 /// allocated before the header has been checked against the file's length and the host memory
 /// budget.
 pub fn read_image_hdu(path: impl AsRef<Path>, hdu: Option<usize>) -> Result<ArrayD<f64>> {
@@ -388,15 +466,23 @@ pub fn read_image_hdu_with_budget(
             })?;
         data.resize(n, 0.0);
         let (mut st, mut anynul): (c_int, c_int) = (0, 0);
-        // SAFETY: `data` holds `n` f64 (TDOUBLE); a null nulval means no null substitution, as
-        // in `fitsio`'s read_image.
+        // An integer image with BLANK: cfitsio compares each stored (raw, unscaled) value with
+        // BLANK and writes `nulval` (NaN, which no scaled integer can be) for those that equal
+        // it. Otherwise a null nulval: no null substitution, as in `fitsio`'s read_image.
+        let mut nulval = f64::NAN;
+        let nulval_ptr: *mut std::ffi::c_void = if img.blank.is_some() {
+            (&raw mut nulval).cast()
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: `data` holds `n` f64 (TDOUBLE); `nulval_ptr` is null or points at one f64.
         unsafe {
             sys::ffgpv(
                 h.0,
                 sys::TDOUBLE as c_int,
                 1,
                 img.count as sys::LONGLONG,
-                std::ptr::null_mut(),
+                nulval_ptr,
                 data.as_mut_ptr().cast(),
                 &mut anynul,
                 &mut st,
@@ -408,6 +494,11 @@ pub fn read_image_hdu_with_budget(
                 &format!("cannot read the data of HDU {i}"),
                 st,
             ));
+        }
+        if let Some(blank) = img.blank
+            && anynul != 0
+        {
+            return Err(blank_pixels(&name, i, blank, &img.shape, &data));
         }
         ArrayD::from_shape_vec(IxDyn(&img.shape), data)
             .map_err(|e| fits_err(path, "image size does not match its header", e))

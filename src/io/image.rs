@@ -1,5 +1,6 @@
 //! Movie input for the detection commands: a multi-page TIFF, a `.npy` (2-D or 3-D), a single
-//! PNG, or a folder of single-frame TIFF/PNG files taken in file-name order.
+//! PNG, or a folder of single-frame TIFF/PNG files taken in file-name order (hidden files, whose
+//! names start with `.`, such as `.DS_Store` or macOS's `._frame001.tif`, are skipped).
 //!
 //! # Memory
 //!
@@ -147,19 +148,38 @@ fn png_into(path: &Path, stack: &mut Stack) -> Result<(usize, usize)> {
     Ok((h, w))
 }
 
+/// Whether a folder entry is hidden: its name starts with `.` (`.DS_Store`, the `._frame001.tif`
+/// resource forks macOS leaves on non-Apple disks, editors' `.frame.png.swp`, `.hidden.png`).
+/// Such files are never frames of the movie.
+fn is_hidden(p: &Path) -> bool {
+    p.file_name()
+        .is_some_and(|n| n.as_encoded_bytes().first() == Some(&b'.'))
+}
+
 /// The frame files of a folder (`.tif`, `.tiff`, `.png`), in name order; an error when there
-/// is none.
+/// is none. Hidden files (names starting with `.`, such as macOS's `.DS_Store` and `._*`
+/// resource forks) are skipped: they are not frames, and a `._frame001.tif` would otherwise be
+/// read as a (corrupt) frame.
 pub(crate) fn folder_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let name = dir.display().to_string();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+    let (hidden, mut files): (Vec<PathBuf>, Vec<PathBuf>) = std::fs::read_dir(dir)
         .map_err(|e| BridgeError::io(name.clone(), e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && matches!(ext_of(p).as_str(), "tif" | "tiff" | "png"))
-        .collect();
+        .partition(|p| is_hidden(p));
     files.sort();
     if files.is_empty() {
+        let skipped = if hidden.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (only {} hidden one{}, whose names start with '.': those are not frames)",
+                hidden.len(),
+                if hidden.len() == 1 { "" } else { "s" }
+            )
+        };
         return Err(BridgeError::InvalidInput(format!(
-            "{name}: the folder has no .tif/.tiff/.png file"
+            "{name}: the folder has no .tif/.tiff/.png file{skipped}"
         )));
     }
     Ok(files)
@@ -193,6 +213,9 @@ pub(crate) fn extension(p: &Path) -> String {
 }
 
 /// Read any supported movie input (see the module documentation) and check it is not empty.
+///
+/// A folder is read as one frame per `.tif`/`.tiff`/`.png` file in name order; hidden files
+/// (names starting with `.`: `.DS_Store`, macOS's `._frame001.tif`) are skipped.
 pub fn read_movie(path: &Path) -> Result<Movie> {
     read_movie_with_budget(path, &Budget::current())
 }

@@ -4,7 +4,8 @@
 //! * `.npy` (C order): frames are read straight from the file, `chunk` at a time
 //!   ([`super::npy::NpyFrames`]);
 //! * multi-page TIFF: pages are decoded `chunk` at a time ([`super::tiff::TiffPages`]);
-//! * a folder of single-frame TIFF/PNG files: `chunk` files at a time;
+//! * a folder of single-frame TIFF/PNG files: `chunk` files at a time, in name order (hidden
+//!   files, whose names start with `.`, are skipped);
 //! * anything else (a single PNG, a Fortran-ordered `.npy`) is read whole and handed out in
 //!   chunks.
 //!
@@ -44,7 +45,9 @@ pub struct MovieStream {
 
 impl MovieStream {
     /// Open `path` (a `.npy`, `.tif`/`.tiff`, `.png` or a folder of frames) to read `chunk`
-    /// frames at a time (at least 1). Nothing but headers is read here.
+    /// frames at a time (at least 1). Nothing but headers is read here. A folder's frames are
+    /// its `.tif`/`.tiff`/`.png` files in name order, hidden files (names starting with `.`,
+    /// such as `.DS_Store` or macOS's `._frame001.tif`) skipped.
     pub fn open(path: &Path, chunk: usize) -> Result<Self> {
         let name = path.display().to_string();
         let meta = std::fs::metadata(path).map_err(|e| BridgeError::io(name.clone(), e))?;
@@ -66,7 +69,11 @@ impl MovieStream {
                     }
                     Err(e) => return Err(e),
                 },
-                "tif" | "tiff" => (Source::Tiff(Box::new(TiffPages::open(path)?)), None),
+                "tif" | "tiff" => {
+                    let t = TiffPages::open(path)?;
+                    let n = t.declared_frames();
+                    (Source::Tiff(Box::new(t)), n)
+                }
                 "png" => {
                     let m = super::image::read_movie(path)?;
                     (Source::Whole(Some(m)), Some(1))
@@ -110,8 +117,9 @@ impl MovieStream {
         }
     }
 
-    /// Frames in the movie when the header says (`.npy`, folders, single images); `None` for
-    /// TIFF, whose pages are counted as they are read.
+    /// Frames in the movie when the header says (`.npy`, folders, single images, an ImageJ
+    /// stack stored in one IFD); `None` for other TIFFs, whose pages are counted as they are
+    /// read.
     pub fn total_frames(&self) -> Option<usize> {
         self.total
     }

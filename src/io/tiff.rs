@@ -3,6 +3,18 @@
 //! Every page must be single-channel and have the same size and sample type as the first;
 //! anything else is a typed error, never a panic.
 //!
+//! # ImageJ stacks and hyperstacks
+//!
+//! A file written by ImageJ says so in its ImageDescription (`ImageJ=…` on the first line,
+//! then `images=N`, `channels=C`, `slices=Z`, `frames=T`). Past 4 GB, ImageJ stores a stack as
+//! *one* IFD whose strips hold the first image, the other `N − 1` images following it
+//! contiguously. Such a file is read as its `N` frames: uncompressed, untiled and with the strips
+//! of the first image in one contiguous run only (anything else is refused, named), after
+//! checking that the file holds the `N` images it declares and that they fit the memory budget.
+//! A hyperstack whose planes are not all time points (`channels` > 1, or both `slices` and
+//! `frames` > 1) is refused with the axes it has: its channels or slices would otherwise be read
+//! as time frames.
+//!
 //! # Memory
 //!
 //! A TIFF page compresses without bound (one deflate strip of zeros can be shared by every page
@@ -13,14 +25,14 @@
 //! ([`bridge_core::host::Budget`]). The decoder's own limit is set from what is left of that
 //! budget as well.
 
-use std::io::{BufReader, Read, Seek};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use algorithms::detect::Movie;
 use bridge_core::host::{Budget, checked_product, format_bytes};
 use bridge_core::{BridgeError, Result};
 use ndarray::Array3;
-use tiff::decoder::{Decoder, DecodingResult, Limits};
+use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use tiff::tags::Tag;
 
 fn terr(path: &str, e: impl std::fmt::Display) -> BridgeError {
@@ -241,6 +253,275 @@ impl Stack {
     }
 }
 
+/// What the ImageDescription of a file written by ImageJ declares (its first line is
+/// `ImageJ=…`); a key that is absent (or not a whole number) counts as 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImageJ {
+    /// `images=`: the planes of the stack, `channels · slices · frames`.
+    images: u64,
+    /// `channels=`.
+    channels: u64,
+    /// `slices=` (z planes).
+    slices: u64,
+    /// `frames=` (time points).
+    frames: u64,
+}
+
+impl ImageJ {
+    /// Parse an ImageDescription; `None` when it was not written by ImageJ.
+    fn parse(description: &str) -> Option<Self> {
+        let text = description.split('\0').next().unwrap_or("");
+        let mut lines = text.lines();
+        if !lines.next()?.trim_start().starts_with("ImageJ=") {
+            return None;
+        }
+        let mut ij = ImageJ {
+            images: 1,
+            channels: 1,
+            slices: 1,
+            frames: 1,
+        };
+        for line in lines {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let Ok(v) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            match key.trim() {
+                "images" => ij.images = v,
+                "channels" => ij.channels = v,
+                "slices" => ij.slices = v,
+                "frames" => ij.frames = v,
+                _ => {}
+            }
+        }
+        Some(ij)
+    }
+
+    /// Refuse a hyperstack whose planes are not all time points: several channels, or several
+    /// slices at several time points. (A stack of slices only is a movie of its planes.)
+    fn check_hyperstack(&self, path: &str) -> Result<()> {
+        let ImageJ {
+            channels: c,
+            slices: z,
+            frames: t,
+            ..
+        } = *self;
+        let hint = if c > 1 {
+            "detection takes one channel; split the channels first (ImageJ: Image > Color > Split \
+             Channels) and read one of them"
+        } else if z > 1 && t > 1 {
+            "detection takes one image per time point; keep one slice or project the slices \
+             first (ImageJ: Image > Stacks > Z Project)"
+        } else {
+            return Ok(());
+        };
+        Err(BridgeError::Unsupported(format!(
+            "{path}: an ImageJ hyperstack with channels={c}, slices={z}, frames={t}: {hint} \
+             (its planes are not all time points, so they cannot be read as the frames of a \
+             movie)"
+        )))
+    }
+}
+
+/// The ImageJ description of the decoder's current image, if it has one (only its first 4 KiB
+/// are read: the keys read come first; a description that cannot be read counts as none).
+fn imagej_of<R: Read + Seek>(dec: &mut Decoder<R>) -> Option<ImageJ> {
+    let mut buf = [0u8; 4096];
+    let n = dec
+        .image_ifd()
+        .find_tag_bytes(Tag::ImageDescription, &mut buf, 0)
+        .ok()
+        .flatten()?;
+    ImageJ::parse(&String::from_utf8_lossy(&buf[..n.min(buf.len())]))
+}
+
+/// The images of an ImageJ stack stored after one IFD (as ImageJ writes stacks past 4 GB):
+/// `images` images of `h × w` `kind` pixels, `frame_bytes` each, from byte `start` on,
+/// uncompressed, in the file's byte order.
+#[derive(Debug, Clone, Copy)]
+struct Contiguous {
+    start: u64,
+    frame_bytes: usize,
+    images: u64,
+    h: usize,
+    w: usize,
+    kind: &'static str,
+    big_endian: bool,
+    /// PhotometricInterpretation WhiteIsZero: inverted as the decoder does for one IFD.
+    invert: bool,
+}
+
+impl Contiguous {
+    /// Check that the decoder's current (only) IFD can hold `ij.images` contiguous images and
+    /// that the file is long enough for them.
+    fn plan<R: Read + Seek>(dec: &mut Decoder<R>, path: &str, ij: ImageJ) -> Result<Self> {
+        let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
+        let (h, w) = (h as usize, w as usize);
+        if h == 0 || w == 0 {
+            return Err(BridgeError::InvalidInput(format!(
+                "{path}: empty image ({h}x{w})"
+            )));
+        }
+        let kind = page_kind(dec, path, 0)?;
+        let images = ij.images;
+        let refuse = |why: String| {
+            BridgeError::Unsupported(format!(
+                "{path}: an ImageJ stack of {images} images stored after one IFD (as ImageJ \
+                 writes stacks past 4 GB) {why}; only uncompressed ones, the first image in one \
+                 run of strips, can be read: save the stack again uncompressed, or as one TIFF \
+                 per frame"
+            ))
+        };
+        let tag = |dec: &mut Decoder<R>, t: Tag| -> Result<Option<u64>> {
+            dec.find_tag_unsigned::<u64>(t).map_err(|e| terr(path, e))
+        };
+        let compression = tag(dec, Tag::Compression)?.unwrap_or(1);
+        if compression != 1 {
+            return Err(refuse(format!(
+                "is compressed (Compression = {compression})"
+            )));
+        }
+        if dec.get_chunk_type() == ChunkType::Tile {
+            return Err(refuse("is tiled".into()));
+        }
+        let predictor = tag(dec, Tag::Predictor)?.unwrap_or(1);
+        if predictor != 1 {
+            return Err(refuse(format!(
+                "uses a predictor (Predictor = {predictor})"
+            )));
+        }
+        let invert = tag(dec, Tag::PhotometricInterpretation)? == Some(0);
+        let vec = |dec: &mut Decoder<R>, t: Tag| -> Result<Vec<u64>> {
+            Ok(dec
+                .find_tag_unsigned_vec::<u64>(t)
+                .map_err(|e| terr(path, e))?
+                .unwrap_or_default())
+        };
+        let offsets = vec(dec, Tag::StripOffsets)?;
+        let counts = vec(dec, Tag::StripByteCounts)?;
+        if offsets.is_empty() || offsets.len() != counts.len() {
+            return Err(BridgeError::InvalidInput(format!(
+                "{path}: {} strip offsets and {} strip byte counts (corrupt file?)",
+                offsets.len(),
+                counts.len()
+            )));
+        }
+        let frame = checked_product(&[h as u64, w as u64, kind_size(kind)]).unwrap_or(u64::MAX);
+        let run = offsets
+            .iter()
+            .zip(&counts)
+            .try_fold(offsets[0], |end, (&o, &c)| {
+                (o == end).then(|| o.checked_add(c)).flatten()
+            });
+        if run.and_then(|end| end.checked_sub(offsets[0])) != Some(frame) {
+            return Err(refuse(format!(
+                "has its first image in {} strips that are not one run of the {} of a {h}x{w} \
+                 {kind} image",
+                offsets.len(),
+                format_bytes(frame)
+            )));
+        }
+        let start = offsets[0];
+        let file_len = dec
+            .inner()
+            .seek(SeekFrom::End(0))
+            .map_err(|e| BridgeError::io(path.to_string(), e))?;
+        let data = frame.checked_mul(images);
+        if data
+            .and_then(|d| d.checked_add(start))
+            .is_none_or(|end| end > file_len)
+        {
+            return Err(BridgeError::InvalidInput(format!(
+                "{path}: the ImageJ description declares {images} images of {h}x{w} {kind} ({} \
+                 from byte {start} on), but the file holds {}: it is truncated, or its \
+                 description is wrong (copy or export the file again)",
+                data.map_or("more than any file holds".to_string(), format_bytes),
+                format_bytes(file_len)
+            )));
+        }
+        let frame_bytes = usize::try_from(frame).map_err(|_| {
+            BridgeError::InvalidInput(format!(
+                "{path}: a {h}x{w} {kind} image does not fit this machine's address space"
+            ))
+        })?;
+        Ok(Contiguous {
+            start,
+            frame_bytes,
+            images,
+            h,
+            w,
+            kind,
+            big_endian: matches!(dec.byte_order(), tiff::tags::ByteOrder::BigEndian),
+            invert,
+        })
+    }
+
+    /// Read images `from..to` onto `stack` (each admitted before it is read).
+    fn read_into<R: Read + Seek>(
+        &self,
+        r: &mut R,
+        path: &str,
+        from: u64,
+        to: u64,
+        stack: &mut Stack,
+    ) -> Result<()> {
+        for k in from..to.min(self.images) {
+            let source = format!("{path} image {k}");
+            stack.admit(&source, self.h, self.w, self.kind)?;
+            // k < images and start + images · frame_bytes ≤ the file's length: no overflow.
+            let at = self.start + k * self.frame_bytes as u64;
+            let mut raw: Vec<u8> = Vec::new();
+            raw.try_reserve_exact(self.frame_bytes)
+                .map_err(|_| BridgeError::TooLarge {
+                    what: source.clone(),
+                    requested: self.frame_bytes as u64,
+                    limit: stack.budget.limit.0,
+                    limited_by: "the allocator refused".into(),
+                    hint: "run on a machine with more memory".into(),
+                })?;
+            raw.resize(self.frame_bytes, 0);
+            r.seek(SeekFrom::Start(at))
+                .and_then(|_| r.read_exact(&mut raw))
+                .map_err(|e| terr(&source, e))?;
+            stack.push(&source, self.page(raw))?;
+        }
+        Ok(())
+    }
+
+    /// The pixels of one image's bytes, in the host's byte order.
+    fn page(&self, mut raw: Vec<u8>) -> Page {
+        let (be, inv) = (self.big_endian, self.invert);
+        macro_rules! conv {
+            ($t:ty, $n:literal, $inv:expr) => {
+                raw.chunks_exact($n)
+                    .map(|c| {
+                        let b: [u8; $n] = c.try_into().unwrap_or([0; $n]);
+                        let v = if be {
+                            <$t>::from_be_bytes(b)
+                        } else {
+                            <$t>::from_le_bytes(b)
+                        };
+                        if inv { $inv(v) } else { v }
+                    })
+                    .collect()
+            };
+        }
+        match self.kind {
+            "u8" => {
+                if inv {
+                    raw.iter_mut().for_each(|x| *x = !*x);
+                }
+                Page::U8(raw)
+            }
+            "u16" => Page::U16(conv!(u16, 2, |v: u16| u16::MAX - v)),
+            "f32" => Page::F32(conv!(f32, 4, |v: f32| 1.0 - v)),
+            _ => Page::F64(conv!(f64, 8, |v: f64| 1.0 - v)),
+        }
+    }
+}
+
 /// The page kind of the decoder's current image, or a typed error naming what is unsupported.
 fn page_kind<R: Read + Seek>(
     dec: &mut Decoder<R>,
@@ -289,11 +570,35 @@ pub fn decode_into<R: Read + Seek>(
     single_frame: bool,
 ) -> Result<usize> {
     let mut dec = Decoder::new(reader).map_err(|e| terr(path, e))?;
-    if single_frame && dec.more_images() {
+    let ij = imagej_of(&mut dec);
+    if let Some(ij) = ij {
+        ij.check_hyperstack(path)?;
+    }
+    // An ImageJ stack in one IFD (ImageJ's layout past 4 GB).
+    let one_ifd = ij.filter(|ij| ij.images > 1 && !dec.more_images());
+    if single_frame && (dec.more_images() || one_ifd.is_some()) {
         return Err(BridgeError::InvalidInput(format!(
             "{path}: expected a single-frame image, found several pages (a folder holds one \
              frame per file; read a multi-page TIFF on its own)"
         )));
+    }
+    if let Some(ij) = one_ifd {
+        let plan = Contiguous::plan(&mut dec, path, ij)?;
+        // The whole stack is read: its declared size is checked before the first image.
+        let total = (plan.frame_bytes as u64).saturating_mul(plan.images);
+        stack.budget.check(
+            stack.bytes.saturating_add(total),
+            &format!(
+                "{path} ({} images of {}x{} {}, as its ImageJ description declares)",
+                plan.images, plan.h, plan.w, plan.kind
+            ),
+            "read the movie in chunks (arraybridge detect streams it), crop or split the stack, \
+             or run on a machine with more memory",
+        )?;
+        plan.read_into(dec.inner(), path, 0, plan.images, stack)?;
+        return usize::try_from(plan.images).map_err(|_| {
+            BridgeError::InvalidInput(format!("{path}: too many images for this machine"))
+        });
     }
     let mut n = 0;
     loop {
@@ -347,20 +652,39 @@ pub struct TiffPages {
     path: String,
     page: usize,
     done: bool,
+    /// An ImageJ stack in one IFD: its images are read from the file directly.
+    one_ifd: Option<Contiguous>,
 }
 
 impl TiffPages {
-    /// Open `path` (its first page's header is read).
+    /// Open `path` (its first page's header is read). An ImageJ hyperstack whose planes are not
+    /// all time points is refused here; an ImageJ stack in one IFD is checked against the
+    /// file's length (see the [module docs](self)).
     pub fn open(path: &Path) -> Result<Self> {
         let name = path.display().to_string();
         let f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
-        let dec = Decoder::new(BufReader::new(f)).map_err(|e| terr(&name, e))?;
+        let mut dec = Decoder::new(BufReader::new(f)).map_err(|e| terr(&name, e))?;
+        let ij = imagej_of(&mut dec);
+        if let Some(ij) = ij {
+            ij.check_hyperstack(&name)?;
+        }
+        let one_ifd = match ij.filter(|ij| ij.images > 1 && !dec.more_images()) {
+            Some(ij) => Some(Contiguous::plan(&mut dec, &name, ij)?),
+            None => None,
+        };
         Ok(TiffPages {
             dec: Some(dec),
             path: name,
             page: 0,
             done: false,
+            one_ifd,
         })
+    }
+
+    /// The frames of an ImageJ stack stored in one IFD (known from its description); `None`
+    /// for other TIFFs, whose pages are counted as they are read.
+    pub fn declared_frames(&self) -> Option<usize> {
+        self.one_ifd.and_then(|c| usize::try_from(c.images).ok())
     }
 
     /// The next (at most) `n` pages as a movie, decoded under `budget`; `None` at the end.
@@ -368,6 +692,19 @@ impl TiffPages {
         let Some(mut dec) = self.dec.take().filter(|_| !self.done) else {
             return Ok(None);
         };
+        if let Some(plan) = self.one_ifd {
+            let mut stack = Stack::new(
+                format!("{} (images from {})", self.path, self.page),
+                *budget,
+            );
+            let from = self.page as u64;
+            let to = from.saturating_add(n.max(1) as u64).min(plan.images);
+            plan.read_into(dec.inner(), &self.path, from, to, &mut stack)?;
+            self.page = usize::try_from(to).unwrap_or(usize::MAX);
+            self.done = to >= plan.images;
+            self.dec = Some(dec);
+            return stack.into_movie().map(Some);
+        }
         let mut stack = Stack::new(format!("{} (pages from {})", self.path, self.page), *budget);
         for _ in 0..n.max(1) {
             dec = decode_page(dec, &self.path, self.page, &mut stack)?;
@@ -395,4 +732,49 @@ pub fn read_movie_with_budget(path: &Path, budget: &Budget) -> Result<Movie> {
     let mut stack = Stack::new(name.clone(), *budget);
     decode_into(BufReader::new(f), &name, &mut stack, false)?;
     stack.into_movie()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imagej_descriptions() {
+        let ij = |images, channels, slices, frames| {
+            Some(ImageJ {
+                images,
+                channels,
+                slices,
+                frames,
+            })
+        };
+        assert_eq!(
+            ImageJ::parse("ImageJ=1.54f\nimages=20\nchannels=2\nframes=10\nhyperstack=true\n\0x"),
+            ij(20, 2, 1, 10)
+        );
+        assert_eq!(
+            ImageJ::parse("ImageJ=1.11a\r\nimages=5\r\nslices=5\r\nunit=micron\r\n"),
+            ij(5, 1, 5, 1)
+        );
+        // Absent or malformed values count as 1; other writers' descriptions are not ImageJ's.
+        assert_eq!(
+            ImageJ::parse("ImageJ=\nimages=x\nframes=-3"),
+            ij(1, 1, 1, 1)
+        );
+        assert_eq!(ImageJ::parse("images=20\nframes=20"), None);
+        assert_eq!(ImageJ::parse(""), None);
+        let hyper = ImageJ::parse("ImageJ=1.54f\nimages=20\nchannels=2\nframes=10").unwrap();
+        let e = hyper.check_hyperstack("h.tif").unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "h.tif: an ImageJ hyperstack with channels=2, slices=1, frames=10: detection \
+                 takes one channel; split the channels first"
+            ),
+            "{e}"
+        );
+        for ok in ["slices=6", "frames=6", "slices=1\nframes=6\nchannels=1"] {
+            let s = ImageJ::parse(&format!("ImageJ=1.54f\nimages=6\n{ok}")).unwrap();
+            assert!(s.check_hyperstack("s.tif").is_ok(), "{ok}");
+        }
+    }
 }

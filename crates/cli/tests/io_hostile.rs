@@ -954,3 +954,529 @@ fn npy_truncations_and_mutants_never_panic() {
         survive(&p, all, |p| npy::read_npy_with_budget(p, &budget(64)));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Files read as their writers meant them (issue #32): hidden files in folders of frames, FITS
+// BLANK pixels, ImageJ stacks and hyperstacks.
+
+/// The fixture movie (u16), `[T][H][W]`.
+fn fixture_movie() -> ndarray::Array3<u16> {
+    let npy::NpyArray::U16(m) =
+        npy::read_npy(&test_support::fixtures::path("detect/movie/movie_u16.npy")).unwrap()
+    else {
+        panic!("u16 fixture")
+    };
+    m.into_dimensionality().unwrap()
+}
+
+/// Run `arraybridge detect` on the CPU; it must succeed. Returns the CSV.
+fn detect_ok(input: &Path, out: &Path, extra: &[&str]) -> Vec<u8> {
+    let o = Command::new(BIN)
+        .args([
+            "detect",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--device",
+            "cpu",
+            "--max-sigma",
+            "3",
+            "--threshold",
+            "none",
+            "--threshold-rel",
+            "0.2",
+        ])
+        .args(extra)
+        .env_remove(LIMIT_ENV)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("panicked"), "{err}");
+    std::fs::read(out).unwrap()
+}
+
+/// The frames of a movie as u16 values, whatever the reader's type (`U16` expected).
+fn u16_frames(m: algorithms::detect::Movie) -> ndarray::Array3<u16> {
+    match m {
+        algorithms::detect::Movie::U16(a) => a,
+        other => panic!("expected u16 frames, got {}", other.dtype_name()),
+    }
+}
+
+#[test]
+fn folder_hidden_files_are_not_frames() {
+    let d = tmpdir("folder-hidden");
+    let m = fixture_movie();
+    let (h, w) = (m.shape()[1] as u32, m.shape()[2] as u32);
+    let frame = |t: usize| png_encode(w, h, true, |x, y| m[[t, y as usize, x as usize]]);
+    let clean = d.join("clean");
+    let dirty = d.join("dirty");
+    for dir in [&clean, &dirty] {
+        std::fs::create_dir_all(dir).unwrap();
+        for t in 0..3 {
+            std::fs::write(dir.join(format!("frame{t:03}.png")), frame(t)).unwrap();
+        }
+    }
+    // What macOS and editors leave behind: Finder's metadata, AppleDouble resource forks (named
+    // like the frames, holding no image), and a hidden image of the right size.
+    std::fs::write(
+        dirty.join(".DS_Store"),
+        b"\0\0\0\x01Bud1 bogus finder metadata",
+    )
+    .unwrap();
+    let apple_double = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        resource fork";
+    std::fs::write(dirty.join("._frame000.png"), apple_double).unwrap();
+    std::fs::write(dirty.join("._frame001.tif"), apple_double).unwrap();
+    std::fs::write(dirty.join(".hidden.png"), frame(3)).unwrap();
+    let want = u16_frames(image::read_movie(&clean).unwrap());
+    assert_eq!(want.dim(), (3, h as usize, w as usize));
+    assert_eq!(u16_frames(image::read_movie(&dirty).unwrap()), want);
+    // The streaming reader lists the folder the same way.
+    let stream = arraybridge::io::stream::MovieStream::open(&dirty, 2).unwrap();
+    assert_eq!(stream.total_frames(), Some(3));
+    let chunks: Vec<_> = stream.map(|c| u16_frames(c.unwrap())).collect();
+    assert_eq!(chunks.len(), 2);
+    assert_eq!(chunks[0], want.slice(ndarray::s![..2, .., ..]));
+    assert_eq!(chunks[1], want.slice(ndarray::s![2.., .., ..]));
+    // Through the tool: the same detections as the clean folder.
+    let a = detect_ok(&clean, &d.join("clean.csv"), &[]);
+    let b = detect_ok(&dirty, &d.join("dirty.csv"), &[]);
+    assert!(a.iter().filter(|&&c| c == b'\n').count() > 3, "detections");
+    assert_eq!(a, b);
+    // A folder holding hidden files only: no frame, and the message says why.
+    let only = d.join("only-hidden");
+    std::fs::create_dir_all(&only).unwrap();
+    std::fs::write(only.join("._frame000.png"), apple_double).unwrap();
+    std::fs::write(only.join(".hidden.png"), frame(0)).unwrap();
+    let (e, s) = refused(image::read_movie(&only));
+    assert!(matches!(e, BridgeError::InvalidInput(_)), "{s}");
+    assert!(
+        s.contains("only-hidden") && s.contains("2 hidden ones") && s.contains("not frames"),
+        "{s}"
+    );
+    let err = cli_fails(
+        &[
+            "detect",
+            only.to_str().unwrap(),
+            "-o",
+            d.join("o.csv").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(err.contains("hidden"), "{err}");
+}
+
+/// A primary HDU of BITPIX `bitpix` (8, 16, 32, 64) with axes `naxes` (NAXIS1 first) over the
+/// raw `values` (big-endian, as stored), with `extra` cards (BLANK, BSCALE, BZERO).
+fn fits_int_image(bitpix: i64, naxes: &[usize], extra: &[&str], values: &[i64]) -> Vec<u8> {
+    let size = (bitpix / 8) as usize;
+    let n: usize = naxes.iter().product();
+    let data = (n * size).div_ceil(2880) * 2880;
+    let axes: Vec<String> = naxes.iter().map(ToString::to_string).collect();
+    let axes: Vec<&str> = axes.iter().map(String::as_str).collect();
+    let mut b = fits_bytes_with(bitpix, &axes, extra, data);
+    let start = b.len() - data;
+    for (k, &v) in values.iter().enumerate() {
+        let at = start + k * size;
+        b[at..at + size].copy_from_slice(&v.to_be_bytes()[8 - size..]);
+    }
+    b
+}
+
+#[test]
+fn fits_blank_pixels_are_refused() {
+    let d = tmpdir("fits-blank");
+    let (w, h) = (8usize, 6usize);
+    // Every integer BITPIX with its usual BLANK, in pixels 3, 10, ... (12 of them).
+    let cases: &[(i64, i64, &str)] = &[
+        (8, 255, "BZERO   =                    0"),
+        (16, -32768, "BZERO   =                32768"),
+        (32, -2147483648, "BSCALE  =                  0.5"),
+        (64, i64::MIN, "BZERO   =                    0"),
+    ];
+    for &(bitpix, blank, scaling) in cases {
+        let blank_card = format!("BLANK   = {blank:>20}");
+        let extra = [blank_card.as_str(), scaling];
+        let base: Vec<i64> = (0..(w * h) as i64).map(|v| v + 1).collect();
+        let mut values = base.clone();
+        for k in (3..w * h).step_by(4) {
+            values[k] = blank;
+        }
+        let name = format!("blank{bitpix}.fits");
+        let p = d.join(&name);
+        std::fs::write(&p, fits_int_image(bitpix, &[w, h], &extra, &values)).unwrap();
+        for r in [fits::read_image(&p), fits::read_image_hdu(&p, Some(0))] {
+            let (e, s) = refused(r);
+            assert!(matches!(e, BridgeError::InvalidInput(_)), "{s}");
+            assert!(
+                s.contains(&name)
+                    && s.contains("HDU 0")
+                    && s.contains(&format!(
+                        "12 pixels are BLANK ({blank}), undefined values; replace them or mask \
+                         them first"
+                    ))
+                    && s.contains("the first at [0, 3]"),
+                "{s}"
+            );
+        }
+        // The same header with no pixel equal to BLANK reads normally (scaling applied).
+        std::fs::write(&p, fits_int_image(bitpix, &[w, h], &extra, &base)).unwrap();
+        let a = fits::read_image(&p).unwrap();
+        assert_eq!(a.shape(), &[h, w]);
+        let (scale, zero) = match scaling.split_once('=').unwrap() {
+            (k, v) if k.trim() == "BSCALE" => (v.trim().parse::<f64>().unwrap(), 0.0),
+            (_, v) => (1.0, v.trim().parse::<f64>().unwrap()),
+        };
+        for (k, &v) in a.iter().enumerate() {
+            assert_eq!(v, base[k] as f64 * scale + zero, "{name} pixel {k}");
+        }
+    }
+    // The raw stored value is compared, not the scaled one: with BSCALE 2, a stored -2 reads as
+    // -4 (= BLANK as a number) and is data; a stored -4 is BLANK.
+    let p = d.join("scaled.fits");
+    let extra = [
+        "BLANK   =                   -4",
+        "BSCALE  =                    2",
+    ];
+    std::fs::write(&p, fits_int_image(16, &[2], &extra, &[-2, 5])).unwrap();
+    let a = fits::read_image(&p).unwrap();
+    assert_eq!(a.iter().copied().collect::<Vec<_>>(), vec![-4.0, 10.0]);
+    std::fs::write(&p, fits_int_image(16, &[2], &extra, &[-4, 5])).unwrap();
+    let (_, s) = refused(fits::read_image(&p));
+    assert!(
+        s.contains("1 pixel is BLANK (-4), an undefined value"),
+        "{s}"
+    );
+    // A float image ignores BLANK (its undefined pixels are NaN, refused where they matter).
+    let p = d.join("float.fits");
+    let mut b = fits_bytes_with(-32, &["2"], &["BLANK   =                    0"], 2880);
+    let at = b.len() - 2880;
+    b[at..at + 4].copy_from_slice(&0f32.to_be_bytes());
+    b[at + 4..at + 8].copy_from_slice(&1.5f32.to_be_bytes());
+    std::fs::write(&p, &b).unwrap();
+    let a = fits::read_image(&p).unwrap();
+    assert_eq!(a.iter().copied().collect::<Vec<_>>(), vec![0.0, 1.5]);
+    // Through the tool: `paco` refuses the cube (16 x 16, 4 frames) and names it.
+    let mut values: Vec<i64> = (0..4 * 16 * 16).collect();
+    values[100] = -32768;
+    let p = d.join("cube.fits");
+    let extra = ["BLANK   =               -32768"];
+    std::fs::write(&p, fits_int_image(16, &[16, 16, 4], &extra, &values)).unwrap();
+    let (_, s) = refused(fits::read_image(&p));
+    assert!(
+        s.contains("1 pixel is BLANK (-32768)") && s.contains("the first at [0, 6, 4]"),
+        "{s}"
+    );
+    let out = d.join("out");
+    let err = cli_fails(
+        &[
+            "paco",
+            "--cube",
+            p.to_str().unwrap(),
+            "--angles",
+            p.to_str().unwrap(),
+            "--psf",
+            p.to_str().unwrap(),
+            "--fwhm",
+            "4",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("cube.fits") && err.contains("1 pixel is BLANK (-32768)"),
+        "{err}"
+    );
+}
+
+/// A TIFF laid out as ImageJ writes one: `description` (an ImageDescription, NUL added) and the
+/// `frames` (raw bytes in the file's byte order, `frame` bytes each) one after the other, then
+/// either one IFD whose strip is the first frame (`ifds == 1`, ImageJ's layout past 4 GB) or
+/// one IFD per frame, the description on the first.
+#[allow(clippy::too_many_arguments)]
+fn imagej_tiff(
+    big_endian: bool,
+    w: u32,
+    h: u32,
+    bits: u16,
+    format: u16,
+    compression: u16,
+    description: &str,
+    data: &[u8],
+    ifds: usize,
+) -> Vec<u8> {
+    let u16b = |v: u16| {
+        if big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
+    let u32b = |v: u32| {
+        if big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
+    let mut b: Vec<u8> = if big_endian {
+        b"MM\x00\x2a".to_vec()
+    } else {
+        b"II\x2a\x00".to_vec()
+    };
+    let mut desc = description.as_bytes().to_vec();
+    desc.push(0);
+    if desc.len() % 2 == 1 {
+        desc.push(0);
+    }
+    let desc_at = 8u32;
+    let data_at = desc_at + desc.len() as u32;
+    let frame = w * h * u32::from(bits) / 8;
+    let first_ifd = data_at + data.len() as u32;
+    b.extend_from_slice(&u32b(first_ifd));
+    b.extend_from_slice(&desc);
+    b.extend_from_slice(data);
+    let short = |v: u16| {
+        let mut f = [0u8; 4];
+        f[..2].copy_from_slice(&u16b(v));
+        f
+    };
+    for k in 0..ifds {
+        let mut entries: Vec<(u16, u16, u32, [u8; 4])> = vec![
+            (256, 4, 1, u32b(w)),
+            (257, 4, 1, u32b(h)),
+            (258, 3, 1, short(bits)),
+            (259, 3, 1, short(compression)),
+            (262, 3, 1, short(1)),
+        ];
+        if k == 0 {
+            entries.push((270, 2, desc.len() as u32, u32b(desc_at)));
+        }
+        entries.extend([
+            (273, 4, 1, u32b(data_at + k as u32 * frame)),
+            (277, 3, 1, short(1)),
+            (278, 4, 1, u32b(h)),
+            (279, 4, 1, u32b(frame)),
+            (339, 3, 1, short(format)),
+        ]);
+        let here = b.len() as u32;
+        let len = 2 + 12 * entries.len() as u32 + 4;
+        b.extend_from_slice(&u16b(entries.len() as u16));
+        for (tag, ty, count, value) in entries {
+            b.extend_from_slice(&u16b(tag));
+            b.extend_from_slice(&u16b(ty));
+            b.extend_from_slice(&u32b(count));
+            b.extend_from_slice(&value);
+        }
+        let next = if k + 1 < ifds { here + len } else { 0 };
+        b.extend_from_slice(&u32b(next));
+    }
+    b
+}
+
+#[test]
+fn imagej_stacks_in_one_ifd_read_every_frame() {
+    let d = tmpdir("imagej-stack");
+    let m = fixture_movie();
+    let (t, h, w) = m.dim();
+    let desc = format!("ImageJ=1.54f\nimages={t}\nframes={t}\nloop=false\nmin=0.0\nmax=900.0\n");
+    let be: Vec<u8> = m.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let le: Vec<u8> = m.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let stack = d.join("stack.tif");
+    std::fs::write(
+        &stack,
+        imagej_tiff(true, w as u32, h as u32, 16, 1, 1, &desc, &be, 1),
+    )
+    .unwrap();
+    assert_eq!(u16_frames(image::read_movie(&stack).unwrap()), m);
+    assert_eq!(u16_frames(tiff::read_movie(&stack).unwrap()), m);
+    // Little-endian, and one IFD per frame (ImageJ below 4 GB): the same frames.
+    let p = d.join("stack-le.tif");
+    std::fs::write(
+        &p,
+        imagej_tiff(false, w as u32, h as u32, 16, 1, 1, &desc, &le, 1),
+    )
+    .unwrap();
+    assert_eq!(u16_frames(image::read_movie(&p).unwrap()), m);
+    let pages = d.join("pages.tif");
+    std::fs::write(
+        &pages,
+        imagej_tiff(true, w as u32, h as u32, 16, 1, 1, &desc, &be, t),
+    )
+    .unwrap();
+    assert_eq!(u16_frames(image::read_movie(&pages).unwrap()), m);
+    // The streaming reader: every frame, in chunks, with the count known up front.
+    let stream = arraybridge::io::stream::MovieStream::open(&stack, 3).unwrap();
+    assert_eq!(stream.total_frames(), Some(t));
+    let mut got: Vec<u16> = Vec::new();
+    for c in stream {
+        got.extend(u16_frames(c.unwrap()).iter().copied());
+    }
+    assert_eq!(got, m.iter().copied().collect::<Vec<_>>());
+    // f32 frames.
+    let f: Vec<f32> = (0..3 * 4 * 5).map(|v| v as f32 * 0.25).collect();
+    let p = d.join("f32.tif");
+    let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let desc3 = "ImageJ=1.54f\nimages=3\nslices=3\n";
+    std::fs::write(&p, imagej_tiff(true, 5, 4, 32, 3, 1, desc3, &bytes, 1)).unwrap();
+    let algorithms::detect::Movie::F32(a) = image::read_movie(&p).unwrap() else {
+        panic!("f32")
+    };
+    assert_eq!(a.iter().copied().collect::<Vec<_>>(), f);
+    // Through the tool: the detections of the .npy, with any chunking.
+    let want = detect_ok(
+        &test_support::fixtures::path("detect/movie/movie_u16.npy"),
+        &d.join("npy.csv"),
+        &[],
+    );
+    assert_eq!(detect_ok(&stack, &d.join("stack.csv"), &[]), want);
+    assert_eq!(
+        detect_ok(&stack, &d.join("chunks.csv"), &["--chunk-frames", "2"]),
+        want
+    );
+    assert_eq!(detect_ok(&pages, &d.join("pages.csv"), &[]), want);
+    // In a folder of frames, such a file is several frames: refused.
+    let folder = d.join("folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(&stack, folder.join("a.tif")).unwrap();
+    let (_, s) = refused(image::read_movie(&folder));
+    assert!(s.contains("a.tif") && s.contains("single-frame"), "{s}");
+}
+
+#[test]
+fn imagej_stacks_in_one_ifd_are_checked_before_reading() {
+    let d = tmpdir("imagej-hostile");
+    let data = vec![7u8; 4 * 64 * 64 * 2];
+    let desc = |n: u64| format!("ImageJ=1.54f\nimages={n}\nframes={n}\n");
+    // Truncated: 4 frames declared, 3.5 present; and an absurd count.
+    let p = d.join("cut.tif");
+    for n in [4, 1 << 40, u64::MAX] {
+        std::fs::write(
+            &p,
+            imagej_tiff(true, 64, 64, 16, 1, 1, &desc(n), &data[..7 * 64 * 64], 1),
+        )
+        .unwrap();
+        for r in [
+            image::read_movie(&p).map(|_| ()),
+            arraybridge::io::stream::MovieStream::open(&p, 2).map(|_| ()),
+        ] {
+            let (e, s) = refused(r);
+            assert!(matches!(e, BridgeError::InvalidInput(_)), "{s}");
+            assert!(
+                s.contains("cut.tif") && s.contains(&format!("declares {n} images")),
+                "{s}"
+            );
+            assert!(s.contains("truncated"), "{s}");
+        }
+    }
+    let err = cli_fails(
+        &[
+            "detect",
+            p.to_str().unwrap(),
+            "-o",
+            d.join("o.csv").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("cut.tif") && err.contains("truncated"),
+        "{err}"
+    );
+    // Over the budget: 64 frames of 256 x 256 u16 (8 MiB) under 4 MiB, refused up front.
+    let p = d.join("big.tif");
+    let big = vec![1u8; 64 * 256 * 256 * 2];
+    std::fs::write(
+        &p,
+        imagej_tiff(false, 256, 256, 16, 1, 1, &desc(64), &big, 1),
+    )
+    .unwrap();
+    let (e, s) = refused(image::read_movie_with_budget(&p, &budget(4)));
+    assert!(matches!(e, BridgeError::TooLarge { .. }), "{s}");
+    assert!(
+        s.contains("big.tif") && s.contains("64 images of 256x256 u16"),
+        "{s}"
+    );
+    assert_eq!(
+        image::read_movie_with_budget(&p, &budget(64))
+            .unwrap()
+            .dim(),
+        (64, 256, 256)
+    );
+    // Compressed: refused, named.
+    let p = d.join("deflate.tif");
+    std::fs::write(&p, imagej_tiff(true, 64, 64, 16, 1, 8, &desc(4), &data, 1)).unwrap();
+    let (e, s) = refused(image::read_movie(&p));
+    assert!(matches!(e, BridgeError::Unsupported(_)), "{s}");
+    assert!(
+        s.contains("deflate.tif") && s.contains("is compressed") && s.contains("uncompressed"),
+        "{s}"
+    );
+    // A description that is not ImageJ's: one frame, as before.
+    let p = d.join("other.tif");
+    std::fs::write(
+        &p,
+        imagej_tiff(true, 64, 64, 16, 1, 1, "images=4\nframes=4", &data, 1),
+    )
+    .unwrap();
+    assert_eq!(image::read_movie(&p).unwrap().dim(), (1, 64, 64));
+}
+
+#[test]
+fn imagej_hyperstacks_are_refused_with_their_axes() {
+    let d = tmpdir("imagej-hyper");
+    let data = vec![3u8; 6 * 32 * 32];
+    let cases = [
+        (
+            "channels.tif",
+            "channels=2\nframes=3\nhyperstack=true\nmode=composite",
+            "channels=2, slices=1, frames=3: detection takes one channel; split the channels \
+             first",
+        ),
+        (
+            "zt.tif",
+            "slices=2\nframes=3\nhyperstack=true",
+            "channels=1, slices=2, frames=3: detection takes one image per time point",
+        ),
+        (
+            "cz.tif",
+            "channels=3\nslices=2\nhyperstack=true",
+            "channels=3, slices=2, frames=1: detection takes one channel",
+        ),
+    ];
+    for (name, axes, words) in cases {
+        let desc = format!("ImageJ=1.54f\nimages=6\n{axes}\nloop=false\n");
+        for ifds in [1, 6] {
+            let p = d.join(name);
+            std::fs::write(&p, imagej_tiff(false, 32, 32, 8, 1, 1, &desc, &data, ifds)).unwrap();
+            for r in [
+                image::read_movie(&p).map(|_| ()),
+                arraybridge::io::stream::MovieStream::open(&p, 2).map(|_| ()),
+            ] {
+                let (e, s) = refused(r);
+                assert!(matches!(e, BridgeError::Unsupported(_)), "{s}");
+                assert!(
+                    s.contains(name) && s.contains(&format!("an ImageJ hyperstack with {words}")),
+                    "{ifds} IFDs: {s}"
+                );
+            }
+            let err = cli_fails(
+                &[
+                    "detect",
+                    p.to_str().unwrap(),
+                    "-o",
+                    d.join("o.csv").to_str().unwrap(),
+                ],
+                &[],
+            );
+            assert!(err.contains(name) && err.contains(words), "{err}");
+            assert!(!d.join("o.csv").exists(), "no output");
+        }
+    }
+    // A stack of slices only (ImageJ's default for a plain stack) is a movie of its planes.
+    let p = d.join("slices.tif");
+    let desc = "ImageJ=1.54f\nimages=6\nslices=6\nloop=false\n";
+    std::fs::write(&p, imagej_tiff(false, 32, 32, 8, 1, 1, desc, &data, 1)).unwrap();
+    assert_eq!(image::read_movie(&p).unwrap().dim(), (6, 32, 32));
+}
