@@ -29,7 +29,9 @@ use super::cpu;
 use super::job::PacoJob;
 use super::settings::{Strategy, SubPixel};
 
-/// One implementation of the PACO passes.
+/// One implementation of the PACO passes. Both compute on the job's working cube
+/// ([`PacoJob::cube`], the caller's cube times a power of two when its scale is extreme) and
+/// return a and b in the caller's units ([`PacoJob::ab_in_cube_units`]).
 pub trait PacoBackend: Send + Sync {
     /// Backend name (`cpu`, `opencl`, `cuda`).
     fn name(&self) -> &'static str;
@@ -49,14 +51,19 @@ impl PacoBackend for CpuBackend {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        if job.params.subpixel == SubPixel::Off && job.params.strategy == Strategy::Fast {
-            cpu::fast_maps(job)
-        } else {
-            cpu::bucket_maps(job)
-        }
+        let (mut a, mut b) =
+            if job.params.subpixel == SubPixel::Off && job.params.strategy == Strategy::Fast {
+                cpu::fast_maps(job)?
+            } else {
+                cpu::bucket_maps(job)?
+            };
+        job.ab_in_cube_units(&mut a, &mut b);
+        Ok((a, b))
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        cpu::bucket_ab(job, &super::simd::Trajectories::Grid(phi0s))
+        let (mut a, mut b) = cpu::bucket_ab(job, &super::simd::Trajectories::Grid(phi0s))?;
+        job.ab_in_cube_units(&mut a, &mut b);
+        Ok((a, b))
     }
 }

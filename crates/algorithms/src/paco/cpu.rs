@@ -20,7 +20,8 @@ impl PacoJob<'_> {
     /// Everything else is as for the geometric trajectories of output positions: the rounding
     /// rule picks `[φ_ℓ]`, the edge rule decides validity (NaN when any frame fails it), the
     /// sub-pixel mode builds `h_ℓ` from the fractional offsets, and contributions are summed in
-    /// increasing ℓ.
+    /// increasing ℓ. a and b are in the cube's units, like every back end's
+    /// ([`PacoJob::ab_in_cube_units`]).
     ///
     /// Use it for geometries the star-centred rotation does not describe (a drifting star
     /// centre, field distortion, an orbit hypothesis), or to test what a different pixel choice
@@ -48,7 +49,9 @@ impl PacoJob<'_> {
                 i % t
             )));
         }
-        bucket_ab(self, &simd::Trajectories::Explicit(positions))
+        let (mut a, mut b) = bucket_ab(self, &simd::Trajectories::Explicit(positions))?;
+        self.ab_in_cube_units(&mut a, &mut b);
+        Ok((a, b))
     }
 }
 
@@ -66,7 +69,7 @@ fn box_rows(job: &PacoJob<'_>) -> (usize, usize) {
 
 /// Fast path: q and z for every pixel, then sums along trajectories.
 pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-    let prep = Prepared::new(job.cube, job.disk.clone())?;
+    let prep = Prepared::new(job.cube.view(), job.disk.clone())?;
     let tpl = Templates::new(&job.psf_n.psf, &job.disk, SubPixel::Off, job.geom.rounding)?;
     let Templates::Centred(h0) = tpl else {
         return Err(BridgeError::Unsupported(
@@ -148,7 +151,7 @@ pub(crate) struct FastRows<'j> {
 impl<'j> FastRows<'j> {
     /// Prepare the centred cube and the centred template.
     pub(crate) fn new(job: &'j PacoJob<'j>) -> Result<Self> {
-        let prep = Prepared::new(job.cube, job.disk.clone())?;
+        let prep = Prepared::new(job.cube.view(), job.disk.clone())?;
         let h0 = job.centred_template()?;
         Ok(FastRows {
             job,
@@ -282,7 +285,7 @@ pub(crate) fn bucket_ab(
             }
         });
     let valid: Vec<bool> = pair_theta.chunks(t).map(|c| c[0] != u32::MAX).collect();
-    let prep = Prepared::new(job.cube, job.disk.clone())?;
+    let prep = Prepared::new(job.cube.view(), job.disk.clone())?;
     let tpl = Templates::new(
         &job.psf_n.psf,
         &job.disk,

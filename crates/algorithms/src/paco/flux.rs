@@ -80,6 +80,10 @@ pub struct FluxEstimate {
 /// `α ← max(b, 0)/a`, relearning the statistics of every trajectory column after subtracting
 /// `α` times the (FFT-shifted) PSF model from every frame. Positions whose trajectory leaves the
 /// statistics box give NaN.
+///
+/// The iteration runs on the job's working cube ([`PacoJob::cube_scale`]: the cube times a
+/// power of two when its scale is extreme): `alpha0` is scaled in, flux and std are scaled out
+/// (exactly), S/N does not depend on it.
 pub fn unbiased_flux(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
@@ -90,9 +94,30 @@ pub fn unbiased_flux(
 ) -> Result<Vec<FluxEstimate>> {
     opts.validate()?;
     let job = PacoJob::new(cube, angles, psf, params)?;
+    // the working cube is the cube times s (a power of two): fluxes are times s there
+    let s = job.cube_scale();
+    let alpha0 = opts.alpha0 * s;
+    if !alpha0.is_finite() {
+        return Err(BridgeError::invalid_argument(
+            "alpha0",
+            format!(
+                "{} overflows on this cube's working scale (PACO multiplies the cube by {s:e} to \
+                 bring its largest |value| into [0.5, 1)); start from a flux of the order of the \
+                 cube's values",
+                opts.alpha0
+            ),
+        ));
+    }
+    let work = FluxOptions { alpha0, ..opts };
     positions
         .iter()
-        .map(|&(y, x)| estimate_one(&job, y, x, opts))
+        .map(|&(y, x)| {
+            estimate_one(&job, y, x, work).map(|e| FluxEstimate {
+                flux: e.flux / s,
+                std: e.std / s,
+                ..e
+            })
+        })
         .collect()
 }
 

@@ -1,19 +1,146 @@
-//! [`PacoJob`]: one run's inputs, validated (cube shape and finiteness, angles, patch radius
-//! against the frame and the PSF, memory of the per-thread covariances, PSF normalisation, star
-//! centre), with the geometry, the patch disk and the templates derived from them. Everything a
-//! backend needs; it runs nothing itself.
+//! [`PacoJob`]: one run's inputs, validated (cube shape, finiteness and range, angles, patch
+//! radius against the frame and the PSF, memory of the per-thread covariances, PSF
+//! normalisation, star centre), with the geometry, the patch disk and the templates derived from
+//! them. Everything a backend needs; it runs nothing itself.
+//!
+//! # The cube's scale
+//!
+//! S/N does not depend on the cube's scale and the flux scales with it, but the arithmetic has a
+//! range: the shrinkage of every covariance squares it, so its terms go as the fourth power of
+//! the pixel values (issue 32: a cube ×1e-100 underflowed them, S/N 52.6 instead of 6.91;
+//! ×1e80 overflowed them, all-NaN maps). A cube whose largest |value| M lies outside
+//! `[2^-SAFE_EXP, 2^SAFE_EXP)` is therefore multiplied by the power of two `2^k` that brings M
+//! into `[0.5, 1)` (one scaled copy, `T·H·W·8` bytes): multiplying by a power of two is exact,
+//! and every step of PACO (centring, products, shrinkage ratio, Cholesky, substitutions) is
+//! then exactly the unscaled one times a power of two, so S/N is the same to the bit and a, b,
+//! flux and their uncertainty are converted back exactly ([`PacoJob::ab_in_cube_units`]:
+//! `a·2^2k`, `b·2^k`). A cube within the range is used as given (no copy, the same bytes as
+//! before). M outside `[2^-LIMIT_EXP, 2^LIMIT_EXP)` (about 3.9e-121 to 2.6e120) is refused:
+//! a ∝ 1/scale² would leave the floating-point range.
+//!
+//! Float (a device without doubles, or `GpuPrecision::F32`) has far less room (fourth powers
+//! of values beyond about 2^±30 leave it), so a device computing in float always brings M into
+//! `[0.5, 1)` while it converts the cube (`PacoJob::device_scale`; no extra copy) and converts
+//! its a and b back the same way (`PacoJob::ab_from_device`).
 
 use bridge_core::{BridgeError, Result};
-use ndarray::{ArrayView1, ArrayView2, ArrayView3};
+use ndarray::{Array3, ArrayView1, ArrayView2, ArrayView3, CowArray, Ix3};
+use rayon::prelude::*;
 
 use super::geometry::{Geometry, disk_offsets};
 use super::psf::{NormalizedPsf, normalize_psf};
 use super::settings::{Center, EdgeRule, PacoParams, SubPixel};
+use super::stats::try_vec;
 use super::templates::Templates;
+
+/// A cube whose largest |value| M is in `[2^-SAFE_EXP, 2^SAFE_EXP)` is used as given: its
+/// covariances' squares (≤ 16·K²·M⁴, and ≥ the noise's fourth power for any realistic noise
+/// level) stay well inside the double range.
+const SAFE_EXP: i32 = 60;
+
+/// The largest |value| of a cube must lie in `[2^-LIMIT_EXP, 2^LIMIT_EXP)`: a and b, computed
+/// on the cube scaled into `[0.5, 1)`, are multiplied back by up to `2^(2·LIMIT_EXP)`, which
+/// leaves ±2^220 of the double range for the data's own a (the PSF and noise levels).
+const LIMIT_EXP: i32 = 400;
+
+/// `2^e` for `e` in the normal range (exact).
+fn pow2(e: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&e));
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// The binary exponent `e` of a finite `m > 0`: `m = f·2^e` with `f` in `[0.5, 1)` (C's
+/// `frexp`).
+fn binary_exponent(m: f64) -> i32 {
+    let biased = ((m.to_bits() >> 52) & 0x7ff) as i32;
+    if biased == 0 {
+        // subnormal: 2^64·m is normal and exact
+        return binary_exponent(m * pow2(64)) - 64;
+    }
+    biased - 1022
+}
+
+/// The exponent `k` the cube is multiplied by (`2^k`), from its largest |value| `max_abs`: 0
+/// within the safe range (and for an all-zero cube), else the one that brings `max_abs` into
+/// `[0.5, 1)`; an error outside the supported range.
+fn cube_exponent(max_abs: f64) -> Result<i32> {
+    if max_abs == 0.0 {
+        return Ok(0);
+    }
+    let e = binary_exponent(max_abs);
+    // max_abs < 2^e ≤ 2·max_abs, so max_abs ≥ 2^x ⇔ e > x and max_abs < 2^x ⇔ e ≤ x
+    if e > -SAFE_EXP && e <= SAFE_EXP {
+        return Ok(0);
+    }
+    if e <= -LIMIT_EXP || e > LIMIT_EXP {
+        return Err(BridgeError::InvalidInput(format!(
+            "the cube's largest |value| is {max_abs:e}: PACO supports cubes whose largest \
+             |value| lies between 2^-{LIMIT_EXP} and 2^{LIMIT_EXP} (about {:.1e} to {:.1e}; \
+             a scales as 1/value² and would leave the floating-point range); S/N does not \
+             depend on the cube's scale and the flux scales with it, so multiply the cube by a \
+             constant first (and the flux by its inverse after)",
+            pow2(-LIMIT_EXP),
+            pow2(LIMIT_EXP),
+        )));
+    }
+    Ok(-e)
+}
+
+/// The cube times `2^k`, a new array in standard layout, checked against the host budget first
+/// ([`BridgeError::OutOfMemory`] instead of aborting when the allocation still fails).
+fn scaled_cube(cube: ArrayView3<'_, f64>, k: i32) -> Result<Array3<f64>> {
+    let (t, h, w) = cube.dim();
+    bridge_core::host::check_allocation(
+        (cube.len() as u64).saturating_mul(8),
+        &format!("a scaled copy of the PACO cube ({t}×{h}×{w} f64)"),
+        "multiply the cube by a power of two that brings its largest |value| into [2^-60, 2^60) \
+         first (PACO then uses it as given, without the copy)",
+    )?;
+    let s = pow2(k);
+    let mut data = try_vec(cube.len(), 0.0f64)?;
+    match cube.as_slice() {
+        Some(src) => data
+            .par_iter_mut()
+            .zip(src.par_iter())
+            .for_each(|(d, &v)| *d = v * s),
+        None => {
+            for (d, &v) in data.iter_mut().zip(cube.iter()) {
+                *d = v * s;
+            }
+        }
+    }
+    Array3::from_shape_vec(cube.raw_dim(), data)
+        .map_err(|e| BridgeError::Unsupported(format!("internal: {e}")))
+}
+
+/// a and b computed on a cube times `2^k`, in place, into the units of the cube: a·2^2k, b·2^k
+/// (exact; |k| ≤ LIMIT_EXP, so both factors are normal numbers). Nothing for k = 0.
+fn scale_ab<'v>(
+    k: i32,
+    a: impl IntoIterator<Item = &'v mut f64>,
+    b: impl IntoIterator<Item = &'v mut f64>,
+) {
+    if k == 0 {
+        return;
+    }
+    let (fa, fb) = (pow2(2 * k), pow2(k));
+    for v in a {
+        *v *= fa;
+    }
+    for v in b {
+        *v *= fb;
+    }
+}
 
 /// Everything a backend needs for one run, validated.
 pub struct PacoJob<'a> {
-    pub(crate) cube: ArrayView3<'a, f64>,
+    /// The working cube: the caller's, or its copy times `2^cube_exp` (see the module docs).
+    pub(crate) cube: CowArray<'a, f64, Ix3>,
+    /// The working cube is the caller's times `2^cube_exp` (0: the caller's cube itself).
+    pub(crate) cube_exp: i32,
+    /// A back end computing in float multiplies the working cube by `2^float_exp` as it
+    /// converts it (bringing its largest |value| into `[0.5, 1)`; 0 when `cube_exp` did).
+    float_exp: i32,
     pub(crate) angles: Vec<f64>,
     pub(crate) params: PacoParams,
     pub(crate) geom: Geometry,
@@ -24,14 +151,24 @@ pub struct PacoJob<'a> {
 /// Every pixel of every frame enters the statistics of its neighbours, so one NaN makes all
 /// maps NaN and one infinite pixel silently hides what is around it: non-finite pixels are an
 /// error that says where they are.
-fn check_finite(cube: ArrayView3<'_, f64>) -> Result<()> {
+///
+/// Returns the largest |value| of the (then all finite) cube.
+fn check_finite(cube: ArrayView3<'_, f64>) -> Result<f64> {
     let t = cube.dim().0;
     let mut first: Option<(usize, usize)> = None;
     let (mut frames, mut pixels) = (0usize, 0usize);
     let mut all_bad = true;
+    let mut max_abs = 0.0f64;
     for i in 0..t {
         let f = cube.index_axis(ndarray::Axis(0), i);
-        let bad = f.iter().filter(|v| !v.is_finite()).count();
+        let mut bad = 0usize;
+        for &v in f.iter() {
+            if v.is_finite() {
+                max_abs = max_abs.max(v.abs());
+            } else {
+                bad += 1;
+            }
+        }
         if bad > 0 {
             frames += 1;
             pixels += bad;
@@ -45,7 +182,7 @@ fn check_finite(cube: ArrayView3<'_, f64>) -> Result<()> {
         ));
     }
     match first {
-        None => Ok(()),
+        None => Ok(max_abs),
         Some((i, n)) => Err(BridgeError::InvalidInput(format!(
             "the cube has {pixels} non-finite pixel(s) (NaN or ±Inf) in {frames} frame(s), the \
              first in frame {i} ({n} pixels); PACO uses every pixel of every frame in the \
@@ -142,7 +279,15 @@ impl<'a> PacoJob<'a> {
                 2 * r + 1
             )));
         }
-        check_finite(cube)?;
+        let max_abs = check_finite(cube)?;
+        let cube_exp = cube_exponent(max_abs)?;
+        // float's range (±2^±126..128) is too narrow for fourth powers of anything but
+        // values near 1: a float back end always normalises (converting costs a copy anyway)
+        let float_exp = if cube_exp != 0 || max_abs == 0.0 {
+            0
+        } else {
+            -binary_exponent(max_abs)
+        };
         if params.batch_size == 0 {
             return Err(BridgeError::invalid_argument(
                 "batch_size",
@@ -187,8 +332,14 @@ impl<'a> PacoJob<'a> {
             radius: r,
             edge: params.edge,
         };
+        let cube = match cube_exp {
+            0 => CowArray::from(cube),
+            k => CowArray::from(scaled_cube(cube, k)?),
+        };
         Ok(PacoJob {
             cube,
+            cube_exp,
+            float_exp,
             angles: angles.to_vec(),
             params: params.clone(),
             geom,
@@ -202,9 +353,54 @@ impl<'a> PacoJob<'a> {
         &self.geom
     }
 
-    /// The cube `[t][y][x]`.
-    pub fn cube(&self) -> ArrayView3<'a, f64> {
-        self.cube
+    /// The working cube `[t][y][x]`: the caller's cube times [`PacoJob::cube_scale`] (the
+    /// caller's own cube, not a copy, when that is 1). Back ends compute on it and return a
+    /// and b in the caller's units ([`PacoJob::ab_in_cube_units`]).
+    pub fn cube(&self) -> ArrayView3<'_, f64> {
+        self.cube.view()
+    }
+
+    /// The power of two the caller's cube was multiplied by to make the working cube: 1 when
+    /// its largest |value| is within `[2^-60, 2^60)`, else the one that brings it into
+    /// `[0.5, 1)` (see the module docs).
+    pub fn cube_scale(&self) -> f64 {
+        pow2(self.cube_exp)
+    }
+
+    /// Convert a and b computed on the working cube ([`PacoJob::cube`]) into the caller's
+    /// units, in place: with the cube scaled by `s` ([`PacoJob::cube_scale`]), a = hᵀC⁻¹h
+    /// scales as `1/s²` and b = hᵀC⁻¹(r − m) as `1/s`, so a is multiplied by `s²` and b by `s`
+    /// (exact: powers of two). S/N = b/√a is unchanged, flux = b/a and its deviation 1/√a come
+    /// out times `1/s`. Nothing is done when `s` is 1.
+    pub fn ab_in_cube_units<'v>(
+        &self,
+        a: impl IntoIterator<Item = &'v mut f64>,
+        b: impl IntoIterator<Item = &'v mut f64>,
+    ) {
+        scale_ab(self.cube_exp, a, b);
+    }
+
+    /// The power of two a device back end multiplies the working cube by as it converts it to
+    /// its arithmetic: 1 in double, and in float the one that brings the largest |value| into
+    /// `[0.5, 1)` (float's range leaves little room for the fourth powers of the shrinkage).
+    #[cfg(any(feature = "opencl", feature = "cuda"))]
+    pub(crate) fn device_scale(&self, double: bool) -> f64 {
+        pow2(self.device_exp(double))
+    }
+
+    fn device_exp(&self, double: bool) -> i32 {
+        if double { 0 } else { self.float_exp }
+    }
+
+    /// [`PacoJob::ab_in_cube_units`] for a and b computed on the cube as a device converted
+    /// it (`PacoJob::device_scale`).
+    pub(crate) fn ab_from_device<'v>(
+        &self,
+        double: bool,
+        a: impl IntoIterator<Item = &'v mut f64>,
+        b: impl IntoIterator<Item = &'v mut f64>,
+    ) {
+        scale_ab(self.cube_exp + self.device_exp(double), a, b);
     }
 
     /// Derotation angles, one per frame (degrees).

@@ -32,7 +32,23 @@
 //!
 //! For a 100×1024×1024 cube the peak is ≈ 0.84 (input) + 0.84 + 0.84 + 0.27 (band) ≈ 2.8 GB in
 //! `Fast` mode and ≈ 0.84 + 0.84 + 1.26 + 0.4 + 0.27 ≈ 3.6 GB with sub-pixel templates: within
-//! the 4 GB bound. Lower `max_tile_bytes` to trade speed for memory.
+//! the 4 GB bound. Lower `max_tile_bytes` to trade speed for memory. A cube whose largest
+//! |value| is outside `[2^-60, 2^60)` costs one more copy (`T·H·W·8`), scaled (see below).
+//!
+//! # Scale
+//!
+//! S/N does not depend on the cube's scale, and a, b, flux and std scale with it as
+//! `1/s²`, `1/s`, `s` and `s`. The shrinkage works with fourth powers of the pixel values,
+//! which under- or overflow for extreme cubes (issue 32: ×1e-100 gave S/N 52.6 instead of 6.91,
+//! ×1e80 all-NaN maps), so [`PacoJob::new`] multiplies such a cube by the power of two that brings its
+//! largest |value| into `[0.5, 1)` (exact; every back end, the multi-device run and
+//! [`unbiased_flux`] compute on that working cube) and the back ends convert a and b back
+//! exactly ([`PacoJob::ab_in_cube_units`]): S/N is bit-identical to the unscaled cube's, and
+//! cubes within `[2^-60, 2^60)` are used as given. A largest |value| outside
+//! `[2^-400, 2^400)` is an error (a would leave the double range). A device computing in float
+//! also brings the cube into `[0.5, 1)` as it converts it. The PSF's scale does not need it: it
+//! is normalised (or, with [`PsfNorm::None`] / [`PsfNorm::Factor`], defines the flux unit), and
+//! S/N does not depend on it (to rounding, for PSFs ×1e-100 to ×1e150).
 //!
 //! # Parity with VIP 2.1.1
 //!
@@ -143,9 +159,9 @@ pub fn paco(
     Ok(maps_from_ab(a, b, &job))
 }
 
-/// The maps from a and b. Every NaN becomes Rust's one NaN (a device writes its own bit
-/// pattern), so the maps, and the files written from them, are the same bytes on every device
-/// and device list.
+/// The maps from a and b (in the cube's units). Every NaN becomes Rust's one NaN (a device
+/// writes its own bit pattern), so the maps, and the files written from them, are the same bytes
+/// on every device and device list.
 fn maps_from_ab(mut a: Array2<f64>, mut b: Array2<f64>, job: &PacoJob<'_>) -> PacoMaps {
     for v in a.iter_mut().chain(b.iter_mut()) {
         if v.is_nan() {

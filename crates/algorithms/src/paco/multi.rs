@@ -24,6 +24,11 @@
 //! naming the device unless [`MultiPolicy::requeue_on_failure`] is set. Every unit is computed
 //! once; the run fails when a unit is left that no device can take.
 //!
+//! Units are computed on the job's working cube (the caller's cube times a power of two when
+//! its scale is extreme, see [`PacoJob::cube_scale`], and in float times another that brings
+//! it into [0.5, 1)); every member builds its job from the same cube, so with the same powers,
+//! and the host converts the reduced a and b to the cube's units once.
+//!
 //! The CPU may be one of the devices without sub-pixel templates (its statistics rows are the
 //! device kernels' numbers bit for bit in double); with templates it runs alone only.
 //! Devices of one run must share the arithmetic (all double or all float).
@@ -547,6 +552,7 @@ fn members_run(
                 &mut |r, data| plan_ref.add(r, &data, t, &mut a, &mut b),
             )?;
             plan.finish(&mut a, &mut b);
+            job.ab_from_device(dbl, &mut a, &mut b);
             let shape = (h, w);
             let err = |e: ndarray::ShapeError| BridgeError::Unsupported(format!("internal: {e}"));
             let a = ndarray::Array2::from_shape_vec(shape, a).map_err(err)?;
@@ -586,7 +592,10 @@ fn members_run(
             }
         },
     )?;
-    let (a, b) = sum_trajectories(&job, &q, &z, dbl)?;
+    // q, z and these sums are in the units of the cube as the devices converted it; the
+    // CPU-alone path above gets a and b in the cube's units from its back end
+    let (mut a, mut b) = sum_trajectories(&job, &q, &z, dbl)?;
+    job.ab_from_device(dbl, &mut a, &mut b);
     Ok(PacoMulti {
         maps: maps_from_ab(a, b, &job),
         shares,

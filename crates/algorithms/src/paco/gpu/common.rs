@@ -61,18 +61,20 @@ pub(super) fn encode(vals: impl Iterator<Item = f64>, f64_real: bool, cap: usize
     out
 }
 
-/// [`encode`] of a slice, written in parallel pieces for large inputs (the cube).
-pub(super) fn encode_slice(vals: &[f64], f64_real: bool) -> Vec<u8> {
+/// [`encode`] of a slice times `scale` (a power of two: exact), written in parallel pieces for
+/// large inputs (the cube).
+pub(super) fn encode_slice(vals: &[f64], f64_real: bool, scale: f64) -> Vec<u8> {
     const PIECE: usize = 1 << 18;
     let size = if f64_real { 8 } else { 4 };
     if vals.len() <= PIECE {
-        return encode(vals.iter().copied(), f64_real, vals.len());
+        return encode(vals.iter().map(|&x| x * scale), f64_real, vals.len());
     }
     let mut out = vec![0u8; vals.len() * size];
     out.par_chunks_mut(PIECE * size)
         .zip(vals.par_chunks(PIECE))
         .for_each(|(o, v)| {
             for (o, &x) in o.chunks_exact_mut(size).zip(v) {
+                let x = x * scale;
                 if f64_real {
                     o.copy_from_slice(&x.to_le_bytes());
                 } else {

@@ -107,9 +107,11 @@ impl<B> DeviceJob<B> {
         // Launches are asynchronous and a released buffer may be reused at once by the
         // backend's pool, so every buffer a queued kernel reads stays alive until the blocking
         // downloads at the end.
+        // in float, scaled into [0.5, 1) on the way (exact; see PacoJob::device_scale)
+        let s = job.device_scale(dbl);
         let cube_bytes = match job.cube.as_slice() {
-            Some(c) => encode_slice(c, dbl),
-            None => encode(job.cube.iter().copied(), dbl, t * npix),
+            Some(c) => encode_slice(c, dbl, s),
+            None => encode(job.cube.iter().map(|&v| v * s), dbl, t * npix),
         };
         let mut uploaded = cube_bytes.len() as u64;
         let cube = e.upload(&cube_bytes)?;
@@ -181,7 +183,7 @@ impl<B> DeviceJob<B> {
 }
 
 /// The device pipeline (see the module docs): a and b at `phi0s` (`None`: the full grid,
-/// row-major).
+/// row-major), in the caller's units ([`PacoJob::ab_in_cube_units`]).
 pub(super) fn ab_device<E: Executor>(
     e: &E,
     job: &PacoJob<'_>,
@@ -205,12 +207,13 @@ pub(super) fn ab_device<E: Executor>(
     };
     let ctx = dj.ctx();
     let (dbl, big) = (dj.plan.dbl, dj.plan.big);
-    let out = match &dj.plan.tpl {
+    let (mut a, mut b) = match &dj.plan.tpl {
         Some(tpl) => ab_pairs(e, &ctx, job, &pos, n0, tpl, dbl, big)?,
         None => ab_fast(e, &ctx, job, &pos, n0, dbl, big)?,
     };
     drop(dj);
-    Ok(out)
+    job.ab_from_device(dbl, &mut a, &mut b);
+    Ok((a, b))
 }
 
 /// Rows of statistics per `paco_stats` launch without templates (bounded by the `COV_GLOBAL`

@@ -66,7 +66,9 @@
 //! float. In double the kernels follow the CPU's operation order without fused multiply-add:
 //! on PoCL the maps are bit-identical to the CPU backend in every mode tested (no templates,
 //! table, VipFft and Spline5 templates, R = 5 and 6, `EdgeRule::Disk`); in float a and b agree
-//! to ~2e-6 (relative, and relative to max|b|).
+//! to ~2e-6 (relative, and relative to max|b|). In float the cube is converted times the power
+//! of two that brings its largest |value| into [0.5, 1) (exact; a and b are converted back), so
+//! that the shrinkage's fourth powers stay in float's range whatever the cube's scale.
 //!
 //! The `Strategy` switch does not matter on the device (Full and Fast give identical numbers).
 //! `ab_at` without templates computes the statistics of the whole field and then sums only the
