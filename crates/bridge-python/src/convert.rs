@@ -60,7 +60,45 @@ impl Held {
             Held::Bridge(a) => a.as_ndarray::<T>(),
         }
     }
-    /// A host copy (row-major), from any device.
+    /// Host bytes that [`Self::to_host`] allocates at its peak: one row-major copy, and for an
+    /// array on a device also the buffer its bytes are read into first (saturating: a size
+    /// that overflows is over any budget).
+    pub(crate) fn to_host_bytes(&self) -> u64 {
+        let n = nbytes(&self.shape(), self.dtype());
+        match self {
+            Held::Bridge(a) if a.device() != Device::Cpu => n.saturating_mul(2),
+            _ => n,
+        }
+    }
+
+    /// `a float32 array of shape (65536, 65536)` (`… on opencl:0` off the host): what a budget
+    /// error names.
+    pub(crate) fn describe(&self) -> String {
+        let on = match self.device() {
+            Device::Cpu => String::new(),
+            d => format!(" on {d}"),
+        };
+        format!(
+            "a {} array of shape {}{on}",
+            dtype_name(self.dtype()),
+            shape_str(&self.shape())
+        )
+    }
+
+    /// [`Self::to_host`] after checking its bytes against the host budget (`OutOfMemory`
+    /// naming `what` and [`Self::describe`] when they do not fit): a broadcast view of a few
+    /// bytes can ask for gigabytes.
+    pub(crate) fn host_copy(&self, what: &str, hint: &str) -> PyResult<HostData> {
+        crate::memory::check(
+            self.to_host_bytes(),
+            &format!("{what}: a host copy of {}", self.describe()),
+            hint,
+        )?;
+        self.to_host().py_err()
+    }
+
+    /// A host copy (row-major), from any device. Unchecked: callers check
+    /// [`Self::to_host_bytes`] against the budget first ([`Self::host_copy`]).
     pub(crate) fn to_host(&self) -> bridge_core::Result<HostData> {
         match self {
             Held::Tensor(t) => t.to_host_data(),
@@ -74,6 +112,30 @@ impl Held {
         }
     }
 }
+
+/// Bytes of `shape` elements of `dtype`, saturating (an overflow is over any budget).
+pub(crate) fn nbytes(shape: &[usize], dtype: DType) -> u64 {
+    let mut factors: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    factors.push(dtype.size_of() as u64);
+    bridge_core::host::checked_product(&factors).unwrap_or(u64::MAX)
+}
+
+/// A shape as Python writes it: `(3,)`, `(2, 3)`, `()`.
+pub(crate) fn shape_str(shape: &[usize]) -> String {
+    match shape {
+        [n] => format!("({n},)"),
+        dims => format!(
+            "({})",
+            dims.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// What a budget error suggests for a copy of a whole array.
+const COPY_HINT: &str = "a broadcast or strided view is copied in full: use a smaller array";
 
 /// The bytes of a device array, read through its executor.
 pub(crate) fn download(a: &CoreArray) -> bridge_core::Result<HostData> {
@@ -221,12 +283,19 @@ pub(crate) fn parse_device(s: &str) -> PyResult<Device> {
 }
 
 /// Move `held` to `device`: in place when it is there already (unless `copy`), else through
-/// the registry (reported to its observer).
+/// a host copy, checked against the host budget before it is made (`OutOfMemory`), and the
+/// registry (reported to its observer).
 pub(crate) fn move_to(held: &Held, device: Device, copy: bool) -> PyResult<Held> {
     if held.device() == device && !copy {
         return Ok(held.clone());
     }
-    let host = held.to_host().py_err()?;
+    let host = held.host_copy(
+        &format!(
+            "convert(x, device='{device}'{})",
+            if copy { ", copy=True" } else { "" }
+        ),
+        COPY_HINT,
+    )?;
     let a = CoreArray::from_host(host);
     let a = if device == Device::Cpu {
         a
@@ -306,7 +375,9 @@ impl Array {
                     "the array is on {here}: copy=False cannot hand it to the CPU"
                 )));
             }
-            let host = self.held.to_host().py_err()?;
+            let host = self
+                .held
+                .host_copy("__dlpack__(dl_device=CPU)", COPY_HINT)?;
             let opts = ExportOptions {
                 stream: ConsumerStream::Omitted,
                 ..opts
@@ -326,7 +397,8 @@ impl Array {
                     "the DLPack protocol takes no stream for CPU arrays",
                 )));
             }
-            return export_host_copy(self.held.to_host().py_err()?, &opts).py_err();
+            let host = self.held.host_copy("__dlpack__(copy=True)", COPY_HINT)?;
+            return export_host_copy(host, &opts).py_err();
         }
         match &self.held {
             Held::Tensor(t) => {
@@ -452,7 +524,7 @@ impl Array {
         if slf.get().held.device() == Device::Cpu {
             return np.call_method1("from_dlpack", (slf,));
         }
-        let host = slf.get().held.to_host().py_err()?;
+        let host = slf.get().held.host_copy("Array.numpy()", COPY_HINT)?;
         let copy = Bound::new(
             py,
             Array {
@@ -471,17 +543,7 @@ impl Array {
     }
 
     fn __repr__(&self) -> String {
-        let shape = self.held.shape();
-        let shape = match shape.as_slice() {
-            [n] => format!("({n},)"),
-            dims => format!(
-                "({})",
-                dims.iter()
-                    .map(usize::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let shape = shape_str(&self.held.shape());
         format!(
             "arraybridge.Array(shape={shape}, dtype={}, device={}{})",
             dtype_name(self.held.dtype()),
@@ -562,9 +624,32 @@ pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
         )));
     }
     let src = import_held(src)?;
-    let host = src.to_host().py_err()?;
     let dtype = t.info().dtype;
-    let host = host.cast(dtype, bridge_core::CastMode::Lossless).py_err()?;
+    // the source's host copy, and its cast to the destination's dtype when that differs
+    let cast_bytes = if src.dtype() == dtype {
+        0
+    } else {
+        nbytes(&src.shape(), dtype)
+    };
+    crate::memory::check(
+        src.to_host_bytes().saturating_add(cast_bytes),
+        &format!(
+            "copyto: a host copy of the source ({}){}",
+            src.describe(),
+            if cast_bytes > 0 {
+                format!(" and its cast to {}", dtype_name(dtype))
+            } else {
+                String::new()
+            }
+        ),
+        COPY_HINT,
+    )?;
+    let host = src.to_host().py_err()?;
+    let host = if host.dtype() == dtype {
+        host
+    } else {
+        host.cast(dtype, bridge_core::CastMode::Lossless).py_err()?
+    };
     bridge_core::with_host_data!(&host, s => {
         write_into(&mut t, s)
     })

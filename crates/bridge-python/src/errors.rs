@@ -14,7 +14,9 @@ pyo3::create_exception!(
     arraybridge,
     OutOfMemory,
     ArrayBridgeError,
-    "A device (or the host budget) ran out of memory, after arraybridge's retries."
+    "Out of memory: a device ran out, after arraybridge's retries, or a host allocation sized \
+     by an input's shape would not fit the host memory budget (checked before allocating; see \
+     set_memory_limit)."
 );
 pyo3::create_exception!(
     arraybridge,
@@ -31,12 +33,13 @@ pyo3::create_exception!(
      read-only array where a result must be written, a stream for host memory, ..."
 );
 
-/// The Python exception for a Rust error: `OutOfMemory`, `BackendUnavailable`, `InvalidInput`,
-/// or the base `ArrayBridgeError` for the rest (unsupported operations, device failures).
+/// The Python exception for a Rust error: `OutOfMemory` (a device out of memory, or a host
+/// allocation over the budget: `TooLarge`), `BackendUnavailable`, `InvalidInput`, or the base
+/// `ArrayBridgeError` for the rest (unsupported operations, device failures).
 pub fn to_py(e: BridgeError) -> PyErr {
     let msg = e.to_string();
     match e {
-        BridgeError::OutOfMemory { .. } => OutOfMemory::new_err(msg),
+        BridgeError::OutOfMemory { .. } | BridgeError::TooLarge { .. } => OutOfMemory::new_err(msg),
         BridgeError::BackendUnavailable { .. } | BridgeError::UnknownDevice { .. } => {
             BackendUnavailable::new_err(msg)
         }

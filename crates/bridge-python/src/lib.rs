@@ -9,11 +9,14 @@
 //! - `convert`, `copyto`, `devices`, `backends` and the pipelines (`blob_log`, `locate`,
 //!   `link`, `paco`, `unbiased_flux`), which call the library functions of the `algorithms`
 //!   crate with the GIL released, checking for Ctrl-C between batches of frames.
+//! - `set_memory_limit` and `memory_limit` (`memory.rs`): the host memory budget, which every
+//!   host allocation sized by an input's shape is checked against before it is made.
 //! - Errors are the typed exceptions `ArrayBridgeError` (base), `OutOfMemory`,
 //!   `BackendUnavailable` and `InvalidInput`, carrying the Rust message.
 
 mod convert;
 mod errors;
+mod memory;
 mod pipelines;
 
 use pyo3::prelude::*;
@@ -39,6 +42,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(convert::devices, m)?)?;
     m.add_function(wrap_pyfunction!(convert::backends, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::set_memory_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::link, m)?)?;

@@ -4,13 +4,13 @@
 //! batches of frames (`KeyboardInterrupt`).
 
 use algorithms::detect::{
-    BlobLogParams, DetectBackend, FrameView, LocateParams, Prescale, backend_for,
+    BlobLogParams, DetectBackend, FrameView, LocateParams, LogDetector, Prescale, backend_for,
 };
 use algorithms::paco::{
     Center, EdgeRule, FluxOptions, PacoParams, PsfNorm, Rounding, Strategy, SubPixel, Variant,
 };
 use algorithms::track::LinkParams;
-use bridge_core::{DType, Device};
+use bridge_core::{BridgeError, DType, Device};
 use ndarray::{Array2, ArrayView2, ArrayViewD, Axis, Ix1, Ix2, Ix3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -49,15 +49,20 @@ fn frames_of<'a, T: Copy>(
     }
 }
 
-/// Host frames of `held` (a host view, or a host copy of a device array kept in `keep`).
+/// Host frames of `held` (a host view, or a host copy of a device array kept in `keep`, checked
+/// against the host budget first; `what` names the function for its error).
 fn host_frames<'a>(
     held: &'a Held,
     keep: &'a mut Option<Held>,
+    what: &str,
 ) -> PyResult<(Vec<FrameView<'a>>, bool)> {
     let src: &'a Held = if held.device() == Device::Cpu {
         held
     } else {
-        let h = held.to_host().py_err()?;
+        let h = held.host_copy(
+            &format!("{what}: reading the movie back to the host"),
+            "detect on the device it lives on (device=\"auto\"), or on fewer frames",
+        )?;
         *keep = Some(Held::Bridge(std::sync::Arc::new(
             bridge_core::Array::from_host(h),
         )));
@@ -108,6 +113,94 @@ fn in_range(name: &str, value: usize, lo: usize, hi: usize) -> PyResult<()> {
 
 /// The command line's `--batch-size` range.
 const MAX_BATCH: usize = 100_000;
+
+/// `(frames, h, w)` of a movie's frames (all of one size), `None` when there are none.
+fn frames_dim(frames: &[FrameView<'_>]) -> Option<(usize, usize, usize)> {
+    let (h, w) = frames.first()?.dim();
+    Some((frames.len(), h, w))
+}
+
+/// `blob_log`'s host memory, checked against the budget before any frame is detected, as the
+/// command line checks it (`LogDetector::check_memory_on`): each frame in flight (a batch, in
+/// parallel) needs what `backend` holds for it (the CPU: the frame in float64, its padded copy
+/// and a few rows of every scale; elsewhere the whole scale space), plus the kernels. A
+/// broadcast view of a few bytes is detected as the frames it stands for.
+fn check_blob_log_memory(
+    frames: &[FrameView<'_>],
+    p: &BlobLogParams,
+    batch_size: usize,
+    backend: &dyn DetectBackend,
+) -> PyResult<()> {
+    let Some((n, h, w)) = frames_dim(frames) else {
+        return Ok(());
+    };
+    let detector = LogDetector {
+        min_sigma: p.min_sigma,
+        max_sigma: p.max_sigma,
+        num_sigma: p.num_sigma,
+        threshold: p.threshold,
+        threshold_rel: p.threshold_rel,
+        overlap: p.overlap,
+        log_scale: p.log_scale,
+        exclude_border: p.exclude_border,
+        prescale: p.prescale,
+        batch_size,
+        ..LogDetector::default()
+    };
+    // the library names the command line's flags; Python has keywords
+    let r = detector
+        .check_memory_on(h, w, n, &[backend])
+        .map_err(|e| match e {
+            BridgeError::TooLarge {
+                what,
+                requested,
+                limit,
+                limited_by,
+                hint,
+            } => BridgeError::TooLarge {
+                what: what
+                    .replace("(--num-sigma)", "(num_sigma)")
+                    .replace("(--max-sigma)", "(max_sigma)")
+                    .replace("(--batch-size)", "(batch_size)"),
+                requested,
+                limit,
+                limited_by,
+                hint,
+            },
+            e => e,
+        });
+    crate::memory::check_result(r)
+}
+
+/// Host bytes per pixel of a frame in flight in `locate`: the frame in float64, its lowpass
+/// (and the pass between), its background, at most four float64 images at once, plus the
+/// integer image and maps that follow (an upper bound, rounded up).
+const LOCATE_BYTES_PER_PIXEL: u64 = 40;
+
+/// `locate`'s host memory, checked against the budget before any frame is located: a batch of
+/// frames in flight (in parallel), each [`LOCATE_BYTES_PER_PIXEL`] a pixel.
+fn check_locate_memory(frames: &[FrameView<'_>], batch_size: usize) -> PyResult<()> {
+    let Some((n, h, w)) = frames_dim(frames) else {
+        return Ok(());
+    };
+    let in_flight = batch_size.min(n).max(1);
+    let bytes = bridge_core::host::checked_product(&[
+        in_flight as u64,
+        h as u64,
+        w as u64,
+        LOCATE_BYTES_PER_PIXEL,
+    ])
+    .unwrap_or(u64::MAX);
+    crate::memory::check(
+        bytes,
+        &format!(
+            "locate on {in_flight} frame(s) of {h}x{w} at once (batch_size; about five float64 \
+             images of each)"
+        ),
+        "use a smaller batch_size or smaller frames (a broadcast view is located as the \
+         frames it stands for)",
+    )
+}
 
 /// Blobs of a movie already on `device` (`u8`/`u16`, C-contiguous), read in place; `None` when
 /// the movie cannot be read there ([`algorithms::detect::blob_log_in_place`]).
@@ -187,7 +280,8 @@ pub fn blob_log<'py>(
         Some(b) => (b, true),
         None => {
             let mut keep = None;
-            let (frames, movie) = host_frames(&held, &mut keep)?;
+            let (frames, movie) = host_frames(&held, &mut keep, "blob_log")?;
+            check_blob_log_memory(&frames, &p, batch_size, backend.as_ref())?;
             let b = batched(py, &frames, batch_size, |c| backend.blob_log_batch(c, &p))?;
             (b, movie)
         }
@@ -248,7 +342,8 @@ pub fn locate<'py>(
         Some(f) => (f, true),
         None => {
             let mut keep = None;
-            let (frames, movie) = host_frames(&held, &mut keep)?;
+            let (frames, movie) = host_frames(&held, &mut keep, "locate")?;
+            check_locate_memory(&frames, batch_size)?;
             let f = batched(py, &frames, batch_size, |c| backend.locate_batch(c, &p))?;
             (f, movie)
         }
@@ -309,8 +404,8 @@ pub fn link<'py>(
     Ok(ids.into_pyarray(py))
 }
 
-/// The f64 host data of a PACO input, checked for its number of dimensions.
-fn f64_input(obj: &Bound<'_, PyAny>, ndim: usize, what: &str) -> PyResult<ndarray::ArrayD<f64>> {
+/// A PACO input, imported (in place) and checked for its number of dimensions.
+fn paco_input(obj: &Bound<'_, PyAny>, ndim: usize, what: &str) -> PyResult<Held> {
     let held = import_held(obj)?;
     let shape = held.shape();
     let shape_ok = shape.len() == ndim || (ndim == 1 && shape.len() == 2 && shape[1] == 1);
@@ -319,14 +414,36 @@ fn f64_input(obj: &Bound<'_, PyAny>, ndim: usize, what: &str) -> PyResult<ndarra
             "{what} must have {ndim} dimension(s), got shape {shape:?}"
         )));
     }
-    let h = if held.device() == Device::Cpu && held.dtype() == DType::F64 {
-        return Ok(held.host_view::<f64>().py_err()?.to_owned());
+    Ok(held)
+}
+
+/// Host bytes [`f64_input`] allocates at its peak: the float64 copy, and for other dtypes or
+/// device arrays the host copy it is cast from.
+fn f64_input_bytes(held: &Held) -> u64 {
+    let f64_copy = crate::convert::nbytes(&held.shape(), DType::F64);
+    if held.dtype() == DType::F64 {
+        if held.device() == Device::Cpu {
+            f64_copy
+        } else {
+            held.to_host_bytes()
+        }
     } else {
-        held.to_host().py_err()?
+        held.to_host_bytes().saturating_add(f64_copy)
+    }
+}
+
+/// The f64 host data of a PACO input (a copy; its bytes are checked by the caller).
+fn f64_input(held: &Held, what: &str) -> PyResult<ndarray::ArrayD<f64>> {
+    if held.device() == Device::Cpu && held.dtype() == DType::F64 {
+        return Ok(held.host_view::<f64>().py_err()?.to_owned());
+    }
+    let h = held.to_host().py_err()?;
+    let h = if h.dtype() == DType::F64 {
+        h
+    } else {
+        h.cast(DType::F64, bridge_core::CastMode::Lossless)
+            .py_err()?
     };
-    let h = h
-        .cast(DType::F64, bridge_core::CastMode::Lossless)
-        .py_err()?;
     match h {
         bridge_core::HostData::F64(a) => Ok(a),
         other => Err(invalid(format!(
@@ -420,9 +537,29 @@ fn paco_inputs(
     angles: &Bound<'_, PyAny>,
     psf: &Bound<'_, PyAny>,
 ) -> PyResult<Inputs> {
-    let c = f64_input(cube, 3, "cube")?;
-    let a = f64_input(angles, 1, "angles")?;
-    let p = f64_input(psf, 2, "psf")?;
+    let inputs = [
+        (paco_input(cube, 3, "cube")?, "cube"),
+        (paco_input(angles, 1, "angles")?, "angles"),
+        (paco_input(psf, 2, "psf")?, "psf"),
+    ];
+    // the three float64 copies are alive together: checked as one, before any is made
+    let bytes = inputs
+        .iter()
+        .fold(0u64, |acc, (h, _)| acc.saturating_add(f64_input_bytes(h)));
+    let listed = inputs
+        .iter()
+        .map(|(h, name)| format!("{name}: {}", h.describe()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    crate::memory::check(
+        bytes,
+        &format!("the float64 host copies of the PACO inputs ({listed})"),
+        "use fewer or smaller frames (a broadcast view is copied in full)",
+    )?;
+    let [(c, _), (a, _), (p, _)] = &inputs;
+    let c = f64_input(c, "cube")?;
+    let a = f64_input(a, "angles")?;
+    let p = f64_input(p, "psf")?;
     let n = a.len();
     let c = c
         .into_dimensionality::<Ix3>()

@@ -173,6 +173,27 @@ def test_link_without_pandas_takes_structured_arrays():
         ab.link(rec, -1)
 
 
+def test_link_refuses_multiindex_columns_with_the_fix():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({("frame", ""): [0, 1], ("y", "um"): [1.0, 1.5], ("x", "um"): [2.0, 2.5]})
+    with pytest.raises(ab.InvalidInput) as e:  # was a bare TypeError
+        ab.link(df, 5, pos_columns=["y_um", "x_um"], t_column="frame_")
+    msg = str(e.value)
+    for part in ["columns must be a flat Index", "MultiIndex", "('y', 'um')",
+                 "df.columns = ['_'.join(c) for c in df.columns]"]:
+        assert part in msg, msg
+    # the fix the message gives works
+    df.columns = ["_".join(c) for c in df.columns]
+    out = ab.link(df, 5, pos_columns=["y_um", "x_um"], t_column="frame_")
+    assert out["particle"][0] == out["particle"][1]
+
+
+def test_link_names_columns_that_are_not_strings():
+    # a dict with integer keys: the missing column is named (was a bare TypeError)
+    with pytest.raises(ab.InvalidInput, match=r"no column 'frame' \(columns: 0, 1, 2\)"):
+        ab.link({0: [0, 1], 1: [1.0, 1.5], 2: [2.0, 2.5]}, 5)
+
+
 def read_fits(path):
     """A minimal FITS reader (primary HDU, BITPIX -64/-32): enough for the test data."""
     raw = pathlib.Path(path).read_bytes()

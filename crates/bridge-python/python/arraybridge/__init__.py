@@ -12,6 +12,12 @@ CPU run. ``"auto"`` computes where the input lives when that is a GPU, otherwise
 Inputs are read in place where they live (host arrays through DLPack, without a copy).
 The GIL is released while computing; Ctrl-C stops a long run between batches of frames
 (``KeyboardInterrupt``). See docs/python.md in the repository.
+
+Host memory is budgeted as for the command line: every host allocation whose size comes from
+an input's shape (a copy of a broadcast or strided view, a device array read back, a batch of
+frames in detection) is checked before it is made, and one that does not fit is an
+``OutOfMemory`` error naming what was asked and what fits. ``ARRAYBRIDGE_MEMORY_LIMIT_MB``
+(validated at import) or :func:`set_memory_limit` sets an explicit limit.
 """
 
 from __future__ import annotations
@@ -47,11 +53,44 @@ __all__ = [
     "devices",
     "link",
     "locate",
+    "memory_limit",
     "paco",
+    "set_memory_limit",
     "unbiased_flux",
 ]
 
 __version__ = "0.1.0"
+
+
+def set_memory_limit(mb: Optional[int]) -> None:
+    """Cap the host memory arraybridge may allocate at ``mb`` MiB (a whole number, at least 1),
+    or remove the cap with ``None``.
+
+    The host budget is the smallest of this limit, the available memory, the cgroup's
+    ``memory.max`` and ``ulimit -v`` (the rule of ``bridge_core::host``, the command line's):
+    without a limit the machine's apply. Every host allocation whose size comes from an
+    input's shape is checked against the budget before it is made (``convert`` and
+    ``__dlpack__`` copies, device arrays read back, the frames detection holds at once, PACO's
+    float64 inputs, the library's own checks); one that does not fit raises
+    :class:`OutOfMemory`. The limit is ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` in ``os.environ``, so
+    child processes (the ``arraybridge`` command) inherit it; set it between computations,
+    not while another thread is in one. Anything but a whole number >= 1 or ``None`` (``0``,
+    ``-5``, ``1.5``, ``True``) raises :class:`InvalidInput`.
+    """
+    _native.set_memory_limit(mb)
+
+
+def memory_limit() -> Optional[int]:
+    """The explicit host memory limit in MiB (set by :func:`set_memory_limit` or
+    ``ARRAYBRIDGE_MEMORY_LIMIT_MB``), or ``None`` when there is none and the machine's limits
+    alone make the budget. An invalid ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` raises
+    :class:`InvalidInput` naming it (as at import)."""
+    return _native.memory_limit()
+
+
+# ARRAYBRIDGE_MEMORY_LIMIT_MB is refused at import, as the command line refuses it at start
+# (``abc``, ``1e0``, ``-5``, ``0``): InvalidInput naming the variable, never silently ignored.
+memory_limit()
 
 
 def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Array:
@@ -62,7 +101,10 @@ def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Arra
     Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
     read-only input stays read-only), except a strided CUDA tensor, which is gathered into a
     C-contiguous copy on its device; otherwise the data is copied there. ``copy=True`` always
-    copies; ``copy=False`` refuses to (a strided CUDA tensor included).
+    copies; ``copy=False`` refuses to (a strided CUDA tensor included). A copy is made on the
+    host first (a broadcast view in full: ``np.broadcast_to(np.float32(1), (2**16, 2**16))``
+    is 16 GiB), checked against the host memory budget before it is made
+    (:class:`OutOfMemory`; see :func:`set_memory_limit`).
     """
     return _native.convert(x, device, copy=copy)
 
@@ -207,6 +249,13 @@ def link(
     pd = _pandas()
     is_df = pd is not None and isinstance(f, pd.DataFrame)
     is_dict = isinstance(f, dict)
+    if is_df and isinstance(f.columns, pd.MultiIndex):
+        shown = ", ".join(map(repr, list(f.columns)[:6]))
+        more = ", ..." if len(f.columns) > 6 else ""
+        raise InvalidInput(
+            f"columns must be a flat Index; got a MultiIndex: [{shown}{more}]; flatten them "
+            "first, e.g. df.columns = ['_'.join(c) for c in df.columns]"
+        )
     if is_df or is_dict:
         names = list(f.keys()) if is_dict else list(f.columns)
     else:
@@ -217,7 +266,7 @@ def link(
         )
     for c in [t_column, *pos_columns]:
         if c not in names:
-            raise InvalidInput(f"no column {c!r} (columns: {', '.join(names)})")
+            raise InvalidInput(f"no column {c!r} (columns: {', '.join(map(str, names))})")
     if "particle" in names:
         raise InvalidInput("the table already has a 'particle' column")
     frames = np.asarray(f[t_column])

@@ -10,7 +10,9 @@ class ArrayBridgeError(Exception):
     """Base class of every arraybridge error; the message is the Rust error's."""
 
 class OutOfMemory(ArrayBridgeError):
-    """A device (or the host budget) ran out of memory, after arraybridge's retries."""
+    """Out of memory: a device ran out, after arraybridge's retries, or a host allocation sized
+    by an input's shape would not fit the host memory budget (checked before allocating; the
+    message names what was asked and what fits)."""
 
 class BackendUnavailable(ArrayBridgeError):
     """The device named is not there (backend not compiled in, library missing, ordinal out of
@@ -50,6 +52,17 @@ class Array:
 def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Array: ...
 def copyto(dst: Any, src: Any) -> None: ...
 def devices() -> List[Dict[str, Any]]: ...
+def set_memory_limit(mb: Optional[int]) -> None:
+    """Cap the host memory arraybridge may allocate at ``mb`` MiB (a whole number >= 1; sets
+    ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` in ``os.environ``), or remove the cap with ``None`` (the
+    machine's limits alone: available memory, cgroup, ``ulimit -v``). Anything else raises
+    ``InvalidInput``."""
+
+def memory_limit() -> Optional[int]:
+    """The explicit host memory limit in MiB, ``None`` when there is none (the default budget
+    rule of ``bridge_core::host`` applies); ``InvalidInput`` for an invalid
+    ``ARRAYBRIDGE_MEMORY_LIMIT_MB``."""
+
 def backends() -> Dict[str, Optional[str]]: ...
 def blob_log(
     image: Any,
