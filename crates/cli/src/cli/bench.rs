@@ -287,47 +287,11 @@ fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -
     Ok(bytes as f64 / best / 1e9)
 }
 
+/// Run `arraybridge bench detect`: the checked sizes, the method, the movie (generated, or read
+/// from `--movie-cache`), the device and its memory check, the rows, then the table or JSON.
 fn detect(a: DetectArgs, g: Global) -> Result<()> {
     use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
-    let (frames, size, particles) = (
-        to_usize(a.frames, "--frames")?,
-        to_usize(a.size, "--size")?,
-        to_usize(a.particles, "--particles")?,
-    );
-    let batch_sizes: Vec<usize> = a
-        .batch_sizes
-        .iter()
-        .map(|&b| to_usize(b, "--batch-sizes"))
-        .collect::<Result<_>>()?;
-    if batch_sizes.is_empty() {
-        return Err(BridgeError::invalid_argument(
-            "--batch-sizes",
-            "give at least one batch size",
-        ));
-    }
-    // Particles are placed at least 10 px apart, inside an 8-px margin.
-    let room = (a.size.saturating_sub(17)).pow(2) / 100;
-    if a.particles > room {
-        return Err(BridgeError::invalid_argument(
-            "--particles",
-            format!(
-                "{} particles do not fit {}x{} frames (they are placed 10 px apart); at most \
-                 {room} fit",
-                a.particles, a.size, a.size
-            ),
-        ));
-    }
-    // The u16 movie, the truth table and the largest batch's scale space.
-    let movie_bytes = checked_product(&[a.frames, a.size, a.size, 2]).unwrap_or(u64::MAX);
-    let truth_bytes = checked_product(&[a.frames, a.particles, 40]).unwrap_or(u64::MAX);
-    check_allocation(
-        movie_bytes.saturating_add(truth_bytes),
-        &format!(
-            "bench detect --frames {} --size {} --particles {}",
-            a.frames, a.size, a.particles
-        ),
-        "use fewer frames, smaller frames or fewer particles",
-    )?;
+    let (frames, size, particles, batch_sizes) = detect_sizes(&a)?;
     let detector = algorithms::detect::LogDetector::default();
     let locate = a.method == super::detect::Method::Locate;
     let lp = algorithms::detect::LocateParams {
@@ -371,6 +335,63 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     } else {
         benchmark_detect(&movie, &detector, backend.as_ref(), &batch_sizes)?
     };
+    detect_report(g, device, locate, &rows)
+}
+
+/// `bench detect`'s sizes as `usize`: frames, frame side, particles and batch sizes, checked (at
+/// least one batch size, particles that fit the frames, the movie and its truth within the
+/// memory budget).
+fn detect_sizes(a: &DetectArgs) -> Result<(usize, usize, usize, Vec<usize>)> {
+    let (frames, size, particles) = (
+        to_usize(a.frames, "--frames")?,
+        to_usize(a.size, "--size")?,
+        to_usize(a.particles, "--particles")?,
+    );
+    let batch_sizes: Vec<usize> = a
+        .batch_sizes
+        .iter()
+        .map(|&b| to_usize(b, "--batch-sizes"))
+        .collect::<Result<_>>()?;
+    if batch_sizes.is_empty() {
+        return Err(BridgeError::invalid_argument(
+            "--batch-sizes",
+            "give at least one batch size",
+        ));
+    }
+    // Particles are placed at least 10 px apart, inside an 8-px margin.
+    let room = (a.size.saturating_sub(17)).pow(2) / 100;
+    if a.particles > room {
+        return Err(BridgeError::invalid_argument(
+            "--particles",
+            format!(
+                "{} particles do not fit {}x{} frames (they are placed 10 px apart); at most \
+                 {room} fit",
+                a.particles, a.size, a.size
+            ),
+        ));
+    }
+    // The u16 movie, the truth table and the largest batch's scale space.
+    let movie_bytes = checked_product(&[a.frames, a.size, a.size, 2]).unwrap_or(u64::MAX);
+    let truth_bytes = checked_product(&[a.frames, a.particles, 40]).unwrap_or(u64::MAX);
+    check_allocation(
+        movie_bytes.saturating_add(truth_bytes),
+        &format!(
+            "bench detect --frames {} --size {} --particles {}",
+            a.frames, a.size, a.particles
+        ),
+        "use fewer frames, smaller frames or fewer particles",
+    )?;
+    Ok((frames, size, particles, batch_sizes))
+}
+
+/// `bench detect`'s rows: a note where kernel times are missing, then the JSON with `--json`,
+/// else a Markdown table.
+fn detect_report(
+    g: Global,
+    device: Device,
+    locate: bool,
+    rows: &[algorithms::detect::synth::BenchRow],
+) -> Result<()> {
     if device != Device::Cpu && rows.iter().any(|r| r.kernel_s.is_none()) {
         g.note(
             "kernel s: not measured where launches are asynchronous (CUDA's default); \

@@ -205,86 +205,43 @@ fn names(devices: &[Device]) -> String {
         .join(",")
 }
 
-/// Run `arraybridge bench scaling`.
+/// One `bench scaling` run: the job, its generated inputs (removed when dropped) and the
+/// workers to measure.
+struct Scaling {
+    /// `detect` or `paco`.
+    job: &'static str,
+    /// Frames of the generated movie or cube.
+    frames: usize,
+    /// Its frame side in pixels.
+    size: usize,
+    /// Timed runs per row.
+    reps: usize,
+    /// The devices, one per worker.
+    devices: Vec<Device>,
+    /// The worker counts to measure, ascending, 1 among them.
+    workers: Vec<usize>,
+    /// This program, run as the child processes.
+    exe: PathBuf,
+    /// The job's inputs and arguments.
+    inputs: Inputs,
+}
+
+/// Run `arraybridge bench scaling`: the checks and the generated inputs, the rows of devices in
+/// one process, the rows of MPI ranks (or why they are skipped), then the table or JSON.
 pub fn run(a: ScalingArgs, g: Global) -> Result<()> {
-    let (stage, frames, size) = match a.job {
-        ScalingJob::Detect => (DETECT, a.frames.unwrap_or(200), a.size.unwrap_or(256)),
-        ScalingJob::Paco => (PACO, a.frames.unwrap_or(40), a.size.unwrap_or(64)),
-    };
-    let devices = match &a.device {
-        DeviceArg::Explicit(d) => vec![*d],
-        DeviceArg::Auto => DeviceArg::AllGpus.devices(stage)?.unwrap_or_default(),
-        other => other.devices(stage)?.unwrap_or_default(),
-    };
-    let mut workers: Vec<usize> = a.workers.iter().map(|&w| w as usize).collect();
-    workers.sort_unstable();
-    workers.dedup();
-    if let Some(&most) = workers.last()
-        && most > devices.len()
-    {
-        return Err(BridgeError::invalid_argument(
-            "--workers",
-            format!(
-                "{most} workers need {most} devices; --device {} gives {} ({}); name more \
-                 devices or measure fewer workers",
-                a.device,
-                devices.len(),
-                names(&devices)
-            ),
-        ));
-    }
-    if !workers.contains(&1) {
-        workers.insert(0, 1);
-    }
-    let bytes = checked_product(&[frames, size, size, 8, 4]).unwrap_or(u64::MAX);
-    check_allocation(
-        bytes,
-        &format!("bench scaling --frames {frames} --size {size}"),
-        "use fewer frames or a smaller --size",
-    )?;
-    let (frames, size) = (
-        usize::try_from(frames).unwrap_or(usize::MAX),
-        usize::try_from(size).unwrap_or(usize::MAX),
-    );
-    let reps = usize::try_from(a.reps).unwrap_or(1);
-    let inputs = write_inputs(a.job, frames, size)?;
-    let exe = std::env::current_exe().map_err(|e| BridgeError::io("current executable", e))?;
-    let job = match a.job {
-        ScalingJob::Detect => "detect",
-        ScalingJob::Paco => "paco",
-    };
+    let s = Scaling::new(&a)?;
     g.note(format!(
-        "bench scaling {job}: {frames}x{size}x{size}, workers {workers:?} of {}, warm-up + best of {reps}",
-        names(&devices)
+        "bench scaling {}: {}x{}x{}, workers {:?} of {}, warm-up + best of {}",
+        s.job,
+        s.frames,
+        s.size,
+        s.size,
+        s.workers,
+        names(&s.devices),
+        s.reps
     ));
     let mut rows: Vec<Row> = Vec::new();
-    let row = |kind, n: usize, best_s| Row {
-        kind,
-        workers: n,
-        devices: names(&devices[..n]),
-        best_s,
-        speedup: f64::NAN,
-        efficiency: f64::NAN,
-        cost: f64::NAN,
-    };
-    let mut device_rows = Vec::new();
-    for &n in &workers {
-        let list = names(&devices[..n]);
-        let what = format!(
-            "{} {} --device {list}",
-            exe.display(),
-            inputs.args.join(" ")
-        );
-        let best = best_of(reps, &what, || {
-            let mut c = Command::new(&exe);
-            c.arg("-q").args(&inputs.args).args(["--device", &list]);
-            c
-        })?;
-        g.note(format!("  {n} device(s) {list}: {best:.3} s"));
-        device_rows.push(row("devices", n, best));
-    }
-    ratios(&mut device_rows);
-    rows.extend(device_rows);
+    rows.extend(s.device_rows(g)?);
     let mut skipped: Vec<String> = Vec::new();
     if a.no_mpi {
         skipped.push("mpi ranks: skipped: --no-mpi".into());
@@ -295,55 +252,174 @@ pub fn run(a: ScalingArgs, g: Global) -> Result<()> {
         if !have_mpirun() {
             skipped.push("mpi ranks: skipped: no mpirun".into());
         } else {
-            let mut mpi_rows = Vec::new();
-            for &n in &workers {
-                let list = names(&devices[..n]);
-                let what = format!(
-                    "mpirun -n {n} {} {} --device {list}",
-                    exe.display(),
-                    inputs.args.join(" ")
-                );
-                let best = best_of(reps, &what, || {
-                    let mut c = Command::new("mpirun");
-                    c.args(["-n", &n.to_string()])
-                        .arg(&exe)
-                        .arg("-q")
-                        .args(&inputs.args)
-                        .args(["--device", &list])
-                        // Open MPI: as root too, more ranks than cores, no cross-memory attach
-                        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-                        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
-                    c
-                })?;
-                g.note(format!("  {n} rank(s) on {list}: {best:.3} s"));
-                mpi_rows.push(row("mpi", n, best));
-            }
-            ratios(&mut mpi_rows);
-            rows.extend(mpi_rows);
+            rows.extend(s.mpi_rows(g)?);
         }
     }
-    if g.json {
-        return g.print_json(&serde_json::json!({
-            "command": "bench scaling", "job": job, "frames": frames, "size": size,
-            "reps": reps, "devices": names(&devices), "rows": rows, "skipped": skipped,
-        }));
-    }
-    println!(
-        "| kind | workers | devices | best s | speed-up T1/Tn | efficiency T1/(n·Tn) | cost n·Tn/T1 |"
-    );
-    println!("|---|---|---|---|---|---|---|");
-    for r in &rows {
-        println!(
-            "| {} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} |",
-            r.kind, r.workers, r.devices, r.best_s, r.speedup, r.efficiency, r.cost
+    s.print(g, &rows, &skipped)
+}
+
+impl Scaling {
+    /// The job's sizes and devices, checked (no more workers than devices, the inputs within
+    /// the memory budget), then its inputs written.
+    fn new(a: &ScalingArgs) -> Result<Scaling> {
+        let (stage, frames, size) = match a.job {
+            ScalingJob::Detect => (DETECT, a.frames.unwrap_or(200), a.size.unwrap_or(256)),
+            ScalingJob::Paco => (PACO, a.frames.unwrap_or(40), a.size.unwrap_or(64)),
+        };
+        let devices = match &a.device {
+            DeviceArg::Explicit(d) => vec![*d],
+            DeviceArg::Auto => DeviceArg::AllGpus.devices(stage)?.unwrap_or_default(),
+            other => other.devices(stage)?.unwrap_or_default(),
+        };
+        let mut workers: Vec<usize> = a.workers.iter().map(|&w| w as usize).collect();
+        workers.sort_unstable();
+        workers.dedup();
+        if let Some(&most) = workers.last()
+            && most > devices.len()
+        {
+            return Err(BridgeError::invalid_argument(
+                "--workers",
+                format!(
+                    "{most} workers need {most} devices; --device {} gives {} ({}); name more \
+                     devices or measure fewer workers",
+                    a.device,
+                    devices.len(),
+                    names(&devices)
+                ),
+            ));
+        }
+        if !workers.contains(&1) {
+            workers.insert(0, 1);
+        }
+        let bytes = checked_product(&[frames, size, size, 8, 4]).unwrap_or(u64::MAX);
+        check_allocation(
+            bytes,
+            &format!("bench scaling --frames {frames} --size {size}"),
+            "use fewer frames or a smaller --size",
+        )?;
+        let (frames, size) = (
+            usize::try_from(frames).unwrap_or(usize::MAX),
+            usize::try_from(size).unwrap_or(usize::MAX),
         );
+        let reps = usize::try_from(a.reps).unwrap_or(1);
+        let inputs = write_inputs(a.job, frames, size)?;
+        let exe = std::env::current_exe().map_err(|e| BridgeError::io("current executable", e))?;
+        let job = match a.job {
+            ScalingJob::Detect => "detect",
+            ScalingJob::Paco => "paco",
+        };
+        Ok(Scaling {
+            job,
+            frames,
+            size,
+            reps,
+            devices,
+            workers,
+            exe,
+            inputs,
+        })
     }
-    for s in &skipped {
-        println!("{s}");
+
+    /// A row of `n` workers (the first `n` devices) before its ratios.
+    fn row(&self, kind: &'static str, n: usize, best_s: f64) -> Row {
+        Row {
+            kind,
+            workers: n,
+            devices: names(&self.devices[..n]),
+            best_s,
+            speedup: f64::NAN,
+            efficiency: f64::NAN,
+            cost: f64::NAN,
+        }
     }
-    Ok(())
+
+    /// The rows of 1, 2, … devices in one process (`--device a,b`), with their ratios.
+    fn device_rows(&self, g: Global) -> Result<Vec<Row>> {
+        let (exe, inputs, reps) = (&self.exe, &self.inputs, self.reps);
+        let mut device_rows = Vec::new();
+        for &n in &self.workers {
+            let list = names(&self.devices[..n]);
+            let what = format!(
+                "{} {} --device {list}",
+                exe.display(),
+                inputs.args.join(" ")
+            );
+            let best = best_of(reps, &what, || {
+                let mut c = Command::new(exe);
+                c.arg("-q").args(&inputs.args).args(["--device", &list]);
+                c
+            })?;
+            g.note(format!("  {n} device(s) {list}: {best:.3} s"));
+            device_rows.push(self.row("devices", n, best));
+        }
+        ratios(&mut device_rows);
+        Ok(device_rows)
+    }
+
+    /// The rows of 1, 2, … MPI ranks (`mpirun -n k`, one device each), with their ratios.
+    #[cfg(feature = "mpi")]
+    fn mpi_rows(&self, g: Global) -> Result<Vec<Row>> {
+        let (exe, inputs, reps) = (&self.exe, &self.inputs, self.reps);
+        let mut mpi_rows = Vec::new();
+        for &n in &self.workers {
+            let list = names(&self.devices[..n]);
+            let what = format!(
+                "mpirun -n {n} {} {} --device {list}",
+                exe.display(),
+                inputs.args.join(" ")
+            );
+            let best = best_of(reps, &what, || {
+                let mut c = Command::new("mpirun");
+                c.args(["-n", &n.to_string()])
+                    .arg(exe)
+                    .arg("-q")
+                    .args(&inputs.args)
+                    .args(["--device", &list])
+                    // Open MPI: as root too, more ranks than cores, no cross-memory attach
+                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                    .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+                    .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+                c
+            })?;
+            g.note(format!("  {n} rank(s) on {list}: {best:.3} s"));
+            mpi_rows.push(self.row("mpi", n, best));
+        }
+        ratios(&mut mpi_rows);
+        Ok(mpi_rows)
+    }
+
+    /// The rows as JSON with `--json`, else as a Markdown table, then what was skipped.
+    fn print(&self, g: Global, rows: &[Row], skipped: &[String]) -> Result<()> {
+        let Scaling {
+            job,
+            frames,
+            size,
+            reps,
+            ref devices,
+            ..
+        } = *self;
+        if g.json {
+            return g.print_json(&serde_json::json!({
+                "command": "bench scaling", "job": job, "frames": frames, "size": size,
+                "reps": reps, "devices": names(devices), "rows": rows, "skipped": skipped,
+            }));
+        }
+        println!(
+            "| kind | workers | devices | best s | speed-up T1/Tn | efficiency T1/(n·Tn) | cost n·Tn/T1 |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for r in rows {
+            println!(
+                "| {} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} |",
+                r.kind, r.workers, r.devices, r.best_s, r.speedup, r.efficiency, r.cost
+            );
+        }
+        for s in skipped {
+            println!("{s}");
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -378,129 +378,19 @@ impl Sink {
     }
 }
 
-/// Run `arraybridge track`.
+/// Run `arraybridge track`: the checks before the input is read, then the table linked as it
+/// is read (or, with `--unsorted`, read whole first), then the summary.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let start = Instant::now();
-    if args.strategy == StrategyArg::Greedy
-        && let Some(flag) = args.optimal_only()
-    {
-        return Err(BridgeError::invalid_argument(
-            flag,
-            "only applies to --strategy optimal",
-        ));
-    }
-    if args.strategy == StrategyArg::Optimal {
-        args.link_params()?;
-    }
-    check_output_file(&args.output, &[&args.input], "--output")?;
+    check(&args)?;
     if args.unsorted {
         return run_in_memory(&args, g, start);
     }
     let mut rd = RowReader::open(&args.input)?;
-    let (cf, cy, cx) = columns(&args, rd.path(), rd.header(), |c| rd.column(c))?;
-    let greedy = args.strategy == StrategyArg::Greedy;
-    let (mut engine, params) = if greedy {
-        let p = GreedyParams {
-            max_distance: args.search_range,
-            max_gap: args.memory,
-            min_track_length: args.min_length,
-        };
-        (Engine::Greedy(GreedyLinker::new(p)?), None)
-    } else {
-        let p = args.link_params()?;
-        (Engine::Optimal(Box::new(Linker::new(p.clone())?)), Some(p))
-    };
-    let mut w = create_writer(&args.output)?;
-    let result = (|| {
-        w.write_record(rd.header().iter().map(String::as_str).chain(["particle"]))?;
-        let mut sink = Sink {
-            w,
-            min_length: args.min_length,
-            greedy,
-            queue: VecDeque::new(),
-            queue_bytes: 0,
-            pending: HashMap::new(),
-            rows_out: 0,
-            kept_tracks: 0,
-            held_max: 0,
-        };
-        let budget = Budget::current();
-        // rows of the frame being read: `rows[..n]` (the slots past `n` are reused)
-        let mut rows: Vec<StringRecord> = Vec::new();
-        let mut n = 0usize;
-        let mut frame_bytes = 0u64;
-        let mut pos: Vec<[f64; 2]> = Vec::new();
-        let mut ids = Vec::new();
-        let mut current: Option<i64> = None;
-        let mut rows_in = 0usize;
-        loop {
-            if n == rows.len() {
-                rows.push(StringRecord::new());
-            }
-            let more = rd.read_row(&mut rows[n])?;
-            let frame = if more {
-                let r = &rows[n];
-                let f = rd.frame(r, cf)?;
-                let p = [rd.finite_f64(r, cy)?, rd.finite_f64(r, cx)?];
-                if let Some(prev) = current
-                    && f < prev
-                {
-                    return Err(BridgeError::InvalidInput(format!(
-                        "{}:{}: column frame: frame {f} after frame {prev}: rows must be sorted \
-                         by frame (frames ascending, the rows of a frame together) to be linked \
-                         as they are read; sort the table, or pass --unsorted to read it whole",
-                        rd.path(),
-                        RowReader::line(r)
-                    )));
-                }
-                Some((f, p))
-            } else {
-                None
-            };
-            if let Some(prev) = current
-                && frame.is_none_or(|(f, _)| f != prev)
-            {
-                engine.push(prev, &pos, &mut ids)?;
-                sink.frame(prev, &mut rows[..n], &ids, &engine)?;
-                rows.swap(0, n);
-                n = 0;
-                frame_bytes = 0;
-                pos.clear();
-            }
-            let Some((f, p)) = frame else {
-                break;
-            };
-            current = Some(f);
-            pos.push(p);
-            frame_bytes += row_bytes(&rows[n]);
-            n += 1;
-            rows_in += 1;
-            let held = frame_bytes + sink.queue_bytes;
-            if held.saturating_mul(2) > budget.limit.0 {
-                let queued = if sink.queue.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " and {} earlier rows waiting for --min-length",
-                        sink.queue.len()
-                    )
-                };
-                let first = RowReader::line(&rows[0]);
-                budget.check(
-                    held.saturating_mul(2),
-                    &format!(
-                        "{}: frame {f}, {n} rows from line {first} on{queued}, held until \
-                         linked",
-                        rd.path()
-                    ),
-                    "memory grows with the rows of one frame (and, with --min-length, the rows \
-                     of tracks not yet long enough), not with the number of frames",
-                )?;
-            }
-        }
-        let (rows_out, tracks, held_max) = sink.finish(&engine)?;
-        Ok((rows_in, rows_out, tracks, held_max))
-    })();
+    let cols = columns(&args, rd.path(), rd.header(), |c| rd.column(c))?;
+    let (mut engine, params) = engine(&args)?;
+    let w = create_writer(&args.output)?;
+    let result = stream(&args, &mut rd, cols, &mut engine, w);
     // on an error the writer is dropped unfinished: no partial table appears
     // (`io::staged`), and a file already at the output path is left as it was
     let (rows_in, rows_out, tracks, held_max) = result?;
@@ -520,6 +410,168 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         stats,
         Some(held_max),
     )
+}
+
+/// The checks before the input is read: no option of the optimal strategy with `--strategy
+/// greedy`, valid linking parameters with the optimal one, then the output path.
+fn check(args: &Args) -> Result<()> {
+    if args.strategy == StrategyArg::Greedy
+        && let Some(flag) = args.optimal_only()
+    {
+        return Err(BridgeError::invalid_argument(
+            flag,
+            "only applies to --strategy optimal",
+        ));
+    }
+    if args.strategy == StrategyArg::Optimal {
+        args.link_params()?;
+    }
+    check_output_file(&args.output, &[&args.input], "--output")
+}
+
+/// The streaming linker of `--strategy`, and the optimal strategy's parameters.
+fn engine(args: &Args) -> Result<(Engine, Option<LinkParams>)> {
+    let greedy = args.strategy == StrategyArg::Greedy;
+    Ok(if greedy {
+        let p = GreedyParams {
+            max_distance: args.search_range,
+            max_gap: args.memory,
+            min_track_length: args.min_length,
+        };
+        (Engine::Greedy(GreedyLinker::new(p)?), None)
+    } else {
+        let p = args.link_params()?;
+        (Engine::Optimal(Box::new(Linker::new(p.clone())?)), Some(p))
+    })
+}
+
+/// The sorted table linked as it is read: the header plus `particle` into `w`, then each
+/// frame's rows, once its last row is read, linked by `engine` and handed to a [`Sink`]; the
+/// rows held are checked against the memory budget. Returns the rows in, the rows out, the
+/// tracks and the most rows held at once.
+fn stream(
+    args: &Args,
+    rd: &mut RowReader,
+    cols: (usize, usize, usize),
+    engine: &mut Engine,
+    mut w: TableWriter,
+) -> Result<(usize, usize, usize, usize)> {
+    let greedy = args.strategy == StrategyArg::Greedy;
+    w.write_record(rd.header().iter().map(String::as_str).chain(["particle"]))?;
+    let mut sink = Sink {
+        w,
+        min_length: args.min_length,
+        greedy,
+        queue: VecDeque::new(),
+        queue_bytes: 0,
+        pending: HashMap::new(),
+        rows_out: 0,
+        kept_tracks: 0,
+        held_max: 0,
+    };
+    let budget = Budget::current();
+    // rows of the frame being read: `rows[..n]` (the slots past `n` are reused)
+    let mut rows: Vec<StringRecord> = Vec::new();
+    let mut n = 0usize;
+    let mut frame_bytes = 0u64;
+    let mut pos: Vec<[f64; 2]> = Vec::new();
+    let mut ids = Vec::new();
+    let mut current: Option<i64> = None;
+    let mut rows_in = 0usize;
+    loop {
+        if n == rows.len() {
+            rows.push(StringRecord::new());
+        }
+        let frame = read_row(rd, &mut rows[n], cols, current)?;
+        if let Some(prev) = current
+            && frame.is_none_or(|(f, _)| f != prev)
+        {
+            engine.push(prev, &pos, &mut ids)?;
+            sink.frame(prev, &mut rows[..n], &ids, engine)?;
+            rows.swap(0, n);
+            n = 0;
+            frame_bytes = 0;
+            pos.clear();
+        }
+        let Some((f, p)) = frame else {
+            break;
+        };
+        current = Some(f);
+        pos.push(p);
+        frame_bytes += row_bytes(&rows[n]);
+        n += 1;
+        rows_in += 1;
+        check_held(&budget, rd, &sink, &rows[0], (f, n, frame_bytes))?;
+    }
+    let (rows_out, tracks, held_max) = sink.finish(engine)?;
+    Ok((rows_in, rows_out, tracks, held_max))
+}
+
+/// Read the next row into `row`: its frame and position (columns `cf`, `cy`, `cx`), or `None`
+/// at the end of the table. A frame below `current`, the frame being read, is an error that
+/// names the row's line.
+fn read_row(
+    rd: &mut RowReader,
+    row: &mut StringRecord,
+    (cf, cy, cx): (usize, usize, usize),
+    current: Option<i64>,
+) -> Result<Option<(i64, [f64; 2])>> {
+    let more = rd.read_row(row)?;
+    let frame = if more {
+        let r = &*row;
+        let f = rd.frame(r, cf)?;
+        let p = [rd.finite_f64(r, cy)?, rd.finite_f64(r, cx)?];
+        if let Some(prev) = current
+            && f < prev
+        {
+            return Err(BridgeError::InvalidInput(format!(
+                "{}:{}: column frame: frame {f} after frame {prev}: rows must be sorted \
+                 by frame (frames ascending, the rows of a frame together) to be linked \
+                 as they are read; sort the table, or pass --unsorted to read it whole",
+                rd.path(),
+                RowReader::line(r)
+            )));
+        }
+        Some((f, p))
+    } else {
+        None
+    };
+    Ok(frame)
+}
+
+/// The rows held until linked, against the memory budget (at twice their bytes): the `n` rows
+/// (`frame_bytes`) of frame `f` read so far, from the line of `first` on, and the rows that
+/// wait in `sink` for `--min-length`.
+fn check_held(
+    budget: &Budget,
+    rd: &RowReader,
+    sink: &Sink,
+    first: &StringRecord,
+    (f, n, frame_bytes): (i64, usize, u64),
+) -> Result<()> {
+    let held = frame_bytes + sink.queue_bytes;
+    if held.saturating_mul(2) > budget.limit.0 {
+        let queued = if sink.queue.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " and {} earlier rows waiting for --min-length",
+                sink.queue.len()
+            )
+        };
+        let first = RowReader::line(first);
+        budget.check(
+            held.saturating_mul(2),
+            &format!(
+                "{}: frame {f}, {n} rows from line {first} on{queued}, held until \
+                 linked",
+                rd.path()
+            ),
+            "memory grows with the rows of one frame (and, with --min-length, the rows \
+             of tracks not yet long enough), not with the number of frames",
+        )?;
+    }
+    Ok(())
 }
 
 /// The JSON statistics of an optimal linking.

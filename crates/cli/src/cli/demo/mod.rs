@@ -17,7 +17,7 @@
 //!    `overlay.png`, `snr.png`, `snr.fits`, `summary.txt`, `summary.json`, and the generated
 //!    inputs under `inputs/` (so `detect`, `track` and `paco` can be run on them by hand).
 //!
-//! This module holds the arguments and the run; `scenario` the fixed sizes and settings,
+//! This module holds the arguments and the run, stage by stage; `scenario` the fixed sizes and settings,
 //! `planet` the planet recovery from PACO's maps, `particles` the detection/track tables,
 //! `figures` the two PNGs, `inputs` the generated inputs, `report` the summary.
 
@@ -28,27 +28,28 @@ mod planet;
 mod report;
 mod scenario;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::common::{Global, check_output_dir};
+use super::common::{Global, Stages, check_output_dir};
 use super::device::{
     Choice, DETECT, DeviceArg, PACO, check_explicit, choose, detect_workload, measure_cpu,
     paco_workload, parse_device_arg,
 };
-use algorithms::detect::synth::match_truth;
-use algorithms::detect::{DetectBackend, LogDetector, MultiPolicy, Particle, RefineParams};
-use algorithms::paco::{FluxOptions, PacoParams, PsfNorm, unbiased_flux};
-use algorithms::synth::adi::synthetic_adi_with_planet;
-use algorithms::synth::movie::synthetic_movie;
-use algorithms::track::{LinkParams, link_particles};
+use crate::figures::{Canvas, SnrFigure};
+use algorithms::detect::synth::{MatchStats, match_truth};
+use algorithms::detect::{DetectBackend, LogDetector, Movie, MultiPolicy, Particle, RefineParams};
+use algorithms::paco::{FluxOptions, PacoMaps, PacoParams, PsfNorm, unbiased_flux};
+use algorithms::synth::adi::{AdiWithPlanet, synthetic_adi_with_planet};
+use algorithms::synth::movie::{SyntheticMovie, synthetic_movie};
+use algorithms::track::{LinkParams, LinkStats, link_particles};
 use arraybridge::io::fits;
-use bridge_core::{BridgeError, Result};
+use bridge_core::{BridgeError, Device, Result};
 
 use figures::{render_overlay, render_snr};
 use inputs::{write_file, write_inputs};
 use particles::{collect_tracks, position, write_detections};
-use planet::recover_planet;
+use planet::{Recovered, recover_planet};
 use report::Report;
 use scenario::{ADI, FWHM, LINK, MATCH_RADIUS, MOVIE, adi_params};
 
@@ -75,13 +76,92 @@ pub struct Args {
     pub no_inputs: bool,
 }
 
-/// Run `arraybridge demo`.
+/// The time of each stage, in order (the summary lists them).
+type Timings = Vec<(&'static str, f64)>;
+
+/// One track's points: frame, y, x.
+type Track = Vec<(u32, f64, f64)>;
+
+/// With several devices (`a,b` or `all`): the devices of detection and those of PACO.
+type Lists = Option<(Vec<Device>, Vec<Device>)>;
+
+/// Run `arraybridge demo`: the checks before any work, the generated data, a device per stage,
+/// detection, tracking and PACO, the files and the summary.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let stages = g.stages();
     let t_all = Instant::now();
-    let request = args.device.clone();
+    let lists = check(&args)?;
+    let out = args.output.clone();
+    let mut timings: Timings = Vec::new();
+    let (synth, adi) = generate(args.seed, &stages, &mut timings);
+    let detector = LogDetector {
+        refine: Some(RefineParams::default()),
+        ..Default::default()
+    };
+    let (mut det_choice, mut paco_choice) = choose_devices(
+        &args.device,
+        &lists,
+        &synth.movie,
+        &detector,
+        &stages,
+        &mut timings,
+    )?;
+    let (nt, h, w) = synth.movie.dim();
+    let (mut particles, detect_s, score) = detect(
+        &detector,
+        &synth,
+        &lists,
+        &mut det_choice,
+        &stages,
+        &mut timings,
+    )?;
+    let (link_stats, tracks) = track(&mut particles, &stages, &mut timings)?;
+    let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
+    let (maps, planet) = paco(&adi, &lists, &mut paco_choice, &stages, &mut timings)?;
+
+    // Outputs.
+    stages.say(format!("demo: writing {}", out.display()));
+    let t = Instant::now();
+    let overlay = write_particles(&out, &synth.movie, &particles, &tracks)?;
+    let snr_png = write_planet(&out, &maps, &planet, &adi)?;
+    if !args.no_inputs {
+        write_inputs(&out.join("inputs"), &synth.movie, &synth.truth, &adi)?;
+    }
+    timings.push(("write outputs", t.elapsed().as_secs_f64()));
+    timings.push(("total", t_all.elapsed().as_secs_f64()));
+
+    let report = Report {
+        seed: args.seed,
+        requested: args.device.to_string(),
+        det: &det_choice,
+        paco: &paco_choice,
+        movie: (nt, h, w),
+        score: &score,
+        detections: particles.len(),
+        tracks: tracks.len(),
+        long_tracks,
+        largest_subnet: link_stats.largest_subnet,
+        adi: &adi,
+        planet: &planet,
+        fwhm_used: maps.fwhm,
+        psf_norm_factor: maps.psf_norm_factor,
+        timings: &timings,
+        frames_per_s: nt as f64 / detect_s.max(1e-9),
+        overlay: (overlay.width(), overlay.height()),
+        snr_png: &snr_png,
+        out: &out,
+        inputs: !args.no_inputs,
+    };
+    summary(&report, &out, &stages, g)
+}
+
+/// The checks before any work: an explicit device must run every stage; several devices (`a,b`
+/// or `all`) are listed for detection and for PACO, each list checked for its stage; then the
+/// output folder.
+fn check(args: &Args) -> Result<Lists> {
+    let request = &args.device;
     // Fail before any work when an explicit device cannot run every stage.
-    if let DeviceArg::Explicit(d) = &request {
+    if let DeviceArg::Explicit(d) = request {
         check_explicit(*d, &[DETECT, PACO])?;
     }
     // Several devices (`a,b` or `all`): detection's frames and PACO's units are shared by
@@ -90,16 +170,19 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         Some(det) => Some((det, request.devices(PACO)?.unwrap_or_default())),
         None => None,
     };
-    let out = args.output.clone();
-    check_output_dir(&out, &[], &[], "--output")?;
-    let mut timings: Vec<(&'static str, f64)> = Vec::new();
+    check_output_dir(&args.output, &[], &[], "--output")?;
+    Ok(lists)
+}
 
+/// The generated data, each timed: the microscopy movie (and its truth) and the ADI cube with
+/// its planet.
+fn generate(seed: u64, stages: &Stages, timings: &mut Timings) -> (SyntheticMovie, AdiWithPlanet) {
     stages.say(format!(
         "demo: generating a {}-frame {}x{} movie of {} Brownian particles (seed {})",
-        MOVIE.0, MOVIE.1, MOVIE.1, MOVIE.2, args.seed
+        MOVIE.0, MOVIE.1, MOVIE.1, MOVIE.2, seed
     ));
     let t = Instant::now();
-    let synth = synthetic_movie(MOVIE.0, MOVIE.1, MOVIE.2, MOVIE.3, args.seed);
+    let synth = synthetic_movie(MOVIE.0, MOVIE.1, MOVIE.2, MOVIE.3, seed);
     timings.push(("generate movie", t.elapsed().as_secs_f64()));
 
     stages.say(format!(
@@ -107,16 +190,25 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         ADI.0, ADI.1, ADI.1
     ));
     let t = Instant::now();
-    let adi = synthetic_adi_with_planet(ADI.0, ADI.1, args.seed, &adi_params());
+    let adi = synthetic_adi_with_planet(ADI.0, ADI.1, seed, &adi_params());
     timings.push(("generate ADI cube", t.elapsed().as_secs_f64()));
+    (synth, adi)
+}
 
+/// The device of detection + tracking and of PACO (timed, then said): the first of each list
+/// with several devices, the explicit device, or `auto`'s offload decision for each stage's
+/// workload (the CPU measured on the first frames of `movie`).
+fn choose_devices(
+    request: &DeviceArg,
+    lists: &Lists,
+    movie: &Movie,
+    detector: &LogDetector,
+    stages: &Stages,
+    timings: &mut Timings,
+) -> Result<(Choice, Choice)> {
     // Device choice, per stage.
     let t = Instant::now();
-    let detector = LogDetector {
-        refine: Some(RefineParams::default()),
-        ..Default::default()
-    };
-    let (mut det_choice, mut paco_choice) = match &request {
+    let (det_choice, paco_choice) = match request {
         DeviceArg::Several(_) | DeviceArg::AllGpus => {
             let (det, paco) = lists.clone().unwrap_or_default();
             let of = |v: &[bridge_core::Device]| -> Result<Choice> {
@@ -136,9 +228,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         }
         DeviceArg::Explicit(d) => (Choice::explicit(*d), Choice::explicit(*d)),
         DeviceArg::Auto => {
-            let (cpu, sample) = measure_cpu(&synth.movie, &detector)?;
+            let (cpu, sample) = measure_cpu(movie, detector)?;
             let note = format!("measured on the first {sample} frames");
-            let det_work = detect_workload(&synth.movie, &detector);
+            let det_work = detect_workload(movie, detector);
             let paco_work = paco_workload(ADI.0, ADI.1, PacoParams::default().psf_rad);
             (
                 choose(DETECT, &det_work, &cpu, &note),
@@ -155,15 +247,25 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         "demo: PACO on {}: {}",
         paco_choice.device, paco_choice.reason
     ));
+    Ok((det_choice, paco_choice))
+}
 
-    // Detection.
-    let (nt, h, w) = synth.movie.dim();
+/// Detection (blob_log + sub-pixel refinement) on detection's device, or shared by the devices
+/// of the list: the detections, the seconds it took and the score against the truth.
+fn detect(
+    detector: &LogDetector,
+    synth: &SyntheticMovie,
+    lists: &Lists,
+    det_choice: &mut Choice,
+    stages: &Stages,
+    timings: &mut Timings,
+) -> Result<(Vec<Particle>, f64, MatchStats)> {
     stages.say(format!(
         "demo: detecting (blob_log + refinement) on {}",
         det_choice.device
     ));
     let t = Instant::now();
-    let mut particles = match &lists {
+    let particles = match lists {
         Some((det, _)) => {
             detector
                 .detect_movie_on(&synth.movie, det, MultiPolicy::default())?
@@ -184,16 +286,33 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         })
         .collect();
     let score = match_truth(&points, &synth.truth, MATCH_RADIUS);
+    Ok((particles, detect_s, score))
+}
 
-    // Tracking.
+/// Tracking (trackpy `link`, timed): each detection gets its track id; the linking's
+/// statistics and each track's points.
+fn track(
+    particles: &mut [Particle],
+    stages: &Stages,
+    timings: &mut Timings,
+) -> Result<(LinkStats, Vec<Track>)> {
     stages.say(format!("demo: linking {} detections", particles.len()));
     let t = Instant::now();
-    let link_stats = link_particles(&mut particles, &LinkParams::new(LINK.0, LINK.1))?;
+    let link_stats = link_particles(particles, &LinkParams::new(LINK.0, LINK.1))?;
     timings.push(("track", t.elapsed().as_secs_f64()));
-    let tracks = collect_tracks(&particles);
-    let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
+    let tracks = collect_tracks(particles);
+    Ok((link_stats, tracks))
+}
 
-    // PACO.
+/// PACO on its device, or shared by the devices of the list, then the planet recovered from
+/// its maps and its unbiased flux (on PACO's device, the first of a list); each timed.
+fn paco(
+    adi: &AdiWithPlanet,
+    lists: &Lists,
+    paco_choice: &mut Choice,
+    stages: &Stages,
+    timings: &mut Timings,
+) -> Result<(PacoMaps, Recovered)> {
     stages.say(format!("demo: PACO on {}", paco_choice.device));
     let mut params = PacoParams {
         psf_norm: PsfNorm::Fwhm(FWHM),
@@ -201,7 +320,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         ..Default::default()
     };
     let t = Instant::now();
-    let maps = match &lists {
+    let maps = match lists {
         Some((_, devices)) => {
             algorithms::paco::paco_on(
                 adi.cube.view(),
@@ -237,45 +356,40 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         planet.unbiased = Some((e.flux / maps.psf_norm_factor, e.std / maps.psf_norm_factor));
     }
     timings.push(("PACO unbiased flux", t.elapsed().as_secs_f64()));
+    Ok((maps, planet))
+}
 
-    // Outputs.
-    stages.say(format!("demo: writing {}", out.display()));
-    let t = Instant::now();
-    write_detections(&out.join("detections.csv"), &particles, false)?;
-    write_detections(&out.join("tracks.csv"), &particles, true)?;
-    let overlay = render_overlay(&synth.movie, &particles, &tracks)?;
+/// `detections.csv`, `tracks.csv` and `overlay.png` in `out`; returns the overlay.
+fn write_particles(
+    out: &Path,
+    movie: &Movie,
+    particles: &[Particle],
+    tracks: &[Track],
+) -> Result<Canvas> {
+    write_detections(&out.join("detections.csv"), particles, false)?;
+    write_detections(&out.join("tracks.csv"), particles, true)?;
+    let overlay = render_overlay(movie, particles, tracks)?;
     overlay.write_png(out.join("overlay.png"))?;
-    let snr_png = render_snr(&maps.snr, &planet, &adi.planet)?;
+    Ok(overlay)
+}
+
+/// `snr.png` (the recovered planet and the truth marked) and `snr.fits` in `out`; returns the
+/// figure.
+fn write_planet(
+    out: &Path,
+    maps: &PacoMaps,
+    planet: &Recovered,
+    adi: &AdiWithPlanet,
+) -> Result<SnrFigure> {
+    let snr_png = render_snr(&maps.snr, planet, &adi.planet)?;
     snr_png.write_png(out.join("snr.png"))?;
     fits::write_image(out.join("snr.fits"), &maps.snr.clone().into_dyn())?;
-    if !args.no_inputs {
-        write_inputs(&out.join("inputs"), &synth.movie, &synth.truth, &adi)?;
-    }
-    timings.push(("write outputs", t.elapsed().as_secs_f64()));
-    timings.push(("total", t_all.elapsed().as_secs_f64()));
+    Ok(snr_png)
+}
 
-    let report = Report {
-        seed: args.seed,
-        requested: args.device.to_string(),
-        det: &det_choice,
-        paco: &paco_choice,
-        movie: (nt, h, w),
-        score: &score,
-        detections: particles.len(),
-        tracks: tracks.len(),
-        long_tracks,
-        largest_subnet: link_stats.largest_subnet,
-        adi: &adi,
-        planet: &planet,
-        fwhm_used: maps.fwhm,
-        psf_norm_factor: maps.psf_norm_factor,
-        timings: &timings,
-        frames_per_s: nt as f64 / detect_s.max(1e-9),
-        overlay: (overlay.width(), overlay.height()),
-        snr_png: &snr_png,
-        out: &out,
-        inputs: !args.no_inputs,
-    };
+/// `summary.txt` and `summary.json` in `out`, then one of them on stdout (the JSON with
+/// `--json`).
+fn summary(report: &Report<'_>, out: &Path, stages: &Stages, g: Global) -> Result<()> {
     let text = report.text();
     let json = report.json();
     write_file(&out.join("summary.txt"), text.as_bytes())?;

@@ -1,30 +1,31 @@
 //! `arraybridge paco`: PACO exoplanet detection from FITS files.
 //!
-//! This module holds the flags and the run; `inputs` reads and checks the FITS inputs, `output`
-//! finds the candidates and writes `candidates.csv`, the table and `snr.png`.
+//! This module holds the flags and the run, step by step; `inputs` reads and checks the FITS
+//! inputs, `runner` chooses the devices and computes the maps, `refine` adds `--refine` and
+//! `--flux` to the candidates, `output` finds the candidates and writes the maps,
+//! `candidates.csv`, `snr.png` and the table or JSON; `workers` (feature `mpi`) shares the
+//! inputs under mpirun and is the run of the ranks other than 0.
 
 mod inputs;
 mod output;
+mod refine;
+mod runner;
+#[cfg(feature = "mpi")]
+mod workers;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use algorithms::paco::{
-    Center, EdgeRule, FluxOptions, MultiPolicy, PacoJob, PacoParams, PacoShare, PsfNorm, Rounding,
-    Strategy, SubPixel, Variant, calibrated_snr, paco, paco_on, refine_peak, unbiased_flux,
+    Center, EdgeRule, PacoParams, PsfNorm, Rounding, Strategy, SubPixel, Variant,
 };
-#[cfg(feature = "mpi")]
-use algorithms::paco::{Member, UnitPeer, paco_members};
-use arraybridge::io::fits;
 use bridge_core::{BridgeError, Device, Result};
 
 use super::common::{Global, check_output_dir};
-use super::device::{
-    Choice, DeviceArg, PACO, check_explicit, nominal_cpu, paco_workload, parse_device_arg,
-    rank_device, resolve,
-};
-use inputs::Inputs;
-use output::{candidates, print_table, write_csv, write_png};
+use super::device::{DeviceArg, PACO, check_explicit, parse_device_arg, rank_device};
+use output::{candidates, summary, write_files};
+use refine::{flux, refine};
+use runner::Runner;
 
 /// Stands for `mpi::Place` where the `mpi` feature is off (there are never ranks then).
 #[cfg(not(feature = "mpi"))]
@@ -34,6 +35,13 @@ struct NoRanks {
     local_size: usize,
     local_rank: usize,
 }
+
+/// This process's place among the MPI ranks.
+#[cfg(feature = "mpi")]
+type Ranks = super::mpi::Place;
+/// This process's place among the MPI ranks: never any without the `mpi` feature.
+#[cfg(not(feature = "mpi"))]
+type Ranks = NoRanks;
 
 /// Arguments of `arraybridge paco`.
 #[derive(Debug, clap::Args)]
@@ -250,7 +258,22 @@ fn parse_center(s: &str) -> std::result::Result<(f64, f64), String> {
     }
 }
 
-/// Run `arraybridge paco`.
+/// What a run computes, as its progress line, `snr.png`'s caption and the JSON name it.
+struct Settings {
+    /// Frames, height and width of the cube.
+    dims: (usize, usize, usize),
+    /// `--radius`.
+    radius: usize,
+    /// `--mode`.
+    mode: &'static str,
+    /// The sub-pixel mode, as `--subpixel-method` spells it.
+    subpixel: String,
+    /// The edge rule, as `--edge` spells it.
+    edge: &'static str,
+}
+
+/// Run `arraybridge paco`: where it runs (MPI ranks or not) and the checks before any input is
+/// read, the inputs, the device choice, the maps, the candidates, the files and the summary.
 pub fn run(args: Args, g: Global) -> Result<()> {
     let t0 = Instant::now();
     #[cfg(feature = "mpi")]
@@ -266,8 +289,79 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if let (Some(p), Some((device, _))) = (ranks, &rank_device)
         && p.rank != 0
     {
-        return serve(&args, *device);
+        return workers::serve(&args, *device);
     }
+    let (several, radius, top) = check(&args, ranks)?;
+    let stages = g.stages();
+    let inputs = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
+    #[cfg(feature = "mpi")]
+    if ranks.is_some() {
+        workers::share_inputs(Some((&inputs.cube, &inputs.angles, &inputs.psf)))?;
+    }
+    let (t, h, w) = inputs.cube.dim();
+    let mut runner = Runner::choose(
+        &args,
+        &stages,
+        several,
+        ranks,
+        rank_device,
+        (t, h, w),
+        radius,
+    )?;
+    let mut params = params_for(&args, runner.first())?;
+    let settings = Settings {
+        dims: (t, h, w),
+        radius,
+        mode: args.mode.name(),
+        subpixel: subpixel_name(params.subpixel),
+        edge: edge_name(params.edge),
+    };
+    let Settings {
+        mode,
+        ref subpixel,
+        edge,
+        ..
+    } = settings;
+    stages.say(format!(
+        "paco: {t} frames of {h}×{w}, radius {radius}, mode {mode}, sub-pixel {subpixel}, edge \
+         {edge}, device {}",
+        runner.name()
+    ));
+    let t1 = Instant::now();
+    let (maps, shares) = runner.maps(&inputs, &params, args.requeue)?;
+    params.device = runner.first();
+    runner.report(&stages, t1, &maps, shares.as_deref());
+    if !maps.snr.iter().any(|v| v.is_finite()) {
+        eprintln!(
+            "paco: warning: no output position has a valid trajectory (every map is NaN); \
+             the frames may be too small for --radius {radius} with --edge {edge}"
+        );
+    }
+    let (cy, cx) = match params.center {
+        Center::At(y, x) => (y, x),
+        _ => ((h / 2) as f64, (w / 2) as f64),
+    };
+    let mut cands = candidates(&maps, top, cy, cx);
+    if args.refine {
+        refine(&mut cands, &inputs, &params, &stages, g)?;
+    }
+    if args.flux {
+        flux(&mut cands, &inputs, &params, &stages)?;
+    }
+    write_files(&args, &maps, &cands, (cy, cx), &settings)?;
+    stages.finish();
+    g.note(format!(
+        "paco: wrote {} in {:.3} s total",
+        args.output.display(),
+        t0.elapsed().as_secs_f64()
+    ));
+    summary(&args, g, &settings, &runner, shares, &maps, &cands)
+}
+
+/// The checks before any input is read: the devices of `--device a,b` or `all` (not under
+/// mpirun), an explicit device (it must exist), `--radius` and `--top` as sizes, then the output
+/// folder. Returns the devices (when several), the radius and the number of candidates.
+fn check(args: &Args, ranks: Option<Ranks>) -> Result<(Option<Vec<Device>>, usize, usize)> {
     let several = match ranks {
         Some(_) => None,
         None => args.device.devices(PACO)?,
@@ -285,325 +379,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         &[&args.cube, &args.angles, &args.psf],
         "--output",
     )?;
-    let stages = g.stages();
-    let Inputs { cube, angles, psf } = inputs::read(&args.cube, &args.angles, &args.psf, &stages)?;
-    #[cfg(feature = "mpi")]
-    if ranks.is_some() {
-        share_inputs(Some((&cube, &angles, &psf)))?;
-    }
-    let (t, h, w) = cube.dim();
-    let mut runner = match (several, ranks, rank_device) {
-        (_, Some(p), Some((device, how))) => {
-            stages.say(format!(
-                "paco: {} MPI ranks ({} on this node); rank 0 on {device} ({how})",
-                p.size, p.local_size
-            ));
-            Runner::Ranks(device, p.size)
-        }
-        (Some(devices), _, _) => Runner::Several(devices),
-        _ => Runner::One(resolve(args.device.clone(), PACO, || {
-            let (cpu, note) = nominal_cpu();
-            Ok((paco_workload(t, h.max(w), radius), cpu, note))
-        })?),
-    };
-    if let Runner::One(c) = &runner
-        && let Some(note) = c.auto_note("paco")
-    {
-        stages.say(note);
-    }
-    if args.requeue && matches!(runner, Runner::One(_)) {
-        stages.say("--requeue has no effect with one device: it hands a failed device's work to the others of --device a,b or all");
-    }
-    let first = runner.first();
-    let mut params = params_for(&args, first)?;
-    let subpixel = subpixel_name(params.subpixel);
-    let edge = edge_name(params.edge);
-    let mode = args.mode.name();
-    stages.say(format!(
-        "paco: {t} frames of {h}×{w}, radius {radius}, mode {mode}, sub-pixel {subpixel}, edge \
-         {edge}, device {}",
-        runner.name()
-    ));
-    let t1 = Instant::now();
-    let policy = MultiPolicy {
-        requeue_on_failure: args.requeue,
-    };
-    let mut shares: Option<Vec<PacoShare>> = None;
-    let maps = match &mut runner {
-        Runner::One(choice) => choice.run("paco", |d| {
-            let p = PacoParams {
-                device: d,
-                ..params.clone()
-            };
-            paco(cube.view(), angles.view(), psf.view(), &p)
-        }),
-        #[cfg(feature = "mpi")]
-        Runner::Ranks(device, n) => {
-            let peers = (1..*n)
-                .map(super::mpi::RankPeer::new)
-                .collect::<Result<Vec<_>>>()?;
-            let mut members = vec![Member::Local(*device)];
-            members.extend(peers.iter().map(|p| Member::Peer(p as &dyn UnitPeer)));
-            paco_members(
-                cube.view(),
-                angles.view(),
-                psf.view(),
-                &params,
-                &members,
-                policy,
-            )
-            .map(|m| {
-                shares = Some(m.shares);
-                m.maps
-            })
-        }
-        #[cfg(not(feature = "mpi"))]
-        Runner::Ranks(..) => Err(BridgeError::Unsupported(
-            "MPI ranks need the `mpi` feature".into(),
-        )),
-        Runner::Several(devices) => paco_on(
-            cube.view(),
-            angles.view(),
-            psf.view(),
-            &params,
-            devices,
-            policy,
-        )
-        .map(|m| {
-            shares = Some(m.shares);
-            m.maps
-        }),
-    }
-    .map_err(|e| match e {
-        BridgeError::Unsupported(m) if params.subpixel == SubPixel::Spline5 => {
-            BridgeError::Unsupported(format!(
-                "--subpixel-method spline5: {m}; use table[:Q] or fft instead"
-            ))
-        }
-        other => other,
-    })?;
-    params.device = runner.first();
-    stages.say(format!(
-        "paco: maps in {:.3} s (PSF divided by {:.6}{})",
-        t1.elapsed().as_secs_f64(),
-        maps.psf_norm_factor,
-        maps.fwhm
-            .map(|f| format!(", FWHM {f:.4} px"))
-            .unwrap_or_default()
-    ));
-    let by_rank = matches!(runner, Runner::Ranks(..));
-    for (i, s) in shares.iter().flatten().enumerate() {
-        stages.say(format!(
-            "  {}{}: {} tiles ({} statistics pixels), {:.3} s, {} up, {} down{}{}",
-            if by_rank {
-                format!("rank {i} ")
-            } else {
-                String::new()
-            },
-            s.device,
-            s.units,
-            s.pixels,
-            s.seconds,
-            bridge_core::units::format_bytes(s.bytes_up),
-            bridge_core::units::format_bytes(s.bytes_down),
-            if s.splits > 0 {
-                format!(", {} tiles split after running out of memory", s.splits)
-            } else {
-                String::new()
-            },
-            s.error
-                .as_ref()
-                .map_or_else(String::new, |e| format!(", stopped: {e}"))
-        ));
-    }
-    if !maps.snr.iter().any(|v| v.is_finite()) {
-        eprintln!(
-            "paco: warning: no output position has a valid trajectory (every map is NaN); \
-             the frames may be too small for --radius {radius} with --edge {edge}"
-        );
-    }
-    let (cy, cx) = match params.center {
-        Center::At(y, x) => (y, x),
-        _ => ((h / 2) as f64, (w / 2) as f64),
-    };
-    let mut cands = candidates(&maps, top, cy, cx);
-    if args.refine {
-        let n = cands.len();
-        stages.say(format!(
-            "paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)"
-        ));
-        let mut rp = params.clone();
-        rp.device = Device::Cpu;
-        if rp.subpixel == SubPixel::Off {
-            rp.subpixel = SubPixel::Table { q: 32 };
-        }
-        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &rp)?;
-        for c in cands.iter_mut() {
-            match refine_peak(&job, (c.y as f64, c.x as f64), 0.25, 1.0) {
-                Ok(pk) => {
-                    c.y_sub = Some(pk.y);
-                    c.x_sub = Some(pk.x);
-                    c.snr_sub = Some(pk.snr);
-                }
-                Err(BridgeError::InvalidInput(m)) => g.note(format!(
-                    "paco: candidate ({}, {}) not refined: {m}",
-                    c.y, c.x
-                )),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    if args.flux {
-        stages.say(format!(
-            "paco: unbiased flux for {} candidate(s)",
-            cands.len()
-        ));
-        let pos: Vec<(f64, f64)> = cands
-            .iter()
-            .map(|c| match (c.y_sub, c.x_sub) {
-                (Some(y), Some(x)) => (y, x),
-                _ => (c.y as f64, c.x as f64),
-            })
-            .collect();
-        let est = unbiased_flux(
-            cube.view(),
-            angles.view(),
-            psf.view(),
-            &params,
-            &pos,
-            FluxOptions::default(),
-        )?;
-        for (c, e) in cands.iter_mut().zip(est) {
-            c.unbiased_flux = Some(e.flux);
-            c.unbiased_flux_err = Some(e.std);
-        }
-    }
-    for (name, m) in [
-        ("snr", &maps.snr),
-        ("flux", &maps.flux),
-        ("a", &maps.a),
-        ("b", &maps.b),
-    ] {
-        fits::write_image(
-            args.output.join(format!("{name}.fits")),
-            &m.clone().into_dyn(),
-        )?;
-    }
-    if args.calibrate {
-        let strong: Vec<(usize, usize)> = cands
-            .iter()
-            .filter(|c| c.snr >= 5.0)
-            .map(|c| (c.y, c.x))
-            .collect();
-        let radius = 2.0 * maps.fwhm.unwrap_or(4.0);
-        let cal = calibrated_snr(&maps.snr, (cy, cx), &strong, radius);
-        fits::write_image(args.output.join("snr_calibrated.fits"), &cal.into_dyn())?;
-    }
-    write_csv(
-        &args.output.join("candidates.csv"),
-        &cands,
-        args.flux,
-        args.refine,
-    )?;
-    let title = format!("PACO S/N  {mode}  SUB-PIXEL {subpixel}  EDGE {edge}");
-    write_png(&args.output.join("snr.png"), &maps.snr, &cands, title)?;
-    stages.finish();
-    g.note(format!(
-        "paco: wrote {} in {:.3} s total",
-        args.output.display(),
-        t0.elapsed().as_secs_f64()
-    ));
-    if g.json {
-        g.print_json(&serde_json::json!({
-            "command": "paco",
-            "output": args.output.display().to_string(),
-            "frames": t, "height": h, "width": w, "mode": mode,
-            "radius": radius, "subpixel": subpixel, "edge": edge,
-            "device": runner.name(),
-            "device_reason": match &runner {
-                Runner::One(c) => Some(c.reason.clone()),
-                Runner::Several(_) | Runner::Ranks(..) => None,
-            },
-            "devices": shares.map(|v| v.iter().enumerate().map(|(i, s)| {
-                let mut j = serde_json::to_value(s).unwrap_or_default();
-                if by_rank {
-                    j["rank"] = i.into();
-                }
-                j
-            }).collect::<Vec<_>>()),
-            "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
-            "candidates": cands,
-        }))?;
-    } else {
-        print_table(&cands, args.flux, args.refine);
-    }
-    Ok(())
-}
-
-/// A worker rank under mpirun: receive the inputs from rank 0 and compute the units it hands
-/// out on `device`; writes nothing.
-#[cfg(feature = "mpi")]
-fn serve(args: &Args, device: Device) -> Result<()> {
-    let (cube, angles, psf) = share_inputs(None)?;
-    let params = params_for(args, device)?;
-    algorithms::paco::serve_units(
-        cube.view(),
-        angles.view(),
-        psf.view(),
-        &params,
-        device,
-        &mut super::mpi::RootLink,
-    )
-}
-
-/// Rank 0's inputs (`Some`, which it sends) or another rank's (`None`, which receives them): the
-/// shapes, then the numbers.
-#[cfg(feature = "mpi")]
-fn share_inputs(
-    ours: Option<(
-        &ndarray::Array3<f64>,
-        &ndarray::Array1<f64>,
-        &ndarray::Array2<f64>,
-    )>,
-) -> Result<(
-    ndarray::Array3<f64>,
-    ndarray::Array1<f64>,
-    ndarray::Array2<f64>,
-)> {
-    use super::mpi::{broadcast, try_zeros};
-    let mut dims = [0u64; 6];
-    if let Some((c, a, p)) = ours {
-        let (t, h, w) = c.dim();
-        let (ph, pw) = p.dim();
-        dims = [t, h, w, a.len(), ph, pw].map(|n| n as u64);
-    }
-    broadcast(&mut dims);
-    let d = dims.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-    let count = |a: usize, b: usize| {
-        a.checked_mul(b)
-            .ok_or_else(|| BridgeError::InvalidInput("inputs too large".into()))
-    };
-    let mut cube: Vec<f64> = match ours {
-        Some((c, _, _)) => c.iter().copied().collect(),
-        None => try_zeros(count(count(d[0], d[1])?, d[2])?, "--cube")?,
-    };
-    let mut angles: Vec<f64> = match ours {
-        Some((_, a, _)) => a.to_vec(),
-        None => try_zeros(d[3], "--angles")?,
-    };
-    let mut psf: Vec<f64> = match ours {
-        Some((_, _, p)) => p.iter().copied().collect(),
-        None => try_zeros(count(d[4], d[5])?, "--psf")?,
-    };
-    broadcast(&mut cube);
-    broadcast(&mut angles);
-    broadcast(&mut psf);
-    let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("inputs: {e}"));
-    Ok((
-        ndarray::Array3::from_shape_vec((d[0], d[1], d[2]), cube).map_err(shape)?,
-        ndarray::Array1::from_vec(angles),
-        ndarray::Array2::from_shape_vec((d[4], d[5]), psf).map_err(shape)?,
-    ))
+    Ok((several, radius, top))
 }
 
 /// The parameters of the command line, computing on `device`.
@@ -648,39 +424,6 @@ fn params_for(args: &Args, device: Device) -> Result<PacoParams> {
         device,
         ..Default::default()
     })
-}
-
-/// Where PACO runs: one device (with how it was chosen), several at once, or one per MPI rank
-/// (rank 0's device, number of ranks).
-enum Runner {
-    One(Choice),
-    Several(Vec<Device>),
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    Ranks(Device, usize),
-}
-
-impl Runner {
-    /// The device of `--flux` and `--refine`'s parameters: the one device, or the first.
-    fn first(&self) -> Device {
-        match self {
-            Runner::One(c) => c.device,
-            Runner::Ranks(d, _) => *d,
-            Runner::Several(v) => v.first().copied().unwrap_or(Device::Cpu),
-        }
-    }
-
-    /// `opencl:0` or `opencl:0,opencl:1`.
-    fn name(&self) -> String {
-        match self {
-            Runner::One(c) => c.device.to_string(),
-            Runner::Ranks(d, n) => format!("{d} and {} more MPI ranks", n - 1),
-            Runner::Several(v) => v
-                .iter()
-                .map(Device::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        }
-    }
 }
 
 #[cfg(test)]

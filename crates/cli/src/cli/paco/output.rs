@@ -1,13 +1,18 @@
 //! What `arraybridge paco` reports: the candidates (local maxima of the S/N map) and their
-//! writers: `candidates.csv`, the table on stdout and `snr.png`.
+//! writers: the FITS maps, `candidates.csv`, `snr.png`, and the table or JSON on stdout.
 
 use std::path::Path;
 
 use crate::figures::{self, Marker, RED, SnrMapOptions, WHITE};
-use algorithms::paco::PacoMaps;
+use algorithms::paco::{PacoMaps, PacoShare, calibrated_snr};
 use arraybridge::io::csv::create_writer;
+use arraybridge::io::fits;
 use bridge_core::Result;
 use ndarray::Array2;
+
+use super::super::common::Global;
+use super::runner::Runner;
+use super::{Args, Settings};
 
 /// One detection candidate.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -167,4 +172,96 @@ pub(super) fn write_png(
         ..Default::default()
     };
     figures::render_snr_map(snr.view(), &opts)?.write_png(path)
+}
+
+/// Every file of the output folder: the maps (`snr`, `flux`, `a`, `b` `.fits`), with
+/// `--calibrate` `snr_calibrated.fits` (star at `(cy, cx)`), then `candidates.csv` and `snr.png`.
+pub(super) fn write_files(
+    args: &Args,
+    maps: &PacoMaps,
+    cands: &[Candidate],
+    (cy, cx): (f64, f64),
+    settings: &Settings,
+) -> Result<()> {
+    for (name, m) in [
+        ("snr", &maps.snr),
+        ("flux", &maps.flux),
+        ("a", &maps.a),
+        ("b", &maps.b),
+    ] {
+        fits::write_image(
+            args.output.join(format!("{name}.fits")),
+            &m.clone().into_dyn(),
+        )?;
+    }
+    if args.calibrate {
+        let strong: Vec<(usize, usize)> = cands
+            .iter()
+            .filter(|c| c.snr >= 5.0)
+            .map(|c| (c.y, c.x))
+            .collect();
+        let radius = 2.0 * maps.fwhm.unwrap_or(4.0);
+        let cal = calibrated_snr(&maps.snr, (cy, cx), &strong, radius);
+        fits::write_image(args.output.join("snr_calibrated.fits"), &cal.into_dyn())?;
+    }
+    write_csv(
+        &args.output.join("candidates.csv"),
+        cands,
+        args.flux,
+        args.refine,
+    )?;
+    let Settings {
+        mode,
+        subpixel,
+        edge,
+        ..
+    } = settings;
+    let title = format!("PACO S/N  {mode}  SUB-PIXEL {subpixel}  EDGE {edge}");
+    write_png(&args.output.join("snr.png"), &maps.snr, cands, title)
+}
+
+/// The result on stdout: the JSON document with `--json` (the run, the devices and their
+/// shares, the candidates), else the candidates' table.
+pub(super) fn summary(
+    args: &Args,
+    g: Global,
+    settings: &Settings,
+    runner: &Runner,
+    shares: Option<Vec<PacoShare>>,
+    maps: &PacoMaps,
+    cands: &[Candidate],
+) -> Result<()> {
+    let Settings {
+        dims: (t, h, w),
+        radius,
+        mode,
+        subpixel,
+        edge,
+    } = settings;
+    let by_rank = runner.by_rank();
+    if g.json {
+        g.print_json(&serde_json::json!({
+            "command": "paco",
+            "output": args.output.display().to_string(),
+            "frames": t, "height": h, "width": w, "mode": mode,
+            "radius": radius, "subpixel": subpixel, "edge": edge,
+            "device": runner.name(),
+            "device_reason": match runner {
+                Runner::One(c) => Some(c.reason.clone()),
+                Runner::Several(_) | Runner::Ranks(..) => None,
+            },
+            "devices": shares.map(|v| v.iter().enumerate().map(|(i, s)| {
+                let mut j = serde_json::to_value(s).unwrap_or_default();
+                if by_rank {
+                    j["rank"] = i.into();
+                }
+                j
+            }).collect::<Vec<_>>()),
+            "psf_norm_factor": maps.psf_norm_factor, "fwhm": maps.fwhm,
+            "candidates": cands,
+        }))?;
+    } else {
+        print_table(cands, args.flux, args.refine);
+    }
+    Ok(())
 }
