@@ -289,8 +289,9 @@ pub struct Gpu {
     programs: Mutex<HashMap<ProgramKey, Arc<Program>>>,
     pub(crate) peers_enabled: Mutex<HashSet<usize>>,
     cc: (u32, u32),
-    /// The device's one executor state ([`crate::CudaExecutor::from_gpu`]), made on first use.
-    pub(crate) executor: Mutex<Option<Arc<crate::executor::Shared>>>,
+    /// The device's one executor state ([`crate::CudaExecutor::from_gpu`]), made on first use;
+    /// held as `Any` so that this bottom module does not import the executor's.
+    pub(crate) executor: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
     /// Executors ever created on this device (see [`Gpu::executors_created`]).
     pub(crate) executors_created: std::sync::atomic::AtomicUsize,
 }

@@ -83,7 +83,7 @@ fn options_hash(opts: &[&str]) -> u64 {
 type Kept = (Vec<String>, Arc<Program>);
 
 /// What every clone of an executor shares; one per [`Gpu`] for its default executor.
-pub(crate) struct Shared {
+struct Shared {
     stream: Arc<CudaStream>,
     mode: LaunchMode,
     programs: Mutex<HashMap<ExecKey, Kept>>,
@@ -123,11 +123,14 @@ impl CudaExecutor {
     /// the process's [`LaunchMode`].
     pub fn from_gpu(gpu: Arc<Gpu>) -> Result<Self> {
         let mut slot = lock(&gpu.executor);
-        let shared = match &*slot {
-            Some(s) => Arc::clone(s),
+        let kept = slot
+            .as_ref()
+            .and_then(|s| Arc::clone(s).downcast::<Shared>().ok());
+        let shared = match kept {
+            Some(s) => s,
             None => {
                 let s = Self::shared_state(&gpu, LaunchMode::get())?;
-                *slot = Some(Arc::clone(&s));
+                *slot = Some(Arc::clone(&s) as Arc<dyn std::any::Any + Send + Sync>);
                 s
             }
         };
