@@ -172,34 +172,19 @@ fn check_blob_log_memory(
     crate::memory::check_result(r)
 }
 
-/// Host bytes per pixel of a frame in flight in `locate`: the frame in float64, its lowpass
-/// (and the pass between), its background, at most four float64 images at once, plus the
-/// integer image and maps that follow (an upper bound, rounded up).
-const LOCATE_BYTES_PER_PIXEL: u64 = 40;
-
-/// `locate`'s host memory, checked against the budget before any frame is located: a batch of
-/// frames in flight (in parallel), each [`LOCATE_BYTES_PER_PIXEL`] a pixel.
+/// `locate`'s host memory, checked against the budget before any frame is located (the
+/// library's estimate, [`algorithms::detect::locate::check_memory`], as the command line
+/// checks it).
 fn check_locate_memory(frames: &[FrameView<'_>], batch_size: usize) -> PyResult<()> {
     let Some((n, h, w)) = frames_dim(frames) else {
         return Ok(());
     };
-    let in_flight = batch_size.min(n).max(1);
-    let bytes = bridge_core::host::checked_product(&[
-        in_flight as u64,
-        h as u64,
-        w as u64,
-        LOCATE_BYTES_PER_PIXEL,
-    ])
-    .unwrap_or(u64::MAX);
-    crate::memory::check(
-        bytes,
-        &format!(
-            "locate on {in_flight} frame(s) of {h}x{w} at once (batch_size; about five float64 \
-             images of each)"
-        ),
-        "use a smaller batch_size or smaller frames (a broadcast view is located as the \
-         frames it stands for)",
-    )
+    crate::memory::check_result(algorithms::detect::locate::check_memory(
+        h,
+        w,
+        batch_size.min(n),
+        "batch_size",
+    ))
 }
 
 /// Blobs of a movie already on `device` (`u8`/`u16`, C-contiguous), read in place; `None` when

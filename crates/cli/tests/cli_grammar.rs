@@ -496,6 +496,72 @@ fn large_movies_get_a_memory_error_that_says_what_fits() {
 }
 
 #[test]
+fn locate_checks_its_frames_in_flight_before_locating() {
+    // 1 × 2000 × 2000 u8: locate holds about five float64 images of the frame (≈ 160 MB), so
+    // 64 MiB is refused up front, naming the frames and --batch-size; 300 MiB runs
+    let d = tmpdir("locate-large");
+    let (h, w) = (2000usize, 2000usize);
+    let px: Vec<u8> = (0..h * w).map(|i| (i % 251) as u8).collect();
+    let m = d.join("big.npy");
+    std::fs::write(&m, encode_npy("|u1", &[1, h, w], &px)).unwrap();
+    let args = |out: &Path| {
+        vec![
+            "detect".to_owned(),
+            s(&m).to_owned(),
+            "-o".to_owned(),
+            s(out).to_owned(),
+            "--device".to_owned(),
+            "cpu".to_owned(),
+            "--method".to_owned(),
+            "locate".to_owned(),
+            "--diameter".to_owned(),
+            "7".to_owned(),
+            "-q".to_owned(),
+        ]
+    };
+    let refused = d.join("refused.csv");
+    let a = args(&refused);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    fails_env(
+        &a,
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "64")],
+        &[
+            "locate on 1 frame(s) of 2000x2000",
+            "--batch-size",
+            "ARRAYBRIDGE_MEMORY_LIMIT_MB",
+        ],
+    );
+    assert!(!refused.exists());
+    let out = d.join("fits.csv");
+    let a = args(&out);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = run_env(&a, &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "300")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.exists());
+    // `bench detect --method locate` checks the same way
+    fails_env(
+        &[
+            "bench",
+            "detect",
+            "--method",
+            "locate",
+            "--device",
+            "cpu",
+            "--frames",
+            "1",
+            "--size",
+            "2000",
+            "--particles",
+            "10",
+            "--batch-sizes",
+            "1",
+        ],
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "64")],
+        &["locate on 1 frame(s) of 2000x2000", "--batch-sizes"],
+    );
+}
+
+#[test]
 fn huge_sigmas_are_counted_before_their_kernels_are_built() {
     // a 64×64 frame is nothing, but 1000 scales up to σ = 10⁴ build 1000 kernels pairs of
     // 40 001 taps (640 MB): refused under 300 MB, up front and naming --max-sigma

@@ -321,6 +321,10 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
             }
             .check_memory_on(size, size, frames, &[backend.as_ref()])?;
         }
+    } else {
+        for &b in &batch_sizes {
+            algorithms::detect::locate::check_memory(size, size, b.min(frames), "--batch-sizes")?;
+        }
     }
     g.note(format!(
         "bench detect ({}) on {device}: {frames}x{size}x{size} movie, {particles} particles",

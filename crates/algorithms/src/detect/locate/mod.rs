@@ -201,6 +201,35 @@ pub(crate) fn finish(
     out
 }
 
+/// Host bytes per pixel of a frame in flight in `locate`: the frame in float64, its lowpass
+/// (and the pass between), its background, at most four float64 images at once, plus the
+/// integer image and maps that follow (an upper bound, rounded up). A device whose memory is the
+/// host's (PoCL) holds about as much.
+pub const LOCATE_BYTES_PER_PIXEL: u64 = 40;
+
+/// `locate`'s host memory for `in_flight` frames of `h × w` at once (a batch, in parallel),
+/// checked against the host budget before any frame is located: a
+/// [`bridge_core::BridgeError::TooLarge`] naming the frames and `batch_flag` (`--batch-size`,
+/// or Python's `batch_size`) when it does not fit.
+pub fn check_memory(h: usize, w: usize, in_flight: usize, batch_flag: &str) -> Result<()> {
+    let in_flight = in_flight.max(1);
+    let bytes = bridge_core::host::checked_product(&[
+        in_flight as u64,
+        h as u64,
+        w as u64,
+        LOCATE_BYTES_PER_PIXEL,
+    ])
+    .unwrap_or(u64::MAX);
+    bridge_core::host::check_allocation(
+        bytes,
+        &format!(
+            "locate on {in_flight} frame(s) of {h}x{w} at once ({batch_flag}; about five \
+             float64 images of each)"
+        ),
+        &format!("use a smaller {batch_flag} or smaller frames"),
+    )
+}
+
 /// `trackpy.locate` on every frame of `movie` on `device` (`Device::Cpu`, `opencl:N` or
 /// `cuda:N`, through [`backend_for`](crate::detect::backend_for): the device runs the whole
 /// pipeline, see `detect::gpu::GpuDetect`; an unavailable device is an

@@ -46,7 +46,12 @@ pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Wher
     let dtype = first.dtype_name();
     let integer = matches!(first, Movie::U8(_) | Movie::U16(_));
     // the memory a batch needs depends on the back end (the CPU never holds the scale space):
-    // detection checks it with the back ends it runs on, before the first batch
+    // detection checks it with the back ends it runs on, before the first batch; locate's
+    // frames in flight are checked here, before any is located
+    if job.locate.is_some() {
+        let in_flight = job.batch_size.min(total.unwrap_or(usize::MAX));
+        algorithms::detect::locate::check_memory(h, w, in_flight, "--batch-size")?;
+    }
     let mut runner = runner_for(job, &first, place)?;
     let policy = MultiPolicy {
         requeue_on_failure: args.requeue,
