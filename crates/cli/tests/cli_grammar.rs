@@ -562,6 +562,37 @@ fn locate_checks_its_frames_in_flight_before_locating() {
 }
 
 #[test]
+fn bench_transfer_counts_the_device_buffer_of_a_cpu_device() {
+    // PoCL's device memory is the host's: 40 MiB needs 80 MiB of host buffers and 40 MiB more
+    let cl = arraybridge::registry()
+        .device_infos()
+        .any(|i| i.device == arraybridge::Device::OpenCl(0));
+    if !cl {
+        eprintln!("skipping: no opencl:0");
+        return;
+    }
+    let out = fails_env(
+        &[
+            "bench",
+            "transfer",
+            "--device",
+            "opencl:0",
+            "--sizes-mb",
+            "40",
+            "--reps",
+            "1",
+        ],
+        &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "100")],
+        &[
+            "--sizes-mb 40 on opencl:0",
+            "device buffer",
+            "ARRAYBRIDGE_MEMORY_LIMIT_MB",
+        ],
+    );
+    assert!(!out.contains("panicked"), "{out}");
+}
+
+#[test]
 fn huge_sigmas_are_counted_before_their_kernels_are_built() {
     // a 64×64 frame is nothing, but 1000 scales up to σ = 10⁴ build 1000 kernels pairs of
     // 40 001 taps (640 MB): refused under 300 MB, up front and naming --max-sigma

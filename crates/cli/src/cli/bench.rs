@@ -253,6 +253,7 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
             d
         }
     };
+    check_device_in_host(device, largest)?;
     g.note(format!(
         "bench transfer on {device}: sizes {:?} MiB, best of {reps}",
         a.sizes_mb
@@ -272,6 +273,27 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
              `cuda` feature, opencl:N with `opencl`); got {other}"
         ))),
     }
+}
+
+/// On a device whose memory is the host's (an OpenCL CPU device such as PoCL) the device
+/// buffer of the largest size is host memory too: the two host buffers and it must fit the
+/// budget together.
+fn check_device_in_host(device: Device, largest_mb: u64) -> Result<()> {
+    let in_host = arraybridge::registry()
+        .device_infos()
+        .find(|i| i.device == device)
+        .is_some_and(|i| i.details.iter().any(|(k, v)| k == "type" && v == "cpu"));
+    if !in_host {
+        return Ok(());
+    }
+    check_allocation(
+        largest_mb.saturating_mul(3 << 20),
+        &format!(
+            "bench transfer --sizes-mb {largest_mb} on {device} (two host buffers and the device \
+             buffer, which on this CPU device is host memory too)"
+        ),
+        "use smaller sizes",
+    )
 }
 
 /// Best-of-`reps` throughput in GB/s (10⁹ bytes/s) of `f` moving `bytes`.
