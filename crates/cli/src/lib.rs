@@ -19,7 +19,8 @@ pub use cli::{Cli, run};
 /// The `arraybridge` command line: parses the arguments of this process, runs the command,
 /// prints an error (with the causes its message does not already name) and returns the exit
 /// status. Under `mpirun` (feature `mpi`) it initialises MPI first and ends every rank when one
-/// fails.
+/// fails. On SIGINT or SIGTERM (Unix) it deletes the temporary files of the outputs being
+/// written (an existing output stays as it was) and exits with 128 + the signal (130, 143).
 pub fn main() -> ExitCode {
     let args = cli::Cli::parse();
     #[cfg(feature = "mpi")]
@@ -30,6 +31,9 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // after MPI's initialisation: a handler it installed is kept and still called
+    #[cfg(unix)]
+    remove_partial_outputs_on_signals();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -58,5 +62,34 @@ pub fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// On SIGINT or SIGTERM, delete the temporary files of the open outputs
+/// ([`arraybridge::io::staged::remove_open_staging_files`]) and exit with 128 + the signal,
+/// from a thread of its own (the handler itself only wakes it). The exit is `_exit`: no
+/// destructor or `atexit` handler (device drivers) runs while other threads may still use
+/// them. Without the handler (it could not be installed: a warning), a signal ends the process
+/// as before, leaving its temporary files to the next run's sweep.
+#[cfg(unix)]
+fn remove_partial_outputs_on_signals() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("no SIGINT/SIGTERM handler: {e}");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                arraybridge::io::staged::remove_open_staging_files();
+                signal_hook::low_level::exit(128 + signal);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("no SIGINT/SIGTERM handler thread: {e}");
     }
 }
