@@ -96,8 +96,6 @@ build() {
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p arraybridge --test device_handle |
     copy_artifacts "$carry/tests"
-  cargo_artifacts test --release --no-run -p arraybridge-cli --test cli_executors |
-    copy_artifacts "$carry/tests"
   cargo_artifacts bench --no-run -p bridge-cuda --bench cuda_transfer | copy_artifacts "$carry/bench"
   echo "gpu-check: building the CLI (arraybridge bench)" >&2
   cargo_artifacts build --release --bin arraybridge | copy_artifacts "$carry/bin"

@@ -110,6 +110,12 @@ fn opencl_runs_where_the_array_lives() {
 #[test]
 fn cuda_runs_where_the_array_lives() {
     same_as_array_functions(Device::Cuda(0));
+    // handles, conversions, blob_log and locate on cuda:0 share the device's one executor
+    #[cfg(feature = "cuda")]
+    if registry().topology().has_device(Device::Cuda(0)) {
+        let gpu = arraybridge::bridge_cuda::gpu(0).unwrap();
+        assert_eq!(gpu.executors_created(), 1);
+    }
 }
 
 #[test]
