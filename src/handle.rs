@@ -29,7 +29,7 @@
 use std::fmt;
 
 use algorithms::exec::{AnyExecutor, executor_for};
-use bridge_core::{Array, BridgeError, Device, Result};
+use bridge_core::{Array, Device, Result};
 
 use crate::registry;
 
@@ -75,7 +75,8 @@ impl fmt::Display for DeviceHandle {
 }
 
 /// Open `spec` (`"cpu"`, `"opencl:0"`, `"cuda:0"`, `"torch:cpu"`, `"torch:cuda:0"`) on the
-/// process registry: [`BridgeError::UnknownDevice`] or [`BridgeError::BackendUnavailable`]
+/// process registry: [`bridge_core::BridgeError::UnknownDevice`] or
+/// [`bridge_core::BridgeError::BackendUnavailable`]
 /// (saying why) when the registry has no such device, the executor's error when it cannot be
 /// opened.
 pub fn device(spec: &str) -> Result<DeviceHandle> {
@@ -84,26 +85,7 @@ pub fn device(spec: &str) -> Result<DeviceHandle> {
 
 /// [`device`] for a parsed [`Device`].
 pub fn open_device(device: Device) -> Result<DeviceHandle> {
-    let reg = registry();
-    if !reg.topology().has_device(device) {
-        let why = reg
-            .topology()
-            .unavailable_reason(device.memory_type())
-            .map(str::to_owned);
-        return Err(match why {
-            Some(reason) => BridgeError::unavailable(device.memory_type().to_string(), reason),
-            None => BridgeError::UnknownDevice {
-                device,
-                available: format!(
-                    "devices available: {}",
-                    reg.device_infos()
-                        .map(|i| i.device.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            },
-        });
-    }
+    registry().topology().check_device(device)?;
     let executor = match device {
         Device::OpenCl(_) | Device::Cuda(_) => Some(executor_for(device, "a device handle")?),
         Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => None,

@@ -49,6 +49,12 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Whether the backend reports the device as a CPU (`type: cpu` in [`Self::details`], e.g.
+    /// PoCL): its memory is the host's, and it is no GPU.
+    pub fn is_cpu_device(&self) -> bool {
+        self.details.iter().any(|(k, v)| k == "type" && v == "cpu")
+    }
+
     /// A device with only a name; fill in the rest with struct update syntax.
     pub fn new(device: Device, name: impl Into<String>) -> Self {
         DeviceInfo {

@@ -76,6 +76,23 @@ pub struct KernelSource {
     pub option_sets: &'static [&'static [&'static str]],
 }
 
+/// The per-launch cache key of a shipped source built with `options`: the text's address and
+/// length (a `'static` text, so equal keys are the same bytes; no hashing of the text) and a
+/// hash of the options. A cache keeps the options with its entry and checks them on a hit with
+/// [`same_options`], so a hash collision cannot return another build.
+pub fn launch_key(src: &'static KernelSource, options: &[&str]) -> (usize, usize, u64) {
+    (
+        src.source.as_ptr() as usize,
+        src.source.len(),
+        source_hash("", options),
+    )
+}
+
+/// Whether the options kept with a cache entry are `options` (no allocation).
+pub fn same_options(kept: &[String], options: &[&str]) -> bool {
+    kept.iter().map(String::as_str).eq(options.iter().copied())
+}
+
 /// A stable 64-bit FNV-1a hash of a source text plus options: the program-cache key.
 pub fn source_hash(source: &str, options: &[&str]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -186,6 +186,33 @@ impl Topology {
         self.devices.contains_key(&device)
     }
 
+    /// `Ok` when `device` is known; else [`BridgeError::BackendUnavailable`] with the reason when
+    /// its backend has no device at all (not compiled in, no driver), or
+    /// [`BridgeError::UnknownDevice`] listing the devices of its memory type.
+    pub fn check_device(&self, device: Device) -> Result<()> {
+        if self.has_device(device) {
+            return Ok(());
+        }
+        let mt = device.memory_type();
+        let known: Vec<String> = self.devices_of(mt).map(|d| d.to_string()).collect();
+        if known.is_empty() {
+            let reason = self
+                .unavailable_reason(mt)
+                .map(str::to_owned)
+                .unwrap_or_else(|| {
+                    format!("the {mt} backend is not registered (not compiled in?)")
+                });
+            return Err(BridgeError::BackendUnavailable {
+                backend: mt.name().to_owned(),
+                reason,
+            });
+        }
+        Err(BridgeError::UnknownDevice {
+            device,
+            available: format!("{mt} devices available: {}", known.join(", ")),
+        })
+    }
+
     /// The known devices of one memory type.
     pub fn devices_of(&self, memory_type: MemoryType) -> impl Iterator<Item = Device> + '_ {
         self.devices
@@ -265,25 +292,7 @@ pub fn plan_route(
                 device: dev,
             });
         }
-        if !topology.has_device(dev) {
-            let known: Vec<String> = topology.devices_of(mt).map(|d| d.to_string()).collect();
-            if known.is_empty() {
-                let reason = topology
-                    .unavailable_reason(mt)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| {
-                        format!("the {mt} backend is not registered (not compiled in?)")
-                    });
-                return Err(BridgeError::BackendUnavailable {
-                    backend: mt.name().to_owned(),
-                    reason,
-                });
-            }
-            return Err(BridgeError::UnknownDevice {
-                device: dev,
-                available: format!("{mt} devices available: {}", known.join(", ")),
-            });
-        }
+        topology.check_device(dev)?;
     }
     let from = Endpoint {
         memory_type: src,

@@ -69,15 +69,9 @@ impl LaunchMode {
 /// Pinned buffers of the small-upload ring in flight at most.
 const RING_BUFFERS: usize = 16;
 
-/// Program-cache key of an executor: the source text's address and length (sources are
-/// `'static`, so one key is one text) and a hash of the options; the entry keeps the options
-/// themselves, compared on every hit.
+/// Program-cache key of an executor ([`bridge_core::kernel::launch_key`]); the entry keeps the
+/// options themselves, compared on every hit.
 type ExecKey = (usize, usize, u64);
-
-/// The options' hash (FNV-1a, NUL-separated).
-fn options_hash(opts: &[&str]) -> u64 {
-    bridge_core::kernel::source_hash("", opts)
-}
 
 /// A cached program with the options it was built with.
 type Kept = (Vec<String>, Arc<Program>);
@@ -188,14 +182,9 @@ impl CudaExecutor {
     }
 
     fn program(&self, src: &'static KernelSource, opts: &[&str]) -> Result<Arc<Program>> {
-        let key: ExecKey = (
-            src.source.as_ptr() as usize,
-            src.source.len(),
-            options_hash(opts),
-        );
-        let same = |kept: &[String]| kept.iter().map(String::as_str).eq(opts.iter().copied());
+        let key: ExecKey = bridge_core::kernel::launch_key(src, opts);
         if let Some((kept, p)) = lock(&self.shared.programs).get(&key)
-            && same(kept)
+            && bridge_core::kernel::same_options(kept, opts)
         {
             return Ok(Arc::clone(p));
         }

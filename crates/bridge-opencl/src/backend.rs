@@ -209,18 +209,10 @@ impl OpenClBackend {
         options: &[&str],
         entry: &str,
     ) -> Result<Arc<Mutex<crate::kernel::ClKernel>>> {
-        let key: KernelKey = (
-            device.ordinal().unwrap_or_default(),
-            src.source.as_ptr() as usize,
-            src.source.len(),
-            bridge_core::kernel::source_hash("", options),
-        );
+        let (at, len, options_hash) = bridge_core::kernel::launch_key(src, options);
+        let key: KernelKey = (device.ordinal().unwrap_or_default(), at, len, options_hash);
         let same = |k: &KernelSlot| {
-            k.entry == entry
-                && k.options
-                    .iter()
-                    .map(String::as_str)
-                    .eq(options.iter().copied())
+            k.entry == entry && bridge_core::kernel::same_options(&k.options, options)
         };
         if let Some(k) = lock(&self.inner.kernels)
             .get(&key)
@@ -252,11 +244,7 @@ impl OpenClBackend {
         }
         let info = ExecutorInfo {
             fp64: entry.check_dtype(DType::F64).is_ok(),
-            cpu: entry
-                .info
-                .details
-                .iter()
-                .any(|(k, v)| k == "type" && v == "cpu"),
+            cpu: entry.info.is_cpu_device(),
         };
         map.insert(n, info);
         Ok(info)

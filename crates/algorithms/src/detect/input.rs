@@ -25,7 +25,6 @@ use ndarray::Ix3;
 
 use super::FrameView;
 use super::backend::{CpuBackend, DetectBackend};
-#[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::blob_log::Prescale;
 use super::blob_log::{Blob, BlobLogParams};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
@@ -144,7 +143,7 @@ fn resident_blob_log(movie: &Array, p: &BlobLogParams) -> Result<Vec<Vec<Blob>>>
             "is not read in place (the device reads u8 and u16 movies): convert it to the host",
         ));
     }
-    if p.prescale == super::blob_log::Prescale::MinMax {
+    if p.prescale == Prescale::MinMax {
         return Err(not_in_place(
             movie,
             "blob_log",
@@ -161,6 +160,13 @@ fn resident_blob_log(movie: &Array, p: &BlobLogParams) -> Result<Vec<Vec<Blob>>>
     })
 }
 
+/// Whether the device `blob_log` reads `movie` in place with `p`: integer pixels (the float
+/// path starts from host frames) and not the `minmax` prescale (it needs each frame's extrema
+/// on the host).
+fn blob_log_reads_in_place(movie: &Array, p: &BlobLogParams) -> bool {
+    matches!(movie.dtype(), DType::U8 | DType::U16) && p.prescale != Prescale::MinMax
+}
+
 /// [`blob_log`] on a movie that lives on `opencl:N` or `cuda:N` and that the device reads in
 /// place (C-contiguous `u8`/`u16`, not the `minmax` prescale); `Ok(None)` for any other movie
 /// (nothing is run or moved), for callers that then choose another route.
@@ -168,9 +174,7 @@ pub fn blob_log_in_place(movie: &Array, p: &BlobLogParams) -> Result<Option<Vec<
     p.validate()?;
     check_movie(movie)?;
     let device = movie.device();
-    if !matches!(device, Device::OpenCl(_) | Device::Cuda(_))
-        || !matches!(movie.dtype(), DType::U8 | DType::U16)
-        || p.prescale == super::blob_log::Prescale::MinMax
+    if !matches!(device, Device::OpenCl(_) | Device::Cuda(_)) || !blob_log_reads_in_place(movie, p)
     {
         return Ok(None);
     }
@@ -358,9 +362,7 @@ fn on_device<E: bridge_core::exec::Executor>(
     movie: Array,
     p: &BlobLogParams,
 ) -> Result<(Vec<Vec<Blob>>, Array)> {
-    let resident_ok =
-        matches!(movie.dtype(), DType::U8 | DType::U16) && p.prescale != Prescale::MinMax;
-    if resident_ok {
+    if blob_log_reads_in_place(&movie, p) {
         let dev = g.executor().device();
         let movie = if g.executor().buffer_of(&movie).is_some() {
             movie

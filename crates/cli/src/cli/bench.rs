@@ -282,7 +282,7 @@ fn check_device_in_host(device: Device, largest_mb: u64) -> Result<()> {
     let in_host = arraybridge::registry()
         .device_infos()
         .find(|i| i.device == device)
-        .is_some_and(|i| i.details.iter().any(|(k, v)| k == "type" && v == "cpu"));
+        .is_some_and(|i| i.is_cpu_device());
     if !in_host {
         return Ok(());
     }

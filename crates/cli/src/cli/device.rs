@@ -75,9 +75,7 @@ impl DeviceArg {
                     .device_infos()
                     .filter(|i| match i.device {
                         Device::Cuda(_) => true,
-                        Device::OpenCl(_) => {
-                            !i.details.iter().any(|(k, v)| k == "type" && v == "cpu")
-                        }
+                        Device::OpenCl(_) => !i.is_cpu_device(),
                         Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => false,
                     })
                     .filter(|i| (stage.supports)(i.device).is_ok())
