@@ -26,53 +26,11 @@
 //! # Ok::<(), arraybridge::BridgeError>(())
 //! ```
 
-use std::fmt;
-
-use algorithms::exec::{AnyExecutor, executor_for};
-use bridge_core::{Array, Device, Result};
+use algorithms::exec::AnyExecutor;
+pub use algorithms::exec::DeviceHandle;
+use bridge_core::{Array, BridgeError, Device, Result};
 
 use crate::registry;
-
-/// A device of the process registry, open: for `opencl:N` and `cuda:N` it holds the device's
-/// one executor. Cheap to clone; two handles of one device share everything.
-#[derive(Clone)]
-pub struct DeviceHandle {
-    device: Device,
-    executor: Option<AnyExecutor>,
-}
-
-impl fmt::Debug for DeviceHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceHandle")
-            .field("device", &self.device)
-            .field("executor", &self.executor.is_some())
-            .finish()
-    }
-}
-
-impl PartialEq for DeviceHandle {
-    fn eq(&self, other: &Self) -> bool {
-        self.device == other.device
-    }
-}
-
-impl DeviceHandle {
-    /// Which device (`cpu`, `opencl:0`, `cuda:1`, `torch:cpu`, …).
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// The device's executor (`opencl:N`, `cuda:N`); `None` for the host and torch devices.
-    pub fn executor(&self) -> Option<&AnyExecutor> {
-        self.executor.as_ref()
-    }
-}
-
-impl fmt::Display for DeviceHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.device.fmt(f)
-    }
-}
 
 /// Open `spec` (`"cpu"`, `"opencl:0"`, `"cuda:0"`, `"torch:cpu"`, `"torch:cuda:0"`) on the
 /// process registry: [`bridge_core::BridgeError::UnknownDevice`] or
@@ -83,14 +41,41 @@ pub fn device(spec: &str) -> Result<DeviceHandle> {
     open_device(spec.parse()?)
 }
 
-/// [`device`] for a parsed [`Device`].
+/// [`device`] for a parsed [`Device`]: the one place of the library that turns a device's name
+/// into its live executor (the algorithms take handles, or the device an array lives on).
 pub fn open_device(device: Device) -> Result<DeviceHandle> {
     registry().topology().check_device(device)?;
-    let executor = match device {
-        Device::OpenCl(_) | Device::Cuda(_) => Some(executor_for(device, "a device handle")?),
-        Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => None,
-    };
-    Ok(DeviceHandle { device, executor })
+    match device {
+        Device::OpenCl(_) | Device::Cuda(_) => {
+            Ok(DeviceHandle::from_executor(executor_of(device)?))
+        }
+        Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => {
+            DeviceHandle::without_executor(device)
+        }
+    }
+}
+
+/// The executor of `opencl:N` (on the OpenCL backend instance the process registry holds) or
+/// `cuda:N`; [`BridgeError::BackendUnavailable`] when its backend is not compiled in or has no
+/// such device.
+fn executor_of(device: Device) -> Result<AnyExecutor> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => Ok(AnyExecutor::Cuda(algorithms::exec::CudaExecutor::new(n)?)),
+        #[cfg(feature = "opencl")]
+        Device::OpenCl(_) => Ok(AnyExecutor::OpenCl(algorithms::exec::OpenClExecutor::new(
+            bridge_opencl::shared(),
+            device,
+        )?)),
+        _ => Err(BridgeError::unavailable(
+            device.memory_type().to_string(),
+            format!(
+                "{device} has no back end in this build (build with the `{}` feature); use \
+                 --device cpu",
+                device.memory_type()
+            ),
+        )),
+    }
 }
 
 /// Moving an [`Array`] to a device: `array.to(&dev)`.

@@ -84,13 +84,13 @@ fn same_as_array_functions(device: Device) {
     let moved = Array::from_ndarray(movie().into_dyn()).to(&dev).unwrap();
     assert_eq!(moved.device(), device);
     let p = blob_params();
-    let (want, _) = blob_log_array(registry(), host, &p, device).unwrap();
+    let (want, _) = blob_log_array(registry(), host, &p, &dev).unwrap();
     let got = detect::blob_log(&moved, &p).unwrap();
     assert_eq!(got, want);
     assert!(got.iter().all(|f| !f.is_empty()), "{got:?}");
     let lp = LocateParams::new(7);
     let host = Array::from_ndarray(movie().into_dyn());
-    let (want, _) = locate_array(registry(), host, &lp, device).unwrap();
+    let (want, _) = locate_array(registry(), host, &lp, &dev).unwrap();
     let got = detect::locate(&moved, &lp).unwrap();
     assert_eq!(got, want);
     assert!(got.iter().all(|f| !f.is_empty()));
@@ -161,6 +161,42 @@ fn handles_of_one_device_share_its_executor() {
     assert_eq!(a, b);
     let cl = arraybridge::bridge_opencl::shared();
     assert_eq!(cl.executors_created(Device::OpenCl(0)), 1);
+}
+
+/// An array carries its device: detection on a movie uploaded through a backend instance of
+/// the test's own (not the process's) runs on that instance's executor, and nothing looks the
+/// device up by name.
+#[cfg(feature = "opencl")]
+#[test]
+fn an_array_runs_on_the_backend_instance_that_holds_it() {
+    use arraybridge::bridge_opencl::OpenClBackend;
+    if !present(Device::OpenCl(0)) {
+        return;
+    }
+    let own = OpenClBackend::new();
+    let host = Array::from_ndarray(movie().into_dyn());
+    let on = own.upload(host.host().unwrap(), Device::OpenCl(0)).unwrap();
+    assert_eq!(own.executors_created(Device::OpenCl(0)), 0);
+    let p = blob_params();
+    let got = detect::blob_log(&on, &p).unwrap();
+    // the same as the process's opencl:0 (the same device and kernels, another instance)
+    let shared = arraybridge::device("opencl:0").unwrap();
+    let (want, _) = blob_log_array(registry(), host, &p, &shared).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(own.executors_created(Device::OpenCl(0)), 1);
+    let handle = arraybridge::algorithms::exec::DeviceHandle::of_array(&on).unwrap();
+    assert_eq!(handle.device(), Device::OpenCl(0));
+    assert!(handle.executor().is_some());
+    // a handle keeps the instance alive; once the instance and its handles are gone, its
+    // arrays say so (typed, no panic, no other device)
+    drop(own);
+    assert_eq!(detect::blob_log(&on, &p).unwrap(), want);
+    drop(handle);
+    let err = detect::blob_log(&on, &p).unwrap_err();
+    assert!(
+        matches!(err, BridgeError::BackendUnavailable { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]

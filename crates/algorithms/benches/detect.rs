@@ -13,7 +13,6 @@ use algorithms::detect::locate::{LocateParams, locate};
 use algorithms::detect::synth::synthetic_movie;
 use algorithms::detect::{CpuBackend, DetectBackend, FrameView, LogDetector, Movie};
 use algorithms::track::{LinkParams, link};
-use bridge_core::Device;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn bench(c: &mut Criterion) {
@@ -74,7 +73,9 @@ fn bench(c: &mut Criterion) {
         b.iter(|| CpuBackend.locate_batch(black_box(&views), &lp).unwrap())
     });
     #[cfg(feature = "opencl")]
-    match algorithms::detect::OpenClDetect::new(0) {
+    match algorithms::exec::OpenClExecutor::on_shared(0)
+        .map(algorithms::detect::OpenClDetect::with_executor)
+    {
         Ok(d) => {
             assert_eq!(
                 d.locate_batch(&views, &lp).unwrap(),
@@ -99,8 +100,11 @@ fn bench(c: &mut Criterion) {
         };
         g.bench_function(format!("batch {bs}"), |b| {
             b.iter(|| {
-                det.detect_movie(black_box(&movie.movie), Device::Cpu)
-                    .unwrap()
+                det.detect_movie(
+                    black_box(&movie.movie),
+                    &algorithms::exec::DeviceHandle::cpu(),
+                )
+                .unwrap()
             })
         });
     }

@@ -3,6 +3,8 @@
 
 mod common;
 
+mod open;
+
 use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame};
 use algorithms::detect::{FrameView, LogDetector, Movie, RefineParams, refine_blobs};
 use bridge_core::{BridgeError, Device};
@@ -28,7 +30,7 @@ fn detector_matches_blob_log_for_every_batch_size() {
             batch_size: bs,
             ..Default::default()
         };
-        let ps = det.detect_movie(&m, Device::Cpu).unwrap();
+        let ps = det.detect_movie(&m, &open::cpu()).unwrap();
         assert_eq!(ps.len(), gy.len(), "batch size {bs}");
         for (i, p) in ps.iter().enumerate() {
             assert_eq!(
@@ -48,9 +50,9 @@ fn detector_matches_blob_log_for_every_batch_size() {
 fn gpu_devices_agree_with_cpu_or_report_unavailable() {
     let m = movie();
     let det = LogDetector::default();
-    let cpu = det.detect_movie(&m, Device::Cpu).unwrap();
+    let cpu = det.detect_movie(&m, &open::cpu()).unwrap();
     for d in [Device::Cuda(0), Device::OpenCl(0)] {
-        match det.detect_movie(&m, d) {
+        match open::try_open(d).and_then(|h| det.detect_movie(&m, &h)) {
             Ok(on_device) => {
                 assert_eq!(on_device.len(), cpu.len(), "{d}");
                 for (a, b) in on_device.iter().zip(&cpu) {
@@ -65,7 +67,7 @@ fn gpu_devices_agree_with_cpu_or_report_unavailable() {
             Err(other) => panic!("{d}: {other:?}"),
         }
     }
-    assert!(det.detect_movie(&m, Device::TorchCpu).is_err());
+    assert!(det.detect_movie(&m, &open::open(Device::TorchCpu)).is_err());
 }
 
 #[test]
@@ -73,19 +75,19 @@ fn detector_errors() {
     let empty = Movie::F32(Array3::zeros((0, 16, 16)));
     assert!(
         LogDetector::default()
-            .detect_movie(&empty, Device::Cpu)
+            .detect_movie(&empty, &open::cpu())
             .is_err()
     );
     let nan = Movie::F32(Array3::from_elem((2, 16, 16), f32::NAN));
     assert!(matches!(
-        LogDetector::default().detect_movie(&nan, Device::Cpu),
+        LogDetector::default().detect_movie(&nan, &open::cpu()),
         Err(BridgeError::InvalidInput(_))
     ));
     let det = LogDetector {
         batch_size: 0,
         ..Default::default()
     };
-    assert!(det.detect_movie(&movie(), Device::Cpu).is_err());
+    assert!(det.detect_movie(&movie(), &open::cpu()).is_err());
     // finite pixels so large that the scale space would overflow (a NaN cube's maxima differ
     // between the AVX2 and the generic code): refused, whatever the back end
     let mut huge = Array3::<f64>::zeros((1, 32, 32));
@@ -95,7 +97,7 @@ fn detector_errors() {
         prescale: algorithms::detect::Prescale::None,
         ..Default::default()
     };
-    let err = none.detect_movie(&Movie::F64(huge.clone()), Device::Cpu);
+    let err = none.detect_movie(&Movie::F64(huge.clone()), &open::cpu());
     assert!(
         matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("overflow")),
         "{err:?}"
@@ -106,18 +108,18 @@ fn detector_errors() {
             prescale: algorithms::detect::Prescale::MinMax,
             ..Default::default()
         }
-        .detect_movie(&Movie::F64(huge), Device::Cpu)
+        .detect_movie(&Movie::F64(huge), &open::cpu())
         .is_ok()
     );
     let mut big32 = Array3::<f32>::zeros((1, 32, 32));
     big32[[0, 3, 3]] = 1e38;
     assert!(matches!(
-        none.detect_movie(&Movie::F32(big32.clone()), Device::Cpu),
+        none.detect_movie(&Movie::F32(big32.clone()), &open::cpu()),
         Err(BridgeError::InvalidInput(_))
     ));
     big32[[0, 3, 3]] = 1e30;
     assert!(
-        none.detect_movie(&Movie::F32(big32.clone()), Device::Cpu)
+        none.detect_movie(&Movie::F32(big32.clone()), &open::cpu())
             .is_ok()
     );
     // ... but not with a small sigma, whose second-derivative taps grow as 1/σ²
@@ -125,20 +127,24 @@ fn detector_errors() {
         min_sigma: 0.0001,
         ..none.clone()
     };
-    assert!(small.detect_movie(&Movie::F32(big32), Device::Cpu).is_err());
+    assert!(
+        small
+            .detect_movie(&Movie::F32(big32), &open::cpu())
+            .is_err()
+    );
     // a tiny range prescale multiplies integer pixels too
     let tiny = LogDetector {
         prescale: algorithms::detect::Prescale::Range(0.0, 1e-305),
         ..Default::default()
     };
-    assert!(tiny.detect_movie(&movie(), Device::Cpu).is_err());
+    assert!(tiny.detect_movie(&movie(), &open::cpu()).is_err());
     // 1e200 is fine in float64 on the CPU, not in a device's float32 scale space
     let mut big = Array3::<f64>::zeros((1, 32, 32));
     big[[0, 10, 10]] = 1e200;
     let big = Movie::F64(big);
-    assert!(none.detect_movie(&big, Device::Cpu).is_ok());
+    assert!(none.detect_movie(&big, &open::cpu()).is_ok());
     #[cfg(feature = "opencl")]
-    if let Ok(b) = algorithms::detect::backend_for(Device::OpenCl(0)) {
+    if let Ok(b) = open::detect_backend(Device::OpenCl(0)) {
         let err = none.detect_movie_with(&big, b.as_ref(), |_| {});
         assert!(
             matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("float32")),
@@ -200,7 +206,7 @@ fn synthetic_movie_recall_precision() {
         batch_size: 2,
         ..Default::default()
     };
-    let ps = det.detect_movie(&s.movie, Device::Cpu).unwrap();
+    let ps = det.detect_movie(&s.movie, &open::cpu()).unwrap();
     let int: Vec<(u32, f64, f64)> = ps.iter().map(|p| (p.frame, p.y, p.x)).collect();
     let refd: Vec<(u32, f64, f64)> = ps
         .iter()
@@ -243,7 +249,7 @@ fn detect_then_link_particles() {
         refine: Some(RefineParams::default()),
         ..Default::default()
     };
-    let mut ps = det.detect_movie(&s.movie, Device::Cpu).unwrap();
+    let mut ps = det.detect_movie(&s.movie, &open::cpu()).unwrap();
     let stats = link_particles(&mut ps, &LinkParams::new(5.0, 1)).unwrap();
     assert!(ps.iter().all(|p| p.id.is_some()));
     eprintln!("{stats:?}");

@@ -11,6 +11,8 @@
 
 mod common;
 
+mod open;
+
 use algorithms::detect::blob_log::{Blob, BlobLogParams, blob_log_diag, log_cube, sigma_list};
 use algorithms::detect::gpu::{DevicePrecision, GpuDetectConfig};
 use algorithms::detect::{DetectBackend, FrameView, Prescale, blob_log_frame};
@@ -465,7 +467,11 @@ fn kernels_compile_with_nvrtc() {
                 src.name,
                 src.option_sets.len()
             ),
-            Ok(false) => eprintln!("NVRTC unavailable: skipped {}", src.name),
+            Ok(false) => test_support::require::skip(
+                Some(test_support::require::NVRTC),
+                "libnvrtc",
+                src.name,
+            ),
             Err(e) => panic!("{}: {e}", src.name),
         }
     }
@@ -481,7 +487,7 @@ mod opencl {
     use algorithms::detect::gpu::OpenClDetect;
 
     fn device() -> Option<OpenClDetect> {
-        match OpenClDetect::new(0) {
+        match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClDetect::with_executor) {
             Ok(d) => Some(d),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_OPENCL") {
@@ -489,6 +495,44 @@ mod opencl {
                 }
                 eprintln!("skipping: no OpenCL device ({e})");
                 None
+            }
+        }
+    }
+
+    /// The pipeline's knobs are a value of its configuration: other work-group shapes, pass
+    /// blocking and prescale groups, set by value next to the defaults in this one process,
+    /// give the same blobs and features.
+    #[test]
+    fn knobs_set_by_value_change_no_result() {
+        use bridge_core::tuning::Tuning;
+        let Some(base) = device() else { return };
+        let t = Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_WG_X", "32")
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_WG_Y", "3"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_ROWS", "3"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_COLS", "5"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_PREP_WG", "64"))
+            .unwrap();
+        let tuned = base.clone().with_config(GpuDetectConfig {
+            tuning: t.clone(),
+            ..base.config().clone()
+        });
+        assert_eq!(tuned.config().tuning, t);
+        let (_, p) = random_params().remove(0);
+        let lp = algorithms::detect::locate::LocateParams::new(5);
+        for (name, f) in random_frames(11) {
+            let frames = [f.view()];
+            assert_eq!(
+                tuned.blob_log_batch(&frames, &p).unwrap(),
+                base.blob_log_batch(&frames, &p).unwrap(),
+                "{name}"
+            );
+            match (
+                tuned.locate_batch(&frames, &lp),
+                base.locate_batch(&frames, &lp),
+            ) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{name}"),
+                (a, b) => assert_eq!(a.is_err(), b.is_err(), "{name}"),
             }
         }
     }
@@ -579,7 +623,7 @@ mod opencl {
     #[test]
     fn opencl_backend_for_dispatch() {
         let Some(_) = device() else { return };
-        let b = algorithms::detect::backend_for(bridge_core::Device::OpenCl(0)).unwrap();
+        let b = open::detect_backend(bridge_core::Device::OpenCl(0)).unwrap();
         assert_eq!(b.device(), bridge_core::Device::OpenCl(0));
     }
 
@@ -597,9 +641,11 @@ mod opencl {
         }
         let movie = algorithms::detect::Movie::U16(movie);
         let det = algorithms::detect::LogDetector::default();
-        let cpu = det.detect_movie(&movie, bridge_core::Device::Cpu).unwrap();
+        let cpu = det
+            .detect_movie(&movie, &open::open(bridge_core::Device::Cpu))
+            .unwrap();
         let dev = det
-            .detect_movie(&movie, bridge_core::Device::OpenCl(0))
+            .detect_movie(&movie, &open::open(bridge_core::Device::OpenCl(0)))
             .unwrap();
         assert_eq!(cpu.len(), dev.len());
         for (a, b) in cpu.iter().zip(&dev) {
@@ -659,7 +705,7 @@ mod cuda {
     use algorithms::detect::gpu::CudaDetect;
 
     fn device() -> Option<CudaDetect> {
-        match CudaDetect::new(0) {
+        match algorithms::exec::CudaExecutor::new(0).map(CudaDetect::with_executor) {
             Ok(d) => Some(d),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {

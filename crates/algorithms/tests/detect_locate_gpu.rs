@@ -17,6 +17,8 @@
 
 mod common;
 
+mod open;
+
 use algorithms::detect::gpu::GpuDetectConfig;
 use algorithms::detect::locate::locate;
 use algorithms::detect::{DetectBackend, Feature, FrameView, LocateParams};
@@ -563,7 +565,7 @@ mod opencl {
     use algorithms::detect::gpu::OpenClDetect;
 
     fn device() -> Option<OpenClDetect> {
-        match OpenClDetect::new(0) {
+        match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClDetect::with_executor) {
             Ok(d) => Some(d),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_OPENCL") {
@@ -628,7 +630,7 @@ mod opencl {
     fn opencl_locate_errors_and_dispatch() {
         let Some(d) = device() else { return };
         check_errors(&d);
-        let b = algorithms::detect::backend_for(bridge_core::Device::OpenCl(0)).unwrap();
+        let b = open::detect_backend(bridge_core::Device::OpenCl(0)).unwrap();
         assert_eq!(b.device(), bridge_core::Device::OpenCl(0));
         let f = Frame::U16(spots(64, 64, 20, 3).mapv(|v| (v * 1000.0) as u16));
         let feats = b.locate_batch(&[f.view()], &LocateParams::new(7)).unwrap();
@@ -655,7 +657,7 @@ mod cuda {
     use algorithms::detect::gpu::CudaDetect;
 
     fn device() -> Option<CudaDetect> {
-        match CudaDetect::new(0) {
+        match algorithms::exec::CudaExecutor::new(0).map(CudaDetect::with_executor) {
             Ok(d) => Some(d),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {

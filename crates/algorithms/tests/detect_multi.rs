@@ -5,6 +5,8 @@
 //! that fail on purpose; the PoCL case runs two real OpenCL devices
 //! (`POCL_DEVICES="pthread pthread"`, set for a child run of this binary).
 
+mod open;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use algorithms::detect::blob_log::{Accumulate, Blob, BlobLogParams};
@@ -181,7 +183,7 @@ impl DetectBackend for WaitsFor<'_> {
 fn two_devices_equal_one() {
     let m = movie(23);
     let det = detector(4);
-    let one = det.detect_movie(&m, Device::Cpu).unwrap();
+    let one = det.detect_movie(&m, &open::cpu()).unwrap();
     assert!(!one.is_empty());
     let (a, b) = (CpuBackend, CpuBackend);
     let out = det
@@ -200,7 +202,7 @@ fn two_devices_equal_one() {
 fn out_of_memory_splits_the_unit_on_that_device() {
     let m = movie(17);
     let det = detector(8);
-    let one = det.detect_movie(&m, Device::Cpu).unwrap();
+    let one = det.detect_movie(&m, &open::cpu()).unwrap();
     // alone: the device that fits one frame at a time still finishes, by halving
     let small = Flaky::new(Fault::OomOver(1), 0);
     let out = det
@@ -221,7 +223,7 @@ fn out_of_memory_splits_the_unit_on_that_device() {
 fn a_device_that_cannot_fit_one_frame_hands_it_to_the_others() {
     let m = movie(9);
     let det = detector(3);
-    let one = det.detect_movie(&m, Device::Cpu).unwrap();
+    let one = det.detect_movie(&m, &open::cpu()).unwrap();
     let full = Flaky::new(Fault::OomAlways, 0);
     let out = det
         .detect_movie_multi(&m, &[&full, &CpuBackend], MultiPolicy::default(), |_| {})
@@ -244,7 +246,7 @@ fn a_device_that_cannot_fit_one_frame_hands_it_to_the_others() {
 fn a_failed_device_fails_the_run_unless_requeue_is_asked_for() {
     let m = movie(20);
     let det = detector(2);
-    let one = det.detect_movie(&m, Device::Cpu).unwrap();
+    let one = det.detect_movie(&m, &open::cpu()).unwrap();
     let lost = Flaky::new(Fault::FailAfter(1), 3);
     let healthy = WaitsFor {
         calls: &lost.calls,
@@ -316,7 +318,7 @@ fn a_panicking_back_end_is_a_failure_not_a_hang() {
             |_| {},
         )
         .unwrap();
-    same(&out.particles, &det.detect_movie(&m, Device::Cpu).unwrap());
+    same(&out.particles, &det.detect_movie(&m, &open::cpu()).unwrap());
 }
 
 #[test]
@@ -328,16 +330,13 @@ fn bad_device_lists_are_errors() {
             .is_err()
     );
     let err = det
-        .detect_movie_on(&m, &[Device::Cpu, Device::Cpu], MultiPolicy::default())
+        .detect_movie_on(&m, &[open::cpu(), open::cpu()], MultiPolicy::default())
         .unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
     assert!(
-        det.detect_movie_on(
-            &m,
-            &[Device::Cpu, Device::OpenCl(99)],
-            MultiPolicy::default()
-        )
-        .is_err()
+        open::try_open(Device::OpenCl(99))
+            .and_then(|d| det.detect_movie_on(&m, &[open::cpu(), d], MultiPolicy::default()))
+            .is_err()
     );
 }
 
@@ -360,14 +359,14 @@ fn pocl_two_devices_inner() {
     }
     let m = movie(24);
     let det = detector(3);
-    let cpu = det.detect_movie(&m, Device::Cpu).unwrap();
+    let cpu = det.detect_movie(&m, &open::cpu()).unwrap();
     let one = det
-        .detect_movie_on(&m, &[Device::OpenCl(0)], MultiPolicy::default())
+        .detect_movie_on(&m, &[open::open(Device::OpenCl(0))], MultiPolicy::default())
         .unwrap();
     let two = det
         .detect_movie_on(
             &m,
-            &[Device::OpenCl(0), Device::OpenCl(1)],
+            &[open::open(Device::OpenCl(0)), open::open(Device::OpenCl(1))],
             MultiPolicy::default(),
         )
         .unwrap();
@@ -417,7 +416,7 @@ fn locate_on_several_devices_equals_one() {
     let p = LocateParams::new(7);
     for (seed, batch) in [(3, 4), (11, 1), (29, 5)] {
         let m = spots_movie(13, seed);
-        let one = algorithms::detect::locate_movie(&m, &p, Device::Cpu).unwrap();
+        let one = algorithms::detect::locate_movie(&m, &p, &open::open(Device::Cpu)).unwrap();
         assert!(one.iter().map(Vec::len).sum::<usize>() > 0);
         let (a, b) = (CpuBackend, CpuBackend);
         let out = algorithms::detect::locate_movie_multi(
@@ -436,7 +435,7 @@ fn locate_on_several_devices_equals_one() {
             13usize.div_ceil(batch)
         );
         let out =
-            algorithms::detect::locate_movie_on(&m, &p, &[Device::Cpu], batch, Default::default())
+            algorithms::detect::locate_movie_on(&m, &p, &[open::cpu()], batch, Default::default())
                 .unwrap();
         same_features(&out.features, &one, "locate_movie_on cpu");
     }
@@ -446,7 +445,7 @@ fn locate_on_several_devices_equals_one() {
 fn locate_faults_stay_local() {
     let m = spots_movie(11, 5);
     let p = LocateParams::new(7);
-    let one = algorithms::detect::locate_movie(&m, &p, Device::Cpu).unwrap();
+    let one = algorithms::detect::locate_movie(&m, &p, &open::open(Device::Cpu)).unwrap();
     // out of memory on more than one frame: split down to single frames on that device
     let small = Flaky::new(Fault::OomOver(1), 0);
     let out = algorithms::detect::locate_movie_multi(
@@ -526,7 +525,7 @@ fn locate_faults_stay_local() {
     let err = algorithms::detect::locate_movie_on(
         &m,
         &p,
-        &[Device::Cpu, Device::Cpu],
+        &[open::cpu(), open::cpu()],
         2,
         MultiPolicy::default(),
     )
@@ -534,7 +533,7 @@ fn locate_faults_stay_local() {
     assert!(err.to_string().contains("twice"), "{err}");
     let bad = LocateParams::new(6);
     assert!(
-        algorithms::detect::locate_movie_on(&m, &bad, &[Device::Cpu], 2, Default::default())
+        algorithms::detect::locate_movie_on(&m, &bad, &[open::cpu()], 2, Default::default())
             .is_err()
     );
 }
@@ -559,7 +558,7 @@ fn pocl_two_devices_locate_inner() {
         return;
     }
     use algorithms::detect::{locate_movie, locate_movie_on};
-    let two = [Device::OpenCl(0), Device::OpenCl(1)];
+    let two = [open::open(Device::OpenCl(0)), open::open(Device::OpenCl(1))];
     let fixture = {
         let npy =
             test_support::npy::read(&test_support::fixtures::path("detect/movie/movie_u16.npy"));
@@ -576,8 +575,8 @@ fn pocl_two_devices_locate_inner() {
     topn.minmass = 1.0;
     movies.push(("u16 topn", spots_movie(7, 43), topn));
     for (name, m, p) in &movies {
-        let cpu = locate_movie(m, p, Device::Cpu).unwrap();
-        let one = locate_movie(m, p, Device::OpenCl(0)).unwrap();
+        let cpu = locate_movie(m, p, &open::open(Device::Cpu)).unwrap();
+        let one = locate_movie(m, p, &open::open(Device::OpenCl(0))).unwrap();
         same_features(&one, &cpu, &format!("{name}: opencl:0 vs cpu"));
         let out = locate_movie_on(m, p, &two, 2, MultiPolicy::default()).unwrap();
         same_features(&out.features, &cpu, &format!("{name}: two devices vs cpu"));
@@ -595,7 +594,7 @@ fn pocl_two_devices_locate_inner() {
     // built once and kept, takes every unit of a short movie before opencl:1 starts)
     set_limit(Device::OpenCl(1), 1024);
     for (name, m, p) in &movies {
-        let cpu = locate_movie(m, p, Device::Cpu).unwrap();
+        let cpu = locate_movie(m, p, &open::open(Device::Cpu)).unwrap();
         let out = locate_movie_on(m, p, &two, 1, MultiPolicy::default()).unwrap();
         same_features(&out.features, &cpu, &format!("{name}: opencl:1 limited"));
         let s1 = &out.shares[1];
@@ -611,8 +610,15 @@ fn pocl_two_devices_locate_inner() {
     // four frames split down to single frames, which it completes
     set_limit(Device::OpenCl(1), 700 << 10);
     let (_, m, p) = &movies[0];
-    let cpu = locate_movie(m, p, Device::Cpu).unwrap();
-    let alone = locate_movie_on(m, p, &[Device::OpenCl(1)], 4, MultiPolicy::default()).unwrap();
+    let cpu = locate_movie(m, p, &open::open(Device::Cpu)).unwrap();
+    let alone = locate_movie_on(
+        m,
+        p,
+        &[open::open(Device::OpenCl(1))],
+        4,
+        MultiPolicy::default(),
+    )
+    .unwrap();
     same_features(&alone.features, &cpu, "u16: opencl:1 alone, split");
     let s1 = &alone.shares[0];
     eprintln!("[u16] opencl:1 alone with room for one frame: {s1:?}");
@@ -723,7 +729,8 @@ fn with_peers(
                     down: down_rx,
                     up: up_tx,
                 };
-                det.serve_frames(m, d, &mut server).unwrap();
+                det.serve_frames(m, d, &open::try_open, &mut server)
+                    .unwrap();
             });
             links.push(ChannelPeer {
                 down: std::sync::Mutex::new(down_tx),

@@ -5,6 +5,8 @@
 //! per-device cases are one body run on every device (`test_support::device_suite!`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod open;
+
 use std::sync::{Arc, Mutex};
 
 use algorithms::detect::{Blob, BlobLogParams, FrameView, Prescale, blob_log_array};
@@ -92,7 +94,7 @@ fn host_movies_on_the_cpu_are_read_in_place() {
         &reg,
         Array::from_ndarray(m.clone().into_dyn()),
         &params(),
-        Device::Cpu,
+        &open::cpu(),
     )
     .unwrap();
     assert_same(&got, &want);
@@ -103,7 +105,7 @@ fn host_movies_on_the_cpu_are_read_in_place() {
         &reg,
         Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8])),
         &params(),
-        Device::Cpu,
+        &open::cpu(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("u8, u16, f32 or f64"), "{e}");
@@ -111,7 +113,7 @@ fn host_movies_on_the_cpu_are_read_in_place() {
         &reg,
         Array::from_ndarray(ndarray::ArrayD::<u16>::zeros(vec![0, 8, 8])),
         &params(),
-        Device::Cpu,
+        &open::cpu(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("non-empty"), "{e}");
@@ -154,7 +156,7 @@ test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
     let rec = records();
     let m = movie(5, 64, 7);
     let nbytes = (m.len() * 2) as u64;
-    let backend = algorithms::detect::backend_for(dev).unwrap();
+    let backend = open::detect_backend(dev).unwrap();
     let want = backend.blob_log_batch(&frames(&m), &params()).unwrap();
     assert!(want.iter().map(Vec::len).sum::<usize>() > 5, "spots found");
     let host = || Array::from_ndarray(m.clone().into_dyn());
@@ -167,7 +169,7 @@ test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
         on
     };
     for _ in 0..2 {
-        let (got, back) = blob_log_array(reg, movie, &params(), dev).unwrap();
+        let (got, back) = blob_log_array(reg, movie, &params(), &open::open(dev)).unwrap();
         assert_same(&got, &want);
         assert_eq!(back.device(), dev, "the movie stays where it runs");
         let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
@@ -178,7 +180,7 @@ test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
         return;
     }
     // A host movie sent to the device is converted once and handed back there.
-    let (got, back) = blob_log_array(reg, host(), &params(), dev).unwrap();
+    let (got, back) = blob_log_array(reg, host(), &params(), &open::open(dev)).unwrap();
     assert_same(&got, &want);
     assert_eq!(back.memory_type(), dev.memory_type());
     let r = rec.take();
@@ -189,7 +191,7 @@ test_support::device_suite!(resident_movie, registry = registry(), |reg, dev| {
         ..params()
     };
     let want_mm = backend.blob_log_batch(&frames(&m), &mm).unwrap();
-    let (got, back) = blob_log_array(reg, back, &mm, dev).unwrap();
+    let (got, back) = blob_log_array(reg, back, &mm, &open::open(dev)).unwrap();
     assert_same(&got, &want_mm);
     assert_eq!(back.memory_type(), MemoryType::Host);
     let r = rec.take();
@@ -207,16 +209,22 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
     let rec = records();
     let m = movie(6, 64, 11);
     let p = LocateParams::new(7);
-    let backend = algorithms::detect::backend_for(dev).unwrap();
+    let backend = open::detect_backend(dev).unwrap();
     let cpu = algorithms::detect::CpuBackend;
     let mf = m.mapv(|v| f32::from(v) / 65535.0);
     let md = m.mapv(|v| f64::from(v) / 65535.0);
     let fp64 = match dev {
         Device::Cpu => true,
         #[cfg(feature = "opencl")]
-        Device::OpenCl(i) => algorithms::detect::OpenClDetect::new(i).unwrap().has_fp64(),
+        Device::OpenCl(i) => algorithms::exec::OpenClExecutor::on_shared(i)
+            .map(algorithms::detect::OpenClDetect::with_executor)
+            .unwrap()
+            .has_fp64(),
         #[cfg(feature = "cuda")]
-        Device::Cuda(i) => algorithms::detect::CudaDetect::new(i).unwrap().has_fp64(),
+        Device::Cuda(i) => algorithms::exec::CudaExecutor::new(i)
+            .map(algorithms::detect::CudaDetect::with_executor)
+            .unwrap()
+            .has_fp64(),
         _ => false,
     };
     let cases: Vec<(&str, Array, Vec<FrameView<'_>>, u64)> = vec![
@@ -258,7 +266,7 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
             on
         };
         for _ in 0..2 {
-            let (got, back) = locate_array(reg, movie, &p, dev).unwrap();
+            let (got, back) = locate_array(reg, movie, &p, &open::open(dev)).unwrap();
             assert_eq!(got, want, "[{name}] resident vs host frames");
             let moved: u64 = rec.take().iter().map(|r| r.bytes_moved).sum();
             if in_place {
@@ -276,7 +284,7 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
             "f32" => Array::from_ndarray(mf.clone().into_dyn()),
             _ => Array::from_ndarray(md.clone().into_dyn()),
         };
-        let (got, back) = locate_array(reg, host, &p, dev).unwrap();
+        let (got, back) = locate_array(reg, host, &p, &open::open(dev)).unwrap();
         assert_eq!(got, want, "[{name}] host movie on the device");
         assert_eq!(back.device(), dev);
         let r = rec.take();
@@ -288,7 +296,7 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
         reg,
         Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8])),
         &p,
-        dev,
+        &open::open(dev),
     )
     .unwrap_err();
     assert!(e.to_string().contains("u8, u16, f32 or f64"), "{e}");
@@ -319,7 +327,7 @@ mod torch {
         let ptr = tensor.data_ptr() as usize;
         let array = bridge_torch::array_from_tensor(tensor).unwrap();
         assert_eq!(array.device(), Device::TorchCpu);
-        let (got, back) = blob_log_array(&reg, array, &params(), Device::Cpu).unwrap();
+        let (got, back) = blob_log_array(&reg, array, &params(), &open::cpu()).unwrap();
         assert_same(&got, &want);
         assert!(
             rec.take().is_empty(),

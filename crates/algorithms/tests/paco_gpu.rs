@@ -17,12 +17,13 @@
 //! Run: `cargo test -p algorithms --features opencl,cuda --test paco_gpu`. The timing test on a
 //! 61×100×100 cube is ignored by default (`-- --ignored --nocapture opencl_timing`).
 
+mod open;
 mod paco_common;
 
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use algorithms::paco::GpuPrecision;
 use algorithms::paco::{
-    EdgeRule, PacoBackend, PacoJob, PacoParams, PsfNorm, Rounding, SubPixel, Variant, backend_for,
+    EdgeRule, PacoBackend, PacoJob, PacoParams, PsfNorm, Rounding, SubPixel, Variant,
 };
 use bridge_core::Device;
 use ndarray::Array2;
@@ -45,7 +46,9 @@ fn params_sub(variant: Variant, subpixel: SubPixel) -> PacoParams {
 
 #[cfg(feature = "opencl")]
 fn opencl(precision: GpuPrecision) -> Option<algorithms::paco::OpenClPaco> {
-    match algorithms::paco::OpenClPaco::new(0) {
+    match algorithms::exec::OpenClExecutor::on_shared(0)
+        .map(algorithms::paco::OpenClPaco::with_executor)
+    {
         Ok(b) => {
             if precision == GpuPrecision::F64 && !b.has_fp64() {
                 assert!(
@@ -70,7 +73,7 @@ fn opencl(precision: GpuPrecision) -> Option<algorithms::paco::OpenClPaco> {
 
 #[cfg(feature = "cuda")]
 fn cuda(precision: GpuPrecision) -> Option<algorithms::paco::CudaPaco> {
-    match algorithms::paco::CudaPaco::new(0) {
+    match algorithms::exec::CudaExecutor::new(0).map(algorithms::paco::CudaPaco::with_executor) {
         Ok(b) => Some(b.with_precision(precision)),
         Err(e) => {
             assert!(
@@ -131,7 +134,10 @@ fn check_fixture_sub(dev: &dyn PacoBackend, tol: f64, label: &str, subpixel: Sub
     for variant in [Variant::Vip, Variant::Paper] {
         let p = params_sub(variant, subpixel);
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let cpu = open::paco_backend(Device::Cpu)
+            .unwrap()
+            .ab_maps(&job)
+            .unwrap();
         let t0 = std::time::Instant::now();
         let got = dev.ab_maps(&job).unwrap();
         let dt = t0.elapsed();
@@ -160,7 +166,7 @@ fn check_ab_at(dev: &dyn PacoBackend, tol: f64) {
     let p = params(Variant::Vip);
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
     let phi0s = [(40, 45), (20, 30), (0, 0), (32, 32), (50, 17), (40, 45)];
-    let (ca, cb) = backend_for(Device::Cpu)
+    let (ca, cb) = open::paco_backend(Device::Cpu)
         .unwrap()
         .ab_at(&job, &phi0s)
         .unwrap();
@@ -269,7 +275,7 @@ fn check_spline5(dev: &dyn PacoBackend, tol: f64, label: &str) {
     let (cube, angles, psf) = (cube(), angles(), psf());
     let p = params_sub(Variant::Vip, SubPixel::Spline5);
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-    match backend_for(Device::Cpu).unwrap().ab_maps(&job) {
+    match open::paco_backend(Device::Cpu).unwrap().ab_maps(&job) {
         Err(bridge_core::BridgeError::Unsupported(m)) => {
             eprintln!("skipping: the CPU has no Spline5 templates yet ({m})");
             let e = dev.ab_maps(&job).unwrap_err();
@@ -293,7 +299,10 @@ fn check_batches_and_ab_at(dev: &dyn PacoBackend, tol: f64) {
         p.max_tile_bytes = 64 << 10;
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
         let small = dev.ab_maps(&job).unwrap();
-        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let cpu = open::paco_backend(Device::Cpu)
+            .unwrap()
+            .ab_maps(&job)
+            .unwrap();
         let (wa, wb, finite) = compare(&cpu, &small);
         eprintln!("batches {sub:?}: {finite} finite, a {wa:.3e}, b {wb:.3e}");
         assert!(finite > 500);
@@ -318,7 +327,7 @@ fn check_batches_and_ab_at(dev: &dyn PacoBackend, tol: f64) {
         (31, 37),
         (20, 30),
     ];
-    let (ca, cb) = backend_for(Device::Cpu)
+    let (ca, cb) = open::paco_backend(Device::Cpu)
         .unwrap()
         .ab_at(&job, &phi0s)
         .unwrap();
@@ -345,7 +354,10 @@ fn check_large_patches(dev: &dyn PacoBackend, tol: f64, label: &str) {
                 p.max_tile_bytes = 1;
             }
             let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-            let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+            let cpu = open::paco_backend(Device::Cpu)
+                .unwrap()
+                .ab_maps(&job)
+                .unwrap();
             let t0 = std::time::Instant::now();
             let got = dev.ab_maps(&job).unwrap();
             let dt = t0.elapsed().as_secs_f64();
@@ -362,7 +374,7 @@ fn check_large_patches(dev: &dyn PacoBackend, tol: f64, label: &str) {
     p.psf_rad = 5;
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
     let phi0s = [(27, 33), (10, 20), (20, 28), (0, 0)];
-    let (ca, cb) = backend_for(Device::Cpu)
+    let (ca, cb) = open::paco_backend(Device::Cpu)
         .unwrap()
         .ab_at(&job, &phi0s)
         .unwrap();
@@ -377,10 +389,16 @@ fn check_edge_disk(dev: &dyn PacoBackend, tol: f64, label: &str) {
     for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
         let mut p = params_sub(Variant::Vip, sub);
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-        let boxed = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let boxed = open::paco_backend(Device::Cpu)
+            .unwrap()
+            .ab_maps(&job)
+            .unwrap();
         p.edge = EdgeRule::Disk;
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let cpu = open::paco_backend(Device::Cpu)
+            .unwrap()
+            .ab_maps(&job)
+            .unwrap();
         let got = dev.ab_maps(&job).unwrap();
         let (wa, wb, finite) = compare(&cpu, &got);
         let nbox = boxed.0.iter().filter(|v| v.is_finite()).count();
@@ -397,7 +415,7 @@ fn check_nearest_ab_at(dev: &dyn PacoBackend, tol: f64) {
     p.rounding = Rounding::Nearest;
     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
     let phi0s: Vec<(usize, usize)> = (0..64).flat_map(|y| [(y, 45), (y, 20)]).collect();
-    let (ca, cb) = backend_for(Device::Cpu)
+    let (ca, cb) = open::paco_backend(Device::Cpu)
         .unwrap()
         .ab_at(&job, &phi0s)
         .unwrap();
@@ -424,7 +442,10 @@ fn check_odd_frame(dev: &dyn PacoBackend, tol: f64) {
     for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
         let p = params_sub(Variant::Paper, sub);
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-        let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+        let cpu = open::paco_backend(Device::Cpu)
+            .unwrap()
+            .ab_maps(&job)
+            .unwrap();
         let got = dev.ab_maps(&job).unwrap();
         let (wa, wb, finite) = compare(&cpu, &got);
         eprintln!("odd {sub:?}: {finite} finite, a {wa:.3e}, b {wb:.3e}");
@@ -435,7 +456,7 @@ fn check_odd_frame(dev: &dyn PacoBackend, tol: f64) {
 
 /// `backend_for(device)` gives the back end named `name`; `batch_size` never changes results.
 fn check_backend_for_and_small_batches(device: Device, name: &str) {
-    let dev = backend_for(device).unwrap();
+    let dev = open::paco_backend(device).unwrap();
     assert_eq!(dev.name(), name);
     let (cube, angles, psf) = (cube(), angles(), psf());
     let mut p = params(Variant::Vip);
@@ -474,6 +495,38 @@ macro_rules! paco_device_suite {
                     return;
                 };
                 check_fixture(&dev, 1e-9, &format!("{LABEL} f64"));
+            }
+
+            /// The knobs are a value of the back end: a `paco_stats` group smaller than the
+            /// four solve strands, another per-pixel group and small device batches, set by
+            /// value next to the defaults in this one process, give the same bits, with and
+            /// without templates.
+            #[test]
+            fn knobs_set_by_value_change_no_bit() {
+                use bridge_core::tuning::Tuning;
+                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                    return;
+                };
+                let t = Tuning::default()
+                    .with("ARRAYBRIDGE_PACO_STATS_WG", "3")
+                    .and_then(|t| t.with("ARRAYBRIDGE_PACO_LINE_WG", "32"))
+                    .and_then(|t| t.with("ARRAYBRIDGE_PACO_DEVICE_BATCH", "777"))
+                    .unwrap();
+                let tuned = dev.clone().with_tuning(t.clone());
+                assert_eq!(tuned.tuning(), &t);
+                let (cube, angles, psf) = (cube(), angles(), psf());
+                for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
+                    let p = params_sub(Variant::Vip, sub);
+                    let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+                    let (a, b) = dev.ab_maps(&job).unwrap();
+                    let (ta, tb) = tuned.ab_maps(&job).unwrap();
+                    for (x, y) in a.iter().zip(&ta).chain(b.iter().zip(&tb)) {
+                        assert!(
+                            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                            "{sub:?}"
+                        );
+                    }
+                }
             }
 
             #[test]
@@ -622,7 +675,7 @@ fn opencl_timing_61x100x100() {
         return;
     };
     let (cube, angles, psf) = algorithms::paco::bench::synthetic_adi(61, 100, 7);
-    let cpu = backend_for(Device::Cpu).unwrap();
+    let cpu = open::paco_backend(Device::Cpu).unwrap();
     let best_of = |b: &dyn PacoBackend, job: &PacoJob<'_>, reps: usize| {
         let _ = b.ab_maps(job).unwrap(); // warm-up (program build)
         let mut best = f64::INFINITY;
@@ -665,7 +718,11 @@ fn nvrtc_compiles_every_paco_kernel() {
     for src in algorithms::paco::gpu_kernels::ALL {
         match bridge_cuda::kernel::compile_check(src) {
             Ok(true) => eprintln!("nvrtc: {} compiled", src.name),
-            Ok(false) => eprintln!("skipping: libnvrtc not found ({})", src.name),
+            Ok(false) => test_support::require::skip(
+                Some(test_support::require::NVRTC),
+                "libnvrtc",
+                src.name,
+            ),
             Err(e) => panic!("{}: {e}", src.name),
         }
     }

@@ -6,7 +6,9 @@
 //! The PoCL cases run two real OpenCL devices (`POCL_DEVICES="pthread pthread"`, set for a
 //! child run of this binary, one child per case so that memory limits do not leak).
 
-use algorithms::paco::{MultiPolicy, PacoMaps, PacoParams, SubPixel, paco, paco_on};
+mod open;
+
+use algorithms::paco::{MultiPolicy, PacoMaps, PacoParams, SubPixel, paco_on, paco_on_device};
 use algorithms::synth::adi::synthetic_adi;
 use bridge_core::Device;
 use ndarray::{Array1, Array2, Array3};
@@ -46,7 +48,7 @@ fn on(devices: &[Device], p: &PacoParams) -> algorithms::paco::PacoMulti {
         a.view(),
         psf.view(),
         p,
-        devices,
+        &open::open_all(devices).unwrap(),
         MultiPolicy::default(),
     )
     .unwrap()
@@ -54,11 +56,7 @@ fn on(devices: &[Device], p: &PacoParams) -> algorithms::paco::PacoMulti {
 
 fn single(device: Device, p: &PacoParams) -> PacoMaps {
     let (c, a, psf) = cube();
-    let p = PacoParams {
-        device,
-        ..p.clone()
-    };
-    paco(c.view(), a.view(), psf.view(), &p).unwrap()
+    paco_on_device(&open::open(device), c.view(), a.view(), psf.view(), p).unwrap()
 }
 
 #[test]
@@ -77,7 +75,17 @@ fn bad_device_lists_are_errors() {
     let (c, a, psf) = cube();
     let p = params(SubPixel::Off);
     let run = |d: &[Device], p: &PacoParams| {
-        paco_on(c.view(), a.view(), psf.view(), p, d, MultiPolicy::default())
+        open::open_all(d)
+            .and_then(|d| {
+                paco_on(
+                    c.view(),
+                    a.view(),
+                    psf.view(),
+                    p,
+                    &d,
+                    MultiPolicy::default(),
+                )
+            })
             .unwrap_err()
             .to_string()
     };
@@ -207,7 +215,7 @@ fn pocl_oom_splits_inner() {
         a.view(),
         psf.view(),
         &p,
-        &[Device::OpenCl(0), Device::OpenCl(1)],
+        &open::open_all(&[Device::OpenCl(0), Device::OpenCl(1)]).unwrap(),
         MultiPolicy::default(),
     )
     .unwrap_err();
@@ -335,14 +343,23 @@ fn with_peers(
                     down: down_rx,
                     up: up_tx,
                 };
-                serve_units(c.view(), a.view(), psf.view(), p, d, &mut server).unwrap();
+                serve_units(
+                    c.view(),
+                    a.view(),
+                    psf.view(),
+                    p,
+                    d,
+                    &open::try_open,
+                    &mut server,
+                )
+                .unwrap();
             });
             links.push(ChannelPeer {
                 down: std::sync::Mutex::new(down_tx),
                 up: std::sync::Mutex::new(up_rx),
             });
         }
-        let mut members = vec![Member::Local(Device::Cpu)];
+        let mut members = vec![Member::Local(open::cpu())];
         members.extend(links.iter().map(|l| Member::Peer(l)));
         paco_members(c.view(), a.view(), psf.view(), p, &members, policy)
     })
@@ -441,6 +458,7 @@ fn with_failing_peer(
                 psfr.view(),
                 p,
                 Device::Cpu,
+                &open::try_open,
                 &mut server,
             )
             .unwrap();
@@ -454,7 +472,7 @@ fn with_failing_peer(
             ok,
             calls: std::sync::atomic::AtomicUsize::new(0),
         };
-        let members = [Member::Local(Device::Cpu), Member::Peer(&flaky)];
+        let members = [Member::Local(open::cpu()), Member::Peer(&flaky)];
         paco_members(c.view(), a.view(), psf.view(), p, &members, policy)
     })
 }

@@ -11,9 +11,11 @@
 
 mod paco_common;
 
+mod open;
+
 use algorithms::paco::{
-    FluxOptions, PacoBackend, PacoJob, PacoMaps, PacoParams, PsfNorm, Strategy, SubPixel,
-    backend_for, paco, paco_ab_at, paco_array, refine_peak, unbiased_flux,
+    FluxOptions, PacoBackend, PacoJob, PacoMaps, PacoParams, PsfNorm, Strategy, SubPixel, paco,
+    paco_ab_at, paco_array, refine_peak, unbiased_flux,
 };
 use bridge_core::{Array, BridgeError, Device};
 use ndarray::{Array2, Array3};
@@ -317,7 +319,7 @@ mod opencl {
     use test_support::env_flag;
 
     fn device(precision: GpuPrecision) -> Option<OpenClPaco> {
-        match OpenClPaco::new(0) {
+        match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClPaco::with_executor) {
             Ok(b) if precision == GpuPrecision::F64 && !b.has_fp64() => {
                 assert!(!env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"), "no doubles");
                 eprintln!("skipping: the OpenCL device has no doubles");
@@ -351,7 +353,10 @@ mod opencl {
         for p in modes() {
             let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
             let (a0, b0) = dev.ab_maps(&job).unwrap();
-            let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+            let cpu = open::paco_backend(Device::Cpu)
+                .unwrap()
+                .ab_maps(&job)
+                .unwrap();
             let (e, m) = rel_err(&snr(&a0, &b0), &snr(&cpu.0, &cpu.1));
             assert!(m && e <= 1e-12, "device vs cpu: {e:e}");
             for e in EXPS {
@@ -395,7 +400,10 @@ mod opencl {
         for p in modes() {
             let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
             let (a0, b0) = dev.ab_maps(&job).unwrap();
-            let cpu = backend_for(Device::Cpu).unwrap().ab_maps(&job).unwrap();
+            let cpu = open::paco_backend(Device::Cpu)
+                .unwrap()
+                .ab_maps(&job)
+                .unwrap();
             let s_cpu = snr(&cpu.0, &cpu.1);
             for e in [-332, -100, -50, 40, 100, 266] {
                 let c = scaled(&cube, pow2(e));
@@ -443,6 +451,7 @@ mod opencl {
             ),
         ];
         for (p, devices) in cases {
+            let devices: Vec<_> = devices.into_iter().map(open::open).collect();
             let run = |c: &Array3<f64>| {
                 paco_on(
                     c.view(),

@@ -7,7 +7,9 @@
 //! * the cgroup v2 headroom (`memory.max − memory.current`) of the process's cgroup, which is
 //!   what a container or `systemd-run -p MemoryMax=` enforces;
 //! * the address-space limit (`ulimit -v`, `RLIMIT_AS`) minus the current virtual size;
-//! * `ARRAYBRIDGE_MEMORY_LIMIT_MB`, when set (tests use it to simulate a small machine).
+//! * the explicit limit ([`set_limit_mib`]; the command line and the Python package set it from
+//!   `ARRAYBRIDGE_MEMORY_LIMIT_MB` at start, and otherwise the variable is read once on first
+//!   use; tests use it to simulate a small machine).
 //!
 //! Where none of these can be read (not Linux), the budget is unknown and only the hard
 //! [`MAX_ALLOCATION`] applies.
@@ -22,6 +24,9 @@
 //! assert!(e.to_string().contains("--frames"));
 //! assert!(Budget::current().bytes().is_some() || cfg!(not(target_os = "linux")));
 //! ```
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{BridgeError, Result};
 
@@ -82,7 +87,7 @@ impl Budget {
         if let Some(r) = address_space_headroom() {
             candidates.push((r, LimitSource::AddressSpace));
         }
-        if let Ok(Some(e)) = limit_from_env() {
+        if let Some(e) = limit_mib() {
             candidates.push((e.saturating_mul(1 << 20), LimitSource::Environment));
         }
         let limit = candidates
@@ -115,23 +120,32 @@ impl Budget {
 
 /// [`LIMIT_ENV`] in MiB: `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole number
 /// n ≥ 1, and [`BridgeError::InvalidArgument`] naming the value for anything else (`abc`, `1e0`,
-/// `-5`, `0`). [`Budget::current`] ignores a refused value; the front ends call this once at
-/// start so that it is refused instead of silently ignored.
+/// `-5`, `0`). The front ends call this once at start (and give the value to [`set_limit_mib`])
+/// so that a bad value is refused instead of silently ignored. The variable is read by
+/// [`crate::tuning::memory_limit_from_env`], with the tuning knobs.
 pub fn limit_from_env() -> Result<Option<u64>> {
-    let Some(raw) = std::env::var_os(LIMIT_ENV) else {
-        return Ok(None);
-    };
-    let v = raw.to_string_lossy();
-    let t = v.trim();
-    if t.is_empty() {
-        return Ok(None);
-    }
-    match t.parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(Some(n)),
-        _ => Err(BridgeError::invalid_argument(
-            LIMIT_ENV,
-            format!("expected a whole number of MiB, at least 1 (e.g. 4096), got {v:?}"),
-        )),
+    crate::tuning::memory_limit_from_env()
+}
+
+/// The explicit limit in MiB, 0 for none; first read from [`LIMIT_ENV`] (a refused value
+/// counts as none) unless [`set_limit_mib`] came first.
+fn limit_cell() -> &'static AtomicU64 {
+    static LIMIT: OnceLock<AtomicU64> = OnceLock::new();
+    LIMIT.get_or_init(|| AtomicU64::new(limit_from_env().ok().flatten().unwrap_or(0)))
+}
+
+/// Set the explicit limit of this process in MiB (`None`: no explicit limit); the budget is
+/// the smaller of it and the machine's limits. Takes effect for every later check, on every
+/// thread.
+pub fn set_limit_mib(mib: Option<u64>) {
+    limit_cell().store(mib.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The explicit limit of this process in MiB (`None` when there is none).
+pub fn limit_mib() -> Option<u64> {
+    match limit_cell().load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
     }
 }
 

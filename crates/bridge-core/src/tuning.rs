@@ -1,8 +1,11 @@
 //! Run-time tuning knobs: every choice worth comparing on a GPU is an environment variable with
 //! a documented default, because the GPU machine has no compiler (`docs/gpu.md`).
 //!
-//! Each knob is read once per process, on first use. A value that does not parse or is out of
-//! range falls back to the default with one warning (never a panic). [`KNOBS`] is the full list
+//! A [`Tuning`] is a value: an algorithm's device configuration carries one (a test sets a knob
+//! by value, [`Tuning::with`]); the process has one ([`process`]), which its front end installs
+//! from the environment at start ([`install`], [`Tuning::from_env`]: the one place the library
+//! reads these variables). A value that does not parse or is out of range falls back to the
+//! default with one warning (never a panic). [`KNOBS`] is the full list
 //! (the table in `docs/gpu.md` is checked against it by a test) and [`snapshot`] gives the value
 //! each knob has in this process, which `arraybridge bench` prints with its figures so that a
 //! variant's numbers always say what they were measured with.
@@ -15,8 +18,10 @@
 //! assert!(tuning::snapshot().iter().any(|(name, _)| *name == "ARRAYBRIDGE_PACO_STATS_WG"));
 //! ```
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use crate::BridgeError;
 
 /// One knob: its variable, its default (as text; `auto` means "chosen per device"), the values
 /// it accepts and what it changes.
@@ -204,55 +209,167 @@ pub fn parse(k: &Knob, raw: Option<&str>) -> Result<Option<String>, String> {
     }
 }
 
-fn cache() -> &'static Mutex<HashMap<&'static str, Option<String>>> {
-    static C: OnceLock<Mutex<HashMap<&'static str, Option<String>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
+/// A validated set of knob values, passed by value to what it tunes (an algorithm's device
+/// configuration, e.g. `GpuDetectConfig::tuning`): the knobs set explicitly, every other one at
+/// its default. [`Tuning::default`] is every default; [`Tuning::from_env`] is the environment's
+/// (the one place the library reads the `ARRAYBRIDGE_*` tuning variables); [`Tuning::with`]
+/// sets one knob, so a test compares variants in one process.
+///
+/// ```
+/// use bridge_core::tuning::Tuning;
+/// let t = Tuning::default().with("ARRAYBRIDGE_PACO_STATS_WG", "128")?;
+/// assert_eq!(t.usize_knob("ARRAYBRIDGE_PACO_STATS_WG"), Some(128));
+/// assert_eq!(Tuning::default().usize_knob("ARRAYBRIDGE_PACO_STATS_WG"), None); // auto
+/// assert!(Tuning::default().with("ARRAYBRIDGE_PACO_STATS_WG", "0").is_err());
+/// # Ok::<(), bridge_core::BridgeError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    set: BTreeMap<&'static str, String>,
 }
 
-/// The value of knob `name` in this process (read once; `None`: the default applies). Unknown
-/// names are a programming error and read as `None` with a warning.
-pub fn raw(name: &str) -> Option<String> {
-    let Some(k) = knob(name) else {
-        log::warn!("internal: {name} is not a tuning knob");
-        return None;
-    };
-    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    c.entry(k.name)
-        .or_insert_with(|| {
+impl Tuning {
+    /// The knobs of the process environment: each variable parsed once; a value that does not
+    /// parse or is out of range is left at its default, with one warning (never a panic).
+    pub fn from_env() -> Tuning {
+        let mut t = Tuning::default();
+        for k in KNOBS {
             let env = std::env::var(k.name).ok();
             match parse(k, env.as_deref()) {
-                Ok(v) => v,
-                Err(reason) => {
-                    log::warn!("{reason}; using the default ({})", k.default);
-                    None
+                Ok(Some(v)) => {
+                    t.set.insert(k.name, v);
                 }
+                Ok(None) => {}
+                Err(reason) => log::warn!("{reason}; using the default ({})", k.default),
             }
-        })
-        .clone()
+        }
+        t
+    }
+
+    /// This tuning with knob `name` set to `value` (`auto` for a knob whose default is `auto`
+    /// sets it back to its default); [`BridgeError::InvalidInput`] for an unknown knob or a value
+    /// it refuses.
+    pub fn with(mut self, name: &str, value: &str) -> Result<Tuning, BridgeError> {
+        let k = knob(name).ok_or_else(|| {
+            BridgeError::invalid_argument(name, "not a tuning knob (see docs/gpu.md)")
+        })?;
+        match parse(k, Some(value)).map_err(|r| BridgeError::invalid_argument(name, r))? {
+            Some(v) => {
+                self.set.insert(k.name, v);
+            }
+            None => {
+                self.set.remove(k.name);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The value of knob `name` (`None`: its default applies).
+    pub fn raw(&self, name: &str) -> Option<String> {
+        if knob(name).is_none() {
+            log::warn!("internal: {name} is not a tuning knob");
+        }
+        self.set.get(name).cloned()
+    }
+
+    /// An integer knob: `None` when unset or `auto` (the caller's default applies).
+    pub fn usize_knob(&self, name: &str) -> Option<usize> {
+        self.raw(name).and_then(|v| v.parse().ok())
+    }
+
+    /// An integer knob with a fixed default.
+    pub fn usize_or(&self, name: &str, default: usize) -> usize {
+        self.usize_knob(name).unwrap_or(default)
+    }
+
+    /// A choice knob's word (its default when unset).
+    pub fn choice(&self, name: &str) -> String {
+        self.raw(name)
+            .unwrap_or_else(|| knob(name).map_or("", |k| k.default).to_owned())
+    }
+
+    /// Every knob with its value here (its default where unset), in [`KNOBS`] order.
+    pub fn snapshot(&self) -> Vec<(&'static str, String)> {
+        KNOBS
+            .iter()
+            .map(|k| {
+                (
+                    k.name,
+                    self.raw(k.name).unwrap_or_else(|| k.default.to_owned()),
+                )
+            })
+            .collect()
+    }
 }
 
-/// An integer knob: `None` when unset, `auto` or refused (the caller's default applies).
+/// `ARRAYBRIDGE_MEMORY_LIMIT_MB` ([`crate::host::LIMIT_ENV`]) in MiB: `Ok(None)` when unset or
+/// empty, `Ok(Some(n))` for a whole number n ≥ 1, [`BridgeError::InvalidArgument`] naming the
+/// value otherwise (see [`crate::host::limit_from_env`]).
+pub fn memory_limit_from_env() -> Result<Option<u64>, BridgeError> {
+    let name = crate::host::LIMIT_ENV;
+    let Some(raw) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    let v = raw.to_string_lossy();
+    let t = v.trim();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    match t.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(BridgeError::invalid_argument(
+            name,
+            format!("expected a whole number of MiB, at least 1 (e.g. 4096), got {v:?}"),
+        )),
+    }
+}
+
+static PROCESS: OnceLock<Tuning> = OnceLock::new();
+
+/// The process's tuning: the one its front end [`install`]ed (the command line and the Python
+/// package install [`Tuning::from_env`] at start), else the environment's, read once on first
+/// use. What is per process (a CUDA executor's launch mode and staging, NVRTC's options) and
+/// the default of every algorithm's device configuration come from it.
+pub fn process() -> &'static Tuning {
+    PROCESS.get_or_init(Tuning::from_env)
+}
+
+/// Fix the process's tuning before anything used it; `Err` with the tuning already in use
+/// otherwise (a value cannot change under running work).
+pub fn install(t: Tuning) -> Result<(), Tuning> {
+    let mut t = Some(t);
+    let got = PROCESS.get_or_init(|| t.take().unwrap_or_default());
+    match t {
+        None => Ok(()),
+        Some(t) if *got == t => Ok(()),
+        Some(_) => Err(got.clone()),
+    }
+}
+
+/// The value of knob `name` in this process ([`process`]; `None`: the default applies).
+pub fn raw(name: &str) -> Option<String> {
+    process().raw(name)
+}
+
+/// An integer knob of the process: `None` when unset, `auto` or refused.
 pub fn usize_knob(name: &str) -> Option<usize> {
-    raw(name).and_then(|v| v.parse().ok())
+    process().usize_knob(name)
 }
 
-/// An integer knob with a fixed default.
+/// An integer knob of the process with a fixed default.
 pub fn usize_or(name: &str, default: usize) -> usize {
-    usize_knob(name).unwrap_or(default)
+    process().usize_or(name, default)
 }
 
-/// A choice knob's word (its default when unset or refused).
+/// A choice knob's word in this process (its default when unset or refused).
 pub fn choice(name: &str) -> String {
-    raw(name).unwrap_or_else(|| knob(name).map_or("", |k| k.default).to_owned())
+    process().choice(name)
 }
 
 /// Every knob with the value it has in this process (its default where unset), in [`KNOBS`]
 /// order.
 pub fn snapshot() -> Vec<(&'static str, String)> {
-    KNOBS
-        .iter()
-        .map(|k| (k.name, raw(k.name).unwrap_or_else(|| k.default.to_owned())))
-        .collect()
+    process().snapshot()
 }
 
 #[cfg(test)]
@@ -297,6 +414,29 @@ mod tests {
             parse(nvrtc, Some("-lineinfo --fmad=true")),
             Ok(Some("-lineinfo --fmad=true".into()))
         );
+    }
+
+    #[test]
+    fn a_tuning_is_a_value() {
+        let t = Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_WG_X", " 32 ")
+            .unwrap()
+            .with("ARRAYBRIDGE_CUDA_LAUNCH", "SYNC")
+            .unwrap();
+        assert_eq!(t.usize_or("ARRAYBRIDGE_DETECT_WG_X", 64), 32);
+        assert_eq!(t.choice("ARRAYBRIDGE_CUDA_LAUNCH"), "sync");
+        assert_eq!(
+            Tuning::default().choice("ARRAYBRIDGE_CUDA_LAUNCH"),
+            "stream"
+        );
+        // auto sets a knob back to its default; refused values and unknown names are errors
+        let back = t.clone().with("ARRAYBRIDGE_DETECT_WG_Y", "auto").unwrap();
+        assert_eq!(back.usize_knob("ARRAYBRIDGE_DETECT_WG_Y"), None);
+        assert!(t.clone().with("ARRAYBRIDGE_DETECT_WG_X", "0").is_err());
+        assert!(t.clone().with("ARRAYBRIDGE_NOT_A_KNOB", "1").is_err());
+        let snap = t.snapshot();
+        assert_eq!(snap.len(), KNOBS.len());
+        assert!(snap.contains(&("ARRAYBRIDGE_DETECT_WG_X", "32".to_owned())));
     }
 
     #[test]

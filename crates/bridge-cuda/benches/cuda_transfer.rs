@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bridge_core::{DType, HostData};
 use bridge_cuda::bench::{format_table, transfer_report};
-use bridge_cuda::kernel::env_flag;
 use bridge_cuda::{Gpu, HostPath, gpu, probe, storage_of};
 use criterion::{BenchmarkId, Criterion, Throughput};
+use test_support::env_flag;
 
 fn sizes() -> Vec<usize> {
     let max_mb: usize = std::env::var("ARRAYBRIDGE_BENCH_MAX_MB")

@@ -113,6 +113,21 @@ impl CudaExecutor {
         Self::from_gpu(gpu(ordinal)?)
     }
 
+    /// The executor of the device `array` lives on, from the array's own memory (the array
+    /// carries its device: no lookup); `Unsupported` for an array that is not CUDA memory.
+    pub fn of_array(array: &bridge_core::Array) -> Result<Self> {
+        let storage = array
+            .storage::<crate::buffer::CudaStorage>()
+            .ok_or_else(|| {
+                bridge_core::BridgeError::Unsupported(format!(
+                    "the array is {} memory on {}, not CUDA memory",
+                    array.memory_type(),
+                    array.device()
+                ))
+            })?;
+        Self::from_gpu(Arc::clone(storage.gpu()))
+    }
+
     /// The executor of an opened device: a clone of its one executor, created on first use in
     /// the process's [`LaunchMode`].
     pub fn from_gpu(gpu: Arc<Gpu>) -> Result<Self> {

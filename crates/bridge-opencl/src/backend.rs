@@ -29,6 +29,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub(crate) struct Inner {
+    /// This instance, for the device states it opens ([`DeviceState::backend`]).
+    me: std::sync::Weak<Inner>,
     contexts: Mutex<HashMap<usize, Arc<Context>>>,
     states: Mutex<HashMap<usize, Arc<DeviceState>>>,
     /// Built programs, one cache per device ordinal.
@@ -39,6 +41,8 @@ pub(crate) struct Inner {
     /// Kernels of the executor's launches, built once: (device ordinal, source text address and
     /// length, options hash) to the program's kernels by entry point.
     kernels: Mutex<HashMap<KernelKey, Vec<KernelSlot>>>,
+    /// Host-to-device copies made through the executor, per device ordinal: (calls, bytes).
+    uploads: Mutex<HashMap<usize, (u64, u64)>>,
 }
 
 /// (device ordinal, source address, source length, options hash).
@@ -140,6 +144,7 @@ impl Inner {
             context,
             queue,
             pool,
+            backend: self.me.clone(),
         });
         states.insert(n, Arc::clone(&state));
         Ok(state)
@@ -190,12 +195,14 @@ impl OpenClBackend {
     /// A backend that has not touched the driver yet.
     pub fn new() -> Self {
         OpenClBackend {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
+                me: me.clone(),
                 contexts: Mutex::new(HashMap::new()),
                 states: Mutex::new(HashMap::new()),
                 programs: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
                 kernels: Mutex::new(HashMap::new()),
+                uploads: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -258,6 +265,25 @@ impl OpenClBackend {
             device.memory_type() == MemoryType::OpenCl
                 && lock(&self.inner.executors).contains_key(&n),
         )
+    }
+
+    /// Host-to-device copies the executor of `device` made on this backend instance so far:
+    /// (uploads, bytes). What a pipeline moved, for tests and reports (a movie whose pixels
+    /// cross once shows its size here, plus the parameters' few bytes).
+    pub fn executor_uploads(&self, device: Device) -> (u64, u64) {
+        let n = device.ordinal().unwrap_or_default();
+        lock(&self.inner.uploads)
+            .get(&n)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn count_upload(&self, device: Device, bytes: usize) {
+        let n = device.ordinal().unwrap_or_default();
+        let mut u = lock(&self.inner.uploads);
+        let e = u.entry(n).or_default();
+        e.0 += 1;
+        e.1 += bytes as u64;
     }
 
     /// Number of devices (0 when OpenCL is unavailable).

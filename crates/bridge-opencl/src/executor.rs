@@ -43,6 +43,30 @@ impl OpenClExecutor {
         Self::new(crate::shared(), Device::OpenCl(n))
     }
 
+    /// The executor of the device `buffer` lives on, on the backend instance that allocated it
+    /// (the array carries its device: no process-wide lookup).
+    /// [`bridge_core::BridgeError::BackendUnavailable`] when that backend instance has been
+    /// dropped while the buffer lived on.
+    pub fn of_buffer(buffer: &ClBuffer) -> Result<Self> {
+        let device = buffer.state.device();
+        let inner = buffer.state.backend.upgrade().ok_or_else(|| {
+            bridge_core::BridgeError::unavailable(
+                "opencl",
+                format!(
+                    "the OpenCL backend instance that allocated this array on {device} has been \
+                     dropped; keep it (or the registry holding it) alive while its arrays are used"
+                ),
+            )
+        })?;
+        Self::new(Arc::new(OpenClBackend { inner }), device)
+    }
+
+    /// The executor of the device `array` lives on ([`Self::of_buffer`]); `Unsupported` for an
+    /// array that is not OpenCL memory.
+    pub fn of_array(array: &Array) -> Result<Self> {
+        Self::of_buffer(OpenClBackend::buffer(array)?)
+    }
+
     /// The backend instance.
     pub fn backend(&self) -> &Arc<OpenClBackend> {
         &self.cl
@@ -71,6 +95,7 @@ impl Executor for OpenClExecutor {
         if !bytes.is_empty() {
             buf.write(0, bytes)?;
         }
+        self.cl.count_upload(self.device, bytes.len());
         Ok(buf)
     }
 

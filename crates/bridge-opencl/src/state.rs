@@ -86,6 +86,9 @@ pub(crate) struct DeviceState {
     pub(crate) context: Arc<Context>,
     pub(crate) queue: CommandQueue,
     pub(crate) pool: CachingPool<ClAllocator>,
+    /// The backend instance that opened the device (weak: the backend owns its states), so that
+    /// an array on the device reaches the device's executor without a process-wide lookup.
+    pub(crate) backend: std::sync::Weak<crate::backend::Inner>,
 }
 
 impl DeviceState {

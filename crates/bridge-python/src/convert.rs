@@ -139,8 +139,8 @@ const COPY_HINT: &str = "a broadcast or strided view is copied in full: use a sm
 
 /// The bytes of a device array, read through its executor.
 pub(crate) fn download(a: &CoreArray) -> bridge_core::Result<HostData> {
-    let device = a.device();
-    let bytes: Vec<u8> = match algorithms::exec::executor_for(device, "reading an array back")? {
+    let device = algorithms::exec::DeviceHandle::of_array(a)?;
+    let bytes: Vec<u8> = match device.executor_for("reading an array back")? {
         #[cfg(feature = "opencl")]
         algorithms::exec::AnyExecutor::OpenCl(e) => {
             use bridge_core::exec::Executor;

@@ -27,6 +27,9 @@ pub use convert::Array;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // the edge: the tuning knobs of the environment, read once at import and handed to the
+    // library as a value (one already fixed by an earlier use stays as it is)
+    let _ = bridge_core::tuning::install(bridge_core::tuning::Tuning::from_env());
     m.add(
         "ArrayBridgeError",
         py.get_type::<errors::ArrayBridgeError>(),

@@ -5,10 +5,11 @@
 //! broadcast or strided view, a device array read back, a detection batch) goes through
 //! **before** it is made.
 //!
-//! The limit lives in the process environment (through `os.environ`, so Python, child
-//! processes and every check of the library, `bridge_core::host::Budget::current`, see the
-//! same value): the budget is the smallest of it and the machine's limits (available memory,
-//! the cgroup, `ulimit -v`), exactly as for the command line.
+//! The limit lives in the process environment (through `os.environ`, so Python and child
+//! processes see it) and is handed to the library as a value (`bridge_core::host::set_limit_mib`)
+//! when it is set and before every check, so the library's threads never read the environment
+//! while Python writes it: the budget is the smallest of it and the machine's limits (available
+//! memory, the cgroup, `ulimit -v`), exactly as for the command line.
 
 use bridge_core::host::{self, LIMIT_ENV};
 use pyo3::prelude::*;
@@ -17,9 +18,13 @@ use pyo3::types::PyBool;
 use crate::errors::{IntoPy, invalid};
 
 /// The explicit limit in MiB (`None` when unset), or `InvalidInput` naming a value that is not
-/// a whole number of MiB ≥ 1 (the command line's message).
+/// a whole number of MiB ≥ 1 (the command line's message). Python's `os.environ` is where the
+/// limit lives, so it is read here (the package is an edge) and handed to the library as a
+/// value ([`host::set_limit_mib`]) before each check.
 pub(crate) fn explicit_limit() -> PyResult<Option<u64>> {
-    host::limit_from_env().py_err()
+    let limit = host::limit_from_env().py_err()?;
+    host::set_limit_mib(limit);
+    Ok(limit)
 }
 
 /// `OutOfMemory` (a [`bridge_core::BridgeError::TooLarge`] naming `what`, the bytes asked for
@@ -44,6 +49,7 @@ pub fn set_memory_limit(py: Python<'_>, mb: Option<&Bound<'_, PyAny>>) -> PyResu
     let environ = py.import("os")?.getattr("environ")?;
     let Some(mb) = mb else {
         environ.call_method1("pop", (LIMIT_ENV, py.None()))?;
+        host::set_limit_mib(None);
         return Ok(());
     };
     let refuse = || {
@@ -66,6 +72,7 @@ pub fn set_memory_limit(py: Python<'_>, mb: Option<&Bound<'_, PyAny>>) -> PyResu
         _ => return Err(refuse()),
     };
     environ.set_item(LIMIT_ENV, n.to_string())?;
+    host::set_limit_mib(Some(n));
     Ok(())
 }
 

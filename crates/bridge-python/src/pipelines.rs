@@ -260,7 +260,7 @@ pub fn blob_log<'py>(
     in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
     let device = resolve(device, &held)?;
-    let backend = backend_for(device).py_err()?;
+    let backend = backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
     let (blobs, movie) = match resident_blobs(py, &held, device, &p)? {
         Some(b) => (b, true),
         None => {
@@ -322,7 +322,8 @@ pub fn locate<'py>(
     in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
     let device = resolve(device, &held)?;
-    let backend: Box<dyn DetectBackend> = backend_for(device).py_err()?;
+    let backend: Box<dyn DetectBackend> =
+        backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
     let (feats, movie) = match resident_features(py, &held, device, &p)? {
         Some(f) => (f, true),
         None => {
@@ -450,7 +451,6 @@ fn paco_params(
     nearest: bool,
     center: Option<(f64, f64)>,
     stats_strategy: &str,
-    device: Device,
 ) -> PyResult<PacoParams> {
     let variant = match mode {
         "paper" => Variant::Paper,
@@ -506,7 +506,6 @@ fn paco_params(
             None => Center::Auto,
         },
         strategy,
-        device,
         ..Default::default()
     })
 }
@@ -599,11 +598,11 @@ pub fn paco<'py>(
         nearest,
         center,
         stats_strategy,
-        device,
     )?;
+    let device = arraybridge::open_device(device).py_err()?;
     let (c, a, p) = paco_inputs(cube, angles, psf)?;
     let maps = py
-        .detach(|| algorithms::paco::paco(c.view(), a.view(), p.view(), &params))
+        .detach(|| algorithms::paco::paco_on_device(&device, c.view(), a.view(), p.view(), &params))
         .py_err()?;
     py.check_signals()?;
     let peaks = algorithms::paco::snr_peaks(&maps.snr, top);
@@ -660,7 +659,6 @@ pub fn unbiased_flux<'py>(
         nearest,
         center,
         "fast",
-        Device::Cpu,
     )?;
     let (c, a, p) = paco_inputs(cube, angles, psf)?;
     let opts = FluxOptions {

@@ -72,6 +72,33 @@ fn opencl_detect_opens_one_executor() {
     let cl = arraybridge::bridge_opencl::shared();
     assert_eq!(cl.executors_created(dev), 0, "nothing ran yet");
     let out = tmp("opencl");
+    // one upload of each chunk's pixels: the movie (20 frames of 256×256 u16) crosses once,
+    // plus each chunk's few bytes of parameters and coefficients
+    let movie = test_support::fixtures::path("detect/movie/movie_u16.npy");
+    let csv = out.join("uploads.csv");
+    let before = cl.executor_uploads(dev);
+    cli(&[
+        "-q",
+        "detect",
+        movie.to_str().unwrap(),
+        "-o",
+        csv.to_str().unwrap(),
+        "--device",
+        "opencl:0",
+        "--chunk-frames",
+        "3",
+    ]);
+    let after = cl.executor_uploads(dev);
+    let (calls, bytes) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("uploads: {calls} calls, {bytes} bytes");
+    let (movie_bytes, chunks) = (20 * 256 * 256 * 2, 7);
+    assert!(
+        bytes >= movie_bytes && bytes < movie_bytes + chunks * (64 << 10),
+        "{bytes} bytes uploaded for a movie of {movie_bytes}"
+    );
+    // the frames of a chunk go up in one copy (with its 6 small parameter uploads), not one
+    // per frame
+    assert!(calls <= chunks * 8, "{calls} uploads for {chunks} chunks");
     run_commands("opencl:0", &out);
     assert_eq!(cl.executors_created(dev), 1);
     std::fs::remove_dir_all(out).ok();

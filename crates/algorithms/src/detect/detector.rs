@@ -11,6 +11,7 @@ use super::backend::DetectBackend;
 use super::blob_log::{Accumulate, BlobLogParams, Prescale};
 use super::dispatch::backend_for;
 use super::refine::{RefineParams, Refined, refine_blobs};
+use crate::exec::DeviceHandle;
 
 /// One detection in the seed's vocabulary (spec §4), plus the LoG response and the optional
 /// refinement.
@@ -127,8 +128,8 @@ impl LogDetector {
         }
     }
 
-    /// Detect every frame of `movie` on `device`.
-    pub fn detect_movie(&self, movie: &Movie, device: Device) -> Result<Vec<Particle>> {
+    /// Detect every frame of `movie` on `device` (`DeviceHandle::cpu()`, or an open device).
+    pub fn detect_movie(&self, movie: &Movie, device: &DeviceHandle) -> Result<Vec<Particle>> {
         let backend = backend_for(device)?;
         self.detect_movie_with(movie, backend.as_ref(), |_| {})
     }

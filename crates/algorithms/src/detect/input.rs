@@ -30,7 +30,7 @@ use super::blob_log::{Blob, BlobLogParams};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::gpu::GpuDetect;
 use super::locate::{Feature, LocateParams};
-use crate::exec::executor_for;
+use crate::exec::DeviceHandle;
 
 /// `blob_log` on every frame of `movie` (shape `(T, H, W)` or `(H, W)`; `u8`, `u16`, `f32` or
 /// `f64`) on `device`. Returns the blobs of each frame and the movie, on the device it was read
@@ -40,14 +40,14 @@ pub fn blob_log_array(
     reg: &Registry,
     movie: Array,
     p: &BlobLogParams,
-    device: Device,
+    device: &DeviceHandle,
 ) -> Result<(Vec<Vec<Blob>>, Array)> {
     p.validate()?;
     check_movie(&movie)?;
-    if device == Device::Cpu {
+    if device.device() == Device::Cpu {
         return via_host(reg, &CpuBackend, movie, &|b, f| b.blob_log_batch(f, p));
     }
-    match executor_for(device, "particle detection")? {
+    match device.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]
         crate::exec::AnyExecutor::OpenCl(e) => {
             on_device(reg, &GpuDetect::with_executor(e), movie, p)
@@ -178,7 +178,7 @@ pub fn blob_log_in_place(movie: &Array, p: &BlobLogParams) -> Result<Option<Vec<
     {
         return Ok(None);
     }
-    match executor_for(device, "particle detection")? {
+    match DeviceHandle::of_array(movie)?.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]
         crate::exec::AnyExecutor::OpenCl(e) => {
             GpuDetect::with_executor(e).blob_log_resident(movie, p, |_| {})
@@ -212,7 +212,7 @@ pub fn locate_in_place(movie: &Array, p: &LocateParams) -> Result<Option<Vec<Vec
     if !matches!(device, Device::OpenCl(_) | Device::Cuda(_)) {
         return Ok(None);
     }
-    match executor_for(device, "particle detection")? {
+    match DeviceHandle::of_array(movie)?.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]
         crate::exec::AnyExecutor::OpenCl(e) => {
             in_place_locate(&GpuDetect::with_executor(e), movie, p)
@@ -389,14 +389,14 @@ pub fn locate_array(
     reg: &Registry,
     movie: Array,
     p: &LocateParams,
-    device: Device,
+    device: &DeviceHandle,
 ) -> Result<(Vec<Vec<Feature>>, Array)> {
     p.validate()?;
     check_movie(&movie)?;
-    if device == Device::Cpu {
+    if device.device() == Device::Cpu {
         return via_host(reg, &CpuBackend, movie, &|b, f| b.locate_batch(f, p));
     }
-    match executor_for(device, "particle detection")? {
+    match device.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]
         crate::exec::AnyExecutor::OpenCl(e) => {
             locate_on_device(reg, &GpuDetect::with_executor(e), movie, p)

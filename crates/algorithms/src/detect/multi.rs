@@ -30,6 +30,7 @@ use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
 use super::locate::{Feature, LocateParams};
 use super::{FrameView, Movie};
+use crate::exec::DeviceHandle;
 use crate::units::{Units, next_unit};
 
 /// What to do when a device fails with something other than running out of memory.
@@ -226,7 +227,7 @@ impl LogDetector {
     pub fn detect_movie_on(
         &self,
         movie: &Movie,
-        devices: &[Device],
+        devices: &[DeviceHandle],
         policy: MultiPolicy,
     ) -> Result<MultiOutcome> {
         let backends = open_devices(devices)?;
@@ -264,16 +265,18 @@ impl LogDetector {
     }
 
     /// Serve the frame ranges a [`Self::detect_movie_members`] run in another process hands to
-    /// this one, on `device`, with the same movie and detector: report the device, then detect
-    /// each range [`FrameServer::next`] gives until it says stop. A failure of the device is
-    /// reported to the other side; only a transport failure is returned.
+    /// this one, on `device` (opened with `open`, e.g. `arraybridge::open_device`), with the
+    /// same movie and detector: report the device, then detect each range
+    /// [`FrameServer::next`] gives until it says stop. A failure of the device, its opening
+    /// included, is reported to the other side; only a transport failure is returned.
     pub fn serve_frames(
         &self,
         movie: &Movie,
         device: Device,
+        open: &dyn Fn(Device) -> Result<DeviceHandle>,
         server: &mut dyn FrameServer,
     ) -> Result<()> {
-        let ready = backend_for(device).and_then(|b| {
+        let ready = open(device).and_then(|d| backend_for(&d)).and_then(|b| {
             self.prepare(movie, &[b.as_ref()])
                 .map(|(p, frames)| ((frames, b), p))
         });
@@ -327,7 +330,7 @@ impl LogDetector {
 }
 
 /// The back ends of `devices`, each named once.
-fn open_devices(devices: &[Device]) -> Result<Vec<Box<dyn DetectBackend>>> {
+fn open_devices(devices: &[DeviceHandle]) -> Result<Vec<Box<dyn DetectBackend>>> {
     for (i, d) in devices.iter().enumerate() {
         if devices[..i].contains(d) {
             return Err(BridgeError::invalid_argument(
@@ -336,7 +339,7 @@ fn open_devices(devices: &[Device]) -> Result<Vec<Box<dyn DetectBackend>>> {
             ));
         }
     }
-    devices.iter().map(|&d| backend_for(d)).collect()
+    devices.iter().map(backend_for).collect()
 }
 
 /// The features of a several-device `locate` run and each device's share.
@@ -359,7 +362,7 @@ pub struct LocateOutcome {
 pub fn locate_movie_on(
     movie: &Movie,
     p: &LocateParams,
-    devices: &[Device],
+    devices: &[DeviceHandle],
     batch_size: usize,
     policy: MultiPolicy,
 ) -> Result<LocateOutcome> {
@@ -454,18 +457,21 @@ fn check_count(out: Vec<Vec<Feature>>, n: usize) -> Result<Vec<Vec<Feature>>> {
 }
 
 /// Serve the frame ranges a [`locate_movie_members`] run in another process hands to this
-/// one, on `device`, with the same movie and parameters: report the device, then `locate`
-/// each range [`FrameServer::next`] gives until it says stop. A failure of the device is
-/// reported to the other side; only a transport failure is returned.
+/// one, on `device` (opened with `open`, e.g. `arraybridge::open_device`), with the same movie
+/// and parameters: report the device, then `locate` each range [`FrameServer::next`] gives
+/// until it says stop. A failure of the device, its opening included, is reported to the other
+/// side; only a transport failure is returned.
 pub fn serve_locate(
     movie: &Movie,
     p: &LocateParams,
     device: Device,
+    open: &dyn Fn(Device) -> Result<DeviceHandle>,
     server: &mut dyn FrameServer<Vec<Feature>>,
 ) -> Result<()> {
     let ready = p
         .validate()
-        .and_then(|()| backend_for(device))
+        .and_then(|()| open(device))
+        .and_then(|d| backend_for(&d))
         .map(|b| (movie.frames(), b));
     serve(ready, device, server, |batch, _, backend| {
         locate_unit(batch, backend, p)

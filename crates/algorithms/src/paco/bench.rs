@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::{BridgeError, Result};
 
-use super::{PacoParams, PsfNorm, SubPixel, Variant, paco};
+use super::{PacoParams, PsfNorm, SubPixel, Variant, paco_on_device};
+use crate::exec::DeviceHandle;
 pub use crate::synth::adi::synthetic_adi;
 
 /// One timing row.
@@ -26,7 +27,12 @@ pub struct BenchRow {
 /// (`Table { q: 32 }` and `Spline5`), `reps` runs each after one warm-up run. A mode the device
 /// does not support (an [`BridgeError::Unsupported`] answer, e.g. `Spline5` on a device without
 /// it) gets no row.
-pub fn bench_report(t: usize, n: usize, reps: usize, device: Device) -> Result<Vec<BenchRow>> {
+pub fn bench_report(
+    t: usize,
+    n: usize,
+    reps: usize,
+    device: &DeviceHandle,
+) -> Result<Vec<BenchRow>> {
     let (cube, angles, psf) = synthetic_adi(t, n, 7);
     let mut rows = Vec::new();
     for (name, sub) in [
@@ -38,10 +44,9 @@ pub fn bench_report(t: usize, n: usize, reps: usize, device: Device) -> Result<V
             variant: Variant::Vip,
             subpixel: sub,
             psf_norm: PsfNorm::Factor(9.54),
-            device,
             ..Default::default()
         };
-        match paco(cube.view(), angles.view(), psf.view(), &p) {
+        match paco_on_device(device, cube.view(), angles.view(), psf.view(), &p) {
             Err(BridgeError::Unsupported(why)) if sub == SubPixel::Spline5 => {
                 log::info!("bench paco: {name} skipped on {device}: {why}");
                 continue;
@@ -53,7 +58,7 @@ pub fn bench_report(t: usize, n: usize, reps: usize, device: Device) -> Result<V
         let mut times = Vec::with_capacity(reps.max(1));
         for _ in 0..reps.max(1) {
             let t0 = Instant::now();
-            paco(cube.view(), angles.view(), psf.view(), &p)?;
+            paco_on_device(device, cube.view(), angles.view(), psf.view(), &p)?;
             times.push(t0.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);

@@ -1,23 +1,22 @@
-//! [`backend_for`]: the one place that maps a [`Device`] to a PACO back end (the CPU, or
-//! [`super::gpu::GpuPaco`] over the device's executor from [`crate::exec::executor_for`]).
+//! [`backend_for`]: the one place that turns an open device into a PACO back end (the CPU, or
+//! [`super::gpu::GpuPaco`] over the executor of an open [`DeviceHandle`]).
 
 use bridge_core::{Device, Result};
 
 use super::backend::{CpuBackend, PacoBackend};
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 use super::gpu::GpuPaco;
-use crate::exec::executor_for;
+use crate::exec::DeviceHandle;
 
-/// The PACO back end for `device`: the CPU, or the device's executor
-/// ([`crate::exec::executor_for`]: [`bridge_core::BridgeError::BackendUnavailable`] when its
-/// backend is not compiled in or has no such device; `Unsupported` for torch devices).
-pub fn backend_for(device: Device) -> Result<Box<dyn PacoBackend>> {
-    if device == Device::Cpu {
+/// The PACO back end of an open device: the CPU, or [`GpuPaco`] over the device's executor
+/// ([`bridge_core::BridgeError::Unsupported`] for torch devices, which have none).
+pub fn backend_for(device: &DeviceHandle) -> Result<Box<dyn PacoBackend>> {
+    if device.device() == Device::Cpu {
         return Ok(Box::new(CpuBackend));
     }
     // Exhaustive over the compiled-in executors (no arm at all without a device backend:
     // `executor_for` then only returns its error).
-    match executor_for(device, "PACO")? {
+    match device.executor_for("PACO")? {
         #[cfg(feature = "opencl")]
         crate::exec::AnyExecutor::OpenCl(e) => Ok(Box::new(GpuPaco::with_executor(e))),
         #[cfg(feature = "cuda")]

@@ -104,6 +104,9 @@ mod templates;
 use bridge_core::{BridgeError, Result};
 use ndarray::{Array2, ArrayView1, ArrayView2, ArrayView3};
 
+use crate::exec::DeviceHandle;
+use backend::CpuBackend;
+
 pub use backend::PacoBackend;
 pub use dispatch::backend_for;
 pub use flux::{FluxEstimate, FluxOptions, unbiased_flux};
@@ -146,15 +149,28 @@ pub struct PacoMaps {
     pub fwhm: Option<f64>,
 }
 
-/// Run PACO on the full output grid.
+/// Run PACO on the full output grid, where the host arrays live: on the CPU
+/// ([`paco_on_device`] runs it on an open device, [`paco_on`] on several).
 pub fn paco(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
     psf: ArrayView2<'_, f64>,
     params: &PacoParams,
 ) -> Result<PacoMaps> {
+    paco_on_device(&DeviceHandle::cpu(), cube, angles, psf, params)
+}
+
+/// [`paco`] on `device` (`DeviceHandle::cpu()` or an open `opencl:N`/`cuda:N`): the same maps,
+/// byte for byte where the device has doubles.
+pub fn paco_on_device(
+    device: &DeviceHandle,
+    cube: ArrayView3<'_, f64>,
+    angles: ArrayView1<'_, f64>,
+    psf: ArrayView2<'_, f64>,
+    params: &PacoParams,
+) -> Result<PacoMaps> {
     let job = PacoJob::new(cube, angles, psf, params)?;
-    let backend = backend_for(params.device)?;
+    let backend = backend_for(device)?;
     let (a, b) = backend.ab_maps(&job)?;
     Ok(maps_from_ab(a, b, &job))
 }
@@ -184,7 +200,7 @@ fn maps_from_ab(mut a: Array2<f64>, mut b: Array2<f64>, job: &PacoJob<'_>) -> Pa
     }
 }
 
-/// a and b at an explicit list of (y, x) output positions (`phi0s`).
+/// a and b at an explicit list of (y, x) output positions (`phi0s`), on the CPU.
 pub fn paco_ab_at(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
@@ -200,8 +216,7 @@ pub fn paco_ab_at(
             format!("({y}, {x}) is outside the {h}×{w} frame"),
         ));
     }
-    let backend = backend_for(params.device)?;
-    backend.ab_at(&job, phi0s)
+    CpuBackend.ab_at(&job, phi0s)
 }
 
 /// FastPACO with the original package's vocabulary: statistics precomputed for every pixel.

@@ -49,6 +49,7 @@ use super::cpu::{FastRows, sum_trajectories};
 use super::job::PacoJob;
 use super::settings::{PacoParams, SubPixel};
 use super::{PacoMaps, maps_from_ab};
+use crate::exec::DeviceHandle;
 use crate::units::{Units, next_unit};
 
 /// Most statistics pixels of one unit without templates (one `paco_stats` launch on a device).
@@ -136,6 +137,21 @@ enum Source {
 }
 
 impl Source {
+    /// How `device` is reached: the CPU, or its executor (`Unsupported` for torch devices).
+    fn of(device: &DeviceHandle) -> Result<Source> {
+        if device.device() == Device::Cpu {
+            return Ok(Source::Cpu);
+        }
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        {
+            device.executor_for("PACO").map(Source::Exec)
+        }
+        #[cfg(not(any(feature = "opencl", feature = "cuda")))]
+        {
+            device.executor_for("PACO").map(|_| Source::Cpu)
+        }
+    }
+
     fn fp64(&self) -> bool {
         match self {
             Source::Cpu => true,
@@ -186,13 +202,13 @@ fn make_worker<'j>(
 /// reduced on the host in the single-device order, so the maps are bit-identical to one
 /// device's; out of memory splits a unit. Unknown or unavailable devices, a device named twice, devices of
 /// different arithmetic and the CPU next to others with sub-pixel templates are errors before
-/// any work starts. `params.device` is ignored.
+/// any work starts.
 pub fn paco_on(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
     psf: ArrayView2<'_, f64>,
     params: &PacoParams,
-    devices: &[Device],
+    devices: &[DeviceHandle],
     policy: MultiPolicy,
 ) -> Result<PacoMulti> {
     for (i, d) in devices.iter().enumerate() {
@@ -203,7 +219,7 @@ pub fn paco_on(
             ));
         }
     }
-    let members: Vec<Member<'_>> = devices.iter().map(|&d| Member::Local(d)).collect();
+    let members: Vec<Member<'_>> = devices.iter().cloned().map(Member::Local).collect();
     paco_members(cube, angles, psf, params, &members, policy)
 }
 
@@ -240,8 +256,8 @@ pub trait UnitServer {
 
 /// One member of a [`paco_members`] run.
 pub enum Member<'p> {
-    /// A device of this process.
-    Local(Device),
+    /// An open device of this process.
+    Local(DeviceHandle),
     /// A device of another process, reached through the caller's transport.
     Peer(&'p dyn UnitPeer),
 }
@@ -249,7 +265,7 @@ pub enum Member<'p> {
 /// [`paco_on`] over devices of this process and [`UnitPeer`]s of others (MPI ranks): the same
 /// work queue, fault handling and host reduction, so the maps are bit-identical to one device's.
 /// Every peer is finished ([`UnitPeer::finish`]) before this returns, failed or not; its bytes
-/// are its share's. `params.device` is ignored.
+/// are its share's.
 pub fn paco_members(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
@@ -283,17 +299,18 @@ pub fn paco_members(
     Ok(out)
 }
 
-/// Serve the units a [`paco_members`] run in another process hands to this one, on `device`,
-/// with the same inputs and parameters: report the arithmetic, upload the cube, then compute
-/// each unit [`UnitServer::next`] gives until it says stop. A failure of the device is
-/// reported to the other side (which decides, as for its own devices); only a transport
-/// failure is returned.
+/// Serve the units a [`paco_members`] run in another process hands to this one, on `device`
+/// (opened with `open`, e.g. `arraybridge::open_device`), with the same inputs and parameters:
+/// report the arithmetic, upload the cube, then compute each unit [`UnitServer::next`] gives
+/// until it says stop. A failure of the device, its opening included, is reported to the other
+/// side (which decides, as for its own devices); only a transport failure is returned.
 pub fn serve_units(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
     psf: ArrayView2<'_, f64>,
     params: &PacoParams,
     device: Device,
+    open: &dyn Fn(Device) -> Result<DeviceHandle>,
     server: &mut dyn UnitServer,
 ) -> Result<()> {
     let job = match PacoJob::new(cube, angles, psf, params) {
@@ -303,13 +320,7 @@ pub fn serve_units(
             return drain(server);
         }
     };
-    let source = match device {
-        Device::Cpu => Ok(Source::Cpu),
-        #[cfg(any(feature = "opencl", feature = "cuda"))]
-        d => crate::exec::executor_for(d, "PACO").map(Source::Exec),
-        #[cfg(not(any(feature = "opencl", feature = "cuda")))]
-        d => crate::exec::executor_for(d, "PACO").map(|_| Source::Cpu),
-    };
+    let source = open(device).and_then(|d| Source::of(&d));
     let source = match source {
         Ok(s) => {
             server.arithmetic(device, Ok(s.fp64()))?;
@@ -440,14 +451,8 @@ fn members_run(
     for m in members {
         match m {
             Member::Local(d) => {
-                let s = match d {
-                    Device::Cpu => Source::Cpu,
-                    #[cfg(any(feature = "opencl", feature = "cuda"))]
-                    d => Source::Exec(crate::exec::executor_for(*d, "PACO")?),
-                    #[cfg(not(any(feature = "opencl", feature = "cuda")))]
-                    d => crate::exec::executor_for(*d, "PACO").map(|_| Source::Cpu)?,
-                };
-                devices.push(*d);
+                let s = Source::of(d)?;
+                devices.push(d.device());
                 fp64.push(Some(s.fp64()));
                 sources.push(Ready::Local(s));
             }

@@ -2,8 +2,6 @@
 //! rounding, sub-pixel templates, edge rule, PSF normalisation, memory strategy, star centre).
 //! The bottom of the module: it depends on nothing else in `paco`.
 
-use bridge_core::Device;
-
 /// Covariance and shrinkage formulas (spec §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Variant {
@@ -129,8 +127,6 @@ pub struct PacoParams {
     /// per-batch template/pair buffers and the covariance scratch of large patches (see
     /// `paco/gpu.rs`). Never changes results.
     pub max_tile_bytes: usize,
-    /// Device to compute on.
-    pub device: Device,
 }
 
 impl Default for PacoParams {
@@ -148,7 +144,6 @@ impl Default for PacoParams {
             strategy: Strategy::Fast,
             batch_size: 1000,
             max_tile_bytes: 256 << 20,
-            device: Device::Cpu,
         }
     }
 }

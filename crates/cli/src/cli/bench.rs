@@ -191,7 +191,12 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
     g.note(format!(
         "bench paco on {device}: {frames}x{size}x{size}, {reps} reps"
     ));
-    let rows = algorithms::paco::bench::bench_report(frames, size, reps, device)?;
+    let rows = algorithms::paco::bench::bench_report(
+        frames,
+        size,
+        reps,
+        &arraybridge::open_device(device)?,
+    )?;
     if g.json {
         return g.print_json(&serde_json::json!({
             "command": "bench paco", "device": device.to_string(), "knobs": knobs_json(),
@@ -333,7 +338,7 @@ fn detect(a: DetectArgs, g: Global) -> Result<()> {
     let device = bench_device("bench detect", a.device, DETECT, g, || {
         detect_estimate(&movie.movie, &detector)
     })?;
-    let backend = algorithms::detect::backend_for(device)?;
+    let backend = algorithms::detect::backend_for(&arraybridge::open_device(device)?)?;
     if !locate {
         // what this back end holds per frame (the CPU never holds the whole scale space)
         for &b in &batch_sizes {

@@ -319,14 +319,14 @@ impl std::fmt::Debug for Stage {
 /// Particle detection (`detect`, the demo).
 pub const DETECT: Stage = Stage {
     name: "particle detection",
-    supports: |d| algorithms::detect::backend_for(d).map(|_| ()),
+    supports: |d| algorithms::detect::backend_for(&arraybridge::open_device(d)?).map(|_| ()),
     same_arithmetic: false,
 };
 
 /// PACO (`paco`, the demo).
 pub const PACO: Stage = Stage {
     name: "PACO",
-    supports: |d| algorithms::paco::backend_for(d).map(|_| ()),
+    supports: |d| algorithms::paco::backend_for(&arraybridge::open_device(d)?).map(|_| ()),
     same_arithmetic: true,
 };
 
@@ -473,6 +473,14 @@ impl Choice {
         );
         self.device = Device::Cpu;
     }
+}
+
+/// Open every device of a list (the process's one handle of each).
+pub fn open_all(devices: &[Device]) -> Result<Vec<arraybridge::DeviceHandle>> {
+    devices
+        .iter()
+        .map(|&d| arraybridge::open_device(d))
+        .collect()
 }
 
 /// Shorten a (possibly multi-line) reason to one line of at most `n` characters.

@@ -54,8 +54,11 @@ pub enum Command {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
-    // a memory limit that does not parse is refused, not ignored
-    bridge_core::host::limit_from_env()?;
+    // the edge: the environment's memory limit (one that does not parse is refused, not
+    // ignored) and tuning knobs, read once here and handed to the library as values
+    bridge_core::host::set_limit_mib(bridge_core::host::limit_from_env()?);
+    // (a tuning already fixed, by a library call before this one, stays as it is)
+    let _ = bridge_core::tuning::install(bridge_core::tuning::Tuning::from_env());
     #[cfg(feature = "mpi")]
     if let Some(p) = mpi::place()
         && !matches!(cli.command, Command::Paco(_) | Command::Detect(_))

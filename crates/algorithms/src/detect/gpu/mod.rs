@@ -52,6 +52,7 @@
 //! another pixel, and a maximum at the percentile threshold can come or go).
 
 use bridge_core::exec::Executor;
+use bridge_core::tuning::Tuning;
 use bridge_core::{Array, BridgeError, DType, Device, Result};
 
 use super::FrameView;
@@ -77,7 +78,7 @@ pub enum DevicePrecision {
 }
 
 /// Tuning of the device back ends.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GpuDetectConfig {
     /// Storage type of the cube.
     pub precision: DevicePrecision,
@@ -89,6 +90,10 @@ pub struct GpuDetectConfig {
     /// on GPUs with slow doubles (cube within ~1e-6 relative). For `locate`, `false` runs the
     /// whole device pipeline in float32 (the path of devices without doubles).
     pub accumulate_f64: bool,
+    /// The knobs of the device pipeline (work-group shapes, pass blocking: `ARRAYBRIDGE_DETECT_*`,
+    /// docs/gpu.md); results do not depend on them. Default: the process's
+    /// ([`bridge_core::tuning::process`]).
+    pub tuning: Tuning,
 }
 
 impl Default for GpuDetectConfig {
@@ -97,6 +102,7 @@ impl Default for GpuDetectConfig {
             precision: DevicePrecision::Float32,
             max_device_bytes: 512 << 20,
             accumulate_f64: true,
+            tuning: bridge_core::tuning::process().clone(),
         }
     }
 }
@@ -166,26 +172,6 @@ pub type OpenClDetect = GpuDetect<bridge_opencl::OpenClExecutor>;
 #[cfg(feature = "cuda")]
 pub type CudaDetect = GpuDetect<bridge_cuda::CudaExecutor>;
 
-#[cfg(feature = "opencl")]
-impl GpuDetect<bridge_opencl::OpenClExecutor> {
-    /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
-    /// [`BridgeError::BackendUnavailable`] without OpenCL or without that device.
-    pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(
-            bridge_opencl::OpenClExecutor::on_shared(n)?,
-        ))
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl GpuDetect<bridge_cuda::CudaExecutor> {
-    /// The back end for CUDA device `n`; [`BridgeError::BackendUnavailable`] without a driver
-    /// or device.
-    pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(bridge_cuda::CudaExecutor::new(n)?))
-    }
-}
-
 impl<E: Executor> GpuDetect<E> {
     /// The back end over `exec`, with the default configuration.
     pub fn with_executor(exec: E) -> Self {
@@ -208,8 +194,8 @@ impl<E: Executor> GpuDetect<E> {
     }
 
     /// The configuration in use.
-    pub fn config(&self) -> GpuDetectConfig {
-        self.config
+    pub fn config(&self) -> &GpuDetectConfig {
+        &self.config
     }
 
     /// Whether the device has doubles (the passes then accumulate in float64).
@@ -341,7 +327,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
     ) -> Result<Vec<Vec<Blob>>> {
         let cfg = GpuDetectConfig {
             accumulate_f64: acc == Accumulate::F64,
-            ..self.config
+            ..self.config.clone()
         };
         let out = frames::run_frames(&self.exec, frames, p, &cfg, false)?;
         self.last_kernel.set(out.kernel_s);

@@ -3,7 +3,8 @@
 //! the host (see the [parent module](super)).
 
 use bridge_core::exec::{Executor, KernelArg};
-use bridge_core::{BridgeError, Device, Result, tuning};
+use bridge_core::tuning::Tuning;
+use bridge_core::{BridgeError, Device, Result};
 
 use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
 use super::super::filters::LogKernels;
@@ -96,7 +97,7 @@ fn prescale<E: Executor>(
     plane: usize,
     opts: &[&str],
     acc64: bool,
-    rsize: usize,
+    (rsize, wg): (usize, usize),
     timed: &mut Timed<'_>,
 ) -> Result<E::Buffer> {
     let mut pp = Vec::with_capacity(pre.params.len() * 16);
@@ -118,8 +119,8 @@ fn prescale<E: Executor>(
             &BLOB_LOG,
             opts,
             pre.entry,
-            &[round_up_to(plane, prep_wg()), n_frames],
-            &[prep_wg(), 1],
+            &[round_up_to(plane, wg), n_frames],
+            &[wg, 1],
             &[
                 KernelArg::Buf(raw),
                 KernelArg::Buf(&pp_buf),
@@ -135,10 +136,10 @@ fn prescale<E: Executor>(
 }
 
 /// Work-group shape (x, y) of the per-voxel kernels: `ARRAYBRIDGE_DETECT_WG_X` (64) ×
-/// `ARRAYBRIDGE_DETECT_WG_Y` (4 on CUDA, 1 on OpenCL), at most 1024 work items.
-pub(super) fn local_xy<E: Executor>(e: &E) -> (usize, usize) {
-    let x = tuning::usize_or("ARRAYBRIDGE_DETECT_WG_X", 64);
-    let y = tuning::usize_knob("ARRAYBRIDGE_DETECT_WG_Y").unwrap_or(
+/// `ARRAYBRIDGE_DETECT_WG_Y` (4 on CUDA, 1 on OpenCL) of `t`, at most 1024 work items.
+pub(super) fn local_xy<E: Executor>(e: &E, t: &Tuning) -> (usize, usize) {
+    let x = t.usize_or("ARRAYBRIDGE_DETECT_WG_X", 64);
+    let y = t.usize_knob("ARRAYBRIDGE_DETECT_WG_Y").unwrap_or(
         if matches!(e.device(), Device::Cuda(_)) {
             4
         } else {
@@ -157,20 +158,20 @@ pub(super) fn local_xy<E: Executor>(e: &E) -> (usize, usize) {
 /// frames 8 % faster than with 1; 1 on OpenCL, where more is slower on PoCL) and
 /// `ARRAYBRIDGE_DETECT_COLS` (1: 2 and 4 were slower on the H200). They are build options of
 /// the kernels (`-DLOG_ROWS`, `-DLOG_COLS`); results do not depend on them.
-pub(super) fn pass_blocking<E: Executor>(e: &E) -> (usize, usize) {
-    let rows = tuning::usize_knob("ARRAYBRIDGE_DETECT_ROWS").unwrap_or(
+pub(super) fn pass_blocking<E: Executor>(e: &E, t: &Tuning) -> (usize, usize) {
+    let rows = t.usize_knob("ARRAYBRIDGE_DETECT_ROWS").unwrap_or(
         if matches!(e.device(), Device::Cuda(_)) {
             8
         } else {
             1
         },
     );
-    (rows, tuning::usize_or("ARRAYBRIDGE_DETECT_COLS", 1))
+    (rows, t.usize_or("ARRAYBRIDGE_DETECT_COLS", 1))
 }
 
-/// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG`, default 256).
-pub(super) fn prep_wg() -> usize {
-    tuning::usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
+/// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG` of `t`, default 256).
+pub(super) fn prep_wg(t: &Tuning) -> usize {
+    t.usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
 }
 
 /// The device pipeline on one run of frames (working type `T`, cube in the device type `R`).
@@ -206,7 +207,8 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         Ok(())
     };
     let acc64 = e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8);
-    let (rows, cols) = pass_blocking(e);
+    let (rows, cols) = pass_blocking(e, &cfg.tuning);
+    let (lx, ly) = local_xy(e, &cfg.tuning);
     let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
     let opts_v = kernel_options::<R>(acc64, &blocking);
     let opts: &[&str] = &opts_v;
@@ -218,7 +220,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         n_frames,
         h * w,
         opts,
-        acc64,
+        (acc64, prep_wg(&cfg.tuning)),
         &mut up_s,
         &mut timed,
     )?;
@@ -229,7 +231,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         sigmas,
         coeffs,
         img,
-        (n_frames, h, w, rows, cols),
+        (n_frames, h, w, rows, cols, lx, ly),
         cfg.max_device_bytes,
         want_cube,
     )?;
@@ -326,7 +328,7 @@ fn upload_frames<E: Executor, T: Real, R: DevReal>(
     n_frames: usize,
     plane: usize,
     opts: &[&str],
-    acc64: bool,
+    (acc64, wg): (bool, usize),
     up_s: &mut f64,
     timed: &mut Timed<'_>,
 ) -> Result<E::Buffer> {
@@ -353,7 +355,7 @@ fn upload_frames<E: Executor, T: Real, R: DevReal>(
                 plane,
                 opts,
                 acc64,
-                R::SIZE,
+                (R::SIZE, wg),
                 timed,
             )?
         }
@@ -366,7 +368,7 @@ fn upload_frames<E: Executor, T: Real, R: DevReal>(
             plane,
             opts,
             acc64,
-            R::SIZE,
+            (R::SIZE, wg),
             timed,
         )?,
     })

@@ -230,14 +230,14 @@ pub fn check_memory(h: usize, w: usize, in_flight: usize, batch_flag: &str) -> R
     )
 }
 
-/// `trackpy.locate` on every frame of `movie` on `device` (`Device::Cpu`, `opencl:N` or
-/// `cuda:N`, through [`backend_for`](crate::detect::backend_for): the device runs the whole
+/// `trackpy.locate` on every frame of `movie` on `device` (`DeviceHandle::cpu()`, or an open
+/// `opencl:N` or `cuda:N`, through [`backend_for`](crate::detect::backend_for): the device runs the whole
 /// pipeline, see `detect::gpu::GpuDetect`; an unavailable device is an
 /// error, never a silent CPU run). One result per frame, as [`locate`] gives it.
 pub fn locate_movie(
     movie: &super::Movie,
     p: &LocateParams,
-    device: bridge_core::Device,
+    device: &crate::exec::DeviceHandle,
 ) -> Result<Vec<Vec<Feature>>> {
     p.validate()?;
     let backend = super::backend_for(device)?;

@@ -3,7 +3,7 @@
 
 use bridge_core::exec::Executor;
 use bridge_core::oom::{OnExhausted, PoolReleaser, ReleaseScope, RetryPolicy};
-use bridge_core::tuning;
+use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Device, Result};
 use rayon::prelude::*;
 
@@ -11,26 +11,49 @@ use super::super::gpu_kernels;
 use super::super::templates::Templates;
 use super::GpuPrecision;
 
-/// `paco_stats` work-group size: `ARRAYBRIDGE_PACO_STATS_WG`, else smaller on CPU devices
-/// (PoCL) than on GPUs.
-pub(super) fn stats_wg<E: Executor>(e: &E) -> usize {
-    tuning::usize_knob("ARRAYBRIDGE_PACO_STATS_WG").unwrap_or(if e.is_cpu() {
-        gpu_kernels::STATS_WG_CPU
-    } else {
-        gpu_kernels::STATS_WG
-    })
+/// `paco_stats` work-group size: `ARRAYBRIDGE_PACO_STATS_WG` of `t`, else smaller on CPU
+/// devices (PoCL) than on GPUs.
+pub(super) fn stats_wg<E: Executor>(e: &E, t: &Tuning) -> usize {
+    t.usize_knob("ARRAYBRIDGE_PACO_STATS_WG")
+        .unwrap_or(if e.is_cpu() {
+            gpu_kernels::STATS_WG_CPU
+        } else {
+            gpu_kernels::STATS_WG
+        })
 }
 
-/// Work-group size of the per-pixel kernels (`ARRAYBRIDGE_PACO_LINE_WG`, default
+/// Work-group size of the per-pixel kernels (`ARRAYBRIDGE_PACO_LINE_WG` of `t`, default
 /// [`gpu_kernels::LINE_WG`]).
-pub(super) fn line_wg() -> usize {
-    tuning::usize_or("ARRAYBRIDGE_PACO_LINE_WG", gpu_kernels::LINE_WG)
+pub(super) fn line_wg(t: &Tuning) -> usize {
+    t.usize_or("ARRAYBRIDGE_PACO_LINE_WG", gpu_kernels::LINE_WG)
 }
 
-/// Output positions per `paco_accumulate` launch (`ARRAYBRIDGE_PACO_DEVICE_BATCH`, default
-/// [`super::DEVICE_BATCH`]).
-pub(super) fn device_batch() -> usize {
-    tuning::usize_or("ARRAYBRIDGE_PACO_DEVICE_BATCH", super::DEVICE_BATCH)
+/// Output positions per `paco_accumulate` launch (`ARRAYBRIDGE_PACO_DEVICE_BATCH` of `t`,
+/// default [`super::DEVICE_BATCH`]).
+pub(super) fn device_batch(t: &Tuning) -> usize {
+    t.usize_or("ARRAYBRIDGE_PACO_DEVICE_BATCH", super::DEVICE_BATCH)
+}
+
+/// The launch shapes of one run, from the tuning of its back end (results do not depend on
+/// them).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shapes {
+    /// `paco_stats` work-group size ([`stats_wg`]).
+    pub(super) stats_wg: usize,
+    /// Work-group size of the per-pixel kernels ([`line_wg`]).
+    pub(super) line_wg: usize,
+    /// Output positions per `paco_accumulate` launch ([`device_batch`], at least 1).
+    pub(super) batch: usize,
+}
+
+impl Shapes {
+    pub(super) fn new<E: Executor>(e: &E, t: &Tuning) -> Shapes {
+        Shapes {
+            stats_wg: stats_wg(e, t),
+            line_wg: line_wg(t),
+            batch: device_batch(t).max(1),
+        }
+    }
 }
 
 /// Pools are not released between attempts (PACO holds its buffers itself).

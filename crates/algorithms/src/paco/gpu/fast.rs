@@ -4,6 +4,7 @@
 
 use bridge_core::exec::{Executor, KernelArg};
 use bridge_core::oom::run_batched;
+use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
@@ -12,8 +13,8 @@ use super::super::job::PacoJob;
 use super::super::settings::{SubPixel, Variant};
 use super::super::templates::Templates;
 use super::common::{
-    NoRelease, PairTemplates, decode, device_batch, encode, encode_slice, i32_bytes, line_wg,
-    resolve_precision, split_policy, to_u32,
+    NoRelease, PairTemplates, Shapes, decode, encode, encode_slice, i32_bytes, resolve_precision,
+    split_policy, to_u32,
 };
 use super::pairs::ab_pairs;
 use super::stats::{StatsCtx, StatsLaunch, launch_stats};
@@ -26,6 +27,7 @@ pub(super) struct Plan {
     pub(super) big: bool,
     pub(super) opts: &'static [&'static str],
     pub(super) tpl: Option<PairTemplates>,
+    pub(super) shapes: Shapes,
 }
 
 impl Plan {
@@ -33,6 +35,7 @@ impl Plan {
         e: &E,
         job: &PacoJob<'_>,
         precision: GpuPrecision,
+        tuning: &Tuning,
     ) -> Result<Self> {
         let dbl = resolve_precision(precision, e.has_fp64(), e.device())?;
         let k = job.disk.len();
@@ -60,6 +63,7 @@ impl Plan {
             big: k > KMAX,
             opts,
             tpl,
+            shapes: Shapes::new(e, tuning),
         })
     }
 }
@@ -117,7 +121,7 @@ impl<B> DeviceJob<B> {
         let cube = e.upload(&cube_bytes)?;
         drop(cube_bytes);
         let cen = e.alloc(npix * t * rs)?;
-        let lw = line_wg();
+        let lw = plan.shapes.line_wg;
         e.launch(
             &gpu_kernels::PACO,
             plan.opts,
@@ -178,6 +182,7 @@ impl<B> DeviceJob<B> {
             ku: self.ku,
             variant: self.variant,
             local_bytes: if self.plan.big { 8 } else { k * k * rs },
+            shapes: self.plan.shapes,
         }
     }
 }
@@ -188,11 +193,11 @@ pub(super) fn ab_device<E: Executor>(
     e: &E,
     job: &PacoJob<'_>,
     phi0s: Option<&[(usize, usize)]>,
-    precision: GpuPrecision,
+    (precision, tuning): (GpuPrecision, &Tuning),
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     // Templates first: a mode the CPU does not implement is its typed error, before any
     // device work.
-    let plan = Plan::new(e, job, precision)?;
+    let plan = Plan::new(e, job, precision, tuning)?;
     if phi0s.is_some_and(<[(usize, usize)]>::is_empty) {
         return Ok((Vec::new(), Vec::new()));
     }
@@ -274,7 +279,7 @@ pub(super) fn stats_rows<E: Executor>(
     let nx = x_hi - x_lo;
     let xu = to_u32(x_lo, "column")?;
     let nxu = to_u32(nx, "columns")?;
-    let lw = line_wg();
+    let lw = c.shapes.line_wg;
     for ya in (ya..yb).step_by(band.max(1)) {
         let yb = (ya + band).min(yb);
         let groups = (yb - ya) * nx;
@@ -339,7 +344,7 @@ pub(super) fn ab_fast<E: Executor>(
     let z = e.alloc(npix * t * rs)?;
     let (wb, scr) = band_buffers(e, job, band, dbl, big)?;
     stats_rows(e, c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
-    let lw = line_wg();
+    let lw = c.shapes.line_wg;
 
     // trajectory sums, in batches of output positions; the next batch's trajectories are
     // computed on the host while the device sums the current one
@@ -364,7 +369,7 @@ pub(super) fn ab_fast<E: Executor>(
         traj
     };
     let policy = split_policy();
-    let batch = device_batch().max(1);
+    let batch = c.shapes.batch;
     let mut a_out = Vec::with_capacity(n0);
     let mut b_out = Vec::with_capacity(n0);
     let mut start = 0;

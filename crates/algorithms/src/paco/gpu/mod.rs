@@ -79,6 +79,7 @@
 //! `paco_stats` launch).
 
 use bridge_core::exec::Executor;
+use bridge_core::tuning::Tuning;
 use bridge_core::{Device, Result};
 use ndarray::Array2;
 
@@ -121,6 +122,7 @@ pub enum GpuPrecision {
 pub struct GpuPaco<E: Executor> {
     exec: E,
     precision: GpuPrecision,
+    tuning: Tuning,
 }
 
 /// [`GpuPaco`] on an OpenCL device.
@@ -131,33 +133,26 @@ pub type OpenClPaco = GpuPaco<bridge_opencl::OpenClExecutor>;
 #[cfg(feature = "cuda")]
 pub type CudaPaco = GpuPaco<bridge_cuda::CudaExecutor>;
 
-#[cfg(feature = "opencl")]
-impl GpuPaco<bridge_opencl::OpenClExecutor> {
-    /// The back end for OpenCL device `n` (`opencl:n`) on the process-wide OpenCL backend;
-    /// [`bridge_core::BridgeError::BackendUnavailable`] without OpenCL or without that device.
-    pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(
-            bridge_opencl::OpenClExecutor::on_shared(n)?,
-        ))
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl GpuPaco<bridge_cuda::CudaExecutor> {
-    /// The back end for CUDA device `n`; [`bridge_core::BridgeError::BackendUnavailable`]
-    /// without a driver or device.
-    pub fn new(n: usize) -> Result<Self> {
-        Ok(Self::with_executor(bridge_cuda::CudaExecutor::new(n)?))
-    }
-}
-
 impl<E: Executor> GpuPaco<E> {
     /// The back end over `exec`, in [`GpuPrecision::Auto`].
     pub fn with_executor(exec: E) -> Self {
         GpuPaco {
             exec,
             precision: GpuPrecision::Auto,
+            tuning: bridge_core::tuning::process().clone(),
         }
+    }
+
+    /// The same back end with other knobs (`ARRAYBRIDGE_PACO_STATS_WG`, `_LINE_WG`,
+    /// `_DEVICE_BATCH`, docs/gpu.md; the process's by default). Results do not depend on them.
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self
+    }
+
+    /// The knobs in use.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The same back end with another arithmetic type.
@@ -187,11 +182,11 @@ impl<E: Executor> PacoBackend for GpuPaco<E> {
     }
 
     fn ab_maps(&self, job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)> {
-        let (a, b) = fast::ab_device(&self.exec, job, None, self.precision)?;
+        let (a, b) = fast::ab_device(&self.exec, job, None, (self.precision, &self.tuning))?;
         stats::to_maps(job, a, b)
     }
 
     fn ab_at(&self, job: &PacoJob<'_>, phi0s: &[(usize, usize)]) -> Result<(Vec<f64>, Vec<f64>)> {
-        fast::ab_device(&self.exec, job, Some(phi0s), self.precision)
+        fast::ab_device(&self.exec, job, Some(phi0s), (self.precision, &self.tuning))
     }
 }

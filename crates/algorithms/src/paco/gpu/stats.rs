@@ -7,7 +7,7 @@ use ndarray::Array2;
 
 use super::super::gpu_kernels;
 use super::super::job::PacoJob;
-use super::common::{stats_wg, to_u32};
+use super::common::to_u32;
 
 /// Buffers and sizes shared by every `paco_stats` launch of a run.
 pub(super) struct StatsCtx<'a, B> {
@@ -25,6 +25,8 @@ pub(super) struct StatsCtx<'a, B> {
     /// Bytes of the `LOCAL_ARG` of `paco_stats`: the K×K matrix (`K²·s`), or a token 8 bytes
     /// with `COV_GLOBAL` (the matrix is in `scr` then).
     pub(super) local_bytes: usize,
+    /// The run's launch shapes.
+    pub(super) shapes: super::common::Shapes,
 }
 
 /// The pair arguments of a `paco_stats` launch with sub-pixel templates.
@@ -70,8 +72,8 @@ pub(super) fn launch_stats<E: Executor>(
         &gpu_kernels::PACO,
         c.opts,
         "paco_stats",
-        &[l.groups * stats_wg(e)],
-        &[stats_wg(e)],
+        &[l.groups * c.shapes.stats_wg],
+        &[c.shapes.stats_wg],
         &[
             KernelArg::Buf(c.cen),
             KernelArg::Buf(c.offs),

@@ -36,7 +36,7 @@ impl<'j, E: Executor> GpuWorker<'j, E> {
     /// Upload the cube (and the template table) to `e`'s device; `pairs` is the shared
     /// bucketing with sub-pixel templates (`None` without).
     pub(crate) fn new(e: E, job: &'j PacoJob<'j>, pairs: Option<&'j PairPlan>) -> Result<Self> {
-        let plan = Plan::new(&e, job, GpuPrecision::Auto)?;
+        let plan = Plan::new(&e, job, GpuPrecision::Auto, bridge_core::tuning::process())?;
         let dj = DeviceJob::new(&e, job, plan)?;
         let rs = if dj.plan.dbl { 8 } else { 4 };
         let (t, h, w) = job.cube.dim();

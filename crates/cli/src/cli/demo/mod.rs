@@ -34,7 +34,7 @@ use std::time::Instant;
 use super::common::{Global, Stages, check_output_dir};
 use super::device::{
     Choice, DETECT, DeviceArg, PACO, check_explicit, choose, detect_workload, measure_cpu,
-    paco_workload, parse_device_arg,
+    open_all, paco_workload, parse_device_arg,
 };
 use crate::figures::{Canvas, SnrFigure};
 use algorithms::detect::synth::{MatchStats, match_truth};
@@ -268,11 +268,12 @@ fn detect(
     let particles = match lists {
         Some((det, _)) => {
             detector
-                .detect_movie_on(&synth.movie, det, MultiPolicy::default())?
+                .detect_movie_on(&synth.movie, &open_all(det)?, MultiPolicy::default())?
                 .particles
         }
         None => det_choice.run("demo", |d| -> Result<Vec<Particle>> {
-            let backend: Box<dyn DetectBackend> = algorithms::detect::backend_for(d)?;
+            let backend: Box<dyn DetectBackend> =
+                algorithms::detect::backend_for(&arraybridge::open_device(d)?)?;
             detector.detect_movie_with(&synth.movie, backend.as_ref(), |_| {})
         })?,
     };
@@ -314,9 +315,8 @@ fn paco(
     timings: &mut Timings,
 ) -> Result<(PacoMaps, Recovered)> {
     stages.say(format!("demo: PACO on {}", paco_choice.device));
-    let mut params = PacoParams {
+    let params = PacoParams {
         psf_norm: PsfNorm::Fwhm(FWHM),
-        device: paco_choice.device,
         ..Default::default()
     };
     let t = Instant::now();
@@ -327,20 +327,21 @@ fn paco(
                 adi.angles.view(),
                 adi.psf.view(),
                 &params,
-                devices,
+                &open_all(devices)?,
                 algorithms::paco::MultiPolicy::default(),
             )?
             .maps
         }
         None => paco_choice.run("demo", |d| {
-            let p = PacoParams {
-                device: d,
-                ..params.clone()
-            };
-            algorithms::paco::paco(adi.cube.view(), adi.angles.view(), adi.psf.view(), &p)
+            algorithms::paco::paco_on_device(
+                &arraybridge::open_device(d)?,
+                adi.cube.view(),
+                adi.angles.view(),
+                adi.psf.view(),
+                &params,
+            )
         })?,
     };
-    params.device = paco_choice.device;
     timings.push(("PACO", t.elapsed().as_secs_f64()));
     let mut planet = recover_planet(&maps, &adi.planet, adi.centre);
     let t = Instant::now();

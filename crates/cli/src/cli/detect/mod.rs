@@ -169,13 +169,17 @@ fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
         if p.rank != 0 {
             while let Some(chunk) = super::mpi::share_movie(None)? {
                 match job.locate {
-                    None => job
-                        .det
-                        .serve_frames(&chunk, device, &mut super::mpi::RootLink)?,
+                    None => job.det.serve_frames(
+                        &chunk,
+                        device,
+                        &arraybridge::open_device,
+                        &mut super::mpi::RootLink,
+                    )?,
                     Some(lp) => algorithms::detect::serve_locate(
                         &chunk,
                         lp,
                         device,
+                        &arraybridge::open_device,
                         &mut super::mpi::RootLink,
                     )?,
                 }

@@ -33,7 +33,7 @@ impl Multi {
     pub(super) fn new(devices: &[bridge_core::Device]) -> Result<Multi> {
         let backends = devices
             .iter()
-            .map(|&d| backend_for(d))
+            .map(|&d| backend_for(&arraybridge::open_device(d)?))
             .collect::<Result<Vec<_>>>()?;
         let shares = backends
             .iter()

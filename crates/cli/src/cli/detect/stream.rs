@@ -171,7 +171,7 @@ fn detect_chunk(
         None => {
             let mut ps = match runner {
                 Runner::One(choice) => choice.run("detect", |d| {
-                    let backend = backend_for(d)?;
+                    let backend = backend_for(&arraybridge::open_device(d)?)?;
                     det.detect_movie_with(chunk, backend.as_ref(), |done| {
                         progress.set_position((frame0 + done) as u64)
                     })
@@ -192,7 +192,7 @@ fn detect_chunk(
         Some(p) => {
             let rows = match runner {
                 Runner::One(choice) => choice.run("detect", |d| {
-                    let backend = backend_for(d)?;
+                    let backend = backend_for(&arraybridge::open_device(d)?)?;
                     run_locate(p, batch_size, chunk, frame0, backend.as_ref())
                 })?,
                 Runner::Several(m) => m.locate(p, batch_size, chunk, frame0, policy, |done| {

@@ -308,7 +308,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         (t, h, w),
         radius,
     )?;
-    let mut params = params_for(&args, runner.first())?;
+    let params = params_for(&args)?;
     let settings = Settings {
         dims: (t, h, w),
         radius,
@@ -329,7 +329,6 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     ));
     let t1 = Instant::now();
     let (maps, shares) = runner.maps(&inputs, &params, args.requeue)?;
-    params.device = runner.first();
     runner.report(&stages, t1, &maps, shares.as_deref());
     if !maps.snr.iter().any(|v| v.is_finite()) {
         eprintln!(
@@ -383,7 +382,7 @@ fn check(args: &Args, ranks: Option<Ranks>) -> Result<(Option<Vec<Device>>, usiz
 }
 
 /// The parameters of the command line, computing on `device`.
-fn params_for(args: &Args, device: Device) -> Result<PacoParams> {
+fn params_for(args: &Args) -> Result<PacoParams> {
     let radius = usize::try_from(args.radius)
         .map_err(|_| BridgeError::invalid_argument("--radius", "too large"))?;
     let variant = match args.mode {
@@ -421,7 +420,6 @@ fn params_for(args: &Args, device: Device) -> Result<PacoParams> {
             .ok_or_else(|| {
                 BridgeError::invalid_argument("--tile-mb", "must be a positive number of MiB")
             })?,
-        device,
         ..Default::default()
     })
 }

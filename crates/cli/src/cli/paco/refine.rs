@@ -2,7 +2,7 @@
 //! the unbiased flux (`--flux`).
 
 use algorithms::paco::{FluxOptions, PacoJob, PacoParams, SubPixel, refine_peak, unbiased_flux};
-use bridge_core::{BridgeError, Device, Result};
+use bridge_core::{BridgeError, Result};
 
 use super::super::common::{Global, Stages};
 use super::inputs::Inputs;
@@ -23,7 +23,6 @@ pub(super) fn refine(
         "paco: sub-pixel astrometry for {n} candidate(s) (0.25-px grid, CPU)"
     ));
     let mut rp = params.clone();
-    rp.device = Device::Cpu;
     if rp.subpixel == SubPixel::Off {
         rp.subpixel = SubPixel::Table { q: 32 };
     }

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 #[cfg(feature = "mpi")]
 use algorithms::paco::{Member, UnitPeer, paco_members};
-use algorithms::paco::{MultiPolicy, PacoMaps, PacoParams, PacoShare, SubPixel, paco, paco_on};
+use algorithms::paco::{
+    MultiPolicy, PacoMaps, PacoParams, PacoShare, SubPixel, paco_on, paco_on_device,
+};
 use bridge_core::{BridgeError, Device, Result};
 
 use super::super::common::Stages;
@@ -75,18 +77,20 @@ impl Runner {
         let mut shares: Option<Vec<PacoShare>> = None;
         let maps = match self {
             Runner::One(choice) => choice.run("paco", |d| {
-                let p = PacoParams {
-                    device: d,
-                    ..params.clone()
-                };
-                paco(cube.view(), angles.view(), psf.view(), &p)
+                paco_on_device(
+                    &arraybridge::open_device(d)?,
+                    cube.view(),
+                    angles.view(),
+                    psf.view(),
+                    params,
+                )
             }),
             #[cfg(feature = "mpi")]
             Runner::Ranks(device, n) => {
                 let peers = (1..*n)
                     .map(crate::cli::mpi::RankPeer::new)
                     .collect::<Result<Vec<_>>>()?;
-                let mut members = vec![Member::Local(*device)];
+                let mut members = vec![Member::Local(arraybridge::open_device(*device)?)];
                 members.extend(peers.iter().map(|p| Member::Peer(p as &dyn UnitPeer)));
                 paco_members(
                     cube.view(),
@@ -110,7 +114,7 @@ impl Runner {
                 angles.view(),
                 psf.view(),
                 params,
-                devices,
+                &crate::cli::device::open_all(devices)?,
                 policy,
             )
             .map(|m| {
@@ -176,15 +180,6 @@ impl Runner {
     /// True with one device per MPI rank (the shares are then the ranks').
     pub(super) fn by_rank(&self) -> bool {
         matches!(self, Runner::Ranks(..))
-    }
-
-    /// The device of `--flux` and `--refine`'s parameters: the one device, or the first.
-    pub(super) fn first(&self) -> Device {
-        match self {
-            Runner::One(c) => c.device,
-            Runner::Ranks(d, _) => *d,
-            Runner::Several(v) => v.first().copied().unwrap_or(Device::Cpu),
-        }
     }
 
     /// `opencl:0` or `opencl:0,opencl:1`.

@@ -9,13 +9,14 @@ use super::{Args, params_for};
 /// out on `device`; writes nothing.
 pub(super) fn serve(args: &Args, device: Device) -> Result<()> {
     let (cube, angles, psf) = share_inputs(None)?;
-    let params = params_for(args, device)?;
+    let params = params_for(args)?;
     algorithms::paco::serve_units(
         cube.view(),
         angles.view(),
         psf.view(),
         &params,
         device,
+        &arraybridge::open_device,
         &mut crate::cli::mpi::RootLink,
     )
 }

@@ -354,8 +354,8 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             .clamp(1, n_frames.max(1))
             .min((u32::MAX as usize / plane).max(1))
             .min(65_535);
-        let (lx, ly) = local_xy(e);
-        let pwg = prep_wg();
+        let (lx, ly) = local_xy(e, &cfg.tuning);
+        let pwg = prep_wg(&cfg.tuning);
 
         let cap = 1024usize;
         let cand_buf = e.alloc(cap * 4)?;

@@ -9,7 +9,7 @@ use bridge_core::exec::{Executor, KernelArg};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
-use super::{Cand, Coeffs, Timed, frame_threshold, local_xy, order_and_prune, round_up_to, to_u32};
+use super::{Cand, Coeffs, Timed, frame_threshold, order_and_prune, round_up_to, to_u32};
 use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
 use crate::detect::gpu::DevReal;
 use crate::detect::kernels::{BLOB_LOG, MINMAX_WG};
@@ -45,6 +45,8 @@ pub(super) struct LogRun<'a, E: Executor, T, R> {
     rows: usize,
     /// Outputs per work item of `log_pass_x` ([`super::pass_blocking`]).
     cols: usize,
+    /// Work-group shape of the per-voxel kernels ([`super::local_xy`]).
+    local: (usize, usize),
     /// Frames per batch: what `max_device_bytes`, the 32-bit index and CUDA's grid allow.
     chunk: usize,
     /// `h`, `w` and `ns` as kernel arguments.
@@ -125,11 +127,11 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
         sigmas: Vec<T>,
         coeffs: Coeffs<E::Buffer>,
         img: E::Buffer,
-        dims: (usize, usize, usize, usize, usize),
+        dims: (usize, usize, usize, usize, usize, usize, usize),
         max_device_bytes: usize,
         want_cube: bool,
     ) -> Result<Self> {
-        let (n_frames, h, w, rows, cols) = dims;
+        let (n_frames, h, w, rows, cols, lx, ly) = dims;
         let ns = sigmas.len();
         let plane = h * w;
         let per_frame = ns * plane;
@@ -172,6 +174,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
             per_frame,
             rows,
             cols,
+            local: (lx, ly),
             chunk,
             hu,
             wu,
@@ -220,7 +223,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
         let (h, w, ns) = (self.h, self.w, self.ns);
         let nb = self.chunk.min(self.n_frames - frame0);
         let nbu = to_u32(nb, "batch")?;
-        let (lx, ly) = local_xy(self.e);
+        let (lx, ly) = self.local;
         let global = [round_up_to(w, lx), round_up_to(h, ly), nb * ns];
         let global_y = [
             round_up_to(w, lx),
