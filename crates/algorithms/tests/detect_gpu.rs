@@ -499,6 +499,51 @@ mod opencl {
         }
     }
 
+    /// A device out of memory (here a pool limit of 4 MiB, on a backend instance of this
+    /// test's own, so no other test sees it) halves the batch until it fits: the same blobs
+    /// and features as unlimited, and the pool never held more than the limit.
+    #[test]
+    fn out_of_memory_halves_the_batch_with_the_same_results() {
+        use bridge_core::Device;
+        use bridge_core::memory::{MemoryInfo, MemoryLimit};
+        let Some(base) = device() else { return };
+        let dev = Device::OpenCl(0);
+        let own = std::sync::Arc::new(bridge_opencl::OpenClBackend::new());
+        let limited = OpenClDetect::with_executor(
+            algorithms::exec::OpenClExecutor::new(own.clone(), dev).unwrap(),
+        );
+        let frames: Vec<Frame> = (0..16)
+            .map(|k| {
+                let img = spots(128, 128, 20, 40 + k);
+                let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+                Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16))
+            })
+            .collect();
+        let views: Vec<_> = frames.iter().map(Frame::view).collect();
+        let (_, p) = random_params().remove(0);
+        let lp = algorithms::detect::locate::LocateParams::new(5);
+        let want = base.blob_log_batch(&views, &p).unwrap();
+        let want_f = base.locate_batch(&views, &lp).unwrap();
+        let limit = 4u64 << 20;
+        let total = own.memory_stats(dev).unwrap().total;
+        let fraction = (limit as f64 + 0.5) / total as f64;
+        own.set_memory_limit(dev, Some(MemoryLimit::fraction(fraction).unwrap()))
+            .unwrap();
+        assert_eq!(own.pool_stats(dev).unwrap().limit, Some(limit));
+        assert_eq!(limited.blob_log_batch(&views, &p).unwrap(), want);
+        assert_eq!(limited.locate_batch(&views, &lp).unwrap(), want_f);
+        let st = own.pool_stats(dev).unwrap();
+        assert!(st.peak_reserved > 0 && st.peak_reserved <= limit, "{st:?}");
+        // one frame that cannot fit is the error, typed
+        own.set_memory_limit(
+            dev,
+            Some(MemoryLimit::fraction(1024.0 / total as f64).unwrap()),
+        )
+        .unwrap();
+        let e = limited.blob_log_batch(&views[..2], &p).unwrap_err();
+        assert!(e.is_oom(), "{e}");
+    }
+
     /// The pipeline's knobs are a value of its configuration: other work-group shapes, pass
     /// blocking and prescale groups, set by value next to the defaults in this one process,
     /// give the same blobs and features.

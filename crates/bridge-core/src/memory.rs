@@ -47,6 +47,35 @@ pub struct MemoryStats {
     pub pool_reserved: u64,
     /// Bytes of the pool handed out to live arrays.
     pub pool_in_use: u64,
+    /// Bytes the pool keeps cached for reuse (`pool_reserved − pool_in_use`).
+    pub pool_cached: u64,
+    /// The most the pool has held at once since its cache was last released or its limit set
+    /// (0 where the backend keeps no pool figures).
+    pub pool_peak: u64,
+    /// The pool's limit in bytes, if one is set.
+    pub pool_limit: Option<u64>,
+    /// Allocations the pool made on the device (not served from its cache).
+    pub allocations: u64,
+    /// Allocations served from the pool's cache.
+    pub cache_hits: u64,
+}
+
+impl MemoryStats {
+    /// The figures of a device of `total` bytes (`free` where the driver says) whose memory
+    /// the pool `p` manages.
+    pub fn from_pool(total: u64, free: Option<u64>, p: &PoolStats) -> MemoryStats {
+        MemoryStats {
+            total,
+            free,
+            pool_reserved: p.reserved,
+            pool_in_use: p.in_use,
+            pool_cached: p.cached,
+            pool_peak: p.peak_reserved,
+            pool_limit: p.limit,
+            allocations: p.device_allocs,
+            cache_hits: p.cache_hits,
+        }
+    }
 }
 
 /// A memory limit as a fraction of a device's total memory, in `(0, 1]`.
@@ -115,6 +144,9 @@ pub struct PoolStats {
     pub cache_hits: u64,
     /// Allocations that went to the device.
     pub device_allocs: u64,
+    /// The most `reserved` has been since the pool was made, its cache last released
+    /// ([`CachingPool::release`]) or its limit last set.
+    pub peak_reserved: u64,
 }
 
 struct State<B> {
@@ -238,9 +270,12 @@ impl<A: RawAllocator> CachingPool<A> {
             && st.stats.reserved > l
         {
             let cached = self.inner.take_cached(&mut st);
+            st.stats.peak_reserved = st.stats.reserved;
             drop(st);
             self.inner.free_all(cached);
+            return;
         }
+        st.stats.peak_reserved = st.stats.reserved;
     }
 
     /// Current figures.
@@ -252,7 +287,9 @@ impl<A: RawAllocator> CachingPool<A> {
     pub fn release(&self) -> u64 {
         let cached = {
             let mut st = self.inner.lock();
-            self.inner.take_cached(&mut st)
+            let cached = self.inner.take_cached(&mut st);
+            st.stats.peak_reserved = st.stats.reserved;
+            cached
         };
         let bytes = cached.bytes;
         self.inner.free_all(cached);
@@ -305,6 +342,7 @@ impl<A: RawAllocator> CachingPool<A> {
         // Reserve now, so concurrent allocations see this one against the limit.
         st.stats.reserved += size as u64;
         st.stats.in_use += size as u64;
+        st.stats.peak_reserved = st.stats.peak_reserved.max(st.stats.reserved);
         drop(st);
         self.inner.free_all(to_free);
         let block = match self.inner.alloc.allocate(size) {

@@ -78,6 +78,30 @@ impl Default for RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// No retry; on out of memory, halve the batch (recursively; one item that still does not
+    /// fit is the error). For jobs whose items are independent, so the results do not depend
+    /// on the split, and whose pool frees its own cache on a limit breach.
+    pub fn split_only() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            release: ReleaseScope::Nothing,
+            on_exhausted: OnExhausted::SplitBatch,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// A [`PoolReleaser`] that releases nothing (for [`RetryPolicy::split_only`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRelease;
+
+impl PoolReleaser for NoRelease {
+    fn release(&self, _device: Device, _scope: &ReleaseScope) -> u64 {
+        0
+    }
+}
+
 /// Something that can release cached device memory. [`Registry`] implements it over all its
 /// backends.
 pub trait PoolReleaser {

@@ -11,7 +11,7 @@ use crate::backend::{Backend, BackendReport, DeviceInfo};
 use crate::device::{Device, MemoryType};
 use crate::dlpack::DlpackExchange;
 use crate::error::{BridgeError, Result};
-use crate::memory::MemoryStats;
+use crate::memory::{MemoryLimit, MemoryStats};
 use crate::planner::{Converter, Route, Topology, plan_route};
 
 /// What the observer receives for each conversion.
@@ -285,16 +285,25 @@ impl Registry {
 
     /// Memory figures for a device from its backend.
     pub fn memory_stats(&self, device: Device) -> Result<MemoryStats> {
-        match self.backend_for(device) {
-            Some(b) => b.memory_stats(device),
-            None => Err(BridgeError::BackendUnavailable {
+        self.backend_or_err(device)?.memory_stats(device)
+    }
+
+    /// Limit what `device`'s backend pool may hold (`None` removes the limit; cached blocks
+    /// above a new, lower limit are released). Allocations beyond it are
+    /// [`BridgeError::OutOfMemory`], which the pipelines answer by splitting their batches.
+    pub fn set_memory_limit(&self, device: Device, limit: Option<MemoryLimit>) -> Result<()> {
+        self.backend_or_err(device)?.set_memory_limit(device, limit)
+    }
+
+    fn backend_or_err(&self, device: Device) -> Result<&Arc<dyn Backend>> {
+        self.backend_for(device)
+            .ok_or_else(|| BridgeError::BackendUnavailable {
                 backend: device.memory_type().name().to_owned(),
                 reason: self
                     .topology
                     .unavailable_reason(device.memory_type())
                     .unwrap_or("not registered")
                     .to_owned(),
-            }),
-        }
+            })
     }
 }

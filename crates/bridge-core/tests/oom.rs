@@ -310,6 +310,9 @@ fn pool_limit_stats_and_release_are_exact() {
     // 200 KB fits only once the cache is released; the pool does that itself.
     let c = pool.allocate(200_000).unwrap();
     assert_eq!(pool.stats().reserved, 200_192);
+    // the most held at once: c alone (the refused 200 KB never reserved; the cache was
+    // released before c was made)
+    assert_eq!(pool.stats().peak_reserved, 200_192);
     drop(c);
     assert_eq!(pool.release(), 200_192);
     assert_eq!(
@@ -318,6 +321,7 @@ fn pool_limit_stats_and_release_are_exact() {
             limit: Some(1 << 18),
             cache_hits: 1,
             device_allocs: 2,
+            // (the peak starts again from what is held when the cache is released)
             ..Default::default()
         }
     );

@@ -486,12 +486,7 @@ impl Gpu {
             .mem_get_info()
             .map_err(error::op(self.device, "cuMemGetInfo"))?;
         let p = self.pool.stats();
-        Ok(MemoryStats {
-            total: total as u64,
-            free: Some(free as u64),
-            pool_reserved: p.reserved,
-            pool_in_use: p.in_use,
-        })
+        Ok(MemoryStats::from_pool(total as u64, Some(free as u64), &p))
     }
 
     /// Limit the pool to `fraction` of total memory (e.g. `0.8`); allocations beyond it fail

@@ -464,12 +464,7 @@ impl MemoryInfo for OpenClBackend {
             .existing_state(device)
             .map(|s| s.pool.stats())
             .unwrap_or_default();
-        Ok(MemoryStats {
-            total: entry.global_mem,
-            free: None,
-            pool_reserved: pool.reserved,
-            pool_in_use: pool.in_use,
-        })
+        Ok(MemoryStats::from_pool(entry.global_mem, None, &pool))
     }
 
     fn set_memory_limit(&self, device: Device, limit: Option<MemoryLimit>) -> Result<()> {

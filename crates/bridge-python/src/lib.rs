@@ -46,6 +46,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::devices, m)?)?;
     m.add_function(wrap_pyfunction!(convert::backends, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_memory_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::free_pools, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;

@@ -81,3 +81,106 @@ pub fn set_memory_limit(py: Python<'_>, mb: Option<&Bound<'_, PyAny>>) -> PyResu
 pub fn memory_limit() -> PyResult<Option<u64>> {
     explicit_limit()
 }
+
+/// `arraybridge.memory_stats(device)`: the device's memory as a dict: `total`, `free` (where the
+/// driver says; `None` for OpenCL), `used` (`total − free` where known), and its pool's
+/// figures: `pool_reserved` (held from the device), `pool_in_use`, `pool_cached`, `pool_peak`
+/// (the most held at once), `pool_limit` (bytes, or `None`), `allocations` (made on the device)
+/// and `cache_hits`. For `"cpu"`: the host's total and available memory and the budget's
+/// explicit limit; no pool.
+#[pyfunction]
+pub fn memory_stats<'py>(
+    py: Python<'py>,
+    device: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let d = crate::convert::parse_device(device)?;
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("device", d.to_string())?;
+    let st = if d == bridge_core::Device::Cpu {
+        let (total, free) = host::meminfo();
+        bridge_core::memory::MemoryStats {
+            total: total.unwrap_or(0),
+            free,
+            pool_limit: explicit_limit()?.map(|mb| mb.saturating_mul(1 << 20)),
+            ..Default::default()
+        }
+    } else {
+        arraybridge::registry().memory_stats(d).py_err()?
+    };
+    out.set_item("total", st.total)?;
+    out.set_item("free", st.free)?;
+    out.set_item("used", st.free.map(|f| st.total.saturating_sub(f)))?;
+    out.set_item("pool_reserved", st.pool_reserved)?;
+    out.set_item("pool_in_use", st.pool_in_use)?;
+    out.set_item("pool_cached", st.pool_cached)?;
+    out.set_item("pool_peak", st.pool_peak)?;
+    out.set_item("pool_limit", st.pool_limit)?;
+    out.set_item("allocations", st.allocations)?;
+    out.set_item("cache_hits", st.cache_hits)?;
+    Ok(out)
+}
+
+/// `arraybridge.free_pools(device)`: give the cached (unused) blocks of every pool on the
+/// device back to it; returns the bytes released (arrays still alive keep theirs).
+#[pyfunction]
+pub fn free_pools(device: &str) -> PyResult<u64> {
+    let d = crate::convert::parse_device(device)?;
+    if d == bridge_core::Device::Cpu {
+        return Ok(0);
+    }
+    // an unknown or absent device is its typed error, not "nothing released"
+    arraybridge::registry().memory_stats(d).py_err()?;
+    Ok(arraybridge::registry().release_pools(d))
+}
+
+/// `arraybridge.set_device_memory_limit(device, limit)`: cap what the device's pool may hold
+/// at `limit`, a fraction of its memory in `(0, 1]` (a float) or a number of bytes (an int
+/// ≥ 1); `None` removes the cap. Allocations beyond it are `OutOfMemory`, which the pipelines
+/// answer by splitting their batches (same results).
+#[pyfunction]
+pub fn set_device_memory_limit(device: &str, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let d = crate::convert::parse_device(device)?;
+    if d == bridge_core::Device::Cpu {
+        return Err(invalid(
+            "the host has no pool: set_memory_limit(mb) caps host memory",
+        ));
+    }
+    let reg = arraybridge::registry();
+    let Some(limit) = limit else {
+        return reg.set_memory_limit(d, None).py_err();
+    };
+    let refuse = |why: &str| {
+        let shown = limit
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|_| "?".into());
+        invalid(format!(
+            "invalid argument limit: {why}, got {shown} (a fraction in (0, 1] as a float, \
+             bytes as an int >= 1, or None)"
+        ))
+    };
+    if limit.is_instance_of::<PyBool>() {
+        return Err(refuse("a bool is not a limit"));
+    }
+    let fraction = if let Ok(bytes) = limit.extract::<u64>() {
+        if bytes == 0 {
+            return Err(refuse("0 bytes"));
+        }
+        let total = reg.memory_stats(d).py_err()?.total;
+        if total == 0 {
+            return Err(invalid(format!("{d} does not report its memory size")));
+        }
+        // the pool's limit is a fraction of the total (floored back to bytes): half a byte
+        // more makes the bytes asked for what the pool enforces
+        ((bytes as f64 + 0.5) / total as f64).min(1.0)
+    } else if let Ok(f) = limit.extract::<f64>() {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(refuse("a fraction must be in (0, 1]"));
+        }
+        f
+    } else {
+        return Err(refuse("not a number"));
+    };
+    let limit = bridge_core::memory::MemoryLimit::fraction(fraction).py_err()?;
+    reg.set_memory_limit(d, Some(limit)).py_err()
+}

@@ -99,8 +99,7 @@ impl MemoryInfo for TorchBackend {
                 Ok(MemoryStats {
                     total: total.unwrap_or(0),
                     free,
-                    pool_reserved: 0,
-                    pool_in_use: 0,
+                    ..MemoryStats::default()
                 })
             }
             Some(n) => match ffi::cuda_memory(n) {
@@ -109,6 +108,8 @@ impl MemoryInfo for TorchBackend {
                     free: Some(m.free),
                     pool_reserved: m.reserved,
                     pool_in_use: m.allocated,
+                    pool_cached: m.reserved.saturating_sub(m.allocated),
+                    ..MemoryStats::default()
                 }),
                 Ok(None) => Err(BridgeError::unavailable(
                     "torch",

@@ -210,12 +210,11 @@ impl MemoryInfo for FakeBackend {
         let p = self.pool(device)?;
         let s = p.stats();
         let used = *p.allocator().used.lock().unwrap();
-        Ok(MemoryStats {
-            total: p.allocator().capacity,
-            free: Some(p.allocator().capacity - used),
-            pool_reserved: s.reserved,
-            pool_in_use: s.in_use,
-        })
+        Ok(MemoryStats::from_pool(
+            p.allocator().capacity,
+            Some(p.allocator().capacity - used),
+            &s,
+        ))
     }
     fn set_memory_limit(&self, device: Device, limit: Option<MemoryLimit>) -> Result<()> {
         self.pool(device)?.set_limit(limit);

@@ -27,7 +27,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _native
+from . import _decorators, _frameworks, _native
+from ._decorators import cupy, jax, numpy, on, tensorflow, torch
 from ._native import (
     Array,
     ArrayBridgeError,
@@ -49,35 +50,83 @@ __all__ = [
     "backends",
     "blob_log",
     "convert",
+    "convert_memory",
     "copyto",
+    "cupy",
     "devices",
+    "free_pools",
+    "jax",
     "link",
     "locate",
     "memory_limit",
+    "memory_stats",
+    "numpy",
+    "on",
     "paco",
+    "set_gpu_memory_limit",
     "set_memory_limit",
+    "tensorflow",
+    "torch",
     "unbiased_flux",
 ]
 
 __version__ = "0.1.0"
 
 
-def set_memory_limit(mb: Optional[int]) -> None:
-    """Cap the host memory arraybridge may allocate at ``mb`` MiB (a whole number, at least 1),
-    or remove the cap with ``None``.
+_UNSET = object()
 
-    The host budget is the smallest of this limit, the available memory, the cgroup's
-    ``memory.max`` and ``ulimit -v`` (the rule of ``bridge_core::host``, the command line's):
-    without a limit the machine's apply. Every host allocation whose size comes from an
-    input's shape is checked against the budget before it is made (``convert`` and
-    ``__dlpack__`` copies, device arrays read back, the frames detection holds at once, PACO's
-    float64 inputs, the library's own checks); one that does not fit raises
-    :class:`OutOfMemory`. The limit is ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` in ``os.environ``, so
-    child processes (the ``arraybridge`` command) inherit it; set it between computations,
-    not while another thread is in one. Anything but a whole number >= 1 or ``None`` (``0``,
-    ``-5``, ``1.5``, ``True``) raises :class:`InvalidInput`.
+
+def set_memory_limit(device_or_mb: Any, limit: Any = _UNSET) -> None:
+    """Two limits, by the number of arguments.
+
+    ``set_memory_limit(mb)``: cap the host memory arraybridge may allocate at ``mb`` MiB (a
+    whole number, at least 1), or remove the cap with ``None``. The host budget is the
+    smallest of this limit, the available memory, the cgroup's ``memory.max`` and
+    ``ulimit -v`` (the rule of ``bridge_core::host``, the command line's): without a limit the
+    machine's apply. Every host allocation whose size comes from an input's shape is checked
+    against the budget before it is made (``convert`` and ``__dlpack__`` copies, device arrays
+    read back, the frames detection holds at once, PACO's float64 inputs, the library's own
+    checks); one that does not fit raises :class:`OutOfMemory`. The limit is
+    ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` in ``os.environ``, so child processes (the ``arraybridge``
+    command) inherit it. Anything but a whole number >= 1 or ``None`` (``0``, ``-5``, ``1.5``,
+    ``True``) raises :class:`InvalidInput`.
+
+    ``set_memory_limit(device, limit)``: cap what ``device``'s pool (``"opencl:0"``,
+    ``"cuda:1"``) may hold at ``limit``: a fraction of its memory in ``(0, 1]`` (a float, the
+    seed's ``set_gpu_memory_limit(0.8)``) or a number of bytes (an int >= 1); ``None`` removes
+    the cap. An allocation beyond it is :class:`OutOfMemory` inside the pipelines, which split
+    their batches and give the same results; see :func:`memory_stats`.
     """
-    _native.set_memory_limit(mb)
+    if limit is _UNSET:
+        _native.set_memory_limit(device_or_mb)
+    else:
+        _native.set_device_memory_limit(str(device_or_mb), limit)
+
+
+def set_gpu_memory_limit(fraction: float, gpu_id: int = 0) -> None:
+    """The seed's ``set_gpu_memory_limit(0.8)``: cap the pool of ``cuda:gpu_id`` at
+    ``fraction`` of its memory (see :func:`set_memory_limit`)."""
+    set_memory_limit(_decorators._gpu(gpu_id), float(fraction))
+
+
+def memory_stats(device: str = "cpu") -> dict:
+    """``device``'s memory as a dict: ``total``, ``free`` and ``used`` (where the driver says;
+    ``None`` for OpenCL), and its pool's ``pool_reserved`` (held from the device),
+    ``pool_in_use``, ``pool_cached``, ``pool_peak`` (the most held at once), ``pool_limit``
+    (bytes or ``None``), ``allocations`` (made on the device) and ``cache_hits``. For ``"cpu"``:
+    the host's total and available memory and the explicit limit as ``pool_limit``.
+
+    >>> import arraybridge as ab
+    >>> ab.memory_stats("cpu")["total"] > 0
+    True
+    """
+    return dict(_native.memory_stats(device))
+
+
+def free_pools(device: str) -> int:
+    """Give the cached (unused) blocks of ``device``'s pools back to the device; returns the
+    bytes released. Memory of arrays that are still alive stays theirs."""
+    return int(_native.free_pools(device))
 
 
 def memory_limit() -> Optional[int]:
@@ -93,20 +142,65 @@ def memory_limit() -> Optional[int]:
 memory_limit()
 
 
-def convert(x: Any, device: str = "cpu", *, copy: Optional[bool] = None) -> Array:
+def convert(
+    x: Any,
+    device: Optional[str] = "cpu",
+    *,
+    to: str = "array",
+    copy: Optional[bool] = None,
+) -> Any:
     """Hold ``x`` (any object with ``__dlpack__``, a DLPack capsule, or a buffer-protocol
-    object) on ``device`` and return an :class:`Array` that any DLPack consumer takes
-    (``numpy.from_dlpack``, ``torch.from_dlpack``, ``cupy.from_dlpack``).
+    object) on ``device`` and return it as an object of framework ``to``: ``"array"`` (the
+    default: an :class:`Array` that any DLPack consumer takes), ``"numpy"``, ``"torch"``,
+    ``"cupy"``, ``"jax"``, ``"tensorflow"`` (where importable; through the framework's own
+    DLPack import), or ``"same"`` (the framework of ``x``). ``device=None`` keeps ``x`` where
+    it is.
 
     Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
     read-only input stays read-only), except a strided CUDA tensor, which is gathered into a
-    C-contiguous copy on its device; otherwise the data is copied there. ``copy=True`` always
-    copies; ``copy=False`` refuses to (a strided CUDA tensor included). A copy is made on the
-    host first (a broadcast view in full: ``np.broadcast_to(np.float32(1), (2**16, 2**16))``
-    is 16 GiB), checked against the host memory budget before it is made
-    (:class:`OutOfMemory`; see :func:`set_memory_limit`).
+    C-contiguous copy on its device, and JAX, which views host memory only when it is aligned
+    to 64 bytes (and copies otherwise); otherwise the data is copied there. ``copy=True``
+    always copies; ``copy=False`` refuses to (a strided CUDA tensor and unaligned memory for
+    JAX included). A copy is made on the host first (a broadcast view in full:
+    ``np.broadcast_to(np.float32(1), (2**16, 2**16))`` is 16 GiB), checked against the host
+    memory budget before it is made (:class:`OutOfMemory`; see :func:`set_memory_limit`).
+
+    >>> import numpy as np, arraybridge as ab
+    >>> x = np.arange(6.0)
+    >>> y = ab.convert(x, "cpu", to="numpy")
+    >>> y.ctypes.data == x.ctypes.data
+    True
     """
-    return _native.convert(x, device, copy=copy)
+    if to == "array" and device is not None:
+        return _native.convert(x, device, copy=copy)
+    return _frameworks.convert(x, device, to, copy)
+
+
+def convert_memory(
+    data: Any,
+    source_type: Optional[str] = None,
+    target_type: str = "numpy",
+    gpu_id: Optional[int] = None,
+) -> Any:
+    """The seed's ``convert_memory(data, source_type, target_type, gpu_id)``: ``data`` as a
+    ``target_type`` object (``"numpy"``, ``"torch"``, ``"cupy"``, ``"jax"``,
+    ``"tensorflow"``) on ``cuda:gpu_id``, or on the host when ``gpu_id`` is ``None`` (CuPy:
+    GPU 0). ``source_type``, when given, is checked against ``data``'s framework.
+
+    >>> import numpy as np, arraybridge as ab
+    >>> ab.convert_memory(np.ones(2), "numpy", "numpy").tolist()
+    [1.0, 1.0]
+    """
+    if source_type is not None:
+        src = _frameworks.check_target(source_type)
+        got = _frameworks.framework_of(data)
+        if src not in ("same", got):
+            raise InvalidInput(f"source_type={source_type!r}, but data is a {got} object")
+    target = _frameworks.check_target(target_type)
+    if target == "same":
+        target = _frameworks.framework_of(data)
+    device = _decorators._gpu(gpu_id, 0 if target == "cupy" else None)
+    return convert(data, device, to=target)
 
 
 def _pandas():

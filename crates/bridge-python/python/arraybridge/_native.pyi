@@ -1,7 +1,7 @@
 """Type stubs of arraybridge's native module (Rust, PyO3 abi3). The public API is re-exported
 and documented by ``arraybridge`` itself."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,18 @@ def set_memory_limit(mb: Optional[int]) -> None:
     ``ARRAYBRIDGE_MEMORY_LIMIT_MB`` in ``os.environ``), or remove the cap with ``None`` (the
     machine's limits alone: available memory, cgroup, ``ulimit -v``). Anything else raises
     ``InvalidInput``."""
+
+def memory_stats(device: str) -> Dict[str, Any]:
+    """The device's memory and its pool's figures (see ``arraybridge.memory_stats``)."""
+    ...
+
+def free_pools(device: str) -> int:
+    """Release the cached blocks of the device's pools; the bytes released."""
+    ...
+
+def set_device_memory_limit(device: str, limit: Union[float, int, None]) -> None:
+    """Cap the device's pool: a fraction in (0, 1], bytes, or None."""
+    ...
 
 def memory_limit() -> Optional[int]:
     """The explicit host memory limit in MiB, ``None`` when there is none (the default budget

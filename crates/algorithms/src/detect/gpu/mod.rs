@@ -311,9 +311,10 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
     ) -> Result<Vec<Vec<Blob>>> {
-        let out = frames::run_frames(&self.exec, frames, p, &self.config, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
+        self.split_on_oom(frames, |f| {
+            let out = frames::run_frames(&self.exec, f, p, &self.config, false)?;
+            Ok((out.blobs, out.kernel_s))
+        })
     }
 
     /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
@@ -329,9 +330,10 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
             accumulate_f64: acc == Accumulate::F64,
             ..self.config.clone()
         };
-        let out = frames::run_frames(&self.exec, frames, p, &cfg, false)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.blobs)
+        self.split_on_oom(frames, |f| {
+            let out = frames::run_frames(&self.exec, f, p, &cfg, false)?;
+            Ok((out.blobs, out.kernel_s))
+        })
     }
 
     /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks),
@@ -351,8 +353,40 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         frames: &[FrameView<'_>],
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
-        let out = locate::locate_frames(&self.exec, frames, p, &self.config)?;
-        self.last_kernel.set(out.kernel_s);
-        Ok(out.features)
+        self.split_on_oom(frames, |f| {
+            let out = locate::locate_frames(&self.exec, f, p, &self.config)?;
+            Ok((out.features, out.kernel_s))
+        })
+    }
+}
+
+impl<E: Executor> GpuDetect<E> {
+    /// `run` on `frames`, halving the batch when the device is out of memory (a pool limit or
+    /// the device itself; recursively, down to one frame, whose failure is the error). Each
+    /// frame's result does not depend on the frames it is run with, so the results are the
+    /// same as one run's. `run` gives one result per frame and its kernel seconds (summed into
+    /// [`DetectBackend::last_kernel_seconds`]).
+    fn split_on_oom<R>(
+        &self,
+        frames: &[FrameView<'_>],
+        run: impl Fn(&[FrameView<'_>]) -> Result<(Vec<R>, f64)>,
+    ) -> Result<Vec<R>> {
+        use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
+        let mut kernel_s = 0.0;
+        let mut op = |r: std::ops::Range<usize>| {
+            let (out, k) = run(&frames[r])?;
+            kernel_s += k;
+            Ok(out)
+        };
+        let out = run_batched(
+            &RetryPolicy::split_only(),
+            self.exec.device(),
+            &NoRelease,
+            frames.len(),
+            &mut op,
+            None,
+        )?;
+        self.last_kernel.set(kernel_s);
+        Ok(out)
     }
 }

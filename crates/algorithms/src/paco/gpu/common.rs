@@ -2,7 +2,6 @@
 //! the OOM policy and the template kinds of the pairs path.
 
 use bridge_core::exec::Executor;
-use bridge_core::oom::{OnExhausted, PoolReleaser, ReleaseScope, RetryPolicy};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Device, Result};
 use rayon::prelude::*;
@@ -53,15 +52,6 @@ impl Shapes {
             line_wg: line_wg(t),
             batch: device_batch(t).max(1),
         }
-    }
-}
-
-/// Pools are not released between attempts (PACO holds its buffers itself).
-pub(super) struct NoRelease;
-
-impl PoolReleaser for NoRelease {
-    fn release(&self, _device: Device, _scope: &ReleaseScope) -> u64 {
-        0
     }
 }
 
@@ -149,14 +139,4 @@ pub(super) enum PairTemplates {
     Table { q: usize, data: Vec<f64> },
     /// The CPU's templates, one per pair, computed on the host (`sub = 2`).
     PerPair(Templates),
-}
-
-/// The OOM policy of every batched step: an out-of-memory error halves the batch.
-pub(super) fn split_policy() -> RetryPolicy {
-    RetryPolicy {
-        max_retries: 0,
-        release: ReleaseScope::Nothing,
-        on_exhausted: OnExhausted::SplitBatch,
-        ..RetryPolicy::default()
-    }
 }

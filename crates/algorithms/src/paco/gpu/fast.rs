@@ -3,7 +3,7 @@
 //! trajectory sums in batches).
 
 use bridge_core::exec::{Executor, KernelArg};
-use bridge_core::oom::run_batched;
+use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
@@ -13,8 +13,7 @@ use super::super::job::PacoJob;
 use super::super::settings::{SubPixel, Variant};
 use super::super::templates::Templates;
 use super::common::{
-    NoRelease, PairTemplates, Shapes, decode, encode, encode_slice, i32_bytes, resolve_precision,
-    split_policy, to_u32,
+    PairTemplates, Shapes, decode, encode, encode_slice, i32_bytes, resolve_precision, to_u32,
 };
 use super::pairs::ab_pairs;
 use super::stats::{StatsCtx, StatsLaunch, launch_stats};
@@ -368,7 +367,7 @@ pub(super) fn ab_fast<E: Executor>(
         });
         traj
     };
-    let policy = split_policy();
+    let policy = RetryPolicy::split_only();
     let batch = c.shapes.batch;
     let mut a_out = Vec::with_capacity(n0);
     let mut b_out = Vec::with_capacity(n0);

@@ -2,13 +2,13 @@
 //! evaluated by `paco_stats` right after each pixel's Cholesky factorisation.
 
 use bridge_core::exec::Executor;
-use bridge_core::oom::run_batched;
+use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::super::job::PacoJob;
 use super::STATS_GROUPS_PER_LAUNCH;
-use super::common::{NoRelease, PairTemplates, decode, encode, split_policy, to_u32, u32_bytes};
+use super::common::{PairTemplates, decode, encode, to_u32, u32_bytes};
 use super::stats::{PairArgs, StatsCtx, StatsLaunch, launch_stats};
 
 /// The pairs (φ0, ℓ) of a run bucketed by trajectory pixel θ: the pixels that have pairs
@@ -327,7 +327,7 @@ pub(super) fn ab_pairs<E: Executor>(
         dbl,
         big,
     };
-    let policy = split_policy();
+    let policy = RetryPolicy::split_only();
     let mut a = vec![0.0f64; n0];
     let mut b = vec![0.0f64; n0];
     for (ga, gb) in plan.batches(job, dbl) {
