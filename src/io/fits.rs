@@ -569,9 +569,40 @@ pub fn write_image(path: impl AsRef<Path>, data: &ArrayD<f64>) -> Result<()> {
         .map_err(|e| fitsio_err(path, "no primary HDU", e))?;
     let flat: Vec<f64> = data.iter().copied().collect();
     hdu.write_image(&mut f, &flat)
-        .map_err(|e| fitsio_err(path, "cannot write image", e))?;
+        .map_err(|e| write_err(path, staged.write_path(), e))?;
+    // closing flushes cfitsio's last buffers and reports no error: a file shorter than its
+    // header block and data is a write that failed there (a disk that filled up)
     drop(f);
+    let data_bytes = (flat.len() as u64 * 8).div_ceil(2880) * 2880;
+    let written = std::fs::metadata(staged.write_path()).map_or(0, |m| m.len());
+    if written < data_bytes + 2880 && !staged.write_path().eq(path) {
+        return Err(write_err(
+            path,
+            staged.write_path(),
+            fitsio::errors::Error::Message(format!(
+                "the file has {written} bytes of the {} its image needs",
+                data_bytes + 2880
+            )),
+        ));
+    }
     staged.commit()
+}
+
+/// A failed FITS write in words: cfitsio says only "status 106" (a write error), so a small
+/// probe write beside the file asks the file system why (a full disk, a quota, a read-only
+/// file system: the operating system's message); cfitsio's status when the probe succeeds.
+fn write_err(path: &Path, written: &Path, e: fitsio::errors::Error) -> BridgeError {
+    let probe = written.with_extension("probe");
+    let why = std::fs::File::create(&probe).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(&[0u8; 1 << 16])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    match why {
+        Err(io) => BridgeError::io(format!("{} (cannot write the image)", path.display()), io),
+        Ok(()) => fitsio_err(path, "cannot write image", e),
+    }
 }
 
 #[cfg(test)]

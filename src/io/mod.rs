@@ -5,5 +5,6 @@ pub mod fits;
 pub mod image;
 pub mod npy;
 pub mod staged;
+pub mod staged_dir;
 pub mod stream;
 pub mod tiff;

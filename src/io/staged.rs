@@ -12,6 +12,8 @@
 //! Every file writer of the crate goes through it: CSV tables ([`super::csv::create_writer`]),
 //! FITS images ([`super::fits::write_image`]) and PNG figures.
 //!
+//! Output folders are staged the same way, as a whole ([`super::staged_dir`]).
+//!
 //! A process ended by a signal runs no destructor: the temporary files of its open outputs are
 //! listed process-wide, and [`remove_open_staging_files`] deletes them (the command-line tool
 //! calls it on SIGINT and SIGTERM, from a normal thread). One killed outright (SIGKILL, a crash)
@@ -62,7 +64,7 @@ fn special(path: &Path) -> bool {
 
 /// The temporary files of this process's open [`Staged`] outputs; `closed` once
 /// [`remove_open_staging_files`] has run (no new one may be created after it).
-struct Open {
+pub(super) struct Open {
     tmps: Vec<PathBuf>,
     closed: bool,
 }
@@ -73,12 +75,12 @@ static OPEN: Mutex<Open> = Mutex::new(Open {
 });
 
 /// The list of open temporary files (a panic while it was held leaves it usable).
-fn open_list() -> MutexGuard<'static, Open> {
+pub(super) fn open_list() -> MutexGuard<'static, Open> {
     OPEN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// List `tmp` before it is created. Errors once [`remove_open_staging_files`] has run.
-fn register(path: &Path, tmp: &Path) -> Result<()> {
+pub(super) fn register(path: &Path, tmp: &Path) -> Result<()> {
     let mut open = open_list();
     if open.closed {
         return Err(BridgeError::io(
@@ -94,7 +96,7 @@ fn register(path: &Path, tmp: &Path) -> Result<()> {
 }
 
 /// Remove `tmp` from the list (in `open`, held by the caller).
-fn unregister(open: &mut Open, tmp: &Path) {
+pub(super) fn unregister(open: &mut Open, tmp: &Path) {
     if let Some(i) = open.tmps.iter().rposition(|t| t == tmp) {
         open.tmps.swap_remove(i);
     }
@@ -113,8 +115,20 @@ pub fn remove_open_staging_files() -> usize {
     open.closed = true;
     open.tmps
         .drain(..)
-        .filter(|t| std::fs::remove_file(t).is_ok())
+        .filter(|t| {
+            // a staged folder (`super::staged_dir`) goes with its contents
+            if t.is_dir() {
+                std::fs::remove_dir_all(t).is_ok()
+            } else {
+                std::fs::remove_file(t).is_ok()
+            }
+        })
         .count()
+}
+
+/// Whether `file` is the name of a staging file or folder (`.NAME.PID.partial`).
+pub(super) fn is_staging_name(file: &OsStr) -> bool {
+    parse_staging_name(file).is_some()
 }
 
 /// Per folder (scanned once per process), per final name: the staging files of other

@@ -131,11 +131,13 @@ fn expect_error(args: &[&str], needle: &str) {
 fn bad_inputs_fail_cleanly() {
     let out = tmpdir("bad");
     let o = out.to_str().unwrap();
+    // inputs beside the output folder, not in it (it is replaced as a whole)
+    let inp = tmpdir("bad-inputs");
     let cube = f("synth_adi40_64_cube.fits");
     let ang = f("synth_adi40_64_angles.fits");
     let psf = f("synth_adi40_64_psf.fits");
     // Not a FITS file.
-    let txt = out.join("not.fits");
+    let txt = inp.join("not.fits");
     std::fs::write(&txt, "this is not a FITS file").unwrap();
     expect_error(
         &[
@@ -181,7 +183,7 @@ fn bad_inputs_fail_cleanly() {
         "i/o error",
     );
     // Frame/angle count mismatch.
-    let short = out.join("short.fits");
+    let short = inp.join("short.fits");
     let a = fits::read_image(fixtures().join("synth_adi40_64_angles.fits")).unwrap();
     let s = a
         .slice_each_axis(|ax| ndarray::Slice::from(0..ax.len - 1))
@@ -201,7 +203,7 @@ fn bad_inputs_fail_cleanly() {
         "shape mismatch",
     );
     // Angles as (T, 1) are accepted.
-    let col = out.join("col.fits");
+    let col = inp.join("col.fits");
     fits::write_image(
         &col,
         &a.clone()
@@ -227,7 +229,7 @@ fn bad_inputs_fail_cleanly() {
         String::from_utf8_lossy(&ok.stderr)
     );
     // PSF larger than the frame.
-    let big = out.join("big.fits");
+    let big = inp.join("big.fits");
     fits::write_image(
         &big,
         &ndarray::ArrayD::<f64>::ones(ndarray::IxDyn(&[65, 65])),
@@ -247,7 +249,7 @@ fn bad_inputs_fail_cleanly() {
         "larger than the frames",
     );
     // NaN-only cube.
-    let nan = out.join("nan.fits");
+    let nan = inp.join("nan.fits");
     fits::write_image(
         &nan,
         &ndarray::ArrayD::<f64>::from_elem(ndarray::IxDyn(&[40, 64, 64]), f64::NAN),
@@ -286,6 +288,7 @@ fn bad_inputs_fail_cleanly() {
         "possible values: paper, vip",
     );
     std::fs::remove_dir_all(&out).ok();
+    std::fs::remove_dir_all(&inp).ok();
 }
 
 /// Decoded RGB8 PNG: (width, height, pixels).
@@ -523,4 +526,95 @@ fn refine_candidates_and_flux_at_the_refined_position() {
         "{csv}"
     );
     std::fs::remove_dir_all(&out).ok();
+}
+
+/// The output folder is replaced as a whole: a second run into it leaves no file of the first
+/// (here `snr_calibrated.fits`), a folder holding files arraybridge did not write is refused
+/// with every file kept, and a run that fails writes nothing into it.
+#[test]
+fn the_output_folder_is_replaced_as_a_whole() {
+    let out = tmpdir("whole");
+    let o = fixture_paco(&out, &["--calibrate", "--top", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("snr_calibrated.fits").exists());
+    assert!(out.join(".arraybridge-output").exists());
+    let first = std::fs::read(out.join("candidates.csv")).unwrap();
+    let o = fixture_paco(&out, &["--top", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !out.join("snr_calibrated.fits").exists(),
+        "a file of the first run was left"
+    );
+    assert_ne!(std::fs::read(out.join("candidates.csv")).unwrap(), first);
+    let parent = out.parent().unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&format!("{}.", out.file_name().unwrap().to_string_lossy())))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // a folder with the user's own files (one named like an output)
+    let mine = tmpdir("mine");
+    std::fs::write(mine.join("a.fits"), "my a.fits").unwrap();
+    std::fs::write(mine.join("notes.txt"), "my notes").unwrap();
+    let o = fixture_paco(&mine, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("did not write") && err.contains("a.fits, notes.txt"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("a.fits")).unwrap(),
+        "my a.fits"
+    );
+    // a run that fails (a bad radius, after the folder is checked) leaves it as it was
+    let before = std::fs::read(out.join("candidates.csv")).unwrap();
+    let o = fixture_paco(&out, &["--radius", "0"]);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read(out.join("candidates.csv")).unwrap(), before);
+    std::fs::remove_dir_all(&out).ok();
+    std::fs::remove_dir_all(&mine).ok();
+}
+
+/// A full disk mid-write (a 80 KiB tmpfs, where the maps do not fit): a clear error in the
+/// operating system's words naming the final path, exit 1, and nothing left in the output
+/// folder or beside it. Needs the right to mount (root, as in CI); skips otherwise.
+#[test]
+fn a_full_disk_is_said_in_words_and_leaves_nothing() {
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let mnt = tmpdir("tinyfs");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=80k", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        let _ = std::fs::remove_dir(&mnt);
+        eprintln!("skipping: cannot mount a small tmpfs here (not root)");
+        return;
+    }
+    let _guard = Unmount(mnt.clone());
+    let out = mnt.join("out");
+    let o = fixture_paco(&out, &["--device", "cpu", "-q"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains(&format!("{}/", out.display())), "{err}");
+    assert!(!err.contains(".partial"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    // the output folder itself (made empty when checked) and nothing else
+    assert!(left.iter().all(|n| n == "out"), "{left:?}");
+    assert_eq!(std::fs::read_dir(&out).map(|d| d.count()).unwrap_or(0), 0);
 }

@@ -347,7 +347,18 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     if args.flux {
         flux(&mut cands, &inputs, &params, &stages)?;
     }
-    write_files(&args, &maps, &cands, (cy, cx), &settings)?;
+    // the whole set in a staging folder, then put in place of the old one as a whole
+    let staged = arraybridge::io::staged_dir::StagedDir::create(&args.output, "paco")?;
+    write_files(
+        &args,
+        staged.write_path(),
+        &maps,
+        &cands,
+        (cy, cx),
+        &settings,
+    )
+    .map_err(|e| staged.name_final(e))?;
+    staged.commit()?;
     stages.finish();
     g.note(format!(
         "paco: wrote {} in {:.3} s total",
@@ -378,6 +389,8 @@ fn check(args: &Args, ranks: Option<Ranks>) -> Result<(Option<Vec<Device>>, usiz
         &[&args.cube, &args.angles, &args.psf],
         "--output",
     )?;
+    // the folder is replaced as a whole: never one holding files of the user's
+    arraybridge::io::staged_dir::check_replaceable(&args.output, "--output")?;
     Ok((several, radius, top))
 }
 

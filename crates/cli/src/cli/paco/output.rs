@@ -174,10 +174,12 @@ pub(super) fn write_png(
     figures::render_snr_map(snr.view(), &opts)?.write_png(path)
 }
 
-/// Every file of the output folder: the maps (`snr`, `flux`, `a`, `b` `.fits`), with
-/// `--calibrate` `snr_calibrated.fits` (star at `(cy, cx)`), then `candidates.csv` and `snr.png`.
+/// Every file of the output folder, written into `dir` (the staging folder of `--output`):
+/// the maps (`snr`, `flux`, `a`, `b` `.fits`), with `--calibrate` `snr_calibrated.fits` (star
+/// at `(cy, cx)`), then `candidates.csv` and `snr.png`.
 pub(super) fn write_files(
     args: &Args,
+    dir: &std::path::Path,
     maps: &PacoMaps,
     cands: &[Candidate],
     (cy, cx): (f64, f64),
@@ -189,10 +191,7 @@ pub(super) fn write_files(
         ("a", &maps.a),
         ("b", &maps.b),
     ] {
-        fits::write_image(
-            args.output.join(format!("{name}.fits")),
-            &m.clone().into_dyn(),
-        )?;
+        fits::write_image(dir.join(format!("{name}.fits")), &m.clone().into_dyn())?;
     }
     if args.calibrate {
         let strong: Vec<(usize, usize)> = cands
@@ -202,14 +201,9 @@ pub(super) fn write_files(
             .collect();
         let radius = 2.0 * maps.fwhm.unwrap_or(4.0);
         let cal = calibrated_snr(&maps.snr, (cy, cx), &strong, radius);
-        fits::write_image(args.output.join("snr_calibrated.fits"), &cal.into_dyn())?;
+        fits::write_image(dir.join("snr_calibrated.fits"), &cal.into_dyn())?;
     }
-    write_csv(
-        &args.output.join("candidates.csv"),
-        cands,
-        args.flux,
-        args.refine,
-    )?;
+    write_csv(&dir.join("candidates.csv"), cands, args.flux, args.refine)?;
     let Settings {
         mode,
         subpixel,
@@ -217,7 +211,7 @@ pub(super) fn write_files(
         ..
     } = settings;
     let title = format!("PACO S/N  {mode}  SUB-PIXEL {subpixel}  EDGE {edge}");
-    write_png(&args.output.join("snr.png"), &maps.snr, cands, title)
+    write_png(&dir.join("snr.png"), &maps.snr, cands, title)
 }
 
 /// The result on stdout: the JSON document with `--json` (the run, the devices and their
