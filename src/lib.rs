@@ -35,6 +35,7 @@ mod handle;
 #[cfg(feature = "io")]
 pub mod io;
 pub mod kernels;
+pub mod runtime;
 
 pub use backends::{build_registry, registry};
 pub use handle::{ArrayTo, DeviceHandle, device, open_device};

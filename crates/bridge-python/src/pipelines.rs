@@ -4,7 +4,8 @@
 //! batches of frames (`KeyboardInterrupt`).
 
 use algorithms::detect::{
-    BlobLogParams, DetectBackend, FrameView, LocateParams, LogDetector, Prescale, backend_for,
+    BlobLogParams, DetectBackend, FrameView, LocateParams, LogDetector, MultiPolicy, Prescale,
+    backend_for, blob_log_frames_multi, locate_frames_multi,
 };
 use algorithms::paco::{
     Center, EdgeRule, FluxOptions, PacoParams, PsfNorm, Rounding, Strategy, SubPixel, Variant,
@@ -97,6 +98,37 @@ fn batched<R: Send>(
         py.check_signals()?;
     }
     Ok(out)
+}
+
+/// The devices of a device list (`"opencl:0,opencl:1"` or `"all"`, with the command line's
+/// meaning: `arraybridge::runtime::device_list`), open, with their detection back ends; `None`
+/// for one device or `"auto"`.
+fn detect_list(device: &str) -> PyResult<Option<Vec<Box<dyn DetectBackend>>>> {
+    let supports = |d: Device| backend_for(&arraybridge::open_device(d)?).map(|_| ());
+    let Some(handles) =
+        arraybridge::runtime::device_list(device, "particle detection", &supports, false)
+            .py_err()?
+    else {
+        return Ok(None);
+    };
+    handles
+        .iter()
+        .map(backend_for)
+        .collect::<bridge_core::Result<Vec<_>>>()
+        .py_err()
+        .map(Some)
+}
+
+/// [`batched`] on several devices at once: pieces of `batch × devices × 4` frames, each shared
+/// out by `run` (the several-device queue), with Ctrl-C checked between pieces.
+fn batched_multi<R: Send>(
+    py: Python<'_>,
+    frames: &[FrameView<'_>],
+    batch: usize,
+    devices: usize,
+    run: impl Fn(&[FrameView<'_>]) -> bridge_core::Result<Vec<R>> + Send + Sync,
+) -> PyResult<Vec<R>> {
+    batched(py, frames, batch.saturating_mul(devices.max(1) * 4), run)
 }
 
 /// `value` of argument `name` within `lo..=hi` (the command line's ranges), else `InvalidInput`
@@ -259,6 +291,19 @@ pub fn blob_log<'py>(
     p.validate().py_err()?;
     in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
+    if let Some(backends) = detect_list(device)? {
+        let mut keep = None;
+        let (frames, movie) = host_frames(&held, &mut keep, "blob_log")?;
+        for b in &backends {
+            check_blob_log_memory(&frames, &p, batch_size, b.as_ref())?;
+        }
+        let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
+        let blobs = batched_multi(py, &frames, batch_size, refs.len(), |c| {
+            blob_log_frames_multi(c, &p, &refs, batch_size, MultiPolicy::default(), |_| {})
+                .map(|(b, _)| b)
+        })?;
+        return blob_rows(py, &blobs, movie);
+    }
     let device = resolve(device, &held)?;
     let backend = backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
     let (blobs, movie) = match resident_blobs(py, &held, device, &p)? {
@@ -271,6 +316,15 @@ pub fn blob_log<'py>(
             (b, movie)
         }
     };
+    blob_rows(py, &blobs, movie)
+}
+
+/// The rows `(frame, y, x, sigma)` of every frame's blobs, and whether the input was a movie.
+fn blob_rows<'py>(
+    py: Python<'py>,
+    blobs: &[Vec<algorithms::detect::blob_log::Blob>],
+    movie: bool,
+) -> PyResult<(Bound<'py, PyArray2<f64>>, bool)> {
     let rows: Vec<[f64; 4]> = blobs
         .iter()
         .enumerate()
@@ -321,18 +375,19 @@ pub fn locate<'py>(
     p.validate().py_err()?;
     in_range("batch_size", batch_size, 1, MAX_BATCH)?;
     let held = import_held(image)?;
-    let device = resolve(device, &held)?;
-    let backend: Box<dyn DetectBackend> =
-        backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
-    let (feats, movie) = match resident_features(py, &held, device, &p)? {
-        Some(f) => (f, true),
-        None => {
+    let (feats, movie) = match detect_list(device)? {
+        Some(backends) => {
             let mut keep = None;
             let (frames, movie) = host_frames(&held, &mut keep, "locate")?;
             check_locate_memory(&frames, batch_size)?;
-            let f = batched(py, &frames, batch_size, |c| backend.locate_batch(c, &p))?;
+            let refs: Vec<&dyn DetectBackend> = backends.iter().map(|b| b.as_ref()).collect();
+            let f = batched_multi(py, &frames, batch_size, refs.len(), |c| {
+                locate_frames_multi(c, &p, &refs, batch_size, MultiPolicy::default(), |_| {})
+                    .map(|o| o.features)
+            })?;
             (f, movie)
         }
+        None => locate_one(py, &held, device, &p, batch_size)?,
     };
     let cols = ["y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep"];
     let mut data: Vec<Vec<f64>> = vec![Vec::new(); cols.len()];
@@ -354,6 +409,28 @@ pub fn locate<'py>(
     }
     out.set_item("frame", frame.into_pyarray(py))?;
     Ok((out, movie))
+}
+
+/// `locate` on one device (`auto`: where the movie lives, else the CPU): in place on the
+/// device for a movie that lives there, else from host frames in batches.
+fn locate_one(
+    py: Python<'_>,
+    held: &Held,
+    device: &str,
+    p: &LocateParams,
+    batch_size: usize,
+) -> PyResult<(Vec<Vec<algorithms::detect::locate::Feature>>, bool)> {
+    let device = resolve(device, held)?;
+    let backend: Box<dyn DetectBackend> =
+        backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
+    if let Some(f) = resident_features(py, held, device, p)? {
+        return Ok((f, true));
+    }
+    let mut keep = None;
+    let (frames, movie) = host_frames(held, &mut keep, "locate")?;
+    check_locate_memory(&frames, batch_size)?;
+    let f = batched(py, &frames, batch_size, |c| backend.locate_batch(c, p))?;
+    Ok((f, movie))
 }
 
 /// `link`: trackpy's particle ids for `(frame, position)` rows, in row order. Every subnet is
@@ -583,7 +660,11 @@ pub fn paco<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     // `paco --top`'s range, checked before the maps are computed
     in_range("top", top, 1, 100_000)?;
-    let device = if device.trim().eq_ignore_ascii_case("auto") {
+    let supports =
+        |d: Device| algorithms::paco::backend_for(&arraybridge::open_device(d)?).map(|_| ());
+    // a device list ("opencl:0,opencl:1", "all"): the several-device queue, the same maps
+    let several = arraybridge::runtime::device_list(device, "PACO", &supports, true).py_err()?;
+    let device = if several.is_some() || device.trim().eq_ignore_ascii_case("auto") {
         Device::Cpu
     } else {
         crate::convert::parse_device(device)?
@@ -602,7 +683,20 @@ pub fn paco<'py>(
     let device = arraybridge::open_device(device).py_err()?;
     let (c, a, p) = paco_inputs(cube, angles, psf)?;
     let maps = py
-        .detach(|| algorithms::paco::paco_on_device(&device, c.view(), a.view(), p.view(), &params))
+        .detach(|| match &several {
+            Some(devices) => algorithms::paco::paco_on(
+                c.view(),
+                a.view(),
+                p.view(),
+                &params,
+                devices,
+                algorithms::paco::MultiPolicy::default(),
+            )
+            .map(|m| m.maps),
+            None => {
+                algorithms::paco::paco_on_device(&device, c.view(), a.view(), p.view(), &params)
+            }
+        })
         .py_err()?;
     py.check_signals()?;
     let peaks = algorithms::paco::snr_peaks(&maps.snr, top);
@@ -617,7 +711,15 @@ pub fn paco<'py>(
     out.set_item("candidates_flux", cand_flux.into_pyarray(py))?;
     out.set_item("psf_norm_factor", maps.psf_norm_factor)?;
     out.set_item("fwhm", maps.fwhm)?;
-    out.set_item("device", device.to_string())?;
+    let name = match &several {
+        Some(v) => v
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        None => device.to_string(),
+    };
+    out.set_item("device", name)?;
     out.set_item("snr", maps.snr.into_pyarray(py))?;
     out.set_item("flux", maps.flux.into_pyarray(py))?;
     out.set_item("a", maps.a.into_pyarray(py))?;

@@ -45,7 +45,8 @@ pub use input::{
 pub use locate::{Feature, LocateParams, locate_movie};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
-    locate_movie_members, locate_movie_multi, locate_movie_on, serve_locate,
+    blob_log_frames_multi, locate_frames_multi, locate_movie_members, locate_movie_multi,
+    locate_movie_on, serve_locate,
 };
 pub use real::Real;
 pub use refine::{RefineParams, Refined, refine_blobs};

@@ -26,6 +26,7 @@ use std::time::Instant;
 use bridge_core::{BridgeError, Device, Result};
 
 use super::backend::DetectBackend;
+use super::blob_log::{Blob, BlobLogParams};
 use super::detector::{LogDetector, Particle};
 use super::dispatch::backend_for;
 use super::locate::{Feature, LocateParams};
@@ -433,6 +434,96 @@ pub fn locate_movie_members(
         Ok(LocateOutcome { features, shares })
     })();
     finish_peers(members, run)
+}
+
+/// scikit-image `blob_log` on every frame of `frames` on every back end of `backends` at
+/// once: the queue of [`LogDetector::detect_movie_on`] (units of `batch_size` frames to
+/// whichever device is free, out-of-memory splits, `policy` for other failures). A frame's
+/// blobs do not depend on the batch it is in, so they are those of one device's run (each
+/// device's own: a device without doubles may round the responses of its cube differently
+/// from the CPU). The blobs of each frame in frame order, and each device's share.
+pub fn blob_log_frames_multi(
+    frames: &[FrameView<'_>],
+    p: &BlobLogParams,
+    backends: &[&dyn DetectBackend],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<(Vec<Vec<Blob>>, Vec<DeviceShare>)> {
+    p.validate()?;
+    let members: Vec<DetectMember<'_, Vec<Blob>>> =
+        backends.iter().map(|&b| DetectMember::Local(b)).collect();
+    check_run(&members, batch_size)?;
+    let starts = member_starts(&members);
+    run_queue(
+        frames.len(),
+        batch_size,
+        &members,
+        starts,
+        policy,
+        progress,
+        |member, (a, b)| match member {
+            DetectMember::Local(backend) => {
+                let out = backend.blob_log_batch(&frames[a..b], p)?;
+                if out.len() != b - a {
+                    return Err(BridgeError::backend(
+                        "blob_log",
+                        None,
+                        format!("{} results for {} frames", out.len(), b - a),
+                    ));
+                }
+                Ok(out)
+            }
+            DetectMember::Peer(peer) => peer.frames((a, b)),
+        },
+    )
+}
+
+/// trackpy `locate` on every frame of `frames` on every back end of `backends` at once, as
+/// [`locate_movie_multi`] runs a [`Movie`] (the same features as one device's).
+pub fn locate_frames_multi(
+    frames: &[FrameView<'_>],
+    p: &LocateParams,
+    backends: &[&dyn DetectBackend],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    p.validate()?;
+    let members: Vec<DetectMember<'_, Vec<Feature>>> =
+        backends.iter().map(|&b| DetectMember::Local(b)).collect();
+    check_run(&members, batch_size)?;
+    let starts = member_starts(&members);
+    let (features, shares) = run_queue(
+        frames.len(),
+        batch_size,
+        &members,
+        starts,
+        policy,
+        progress,
+        |member, (a, b)| match member {
+            DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
+            DetectMember::Peer(peer) => check_count(peer.frames((a, b))?, b - a),
+        },
+    )?;
+    Ok(LocateOutcome { features, shares })
+}
+
+/// The checks of a several-device run before any work: members, and a batch of at least one.
+fn check_run<T>(members: &[DetectMember<'_, T>], batch_size: usize) -> Result<()> {
+    if members.is_empty() {
+        return Err(BridgeError::invalid_argument(
+            "devices",
+            "at least one device is needed",
+        ));
+    }
+    if batch_size == 0 {
+        return Err(BridgeError::invalid_argument(
+            "batch_size",
+            "must be at least 1",
+        ));
+    }
+    Ok(())
 }
 
 /// `locate` on one unit of frames, one result per frame.

@@ -7,8 +7,9 @@ detection / tracking / PACO pipelines on the CPU, OpenCL or CUDA.
     tracks = ab.link(features, 5, memory=2)  # trackpy's link
 
 Every compute function takes ``device=`` (``"auto"``, ``"cpu"``, ``"opencl:N"``,
-``"cuda:N"``); a device that is not there is a ``BackendUnavailable`` error, never a silent
-CPU run. ``"auto"`` computes where the input lives when that is a GPU, otherwise on the CPU.
+``"cuda:N"``, a list ``"opencl:0,opencl:1"`` or ``"all"`` for every GPU, with the command
+line's meaning: the work is shared out and the rows are those of one device); a device that is
+not there is a ``BackendUnavailable`` error, never a silent CPU run. ``"auto"`` computes where the input lives when that is a GPU, otherwise on the CPU.
 Inputs are read in place where they live (host arrays through DLPack, without a copy).
 The GIL is released while computing; Ctrl-C stops a long run between batches of frames
 (``KeyboardInterrupt``). See docs/python.md in the repository.

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use arraybridge::runtime::{GpuDesc, all_gpus};
 
 fn gpu(device: Device, pci: Option<&str>, uuid: Option<&str>, fp64: bool) -> GpuDesc {
     GpuDesc {
