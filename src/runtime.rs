@@ -1,8 +1,13 @@
 //! The policies every front end shares (the command line, the Python package, the MPI driver),
 //! so that a device list or `all` means the same everywhere: which devices `all` runs on, and
-//! the device lists of a run.
+//! the device lists of a run, and what `auto` chooses.
+
+use std::fmt::Write as _;
 
 use bridge_core::backend::DeviceInfo;
+use bridge_core::offload::{
+    CpuProfile, DeviceProfile, OffloadDecision, OffloadThresholds, Workload, decide,
+};
 use bridge_core::{BridgeError, Device, Result};
 
 use crate::DeviceHandle;
@@ -191,4 +196,196 @@ pub fn device_list(
         .map(crate::open_device)
         .collect::<Result<Vec<_>>>()
         .map(Some)
+}
+
+/// The `auto` choice of a stage: the device, why in words (the decision's reason, how the
+/// throughputs were obtained, and the devices left out and why), and the decision itself.
+#[derive(Debug, Clone)]
+pub struct AutoChoice {
+    /// The device.
+    pub device: Device,
+    /// Why, in words.
+    pub reason: String,
+    /// The offload decision (every device's estimate).
+    pub decision: OffloadDecision,
+}
+
+/// `auto` for one stage (`stage`: its name in messages; `supports`: whether it has a back end
+/// on a device): [`decide`] over the devices of the process registry that the stage runs on,
+/// from the workload and the CPU's throughput (`cpu_note` says how it was obtained), with
+/// [`nominal_profile`] figures for the devices. The command line and the Python package both
+/// call this, so `auto` chooses the same device in both.
+pub fn choose(
+    stage: &str,
+    supports: &dyn Fn(Device) -> Result<()>,
+    work: &Workload,
+    cpu: &CpuProfile,
+    cpu_note: &str,
+) -> AutoChoice {
+    let reg = crate::registry();
+    let mut skipped = Vec::new();
+    let mut profiles = Vec::new();
+    let mut notes = Vec::new();
+    for info in reg.device_infos() {
+        match supports(info.device) {
+            Ok(()) => {
+                let (p, note) = nominal_profile(info, cpu);
+                profiles.push(p);
+                notes.push(note);
+            }
+            Err(e) => skipped.push(format!(
+                "{}: {}",
+                info.device,
+                crate::runtime::one_line(&e.to_string(), 90)
+            )),
+        }
+    }
+    let d = decide(work, cpu, &profiles, &OffloadThresholds::default());
+    let reason = if profiles.is_empty() {
+        let est = format!("est. {:.3} s on the CPU", d.cpu_s);
+        if skipped.is_empty() {
+            let missing: Vec<String> = reg
+                .reports()
+                .iter()
+                .filter_map(|r| {
+                    r.unavailable
+                        .as_ref()
+                        .map(|u| format!("{}: {}", r.name, crate::runtime::one_line(u, 70)))
+                })
+                .collect();
+            format!(
+                "no GPU device is available ({}); running on the CPU, {est}",
+                missing.join("; ")
+            )
+        } else {
+            format!(
+                "no device has a {stage} back end ({}); running on the CPU, {est}",
+                skipped.join("; ")
+            )
+        }
+    } else {
+        let mut r = format!(
+            "{} [CPU throughput: {cpu_note}; {}]",
+            d.reason,
+            notes.join("; ")
+        );
+        if !skipped.is_empty() {
+            let _ = write!(r, " (without a {stage} back end: {})", skipped.join("; "));
+        }
+        r
+    };
+    AutoChoice {
+        device: d.device,
+        reason,
+        decision: d,
+    }
+}
+
+/// Nominal figures of a device (peak arithmetic × 10 % for stencil-bound work, typical link
+/// bandwidth); an OpenCL CPU device (PoCL) shares the host cores, so it gets the measured CPU
+/// throughput. Also returns how the figures were obtained.
+pub fn nominal_profile(info: &DeviceInfo, cpu: &CpuProfile) -> (DeviceProfile, String) {
+    let cu = f64::from(info.capabilities.compute_units.unwrap_or(8));
+    let kind = info
+        .details
+        .iter()
+        .find(|(k, _)| k == "type")
+        .map(|(_, v)| v.to_ascii_lowercase());
+    let d = info.device;
+    let (flops, bw, note) = match d {
+        Device::Cuda(_) => (
+            cu * 128.0 * 2.0 * 1.4e9 * 0.1,
+            1.2e10,
+            format!("{d}: nominal figures for {cu} SMs"),
+        ),
+        Device::OpenCl(_) if kind.as_deref() == Some("cpu") => (
+            cpu.flops_per_s,
+            1.0e10,
+            format!("{d} is an OpenCL CPU device sharing the host cores"),
+        ),
+        _ => (
+            cu * 64.0 * 2.0 * 1.0e9 * 0.1,
+            8.0e9,
+            format!("{d}: nominal figures for {cu} compute units"),
+        ),
+    };
+    (
+        DeviceProfile {
+            device: d,
+            h2d_bytes_per_s: bw,
+            d2h_bytes_per_s: bw,
+            flops_per_s: flops,
+            free_memory: info.free_memory.or(info.total_memory),
+            launch_overhead_s: 5e-3,
+        },
+        note,
+    )
+}
+
+/// Nominal CPU throughput (for stages whose CPU speed is not measured first): 2·10⁹ work units
+/// per second per hardware thread.
+pub fn nominal_cpu() -> (CpuProfile, String) {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (
+        CpuProfile {
+            flops_per_s: 2e9 * n as f64,
+        },
+        format!("nominal figures for {n} CPU threads"),
+    )
+}
+
+/// Shorten a (possibly multi-line) reason to one line of at most `n` characters.
+pub fn one_line(s: &str, n: usize) -> String {
+    let line = s.lines().next().unwrap_or_default().trim();
+    if line.chars().count() > n {
+        format!("{}…", line.chars().take(n).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}
+
+/// Arithmetic of `blob_log` per pixel: for each σ, four separable passes of `2⌈4σ⌉+1` taps (two
+/// flops each) plus the 3×3×3 maximum test.
+pub fn blob_log_flops_per_pixel(min_sigma: f64, max_sigma: f64, num_sigma: usize) -> f64 {
+    let n = num_sigma.max(1);
+    (0..n)
+        .map(|i| {
+            let sigma = if n == 1 {
+                min_sigma
+            } else {
+                min_sigma + (max_sigma - min_sigma) * i as f64 / (n - 1) as f64
+            };
+            let taps = 2.0 * (4.0 * sigma).ceil() + 1.0;
+            4.0 * taps * 2.0 + 30.0
+        })
+        .sum()
+}
+
+/// The work of detecting a movie of `(t, h, w)` pixels of `bytes_per_px` bytes, at
+/// `flops_per_pixel` ([`blob_log_flops_per_pixel`]).
+pub fn detect_workload(
+    (t, h, w): (usize, usize, usize),
+    bytes_per_px: usize,
+    flops_per_pixel: f64,
+) -> Workload {
+    Workload {
+        input_bytes: (t * h * w * bytes_per_px) as u64,
+        output_bytes: (t * 200 * 48) as u64,
+        flops: (t * h * w) as f64 * flops_per_pixel,
+    }
+}
+
+/// PACO (fast mode): lag tables, one K×K Cholesky and solve per pixel, and the trajectory sums.
+pub fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
+    let k = algorithms::paco::disk_offsets(radius).len() as f64;
+    let lags = algorithms::paco::disk_offsets(2 * radius).len() as f64;
+    let px = (n * n) as f64;
+    let t = t as f64;
+    Workload {
+        input_bytes: (t * px * 8.0) as u64,
+        output_bytes: (5.0 * px * 8.0) as u64,
+        flops: t * px * lags * 2.0
+            + px * (k * k * k / 3.0 + 4.0 * k * k + 2.0 * t * k)
+            + 4.0 * t * px,
+    }
 }

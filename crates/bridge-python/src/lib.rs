@@ -14,6 +14,7 @@
 //! - Errors are the typed exceptions `ArrayBridgeError` (base), `OutOfMemory`,
 //!   `BackendUnavailable` and `InvalidInput`, carrying the Rust message.
 
+mod auto;
 mod convert;
 mod errors;
 mod memory;
@@ -47,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::backends, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(auto::last_decision, m)?)?;
     m.add_function(wrap_pyfunction!(memory::free_pools, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_limit, m)?)?;

@@ -17,7 +17,7 @@ use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2}
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{Held, import_held, resolve};
+use crate::convert::{Held, import_held};
 use crate::errors::{IntoPy, invalid};
 
 /// Frames of a 2-D image or 3-D movie view, and whether it was a movie.
@@ -98,6 +98,22 @@ fn batched<R: Send>(
         py.check_signals()?;
     }
     Ok(out)
+}
+
+/// Whether detection runs on `d` (it has a back end there).
+fn supports_detect(d: Device) -> bridge_core::Result<()> {
+    backend_for(&arraybridge::open_device(d)?).map(|_| ())
+}
+
+/// The workload of detecting `held` (a 2-D image or a 3-D movie) at `flops_per_pixel`.
+fn movie_workload(held: &Held, flops_per_pixel: f64) -> bridge_core::offload::Workload {
+    let s = held.shape();
+    let (t, h, w) = match s.as_slice() {
+        [h, w] => (1, *h, *w),
+        [t, h, w] => (*t, *h, *w),
+        _ => (1, 1, s.iter().product()),
+    };
+    arraybridge::runtime::detect_workload((t, h, w), held.dtype().size_of(), flops_per_pixel)
 }
 
 /// The devices of a device list (`"opencl:0,opencl:1"` or `"all"`, with the command line's
@@ -304,7 +320,20 @@ pub fn blob_log<'py>(
         })?;
         return blob_rows(py, &blobs, movie);
     }
-    let device = resolve(device, &held)?;
+    let device = crate::auto::pipeline_device(
+        device,
+        &held,
+        "particle detection",
+        &supports_detect,
+        || {
+            let flops = arraybridge::runtime::blob_log_flops_per_pixel(
+                p.min_sigma,
+                p.max_sigma,
+                p.num_sigma,
+            );
+            movie_workload(&held, flops)
+        },
+    )?;
     let backend = backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
     let (blobs, movie) = match resident_blobs(py, &held, device, &p)? {
         Some(b) => (b, true),
@@ -420,7 +449,14 @@ fn locate_one(
     p: &LocateParams,
     batch_size: usize,
 ) -> PyResult<(Vec<Vec<algorithms::detect::locate::Feature>>, bool)> {
-    let device = resolve(device, held)?;
+    let device =
+        crate::auto::pipeline_device(device, held, "particle detection", &supports_detect, || {
+            // the command line's estimate of `--method locate` (its default LoG scales)
+            movie_workload(
+                held,
+                arraybridge::runtime::blob_log_flops_per_pixel(1.0, 3.0, 10),
+            )
+        })?;
     let backend: Box<dyn DetectBackend> =
         backend_for(&arraybridge::open_device(device).py_err()?).py_err()?;
     if let Some(f) = resident_features(py, held, device, p)? {
@@ -664,10 +700,16 @@ pub fn paco<'py>(
         |d: Device| algorithms::paco::backend_for(&arraybridge::open_device(d)?).map(|_| ());
     // a device list ("opencl:0,opencl:1", "all"): the several-device queue, the same maps
     let several = arraybridge::runtime::device_list(device, "PACO", &supports, true).py_err()?;
-    let device = if several.is_some() || device.trim().eq_ignore_ascii_case("auto") {
-        Device::Cpu
-    } else {
-        crate::convert::parse_device(device)?
+    let (c, a, p) = paco_inputs(cube, angles, psf)?;
+    let device = match &several {
+        Some(_) => Device::Cpu,
+        None => {
+            let (t, h, w) = c.dim();
+            let input = crate::convert::import_held(cube)?;
+            crate::auto::pipeline_device(device, &input, "PACO", &supports, || {
+                arraybridge::runtime::paco_workload(t, h.max(w), radius)
+            })?
+        }
     };
     let params = paco_params(
         radius,
@@ -681,7 +723,6 @@ pub fn paco<'py>(
         stats_strategy,
     )?;
     let device = arraybridge::open_device(device).py_err()?;
-    let (c, a, p) = paco_inputs(cube, angles, psf)?;
     let maps = py
         .detach(|| match &several {
             Some(devices) => algorithms::paco::paco_on(

@@ -24,6 +24,7 @@ frames in detection) is checked before it is made, and one that does not fit is 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -57,6 +58,7 @@ __all__ = [
     "devices",
     "free_pools",
     "jax",
+    "last_decision",
     "link",
     "locate",
     "memory_limit",
@@ -72,6 +74,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+_logger = logging.getLogger("arraybridge")
 
 
 _UNSET = object()
@@ -204,6 +208,25 @@ def convert_memory(
     return convert(data, device, to=target)
 
 
+def last_decision() -> Optional[dict]:
+    """The last ``device="auto"`` decision of this process, ``{"device": ..., "reason": ...}``
+    (``None`` before the first). ``auto`` is the command line's policy
+    (``arraybridge::runtime::choose``): an input that lives on a device arraybridge computes
+    on is read there; a host input goes where the offload model estimates the work is fastest,
+    from its size and arithmetic and the devices' nominal throughputs (the command line
+    measures its CPU on the first frames instead). Each decision is also logged on the
+    ``arraybridge`` logger at INFO level."""
+    d = _native.last_decision()
+    return None if d is None else dict(d)
+
+
+def _log_auto(device: str) -> None:
+    if isinstance(device, str) and device.strip().lower() == "auto":
+        d = _native.last_decision()
+        if d is not None:
+            _logger.info("auto: %s: %s", d["device"], d["reason"])
+
+
 def _pandas():
     try:
         import pandas  # noqa: PLC0415
@@ -279,6 +302,7 @@ def blob_log(
         device=device,
         batch_size=int(batch_size),
     )
+    _log_auto(device)
     return rows if movie else rows[:, 1:]
 
 
@@ -320,6 +344,7 @@ def locate(
         device=device,
         batch_size=int(batch_size),
     )
+    _log_auto(device)
     return _table(cols)
 
 
@@ -444,7 +469,8 @@ def paco(
     """PACO on an ADI cube ``(T, H, W)`` with its angles ``(T,)`` (degrees) and an odd,
     centred PSF: the same maps as ``arraybridge paco`` writes (same options: ``mode`` paper or
     vip, ``subpixel`` off / table / table:Q / fft / spline5, ``edge`` box or disk, ...).
-    Inputs are used as float64. ``device="auto"`` runs on the CPU."""
+    Inputs are used as float64. ``device="auto"`` chooses as for the other pipelines
+    (:func:`last_decision`)."""
     r = _native.paco(
         cube,
         angles,
@@ -456,6 +482,7 @@ def paco(
         top=int(top),
         device=device,
     )
+    _log_auto(device)
     cands = _table(
         {
             "y": r["candidates_y"],

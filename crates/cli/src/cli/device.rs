@@ -10,14 +10,10 @@
 //!
 //! The value is checked by the argument parser: `--device gpu` is a usage error.
 
-use std::fmt::Write as _;
 use std::time::Instant;
 
 use algorithms::detect::{CpuBackend, LogDetector, Movie};
-use arraybridge::core::backend::DeviceInfo;
-use arraybridge::core::offload::{
-    CpuProfile, DeviceProfile, OffloadDecision, OffloadThresholds, Workload, decide,
-};
+use arraybridge::core::offload::{CpuProfile, OffloadDecision, Workload};
 use bridge_core::{BridgeError, Device, Result};
 use ndarray::s;
 
@@ -229,18 +225,6 @@ pub fn resolve(
     }
 }
 
-/// Nominal CPU throughput (for stages whose CPU speed is not measured first): 2·10⁹ work units
-/// per second per hardware thread.
-pub fn nominal_cpu() -> (CpuProfile, String) {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (
-        CpuProfile {
-            flops_per_s: 2e9 * n as f64,
-        },
-        format!("nominal figures for {n} CPU threads"),
-    )
-}
-
 /// Names of the devices the registry sees, `cpu` first.
 fn available_devices() -> Vec<String> {
     std::iter::once("cpu".to_owned())
@@ -362,133 +346,25 @@ pub fn open_all(devices: &[Device]) -> Result<Vec<arraybridge::DeviceHandle>> {
         .collect()
 }
 
-/// Shorten a (possibly multi-line) reason to one line of at most `n` characters.
-pub fn one_line(s: &str, n: usize) -> String {
-    let line = s.lines().next().unwrap_or_default().trim();
-    if line.chars().count() > n {
-        format!("{}…", line.chars().take(n).collect::<String>())
-    } else {
-        line.to_owned()
-    }
-}
+pub use arraybridge::runtime::one_line;
 
-/// `decide` over the devices of the registry that `supports`; the reason also names the devices
-/// left out and why.
+/// `decide` over the devices of the registry that `supports` ([`arraybridge::runtime::choose`],
+/// the policy the Python package shares); the reason also names the devices left out and why.
 pub fn choose(stage: Stage, work: &Workload, cpu: &CpuProfile, cpu_note: &str) -> Choice {
-    let supports = stage.supports;
-    let stage = stage.name;
-    let reg = arraybridge::registry();
-    let mut skipped = Vec::new();
-    let mut profiles = Vec::new();
-    let mut notes = Vec::new();
-    for info in reg.device_infos() {
-        match supports(info.device) {
-            Ok(()) => {
-                let (p, note) = nominal_profile(info, cpu);
-                profiles.push(p);
-                notes.push(note);
-            }
-            Err(e) => skipped.push(format!("{}: {}", info.device, one_line(&e.to_string(), 90))),
-        }
-    }
-    let d = decide(work, cpu, &profiles, &OffloadThresholds::default());
-    let reason = if profiles.is_empty() {
-        let est = format!("est. {:.3} s on the CPU", d.cpu_s);
-        if skipped.is_empty() {
-            let missing: Vec<String> = reg
-                .reports()
-                .iter()
-                .filter_map(|r| {
-                    r.unavailable
-                        .as_ref()
-                        .map(|u| format!("{}: {}", r.name, one_line(u, 70)))
-                })
-                .collect();
-            format!(
-                "no GPU device is available ({}); running on the CPU, {est}",
-                missing.join("; ")
-            )
-        } else {
-            format!(
-                "no device has a {stage} back end ({}); running on the CPU, {est}",
-                skipped.join("; ")
-            )
-        }
-    } else {
-        let mut r = format!(
-            "{} [CPU throughput: {cpu_note}; {}]",
-            d.reason,
-            notes.join("; ")
-        );
-        if !skipped.is_empty() {
-            let _ = write!(r, " (without a {stage} back end: {})", skipped.join("; "));
-        }
-        r
-    };
+    let c = arraybridge::runtime::choose(stage.name, &stage.supports, work, cpu, cpu_note);
     Choice {
-        device: d.device,
-        reason,
-        estimate: Some(d),
+        device: c.device,
+        reason: c.reason,
+        estimate: Some(c.decision),
         auto: true,
     }
 }
 
-/// Nominal figures of a device (peak arithmetic × 10 % for stencil-bound work, typical link
-/// bandwidth); an OpenCL CPU device (PoCL) shares the host cores, so it gets the measured CPU
-/// throughput. Also returns how the figures were obtained.
-pub fn nominal_profile(info: &DeviceInfo, cpu: &CpuProfile) -> (DeviceProfile, String) {
-    let cu = f64::from(info.capabilities.compute_units.unwrap_or(8));
-    let kind = info
-        .details
-        .iter()
-        .find(|(k, _)| k == "type")
-        .map(|(_, v)| v.to_ascii_lowercase());
-    let d = info.device;
-    let (flops, bw, note) = match d {
-        Device::Cuda(_) => (
-            cu * 128.0 * 2.0 * 1.4e9 * 0.1,
-            1.2e10,
-            format!("{d}: nominal figures for {cu} SMs"),
-        ),
-        Device::OpenCl(_) if kind.as_deref() == Some("cpu") => (
-            cpu.flops_per_s,
-            1.0e10,
-            format!("{d} is an OpenCL CPU device sharing the host cores"),
-        ),
-        _ => (
-            cu * 64.0 * 2.0 * 1.0e9 * 0.1,
-            8.0e9,
-            format!("{d}: nominal figures for {cu} compute units"),
-        ),
-    };
-    (
-        DeviceProfile {
-            device: d,
-            h2d_bytes_per_s: bw,
-            d2h_bytes_per_s: bw,
-            flops_per_s: flops,
-            free_memory: info.free_memory.or(info.total_memory),
-            launch_overhead_s: 5e-3,
-        },
-        note,
-    )
-}
+pub use arraybridge::runtime::nominal_cpu;
 
-/// Arithmetic of `blob_log` per pixel: for each σ, four separable passes of `2⌈4σ⌉+1` taps (two
-/// flops each) plus the 3×3×3 maximum test.
+/// Arithmetic of `blob_log` per pixel ([`arraybridge::runtime::blob_log_flops_per_pixel`]).
 pub fn detect_flops_per_pixel(d: &LogDetector) -> f64 {
-    let n = d.num_sigma.max(1);
-    (0..n)
-        .map(|i| {
-            let sigma = if n == 1 {
-                d.min_sigma
-            } else {
-                d.min_sigma + (d.max_sigma - d.min_sigma) * i as f64 / (n - 1) as f64
-            };
-            let taps = 2.0 * (4.0 * sigma).ceil() + 1.0;
-            4.0 * taps * 2.0 + 30.0
-        })
-        .sum()
+    arraybridge::runtime::blob_log_flops_per_pixel(d.min_sigma, d.max_sigma, d.num_sigma)
 }
 
 /// The work of detecting `movie` with `d`.
@@ -500,27 +376,10 @@ pub fn detect_workload(movie: &Movie, d: &LogDetector) -> Workload {
         Movie::F32(_) => 4,
         Movie::F64(_) => 8,
     };
-    Workload {
-        input_bytes: (t * h * w * bytes_per_px) as u64,
-        output_bytes: (t * 200 * 48) as u64,
-        flops: (t * h * w) as f64 * detect_flops_per_pixel(d),
-    }
+    arraybridge::runtime::detect_workload((t, h, w), bytes_per_px, detect_flops_per_pixel(d))
 }
 
-/// PACO (fast mode): lag tables, one K×K Cholesky and solve per pixel, and the trajectory sums.
-pub fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
-    let k = algorithms::paco::disk_offsets(radius).len() as f64;
-    let lags = algorithms::paco::disk_offsets(2 * radius).len() as f64;
-    let px = (n * n) as f64;
-    let t = t as f64;
-    Workload {
-        input_bytes: (t * px * 8.0) as u64,
-        output_bytes: (5.0 * px * 8.0) as u64,
-        flops: t * px * lags * 2.0
-            + px * (k * k * k / 3.0 + 4.0 * k * k + 2.0 * t * k)
-            + 4.0 * t * px,
-    }
-}
+pub use arraybridge::runtime::paco_workload;
 
 /// CPU throughput in the units of [`detect_flops_per_pixel`], measured on the first batch of
 /// frames.

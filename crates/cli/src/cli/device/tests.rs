@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use arraybridge::runtime::{GpuDesc, all_gpus};
+use arraybridge::core::backend::DeviceInfo;
+use arraybridge::runtime::{GpuDesc, all_gpus, nominal_profile};
 
 fn gpu(device: Device, pci: Option<&str>, uuid: Option<&str>, fp64: bool) -> GpuDesc {
     GpuDesc {
