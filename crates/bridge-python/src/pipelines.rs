@@ -472,7 +472,7 @@ fn locate_one(
 /// `link`: trackpy's particle ids for `(frame, position)` rows, in row order. Every subnet is
 /// solved optimally unless `max_subnet` caps its sources (then larger ones are linked greedily).
 #[pyfunction]
-#[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None))]
+#[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None, adaptive=None))]
 pub fn link<'py>(
     py: Python<'py>,
     frames: PyReadonlyArray1<'py, i64>,
@@ -480,6 +480,7 @@ pub fn link<'py>(
     search_range: f64,
     memory: usize,
     max_subnet: Option<usize>,
+    adaptive: Option<(f64, f64)>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let frames: Vec<i64> = frames.as_array().to_vec();
     let pos = pos.as_array();
@@ -495,6 +496,7 @@ pub fn link<'py>(
     let pos: Vec<[f64; 2]> = pos.rows().into_iter().map(|r| [r[0], r[1]]).collect();
     let p = LinkParams {
         max_subnet_sources: max_subnet.unwrap_or(usize::MAX),
+        adaptive: adaptive.map(|(stop, step)| algorithms::track::Adaptive::new(stop, step)),
         ..LinkParams::new(search_range, memory)
     };
     let (ids, _) = py

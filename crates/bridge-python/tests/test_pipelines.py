@@ -286,3 +286,44 @@ def test_readme_python_quick_start():
     m = re.search(r"```python\n(.*?)```", text, re.S)
     assert m, "README.md has a ```python quick start"
     exec(compile(m.group(1), "README.md", "exec"), {})
+
+
+def test_trackpy_conventions_of_locate_and_link():
+    """characterize=False gives trackpy's columns; a 2-D image has no frame column (trackpy's
+    locate), a movie has one (batch); link replaces a particle column, keeps the index and
+    dtypes, takes trackpy's keywords (the strategies change nothing, 'drop' is refused) and
+    to_eucl; the adaptive search runs."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(4)
+    yy, xx = np.mgrid[0:64, 0:64]
+    movie = rng.integers(0, 40, size=(4, 64, 64)).astype(np.float64)
+    for t in range(4):
+        for y0, x0 in [(20, 20), (40, 44)]:
+            movie[t] += 3000 * np.exp(-((yy - y0 - t) ** 2 + (xx - x0) ** 2) / 5.0)
+    movie = movie.astype(np.uint16)
+    one = ab.locate(movie[0], 7)
+    assert "frame" not in one.columns and list(one.columns)[:3] == ["y", "x", "mass"]
+    bare = ab.locate(movie, 7, characterize=False)
+    assert list(bare.columns) == ["y", "x", "mass", "frame"]
+    feats = ab.locate(movie, 7, minmass=1000)
+    feats.index = pd.RangeIndex(100, 100 + len(feats))
+    feats["frame"] = feats["frame"].astype(np.int32)
+    feats["particle"] = -7  # an old linking
+    base = ab.link(feats, 5)
+    assert list(base.index) == list(feats.index)
+    assert base["frame"].dtype == np.int32 and (base["particle"] != -7).all()
+    assert base["particle"].nunique() == 2
+    for kw in [dict(link_strategy="hybrid"), dict(link_strategy="numba"),
+               dict(neighbor_strategy="KDTree"), dict(to_eucl=lambda p: p * 1.0),
+               dict(adaptive_stop=1.0, adaptive_step=0.9)]:
+        np.testing.assert_array_equal(ab.link(feats, 5, **kw)["particle"], base["particle"])
+    for kw, needle in [(dict(link_strategy="drop"), "drop"),
+                       (dict(link_strategy="fast"), "link_strategy"),
+                       (dict(dist_func=lambda a, b: 0.0), "to_eucl"),
+                       (dict(adaptive_stop=-1.0), "adaptive_stop"),
+                       (dict(to_eucl=lambda p: p[:, :1]), "to_eucl")]:
+        with pytest.raises(ab.InvalidInput, match=needle):
+            ab.link(feats, 5, **kw)
+    with_z = feats.assign(z=0.0)
+    with pytest.raises(ab.InvalidInput, match="3-D"):
+        ab.link(with_z, 5)

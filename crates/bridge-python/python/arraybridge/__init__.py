@@ -325,9 +325,10 @@ def locate(
     batch_size: int = 4,
 ):
     """trackpy's ``locate`` (a 2-D image) or ``batch`` (a 3-D movie), with trackpy's parameter
-    names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep, frame``: a pandas
+    names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep`` (``y, x, mass`` with
+    ``characterize=False``), and ``frame`` for a movie as ``batch`` gives it: a pandas
     DataFrame when pandas is installed, a structured NumPy array otherwise."""
-    cols, _movie = _native.locate(
+    cols, movie = _native.locate(
         raw_image,
         diameter=int(diameter),
         minmass=0.0 if minmass is None else float(minmass),
@@ -345,7 +346,18 @@ def locate(
         batch_size=int(batch_size),
     )
     _log_auto(device)
-    return _table(cols)
+    # trackpy's columns: characterize=False gives y, x, mass; a 2-D image (trackpy's locate)
+    # has no frame column, a movie (trackpy's batch) has one
+    keep = ["y", "x", "mass"] if not characterize else list(cols)
+    if not movie:
+        keep = [k for k in keep if k != "frame"]
+    elif "frame" not in keep:
+        keep.append("frame")
+    return _table({k: cols[k] for k in keep})
+
+
+_LINK_STRATEGIES = ("recursive", "nonrecursive", "numba", "hybrid", "auto")
+_NEIGHBOR_STRATEGIES = ("kdtree", "btree")
 
 
 def link(
@@ -356,16 +368,61 @@ def link(
     memory: int = 0,
     *,
     max_subnet: Optional[int] = None,
+    adaptive_stop: Optional[float] = None,
+    adaptive_step: float = 0.95,
+    link_strategy: Optional[str] = None,
+    neighbor_strategy: Optional[str] = None,
+    to_eucl: Any = None,
+    predictor: Any = None,
+    dist_func: Any = None,
 ):
     """trackpy's ``link``: the table ``f`` (a pandas DataFrame, a structured NumPy array or a
-    dict of columns, with a frame column and two position columns, ``y, x`` by default) with a
-    ``particle`` column added, of the same type as ``f``. Rows keep their order. Every subnet
-    is solved optimally, however large (trackpy raises ``SubnetOversizeException`` instead);
-    ``max_subnet`` caps the sources of an optimally solved subnet, larger ones are then linked
-    greedily."""
-    pos_columns = list(pos_columns) if pos_columns is not None else ["y", "x"]
-    if len(pos_columns) != 2:
-        raise InvalidInput("link takes two position columns (2-D positions)")
+    dict of columns, with a frame column and the position columns) with a ``particle`` column
+    added (an existing one is replaced, as trackpy does), of the same type as ``f``; rows, the
+    index and the other columns' dtypes are kept. ``pos_columns`` defaults to trackpy's guess:
+    ``z, y, x`` when there is a ``z`` column (3-D linking is not there yet: an error says so),
+    else ``y, x``.
+
+    Every subnet is solved optimally, however large (trackpy raises
+    ``SubnetOversizeException`` instead); ``max_subnet`` caps the sources of an optimally
+    solved subnet, larger ones are then linked greedily. ``adaptive_stop`` / ``adaptive_step``
+    are trackpy's adaptive search. ``link_strategy`` (``recursive``, ``nonrecursive``,
+    ``numba``, ``hybrid``, ``auto``) and ``neighbor_strategy`` (``KDTree``, ``BTree``) are
+    accepted and change nothing: they are trackpy's ways of solving the same subnets and
+    finding the same neighbours; ``link_strategy="drop"`` (which drops the particles of large
+    subnets) is refused. ``to_eucl`` maps the positions (an ``(n, d)`` array) to the
+    Euclidean coordinates linking uses."""
+    if link_strategy is not None:
+        if str(link_strategy).lower() == "drop":
+            raise InvalidInput(
+                "link_strategy='drop' drops the particles of large subnets; arraybridge solves "
+                "every subnet (use max_subnet to cap the optimal solve instead)"
+            )
+        if str(link_strategy).lower() not in _LINK_STRATEGIES:
+            raise InvalidInput(
+                f"link_strategy must be one of {', '.join(_LINK_STRATEGIES)}, got {link_strategy!r}"
+            )
+    if neighbor_strategy is not None and str(neighbor_strategy).lower() not in _NEIGHBOR_STRATEGIES:
+        raise InvalidInput(
+            f"neighbor_strategy must be 'KDTree' or 'BTree', got {neighbor_strategy!r}"
+        )
+    if dist_func is not None:
+        raise InvalidInput("dist_func is not supported: map positions with to_eucl instead")
+    if predictor is not None:
+        raise InvalidInput(
+            "a trackpy predictor object is not supported here (the command line's "
+            "`arraybridge track --predict velocity` has trackpy's NearestVelocityPredict)"
+        )
+    adaptive = None
+    if adaptive_stop is not None:
+        stop, step = float(adaptive_stop), float(adaptive_step)
+        if not (np.isfinite(stop) and 0 < stop <= float(search_range)):
+            raise InvalidInput(
+                f"adaptive_stop must be in (0, search_range], got {adaptive_stop!r}"
+            )
+        if not (0 < step < 1):
+            raise InvalidInput(f"adaptive_step must be in (0, 1), got {adaptive_step!r}")
+        adaptive = (stop, step)
     pd = _pandas()
     is_df = pd is not None and isinstance(f, pd.DataFrame)
     is_dict = isinstance(f, dict)
@@ -384,11 +441,17 @@ def link(
         raise InvalidInput(
             "link takes a pandas DataFrame, a structured NumPy array or a dict of columns"
         )
+    if pos_columns is None:
+        pos_columns = ["z", "y", "x"] if "z" in names else ["y", "x"]
+    pos_columns = list(pos_columns)
     for c in [t_column, *pos_columns]:
         if c not in names:
             raise InvalidInput(f"no column {c!r} (columns: {', '.join(map(str, names))})")
-    if "particle" in names:
-        raise InvalidInput("the table already has a 'particle' column")
+    if len(pos_columns) != 2:
+        raise InvalidInput(
+            f"link takes two position columns (2-D positions), got {pos_columns}: linking in "
+            "3-D is not there yet"
+        )
     frames = np.asarray(f[t_column])
     if frames.dtype.kind == "f":
         if not np.all(np.isfinite(frames)) or not np.all(frames == np.round(frames)):
@@ -400,12 +463,20 @@ def link(
         pos = np.stack([np.asarray(f[c], dtype=np.float64) for c in pos_columns], axis=1)
     except (TypeError, ValueError) as e:
         raise InvalidInput(f"position columns must be numeric: {e}") from None
+    if to_eucl is not None:
+        pos = np.asarray(to_eucl(pos), dtype=np.float64)
+        if pos.ndim != 2 or pos.shape[0] != len(frames) or pos.shape[1] != len(pos_columns):
+            raise InvalidInput(
+                f"to_eucl must return an array of shape {(len(frames), len(pos_columns))}, "
+                f"got {pos.shape}"
+            )
     ids = _native.link(
         frames,
         np.ascontiguousarray(pos),
         search_range=float(search_range),
         memory=int(memory),
         max_subnet=None if max_subnet is None else int(max_subnet),
+        adaptive=adaptive,
     )
     if is_df:
         out = f.copy()
@@ -415,6 +486,12 @@ def link(
         return {**f, "particle": ids}
     from numpy.lib import recfunctions  # noqa: PLC0415
 
+    if "particle" in names:
+        out = f.copy()
+        if np.can_cast(ids.dtype, out.dtype["particle"]):
+            out["particle"] = ids
+            return out
+        f = recfunctions.drop_fields(f, "particle", usemask=False)
     return recfunctions.append_fields(f, "particle", ids, usemask=False)
 
 
