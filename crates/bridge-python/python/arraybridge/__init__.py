@@ -31,6 +31,13 @@ import numpy as np
 
 from . import _decorators, _frameworks, _native
 from ._decorators import cupy, jax, numpy, on, tensorflow, torch
+from ._seed import (
+    ParticleDetector,
+    ParticleDetectorGPU,
+    benchmark,
+    is_gpu_available,
+    print_benchmark_results,
+)
 from ._native import (
     Array,
     ArrayBridgeError,
@@ -49,7 +56,10 @@ __all__ = [
     "InvalidInput",
     "OutOfMemory",
     "PacoResult",
+    "ParticleDetector",
+    "ParticleDetectorGPU",
     "backends",
+    "benchmark",
     "blob_log",
     "convert",
     "convert_memory",
@@ -57,6 +67,7 @@ __all__ = [
     "cupy",
     "devices",
     "free_pools",
+    "is_gpu_available",
     "jax",
     "last_decision",
     "link",
@@ -66,6 +77,7 @@ __all__ = [
     "numpy",
     "on",
     "paco",
+    "print_benchmark_results",
     "set_gpu_memory_limit",
     "set_memory_limit",
     "tensorflow",
