@@ -82,6 +82,14 @@ pub fn memory_limit() -> PyResult<Option<u64>> {
     explicit_limit()
 }
 
+/// `arraybridge._native.check_host_allocation(nbytes, what)`: `OutOfMemory` (naming `what`)
+/// unless `nbytes` fit the host budget now, for the package's own Python-side copies (a
+/// `float16` image widened for `blob_log`, ...). Allocates nothing.
+#[pyfunction]
+pub fn check_host_allocation(nbytes: u64, what: &str) -> PyResult<()> {
+    check(nbytes, what, "")
+}
+
 /// `arraybridge.memory_stats(device)`: the device's memory as a dict: `total`, `free` (where the
 /// driver says; `None` for OpenCL), `used` (`total − free` where known), and its pool's
 /// figures: `pool_reserved` (held from the device), `pool_in_use`, `pool_cached`, `pool_peak`

@@ -327,3 +327,24 @@ def test_trackpy_conventions_of_locate_and_link():
     with_z = feats.assign(z=0.0)
     with pytest.raises(ab.InvalidInput, match="3-D"):
         ab.link(with_z, 5)
+
+
+def test_blob_log_takes_the_pixel_types_scikit_image_converts():
+    skf = pytest.importorskip("skimage.feature")
+    rng = np.random.default_rng(9)
+    yy, xx = np.mgrid[0:48, 0:48]
+    base = rng.normal(0.1, 0.01, size=(48, 48))
+    for y0, x0 in [(12, 14), (30, 33)]:
+        base += 0.8 * np.exp(-((yy - y0) ** 2 + (xx - x0) ** 2) / 6.0)
+    cases = {
+        "float16": base.astype(np.float16),
+        "bool": base > 0.4,
+        "int16": (base * 20000).astype(np.int16) - 1000,
+        "int32": (base * 2e9).astype(np.int32),
+        "uint32": (base * 3e9).astype(np.uint32),
+    }
+    for name, img in cases.items():
+        want = skf.blob_log(img, max_sigma=4, num_sigma=5, threshold=0.05)
+        got = ab.blob_log(img, max_sigma=4, num_sigma=5, threshold=0.05, device="cpu")
+        assert got.shape == want.shape, name
+        np.testing.assert_array_equal(got, want, err_msg=name)

@@ -297,9 +297,11 @@ def blob_log(
     3-D movie ``(T, H, W)`` is detected frame by frame (not as a volume) and gives ``(n, 4)``
     rows ``(frame, row, col, sigma)``. ``prescale`` is how pixels are scaled first:
     ``"legacy"`` is scikit-image's ``img_as_float`` (integers divided by their type's
-    maximum), ``"none"``, ``"minmax"`` or ``"range:C,D"``. Pixels must be uint8, uint16,
-    float32 or float64.
+    maximum), ``"none"``, ``"minmax"`` or ``"range:C,D"``. Pixels may be uint8, uint16,
+    float32 or float64 (read in place), or bool, float16, signed integers, uint32 and uint64,
+    converted as scikit-image converts them (``img_as_float``; float16 in float32).
     """
+    image = _as_blob_log_input(image, prescale)
     rows, movie = _native.blob_log(
         image,
         min_sigma=float(min_sigma),
@@ -316,6 +318,34 @@ def blob_log(
     )
     _log_auto(device)
     return rows if movie else rows[:, 1:]
+
+
+def _as_blob_log_input(image: Any, prescale: str) -> Any:
+    """scikit-image's conversions of the pixel types the pipelines do not read directly
+    (``img_as_float``, then float16 computed in float32): ``bool`` to float64 0/1, ``float16``
+    to float32, signed integers to ``x / max`` (the most negative value to -1) and ``uint32``/
+    ``uint64`` to ``x / max`` under the legacy prescale (as raw values with
+    ``prescale="none"``). Other inputs are passed on as they are (read in place)."""
+    dt = getattr(image, "dtype", None)
+    if not isinstance(dt, np.dtype) or dt in (np.uint8, np.uint16, np.float32, np.float64):
+        return image
+    if dt.kind not in "biuf":
+        return image  # refused with its message by the pipeline
+    x = np.asarray(image)
+    out_dtype = np.float32 if dt == np.float16 else np.float64
+    _native.check_host_allocation(
+        int(x.size) * np.dtype(out_dtype).itemsize,
+        f"blob_log: a {out_dtype.__name__} copy of a {dt} image of shape {x.shape}",
+    )
+    if dt.kind == "b" or dt == np.float16:
+        return x.astype(out_dtype)
+    if str(prescale).strip().lower() != "legacy":
+        return x.astype(np.float64)
+    imax = np.iinfo(dt).max
+    y = np.multiply(x, 1.0 / imax, dtype=np.float64)
+    if dt.kind == "i":
+        np.maximum(y, -1.0, out=y)
+    return y
 
 
 def locate(
