@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _decorators, _frameworks, _native
 from ._decorators import cupy, jax, numpy, on, tensorflow, torch
+from ._stream import batch, batch_blob_log
 from ._seed import (
     ParticleDetector,
     ParticleDetectorGPU,
@@ -59,6 +60,8 @@ __all__ = [
     "ParticleDetector",
     "ParticleDetectorGPU",
     "backends",
+    "batch",
+    "batch_blob_log",
     "benchmark",
     "blob_log",
     "convert",

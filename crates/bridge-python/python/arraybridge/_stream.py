@@ -1,0 +1,151 @@
+"""Movies larger than memory from Python: :func:`batch_blob_log` and :func:`batch` take a
+``.npy`` path, a memory-mapped array or any iterable of frames and detect it chunk by chunk,
+holding one chunk of frames at a time (as ``arraybridge detect`` streams a file)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any, Iterator, Optional, Tuple
+
+import numpy as np
+
+from . import _native
+from ._native import InvalidInput
+
+#: Frames per chunk by default: bounded memory (64 frames of 512x512 u16 are 32 MiB).
+CHUNK_FRAMES = 64
+
+
+def _npy_chunks(path: str, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
+    """Chunks of the frames of a C-order 3-D ``.npy`` file, read from the file (not mapped),
+    so only one chunk is in memory."""
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(f)
+        except ValueError as e:
+            raise InvalidInput(f"{path}: not a .npy file ({e})") from None
+        if fortran or len(shape) not in (2, 3):
+            raise InvalidInput(
+                f"{path}: a movie is a C-order (T, H, W) array; this one has shape {shape}"
+                f"{' in Fortran order' if fortran else ''}"
+            )
+        if len(shape) == 2:
+            shape = (1, *shape)
+        t, h, w = shape
+        frame = h * w
+        _native.check_host_allocation(
+            int(min(chunk, t)) * frame * dtype.itemsize,
+            f"a chunk of {min(chunk, t)} frames of {path}",
+        )
+        for a in range(0, t, chunk):
+            n = min(chunk, t - a)
+            data = np.fromfile(f, dtype=dtype, count=n * frame)
+            if data.size != n * frame:
+                raise InvalidInput(
+                    f"{path}: the file ends at frame {a + data.size // max(frame, 1)} of {t}"
+                )
+            yield a, data.reshape(n, h, w)
+
+
+def _array_chunks(x: np.ndarray, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
+    """Chunks of a 3-D array; for a memory-mapped one, the pages of a chunk are given back to
+    the kernel once it is detected, so the resident memory stays about one chunk."""
+    if x.ndim == 2:
+        x = x[None]
+    if x.ndim != 3:
+        raise InvalidInput(f"a movie is (T, H, W); got shape {x.shape}")
+    mm = getattr(x, "_mmap", None) if isinstance(x, np.memmap) else None
+    contiguous = x.flags["C_CONTIGUOUS"]
+    for a in range(0, x.shape[0], chunk):
+        part = x[a : a + chunk]
+        yield a, part
+        if mm is not None and contiguous and hasattr(mm, "madvise"):
+            start = part.ctypes.data - np.frombuffer(mm, dtype=np.uint8).ctypes.data
+            lo = start - start % mmap.PAGESIZE
+            hi = start + part.nbytes
+            try:
+                mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+def _iter_chunks(frames: Any, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
+    """Chunks of frames stacked from an iterable of 2-D frames."""
+    buf, start, n = [], 0, 0
+    for fr in frames:
+        a = np.asarray(fr)
+        if a.ndim != 2:
+            raise InvalidInput(f"frame {n}: a frame is 2-D, got shape {a.shape}")
+        buf.append(a)
+        n += 1
+        if len(buf) == chunk:
+            yield start, np.stack(buf)
+            start, buf = n, []
+    if buf:
+        yield start, np.stack(buf)
+
+
+def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[int, np.ndarray]]:
+    """``(first frame, (n, H, W) array)`` pieces of ``frames``: a path to a ``.npy`` file, an
+    array (memory-mapped or not) or an iterable of 2-D frames."""
+    chunk = int(CHUNK_FRAMES if chunk_frames is None else chunk_frames)
+    if chunk < 1:
+        raise InvalidInput(f"chunk_frames must be at least 1, got {chunk_frames!r}")
+    if isinstance(frames, (str, os.PathLike)):
+        path = os.fspath(frames)
+        if not path.endswith(".npy"):
+            raise InvalidInput(
+                f"{path}: Python reads .npy movies (the command line also reads TIFF and FITS)"
+            )
+        return _npy_chunks(path, chunk)
+    if isinstance(frames, np.ndarray):
+        return _array_chunks(frames, chunk)
+    if hasattr(frames, "__dlpack__") or hasattr(frames, "shape"):
+        return iter([(0, frames)])  # a framework array: one piece, read where it lives
+    return _iter_chunks(frames, chunk)
+
+
+def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs) -> np.ndarray:
+    """``blob_log`` on every frame of a movie given as a ``.npy`` path, a (memory-mapped)
+    array or an iterable of frames, one chunk of ``chunk_frames`` frames at a time (bounded
+    memory): rows ``(frame, row, col, sigma)``, the same as :func:`arraybridge.blob_log` on the
+    whole movie. ``kwargs`` are ``blob_log``'s."""
+    from . import blob_log  # noqa: PLC0415
+
+    out = []
+    for a, part in chunks(frames, chunk_frames):
+        rows = blob_log(part, **kwargs)
+        if part.ndim == 2:
+            rows = np.column_stack([np.zeros(len(rows)), rows])
+        rows[:, 0] += a
+        out.append(rows)
+    return np.concatenate(out) if out else np.empty((0, 4))
+
+
+def batch(frames: Any, diameter: int, *, chunk_frames: Optional[int] = None, **kwargs):
+    """trackpy's ``batch`` (``locate`` on every frame) of a movie given as a ``.npy`` path, a
+    (memory-mapped) array or an iterable of frames, one chunk at a time (bounded memory); the
+    same table as :func:`arraybridge.locate` on the whole movie, with its ``frame`` column.
+    ``kwargs`` are ``locate``'s."""
+    from . import _pandas, _table, locate  # noqa: PLC0415
+
+    tables = []
+    for a, part in chunks(frames, chunk_frames):
+        t = locate(part if part.ndim == 3 else part[None], diameter, **kwargs)
+        cols = {k: np.asarray(t[k]) for k in (t.columns if hasattr(t, "columns") else t.dtype.names)}
+        cols["frame"] = cols["frame"] + a
+        tables.append(cols)
+    if not tables:
+        raise InvalidInput("the movie has no frames")
+    merged = {k: np.concatenate([c[k] for c in tables]) for k in tables[0]}
+    pd = _pandas()
+    if pd is not None:
+        return pd.DataFrame(merged)
+    return _table(merged)
