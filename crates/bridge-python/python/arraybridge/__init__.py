@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -242,6 +243,25 @@ def _log_auto(device: str) -> None:
             _logger.info("auto: %s: %s", d["device"], d["reason"])
 
 
+def _int(name: str, v: Any) -> int:
+    """``v`` as a whole number >= 0 for argument ``name``, else :class:`InvalidInput` naming it
+    (NaN, infinities, fractions, negative numbers or numbers over 2**64 - 1); a non-number is a
+    ``TypeError``, as Python's own ``int()`` would raise."""
+    if isinstance(v, (int, np.integer)):
+        n = int(v)
+    elif isinstance(v, (float, np.floating)):
+        if not math.isfinite(v) or v != math.floor(v):
+            raise InvalidInput(f"invalid argument {name}: must be a whole number, got {v!r}")
+        n = int(v)
+    else:
+        raise TypeError(f"{name} must be a whole number, got {type(v).__name__} {v!r}")
+    if n < 0:
+        raise InvalidInput(f"invalid argument {name}: must be at least 0, got {n}")
+    if n > 2**64 - 1:
+        raise InvalidInput(f"invalid argument {name}: {n} is too large")
+    return n
+
+
 def _pandas():
     try:
         import pandas  # noqa: PLC0415
@@ -275,8 +295,8 @@ def _border(exclude_border: Union[bool, int, Tuple[int, int]]) -> Tuple[int, int
     if isinstance(exclude_border, (tuple, list)):
         if len(exclude_border) != 2:
             raise InvalidInput("exclude_border takes (rows, cols) for 2-D images")
-        return (int(exclude_border[0]), int(exclude_border[1]))
-    return (int(exclude_border), int(exclude_border))
+        return (_int("exclude_border", exclude_border[0]), _int("exclude_border", exclude_border[1]))
+    return (_int("exclude_border", exclude_border), _int("exclude_border", exclude_border))
 
 
 def blob_log(
@@ -309,7 +329,7 @@ def blob_log(
         image,
         min_sigma=float(min_sigma),
         max_sigma=float(max_sigma),
-        num_sigma=int(num_sigma),
+        num_sigma=_int("num_sigma", num_sigma),
         threshold=None if threshold is None else float(threshold),
         threshold_rel=None if threshold_rel is None else float(threshold_rel),
         overlap=float(overlap),
@@ -317,7 +337,7 @@ def blob_log(
         exclude_border=_border(exclude_border),
         prescale=prescale,
         device=device,
-        batch_size=int(batch_size),
+        batch_size=_int("batch_size", batch_size),
     )
     _log_auto(device)
     return rows if movie else rows[:, 1:]
@@ -375,20 +395,20 @@ def locate(
     DataFrame when pandas is installed, a structured NumPy array otherwise."""
     cols, movie = _native.locate(
         raw_image,
-        diameter=int(diameter),
+        diameter=_int("diameter", diameter),
         minmass=0.0 if minmass is None else float(minmass),
         maxsize=None if maxsize is None else float(maxsize),
         separation=None if separation is None else float(separation),
         noise_size=float(noise_size),
-        smoothing_size=None if smoothing_size is None else int(smoothing_size),
+        smoothing_size=None if smoothing_size is None else _int("smoothing_size", smoothing_size),
         threshold=None if threshold is None else float(threshold),
         invert=bool(invert),
         percentile=float(percentile),
-        topn=None if topn is None else int(topn),
+        topn=None if topn is None else _int("topn", topn),
         preprocess=bool(preprocess),
         characterize=bool(characterize),
         device=device,
-        batch_size=int(batch_size),
+        batch_size=_int("batch_size", batch_size),
     )
     _log_auto(device)
     # trackpy's columns: characterize=False gives y, x, mass; a 2-D image (trackpy's locate)
@@ -519,8 +539,8 @@ def link(
         frames,
         np.ascontiguousarray(pos),
         search_range=float(search_range),
-        memory=int(memory),
-        max_subnet=None if max_subnet is None else int(max_subnet),
+        memory=_int("memory", memory),
+        max_subnet=None if max_subnet is None else _int("max_subnet", max_subnet),
         adaptive=adaptive,
     )
     if is_df:
@@ -560,7 +580,7 @@ class PacoResult:
 def _paco_settings(radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center):
     """The PACO settings ``paco`` and ``unbiased_flux`` share, as the native keywords."""
     return dict(
-        radius=int(radius),
+        radius=_int("radius", radius),
         mode=mode,
         fwhm=None if fwhm is None else float(fwhm),
         psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
@@ -601,7 +621,7 @@ def paco(
             radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
         ),
         stats_strategy=stats_strategy,
-        top=int(top),
+        top=_int("top", top),
         device=device,
     )
     _log_auto(device)
@@ -661,7 +681,7 @@ def unbiased_flux(
             radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
         ),
         eps=float(eps),
-        max_iter=int(max_iter),
+        max_iter=_int("max_iter", max_iter),
         alpha0=float(alpha0),
     )
     return _table(

@@ -70,6 +70,15 @@ def _import(name: str, to: str):
         raise InvalidInput(f"to={to!r} needs {name} installed ({e})") from None
 
 
+def _imported(to: str, f):
+    """A framework's DLPack import, its refusals (a read-only array through the legacy ABI,
+    a device it does not take) as :class:`InvalidInput` naming the target."""
+    try:
+        return f()
+    except (ValueError, RuntimeError, BufferError, TypeError) as e:
+        raise InvalidInput(f"to={to!r}: {type(e).__name__}: {e}") from None
+
+
 def check_target(to: str) -> str:
     """``to`` in lower case, or :class:`InvalidInput` naming the choices."""
     t = str(to).strip().lower()
@@ -96,21 +105,21 @@ def to_framework(a: Array, to: str, copy: Optional[bool] = None) -> Any:
         return np.from_dlpack(a, copy=copy) if copy is not None else np.from_dlpack(a)
     if to == "torch":
         torch = _import("torch", to)
-        return torch.from_dlpack(a)
+        return _imported(to, lambda: torch.from_dlpack(a))
     if to == "cupy":
         cupy = _import("cupy", to)
-        return cupy.from_dlpack(a)
+        return _imported(to, lambda: cupy.from_dlpack(a))
     if to == "jax":
         jax = _import("jax", to)
         import jax.dlpack  # noqa: PLC0415
 
         try:
             return jax.dlpack.from_dlpack(a, copy=copy)
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, BufferError) as e:
             raise InvalidInput(f"to='jax': {e}") from None
     if to == "tensorflow":
         tf = _import("tensorflow", to)
-        return tf.experimental.dlpack.from_dlpack(a.__dlpack__())
+        return _imported(to, lambda: tf.experimental.dlpack.from_dlpack(a.__dlpack__()))
     raise InvalidInput(f"unknown framework {to!r}")
 
 

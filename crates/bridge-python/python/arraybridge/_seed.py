@@ -76,7 +76,7 @@ class ParticleDetector:
             threshold_rel=self.threshold_rel,
             overlap=self.overlap,
             device=self.device,
-            batch_size=int(self.batch_size),
+            batch_size=self.batch_size,
         )
         if rows.shape[1] == 3:  # a 2-D image: frame 0
             rows = np.column_stack([np.zeros(len(rows)), rows])
