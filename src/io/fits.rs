@@ -214,6 +214,100 @@ fn image_hdu(
     budget: &Budget,
 ) -> std::result::Result<Option<ImageHdu>, (c_int, BridgeError)> {
     let name = path.display();
+    if !move_to_hdu(h, path, i)? {
+        return Ok(None);
+    }
+    let (bitpix, dims) = image_header(h, path, i)?;
+    let bytes_per = match bitpix {
+        8 | 16 | 32 | 64 | -32 | -64 => u64::from(bitpix.unsigned_abs() / 8),
+        b => {
+            return Err(hdu_fail(
+                path,
+                i,
+                format!("illegal BITPIX = {b} (must be 8, 16, 32, 64, -32 or -64)"),
+            ));
+        }
+    };
+    // NAXIS = 0: no data (not the empty product 1).
+    let count = checked_product(&dims)
+        .map(|c| if dims.is_empty() { 0 } else { c })
+        .filter(|&c| c <= i64::MAX as u64 / 8)
+        .ok_or_else(|| {
+            hdu_fail(
+                path,
+                i,
+                format!(
+                    "the header declares {}: more pixels than any file can hold (corrupt header)",
+                    declared(&dims)
+                ),
+            )
+        })?;
+    let shape = dims
+        .iter()
+        .rev()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<Vec<usize>, _>>()
+        .map_err(|_| {
+            hdu_fail(
+                path,
+                i,
+                format!(
+                    "{} does not fit this machine's address space",
+                    declared(&dims)
+                ),
+            )
+        })?;
+    if count == 0 {
+        return Ok(Some(ImageHdu {
+            shape,
+            count,
+            blank: None,
+        }));
+    }
+    let data_bytes = count * bytes_per; // count ≤ i64::MAX / 8, bytes_per ≤ 8
+    check_data_in_file(h, (path, i), (bitpix, &dims), data_bytes, file_len)?;
+    let out_bytes = count * 8;
+    budget
+        .check(
+            out_bytes,
+            &format!("{name} (HDU {i}: {}, read as float64)", declared(&dims)),
+            "crop the image (for example with fitscopy 'in.fits[1:512,1:512]' out.fits) or read \
+             it on a machine with more memory",
+        )
+        .map_err(|e| (0, e))?;
+    let blank = if bitpix > 0 { blank_keyword(h) } else { None };
+    Ok(Some(ImageHdu {
+        shape,
+        count,
+        blank,
+    }))
+}
+
+/// The error of HDU `i` of `path` that the header itself shows (no cfitsio status: 0).
+fn hdu_fail(path: &Path, i: usize, msg: String) -> (c_int, BridgeError) {
+    let name = path.display();
+    (
+        0,
+        BridgeError::InvalidInput(format!("{name}: HDU {i}: {msg}")),
+    )
+}
+
+/// The axes as the header declares them: `NAXIS1 = …, NAXIS2 = …`.
+fn declared(dims: &[u64]) -> String {
+    dims.iter()
+        .enumerate()
+        .map(|(k, d)| format!("NAXIS{} = {d}", k + 1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Move to HDU `i` (0-based): whether it is an image.
+fn move_to_hdu(
+    h: &Handle,
+    path: &Path,
+    i: usize,
+) -> std::result::Result<bool, (c_int, BridgeError)> {
+    let name = path.display();
     let num = c_int::try_from(i + 1).map_err(|_| {
         (
             0,
@@ -227,10 +321,18 @@ fn image_hdu(
     if st != 0 {
         return Err((st, cfitsio_fail(path, &format!("cannot read HDU {i}"), st)));
     }
-    if hdutype != 0 {
-        return Ok(None);
-    }
+    Ok(hdutype == 0)
+}
+
+/// BITPIX and the axes (NAXIS1, NAXIS2, … in the file's order) of the image HDU `i` the
+/// handle is on, checked: NAXIS 0 to 999, no negative axis.
+fn image_header(
+    h: &Handle,
+    path: &Path,
+    i: usize,
+) -> std::result::Result<(c_int, Vec<u64>), (c_int, BridgeError)> {
     const MAXDIM: usize = 999;
+    let mut st: c_int = 0;
     let mut naxes = vec![0 as sys::LONGLONG; MAXDIM];
     let (mut bitpix, mut naxis): (c_int, c_int) = (0, 0);
     // SAFETY: `naxes` holds MAXDIM values, the most cfitsio writes when told maxaxis = MAXDIM.
@@ -250,12 +352,7 @@ fn image_hdu(
             cfitsio_fail(path, &format!("cannot read the header of HDU {i}"), st),
         ));
     }
-    let fail = |msg: String| {
-        (
-            0,
-            BridgeError::InvalidInput(format!("{name}: HDU {i}: {msg}")),
-        )
-    };
+    let fail = |msg: String| hdu_fail(path, i, msg);
     let naxis = usize::try_from(naxis)
         .ok()
         .filter(|&n| n <= MAXDIM)
@@ -271,49 +368,20 @@ fn image_hdu(
         })?;
         dims.push(a);
     }
-    let declared = || {
-        dims.iter()
-            .enumerate()
-            .map(|(k, d)| format!("NAXIS{} = {d}", k + 1))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let bytes_per = match bitpix {
-        8 | 16 | 32 | 64 | -32 | -64 => u64::from(bitpix.unsigned_abs() / 8),
-        b => {
-            return Err(fail(format!(
-                "illegal BITPIX = {b} (must be 8, 16, 32, 64, -32 or -64)"
-            )));
-        }
-    };
-    // NAXIS = 0: no data (not the empty product 1).
-    let count = checked_product(&dims)
-        .map(|c| if dims.is_empty() { 0 } else { c })
-        .filter(|&c| c <= i64::MAX as u64 / 8)
-        .ok_or_else(|| {
-            fail(format!(
-                "the header declares {}: more pixels than any file can hold (corrupt header)",
-                declared()
-            ))
-        })?;
-    let shape = dims
-        .iter()
-        .rev()
-        .map(|&d| usize::try_from(d))
-        .collect::<std::result::Result<Vec<usize>, _>>()
-        .map_err(|_| {
-            fail(format!(
-                "{} does not fit this machine's address space",
-                declared()
-            ))
-        })?;
-    if count == 0 {
-        return Ok(Some(ImageHdu {
-            shape,
-            count,
-            blank: None,
-        }));
-    }
+    Ok((bitpix, dims))
+}
+
+/// Whether the `data_bytes` of data the header of HDU `i` declares (`bitpix`, `dims`) follow
+/// it in the file of `file_len` bytes: an error for a truncated file or a corrupt header.
+/// Tile-compressed images are exempt (their data is stored compressed).
+fn check_data_in_file(
+    h: &Handle,
+    (path, i): (&Path, usize),
+    (bitpix, dims): (c_int, &[u64]),
+    data_bytes: u64,
+    file_len: u64,
+) -> std::result::Result<(), (c_int, BridgeError)> {
+    let mut st: c_int = 0;
     // SAFETY: `h.0` is an open handle positioned on this HDU.
     let compressed = unsafe { sys::fits_is_compressed_image(h.0, &mut st) } != 0;
     if !compressed {
@@ -335,34 +403,23 @@ fn image_hdu(
             ));
         }
         let data_start = u64::try_from(data_start).unwrap_or(u64::MAX);
-        let data_bytes = count * bytes_per; // count ≤ i64::MAX / 8, bytes_per ≤ 8
         let available = file_len.saturating_sub(data_start);
         if data_bytes > available {
-            return Err(fail(format!(
-                "the header declares {} with BITPIX = {bitpix}, i.e. {} of data, but only {} \
-                 follow the header: the file is truncated or its header is corrupt (copy or \
-                 export the file again)",
-                declared(),
-                format_bytes(data_bytes),
-                format_bytes(available),
-            )));
+            return Err(hdu_fail(
+                path,
+                i,
+                format!(
+                    "the header declares {} with BITPIX = {bitpix}, i.e. {} of data, but only {} \
+                     follow the header: the file is truncated or its header is corrupt (copy or \
+                     export the file again)",
+                    declared(dims),
+                    format_bytes(data_bytes),
+                    format_bytes(available),
+                ),
+            ));
         }
     }
-    let out_bytes = count * 8;
-    budget
-        .check(
-            out_bytes,
-            &format!("{name} (HDU {i}: {}, read as float64)", declared()),
-            "crop the image (for example with fitscopy 'in.fits[1:512,1:512]' out.fits) or read \
-             it on a machine with more memory",
-        )
-        .map_err(|e| (0, e))?;
-    let blank = if bitpix > 0 { blank_keyword(h) } else { None };
-    Ok(Some(ImageHdu {
-        shape,
-        count,
-        blank,
-    }))
+    Ok(())
 }
 
 /// The error for an integer image whose pixels equal its `BLANK` (read as NaN by `ffgpv`): they

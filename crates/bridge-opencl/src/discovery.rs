@@ -107,7 +107,7 @@ fn discover() -> Result<Discovery, String> {
     let mut devices = Vec::new();
     let mut by_platform = Vec::new();
     for (pi, p) in platforms.iter().enumerate() {
-        let (pname, pvendor, pversion) = platform_key(p);
+        let key = platform_key(p);
         // A platform with no device answers CL_DEVICE_NOT_FOUND: skip it.
         let ids = p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default();
         let mut ordinals = Vec::new();
@@ -117,101 +117,7 @@ fn discover() -> Result<Discovery, String> {
                 continue;
             }
             let ordinal = devices.len();
-            let device = Device::OpenCl(ordinal);
-            let ext = d.extensions().unwrap_or_default();
-            let has = |e: &str| ext.split_whitespace().any(|x| x == e);
-            let fp16 = has("cl_khr_fp16");
-            let fp64 = has("cl_khr_fp64") || d.double_fp_config().map(|c| c != 0).unwrap_or(false);
-            let profile = d.profile().unwrap_or_default();
-            let int64 = profile != "EMBEDDED_PROFILE" || has("cles_khr_int64");
-            let global_mem = d.global_mem_size().unwrap_or(0);
-            let max_alloc = d.max_mem_alloc_size().unwrap_or(0);
-            let base_align = (d.mem_base_addr_align().unwrap_or(1024) / 8).max(1) as usize;
-            let kind = match d.dev_type().unwrap_or(0) {
-                t if t & CL_DEVICE_TYPE_GPU != 0 => "gpu",
-                t if t & CL_DEVICE_TYPE_CPU != 0 => "cpu",
-                _ => "accelerator",
-            };
-            // Formatted like bridge-cuda (`nvidia-smi` style) for GPUs, so that an NVIDIA GPU seen
-            // through OpenCL and through CUDA compares equal in the registry's topology.
-            let uuid = if has("cl_khr_device_uuid") {
-                d.uuid_khr().ok().map(|u| {
-                    let hex = hex_uuid(&u);
-                    if kind == "gpu" {
-                        format!("GPU-{hex}")
-                    } else {
-                        hex
-                    }
-                })
-            } else {
-                None
-            };
-            let name = d
-                .name()
-                .unwrap_or_else(|_| "unknown OpenCL device".to_owned());
-            let mut info = DeviceInfo {
-                uuid,
-                total_memory: Some(global_mem),
-                free_memory: None,
-                capabilities: Capabilities {
-                    fp16,
-                    // bf16 is plain 16-bit storage (no OpenCL C type, no extension needed).
-                    bf16: true,
-                    fp64,
-                    compute_units: d.max_compute_units().ok(),
-                    max_alloc: Some(max_alloc),
-                    compute_capability: None,
-                },
-                details: vec![
-                    ("platform".to_owned(), pname.clone()),
-                    ("platform vendor".to_owned(), pvendor.clone()),
-                    ("platform version".to_owned(), pversion.clone()),
-                    ("type".to_owned(), kind.to_owned()),
-                    ("vendor".to_owned(), d.vendor().unwrap_or_default()),
-                    ("version".to_owned(), d.version().unwrap_or_default()),
-                    ("driver".to_owned(), d.driver_version().unwrap_or_default()),
-                    (
-                        "opencl c".to_owned(),
-                        d.opencl_c_version().unwrap_or_default(),
-                    ),
-                    ("profile".to_owned(), profile),
-                ],
-                ..DeviceInfo::new(device, name)
-            };
-            // Where the device sits on the PCI bus, formatted like bridge-cuda's `pci` detail
-            // (DOMAIN:BUS:DEVICE in hex; NVIDIA's query has no domain: `?`), so `--device all`
-            // can list a GPU seen through both APIs once.
-            let pci = if has("cl_khr_pci_bus_info") {
-                d.pcibusinfokhr_intel().ok().map(|p| {
-                    format!(
-                        "{:04x}:{:02x}:{:02x}",
-                        p.pci_domain, p.pci_bus, p.pci_device
-                    )
-                })
-            } else if has("cl_nv_device_attribute_query") {
-                match (d.pci_bus_id_nv(), d.pci_slot_id_nv()) {
-                    // the slot id holds device << 3 | function
-                    (Ok(bus), Ok(slot)) => Some(format!("?:{bus:02x}:{:02x}", slot >> 3)),
-                    _ => None,
-                }
-            } else {
-                None
-            };
-            if let Some(pci) = pci {
-                info.details.push(("pci".to_owned(), pci));
-            }
-            devices.push(DeviceEntry {
-                device,
-                id: d,
-                platform: pi,
-                info,
-                global_mem,
-                max_alloc,
-                fp16,
-                fp64,
-                int64,
-                base_align,
-            });
+            devices.push(device_entry(d, ordinal, (pi, &key)));
             ordinals.push(ordinal);
         }
         by_platform.push(ordinals);
@@ -226,6 +132,125 @@ fn discover() -> Result<Discovery, String> {
         devices,
         platforms: by_platform,
     })
+}
+
+/// Whether the space-separated extension list `ext` names `e`.
+fn has_extension(ext: &str, e: &str) -> bool {
+    ext.split_whitespace().any(|x| x == e)
+}
+
+/// The entry of available device `d`, `opencl:ordinal`, of platform `pi` (sorted) whose
+/// (name, vendor, version) is `key`: what it supports and what `devices()` reports.
+fn device_entry(
+    d: ClDevice,
+    ordinal: usize,
+    (pi, (pname, pvendor, pversion)): (usize, &(String, String, String)),
+) -> DeviceEntry {
+    let device = Device::OpenCl(ordinal);
+    let ext = d.extensions().unwrap_or_default();
+    let has = |e: &str| has_extension(&ext, e);
+    let fp16 = has("cl_khr_fp16");
+    let fp64 = has("cl_khr_fp64") || d.double_fp_config().map(|c| c != 0).unwrap_or(false);
+    let profile = d.profile().unwrap_or_default();
+    let int64 = profile != "EMBEDDED_PROFILE" || has("cles_khr_int64");
+    let global_mem = d.global_mem_size().unwrap_or(0);
+    let max_alloc = d.max_mem_alloc_size().unwrap_or(0);
+    let base_align = (d.mem_base_addr_align().unwrap_or(1024) / 8).max(1) as usize;
+    let kind = match d.dev_type().unwrap_or(0) {
+        t if t & CL_DEVICE_TYPE_GPU != 0 => "gpu",
+        t if t & CL_DEVICE_TYPE_CPU != 0 => "cpu",
+        _ => "accelerator",
+    };
+    let uuid = device_uuid(&d, &ext, kind);
+    let name = d
+        .name()
+        .unwrap_or_else(|_| "unknown OpenCL device".to_owned());
+    let mut info = DeviceInfo {
+        uuid,
+        total_memory: Some(global_mem),
+        free_memory: None,
+        capabilities: Capabilities {
+            fp16,
+            // bf16 is plain 16-bit storage (no OpenCL C type, no extension needed).
+            bf16: true,
+            fp64,
+            compute_units: d.max_compute_units().ok(),
+            max_alloc: Some(max_alloc),
+            compute_capability: None,
+        },
+        details: vec![
+            ("platform".to_owned(), pname.clone()),
+            ("platform vendor".to_owned(), pvendor.clone()),
+            ("platform version".to_owned(), pversion.clone()),
+            ("type".to_owned(), kind.to_owned()),
+            ("vendor".to_owned(), d.vendor().unwrap_or_default()),
+            ("version".to_owned(), d.version().unwrap_or_default()),
+            ("driver".to_owned(), d.driver_version().unwrap_or_default()),
+            (
+                "opencl c".to_owned(),
+                d.opencl_c_version().unwrap_or_default(),
+            ),
+            ("profile".to_owned(), profile),
+        ],
+        ..DeviceInfo::new(device, name)
+    };
+    if let Some(pci) = pci_location(&d, &ext) {
+        info.details.push(("pci".to_owned(), pci));
+    }
+    DeviceEntry {
+        device,
+        id: d,
+        platform: pi,
+        info,
+        global_mem,
+        max_alloc,
+        fp16,
+        fp64,
+        int64,
+        base_align,
+    }
+}
+
+/// The UUID of device `d` (extensions `ext`, of `kind` gpu, cpu or accelerator) when it
+/// reports one (`cl_khr_device_uuid`).
+fn device_uuid(d: &ClDevice, ext: &str, kind: &str) -> Option<String> {
+    // Formatted like bridge-cuda (`nvidia-smi` style) for GPUs, so that an NVIDIA GPU seen
+    // through OpenCL and through CUDA compares equal in the registry's topology.
+    if has_extension(ext, "cl_khr_device_uuid") {
+        d.uuid_khr().ok().map(|u| {
+            let hex = hex_uuid(&u);
+            if kind == "gpu" {
+                format!("GPU-{hex}")
+            } else {
+                hex
+            }
+        })
+    } else {
+        None
+    }
+}
+
+/// Where device `d` (extensions `ext`) sits on the PCI bus, when it says.
+fn pci_location(d: &ClDevice, ext: &str) -> Option<String> {
+    // Where the device sits on the PCI bus, formatted like bridge-cuda's `pci` detail
+    // (DOMAIN:BUS:DEVICE in hex; NVIDIA's query has no domain: `?`), so `--device all`
+    // can list a GPU seen through both APIs once.
+    if has_extension(ext, "cl_khr_pci_bus_info") {
+        d.pcibusinfokhr_intel().ok().map(|p| {
+            format!(
+                "{:04x}:{:02x}:{:02x}",
+                p.pci_domain, p.pci_bus, p.pci_device
+            )
+        })
+    } else if has_extension(ext, "cl_nv_device_attribute_query") {
+        match (d.pci_bus_id_nv(), d.pci_slot_id_nv()) {
+            // the slot id holds device << 3 | function
+            (Ok(bus), Ok(slot)) => Some(format!("?:{bus:02x}:{:02x}", slot >> 3)),
+            _ => None,
+        }
+    } else {
+        None
+    }
 }
 
 /// The unavailability error for a failed discovery.

@@ -7,8 +7,9 @@ use bridge_core::{BridgeError, Result};
 use ndarray::Array2;
 use rayon::prelude::*;
 
+use super::geometry::Geometry;
 use super::job::PacoJob;
-use super::settings::SubPixel;
+use super::settings::{SubPixel, Variant};
 use super::simd;
 use super::stats::{Prepared, Scratch, try_vec};
 use super::templates::Templates;
@@ -254,6 +255,69 @@ pub(crate) fn bucket_ab(
     let angles = &job.angles;
     let n0 = traj.len(t);
     let w = geom.width;
+    let pair_theta = pair_pixels(job, traj)?;
+    let valid: Vec<bool> = pair_theta.chunks(t).map(|c| c[0] != u32::MAX).collect();
+    let prep = Prepared::new(job.cube.view(), job.disk.clone())?;
+    let tpl = Templates::new(
+        &job.psf_n.psf,
+        &job.disk,
+        job.params.subpixel,
+        geom.rounding,
+    )?;
+    let (k, r) = (prep.k(), job.params.psf_rad);
+    let variant = job.params.variant;
+    let (y_lo, y_hi) = box_rows(job);
+    let band = band_rows(job, prep.lags.len());
+    let nbands = (y_hi - y_lo).div_ceil(band);
+    let (counts, mut by_band) = sort_by_band(pair_theta, w, (y_lo, band, nbands))?;
+    let mut a = vec![0.0f64; n0];
+    let mut b = vec![0.0f64; n0];
+    let mut g = Vec::new();
+    let h0 = match &tpl {
+        Templates::Centred(h) => Some(h.clone()),
+        _ => None,
+    };
+    let bucket = Bucket {
+        prep: &prep,
+        tpl: &tpl,
+        h0: h0.as_deref(),
+        geom: &geom,
+        angles,
+        traj,
+        variant,
+        k,
+        r,
+        t,
+        w,
+    };
+    for bi in 0..nbands {
+        let pairs = &mut by_band[counts[bi]..counts[bi + 1]];
+        if pairs.is_empty() {
+            continue;
+        }
+        pairs.sort_unstable();
+        let pairs: &[(u32, u32)] = pairs;
+        let ya = y_lo + bi * band;
+        let yb = (ya + band).min(y_hi);
+        bucket.band(pairs, (ya, yb), &mut g, (&mut a, &mut b))?;
+    }
+    for ((av, bv), &ok) in a.iter_mut().zip(b.iter_mut()).zip(&valid) {
+        if !ok {
+            *av = f64::NAN;
+            *bv = f64::NAN;
+        }
+    }
+    Ok((a, b))
+}
+
+/// The trajectory pixel θ of every pair (φ0, ℓ), φ0-major, T per φ0: all `u32::MAX` for a φ0
+/// whose trajectory leaves the statistics. An error past 2³² pairs.
+#[inline]
+fn pair_pixels(job: &PacoJob<'_>, traj: &simd::Trajectories<'_>) -> Result<Vec<u32>> {
+    let t = job.angles.len();
+    let geom = job.geom;
+    let angles = &job.angles;
+    let n0 = traj.len(t);
     // Trajectory pixel of every pair; u32::MAX for φ0 with an invalid trajectory.
     if n0.checked_mul(t).is_none_or(|n| n >= u32::MAX as usize) {
         return Err(BridgeError::Unsupported(format!(
@@ -284,19 +348,22 @@ pub(crate) fn bucket_ab(
                 }
             }
         });
-    let valid: Vec<bool> = pair_theta.chunks(t).map(|c| c[0] != u32::MAX).collect();
-    let prep = Prepared::new(job.cube.view(), job.disk.clone())?;
-    let tpl = Templates::new(
-        &job.psf_n.psf,
-        &job.disk,
-        job.params.subpixel,
-        geom.rounding,
-    )?;
-    let (k, r) = (prep.k(), job.params.psf_rad);
-    let variant = job.params.variant;
-    let (y_lo, y_hi) = box_rows(job);
-    let band = band_rows(job, prep.lags.len());
-    let nbands = (y_hi - y_lo).div_ceil(band);
+    Ok(pair_theta)
+}
+
+/// The start of every band in the pairs sorted by band (and the end of the last), and those
+/// (θ, pair id) pairs ([`sort_by_band`]).
+type ByBand = (Vec<usize>, Vec<(u32, u32)>);
+
+/// Counting sort of (θ, pair id) by band of `band` rows from row `y_lo` (`nbands` bands of
+/// `w`-pixel rows): the start of every band (and the end of the last) and the valid pairs in
+/// band order, pair order within a band. `pair_theta` is dropped once sorted.
+#[inline]
+fn sort_by_band(
+    pair_theta: Vec<u32>,
+    w: usize,
+    (y_lo, band, nbands): (usize, usize, usize),
+) -> Result<ByBand> {
     // Counting sort of (θ, pair id) by band.
     let mut counts = vec![0usize; nbands + 1];
     for &th in &pair_theta {
@@ -317,22 +384,42 @@ pub(crate) fn bucket_ab(
         }
     }
     drop(pair_theta);
-    let mut a = vec![0.0f64; n0];
-    let mut b = vec![0.0f64; n0];
-    let mut g = Vec::new();
-    let h0 = match &tpl {
-        Templates::Centred(h) => Some(h.clone()),
-        _ => None,
-    };
-    for bi in 0..nbands {
-        let pairs = &mut by_band[counts[bi]..counts[bi + 1]];
-        if pairs.is_empty() {
-            continue;
-        }
-        pairs.sort_unstable();
-        let pairs: &[(u32, u32)] = pairs;
-        let ya = y_lo + bi * band;
-        let yb = (ya + band).min(y_hi);
+    Ok((counts, by_band))
+}
+
+/// What every band of [`bucket_ab`] reads: the centred cube, the templates (and the centred
+/// one, without sub-pixel templates), the geometry, angles and trajectories, and the sizes.
+struct Bucket<'a> {
+    prep: &'a Prepared,
+    tpl: &'a Templates,
+    h0: Option<&'a [f64]>,
+    geom: &'a Geometry,
+    angles: &'a [f64],
+    traj: &'a simd::Trajectories<'a>,
+    variant: Variant,
+    /// Pixels per patch (K).
+    k: usize,
+    /// The patch radius.
+    r: usize,
+    /// Frames.
+    t: usize,
+    /// Frame width.
+    w: usize,
+}
+
+impl Bucket<'_> {
+    /// Add the contributions of one band's pairs (sorted by θ) of rows `[ya, yb)` to a and b:
+    /// the lag table of its rows in `g`, the rows split in halves (down to one row) while the
+    /// table does not fit in memory.
+    #[inline]
+    fn band(
+        &self,
+        pairs: &[(u32, u32)],
+        (ya, yb): (usize, usize),
+        g: &mut Vec<f64>,
+        (a, b): (&mut [f64], &mut [f64]),
+    ) -> Result<()> {
+        let (w, r) = (self.w, self.r);
         // Rows of the band, split further if the lag table does not fit in memory.
         let mut todo = vec![(ya, yb)];
         while let Some((sa, sb)) = todo.pop() {
@@ -343,11 +430,11 @@ pub(crate) fn bucket_ab(
                 continue;
             }
             let pa = sa - r;
-            if let Err(e) = prep.lag_table(pa, sb + r, &mut g) {
+            if let Err(e) = self.prep.lag_table(pa, sb + r, g) {
                 if sb - sa == 1 {
                     return Err(e);
                 }
-                g = Vec::new();
+                *g = Vec::new();
                 let mid = sa + (sb - sa) / 2;
                 log::info!("paco: out of memory for a lag-table band; splitting rows {sa}..{sb}");
                 todo.push((mid, sb));
@@ -355,26 +442,20 @@ pub(crate) fn bucket_ab(
                 continue;
             }
             let ctx = simd::GroupCtx {
-                prep: &prep,
-                g: &g,
+                prep: self.prep,
+                g,
                 pa,
-                variant,
-                h0: h0.as_deref(),
-                tpl: &tpl,
-                geom: &geom,
-                angles,
-                traj,
+                variant: self.variant,
+                h0: self.h0,
+                tpl: self.tpl,
+                geom: self.geom,
+                angles: self.angles,
+                traj: self.traj,
             };
-            process_pairs(&ctx, sub, k, &mut a, &mut b, t)?;
+            process_pairs(&ctx, sub, self.k, a, b, self.t)?;
         }
+        Ok(())
     }
-    for ((av, bv), &ok) in a.iter_mut().zip(b.iter_mut()).zip(&valid) {
-        if !ok {
-            *av = f64::NAN;
-            *bv = f64::NAN;
-        }
-    }
-    Ok((a, b))
 }
 
 /// Evaluate the pairs (sorted by θ) of one lag-table band and add their contributions to

@@ -121,6 +121,9 @@ pub fn unbiased_flux(
         .collect()
 }
 
+/// [`unbiased_flux`] at one position `(y0, x0)` on the working cube: the trajectory's pixels
+/// ([`trajectory`]), its columns and models ([`columns`]), then `α ← max(b, 0)/a` with a and b
+/// relearnt at every step ([`ab_without_source`]) until the tolerance or `max_iter`.
 fn estimate_one(job: &PacoJob<'_>, y0: f64, x0: f64, opts: FluxOptions) -> Result<FluxEstimate> {
     let nan = FluxEstimate {
         y: y0,
@@ -131,21 +134,62 @@ fn estimate_one(job: &PacoJob<'_>, y0: f64, x0: f64, opts: FluxOptions) -> Resul
         iterations: 0,
         converged: false,
     };
+    let Some(pix) = trajectory(job, y0, x0) else {
+        return Ok(nan);
+    };
+    let (xs, ms) = columns(job, &pix);
+    let mut alpha = opts.alpha0;
+    let mut out = nan;
+    for it in 1..=opts.max_iter.max(1) {
+        let (a, b) = ab_without_source(job, (&xs, &ms), alpha);
+        if !(a.is_finite() && b.is_finite() && a > 0.0) {
+            return Ok(nan);
+        }
+        let new = b.max(0.0) / a;
+        let done = (new - alpha).abs() <= opts.eps * new.abs();
+        out = FluxEstimate {
+            y: y0,
+            x: x0,
+            flux: new,
+            std: 1.0 / a.sqrt(),
+            snr: b / a.sqrt(),
+            iterations: it,
+            converged: done,
+        };
+        alpha = new;
+        if done {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// The trajectory of `(y0, x0)` through the frames: for every frame its rounded pixel and the
+/// fractional offset from it `(py, px, fy, fx)`; `None` when a pixel leaves the statistics box.
+fn trajectory(job: &PacoJob<'_>, y0: f64, x0: f64) -> Option<Vec<(isize, isize, f64, f64)>> {
     let t = job.angles.len();
-    let k = job.disk.len();
     let geom = job.geom;
-    let psf_n = &job.psf_n.psf;
-    let (ph, pw) = psf_n.dim();
-    let (cy, cx) = ((ph / 2) as isize, (pw / 2) as isize);
     let mut pix = Vec::with_capacity(t);
     for &ang in &job.angles {
         let (y, x) = geom.position(y0, x0, ang);
         let (py, px) = (geom.round(y), geom.round(x));
         if !geom.in_box(py, px) {
-            return Ok(nan);
+            return None;
         }
         pix.push((py as isize, px as isize, y - py, x - px));
     }
+    Some(pix)
+}
+
+/// The raw columns X_ℓ (T×K) and the models M_ℓ (T×K) for every ℓ of the trajectory `pix`,
+/// ℓ-major: the patches of the cube about every frame's pixel, and the PSF shifted by each
+/// frame's fractional offset (FFT-shifted) sampled at the same offsets.
+fn columns(job: &PacoJob<'_>, pix: &[(isize, isize, f64, f64)]) -> (Vec<f64>, Vec<f64>) {
+    let t = job.angles.len();
+    let k = job.disk.len();
+    let psf_n = &job.psf_n.psf;
+    let (ph, pw) = psf_n.dim();
+    let (cy, cx) = ((ph / 2) as isize, (pw / 2) as isize);
     let shifter = VipShifter::new(psf_n.view());
     let shifted: Vec<Array2<f64>> = pix
         .par_iter()
@@ -175,91 +219,79 @@ fn estimate_one(job: &PacoJob<'_>, y0: f64, x0: f64, opts: FluxOptions) -> Resul
                 }
             }
         });
+    (xs, ms)
+}
+
+/// a and b of one iteration: every column's statistics relearnt after subtracting `alpha`
+/// times its model (mean, sample covariance, shrinkage and Cholesky factor), its contribution
+/// `(hᵀC⁻¹h, hᵀC⁻¹(r − m))` computed in parallel, then summed in increasing ℓ; NaN where a
+/// covariance cannot be factored.
+fn ab_without_source(job: &PacoJob<'_>, (xs, ms): (&[f64], &[f64]), alpha: f64) -> (f64, f64) {
+    let t = job.angles.len();
+    let k = job.disk.len();
     let variant = job.params.variant;
-    let mut alpha = opts.alpha0;
-    let mut out = nan;
-    for it in 1..=opts.max_iter.max(1) {
-        let contrib: Vec<(f64, f64)> = (0..t)
-            .into_par_iter()
-            .map_init(
-                || (Scratch::new(k), vec![0.0; t * k], vec![0.0; k]),
-                |(sc, xc, mean), l| {
-                    let xl = &xs[l * t * k..(l + 1) * t * k];
-                    let ml = &ms[l * t * k..(l + 1) * t * k];
-                    for ((o, &xv), &mv) in xc.iter_mut().zip(xl).zip(ml) {
-                        *o = xv - alpha * mv;
+    let contrib: Vec<(f64, f64)> = (0..t)
+        .into_par_iter()
+        .map_init(
+            || (Scratch::new(k), vec![0.0; t * k], vec![0.0; k]),
+            |(sc, xc, mean), l| {
+                let xl = &xs[l * t * k..(l + 1) * t * k];
+                let ml = &ms[l * t * k..(l + 1) * t * k];
+                for ((o, &xv), &mv) in xc.iter_mut().zip(xl).zip(ml) {
+                    *o = xv - alpha * mv;
+                }
+                mean.fill(0.0);
+                for row in xc.chunks_exact(k) {
+                    for (m, &v) in mean.iter_mut().zip(row) {
+                        *m += v;
                     }
-                    mean.fill(0.0);
-                    for row in xc.chunks_exact(k) {
-                        for (m, &v) in mean.iter_mut().zip(row) {
-                            *m += v;
-                        }
+                }
+                for m in mean.iter_mut() {
+                    *m /= t as f64;
+                }
+                for row in xc.chunks_exact_mut(k) {
+                    for (v, &m) in row.iter_mut().zip(mean.iter()) {
+                        *v -= m;
                     }
-                    for m in mean.iter_mut() {
-                        *m /= t as f64;
-                    }
-                    for row in xc.chunks_exact_mut(k) {
-                        for (v, &m) in row.iter_mut().zip(mean.iter()) {
-                            *v -= m;
-                        }
-                    }
-                    sc.l.fill(0.0);
-                    for row in xc.chunks_exact(k) {
-                        for i in 0..k {
-                            let ri = row[i];
-                            let li = &mut sc.l[i * k..i * k + i + 1];
-                            for (lv, &rj) in li.iter_mut().zip(&row[..=i]) {
-                                *lv += ri * rj;
-                            }
-                        }
-                    }
-                    let inv_t = 1.0 / t as f64;
-                    // S into the upper triangle (what shrink_and_factor reads).
+                }
+                sc.l.fill(0.0);
+                for row in xc.chunks_exact(k) {
                     for i in 0..k {
-                        for j in 0..=i {
-                            sc.l[j * k + i] = sc.l[i * k + j] * inv_t;
+                        let ri = row[i];
+                        let li = &mut sc.l[i * k..i * k + i + 1];
+                        for (lv, &rj) in li.iter_mut().zip(&row[..=i]) {
+                            *lv += ri * rj;
                         }
                     }
-                    if !shrink_and_factor(sc, k, t, variant) {
-                        return (f64::NAN, f64::NAN);
+                }
+                let inv_t = 1.0 / t as f64;
+                // S into the upper triangle (what shrink_and_factor reads).
+                for i in 0..k {
+                    for j in 0..=i {
+                        sc.l[j * k + i] = sc.l[i * k + j] * inv_t;
                     }
-                    // h_ℓ = model of frame ℓ in its own column; r_ℓ − m_ℓ with the raw patch.
-                    sc.v.copy_from_slice(&ml[l * k..(l + 1) * k]);
-                    for ((u, &xv), &m) in
-                        sc.u.iter_mut()
-                            .zip(&xl[l * k..(l + 1) * k])
-                            .zip(mean.iter())
-                    {
-                        *u = xv - m;
-                    }
-                    forward2(&sc.l, &sc.inv_diag, k, &mut sc.v, &mut sc.u);
-                    (dot(&sc.v, &sc.v), dot(&sc.v, &sc.u))
-                },
-            )
-            .collect();
-        let (mut a, mut b) = (0.0, 0.0);
-        for (ca, cb) in contrib {
-            a += ca;
-            b += cb;
-        }
-        if !(a.is_finite() && b.is_finite() && a > 0.0) {
-            return Ok(nan);
-        }
-        let new = b.max(0.0) / a;
-        let done = (new - alpha).abs() <= opts.eps * new.abs();
-        out = FluxEstimate {
-            y: y0,
-            x: x0,
-            flux: new,
-            std: 1.0 / a.sqrt(),
-            snr: b / a.sqrt(),
-            iterations: it,
-            converged: done,
-        };
-        alpha = new;
-        if done {
-            break;
-        }
+                }
+                if !shrink_and_factor(sc, k, t, variant) {
+                    return (f64::NAN, f64::NAN);
+                }
+                // h_ℓ = model of frame ℓ in its own column; r_ℓ − m_ℓ with the raw patch.
+                sc.v.copy_from_slice(&ml[l * k..(l + 1) * k]);
+                for ((u, &xv), &m) in
+                    sc.u.iter_mut()
+                        .zip(&xl[l * k..(l + 1) * k])
+                        .zip(mean.iter())
+                {
+                    *u = xv - m;
+                }
+                forward2(&sc.l, &sc.inv_diag, k, &mut sc.v, &mut sc.u);
+                (dot(&sc.v, &sc.v), dot(&sc.v, &sc.u))
+            },
+        )
+        .collect();
+    let (mut a, mut b) = (0.0, 0.0);
+    for (ca, cb) in contrib {
+        a += ca;
+        b += cb;
     }
-    Ok(out)
+    (a, b)
 }

@@ -192,6 +192,135 @@ fn check_finite(cube: ArrayView3<'_, f64>) -> Result<f64> {
     }
 }
 
+/// At least 2 frames, and one finite angle per frame.
+fn check_frames(t: usize, angles: ArrayView1<'_, f64>) -> Result<()> {
+    if t < 2 {
+        return Err(BridgeError::InvalidInput(format!(
+            "the cube needs at least 2 frames, found {t}"
+        )));
+    }
+    if angles.len() != t {
+        return Err(BridgeError::shape_mismatch(
+            format!("{t} angles (one per frame)"),
+            format!("{} angles", angles.len()),
+            "PACO angles",
+        ));
+    }
+    if angles.iter().any(|a| !a.is_finite()) {
+        return Err(BridgeError::InvalidInput(
+            "angles contain non-finite values".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The patch disk of radius `psf_rad`, checked: a radius of at least 1, `h × w` frames large
+/// enough for one pixel with statistics under the edge rule, the `patch_area` asked for (if
+/// any), and the memory of one covariance per thread.
+fn patch_disk(params: &PacoParams, h: usize, w: usize) -> Result<Vec<(isize, isize)>> {
+    let r = params.psf_rad;
+    if r == 0 {
+        return Err(BridgeError::invalid_argument(
+            "psf_rad",
+            "must be at least 1",
+        ));
+    }
+    // The smallest frame with one pixel that may hold statistics. Checked before anything
+    // of size R² is built (and without overflow for absurd radii).
+    let min_side = match params.edge {
+        EdgeRule::Box => r.checked_mul(2).and_then(|d| d.checked_add(3)),
+        EdgeRule::Disk => r.checked_mul(2).and_then(|d| d.checked_add(1)),
+    }
+    .unwrap_or(usize::MAX);
+    if h < min_side || w < min_side {
+        return Err(BridgeError::InvalidInput(format!(
+            "frames of {h}×{w} are too small for patches of radius {r} with the {:?} edge rule (need at least {min_side}×{min_side})",
+            params.edge
+        )));
+    }
+    let disk = disk_offsets(r);
+    if let Some(pa) = params.patch_area
+        && pa != disk.len()
+    {
+        return Err(BridgeError::invalid_argument(
+            "patch_area",
+            format!("a disk of radius {r} has {} pixels, not {pa}", disk.len()),
+        ));
+    }
+    // Each worker holds at least one K×K covariance (and its factor) at a time.
+    let k = disk.len() as u64;
+    let workers = rayon::current_num_threads() as u64;
+    bridge_core::host::check_allocation(
+        k.saturating_mul(k)
+            .saturating_mul(16)
+            .saturating_mul(workers),
+        &format!(
+            "PACO patches of radius {r} (--radius; {k} pixels, a {k}×{k} covariance per \
+             thread, {workers} threads)"
+        ),
+        "use a smaller patch radius (about the PSF's FWHM)",
+    )?;
+    Ok(disk)
+}
+
+/// The PSF's `ph × pw`: within the `h × w` frames, odd sides, and at least the patch of
+/// radius `r`.
+fn check_psf_shape((ph, pw): (usize, usize), (h, w): (usize, usize), r: usize) -> Result<()> {
+    if ph > h || pw > w {
+        return Err(BridgeError::InvalidInput(format!(
+            "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
+        )));
+    }
+    if ph % 2 == 0 || pw % 2 == 0 {
+        return Err(BridgeError::InvalidInput(format!(
+            "the PSF is {ph}×{pw}: PACO needs odd sides with the star on the centre pixel \
+             (an even side has no centre pixel and would shift every template by half a \
+             pixel); crop one row and/or column so the peak is in the middle"
+        )));
+    }
+    if ph < 2 * r + 1 || pw < 2 * r + 1 {
+        return Err(BridgeError::InvalidInput(format!(
+            "the PSF ({ph}×{pw}) is smaller than the patch ({0}×{0})",
+            2 * r + 1
+        )));
+    }
+    Ok(())
+}
+
+/// The star centre of `h × w` frames as [`Geometry`] takes it, `(sub, add)`: the centre
+/// subtracted from a position and the one added back. An explicit centre must be finite and
+/// on the frame.
+fn star_centre(center: Center, h: usize, w: usize) -> Result<((f64, f64), (f64, f64))> {
+    Ok(match center {
+        Center::Auto => {
+            // floor(N/2) is N/2 for even N and (N−1)/2, the centre pixel, for odd N.
+            let c = ((h / 2) as f64, (w / 2) as f64);
+            (c, c)
+        }
+        Center::VipOdd => (
+            (h as f64 / 2.0, w as f64 / 2.0),
+            ((h / 2) as f64, (w / 2) as f64),
+        ),
+        Center::At(cy, cx) => {
+            if !(cy.is_finite() && cx.is_finite()) {
+                return Err(BridgeError::invalid_argument("center", "must be finite"));
+            }
+            // The star must be on the frame (every trajectory rotates about it).
+            if !(0.0..=(h - 1) as f64).contains(&cy) || !(0.0..=(w - 1) as f64).contains(&cx) {
+                return Err(BridgeError::invalid_argument(
+                    "center",
+                    format!(
+                        "({cy}, {cx}) is outside the {h}×{w} frame (y in 0..={}, x in 0..={})",
+                        h - 1,
+                        w - 1
+                    ),
+                ));
+            }
+            ((cy, cx), (cy, cx))
+        }
+    })
+}
+
 impl<'a> PacoJob<'a> {
     /// Validate inputs and normalise the PSF.
     pub fn new(
@@ -201,84 +330,10 @@ impl<'a> PacoJob<'a> {
         params: &PacoParams,
     ) -> Result<Self> {
         let (t, h, w) = cube.dim();
-        if t < 2 {
-            return Err(BridgeError::InvalidInput(format!(
-                "the cube needs at least 2 frames, found {t}"
-            )));
-        }
-        if angles.len() != t {
-            return Err(BridgeError::shape_mismatch(
-                format!("{t} angles (one per frame)"),
-                format!("{} angles", angles.len()),
-                "PACO angles",
-            ));
-        }
-        if angles.iter().any(|a| !a.is_finite()) {
-            return Err(BridgeError::InvalidInput(
-                "angles contain non-finite values".into(),
-            ));
-        }
+        check_frames(t, angles)?;
         let r = params.psf_rad;
-        if r == 0 {
-            return Err(BridgeError::invalid_argument(
-                "psf_rad",
-                "must be at least 1",
-            ));
-        }
-        // The smallest frame with one pixel that may hold statistics. Checked before anything
-        // of size R² is built (and without overflow for absurd radii).
-        let min_side = match params.edge {
-            EdgeRule::Box => r.checked_mul(2).and_then(|d| d.checked_add(3)),
-            EdgeRule::Disk => r.checked_mul(2).and_then(|d| d.checked_add(1)),
-        }
-        .unwrap_or(usize::MAX);
-        if h < min_side || w < min_side {
-            return Err(BridgeError::InvalidInput(format!(
-                "frames of {h}×{w} are too small for patches of radius {r} with the {:?} edge rule (need at least {min_side}×{min_side})",
-                params.edge
-            )));
-        }
-        let disk = disk_offsets(r);
-        if let Some(pa) = params.patch_area
-            && pa != disk.len()
-        {
-            return Err(BridgeError::invalid_argument(
-                "patch_area",
-                format!("a disk of radius {r} has {} pixels, not {pa}", disk.len()),
-            ));
-        }
-        // Each worker holds at least one K×K covariance (and its factor) at a time.
-        let k = disk.len() as u64;
-        let workers = rayon::current_num_threads() as u64;
-        bridge_core::host::check_allocation(
-            k.saturating_mul(k)
-                .saturating_mul(16)
-                .saturating_mul(workers),
-            &format!(
-                "PACO patches of radius {r} (--radius; {k} pixels, a {k}×{k} covariance per \
-                 thread, {workers} threads)"
-            ),
-            "use a smaller patch radius (about the PSF's FWHM)",
-        )?;
-        let (ph, pw) = psf.dim();
-        if ph > h || pw > w {
-            return Err(BridgeError::InvalidInput(format!(
-                "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
-            )));
-        }
-        if ph % 2 == 0 || pw % 2 == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "the PSF is {ph}×{pw}: PACO needs odd sides with the star on the centre pixel \
-                 (an even side has no centre pixel and would shift every template by half a \
-                 pixel); crop one row and/or column so the peak is in the middle"
-            )));
-        }
-        if ph < 2 * r + 1 || pw < 2 * r + 1 {
-            return Err(BridgeError::InvalidInput(format!(
-                "the PSF ({ph}×{pw}) is smaller than the patch ({0}×{0})",
-                2 * r + 1
-            )));
-        }
+        let disk = patch_disk(params, h, w)?;
+        check_psf_shape(psf.dim(), (h, w), r)?;
         let max_abs = check_finite(cube)?;
         let cube_exp = cube_exponent(max_abs)?;
         // float's range (±2^±126..128) is too narrow for fourth powers of anything but
@@ -295,34 +350,7 @@ impl<'a> PacoJob<'a> {
             ));
         }
         let psf_n = normalize_psf(psf, params.psf_norm, params.psf_scale)?;
-        let (sub, add) = match params.center {
-            Center::Auto => {
-                // floor(N/2) is N/2 for even N and (N−1)/2, the centre pixel, for odd N.
-                let c = ((h / 2) as f64, (w / 2) as f64);
-                (c, c)
-            }
-            Center::VipOdd => (
-                (h as f64 / 2.0, w as f64 / 2.0),
-                ((h / 2) as f64, (w / 2) as f64),
-            ),
-            Center::At(cy, cx) => {
-                if !(cy.is_finite() && cx.is_finite()) {
-                    return Err(BridgeError::invalid_argument("center", "must be finite"));
-                }
-                // The star must be on the frame (every trajectory rotates about it).
-                if !(0.0..=(h - 1) as f64).contains(&cy) || !(0.0..=(w - 1) as f64).contains(&cx) {
-                    return Err(BridgeError::invalid_argument(
-                        "center",
-                        format!(
-                            "({cy}, {cx}) is outside the {h}×{w} frame (y in 0..={}, x in 0..={})",
-                            h - 1,
-                            w - 1
-                        ),
-                    ));
-                }
-                ((cy, cx), (cy, cx))
-            }
-        };
+        let (sub, add) = star_centre(params.center, h, w)?;
         let geom = Geometry {
             height: h,
             width: w,

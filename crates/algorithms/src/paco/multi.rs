@@ -44,13 +44,14 @@ use ndarray::{ArrayView1, ArrayView2, ArrayView3};
 
 pub use crate::detect::MultiPolicy;
 
-use super::backend::{CpuBackend, PacoBackend};
-use super::cpu::{FastRows, sum_trajectories};
+use super::PacoMaps;
+use super::cpu::FastRows;
 use super::job::PacoJob;
 use super::settings::{PacoParams, SubPixel};
-use super::{PacoMaps, maps_from_ab};
 use crate::exec::DeviceHandle;
 use crate::units::{Units, next_unit};
+
+mod stages;
 
 /// Most statistics pixels of one unit without templates (one `paco_stats` launch on a device).
 const UNIT_GROUPS: usize = 1 << 16;
@@ -428,6 +429,10 @@ fn member_worker<'j>(
     }
 }
 
+/// [`paco_members`] without finishing the peers: the members' arithmetic checked
+/// ([`stages::member_arithmetic`], [`stages::shared_arithmetic`]), then the CPU alone
+/// ([`stages::cpu_alone`]), the pixel runs with templates (`stages::templates_run`) or the
+/// statistics rows ([`stages::rows_run`]).
 fn members_run(
     cube: ArrayView3<'_, f64>,
     angles: ArrayView1<'_, f64>,
@@ -444,32 +449,7 @@ fn members_run(
     }
     let job = PacoJob::new(cube, angles, psf, params)?;
     let templates = params.subpixel != SubPixel::Off;
-    let mut devices = Vec::with_capacity(members.len());
-    let mut sources = Vec::with_capacity(members.len());
-    // each member's arithmetic (double or not); None for a peer that cannot take part
-    let mut fp64: Vec<Option<bool>> = Vec::with_capacity(members.len());
-    for m in members {
-        match m {
-            Member::Local(d) => {
-                let s = Source::of(d)?;
-                devices.push(d.device());
-                fp64.push(Some(s.fp64()));
-                sources.push(Ready::Local(s));
-            }
-            Member::Peer(p) => match p.arithmetic() {
-                (d, Ok(f)) => {
-                    devices.push(d);
-                    fp64.push(Some(f));
-                    sources.push(Ready::Peer(*p));
-                }
-                (d, Err(e)) => {
-                    devices.push(d);
-                    fp64.push(None);
-                    sources.push(Ready::Failed(Mutex::new(Some(e))));
-                }
-            },
-        }
-    }
+    let (devices, sources, fp64) = stages::member_arithmetic(members)?;
     let has_cpu = devices
         .iter()
         .zip(&fp64)
@@ -483,128 +463,19 @@ fn members_run(
             ));
         }
         // the CPU alone: its own back end
-        let t = Instant::now();
-        let (a, b) = CpuBackend.ab_maps(&job)?;
-        let (h, w) = (job.geom.height, job.geom.width);
-        let share = PacoShare {
-            units: 1,
-            pixels: h * w,
-            seconds: t.elapsed().as_secs_f64(),
-            ..PacoShare::new(Device::Cpu)
-        };
-        return Ok(PacoMulti {
-            maps: maps_from_ab(a, b, &job),
-            shares: vec![share],
-        });
+        return stages::cpu_alone(&job);
     }
-    let Some(first) = fp64.iter().position(Option::is_some) else {
-        // nobody can take part: the first failure says why
-        return Err(sources
-            .iter()
-            .find_map(|s| match s {
-                Ready::Failed(e) => e.lock().ok().and_then(|mut e| e.take()),
-                _ => None,
-            })
-            .unwrap_or_else(|| BridgeError::backend("paco", None, "no member can take part")));
-    };
-    let dbl = fp64[first].unwrap_or(true);
-    if fp64.iter().any(|f| f.is_some_and(|f| f != dbl)) {
-        let of = |want: bool| {
-            devices
-                .iter()
-                .zip(&fp64)
-                .filter(|(_, f)| **f == Some(want))
-                .map(|(d, _)| d.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let (doubles, floats) = (of(true), of(false));
-        return Err(BridgeError::Unsupported(format!(
-            "{doubles} compute in double and {floats} in float: the devices of one PACO run \
-             must share the arithmetic (the maps would match neither device's run); choose \
-             one kind: --device {doubles} (double) or --device {floats} (float)"
-        )));
-    }
-    let job_ref = &job;
-    let n = members.len();
-    let (t, h, w) = job.cube.dim();
-    let ((y_lo, y_hi), (x_lo, x_hi)) = job.geom.stats_ranges();
-    let nx = x_hi - x_lo;
+    let dbl = stages::shared_arithmetic(&devices, &fp64, &sources)?;
     if templates {
         #[cfg(any(feature = "opencl", feature = "cuda"))]
         {
+            let (_, h, w) = job.cube.dim();
             let pos = move |i: usize| (i / w, i % w);
             let plan = Pairs::new(&job, &pos, h * w)?;
-            let piece = plan.pixels().div_ceil(4 * n).max(1);
-            let units: Vec<(usize, usize)> = plan
-                .batches(&job, dbl)
-                .into_iter()
-                .flat_map(|(ga, gb)| {
-                    (ga..gb)
-                        .step_by(piece)
-                        .map(move |a| (a, (a + piece).min(gb)))
-                })
-                .collect();
-            let mut a = vec![0.0f64; h * w];
-            let mut b = vec![0.0f64; h * w];
-            let plan_ref = &plan;
-            let shares = run_units(
-                units,
-                &devices,
-                &|i| member_worker(&sources[i], job_ref, Some(plan_ref)),
-                policy,
-                &|(ga, gb)| gb - ga,
-                &mut |r, data| plan_ref.add(r, &data, t, &mut a, &mut b),
-            )?;
-            plan.finish(&mut a, &mut b);
-            job.ab_from_device(dbl, &mut a, &mut b);
-            let shape = (h, w);
-            let err = |e: ndarray::ShapeError| BridgeError::Unsupported(format!("internal: {e}"));
-            let a = ndarray::Array2::from_shape_vec(shape, a).map_err(err)?;
-            let b = ndarray::Array2::from_shape_vec(shape, b).map_err(err)?;
-            return Ok(PacoMulti {
-                maps: maps_from_ab(a, b, &job),
-                shares,
-            });
+            return stages::templates_run(&job, &plan, &devices, &sources, policy, dbl);
         }
     }
-    // statistics rows: a few units per device, at most one device launch each
-    let rows = y_hi.saturating_sub(y_lo);
-    let k = job.disk.len();
-    let mut cap = (UNIT_GROUPS / nx.max(1)).max(1);
-    if k > super::gpu_kernels::KMAX {
-        cap = cap.min((params.max_tile_bytes / (nx * k * k * 8).max(1)).max(1));
-    }
-    let piece = rows.div_ceil(4 * n).clamp(1, cap);
-    let units: Vec<(usize, usize)> = (y_lo..y_hi)
-        .step_by(piece)
-        .map(|a| (a, (a + piece).min(y_hi)))
-        .collect();
-    let mut q = super::stats::try_vec(h * w, f64::NAN)?;
-    let mut z = super::stats::try_vec(h * w * t, f64::NAN)?;
-    let shares = run_units(
-        units,
-        &devices,
-        &|i| member_worker(&sources[i], job_ref, None),
-        policy,
-        &|(ya, yb)| (yb - ya) * nx,
-        &mut |(ya, yb), data| {
-            let (qs, zs) = data.split_at((yb - ya) * w);
-            for (r, y) in (ya..yb).enumerate() {
-                q[y * w + x_lo..y * w + x_hi].copy_from_slice(&qs[r * w + x_lo..r * w + x_hi]);
-                z[(y * w + x_lo) * t..(y * w + x_hi) * t]
-                    .copy_from_slice(&zs[(r * w + x_lo) * t..(r * w + x_hi) * t]);
-            }
-        },
-    )?;
-    // q, z and these sums are in the units of the cube as the devices converted it; the
-    // CPU-alone path above gets a and b in the cube's units from its back end
-    let (mut a, mut b) = sum_trajectories(&job, &q, &z, dbl)?;
-    job.ab_from_device(dbl, &mut a, &mut b);
-    Ok(PacoMulti {
-        maps: maps_from_ab(a, b, &job),
-        shares,
-    })
+    stages::rows_run(&job, params, &devices, &sources, policy, dbl)
 }
 
 struct Queue<'s> {

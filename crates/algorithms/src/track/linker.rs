@@ -279,16 +279,84 @@ impl Linker {
         if c.src.is_empty() {
             return dest_src;
         }
+        let net = Subnets::of(c, ns, nd);
+        let n_comps = net.n_src.len();
+        let null = self.params.search_range * self.params.search_range;
+        let mut hard: Vec<usize> = Vec::new();
+        for k in 0..n_comps {
+            self.stats.subnets += 1;
+            self.stats.largest_subnet = self.stats.largest_subnet.max(net.n_src[k] as usize);
+            if net.n_src[k] == 1 && net.n_dst[k] == 1 {
+                // one source, one destination: linked if no dearer than the null link
+                let (s, d) = (net.sources(k)[0], net.destinations(k)[0] as usize);
+                let dist = c.dist[c.off[d] as usize];
+                if dist * dist <= null {
+                    dest_src[d] = s;
+                }
+            } else {
+                hard.push(k);
+            }
+        }
+        let rules = self.rules;
+        let solve_one = |&k: &usize| -> (Vec<Option<u32>>, Outcome) {
+            let e = net.edges(c, ns, k);
+            solve_subnet(&e, net.destinations(k).len(), &rules)
+        };
+        let solved: Vec<(Vec<Option<u32>>, Outcome)> = if hard.len() > 1 {
+            hard.par_iter().map(solve_one).collect()
+        } else {
+            hard.iter().map(solve_one).collect()
+        };
+        for (&k, (sol, out)) in hard.iter().zip(solved) {
+            self.stats.fallback_subnets += usize::from(out.capped);
+            self.stats.adaptive_subnets += usize::from(out.adapted);
+            self.stats.adaptive_unresolved += out.unresolved;
+            for (ls, a) in sol.into_iter().enumerate() {
+                if let Some(ld) = a {
+                    let d = net.destinations(k)[ld as usize] as usize;
+                    dest_src[d] = net.sources(k)[ls];
+                }
+            }
+        }
+        dest_src
+    }
+}
+
+/// The root of `a` in the union-find forest `parent`, halving the path on the way.
+fn find(parent: &mut [u32], mut a: u32) -> u32 {
+    while parent[a as usize] != a {
+        let g = parent[parent[a as usize] as usize];
+        parent[a as usize] = g;
+        a = g;
+    }
+    a
+}
+
+/// The subnets of a frame's candidate graph (sources `0..ns`, destinations `ns..ns + nd`):
+/// its connected parts with at least one edge, numbered in order of first appearance (the
+/// sources with candidates in ascending order, then the destinations), and the members of
+/// each, ascending.
+struct Subnets {
+    /// Index of every node within its subnet's sources or destinations.
+    local: Vec<u32>,
+    /// Sources of every subnet.
+    n_src: Vec<u32>,
+    /// Destinations of every subnet.
+    n_dst: Vec<u32>,
+    /// `src_of[src_off[k]..src_off[k + 1]]`: the sources of subnet `k`.
+    src_off: Vec<u32>,
+    /// `dst_of[dst_off[k]..dst_off[k + 1]]`: the destinations of subnet `k` (`0..nd`).
+    dst_off: Vec<u32>,
+    src_of: Vec<u32>,
+    dst_of: Vec<u32>,
+}
+
+impl Subnets {
+    /// The subnets of the candidates `c` of `nd` destinations among `ns` sources (at least
+    /// one candidate).
+    fn of(c: &Cands, ns: usize, nd: usize) -> Subnets {
         // union-find over sources 0..ns and destinations ns..ns+nd, root = smallest index
         let mut parent: Vec<u32> = (0..(ns + nd) as u32).collect();
-        fn find(parent: &mut [u32], mut a: u32) -> u32 {
-            while parent[a as usize] != a {
-                let g = parent[parent[a as usize] as usize];
-                parent[a as usize] = g;
-                a = g;
-            }
-            a
-        }
         let mut src_has = vec![false; ns];
         for d in 0..nd {
             for x in c.off[d] as usize..c.off[d + 1] as usize {
@@ -326,7 +394,24 @@ impl Linker {
                 n_dst[k] += 1;
             }
         }
-        let n_comps = n_src.len();
+        let mut net = Subnets {
+            local,
+            n_src,
+            n_dst,
+            src_off: Vec::new(),
+            dst_off: Vec::new(),
+            src_of: Vec::new(),
+            dst_of: Vec::new(),
+        };
+        net.list_members(&comp, ns);
+        net
+    }
+
+    /// The members of each subnet, ascending: sources, then destinations, from the subnet
+    /// `comp` of every node (`NONE`: none).
+    fn list_members(&mut self, comp: &[u32], ns: usize) {
+        let n_comps = self.n_src.len();
+        let (n_src, n_dst, local) = (&self.n_src, &self.n_dst, &self.local);
         // members of each subnet, ascending: sources, then destinations
         let mut src_off = vec![0u32; n_comps + 1];
         let mut dst_off = vec![0u32; n_comps + 1];
@@ -336,7 +421,7 @@ impl Linker {
         }
         let mut src_of = vec![0u32; src_off[n_comps] as usize];
         let mut dst_of = vec![0u32; dst_off[n_comps] as usize];
-        for v in 0..ns + nd {
+        for v in 0..comp.len() {
             let k = comp[v];
             if k == NONE {
                 continue;
@@ -348,82 +433,59 @@ impl Linker {
                 dst_of[(dst_off[k] + local[v]) as usize] = (v - ns) as u32;
             }
         }
-        let null = self.params.search_range * self.params.search_range;
-        let mut hard: Vec<usize> = Vec::new();
-        for k in 0..n_comps {
-            self.stats.subnets += 1;
-            self.stats.largest_subnet = self.stats.largest_subnet.max(n_src[k] as usize);
-            if n_src[k] == 1 && n_dst[k] == 1 {
-                // one source, one destination: linked if no dearer than the null link
-                let (s, d) = (
-                    src_of[src_off[k] as usize],
-                    dst_of[dst_off[k] as usize] as usize,
-                );
-                let dist = c.dist[c.off[d] as usize];
-                if dist * dist <= null {
-                    dest_src[d] = s;
-                }
-            } else {
-                hard.push(k);
+        (self.src_off, self.dst_off) = (src_off, dst_off);
+        (self.src_of, self.dst_of) = (src_of, dst_of);
+    }
+
+    /// The sources of subnet `k`, ascending.
+    fn sources(&self, k: usize) -> &[u32] {
+        &self.src_of[self.src_off[k] as usize..self.src_off[k + 1] as usize]
+    }
+
+    /// The destinations of subnet `k`, ascending.
+    fn destinations(&self, k: usize) -> &[u32] {
+        &self.dst_of[self.dst_off[k] as usize..self.dst_off[k + 1] as usize]
+    }
+
+    /// The edges of subnet `k` by local source, each source's sorted by (distance,
+    /// destination), destinations local.
+    fn edges(&self, c: &Cands, ns: usize, k: usize) -> Edges {
+        let (srcs, dsts, local) = (self.sources(k), self.destinations(k), &self.local);
+        // edges by local source, each sorted by (distance, destination)
+        let mut off = vec![0u32; srcs.len() + 1];
+        for &d in dsts {
+            for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
+                off[local[c.src[x] as usize] as usize + 1] += 1;
             }
         }
-        let rules = self.rules;
-        let solve_one = |&k: &usize| -> (Vec<Option<u32>>, Outcome) {
-            let srcs = &src_of[src_off[k] as usize..src_off[k + 1] as usize];
-            let dsts = &dst_of[dst_off[k] as usize..dst_off[k + 1] as usize];
-            // edges by local source, each sorted by (distance, destination)
-            let mut off = vec![0u32; srcs.len() + 1];
-            for &d in dsts {
-                for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
-                    off[local[c.src[x] as usize] as usize + 1] += 1;
-                }
-            }
-            for i in 1..off.len() {
-                off[i] += off[i - 1];
-            }
-            let mut fill = off.clone();
-            let m = off[srcs.len()] as usize;
-            let mut e = Edges {
-                off,
-                dst: vec![0; m],
-                dist: vec![0.0; m],
-            };
-            for &d in dsts {
-                for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
-                    let ls = local[c.src[x] as usize] as usize;
-                    let at = fill[ls] as usize;
-                    e.dst[at] = local[ns + d as usize];
-                    e.dist[at] = c.dist[x];
-                    fill[ls] += 1;
-                }
-            }
-            for s in 0..srcs.len() {
-                let (a, b) = (e.off[s] as usize, e.off[s + 1] as usize);
-                let mut row: Vec<(f64, u32)> = (a..b).map(|x| (e.dist[x], e.dst[x])).collect();
-                row.sort_unstable_by(|p, q| p.0.total_cmp(&q.0).then(p.1.cmp(&q.1)));
-                for (i, (dist, dst)) in row.into_iter().enumerate() {
-                    e.dist[a + i] = dist;
-                    e.dst[a + i] = dst;
-                }
-            }
-            solve_subnet(&e, dsts.len(), &rules)
+        for i in 1..off.len() {
+            off[i] += off[i - 1];
+        }
+        let mut fill = off.clone();
+        let m = off[srcs.len()] as usize;
+        let mut e = Edges {
+            off,
+            dst: vec![0; m],
+            dist: vec![0.0; m],
         };
-        let solved: Vec<(Vec<Option<u32>>, Outcome)> = if hard.len() > 1 {
-            hard.par_iter().map(solve_one).collect()
-        } else {
-            hard.iter().map(solve_one).collect()
-        };
-        for (&k, (sol, out)) in hard.iter().zip(solved) {
-            self.stats.fallback_subnets += usize::from(out.capped);
-            self.stats.adaptive_subnets += usize::from(out.adapted);
-            self.stats.adaptive_unresolved += out.unresolved;
-            for (ls, a) in sol.into_iter().enumerate() {
-                if let Some(ld) = a {
-                    let d = dst_of[(dst_off[k] + ld) as usize] as usize;
-                    dest_src[d] = src_of[src_off[k] as usize + ls];
-                }
+        for &d in dsts {
+            for x in c.off[d as usize] as usize..c.off[d as usize + 1] as usize {
+                let ls = local[c.src[x] as usize] as usize;
+                let at = fill[ls] as usize;
+                e.dst[at] = local[ns + d as usize];
+                e.dist[at] = c.dist[x];
+                fill[ls] += 1;
             }
         }
-        dest_src
+        for s in 0..srcs.len() {
+            let (a, b) = (e.off[s] as usize, e.off[s + 1] as usize);
+            let mut row: Vec<(f64, u32)> = (a..b).map(|x| (e.dist[x], e.dst[x])).collect();
+            row.sort_unstable_by(|p, q| p.0.total_cmp(&q.0).then(p.1.cmp(&q.1)));
+            for (i, (dist, dst)) in row.into_iter().enumerate() {
+                e.dist[a + i] = dist;
+                e.dst[a + i] = dst;
+            }
+        }
+        e
     }
 }

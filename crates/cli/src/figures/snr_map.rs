@@ -197,97 +197,15 @@ pub fn render_snr_map(
         Some(s) => s,
         None => (opts.max_side / h.max(w)).max(1),
     };
-    let finite = || snr.iter().copied().filter(|v| v.is_finite());
-    let range = match opts.range {
-        Some((lo, hi)) if lo.is_finite() && hi.is_finite() && lo < hi => Some((lo, hi)),
-        Some((lo, hi)) => {
-            return Err(BridgeError::invalid_argument(
-                "range",
-                format!("expected finite lo < hi, got ({lo}, {hi})"),
-            ));
-        }
-        None => {
-            let (lo, hi) = finite().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-                (a.min(v), b.max(v))
-            });
-            lo.is_finite()
-                .then_some((lo, if hi > lo { hi } else { lo + 1.0 }))
-        }
-    };
-    let too_large = || {
-        BridgeError::invalid_argument(
-            "scale",
-            format!("a {h}×{w} map at scale {s} is too large to draw"),
-        )
-    };
-    let (map_w, map_h) = (
-        w.checked_mul(s).ok_or_else(too_large)?,
-        h.checked_mul(s).ok_or_else(too_large)?,
-    );
-    if map_w
-        .checked_mul(map_h)
-        .is_none_or(|n| n > MAX_CANVAS_PIXELS)
-    {
-        return Err(too_large());
-    }
-    let (top, bottom) = match range {
-        Some((lo, hi)) => (bar_tick(hi, hi - lo), bar_tick(lo, hi - lo)),
-        None => ("nan".to_owned(), "nan".to_owned()),
-    };
-    let label = opts.bar_label.as_deref().unwrap_or_default();
-    let label_chars = [
-        top.chars().count(),
-        bottom.chars().count(),
-        label.chars().count(),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
-    let bar_x = map_w + 10;
-    let label_x = bar_x + 24;
-    let mut cw = label_x + text_width(label_chars, 2) + 4;
-    let plot_h = map_h.max(60);
-    let title = opts.title.as_deref().unwrap_or_default();
-    let title_chars = title.chars().count();
-    let title_scale = if text_width(title_chars, 2) + 8 <= cw {
-        2
-    } else {
-        1
-    };
-    if title_chars > 0 {
-        cw = cw.max(text_width(title_chars, 1) + 8);
-    }
-    let ch = if title_chars > 0 {
-        plot_h + 5 * title_scale + 8
-    } else {
-        plot_h
-    };
-    if cw.checked_mul(ch).is_none_or(|n| n > MAX_CANVAS_PIXELS) {
-        return Err(too_large());
-    }
-    let mut cv = Canvas::new(cw, ch, WHITE);
+    let range = colour_range(snr, opts.range)?;
+    let layout = Layout::new((h, w), s, range, opts)?;
+    let mut cv = Canvas::new(layout.width, layout.height, WHITE);
     let values: Vec<f64> = snr.iter().copied().collect();
     cv.blit_map(0, 0, h, w, &values, s, true, |v| match range {
         Some((lo, hi)) if v.is_finite() => viridis((v - lo) / (hi - lo)),
         _ => NAN_COLOUR,
     });
-    for py in 0..plot_h {
-        let c = if range.is_some() {
-            viridis(1.0 - py as f64 / (plot_h - 1) as f64)
-        } else {
-            NAN_COLOUR
-        };
-        cv.fill_rect(bar_x as isize, py as isize, 20, 1, c);
-    }
-    let label_x = label_x as isize;
-    cv.text(label_x, 2, &top, 2, BLACK);
-    cv.text(label_x, plot_h as isize - 12, &bottom, 2, BLACK);
-    if !label.is_empty() {
-        cv.text(label_x, plot_h as isize / 2 - 5, label, 2, BLACK);
-    }
-    if title_chars > 0 {
-        cv.text(4, (plot_h + 4) as isize, title, title_scale, BLACK);
-    }
+    layout.draw_bar_and_title(&mut cv, range.is_some(), opts);
     let marker_radius = opts.marker_radius * s as f64;
     let mut fig = SnrFigure {
         canvas: cv,
@@ -304,6 +222,150 @@ pub fn render_snr_map(
         }
     }
     Ok(fig)
+}
+
+/// The colour-map range of [`render_snr_map`]: `given` when it is finite with `lo < hi` (an
+/// error when it is not), else the finite minimum and maximum of `snr` (`hi = lo + 1` for a
+/// constant map; `None` without a finite value).
+fn colour_range(
+    snr: ndarray::ArrayView2<'_, f64>,
+    given: Option<(f64, f64)>,
+) -> Result<Option<(f64, f64)>> {
+    let finite = || snr.iter().copied().filter(|v| v.is_finite());
+    Ok(match given {
+        Some((lo, hi)) if lo.is_finite() && hi.is_finite() && lo < hi => Some((lo, hi)),
+        Some((lo, hi)) => {
+            return Err(BridgeError::invalid_argument(
+                "range",
+                format!("expected finite lo < hi, got ({lo}, {hi})"),
+            ));
+        }
+        None => {
+            let (lo, hi) = finite().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(v), b.max(v))
+            });
+            lo.is_finite()
+                .then_some((lo, if hi > lo { hi } else { lo + 1.0 }))
+        }
+    })
+}
+
+/// Where things are on the canvas of [`render_snr_map`]: its size, the colour bar's and its
+/// labels' columns, the plot's height and the title's scale, with the bar's end labels.
+struct Layout {
+    /// Canvas width.
+    width: usize,
+    /// Canvas height.
+    height: usize,
+    /// Left column of the colour bar.
+    bar_x: usize,
+    /// Left column of the bar's labels.
+    label_x: usize,
+    /// Height of the map and the bar (at least 60).
+    plot_h: usize,
+    /// Scale of the title's font (2, or 1 when a title that large would not fit).
+    title_scale: usize,
+    /// The labels of the bar's top and bottom.
+    top: String,
+    bottom: String,
+}
+
+impl Layout {
+    /// The layout of an `h × w` map at `s` canvas pixels per map pixel with the colour `range`;
+    /// an error for a map or canvas larger than [`MAX_CANVAS_PIXELS`] (or than `usize`).
+    fn new(
+        (h, w): (usize, usize),
+        s: usize,
+        range: Option<(f64, f64)>,
+        opts: &SnrMapOptions,
+    ) -> Result<Layout> {
+        let too_large = || {
+            BridgeError::invalid_argument(
+                "scale",
+                format!("a {h}×{w} map at scale {s} is too large to draw"),
+            )
+        };
+        let (map_w, map_h) = (
+            w.checked_mul(s).ok_or_else(too_large)?,
+            h.checked_mul(s).ok_or_else(too_large)?,
+        );
+        if map_w
+            .checked_mul(map_h)
+            .is_none_or(|n| n > MAX_CANVAS_PIXELS)
+        {
+            return Err(too_large());
+        }
+        let (top, bottom) = match range {
+            Some((lo, hi)) => (bar_tick(hi, hi - lo), bar_tick(lo, hi - lo)),
+            None => ("nan".to_owned(), "nan".to_owned()),
+        };
+        let label = opts.bar_label.as_deref().unwrap_or_default();
+        let label_chars = [
+            top.chars().count(),
+            bottom.chars().count(),
+            label.chars().count(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let bar_x = map_w + 10;
+        let label_x = bar_x + 24;
+        let mut cw = label_x + text_width(label_chars, 2) + 4;
+        let plot_h = map_h.max(60);
+        let title = opts.title.as_deref().unwrap_or_default();
+        let title_chars = title.chars().count();
+        let title_scale = if text_width(title_chars, 2) + 8 <= cw {
+            2
+        } else {
+            1
+        };
+        if title_chars > 0 {
+            cw = cw.max(text_width(title_chars, 1) + 8);
+        }
+        let ch = if title_chars > 0 {
+            plot_h + 5 * title_scale + 8
+        } else {
+            plot_h
+        };
+        if cw.checked_mul(ch).is_none_or(|n| n > MAX_CANVAS_PIXELS) {
+            return Err(too_large());
+        }
+        Ok(Layout {
+            width: cw,
+            height: ch,
+            bar_x,
+            label_x,
+            plot_h,
+            title_scale,
+            top,
+            bottom,
+        })
+    }
+
+    /// Draw the colour bar (in [`viridis`] when `coloured`, else [`NAN_COLOUR`]), its end
+    /// labels and [`SnrMapOptions::bar_label`], and the title strip when there is a title.
+    fn draw_bar_and_title(&self, cv: &mut Canvas, coloured: bool, opts: &SnrMapOptions) {
+        let plot_h = self.plot_h;
+        for py in 0..plot_h {
+            let c = if coloured {
+                viridis(1.0 - py as f64 / (plot_h - 1) as f64)
+            } else {
+                NAN_COLOUR
+            };
+            cv.fill_rect(self.bar_x as isize, py as isize, 20, 1, c);
+        }
+        let label = opts.bar_label.as_deref().unwrap_or_default();
+        let title = opts.title.as_deref().unwrap_or_default();
+        let label_x = self.label_x as isize;
+        cv.text(label_x, 2, &self.top, 2, BLACK);
+        cv.text(label_x, plot_h as isize - 12, &self.bottom, 2, BLACK);
+        if !label.is_empty() {
+            cv.text(label_x, plot_h as isize / 2 - 5, label, 2, BLACK);
+        }
+        if !title.is_empty() {
+            cv.text(4, (plot_h + 4) as isize, title, self.title_scale, BLACK);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use std::hash::BuildHasherDefault;
 
 use super::params::BlobLogParams;
 use super::scale_space::{
-    Cand, Span, exact_planes, log_peaks_banded_in_f32, pad_frame, threshold_from,
+    Banded, Cand, Span, exact_planes, log_peaks_banded_in_f32, pad_frame, threshold_from,
 };
 use crate::detect::filters::{Avx2, Boundary, LogKernels, LogScratch, log_rows_scaled, map_index};
 use crate::detect::real::give_buf;
@@ -140,8 +140,11 @@ const NEAR_CAP: usize = 1 << 14;
 /// Candidates settled per task when there are many (a dense frame).
 const SETTLE_CHUNK: usize = 1024;
 
+/// A position (s, y, x) in the cube.
+type Voxel = (usize, usize, usize);
+
 /// Positions (s, y, x) in the f32 cube.
-type Voxels = Vec<(usize, usize, usize)>;
+type Voxels = Vec<Voxel>;
 
 /// The voxels of the f32 cube with `ṽ ≤ lo + e` and those with `ṽ ≥ hi − e`, found by
 /// computing again the runs of rows (`spans`) whose extrema come that close (the same values
@@ -331,6 +334,75 @@ pub(super) fn log_peaks_certified(
     sigmas: &[f64],
     p: &BlobLogParams,
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    let m = certifiable(image, (h, w), sigmas, p)?;
+    let planes = exact_planes(sigmas);
+    if !fits_f32(&planes, m) {
+        return None;
+    }
+    // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
+    // the f64 cube (kernels as wide as the frame)
+    let budget = 0.25 * f64_cube_cost(&planes, h * w);
+    // and their memory (a hash map entry each) within a few bytes per pixel
+    let max_voxels = (h * w / 4).max(64);
+    if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
+        return None;
+    }
+    let e = 2.0 * error_bound(&planes, m);
+    let (found, near) = search_f32(image, (h, w), &planes, p, e);
+    let (near_lo, near_hi) = near?;
+    let planned: f64 = near_lo
+        .iter()
+        .chain(&near_hi)
+        .map(|&(s, _, _)| voxel_cost(&planes[s]))
+        .sum();
+    if planned > budget || near_lo.len() + near_hi.len() > max_voxels {
+        return None;
+    }
+    let (lo, hi) = exact_extrema(image, (h, w), &planes, (&near_lo, &near_hi));
+    if !lo.is_finite() || !hi.is_finite() || lo == 0.0 || hi == 0.0 {
+        return None;
+    }
+    let (thr, lo, hi) = threshold_from((lo, hi), p);
+    let open = |c: &&Cand<f32>| f64::from(c.v) + e > thr;
+    let planned: f64 = found
+        .cands
+        .iter()
+        .filter(open)
+        .map(|c| f64::from(1 + c.near.count_ones()) * voxel_cost(&planes[c.s]))
+        .sum();
+    let count: usize = found
+        .cands
+        .iter()
+        .filter(open)
+        .map(|c| 1 + c.near.count_ones() as usize)
+        .sum();
+    if planned > budget || count > max_voxels {
+        return None;
+    }
+    // the candidates' exact values, in parallel chunks (each with its own memo; dense frames
+    // have hundreds of thousands), in order
+    let open: Vec<&Cand<f32>> = found.cands.iter().filter(open).collect();
+    let settle = |chunk: &[&Cand<f32>]| settle_chunk(image, (h, w), &planes, thr, chunk);
+    let out: Vec<Cand<f64>> = if open.len() < 2 * SETTLE_CHUNK {
+        settle(&open)
+    } else {
+        open.par_chunks(SETTLE_CHUNK)
+            .flat_map_iter(settle)
+            .collect()
+    };
+    Some((out, lo, hi))
+}
+
+/// The first checks of [`log_peaks_certified`], on the frame and the parameters alone: a
+/// non-empty frame of `h × w` pixels and scales, a threshold, a `threshold_rel` within [0, 1],
+/// finite pixels whose largest magnitude (returned) lies within 10^±20; `None` otherwise.
+#[inline]
+fn certifiable(
+    image: &[f64],
+    (h, w): (usize, usize),
+    sigmas: &[f64],
+    p: &BlobLogParams,
+) -> Option<f64> {
     if h == 0 || w == 0 || sigmas.is_empty() || image.len() != h * w {
         return None;
     }
@@ -345,19 +417,19 @@ pub(super) fn log_peaks_certified(
     if !(1e-20..=1e20).contains(&m) {
         return None;
     }
-    let planes = exact_planes(sigmas);
-    if !fits_f32(&planes, m) {
-        return None;
-    }
-    // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
-    // the f64 cube (kernels as wide as the frame)
-    let budget = 0.25 * f64_cube_cost(&planes, h * w);
-    // and their memory (a hash map entry each) within a few bytes per pixel
-    let max_voxels = (h * w / 4).max(64);
-    if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
-        return None;
-    }
-    let e = 2.0 * error_bound(&planes, m);
+    Some(m)
+}
+
+/// The f32 search relaxed by `e` ([`log_peaks_banded_in_f32`]) and the voxels near the f32
+/// cube's extrema ([`near_extrema`]; `None` where the search overflowed, the f32 cube or `e`
+/// is not finite, or past [`NEAR_CAP`]), from one padded f32 copy of the frame.
+fn search_f32(
+    image: &[f64],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f64)],
+    p: &BlobLogParams,
+    e: f64,
+) -> (Banded<f32>, Option<(Voxels, Voxels)>) {
     let planes32: Vec<(LogKernels, f32)> = planes
         .iter()
         .map(|(k, sc)| (k.clone(), *sc as f32))
@@ -379,89 +451,71 @@ pub(super) fn log_peaks_certified(
         )
     };
     give_buf(img32);
-    let (near_lo, near_hi) = near?;
-    let planned: f64 = near_lo
-        .iter()
-        .chain(&near_hi)
-        .map(|&(s, _, _)| voxel_cost(&planes[s]))
-        .sum();
-    if planned > budget || near_lo.len() + near_hi.len() > max_voxels {
-        return None;
-    }
-    let mut exact = ExactVoxels::new(image, (h, w), &planes);
+    (found, near)
+}
+
+/// The cube's exact minimum and maximum: the exact values of every voxel that can hold them
+/// (`near_lo`, `near_hi`).
+fn exact_extrema(
+    image: &[f64],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f64)],
+    (near_lo, near_hi): (&[Voxel], &[Voxel]),
+) -> (f64, f64) {
+    let mut exact = ExactVoxels::new(image, (h, w), planes);
     // the extrema: the exact values of every voxel that can hold them
     let mut hi = f64::NEG_INFINITY;
-    for &(s, y, x) in &near_hi {
+    for &(s, y, x) in near_hi {
         hi = hi.max(exact.get(s, y, x));
     }
     let mut lo = f64::INFINITY;
-    for &(s, y, x) in &near_lo {
+    for &(s, y, x) in near_lo {
         lo = lo.min(exact.get(s, y, x));
     }
-    if !lo.is_finite() || !hi.is_finite() || lo == 0.0 || hi == 0.0 {
-        return None;
-    }
-    let (thr, lo, hi) = threshold_from((lo, hi), p);
-    let open = |c: &&Cand<f32>| f64::from(c.v) + e > thr;
-    let planned: f64 = found
-        .cands
-        .iter()
-        .filter(open)
-        .map(|c| f64::from(1 + c.near.count_ones()) * voxel_cost(&planes[c.s]))
-        .sum();
-    let count: usize = found
-        .cands
-        .iter()
-        .filter(open)
-        .map(|c| 1 + c.near.count_ones() as usize)
-        .sum();
-    if planned > budget || count > max_voxels {
-        return None;
-    }
+    (lo, hi)
+}
+
+/// The candidates of `chunk` (in order) that are maxima of the exact cube above `thr`, with
+/// their exact values: each candidate's exact value against the threshold, then against each
+/// neighbour its f32 value left open ([`Cand::near`]); one memo of exact voxels per chunk.
+fn settle_chunk(
+    image: &[f64],
+    (h, w): (usize, usize),
+    planes: &[(LogKernels, f64)],
+    thr: f64,
+    chunk: &[&Cand<f32>],
+) -> Vec<Cand<f64>> {
     let ns = planes.len();
-    // the candidates' exact values, in parallel chunks (each with its own memo; dense frames
-    // have hundreds of thousands), in order
-    let open: Vec<&Cand<f32>> = found.cands.iter().filter(open).collect();
-    let settle = |chunk: &[&Cand<f32>]| -> Vec<Cand<f64>> {
-        let mut exact = ExactVoxels::new(image, (h, w), &planes);
-        let mut out = Vec::with_capacity(chunk.len());
-        'cand: for c in chunk {
-            let v = exact.get(c.s, c.y, c.x);
-            if v <= thr {
-                continue;
-            }
-            let mut near = c.near;
-            while near != 0 {
-                let bit = near.trailing_zeros() as usize;
-                near &= near - 1;
-                let step = |i: usize, d: usize, n: usize| (i + d).saturating_sub(1).min(n - 1);
-                let (sn, yn, xn) = (
-                    step(c.s, bit / 9, ns),
-                    step(c.y, bit / 3 % 3, h),
-                    step(c.x, bit % 3, w),
-                );
-                if exact.get(sn, yn, xn) > v {
-                    continue 'cand;
-                }
-            }
-            out.push(Cand {
-                y: c.y,
-                x: c.x,
-                s: c.s,
-                v,
-                near: 0,
-            });
+    let mut exact = ExactVoxels::new(image, (h, w), planes);
+    let mut out = Vec::with_capacity(chunk.len());
+    'cand: for c in chunk {
+        let v = exact.get(c.s, c.y, c.x);
+        if v <= thr {
+            continue;
         }
-        out
-    };
-    let out: Vec<Cand<f64>> = if open.len() < 2 * SETTLE_CHUNK {
-        settle(&open)
-    } else {
-        open.par_chunks(SETTLE_CHUNK)
-            .flat_map_iter(settle)
-            .collect()
-    };
-    Some((out, lo, hi))
+        let mut near = c.near;
+        while near != 0 {
+            let bit = near.trailing_zeros() as usize;
+            near &= near - 1;
+            let step = |i: usize, d: usize, n: usize| (i + d).saturating_sub(1).min(n - 1);
+            let (sn, yn, xn) = (
+                step(c.s, bit / 9, ns),
+                step(c.y, bit / 3 % 3, h),
+                step(c.x, bit % 3, w),
+            );
+            if exact.get(sn, yn, xn) > v {
+                continue 'cand;
+            }
+        }
+        out.push(Cand {
+            y: c.y,
+            x: c.x,
+            s: c.s,
+            v,
+            near: 0,
+        });
+    }
+    out
 }
 
 #[cfg(test)]

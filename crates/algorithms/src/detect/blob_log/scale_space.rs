@@ -312,7 +312,10 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     out
 }
 
-/// [`log_peaks_banded_in`] of a frame already in `A`, rows `stride` apart ([`pad_frame`]).
+/// [`log_peaks_banded_in`] of a frame already in `A`, rows `stride` apart ([`pad_frame`]): the
+/// parts searched in parallel ([`PartSearch::run`]), their extrema merged, the parts that
+/// overflowed their cap searched again with the final threshold, and their maxima joined in
+/// order.
 fn log_peaks_padded<T: Real, A: Real>(
     (img, stride): (&[A], usize),
     (h, w): (usize, usize),
@@ -345,125 +348,26 @@ fn log_peaks_padded<T: Real, A: Real>(
     // plenty for real frames; flat or noisy cubes with no useful bound (no threshold, or none
     // yet) overflow it and are searched again once the threshold is known
     let cap = cap.unwrap_or((per * w / 5).max(1 << 12));
-    // one part's rows: its maxima above `fixed` (the final threshold, known on a second pass)
-    // or above the provisional lower bound, with at most `cap` kept
-    let part = |i: usize, fixed: Option<T>, cap: usize| -> Part<T> {
-        let (ya, yb) = (i * per, ((i + 1) * per).min(h));
-        let mut out = Vec::new();
-        let mut spans = Vec::new();
-        let (mut lo, mut hi) = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
-        if ya >= yb {
-            return Part {
-                cands: out,
-                lo,
-                hi,
-                spans,
-                overflow: false,
-            };
-        }
-        let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
-        // a ring of `band + 2` rows per plane (no more than the part's rows): cube row `y` at
-        // row `(y − c0) mod ring`; the rows of a band overwrite the oldest ones, keeping the
-        // two above the band that the 3×3×3 test of its first row still reads
-        let band = band.min(c_end - c0);
-        let ring = band + 2;
-        let slab = ring * w;
-        let mut buf: Vec<T> = take_buf(ns * slab);
-        let mut scratch = LogScratch::<T, A>::new(h, w, rmax);
-        let mut sc = RowScratch::default();
-        let (mut comp, mut next) = (c0, ya);
-        let (mut overflow, mut compacted) = (false, 0);
-        while comp < c_end && !(overflow && relax.is_some()) {
-            let end = comp + band.min(c_end - comp);
-            let mut y = comp;
-            while y < end {
-                // the rows up to the ring's end in one call
-                let pos = (y - c0) % ring;
-                let m = (ring - pos).min(end - y);
-                for (si, (k, sc2)) in planes.iter().enumerate() {
-                    let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
-                    let rows = (y, y + m);
-                    let (l, u) =
-                        log_rows_scaled(img, stride, h, w, k, &mut scratch, rows, dst, *sc2);
-                    if l < lo {
-                        lo = l;
-                    }
-                    if u > hi {
-                        hi = u;
-                    }
-                    if relax.is_some() {
-                        spans.push(Span {
-                            s: si,
-                            rows,
-                            lo: l,
-                            hi: u,
-                        });
-                    }
-                }
-                y += m;
-            }
-            comp = end;
-            // rows whose lower neighbour is computed (or is past the frame's end)
-            let done = if comp >= h { h } else { comp - 1 }.min(yb);
-            if test && !overflow {
-                let thr = fixed.unwrap_or_else(|| match relax {
-                    // every maximum the exact cube can have above its threshold:
-                    // thr ≥ max(abs, rel·hi_exact) and hi_exact ≥ hi − e/2
-                    Some(e) => {
-                        let mut base = abs.map_or(f64::NEG_INFINITY, T::to_f64);
-                        if let Some(r) = rel {
-                            base = base.max(r.to_f64() * (hi.to_f64() - e));
-                        }
-                        T::from_f64(base - e)
-                    }
-                    None => {
-                        let mut thr = abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
-                        if let Some(r) = rel
-                            && r * hi > thr
-                        {
-                            thr = r * hi;
-                        }
-                        thr
-                    }
-                });
-                let row = (slab, |y: usize| (y - c0) % ring * w);
-                let ys = (next.max(by), done.max(next).min(h - by), h);
-                let xs = (bx, w - bx, w);
-                rows_peaks(
-                    simd,
-                    &buf,
-                    row,
-                    ys,
-                    xs,
-                    ns,
-                    (thr, margin),
-                    &mut sc,
-                    &mut out,
-                );
-                if out.len() > cap && out.len() > 2 * compacted {
-                    // the bound has risen since: drop what is below it now
-                    out.retain(|c| c.v > thr);
-                    compacted = out.len();
-                    if out.len() > cap {
-                        overflow = true;
-                        out = Vec::new();
-                    }
-                }
-            }
-            next = next.max(done);
-        }
-        give_buf(buf);
-        Part {
-            cands: out,
-            lo,
-            hi,
-            spans,
-            overflow,
-        }
+    let search = PartSearch {
+        img,
+        stride,
+        h,
+        w,
+        planes,
+        band,
+        per,
+        rmax,
+        border: (by, bx),
+        test,
+        rel,
+        abs,
+        margin,
+        simd,
+        relax,
     };
     let mut parts: Vec<Part<T>> = (0..nparts)
         .into_par_iter()
-        .map(|i| part(i, None, cap))
+        .map(|i| search.run(i, None, cap))
         .collect();
     let mut lo = T::from_f64(f64::INFINITY);
     let mut hi = T::from_f64(f64::NEG_INFINITY);
@@ -488,7 +392,7 @@ fn log_peaks_padded<T: Real, A: Real>(
         let again: Vec<(usize, Vec<Cand<T>>)> = (0..nparts)
             .into_par_iter()
             .filter(|&i| parts[i].overflow)
-            .map(|i| (i, part(i, Some(thr), usize::MAX).cands))
+            .map(|i| (i, search.run(i, Some(thr), usize::MAX).cands))
             .collect();
         for (i, c) in again {
             parts[i].cands = c;
@@ -500,6 +404,179 @@ fn log_peaks_padded<T: Real, A: Real>(
         out.spans.extend(q.spans);
     }
     out
+}
+
+/// What every part of [`log_peaks_padded`] reads, the same for all of them: the frame (in `A`,
+/// rows `stride` apart), the planes, the band and part sizes, and the search's settings (border,
+/// thresholds, margin).
+struct PartSearch<'a, T, A> {
+    img: &'a [A],
+    stride: usize,
+    h: usize,
+    w: usize,
+    planes: &'a [(LogKernels, T)],
+    /// Rows per step (at least 1).
+    band: usize,
+    /// Rows per part.
+    per: usize,
+    /// The widest kernel's radius.
+    rmax: usize,
+    /// `exclude_border` (rows, columns).
+    border: (usize, usize),
+    /// Whether any voxel lies outside the border (else nothing is searched).
+    test: bool,
+    rel: Option<T>,
+    abs: Option<T>,
+    margin: T,
+    simd: Option<Avx2>,
+    relax: Option<f64>,
+}
+
+impl<T: Real, A: Real> PartSearch<'_, T, A> {
+    /// One part's rows: its maxima above `fixed` (the final threshold, known on a second pass)
+    /// or above the provisional lower bound, with at most `cap` kept.
+    fn run(&self, i: usize, fixed: Option<T>, cap: usize) -> Part<T> {
+        let (h, w, ns) = (self.h, self.w, self.planes.len());
+        let (by, bx) = self.border;
+        let (ya, yb) = (i * self.per, ((i + 1) * self.per).min(h));
+        let mut out = Vec::new();
+        let mut spans = Vec::new();
+        let mut ext = (T::from_f64(f64::INFINITY), T::from_f64(f64::NEG_INFINITY));
+        if ya >= yb {
+            return Part {
+                cands: out,
+                lo: ext.0,
+                hi: ext.1,
+                spans,
+                overflow: false,
+            };
+        }
+        let (c0, c_end) = (ya.saturating_sub(1), (yb + 1).min(h));
+        // a ring of `band + 2` rows per plane (no more than the part's rows): cube row `y` at
+        // row `(y − c0) mod ring`; the rows of a band overwrite the oldest ones, keeping the
+        // two above the band that the 3×3×3 test of its first row still reads
+        let band = self.band.min(c_end - c0);
+        let ring = band + 2;
+        let slab = ring * w;
+        let mut buf: Vec<T> = take_buf(ns * slab);
+        let mut scratch = LogScratch::<T, A>::new(h, w, self.rmax);
+        let mut sc = RowScratch::default();
+        let (mut comp, mut next) = (c0, ya);
+        let (mut overflow, mut compacted) = (false, 0);
+        while comp < c_end && !(overflow && self.relax.is_some()) {
+            let end = comp + band.min(c_end - comp);
+            let into = (&mut buf[..], &mut scratch);
+            self.compute_rows((comp, end), (c0, ring), into, &mut ext, &mut spans);
+            comp = end;
+            // rows whose lower neighbour is computed (or is past the frame's end)
+            let done = if comp >= h { h } else { comp - 1 }.min(yb);
+            if self.test && !overflow {
+                let thr = fixed.unwrap_or_else(|| self.provisional_threshold(ext.1));
+                let row = (slab, |y: usize| (y - c0) % ring * w);
+                let ys = (next.max(by), done.max(next).min(h - by), h);
+                let xs = (bx, w - bx, w);
+                rows_peaks(
+                    self.simd,
+                    &buf,
+                    row,
+                    ys,
+                    xs,
+                    ns,
+                    (thr, self.margin),
+                    &mut sc,
+                    &mut out,
+                );
+                if out.len() > cap && out.len() > 2 * compacted {
+                    // the bound has risen since: drop what is below it now
+                    out.retain(|c| c.v > thr);
+                    compacted = out.len();
+                    if out.len() > cap {
+                        overflow = true;
+                        out = Vec::new();
+                    }
+                }
+            }
+            next = next.max(done);
+        }
+        give_buf(buf);
+        Part {
+            cands: out,
+            lo: ext.0,
+            hi: ext.1,
+            spans,
+            overflow,
+        }
+    }
+
+    /// Cube rows `ys.0..ys.1` of every plane into the ring `buf` (cube row `y` at ring row
+    /// `(y − c0) mod ring`), the rows up to the ring's end in one call each; `ext` (lo, hi)
+    /// widened to their extrema, and with `relax` every run of rows computed recorded in
+    /// `spans`.
+    #[inline]
+    fn compute_rows(
+        &self,
+        (comp, end): (usize, usize),
+        (c0, ring): (usize, usize),
+        (buf, scratch): (&mut [T], &mut LogScratch<T, A>),
+        ext: &mut (T, T),
+        spans: &mut Vec<Span<T>>,
+    ) {
+        let (h, w) = (self.h, self.w);
+        let slab = ring * w;
+        let mut y = comp;
+        while y < end {
+            // the rows up to the ring's end in one call
+            let pos = (y - c0) % ring;
+            let m = (ring - pos).min(end - y);
+            for (si, (k, sc2)) in self.planes.iter().enumerate() {
+                let dst = &mut buf[si * slab + pos * w..si * slab + (pos + m) * w];
+                let rows = (y, y + m);
+                let (l, u) =
+                    log_rows_scaled(self.img, self.stride, h, w, k, scratch, rows, dst, *sc2);
+                if l < ext.0 {
+                    ext.0 = l;
+                }
+                if u > ext.1 {
+                    ext.1 = u;
+                }
+                if self.relax.is_some() {
+                    spans.push(Span {
+                        s: si,
+                        rows,
+                        lo: l,
+                        hi: u,
+                    });
+                }
+            }
+            y += m;
+        }
+    }
+
+    /// The lower bound of the threshold that a band's maxima are kept above while the cube's
+    /// maximum is not known yet, from the largest value `hi` seen so far.
+    #[inline]
+    fn provisional_threshold(&self, hi: T) -> T {
+        match self.relax {
+            // every maximum the exact cube can have above its threshold:
+            // thr ≥ max(abs, rel·hi_exact) and hi_exact ≥ hi − e/2
+            Some(e) => {
+                let mut base = self.abs.map_or(f64::NEG_INFINITY, T::to_f64);
+                if let Some(r) = self.rel {
+                    base = base.max(r.to_f64() * (hi.to_f64() - e));
+                }
+                T::from_f64(base - e)
+            }
+            None => {
+                let mut thr = self.abs.unwrap_or(T::from_f64(f64::NEG_INFINITY));
+                if let Some(r) = self.rel
+                    && r * hi > thr
+                {
+                    thr = r * hi;
+                }
+                thr
+            }
+        }
+    }
 }
 
 /// [`log_peaks_banded_in`] of an f32 frame already padded ([`pad_frame`]) with f32 sums and an
