@@ -62,6 +62,13 @@ pub trait DetectBackend: Send + Sync {
     fn last_kernel_seconds(&self) -> Option<f64> {
         None
     }
+
+    /// How many times the back end halved a batch that ran out of memory since this was last
+    /// asked (a device back end splits its own batches; the CPU never does), for the
+    /// several-device queue's accounting ([`super::DeviceShare::splits`]).
+    fn take_splits(&self) -> usize {
+        0
+    }
 }
 
 /// Host bytes of a frame's whole f64 scale space and a few f64 work images:

@@ -569,11 +569,26 @@ pub fn serve_locate(
     })
 }
 
+/// A queue member that may split its own batches when out of memory.
+trait OwnSplits {
+    /// The batch splits its back end made since last asked (a peer reports none).
+    fn own_splits(&self) -> usize;
+}
+
+impl<T> OwnSplits for DetectMember<'_, T> {
+    fn own_splits(&self) -> usize {
+        match self {
+            DetectMember::Local(b) => b.take_splits(),
+            DetectMember::Peer(_) => 0,
+        }
+    }
+}
+
 /// The queue of a several-device run over `n` frames in units of `batch` frames: each member
 /// (whose device and start failure, if any, are in `starts`) takes units as it is free and
 /// runs `work` on them (one result per item, items of a unit in frame order); the results of
 /// every unit, in frame order, and each member's share.
-fn run_queue<M: Sync, T: Send>(
+fn run_queue<M: Sync + OwnSplits, T: Send>(
     n: usize,
     batch: usize,
     members: &[M],
@@ -634,6 +649,7 @@ fn run_queue<M: Sync, T: Send>(
                             Ok(ps) => {
                                 share.frames += b - a;
                                 share.units += 1;
+                                share.splits += member.own_splits();
                                 q.done.insert(a, ps);
                                 drop(q);
                                 let mut d = frames_done.lock().unwrap_or_else(|e| e.into_inner());

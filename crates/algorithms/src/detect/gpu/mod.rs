@@ -162,6 +162,8 @@ pub struct GpuDetect<E: Executor> {
     exec: E,
     config: GpuDetectConfig,
     last_kernel: LastKernel,
+    /// Batches halved on out of memory, not yet reported ([`DetectBackend::take_splits`]).
+    splits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// [`GpuDetect`] on an OpenCL device.
@@ -179,6 +181,7 @@ impl<E: Executor> GpuDetect<E> {
             exec,
             config: GpuDetectConfig::default(),
             last_kernel: LastKernel::default(),
+            splits: std::sync::Arc::default(),
         }
     }
 
@@ -346,6 +349,10 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         self.last_kernel.get()
     }
 
+    fn take_splits(&self) -> usize {
+        self.splits.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// trackpy's `locate` on the device (see the [module docs](self)); the kernel time is
     /// reported by [`DetectBackend::last_kernel_seconds`].
     fn locate_batch(
@@ -373,7 +380,9 @@ impl<E: Executor> GpuDetect<E> {
     ) -> Result<Vec<R>> {
         use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
         let mut kernel_s = 0.0;
+        let mut calls = 0usize;
         let mut op = |r: std::ops::Range<usize>| {
+            calls += 1;
             let (out, k) = run(&frames[r])?;
             kernel_s += k;
             Ok(out)
@@ -385,7 +394,13 @@ impl<E: Executor> GpuDetect<E> {
             frames.len(),
             &mut op,
             None,
-        )?;
+        );
+        // each split replaces one failed run by two: `calls = 1 + 2 · splits` once done
+        self.splits.fetch_add(
+            calls.saturating_sub(1) / 2,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let out = out?;
         self.last_kernel.set(kernel_s);
         Ok(out)
     }
