@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::{BridgeError, Result};
 
 /// Environment variable: an explicit budget in MiB (the smaller of it and the machine's wins).
-pub const LIMIT_ENV: &str = "ARRAYBRIDGE_MEMORY_LIMIT_MB";
+pub const LIMIT_ENV: &str = crate::tuning::MEMORY_LIMIT_ENV;
 
 /// No single host allocation may exceed this many bytes (1 TiB), whatever the machine reports:
 /// a guard against sizes computed from corrupt headers when the budget cannot be read.

@@ -302,11 +302,15 @@ impl Tuning {
     }
 }
 
-/// `ARRAYBRIDGE_MEMORY_LIMIT_MB` ([`crate::host::LIMIT_ENV`]) in MiB: `Ok(None)` when unset or
-/// empty, `Ok(Some(n))` for a whole number n ≥ 1, [`BridgeError::InvalidArgument`] naming the
-/// value otherwise (see [`crate::host::limit_from_env`]).
+/// The environment variable of the host memory budget's explicit limit, in MiB
+/// (`crate::host::LIMIT_ENV`).
+pub const MEMORY_LIMIT_ENV: &str = "ARRAYBRIDGE_MEMORY_LIMIT_MB";
+
+/// [`MEMORY_LIMIT_ENV`] in MiB: `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole
+/// number n ≥ 1, [`BridgeError::InvalidArgument`] naming the value otherwise (see
+/// `crate::host::limit_from_env`).
 pub fn memory_limit_from_env() -> Result<Option<u64>, BridgeError> {
-    let name = crate::host::LIMIT_ENV;
+    let name = MEMORY_LIMIT_ENV;
     let Some(raw) = std::env::var_os(name) else {
         return Ok(None);
     };

@@ -144,7 +144,7 @@ impl Inner {
             context,
             queue,
             pool,
-            backend: self.me.clone(),
+            backend: self.me.clone() as std::sync::Weak<dyn std::any::Any + Send + Sync>,
         });
         states.insert(n, Arc::clone(&state));
         Ok(state)

@@ -49,7 +49,12 @@ impl OpenClExecutor {
     /// dropped while the buffer lived on.
     pub fn of_buffer(buffer: &ClBuffer) -> Result<Self> {
         let device = buffer.state.device();
-        let inner = buffer.state.backend.upgrade().ok_or_else(|| {
+        let inner = buffer
+            .state
+            .backend
+            .upgrade()
+            .and_then(|b| b.downcast::<crate::backend::Inner>().ok())
+            .ok_or_else(|| {
             bridge_core::BridgeError::unavailable(
                 "opencl",
                 format!(

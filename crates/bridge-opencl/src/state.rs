@@ -88,7 +88,8 @@ pub(crate) struct DeviceState {
     pub(crate) pool: CachingPool<ClAllocator>,
     /// The backend instance that opened the device (weak: the backend owns its states), so that
     /// an array on the device reaches the device's executor without a process-wide lookup.
-    pub(crate) backend: std::sync::Weak<crate::backend::Inner>,
+    /// (Type-erased, so that this module names nothing of the backend's.)
+    pub(crate) backend: std::sync::Weak<dyn std::any::Any + Send + Sync>,
 }
 
 impl DeviceState {

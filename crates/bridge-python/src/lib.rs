@@ -18,6 +18,7 @@ mod auto;
 mod convert;
 mod errors;
 mod memory;
+mod paco;
 mod pipelines;
 
 use pyo3::prelude::*;
@@ -56,7 +57,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::link, m)?)?;
-    m.add_function(wrap_pyfunction!(pipelines::paco, m)?)?;
-    m.add_function(wrap_pyfunction!(pipelines::unbiased_flux, m)?)?;
+    m.add_function(wrap_pyfunction!(paco::paco, m)?)?;
+    m.add_function(wrap_pyfunction!(paco::unbiased_flux, m)?)?;
     Ok(())
 }

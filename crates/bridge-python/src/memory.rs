@@ -101,7 +101,7 @@ pub fn memory_stats<'py>(
     py: Python<'py>,
     device: &str,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let d = crate::convert::parse_device(device)?;
+    let d = device.parse::<bridge_core::Device>().py_err()?;
     let out = pyo3::types::PyDict::new(py);
     out.set_item("device", d.to_string())?;
     let st = if d == bridge_core::Device::Cpu {
@@ -132,7 +132,7 @@ pub fn memory_stats<'py>(
 /// device back to it; returns the bytes released (arrays still alive keep theirs).
 #[pyfunction]
 pub fn free_pools(device: &str) -> PyResult<u64> {
-    let d = crate::convert::parse_device(device)?;
+    let d = device.parse::<bridge_core::Device>().py_err()?;
     if d == bridge_core::Device::Cpu {
         return Ok(0);
     }
@@ -147,7 +147,7 @@ pub fn free_pools(device: &str) -> PyResult<u64> {
 /// answer by splitting their batches (same results).
 #[pyfunction]
 pub fn set_device_memory_limit(device: &str, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-    let d = crate::convert::parse_device(device)?;
+    let d = device.parse::<bridge_core::Device>().py_err()?;
     if d == bridge_core::Device::Cpu {
         return Err(invalid(
             "the host has no pool: set_memory_limit(mb) caps host memory",
