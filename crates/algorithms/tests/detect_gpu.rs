@@ -766,8 +766,9 @@ mod cuda {
     fn cuda_cube_matches_fixtures_and_cpu() {
         let Some(d) = device() else { return };
         // bit-identical unless NVRTC was told to contract (ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true)
-        let fmad =
-            std::env::var("ARRAYBRIDGE_NVRTC_OPTIONS").is_ok_and(|o| o.contains("fmad=true"));
+        let fmad = bridge_core::tuning::process()
+            .raw("ARRAYBRIDGE_NVRTC_OPTIONS")
+            .is_some_and(|o| o.contains("fmad=true"));
         check_cubes("cuda", !fmad && d.has_fp64(), &|f, p| {
             d.log_cubes(f, p).unwrap()
         });

@@ -345,7 +345,7 @@ fn bad_device_lists_are_errors() {
 #[cfg(feature = "opencl")]
 #[test]
 fn pocl_two_devices_inner() {
-    if std::env::var("ARRAYBRIDGE_TEST_TWO_POCL").is_err() {
+    if !test_support::rerun::in_child("ARRAYBRIDGE_TEST_TWO_POCL") {
         return; // run by `pocl_two_devices` in a child process
     }
     let n = bridge_opencl::shared().device_count();
@@ -545,7 +545,7 @@ fn locate_faults_stay_local() {
 #[cfg(feature = "opencl")]
 #[test]
 fn pocl_two_devices_locate_inner() {
-    if std::env::var("ARRAYBRIDGE_TEST_TWO_POCL_LOCATE").is_err() {
+    if !test_support::rerun::in_child("ARRAYBRIDGE_TEST_TWO_POCL_LOCATE") {
         return; // run by `pocl_two_devices_locate` in a child process
     }
     let n = bridge_opencl::shared().device_count();

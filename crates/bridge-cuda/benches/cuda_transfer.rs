@@ -15,10 +15,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use test_support::env_flag;
 
 fn sizes() -> Vec<usize> {
-    let max_mb: usize = std::env::var("ARRAYBRIDGE_BENCH_MAX_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
+    let max_mb: usize = bridge_core::tuning::process().usize_or("ARRAYBRIDGE_BENCH_MAX_MB", 4096);
     [1usize, 16, 256, 1024, 4096]
         .into_iter()
         .filter(|&mb| mb <= max_mb)

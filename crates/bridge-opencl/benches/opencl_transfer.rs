@@ -19,9 +19,8 @@ const MB: usize = 1 << 20;
 const SIZES_MB: [usize; 6] = [1, 4, 16, 64, 256, 1024];
 
 fn max_mb() -> usize {
-    std::env::var("ARRAYBRIDGE_BENCH_MAX_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    bridge_core::tuning::process()
+        .usize_knob("ARRAYBRIDGE_BENCH_MAX_MB")
         .unwrap_or(usize::MAX)
 }
 

@@ -16,7 +16,7 @@ const CHILD: &str = "ARRAYBRIDGE_OPENCL_MULTI_DEVICE_CHILD";
 
 #[test]
 fn two_devices_on_one_platform() {
-    if std::env::var_os(CHILD).is_none() {
+    if !test_support::rerun::in_child(CHILD) {
         let Some((backend, dev)) = common::device() else {
             return;
         };

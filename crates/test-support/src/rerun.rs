@@ -33,3 +33,9 @@ pub fn rerun_with_env(env: &[(&str, &str)], tests: &[&str]) -> String {
     );
     text
 }
+
+/// Whether this process is the child run of [`rerun_with_env`] that set `var` (the flag a
+/// test sets to know it is the inner run): the tests' one way to read such a flag.
+pub fn in_child(var: &str) -> bool {
+    std::env::var_os(var).is_some()
+}
