@@ -198,7 +198,7 @@ fn import_error(e: PyErr, py: Python<'_>) -> PyErr {
 /// consumer stream that is synchronised before they are used (stream, not device, sync).
 pub(crate) fn import_tensor(obj: &Bound<'_, PyAny>) -> PyResult<DlpackTensor> {
     let py = obj.py();
-    let is_capsule = obj.get_type().name()? == "PyCapsule";
+    let is_capsule = obj.is_instance_of::<pyo3::types::PyCapsule>();
     let obj = if is_capsule || obj.hasattr("__dlpack__")? {
         obj.clone()
     } else {
@@ -595,6 +595,10 @@ pub fn convert(x: &Bound<'_, PyAny>, device: &str, copy: Option<bool>) -> PyResu
             "copy=False, but the array is on {} and {target} was asked for",
             held.device()
         )));
+    }
+    if held.device() == target && copy != Some(true) {
+        // in place: nothing to compute, so the GIL is kept (releasing it costs more than this)
+        return Ok(Array { held });
     }
     let py = x.py();
     let moved = py.detach(|| move_to(&held, target, copy == Some(true)))?;
