@@ -76,7 +76,7 @@ fn same_gpu(a: &GpuDesc, b: &GpuDesc) -> bool {
 }
 
 /// The devices `--device all` runs on, from every GPU the backends list (in their order), and
-/// a note per device left out: a GPU listed by both CUDA and OpenCL (matched by [`same_gpu`])
+/// a note per device left out: a GPU listed by both CUDA and OpenCL (matched by `same_gpu`: the same UUID or PCI address)
 /// is kept once, as its CUDA device (or the first listed); with `same_arithmetic` (PACO: the
 /// devices of one run must all compute in double or all in float), the GPUs without double
 /// precision are left out when others have it.
