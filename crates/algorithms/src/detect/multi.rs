@@ -400,39 +400,8 @@ pub fn locate_movie_members(
     policy: MultiPolicy,
     progress: impl Fn(usize) + Sync,
 ) -> Result<LocateOutcome> {
-    let run = (|| {
-        p.validate()?;
-        if members.is_empty() {
-            return Err(BridgeError::invalid_argument(
-                "devices",
-                "at least one device is needed",
-            ));
-        }
-        if batch_size == 0 {
-            return Err(BridgeError::invalid_argument(
-                "batch_size",
-                "must be at least 1",
-            ));
-        }
-        let frames = movie.frames();
-        let starts = member_starts(members);
-        let (features, shares) = run_queue(
-            frames.len(),
-            batch_size,
-            members,
-            starts,
-            policy,
-            progress,
-            |member, (a, b)| match member {
-                DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
-                DetectMember::Peer(peer) => {
-                    let out = peer.frames((a, b))?;
-                    check_count(out, b - a)
-                }
-            },
-        )?;
-        Ok(LocateOutcome { features, shares })
-    })();
+    let frames = movie.frames();
+    let run = locate_frames_members(&frames, p, members, batch_size, policy, progress);
     finish_peers(members, run)
 }
 
@@ -464,15 +433,7 @@ pub fn blob_log_frames_multi(
         progress,
         |member, (a, b)| match member {
             DetectMember::Local(backend) => {
-                let out = backend.blob_log_batch(&frames[a..b], p)?;
-                if out.len() != b - a {
-                    return Err(BridgeError::backend(
-                        "blob_log",
-                        None,
-                        format!("{} results for {} frames", out.len(), b - a),
-                    ));
-                }
-                Ok(out)
+                check_count("blob_log", backend.blob_log_batch(&frames[a..b], p)?, b - a)
             }
             DetectMember::Peer(peer) => peer.frames((a, b)),
         },
@@ -489,21 +450,33 @@ pub fn locate_frames_multi(
     policy: MultiPolicy,
     progress: impl Fn(usize) + Sync,
 ) -> Result<LocateOutcome> {
-    p.validate()?;
     let members: Vec<DetectMember<'_, Vec<Feature>>> =
         backends.iter().map(|&b| DetectMember::Local(b)).collect();
-    check_run(&members, batch_size)?;
-    let starts = member_starts(&members);
+    locate_frames_members(frames, p, &members, batch_size, policy, progress)
+}
+
+/// The queue of [`locate_movie_members`] over `frames` (peers are not finished here).
+fn locate_frames_members(
+    frames: &[FrameView<'_>],
+    p: &LocateParams,
+    members: &[DetectMember<'_, Vec<Feature>>],
+    batch_size: usize,
+    policy: MultiPolicy,
+    progress: impl Fn(usize) + Sync,
+) -> Result<LocateOutcome> {
+    p.validate()?;
+    check_run(members, batch_size)?;
+    let starts = member_starts(members);
     let (features, shares) = run_queue(
         frames.len(),
         batch_size,
-        &members,
+        members,
         starts,
         policy,
         progress,
         |member, (a, b)| match member {
             DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
-            DetectMember::Peer(peer) => check_count(peer.frames((a, b))?, b - a),
+            DetectMember::Peer(peer) => check_count("locate", peer.frames((a, b))?, b - a),
         },
     )?;
     Ok(LocateOutcome { features, shares })
@@ -532,14 +505,15 @@ fn locate_unit(
     backend: &dyn DetectBackend,
     p: &LocateParams,
 ) -> Result<Vec<Vec<Feature>>> {
-    check_count(backend.locate_batch(frames, p)?, frames.len())
+    check_count("locate", backend.locate_batch(frames, p)?, frames.len())
 }
 
-/// `out` when it has one result per frame of a unit of `n`.
-fn check_count(out: Vec<Vec<Feature>>, n: usize) -> Result<Vec<Vec<Feature>>> {
+/// `out` when it has one result per frame of a unit of `n` (`what`: the algorithm, for the
+/// error).
+fn check_count<T>(what: &str, out: Vec<T>, n: usize) -> Result<Vec<T>> {
     if out.len() != n {
         return Err(BridgeError::backend(
-            "locate",
+            what,
             None,
             format!("{} results for {n} frames", out.len()),
         ));
