@@ -45,6 +45,17 @@ pub(crate) fn pipeline_device(
     Ok(c.device)
 }
 
+/// `arraybridge._native.gpus()`: the GPUs `device="all"` runs on (each physical GPU once, as
+/// `arraybridge::runtime::gpus` lists them), as device names.
+#[pyfunction]
+pub fn gpus() -> Vec<String> {
+    arraybridge::runtime::gpus(&|_| Ok(()), false)
+        .0
+        .iter()
+        .map(Device::to_string)
+        .collect()
+}
+
 /// `arraybridge.last_decision()`: the last `device="auto"` decision of this process as
 /// `{"device": ..., "reason": ...}`, or `None` before the first.
 #[pyfunction]

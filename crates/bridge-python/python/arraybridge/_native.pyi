@@ -70,6 +70,10 @@ def set_device_memory_limit(device: str, limit: Union[float, int, None]) -> None
     """Cap the device's pool: a fraction in (0, 1], bytes, or None."""
     ...
 
+def gpus() -> List[str]:
+    """The GPUs ``device=\"all\"`` runs on, as device names."""
+    ...
+
 def memory_limit() -> Optional[int]:
     """The explicit host memory limit in MiB, ``None`` when there is none (the default budget
     rule of ``bridge_core::host`` applies); ``InvalidInput`` for an invalid

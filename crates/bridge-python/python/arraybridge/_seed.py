@@ -12,19 +12,10 @@ from . import _native
 from ._native import InvalidInput
 
 
-def _gpus() -> list:
-    return [
-        d["device"]
-        for d in _native.devices()
-        if d["device"].startswith("cuda")
-        or (d["device"].startswith("opencl") and "cpu" not in d["name"].lower()
-            and "pthread" not in d["name"].lower())
-    ]
-
-
 def is_gpu_available() -> bool:
-    """Whether a GPU (a CUDA device, or an OpenCL device that is not a CPU) is usable."""
-    return bool(_gpus())
+    """Whether a GPU (a CUDA device, or an OpenCL device that is not a CPU) is usable: what
+    ``device="all"`` would run on."""
+    return bool(_native.gpus())
 
 
 class ParticleDetector:
