@@ -45,16 +45,19 @@ pub struct Staged {
 
 /// `.NAME.PID.partial` beside `path`.
 fn temporary(path: &Path) -> Result<PathBuf> {
+    beside(path, "partial", "an output needs a file name")
+}
+
+/// `.NAME.PID.SUFFIX` beside `path` (the staging names of files and folders); `nameless` is
+/// the error's words for a path without a final name.
+pub(super) fn beside(path: &Path, suffix: &str, nameless: &str) -> Result<PathBuf> {
     let name = path.file_name().ok_or_else(|| {
-        BridgeError::invalid_argument(
-            "path",
-            format!("{}: an output needs a file name", path.display()),
-        )
+        BridgeError::invalid_argument("path", format!("{}: {nameless}", path.display()))
     })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.partial", std::process::id()));
-    Ok(path.with_file_name(tmp_name))
+    let mut n = std::ffi::OsString::from(".");
+    n.push(name);
+    n.push(format!(".{}.{suffix}", std::process::id()));
+    Ok(path.with_file_name(n))
 }
 
 /// Whether `path` exists as something other than a regular file (then written in place).

@@ -38,16 +38,7 @@ pub struct StagedDir {
 
 /// `.NAME.PID.SUFFIX` beside `path`.
 fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
-    let name = path.file_name().ok_or_else(|| {
-        BridgeError::invalid_argument(
-            "path",
-            format!("{}: an output folder needs a name", path.display()),
-        )
-    })?;
-    let mut n = std::ffi::OsString::from(".");
-    n.push(name);
-    n.push(format!(".{}.{suffix}", std::process::id()));
-    Ok(path.with_file_name(n))
+    super::staged::beside(path, suffix, "an output folder needs a name")
 }
 
 /// The files a manifest lists (`None`: no manifest, or not one of ours).
