@@ -22,6 +22,11 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::kernel::KernelSource;
 
+mod typed;
+pub use typed::{
+    Buffer, BufferRef, DeviceSlice, Grid, KernelScalar, Local, Program, TypedExecutor,
+};
+
 /// Only the workspace's backends implement [`Executor`].
 #[doc(hidden)]
 pub mod sealed {

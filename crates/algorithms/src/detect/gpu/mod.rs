@@ -107,8 +107,11 @@ impl Default for GpuDetectConfig {
     }
 }
 
-/// Device storage types (f32, f64) with their byte encoding.
-pub(crate) trait DevReal: Real {
+/// Device storage types (f32, f64): the element type of typed device buffers and a kernel
+/// scalar, with their byte encoding.
+pub(crate) trait DevReal:
+    Real + bridge_core::Element + bridge_core::exec::KernelScalar
+{
     /// Bytes per element.
     const SIZE: usize;
     /// Append the little-endian bytes.
