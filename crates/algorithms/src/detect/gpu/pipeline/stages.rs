@@ -303,7 +303,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
         for f in bytes.chunks_exact(per_frame * R::SIZE) {
             self.cubes.push(
                 f.chunks_exact(R::SIZE)
-                    .map(|c| R::get(c).to_f64())
+                    .map(|c| Real::to_f64(R::get(c)))
                     .collect(),
             );
         }
