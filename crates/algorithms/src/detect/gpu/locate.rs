@@ -273,6 +273,6 @@ fn reals<R: DevReal>(v: &[f64]) -> Vec<u8> {
 fn decode<R: DevReal>(bytes: &[u8]) -> Vec<f64> {
     bytes
         .chunks_exact(R::SIZE)
-        .map(|c| Real::to_f64(R::get(c)))
+        .map(|c| crate::detect::Real::to_f64(R::get(c)))
         .collect()
 }
