@@ -299,8 +299,8 @@ fn generate(file: &str, program: &str, kernels: &[Kernel]) -> Result<String, Str
         .any(|k| k.params.iter().any(|p| matches!(p.kind, Kind::Local(_))));
     let _ = writeln!(
         s,
-        "use bridge_core::exec::{{DeviceSlice, Executor, Grid, KernelArg, KernelScalar, {}\
-         Program}};\nuse bridge_core::{{Element, Result}};\n",
+        "use bridge_core::Result;\nuse bridge_core::exec::{{DeviceElement, DeviceSlice, Executor, \
+         Grid, KernelArg, KernelScalar, {}Program}};\n",
         if local { "Local, " } else { "" }
     );
     let names: Vec<String> = kernels.iter().map(|k| format!("{:?}", k.name)).collect();
@@ -375,9 +375,9 @@ fn launcher(s: &mut String, k: &Kernel) -> Result<(), String> {
         .iter()
         .map(|(g, scalar)| {
             if *scalar {
-                format!("{g}: Element + KernelScalar")
+                format!("{g}: DeviceElement + KernelScalar")
             } else {
-                format!("{g}: Element")
+                format!("{g}: DeviceElement")
             }
         })
         .collect();

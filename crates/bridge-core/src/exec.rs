@@ -24,7 +24,8 @@ use crate::kernel::KernelSource;
 
 mod typed;
 pub use typed::{
-    Buffer, BufferRef, DeviceSlice, Grid, KernelScalar, Local, Program, TypedExecutor,
+    Buffer, BufferRef, DeviceElement, DeviceSlice, Grid, KernelScalar, Local, Program,
+    TypedExecutor,
 };
 
 /// Only the workspace's backends implement [`Executor`].

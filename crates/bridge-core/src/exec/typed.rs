@@ -19,18 +19,44 @@ use bytemuck::Pod;
 
 use super::{Executor, KernelArg};
 use crate::array::Array;
-use crate::dtype::Element;
+use crate::dtype::DType;
 use crate::error::{BridgeError, Result};
 use crate::kernel::KernelSource;
 
+/// An element type of device buffers and kernel parameters: the fixed-size numbers a kernel
+/// reads and writes (also `u32` and `u64`, which no [`Array`] dtype has).
+pub trait DeviceElement: Pod + Send + Sync + fmt::Debug + 'static {
+    /// The C name of the type in a kernel (`uint`, `float`, ...).
+    const C_NAME: &'static str;
+    /// The [`Array`] dtype of the same elements, if there is one.
+    const DTYPE: Option<DType>;
+}
+
+macro_rules! device_element {
+    ($t:ty, $c:literal, $d:expr) => {
+        impl DeviceElement for $t {
+            const C_NAME: &'static str = $c;
+            const DTYPE: Option<DType> = $d;
+        }
+    };
+}
+device_element!(u8, "uchar", Some(DType::U8));
+device_element!(u16, "ushort", Some(DType::U16));
+device_element!(u32, "uint", None);
+device_element!(i32, "int", Some(DType::I32));
+device_element!(u64, "ulong", None);
+device_element!(i64, "long", Some(DType::I64));
+device_element!(f32, "float", Some(DType::F32));
+device_element!(f64, "double", Some(DType::F64));
+
 /// A device buffer of `len` elements of `T` on executor `E`'s device (freed when dropped).
-pub struct Buffer<E: Executor, T: Element> {
+pub struct Buffer<E: Executor, T: DeviceElement> {
     raw: E::Buffer,
     len: usize,
     _t: PhantomData<T>,
 }
 
-impl<E: Executor, T: Element> Buffer<E, T> {
+impl<E: Executor, T: DeviceElement> Buffer<E, T> {
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -61,31 +87,31 @@ impl<E: Executor, T: Element> Buffer<E, T> {
     }
 }
 
-impl<E: Executor, T: Element> fmt::Debug for Buffer<E, T> {
+impl<E: Executor, T: DeviceElement> fmt::Debug for Buffer<E, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Buffer<{:?}>[{}]", T::DTYPE, self.len)
+        write!(f, "Buffer<{}>[{}]", T::C_NAME, self.len)
     }
 }
 
 /// A borrowed device buffer of `len` elements of `T`: the memory of a device-resident
 /// [`Array`] read in place ([`TypedExecutor::buffer_ref`]) or a view of a [`Buffer`].
-pub struct BufferRef<'a, E: Executor, T: Element> {
+pub struct BufferRef<'a, E: Executor, T: DeviceElement> {
     raw: &'a E::Buffer,
     len: usize,
     _t: PhantomData<T>,
 }
 
-impl<E: Executor, T: Element> Clone for BufferRef<'_, E, T> {
+impl<E: Executor, T: DeviceElement> Clone for BufferRef<'_, E, T> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<E: Executor, T: Element> Copy for BufferRef<'_, E, T> {}
+impl<E: Executor, T: DeviceElement> Copy for BufferRef<'_, E, T> {}
 
-impl<E: Executor, T: Element> fmt::Debug for BufferRef<'_, E, T> {
+impl<E: Executor, T: DeviceElement> fmt::Debug for BufferRef<'_, E, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BufferRef<{:?}>[{}]", T::DTYPE, self.len)
+        write!(f, "BufferRef<{}>[{}]", T::C_NAME, self.len)
     }
 }
 
@@ -93,7 +119,7 @@ impl<E: Executor, T: Element> fmt::Debug for BufferRef<'_, E, T> {
 /// accepts ([`Buffer`] and [`BufferRef`]).
 pub trait DeviceSlice<E: Executor> {
     /// The element type.
-    type Elem: Element;
+    type Elem: DeviceElement;
     /// The executor's raw buffer.
     fn raw(&self) -> &E::Buffer;
     /// The number of elements.
@@ -104,7 +130,7 @@ pub trait DeviceSlice<E: Executor> {
     }
 }
 
-impl<E: Executor, T: Element> DeviceSlice<E> for Buffer<E, T> {
+impl<E: Executor, T: DeviceElement> DeviceSlice<E> for Buffer<E, T> {
     type Elem = T;
     fn raw(&self) -> &E::Buffer {
         &self.raw
@@ -114,7 +140,7 @@ impl<E: Executor, T: Element> DeviceSlice<E> for Buffer<E, T> {
     }
 }
 
-impl<E: Executor, T: Element> DeviceSlice<E> for BufferRef<'_, E, T> {
+impl<E: Executor, T: DeviceElement> DeviceSlice<E> for BufferRef<'_, E, T> {
     type Elem = T;
     fn raw(&self) -> &E::Buffer {
         self.raw
@@ -133,7 +159,7 @@ fn bytes_of<T>(n: usize, what: &str) -> Result<usize> {
 /// Typed transfers over any [`Executor`] (implemented for every executor).
 pub trait TypedExecutor: Executor {
     /// A buffer holding `data` (one transfer).
-    fn upload_slice<T: Element>(&self, data: &[T]) -> Result<Buffer<Self, T>> {
+    fn upload_slice<T: DeviceElement>(&self, data: &[T]) -> Result<Buffer<Self, T>> {
         Ok(Buffer {
             raw: self.upload(bytemuck::cast_slice(data))?,
             len: data.len(),
@@ -141,8 +167,29 @@ pub trait TypedExecutor: Executor {
         })
     }
 
+    /// A buffer of the elements whose bytes (in the host's order) are `bytes`: for data that
+    /// is already packed as bytes (one transfer, no copy); an error when `bytes` is not a whole
+    /// number of elements.
+    fn upload_bytes<T: DeviceElement>(&self, bytes: &[u8]) -> Result<Buffer<Self, T>> {
+        let size = std::mem::size_of::<T>();
+        if !bytes.len().is_multiple_of(size) {
+            return Err(BridgeError::invalid_argument(
+                "upload",
+                format!(
+                    "{} bytes are not a whole number of {size}-byte elements",
+                    bytes.len()
+                ),
+            ));
+        }
+        Ok(Buffer {
+            raw: self.upload(bytes)?,
+            len: bytes.len() / size,
+            _t: PhantomData,
+        })
+    }
+
     /// An uninitialised buffer of `n` elements.
-    fn alloc_elems<T: Element>(&self, n: usize) -> Result<Buffer<Self, T>> {
+    fn alloc_elems<T: DeviceElement>(&self, n: usize) -> Result<Buffer<Self, T>> {
         Ok(Buffer {
             raw: self.alloc(bytes_of::<T>(n, "alloc")?)?,
             len: n,
@@ -151,7 +198,7 @@ pub trait TypedExecutor: Executor {
     }
 
     /// A zeroed buffer of `n` elements.
-    fn zeroed_elems<T: Element>(&self, n: usize) -> Result<Buffer<Self, T>> {
+    fn zeroed_elems<T: DeviceElement>(&self, n: usize) -> Result<Buffer<Self, T>> {
         Ok(Buffer {
             raw: self.zeroed(bytes_of::<T>(n, "zeroed")?)?,
             len: n,
@@ -194,8 +241,8 @@ pub trait TypedExecutor: Executor {
 
     /// The memory of `array` as a typed buffer read in place, when it lives on this executor's
     /// device in this backend's memory and holds elements of `T`; `None` otherwise.
-    fn buffer_ref<'a, T: Element>(&self, array: &'a Array) -> Option<BufferRef<'a, Self, T>> {
-        if array.dtype() != T::DTYPE {
+    fn buffer_ref<'a, T: DeviceElement>(&self, array: &'a Array) -> Option<BufferRef<'a, Self, T>> {
+        if T::DTYPE != Some(array.dtype()) {
             return None;
         }
         self.buffer_of(array).map(|raw| BufferRef {

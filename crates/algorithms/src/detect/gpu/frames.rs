@@ -12,7 +12,7 @@ use super::super::blob_log::{
 };
 use super::super::real::{give_buf, take_buf};
 use super::super::trace;
-use super::pipeline::{Input, Prescaling, RunOut, run_typed};
+use super::pipeline::{Input, Prescaling, RawFrames, RunOut, run_typed};
 use super::{DevicePrecision, GpuDetectConfig};
 
 /// How a frame reaches the device.
@@ -170,16 +170,8 @@ pub(super) fn run_frames<E: Executor>(
                         t_pack.elapsed().as_secs_f64()
                     )
                 });
-                let pre = Prescaling {
-                    entry: if kind == Kind::RawU8 {
-                        "prescale_u8"
-                    } else {
-                        "prescale_u16"
-                    },
-                    params,
-                    mode,
-                };
-                let input = Input::Raw(&bytes, pre);
+                let pre = Prescaling { params, mode };
+                let input = Input::Raw(&bytes, kind != Kind::RawU8, pre);
                 let res = if f64_cube {
                     run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube)
                 } else {
@@ -222,23 +214,24 @@ fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
     }
 }
 
-/// `blob_log` on a movie that already lives on the executor's device: `buf` holds `t` frames
-/// of `h × w` raw `u8` (`u16_pixels` false) or `u16` pixels, C order, read in place (no
-/// upload). The prescale is applied on the device; [`Prescale::MinMax`] needs per-frame
+/// `blob_log` on a movie that already lives on the executor's device: `raw` holds `t` frames
+/// of `h × w` raw `u8` or `u16` pixels, C order, read in place (no upload). The prescale is applied on the device; [`Prescale::MinMax`] needs per-frame
 /// extrema, which this path does not compute ([`BridgeError::Unsupported`]; the caller
 /// converts the movie to the host instead).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_resident<E: Executor>(
     e: &E,
-    buf: &E::Buffer,
-    u16_pixels: bool,
+    raw: RawFrames<'_, E>,
     (t, h, w): (usize, usize, usize),
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
     mut progress: impl FnMut(usize),
 ) -> Result<RunOut> {
     p.validate()?;
-    let dmax = if u16_pixels { 65535.0 } else { 255.0 };
+    let dmax = match raw {
+        RawFrames::U8(_) => 255.0,
+        RawFrames::U16(_) => 65535.0,
+    };
     let (mode, c, k) = match p.prescale {
         Prescale::Legacy => (0, 0.0, 1.0 / dmax),
         Prescale::None => (0, 0.0, 1.0),
@@ -261,15 +254,10 @@ pub(super) fn run_resident<E: Executor>(
         // CUDA grids: at most 65535 frames along y in the prescale launch
         let n = (t - frame0).min(65_535);
         let pre = Prescaling {
-            entry: if u16_pixels {
-                "prescale_u16"
-            } else {
-                "prescale_u8"
-            },
             params: vec![(c, k); n],
             mode,
         };
-        let input = Input::Device(buf, frame0, pre);
+        let input = Input::Device(raw, frame0, pre);
         let res = if f64_cube {
             run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, false)?
         } else {

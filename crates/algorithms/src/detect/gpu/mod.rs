@@ -51,7 +51,7 @@
 //! 1e-5 px and 99.8 % within 1e-3 px, while a feature of a few integer units can refine to
 //! another pixel, and a maximum at the percentile threshold can come or go).
 
-use bridge_core::exec::Executor;
+use bridge_core::exec::{Executor, TypedExecutor};
 use bridge_core::tuning::Tuning;
 use bridge_core::{Array, BridgeError, DType, Device, Result};
 
@@ -110,7 +110,7 @@ impl Default for GpuDetectConfig {
 /// Device storage types (f32, f64): the element type of typed device buffers and a kernel
 /// scalar, with their byte encoding.
 pub(crate) trait DevReal:
-    Real + bridge_core::Element + bridge_core::exec::KernelScalar
+    Real + bridge_core::exec::DeviceElement + bridge_core::exec::KernelScalar
 {
     /// Bytes per element.
     const SIZE: usize;
@@ -230,20 +230,19 @@ impl<E: Executor> GpuDetect<E> {
         p: &BlobLogParams,
         progress: impl FnMut(usize),
     ) -> Result<Option<Vec<Vec<Blob>>>> {
-        let Some(buf) = self.exec.buffer_of(movie) else {
-            return Ok(None);
+        let raw = match movie.dtype() {
+            DType::U8 => self.exec.buffer_ref::<u8>(movie).map(pipeline::RawFrames::U8),
+            DType::U16 => self.exec.buffer_ref::<u16>(movie).map(pipeline::RawFrames::U16),
+            _ => None,
         };
-        let u16_pixels = match movie.dtype() {
-            DType::U8 => false,
-            DType::U16 => true,
-            _ => return Ok(None),
+        let Some(raw) = raw else {
+            return Ok(None);
         };
         if !movie.is_contiguous() || p.prescale == super::Prescale::MinMax {
             return Ok(None);
         }
         let dims = resident_dims(movie, "blob_log")?;
-        let out =
-            frames::run_resident(&self.exec, buf, u16_pixels, dims, p, &self.config, progress)?;
+        let out = frames::run_resident(&self.exec, raw, dims, p, &self.config, progress)?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.blobs))
     }

@@ -2,13 +2,14 @@
 //! cube, its per-frame extrema, the 3×3×3 peaks, then the CPU's ordering and overlap pruning on
 //! the host (see the [parent module](super)).
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, BufferRef, Executor, Grid, TypedExecutor};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Device, Result};
 
 use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
 use super::super::filters::LogKernels;
-use super::super::kernels::{BLOB_LOG, OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
+use super::super::kernels::blob_log_kernels::Kernels;
+use super::super::kernels::{OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
 use super::super::real::Real;
 use super::super::trace;
 use super::{DevReal, GpuDetectConfig};
@@ -62,75 +63,72 @@ pub(super) fn frame_threshold<R: Real>(lo: R, hi: R, p: &BlobLogParams) -> R {
 
 /// How raw integer frames are converted on the device.
 pub(super) struct Prescaling {
-    /// `prescale_u8` or `prescale_u16`.
-    pub(super) entry: &'static str,
     /// Per frame `(c, k)`; see the `prescale_*` kernels.
     pub(super) params: Vec<(f64, f64)>,
     /// 0: `v · k`; 1: `(v − c) / k`.
     pub(super) mode: u32,
 }
 
+/// Raw integer frames on the device: the input of the `prescale_u8` / `prescale_u16` kernels.
+pub(super) enum RawFrames<'a, E: Executor> {
+    /// `u8` pixels.
+    U8(BufferRef<'a, E, u8>),
+    /// `u16` pixels.
+    U16(BufferRef<'a, E, u16>),
+}
+
+impl<E: Executor> Clone for RawFrames<'_, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E: Executor> Copy for RawFrames<'_, E> {}
+
 /// The frames of one run.
-pub(super) enum Input<'a, T, B> {
+pub(super) enum Input<'a, T, E: Executor> {
     /// Converted on the host to the working type `T`.
     Host(&'a [Vec<T>]),
-    /// Raw integers (working type f64) from the host, little-endian, frame after frame:
-    /// uploaded as they are and converted on the device.
-    Raw(&'a [u8], Prescaling),
+    /// Raw integers (working type f64) from the host, in the host's byte order, frame after
+    /// frame, `u16` pixels when `.1` (else `u8`): uploaded as they are and converted on the
+    /// device.
+    Raw(&'a [u8], bool, Prescaling),
     /// Raw integers (working type f64) already on the device (a caller's array, read in place),
     /// from frame `.1` of the buffer.
-    Device(&'a B, usize, Prescaling),
+    Device(RawFrames<'a, E>, usize, Prescaling),
 }
 
 /// Runs a launch and adds its wall time to the run's kernel time.
 type Timed<'a> = dyn FnMut(&mut dyn FnMut() -> Result<()>) -> Result<()> + 'a;
 
 /// The `prescale_*` kernel on frames `frame0..frame0 + n_frames` of `raw` into a new image
-/// buffer of the working type (`rsize` bytes per pixel).
+/// buffer of the device type `R`, with the per-frame parameters in the accumulation type `A`.
 #[allow(clippy::too_many_arguments)]
-fn prescale<E: Executor>(
-    e: &E,
-    raw: &E::Buffer,
+fn prescale<E: Executor, R: DevReal, A: DevReal>(
+    k: &Kernels<'_, E>,
+    raw: &RawFrames<'_, E>,
     frame0: usize,
     pre: &Prescaling,
     n_frames: usize,
     plane: usize,
-    opts: &[&str],
-    acc64: bool,
-    (rsize, wg): (usize, usize),
+    wg: usize,
     timed: &mut Timed<'_>,
-) -> Result<E::Buffer> {
-    let mut pp = Vec::with_capacity(pre.params.len() * 16);
-    for &(c, k) in &pre.params {
-        if acc64 {
-            c.put(&mut pp);
-            k.put(&mut pp);
-        } else {
-            (c as f32).put(&mut pp);
-            (k as f32).put(&mut pp);
-        }
-    }
-    let pp_buf = e.upload(&pp)?;
-    let img = e.alloc(n_frames * plane * rsize)?;
+) -> Result<Buffer<E, R>> {
+    let e = k.program().executor();
+    let pp: Vec<A> = pre
+        .params
+        .iter()
+        .flat_map(|&(c, k)| [A::from_f64(c), A::from_f64(k)])
+        .collect();
+    let pp_buf = e.upload_slice(&pp)?;
+    let img = e.alloc_elems::<R>(n_frames * plane)?;
     let (pu, nu) = (to_u32(plane, "frame size")?, to_u32(n_frames, "frames")?);
     let f0 = to_u32(frame0, "first frame")?;
-    timed(&mut || {
-        e.launch(
-            &BLOB_LOG,
-            opts,
-            pre.entry,
-            &[round_up_to(plane, wg), n_frames],
-            &[wg, 1],
-            &[
-                KernelArg::Buf(raw),
-                KernelArg::Buf(&pp_buf),
-                KernelArg::Buf(&img),
-                KernelArg::U32(pu),
-                KernelArg::U32(nu),
-                KernelArg::U32(pre.mode),
-                KernelArg::U32(f0),
-            ],
-        )
+    let (global, local) = ([round_up_to(plane, wg), n_frames], [wg, 1]);
+    let grid = Grid::new(&global, &local);
+    timed(&mut || match raw {
+        RawFrames::U8(b) => k.prescale_u8(grid, b, &pp_buf, &img, pu, nu, pre.mode, f0),
+        RawFrames::U16(b) => k.prescale_u16(grid, b, &pp_buf, &img, pu, nu, pre.mode, f0),
     })?;
     Ok(img)
 }
@@ -174,19 +172,38 @@ pub(super) fn prep_wg(t: &Tuning) -> usize {
     t.usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
 }
 
-/// The device pipeline on one run of frames (working type `T`, cube in the device type `R`).
+/// The device pipeline on one run of frames (working type `T`, cube in the device type `R`):
+/// the passes accumulate in `f64` where the device has doubles and [`GpuDetectConfig`] asks for
+/// it (always for an `f64` cube), else in `f32` ([`run_acc`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
+    e: &E,
+    input: Input<'_, T, E>,
+    n_frames: usize,
+    h: usize,
+    w: usize,
+    p: &BlobLogParams,
+    cfg: &GpuDetectConfig,
+    want_cube: bool,
+) -> Result<RunOut> {
+    let dims = (n_frames, h, w);
+    if e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8) {
+        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, want_cube)
+    } else {
+        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, want_cube)
+    }
+}
+
+/// [`run_typed`] with the passes accumulated in `A`.
 ///
 /// Setup: the kernels' build options, the LoG coefficients ([`upload_coefficients`]) and the
 /// frames ([`upload_frames`]) go up, and [`LogRun::new`] sizes the batches and allocates the
 /// cube. Then each batch of frames runs the stages of [`LogRun::batch`]: the two LoG passes,
 /// the per-frame thresholds, the peaks and the host's ordering and pruning.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
+fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     e: &E,
-    input: Input<'_, T, E::Buffer>,
-    n_frames: usize,
-    h: usize,
-    w: usize,
+    input: Input<'_, T, E>,
+    (n_frames, h, w): (usize, usize, usize),
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
     want_cube: bool,
@@ -206,28 +223,25 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
         kernel_s += t.elapsed().as_secs_f64();
         Ok(())
     };
-    let acc64 = e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8);
     let (rows, cols) = pass_blocking(e, &cfg.tuning);
     let (lx, ly) = local_xy(e, &cfg.tuning);
     let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
-    let opts_v = kernel_options::<R>(acc64, &blocking);
-    let opts: &[&str] = &opts_v;
+    let opts_v = kernel_options::<R, A>(&blocking)?;
+    let k = Kernels::new(e, &opts_v);
     let sigmas = p.sigma_list::<T>();
-    let coeffs = upload_coefficients::<E, T, R>(e, &sigmas, acc64)?;
-    let img = upload_frames::<E, T, R>(
-        e,
+    let coeffs = upload_coefficients::<E, T, R, A>(e, &sigmas)?;
+    let img = upload_frames::<E, T, R, A>(
+        &k,
         input,
         n_frames,
         h * w,
-        opts,
-        (acc64, prep_wg(&cfg.tuning)),
+        prep_wg(&cfg.tuning),
         &mut up_s,
         &mut timed,
     )?;
-    let mut run = LogRun::<E, T, R>::new(
-        e,
+    let mut run = LogRun::<E, T, R, A>::new(
+        k,
         p,
-        opts,
         sigmas,
         coeffs,
         img,
@@ -254,123 +268,99 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     })
 }
 
-/// The kernels' build options: the precision set (`f64`, `f32` with `f64` or `f32`
-/// accumulation) followed by the pass blocking (`-DLOG_ROWS`, `-DLOG_COLS`).
-fn kernel_options<R: DevReal>(acc64: bool, blocking: &[String; 2]) -> Vec<&str> {
-    let base: &[&str] = if R::SIZE == 8 {
-        OPTS_F64
-    } else if acc64 {
-        OPTS_F32_ACC64
-    } else {
-        OPTS_F32_ACC32
+/// The kernels' build options: the precision set of the cube type `R` and the accumulation
+/// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by the pass blocking
+/// (`-DLOG_ROWS`, `-DLOG_COLS`).
+fn kernel_options<R: DevReal, A: DevReal>(blocking: &[String; 2]) -> Result<Vec<&str>> {
+    let base: &[&str] = match (R::SIZE, A::SIZE) {
+        (8, 8) => OPTS_F64,
+        (4, 8) => OPTS_F32_ACC64,
+        (4, 4) => OPTS_F32_ACC32,
+        _ => {
+            return Err(BridgeError::Unsupported(
+                "a float64 cube accumulated in float32".into(),
+            ));
+        }
     };
-    base.iter()
+    Ok(base
+        .iter()
         .copied()
         .chain(blocking.iter().map(String::as_str))
-        .collect()
+        .collect())
 }
 
-/// The LoG coefficients of a run on the device.
-struct Coeffs<B> {
-    /// Every scale's kernel taps (`g0` then `g2`), in the accumulation type.
-    taps: B,
-    /// Per scale `(offset, radius)` into `taps`, `u32`.
-    meta: B,
+/// The LoG coefficients of a run on the device (accumulation type `A`, device type `R`).
+pub(super) struct Coeffs<E: Executor, R: DevReal, A: DevReal> {
+    /// Every scale's kernel taps (`g0` then `g2`).
+    pub(super) taps: Buffer<E, A>,
+    /// Per scale `(offset, radius)` into `taps`.
+    pub(super) meta: Buffer<E, u32>,
     /// Per scale σ² (working type, stored as `R`).
-    s2: B,
+    pub(super) s2: Buffer<E, R>,
 }
 
 /// Builds the LoG kernels of `sigmas` and uploads their taps, their `(offset, radius)` and σ².
-fn upload_coefficients<E: Executor, T: Real, R: DevReal>(
+fn upload_coefficients<E: Executor, T: Real, R: DevReal, A: DevReal>(
     e: &E,
     sigmas: &[T],
-    acc64: bool,
-) -> Result<Coeffs<E::Buffer>> {
+) -> Result<Coeffs<E, R, A>> {
     let ns = sigmas.len();
-    // kernels (ACC type), per-scale (offset, radius), σ² (working type, stored as R)
-    let mut taps: Vec<u8> = Vec::new();
+    let mut taps: Vec<A> = Vec::new();
     let mut meta: Vec<u32> = Vec::with_capacity(2 * ns);
-    let mut ntaps = 0usize;
     for &s in sigmas {
         let k = LogKernels::new(s.to_f64(), T::IS_F32);
-        meta.push(to_u32(ntaps, "kernel taps")?);
+        meta.push(to_u32(taps.len(), "kernel taps")?);
         meta.push(to_u32(k.radius(), "kernel radius")?);
-        for &v in k.g0.iter().chain(&k.g2) {
-            if acc64 {
-                v.put(&mut taps);
-            } else {
-                (v as f32).put(&mut taps);
-            }
-        }
-        ntaps += k.g0.len() + k.g2.len();
+        taps.extend(k.g0.iter().chain(&k.g2).map(|&v| A::from_f64(v)));
     }
-    let mut s2 = Vec::with_capacity(ns * R::SIZE);
-    for &s in sigmas {
-        R::from_f64((s * s).to_f64()).put(&mut s2);
-    }
-    let taps_buf = e.upload(&taps)?;
-    let meta_buf = e.upload(&u32_bytes(&meta))?;
-    let s2_buf = e.upload(&s2)?;
+    let s2: Vec<R> = sigmas
+        .iter()
+        .map(|&s| R::from_f64((s * s).to_f64()))
+        .collect();
     Ok(Coeffs {
-        taps: taps_buf,
-        meta: meta_buf,
-        s2: s2_buf,
+        taps: e.upload_slice(&taps)?,
+        meta: e.upload_slice(&meta)?,
+        s2: e.upload_slice(&s2)?,
     })
 }
 
 /// The whole run in one transfer: host frames converted to `R` and uploaded, or raw integers
 /// (uploaded, or already on the device) converted by [`prescale`]. The upload of raw frames
 /// counts in `up_s`, the prescale kernel in `timed`.
-#[allow(clippy::too_many_arguments)]
-fn upload_frames<E: Executor, T: Real, R: DevReal>(
-    e: &E,
-    input: Input<'_, T, E::Buffer>,
+fn upload_frames<E: Executor, T: Real, R: DevReal, A: DevReal>(
+    k: &Kernels<'_, E>,
+    input: Input<'_, T, E>,
     n_frames: usize,
     plane: usize,
-    opts: &[&str],
-    (acc64, wg): (bool, usize),
+    wg: usize,
     up_s: &mut f64,
     timed: &mut Timed<'_>,
-) -> Result<E::Buffer> {
+) -> Result<Buffer<E, R>> {
+    let e = k.program().executor();
     Ok(match input {
         Input::Host(images) => {
-            let mut img = Vec::with_capacity(n_frames * plane * R::SIZE);
+            let mut img: Vec<R> = Vec::with_capacity(n_frames * plane);
             for im in images {
-                for &v in im {
-                    R::from_f64(v.to_f64()).put(&mut img);
-                }
+                img.extend(im.iter().map(|&v| R::from_f64(v.to_f64())));
             }
-            e.upload(&img)?
+            e.upload_slice(&img)?
         }
-        Input::Raw(bytes, pre) => {
+        Input::Raw(bytes, u16_pixels, pre) => {
             let t = std::time::Instant::now();
-            let raw_buf = e.upload(bytes)?;
+            let (b8, b16);
+            let raw = if u16_pixels {
+                b16 = e.upload_bytes::<u16>(bytes)?;
+                RawFrames::U16(b16.view())
+            } else {
+                b8 = e.upload_bytes::<u8>(bytes)?;
+                RawFrames::U8(b8.view())
+            };
             *up_s += t.elapsed().as_secs_f64();
-            prescale(
-                e,
-                &raw_buf,
-                0,
-                &pre,
-                n_frames,
-                plane,
-                opts,
-                acc64,
-                (R::SIZE, wg),
-                timed,
-            )?
+            prescale::<E, R, A>(k, &raw, 0, &pre, n_frames, plane, wg, timed)?
         }
-        Input::Device(buf, frame0, pre) => prescale(
-            e,
-            buf,
-            frame0,
-            &pre,
-            n_frames,
-            plane,
-            opts,
-            acc64,
-            (R::SIZE, wg),
-            timed,
-        )?,
+        Input::Device(raw, frame0, pre) => {
+            prescale::<E, R, A>(k, &raw, frame0, &pre, n_frames, plane, wg, timed)?
+        }
     })
 }
 

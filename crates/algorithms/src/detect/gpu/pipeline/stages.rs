@@ -5,14 +5,15 @@
 
 use std::marker::PhantomData;
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, Executor, Grid, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::{Cand, Coeffs, Timed, frame_threshold, order_and_prune, round_up_to, to_u32};
 use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
 use crate::detect::gpu::DevReal;
-use crate::detect::kernels::{BLOB_LOG, MINMAX_WG};
+use crate::detect::kernels::MINMAX_WG;
+use crate::detect::kernels::blob_log_kernels::Kernels;
 use crate::detect::real::Real;
 
 /// One run of frames on the device once its frames and coefficients are up: the sizes,
@@ -20,13 +21,13 @@ use crate::detect::real::Real;
 ///
 /// The device buffers are the last fields, in the reverse order of their allocation: fields
 /// drop in declaration order, so the last allocated is freed first, as for locals.
-pub(super) struct LogRun<'a, E: Executor, T, R> {
+pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     /// The device.
     e: &'a E,
+    /// The program's typed launchers, built with the options of [`super::kernel_options`].
+    k: Kernels<'a, E>,
     /// The detection parameters.
     p: &'a BlobLogParams,
-    /// Build options of every kernel ([`super::kernel_options`]).
-    opts: &'a [&'a str],
     /// σ of each scale, in the working type.
     sigmas: Vec<T>,
     /// Frames in the run.
@@ -75,26 +76,26 @@ pub(super) struct LogRun<'a, E: Executor, T, R> {
     pub(super) blobs: Vec<Vec<Blob>>,
     /// Cube per frame so far (when `want_cube`).
     pub(super) cubes: Vec<Vec<f64>>,
-    /// Candidate values (`cap` of `R`).
-    val_buf: E::Buffer,
-    /// Candidate cube indices (`cap` of `u32`).
-    idx_buf: E::Buffer,
+    /// Candidate values (`cap`).
+    val_buf: Buffer<E, R>,
+    /// Candidate cube indices (`cap`).
+    idx_buf: Buffer<E, u32>,
     /// The LoG cube of a batch.
-    cube: E::Buffer,
+    cube: Buffer<E, R>,
     /// Scratch of the passes: the `g0` pass along y.
-    a0: E::Buffer,
+    a0: Buffer<E, R>,
     /// Scratch of the passes: the `g2` pass along y.
-    a2: E::Buffer,
+    a2: Buffer<E, R>,
     /// The run's frames in the working type.
-    img: E::Buffer,
+    img: Buffer<E, R>,
     /// See [`Coeffs::s2`].
-    s2: E::Buffer,
+    s2: Buffer<E, R>,
     /// See [`Coeffs::meta`].
-    meta: E::Buffer,
+    meta: Buffer<E, u32>,
     /// See [`Coeffs::taps`].
-    taps: E::Buffer,
-    /// The cube's device type.
-    _r: PhantomData<R>,
+    taps: Buffer<E, A>,
+    /// The working type.
+    _t: PhantomData<T>,
 }
 
 /// One batch of frames: its place in the run and the launch grids of its kernels.
@@ -115,23 +116,23 @@ struct Batch {
     global_x: [usize; 3],
 }
 
-impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
+impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// Sizes the batches (device memory, 32-bit cube index, CUDA's grid) and allocates the
     /// cube, its two scratch buffers and the candidate buffers. `dims` is
     /// `(n_frames, h, w, rows, cols)`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        e: &'a E,
+        k: Kernels<'a, E>,
         p: &'a BlobLogParams,
-        opts: &'a [&'a str],
         sigmas: Vec<T>,
-        coeffs: Coeffs<E::Buffer>,
-        img: E::Buffer,
+        coeffs: Coeffs<E, R, A>,
+        img: Buffer<E, R>,
         dims: (usize, usize, usize, usize, usize, usize, usize),
         max_device_bytes: usize,
         want_cube: bool,
     ) -> Result<Self> {
         let (n_frames, h, w, rows, cols, lx, ly) = dims;
+        let e = k.program().executor();
         let ns = sigmas.len();
         let plane = h * w;
         let per_frame = ns * plane;
@@ -146,10 +147,10 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
         }
         // CUDA grids hold at most 65535 blocks along y and z (frames × scales along z)
         chunk = chunk.min(idx_limit).min((65_535 / ns.max(1)).max(1));
-        let cube_bytes = chunk * per_frame * R::SIZE;
-        let a2 = e.alloc(cube_bytes)?;
-        let a0 = e.alloc(cube_bytes)?;
-        let cube = e.alloc(cube_bytes)?;
+        let cube_len = chunk * per_frame;
+        let a2 = e.alloc_elems::<R>(cube_len)?;
+        let a0 = e.alloc_elems::<R>(cube_len)?;
+        let cube = e.alloc_elems::<R>(cube_len)?;
         let (hu, wu, nsu) = (
             to_u32(h, "rows")?,
             to_u32(w, "columns")?,
@@ -159,12 +160,12 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
         let border_empty = border_covers(p.exclude_border, h, w);
         let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
         let cap = (chunk * plane / 32).max(1024);
-        let idx_buf = e.alloc(cap * 4)?;
-        let val_buf = e.alloc(cap * R::SIZE)?;
+        let idx_buf = e.alloc_elems::<u32>(cap)?;
+        let val_buf = e.alloc_elems::<R>(cap)?;
         Ok(Self {
             e,
+            k,
             p,
-            opts,
             sigmas,
             n_frames,
             h,
@@ -198,7 +199,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
             s2: coeffs.s2,
             meta: coeffs.meta,
             taps: coeffs.taps,
-            _r: PhantomData,
+            _t: PhantomData,
         })
     }
 
@@ -250,48 +251,37 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
     /// The separable LoG of the batch's frames at every scale: `log_pass_y` (the `g0` and
     /// `g2` passes along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
     fn log_passes(&self, b: &Batch, timed: &mut Timed<'_>) -> Result<()> {
-        let (e, opts) = (self.e, self.opts);
+        let k = &self.k;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
+        let frame0 = to_u32(b.frame0, "frame")?;
         timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "log_pass_y",
-                &b.global_y,
-                &b.local,
-                &[
-                    KernelArg::Buf(&self.img),
-                    KernelArg::U32(to_u32(b.frame0, "frame")?),
-                    KernelArg::Buf(&self.taps),
-                    KernelArg::Buf(&self.meta),
-                    KernelArg::Buf(&self.a2),
-                    KernelArg::Buf(&self.a0),
-                    KernelArg::U32(hu),
-                    KernelArg::U32(wu),
-                    KernelArg::U32(nsu),
-                    KernelArg::U32(nbu),
-                ],
+            k.log_pass_y(
+                Grid::new(&b.global_y, &b.local),
+                &self.img,
+                frame0,
+                &self.taps,
+                &self.meta,
+                &self.a2,
+                &self.a0,
+                hu,
+                wu,
+                nsu,
+                nbu,
             )
         })?;
         timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "log_pass_x",
-                &b.global_x,
-                &b.local,
-                &[
-                    KernelArg::Buf(&self.a2),
-                    KernelArg::Buf(&self.a0),
-                    KernelArg::Buf(&self.taps),
-                    KernelArg::Buf(&self.meta),
-                    KernelArg::Buf(&self.s2),
-                    KernelArg::Buf(&self.cube),
-                    KernelArg::U32(hu),
-                    KernelArg::U32(wu),
-                    KernelArg::U32(nsu),
-                    KernelArg::U32(nbu),
-                ],
+            k.log_pass_x(
+                Grid::new(&b.global_x, &b.local),
+                &self.a2,
+                &self.a0,
+                &self.taps,
+                &self.meta,
+                &self.s2,
+                &self.cube,
+                hu,
+                wu,
+                nsu,
+                nbu,
             )
         })
     }
@@ -299,43 +289,37 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
     /// Reads the cube of the batch's `nb` frames and keeps it per frame, widened to f64.
     fn read_cube(&mut self, nb: usize) -> Result<()> {
         let per_frame = self.per_frame;
-        let bytes = self.e.read(&self.cube, nb * per_frame * R::SIZE)?;
-        for f in bytes.chunks_exact(per_frame * R::SIZE) {
-            self.cubes.push(
-                f.chunks_exact(R::SIZE)
-                    .map(|c| Real::to_f64(R::get(c)))
-                    .collect(),
-            );
+        let cube = self.e.read_elems(&self.cube, nb * per_frame)?;
+        for f in cube.chunks_exact(per_frame) {
+            self.cubes.push(f.iter().map(|&v| Real::to_f64(v)).collect());
         }
         Ok(())
     }
 
-    /// Each frame's threshold (as `R` bytes, frame after frame): `cube_minmax` leaves partial
-    /// extrema per work group, the host folds them per frame into [`frame_threshold`].
-    /// Returns the partials' device buffer too, for the caller to keep to the batch's end.
-    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<(Vec<u8>, E::Buffer)> {
-        let (e, opts, nb, groups) = (self.e, self.opts, b.nb, self.groups);
-        let part = e.alloc(nb * groups * 2 * R::SIZE)?;
+    /// Each frame's threshold: `cube_minmax` leaves partial extrema per work group, the host
+    /// folds them per frame into [`frame_threshold`]. Returns the partials' device buffer too,
+    /// for the caller to keep to the batch's end.
+    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<(Vec<R>, Buffer<E, R>)> {
+        let (e, k, nb, groups) = (self.e, &self.k, b.nb, self.groups);
+        let part = e.alloc_elems::<R>(nb * groups * 2)?;
+        let (per_frame, groups_u) = (
+            to_u32(self.per_frame, "cube size")?,
+            to_u32(groups, "groups")?,
+        );
+        let (global, local) = ([groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
         timed(&mut || {
-            e.launch(
-                &BLOB_LOG,
-                opts,
-                "cube_minmax",
-                &[groups * MINMAX_WG, nb],
-                &[MINMAX_WG, 1],
-                &[
-                    KernelArg::Buf(&self.cube),
-                    KernelArg::Buf(&part),
-                    KernelArg::U32(to_u32(self.per_frame, "cube size")?),
-                    KernelArg::U32(to_u32(groups, "groups")?),
-                ],
+            k.cube_minmax(
+                Grid::new(&global, &local),
+                &self.cube,
+                &part,
+                per_frame,
+                groups_u,
             )
         })?;
         let t = std::time::Instant::now();
-        let part_bytes = e.read(&part, nb * groups * 2 * R::SIZE)?;
+        let partials = e.read_elems(&part, nb * groups * 2)?;
         self.read_s += t.elapsed().as_secs_f64();
-        let partials: Vec<R> = part_bytes.chunks_exact(R::SIZE).map(R::get).collect();
-        let mut thr = Vec::with_capacity(nb * R::SIZE);
+        let mut thr = Vec::with_capacity(nb);
         for f in partials.chunks_exact(2 * groups) {
             let (mut lo, mut hi) = (f[0], f[1]);
             for g in f.chunks_exact(2) {
@@ -346,7 +330,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
                     hi = g[1];
                 }
             }
-            frame_threshold(lo, hi, self.p).put(&mut thr);
+            thr.push(frame_threshold(lo, hi, self.p));
         }
         Ok((thr, part))
     }
@@ -354,10 +338,10 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
     /// The batch's candidates per frame: none when the border covers the frames, otherwise
     /// the thresholds go up, [`Self::count_peaks`] finds the peaks and
     /// [`Self::read_candidates`] reads them.
-    fn peaks(&mut self, b: &Batch, thr: &[u8], timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
+    fn peaks(&mut self, b: &Batch, thr: &[R], timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
         let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); b.nb];
         if !self.border_empty {
-            let thr_buf = self.e.upload(thr)?;
+            let thr_buf = self.e.upload_slice(thr)?;
             let count = self.count_peaks(b, &thr_buf, timed)?;
             if count > 0 {
                 self.read_candidates(count, &mut per)?;
@@ -372,39 +356,36 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
     fn count_peaks(
         &mut self,
         b: &Batch,
-        thr_buf: &E::Buffer,
+        thr_buf: &Buffer<E, R>,
         timed: &mut Timed<'_>,
     ) -> Result<usize> {
-        let (e, opts) = (self.e, self.opts);
+        let e = self.e;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
-        let (by, bx) = (self.by, self.bx);
+        let (by, bx) = (
+            to_u32(self.by, "exclude_border")?,
+            to_u32(self.bx, "exclude_border")?,
+        );
         let count = loop {
-            let counter = e.zeroed(4)?;
+            let counter = e.zeroed_elems::<i32>(1)?;
+            let cap = to_u32(self.cap, "candidates")?;
             timed(&mut || {
-                e.launch(
-                    &BLOB_LOG,
-                    opts,
-                    "log_peaks",
-                    &b.global,
-                    &b.local,
-                    &[
-                        KernelArg::Buf(&self.cube),
-                        KernelArg::Buf(thr_buf),
-                        KernelArg::U32(hu),
-                        KernelArg::U32(wu),
-                        KernelArg::U32(nsu),
-                        KernelArg::U32(nbu),
-                        KernelArg::U32(to_u32(by, "exclude_border")?),
-                        KernelArg::U32(to_u32(bx, "exclude_border")?),
-                        KernelArg::Buf(&counter),
-                        KernelArg::Buf(&self.idx_buf),
-                        KernelArg::Buf(&self.val_buf),
-                        KernelArg::U32(to_u32(self.cap, "candidates")?),
-                    ],
+                self.k.log_peaks(
+                    Grid::new(&b.global, &b.local),
+                    &self.cube,
+                    thr_buf,
+                    hu,
+                    wu,
+                    nsu,
+                    nbu,
+                    by,
+                    bx,
+                    &counter,
+                    &self.idx_buf,
+                    &self.val_buf,
+                    cap,
                 )
             })?;
-            let c = e.read(&counter, 4)?;
-            let n = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let n = e.read_elems(&counter, 1)?.first().copied().unwrap_or(0);
             let n = usize::try_from(n).map_err(|_| {
                 BridgeError::backend("detect", None, "candidate counter overflowed")
             })?;
@@ -412,8 +393,8 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
                 break n;
             }
             self.cap = n.next_power_of_two();
-            self.idx_buf = e.alloc(self.cap * 4)?;
-            self.val_buf = e.alloc(self.cap * R::SIZE)?;
+            self.idx_buf = e.alloc_elems::<u32>(self.cap)?;
+            self.val_buf = e.alloc_elems::<R>(self.cap)?;
         };
         Ok(count)
     }
@@ -423,11 +404,11 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
     fn read_candidates(&mut self, count: usize, per: &mut [Vec<Cand<R>>]) -> Result<()> {
         let (per_frame, plane, w) = (self.per_frame, self.plane, self.w);
         let t = std::time::Instant::now();
-        let idx = self.e.read(&self.idx_buf, count * 4)?;
-        let val = self.e.read(&self.val_buf, count * R::SIZE)?;
+        let idx = self.e.read_elems(&self.idx_buf, count)?;
+        let val = self.e.read_elems(&self.val_buf, count)?;
         self.read_s += t.elapsed().as_secs_f64();
-        for (ib, vb) in idx.chunks_exact(4).zip(val.chunks_exact(R::SIZE)) {
-            let o = u32::from_le_bytes([ib[0], ib[1], ib[2], ib[3]]) as usize;
+        for (&o, &v) in idx.iter().zip(&val) {
+            let o = o as usize;
             let b = o / per_frame;
             let rem = o % per_frame;
             let (s, yx) = (rem / plane, rem % plane);
@@ -436,7 +417,7 @@ impl<'a, E: Executor, T: Real, R: DevReal> LogRun<'a, E, T, R> {
                     y: yx / w,
                     x: yx % w,
                     s,
-                    v: R::get(vb),
+                    v,
                 });
             }
         }
