@@ -172,7 +172,9 @@ fn parse(text: &str) -> Result<Vec<Kernel>, String> {
         }
         let expanded = macros.iter().find_map(|(name, params, body)| {
             let rest = t.strip_prefix(name.as_str())?;
-            rest.trim_start().starts_with('(').then_some((params, body, rest))
+            rest.trim_start()
+                .starts_with('(')
+                .then_some((params, body, rest))
         });
         match expanded {
             Some((params, body, rest)) => {
@@ -233,9 +235,7 @@ fn param(p: &str) -> Result<Param, String> {
     let pointer = p.contains('*');
     let words: Vec<&str> = p
         .split(|c: char| c.is_whitespace() || c == '*')
-        .filter(|w| {
-            !w.is_empty() && !matches!(*w, "GLOBAL" | "const" | "RESTRICT" | "restrict")
-        })
+        .filter(|w| !w.is_empty() && !matches!(*w, "GLOBAL" | "const" | "RESTRICT" | "restrict"))
         .collect();
     let [ty @ .., name] = words.as_slice() else {
         return Err(format!("{p:?}: no parameter name"));

@@ -231,8 +231,14 @@ impl<E: Executor> GpuDetect<E> {
         progress: impl FnMut(usize),
     ) -> Result<Option<Vec<Vec<Blob>>>> {
         let raw = match movie.dtype() {
-            DType::U8 => self.exec.buffer_ref::<u8>(movie).map(pipeline::RawFrames::U8),
-            DType::U16 => self.exec.buffer_ref::<u16>(movie).map(pipeline::RawFrames::U16),
+            DType::U8 => self
+                .exec
+                .buffer_ref::<u8>(movie)
+                .map(pipeline::RawFrames::U8),
+            DType::U16 => self
+                .exec
+                .buffer_ref::<u16>(movie)
+                .map(pipeline::RawFrames::U16),
             _ => None,
         };
         let Some(raw) = raw else {

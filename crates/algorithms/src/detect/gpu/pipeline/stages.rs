@@ -291,7 +291,8 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         let per_frame = self.per_frame;
         let cube = self.e.read_elems(&self.cube, nb * per_frame)?;
         for f in cube.chunks_exact(per_frame) {
-            self.cubes.push(f.iter().map(|&v| Real::to_f64(v)).collect());
+            self.cubes
+                .push(f.iter().map(|&v| Real::to_f64(v)).collect());
         }
         Ok(())
     }
