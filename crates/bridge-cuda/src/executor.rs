@@ -36,7 +36,6 @@ use crate::buffer::{CudaStorage, storage_of};
 use crate::device::{Gpu, Program, Ready, gpu};
 use crate::error;
 use crate::ffi::{self, PinnedMem};
-use crate::launch::KernelArg;
 use crate::pending::Ring;
 use crate::transfer::direct_copy_max;
 
@@ -284,25 +283,12 @@ impl Executor for CudaExecutor {
         args: &[ExecArg<'_, CudaStorage>],
     ) -> Result<()> {
         let prog = self.program(program, opts)?;
-        let args: Vec<KernelArg<'_>> = args
-            .iter()
-            .map(|a| match a {
-                ExecArg::Buf(b) => KernelArg::Storage(b),
-                ExecArg::U32(v) => KernelArg::U32(*v),
-                ExecArg::I32(v) => KernelArg::I32(*v),
-                ExecArg::U64(v) => KernelArg::U64(*v),
-                ExecArg::I64(v) => KernelArg::I64(*v),
-                ExecArg::F32(v) => KernelArg::F32(*v),
-                ExecArg::F64(v) => KernelArg::F64(*v),
-                ExecArg::Local(b) => KernelArg::Local(*b),
-            })
-            .collect();
         self.gpu.launch(
             &prog,
             entry,
             global,
             Some(local),
-            &args,
+            args,
             Some(&self.shared.stream),
         )?;
         self.settle()

@@ -1,7 +1,7 @@
 //! Launching portable kernels on a [`Gpu`].
 //!
 //! ```no_run
-//! use bridge_cuda::{gpu, KernelArg, kernel::KERNELS};
+//! use bridge_cuda::{gpu, storage_of, KernelArg, kernel::KERNELS};
 //! use bridge_core::{Array, DType};
 //! # fn main() -> bridge_core::Result<()> {
 //! let g = gpu(0)?;
@@ -9,7 +9,8 @@
 //! let y = g.zeros(DType::F32, &[1000])?;
 //! let prog = g.program(&KERNELS[0], &["-DREAL=float"])?;
 //! g.launch(&prog, "axpy", &[1000], None,
-//!          &[KernelArg::Buffer(&y), KernelArg::Buffer(&x), KernelArg::F32(2.0), KernelArg::U32(1000)], None)?;
+//!          &[KernelArg::Buf(storage_of(&y)?), KernelArg::Buf(storage_of(&x)?),
+//!            KernelArg::F32(2.0), KernelArg::U32(1000)], None)?;
 //! let host = g.download(&y)?; // all 2.0
 //! # Ok(()) }
 //! ```
@@ -17,73 +18,50 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use bridge_core::{Array, BridgeError, Result};
+use bridge_core::{BridgeError, Result};
 use cudarc::driver::CudaStream;
 
-use crate::buffer::{CudaStorage, storage_of};
+use crate::buffer::CudaStorage;
 use crate::device::{Gpu, Program, Ready};
 use crate::error;
 use crate::ffi;
 use crate::kernel::LaunchDims;
 
-/// One kernel argument. Scalars must match the kernel's parameter types exactly.
-#[derive(Debug, Clone, Copy)]
-pub enum KernelArg<'a> {
-    /// A CUDA array (passed as a device pointer). It must live on the launching device.
-    Buffer(&'a Array),
-    /// A raw CUDA allocation (passed as a device pointer), e.g. an executor buffer. It must
-    /// live on the launching device.
-    Storage(&'a CudaStorage),
-    /// `int`.
-    I32(i32),
-    /// `uint` / `unsigned int`.
-    U32(u32),
-    /// `long long`.
-    I64(i64),
-    /// `ulong` / `unsigned long long` / `size_t`.
-    U64(u64),
-    /// `float`.
-    F32(f32),
-    /// `double`.
-    F64(f64),
-    /// The kernel's `LOCAL_ARG` parameter ([`bridge_core::kernel`]): this many bytes of dynamic
-    /// shared memory per block. The kernel receives the size as an `unsigned int`. At most one
-    /// per launch.
-    Local(usize),
+/// One kernel argument: the workspace's one kernel-argument type
+/// ([`bridge_core::exec::KernelArg`]) over CUDA allocations. A buffer is a [`CudaStorage`]
+/// (an executor buffer, or an array's memory through [`crate::storage_of`]) and must live on
+/// the launching device; scalars must match the kernel's parameter types exactly.
+pub type KernelArg<'a> = bridge_core::exec::KernelArg<'a, CudaStorage>;
+
+/// The device allocation of a buffer argument; `None` for scalars.
+fn storage<'a>(arg: &KernelArg<'a>) -> Option<&'a CudaStorage> {
+    match *arg {
+        KernelArg::Buf(st) => Some(st),
+        _ => None,
+    }
 }
 
-impl<'a> KernelArg<'a> {
-    /// The device allocation of a buffer argument; `None` for scalars.
-    fn storage(&self) -> Result<Option<&'a CudaStorage>> {
-        match *self {
-            KernelArg::Buffer(arr) => storage_of(arr).map(Some),
-            KernelArg::Storage(st) => Ok(Some(st)),
-            _ => Ok(None),
-        }
+/// A scalar's bytes in the low bytes of an 8-byte slot (0 for buffers, which pass their device
+/// pointer instead).
+fn scalar_word(arg: &KernelArg<'_>) -> u64 {
+    match *arg {
+        KernelArg::I32(v) => word(&v.to_ne_bytes()),
+        KernelArg::U32(v) => word(&v.to_ne_bytes()),
+        KernelArg::I64(v) => word(&v.to_ne_bytes()),
+        KernelArg::U64(v) => v,
+        KernelArg::F32(v) => word(&v.to_ne_bytes()),
+        KernelArg::F64(v) => word(&v.to_ne_bytes()),
+        // the size itself (checked to fit in 32 bits by `dynamic_shared`)
+        KernelArg::Local(b) => word(&(b as u32).to_ne_bytes()),
+        KernelArg::Buf(_) => 0,
     }
+}
 
-    /// A scalar's bytes in the low bytes of an 8-byte slot (0 for buffers, which pass their
-    /// device pointer instead).
-    fn scalar_word(&self) -> u64 {
-        match *self {
-            KernelArg::I32(v) => word(&v.to_ne_bytes()),
-            KernelArg::U32(v) => word(&v.to_ne_bytes()),
-            KernelArg::I64(v) => word(&v.to_ne_bytes()),
-            KernelArg::U64(v) => v,
-            KernelArg::F32(v) => word(&v.to_ne_bytes()),
-            KernelArg::F64(v) => word(&v.to_ne_bytes()),
-            // the size itself (checked to fit in 32 bits by `dynamic_shared`)
-            KernelArg::Local(b) => word(&(b as u32).to_ne_bytes()),
-            KernelArg::Buffer(_) | KernelArg::Storage(_) => 0,
-        }
-    }
-
-    /// The argument's size in bytes as the kernel sees it.
-    pub fn size(&self) -> usize {
-        match self {
-            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) | KernelArg::Local(_) => 4,
-            _ => 8,
-        }
+/// The argument's size in bytes as the kernel sees it.
+pub fn arg_size(arg: &KernelArg<'_>) -> usize {
+    match arg {
+        KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) | KernelArg::Local(_) => 4,
+        _ => 8,
     }
 }
 
@@ -145,7 +123,7 @@ impl Gpu {
         let mut slots: Vec<u64> = Vec::with_capacity(args.len());
         let mut buffers = Vec::new();
         for a in args {
-            let w = if let Some(st) = a.storage()? {
+            let w = if let Some(st) = storage(a) {
                 if st.gpu().device() != self.device() {
                     return Err(BridgeError::invalid_argument(
                         "kernel argument",
@@ -159,12 +137,12 @@ impl Gpu {
                 buffers.push(st);
                 st.device_ptr()
             } else {
-                a.scalar_word()
+                scalar_word(a)
             };
             slots.push(w);
         }
         if let Some(sizes) = cached.param_sizes.as_deref() {
-            let ours: Vec<usize> = args.iter().map(KernelArg::size).collect();
+            let ours: Vec<usize> = args.iter().map(arg_size).collect();
             if sizes != ours.as_slice() {
                 return Err(BridgeError::invalid_argument(
                     "kernel arguments",
@@ -229,7 +207,7 @@ mod tests {
         let args = [KernelArg::U32(3), KernelArg::Local(4096)];
         assert_eq!(dynamic_shared(&args).unwrap(), 4096);
         assert_eq!(
-            args[1].size(),
+            super::arg_size(&args[1]),
             4,
             "the kernel sees the size as an unsigned int"
         );

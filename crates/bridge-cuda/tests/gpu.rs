@@ -324,8 +324,8 @@ fn portable_kernels_launch() {
     let yd = g.zeros(DType::F32, &[n]).unwrap();
     let axpy = g.program(&KERNELS[0], &["-DREAL=float"]).unwrap();
     let args = [
-        KernelArg::Buffer(&yd),
-        KernelArg::Buffer(&xd),
+        KernelArg::Buf(storage_of(&yd).unwrap()),
+        KernelArg::Buf(storage_of(&xd).unwrap()),
         KernelArg::F32(2.0),
         KernelArg::U32(n as u32),
     ];
@@ -334,8 +334,8 @@ fn portable_kernels_launch() {
     assert_eq!(y, HostData::F32(x.mapv(|v| 2.0 * v)));
     // Wrong argument types are refused, not launched.
     let bad = [
-        KernelArg::Buffer(&yd),
-        KernelArg::Buffer(&xd),
+        KernelArg::Buf(storage_of(&yd).unwrap()),
+        KernelArg::Buf(storage_of(&xd).unwrap()),
         KernelArg::F64(2.0),
         KernelArg::U32(n as u32),
     ];
@@ -351,9 +351,9 @@ fn portable_kernels_launch() {
             &[n],
             Some(&[256]),
             &[
-                KernelArg::Buffer(&xd),
+                KernelArg::Buf(storage_of(&xd).unwrap()),
                 KernelArg::U32(n as u32),
-                KernelArg::Buffer(&count),
+                KernelArg::Buf(storage_of(&count).unwrap()),
             ],
             Some(&stream),
         )
