@@ -94,7 +94,10 @@ fn detector_errors() {
     huge[[0, 10, 10]] = 1e308;
     huge[[0, 12, 12]] = -1e308;
     let none = LogDetector {
-        prescale: algorithms::detect::Prescale::None,
+        params: BlobLogParams {
+            prescale: algorithms::detect::Prescale::None,
+            ..BlobLogParams::seed()
+        },
         ..Default::default()
     };
     let err = none.detect_movie(&Movie::F64(huge.clone()), &open::cpu());
@@ -105,7 +108,10 @@ fn detector_errors() {
     // minmax maps them into [0, 1]: fine
     assert!(
         LogDetector {
-            prescale: algorithms::detect::Prescale::MinMax,
+            params: BlobLogParams {
+                prescale: algorithms::detect::Prescale::MinMax,
+                ..BlobLogParams::seed()
+            },
             ..Default::default()
         }
         .detect_movie(&Movie::F64(huge), &open::cpu())
@@ -124,7 +130,10 @@ fn detector_errors() {
     );
     // ... but not with a small sigma, whose second-derivative taps grow as 1/σ²
     let small = LogDetector {
-        min_sigma: 0.0001,
+        params: BlobLogParams {
+            min_sigma: 0.0001,
+            ..none.params.clone()
+        },
         ..none.clone()
     };
     assert!(
@@ -134,7 +143,10 @@ fn detector_errors() {
     );
     // a tiny range prescale multiplies integer pixels too
     let tiny = LogDetector {
-        prescale: algorithms::detect::Prescale::Range(0.0, 1e-305),
+        params: BlobLogParams {
+            prescale: algorithms::detect::Prescale::Range(0.0, 1e-305),
+            ..BlobLogParams::seed()
+        },
         ..Default::default()
     };
     assert!(tiny.detect_movie(&movie(), &open::cpu()).is_err());

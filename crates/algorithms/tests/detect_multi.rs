@@ -27,9 +27,7 @@ fn movie(frames: usize) -> Movie {
 
 fn detector(batch: usize) -> LogDetector {
     LogDetector {
-        max_sigma: 3.0,
-        threshold: None,
-        threshold_rel: Some(0.2),
+        params: BlobLogParams::seed(),
         batch_size: batch,
         ..LogDetector::default()
     }

@@ -180,15 +180,7 @@ fn check_blob_log_memory(
         return Ok(());
     };
     let detector = LogDetector {
-        min_sigma: p.min_sigma,
-        max_sigma: p.max_sigma,
-        num_sigma: p.num_sigma,
-        threshold: p.threshold,
-        threshold_rel: p.threshold_rel,
-        overlap: p.overlap,
-        log_scale: p.log_scale,
-        exclude_border: p.exclude_border,
-        prescale: p.prescale,
+        params: p.clone(),
         batch_size,
         ..LogDetector::default()
     };

@@ -40,28 +40,24 @@ pub struct Particle {
     pub refined: Option<Refined>,
 }
 
-/// The seed's LoG detector: `LogDetector { min_sigma: 1, max_sigma: 3, threshold_rel: 0.2,
-/// batch_size: 4, .. }`. `threshold` defaults to `None` (no hidden absolute 0.2, spec §4).
+/// The seed's LoG detector over a movie: [`BlobLogParams`] (one parameter type for `blob_log`
+/// wherever it runs; the detector's defaults are the seed's, [`BlobLogParams::seed`]: σ from 1
+/// to 3, no hidden absolute threshold, `threshold_rel` 0.2, spec §4) plus how the movie is run:
+/// the batch size, the optional refinement and the CPU's accumulation.
+///
+/// ```
+/// use algorithms::detect::{BlobLogParams, LogDetector};
+/// let det = LogDetector {
+///     params: BlobLogParams { max_sigma: 2.0, ..BlobLogParams::seed() },
+///     batch_size: 8,
+///     ..Default::default()
+/// };
+/// assert_eq!(det.params.threshold_rel, Some(0.2));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogDetector {
-    /// Smallest σ.
-    pub min_sigma: f64,
-    /// Largest σ.
-    pub max_sigma: f64,
-    /// Number of scales.
-    pub num_sigma: usize,
-    /// Absolute threshold (`None` = cube minimum).
-    pub threshold: Option<f64>,
-    /// Relative threshold.
-    pub threshold_rel: Option<f64>,
-    /// Pruning overlap.
-    pub overlap: f64,
-    /// Logarithmic scales.
-    pub log_scale: bool,
-    /// Border exclusion `(rows, cols)`.
-    pub exclude_border: (usize, usize),
-    /// Input scaling.
-    pub prescale: Prescale,
+    /// The `blob_log` parameters.
+    pub params: BlobLogParams,
     /// Frames per batch (changes no result).
     pub batch_size: usize,
     /// Run sub-pixel refinement.
@@ -73,15 +69,7 @@ pub struct LogDetector {
 impl Default for LogDetector {
     fn default() -> Self {
         LogDetector {
-            min_sigma: 1.0,
-            max_sigma: 3.0,
-            num_sigma: 10,
-            threshold: None,
-            threshold_rel: Some(0.2),
-            overlap: 0.5,
-            log_scale: false,
-            exclude_border: (0, 0),
-            prescale: Prescale::Legacy,
+            params: BlobLogParams::seed(),
             batch_size: 4,
             refine: None,
             accumulate: Accumulate::F64,
@@ -113,21 +101,6 @@ pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
 }
 
 impl LogDetector {
-    /// The equivalent `blob_log` parameters.
-    pub fn params(&self) -> BlobLogParams {
-        BlobLogParams {
-            min_sigma: self.min_sigma,
-            max_sigma: self.max_sigma,
-            num_sigma: self.num_sigma,
-            threshold: self.threshold,
-            threshold_rel: self.threshold_rel,
-            overlap: self.overlap,
-            log_scale: self.log_scale,
-            exclude_border: self.exclude_border,
-            prescale: self.prescale,
-        }
-    }
-
     /// Detect every frame of `movie` on `device` (`DeviceHandle::cpu()`, or an open device).
     pub fn detect_movie(&self, movie: &Movie, device: &DeviceHandle) -> Result<Vec<Particle>> {
         let backend = backend_for(device)?;
@@ -141,7 +114,7 @@ impl LogDetector {
     /// with what its back ends need ([`DetectBackend::blob_log_host_bytes`]): the CPU never
     /// holds the cube, only the frame, its padded copy and a few rows of every scale.
     pub fn check_memory(&self, h: usize, w: usize, frames: usize) -> Result<()> {
-        let per_frame = super::backend::scale_space_host_bytes(h, w, self.num_sigma);
+        let per_frame = super::backend::scale_space_host_bytes(h, w, self.params.num_sigma);
         self.check_batch_bytes(h, w, frames, per_frame)
     }
 
@@ -156,15 +129,15 @@ impl LogDetector {
     ) -> Result<()> {
         let per_frame = backends
             .iter()
-            .map(|b| b.blob_log_host_bytes(h, w, self.num_sigma))
+            .map(|b| b.blob_log_host_bytes(h, w, self.params.num_sigma))
             .max()
-            .unwrap_or_else(|| super::backend::scale_space_host_bytes(h, w, self.num_sigma));
+            .unwrap_or_else(|| super::backend::scale_space_host_bytes(h, w, self.params.num_sigma));
         self.check_batch_bytes(h, w, frames, per_frame)
     }
 
     fn check_batch_bytes(&self, h: usize, w: usize, frames: usize, per_frame: u64) -> Result<()> {
         let in_flight = self.batch_size.min(frames).max(1);
-        let (kernels, scratch) = sigma_host_bytes(w, self.num_sigma, self.max_sigma);
+        let (kernels, scratch) = sigma_host_bytes(w, self.params.num_sigma, self.params.max_sigma);
         let threads = rayon::current_num_threads() as u64;
         bridge_core::host::check_allocation(
             per_frame
@@ -174,7 +147,7 @@ impl LogDetector {
             &format!(
                 "blob_log with {} scales (--num-sigma) up to sigma {} (--max-sigma) on \
                  {in_flight} frame(s) of {h}x{w} at once (--batch-size)",
-                self.num_sigma, self.max_sigma
+                self.params.num_sigma, self.params.max_sigma
             ),
             "use fewer scales, a smaller max sigma or a smaller batch",
         )
@@ -238,7 +211,7 @@ impl LogDetector {
         movie: &'m Movie,
         backends: &[&dyn DetectBackend],
     ) -> Result<(BlobLogParams, Vec<FrameView<'m>>)> {
-        let p = self.params();
+        let p = self.params.clone();
         p.validate()?;
         if self.batch_size == 0 {
             return Err(BridgeError::invalid_argument(
@@ -273,7 +246,7 @@ impl LogDetector {
         let noise_of = || -> Vec<f64> {
             batch
                 .par_iter()
-                .map(|f| frame_noise(f, self.prescale))
+                .map(|f| frame_noise(f, self.params.prescale))
                 .collect()
         };
         // On a device, the host estimates the frames' noise while the device runs blob_log

@@ -99,6 +99,18 @@ impl Default for BlobLogParams {
 }
 
 impl BlobLogParams {
+    /// The defaults of the seed's movie detector ([`crate::detect::LogDetector`]): σ from 1 to
+    /// 3 in 10 scales, no absolute threshold (the cube's minimum), `threshold_rel` 0.2; the rest
+    /// as [`Default`] (scikit-image's).
+    pub fn seed() -> Self {
+        BlobLogParams {
+            max_sigma: 3.0,
+            threshold: None,
+            threshold_rel: Some(0.2),
+            ..Default::default()
+        }
+    }
+
     /// Check every parameter.
     pub fn validate(&self) -> Result<()> {
         let bad = |n: &str, r: String| Err(BridgeError::invalid_argument(n, r));

@@ -20,7 +20,7 @@ mod stream;
 
 use std::path::Path;
 
-use algorithms::detect::{Accumulate, LocateParams, LogDetector, RefineParams};
+use algorithms::detect::{Accumulate, BlobLogParams, LocateParams, LogDetector, RefineParams};
 use bridge_core::{BridgeError, Result};
 
 use super::common::{Global, check_output_file};
@@ -90,15 +90,17 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let batch_size = usize::try_from(args.batch_size)
         .map_err(|_| BridgeError::invalid_argument("--batch-size", "too large"))?;
     let det = LogDetector {
-        min_sigma: args.min_sigma,
-        max_sigma: args.max_sigma,
-        num_sigma: args.num_sigma,
-        threshold: args.threshold.0,
-        threshold_rel: args.threshold_rel.0,
-        overlap: args.overlap,
-        log_scale: args.log_scale,
-        exclude_border: (args.exclude_border, args.exclude_border),
-        prescale: args.prescale,
+        params: BlobLogParams {
+            min_sigma: args.min_sigma,
+            max_sigma: args.max_sigma,
+            num_sigma: args.num_sigma,
+            threshold: args.threshold.0,
+            threshold_rel: args.threshold_rel.0,
+            overlap: args.overlap,
+            log_scale: args.log_scale,
+            exclude_border: (args.exclude_border, args.exclude_border),
+            prescale: args.prescale,
+        },
         batch_size,
         refine: args.refine.then(RefineParams::default),
         accumulate: if args.fast {
@@ -110,7 +112,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     // Everything that can be checked before reading the movie is checked first.
     let locate = match args.method {
         Method::Log => {
-            det.params().validate()?;
+            det.params.validate()?;
             None
         }
         Method::Locate => Some(locate_params(&args)?),

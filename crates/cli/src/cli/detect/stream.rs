@@ -96,7 +96,7 @@ pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Wher
     progress.finish_and_clear();
     if n == 0
         && args.method == Method::Log
-        && det.threshold.is_some()
+        && det.params.threshold.is_some()
         && args.prescale == Prescale::Legacy
         && integer
     {
@@ -105,7 +105,7 @@ pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Wher
              the absolute --threshold {} is rarely reached; try --threshold none --threshold-rel 0.2, or \
              --prescale none with a threshold in counts",
             input.display(),
-            det.threshold.unwrap_or_default()
+            det.params.threshold.unwrap_or_default()
         ));
     }
     Ok(Done {
