@@ -364,7 +364,11 @@ pub use arraybridge::runtime::nominal_cpu;
 
 /// Arithmetic of `blob_log` per pixel ([`arraybridge::runtime::blob_log_flops_per_pixel`]).
 pub fn detect_flops_per_pixel(d: &LogDetector) -> f64 {
-    arraybridge::runtime::blob_log_flops_per_pixel(d.params.min_sigma, d.params.max_sigma, d.params.num_sigma)
+    arraybridge::runtime::blob_log_flops_per_pixel(
+        d.params.min_sigma,
+        d.params.max_sigma,
+        d.params.num_sigma,
+    )
 }
 
 /// The work of detecting `movie` with `d`.
