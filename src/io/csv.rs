@@ -175,9 +175,10 @@ impl RowReader {
             Err(e) => return Err(csv_error(&name, Some(rd.get_mut()), e)),
         };
         if header.iter().all(|h| h.trim().is_empty()) {
-            return Err(BridgeError::InvalidInput(format!(
-                "{name}: empty CSV (the first line must be a header naming the columns)"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{name}: empty CSV (the first line must be a header naming the columns)")
+                    .into(),
+            ));
         }
         let next = rd.position().byte();
         rd.get_mut().row_start = next;
@@ -221,14 +222,17 @@ impl RowReader {
                 continue; // a line of spaces only: blank
             }
             if record.len() != self.header.len() {
-                return Err(BridgeError::InvalidInput(format!(
-                    "{}:{}: {} field(s), the header has {} (every row needs one value per \
+                return Err(BridgeError::InvalidInput(
+                    format!(
+                        "{}:{}: {} field(s), the header has {} (every row needs one value per \
                      column; quote fields that contain a comma)",
-                    self.path,
-                    line_of(record),
-                    record.len(),
-                    self.header.len()
-                )));
+                        self.path,
+                        line_of(record),
+                        record.len(),
+                        self.header.len()
+                    )
+                    .into(),
+                ));
             }
             return Ok(true);
         }
@@ -356,11 +360,14 @@ impl<R: Read> Read for Lines<R> {
                 }
                 self.line_len += 1;
                 if self.line_len > MAX_LINE {
-                    let e = BridgeError::InvalidInput(format!(
-                        "line {} is longer than {} (not a CSV table?)",
-                        self.breaks + 1,
-                        format_bytes(MAX_LINE)
-                    ));
+                    let e = BridgeError::InvalidInput(
+                        format!(
+                            "line {} is longer than {} (not a CSV table?)",
+                            self.breaks + 1,
+                            format_bytes(MAX_LINE)
+                        )
+                        .into(),
+                    );
                     return Err(self.refuse(e));
                 }
             }
@@ -412,7 +419,9 @@ fn csv_error<R: Read>(name: &str, lines: Option<&mut Lines<R>>, e: ::csv::Error)
                 limited_by,
                 hint,
             },
-            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!("{name}: {m}")),
+            BridgeError::InvalidInput(m) => {
+                BridgeError::InvalidInput(format!("{name}: {m}").into())
+            }
             other => other,
         };
     }
@@ -423,16 +432,19 @@ fn csv_error<R: Read>(name: &str, lines: Option<&mut Lines<R>>, e: ::csv::Error)
     let text = e.to_string();
     match e.into_kind() {
         ::csv::ErrorKind::Io(io) => BridgeError::io(name.to_string(), io),
-        ::csv::ErrorKind::Utf8 { err, .. } => BridgeError::InvalidInput(format!(
-            "{at}: field {} is not valid UTF-8 (save the file as UTF-8)",
-            err.field() + 1
-        )),
+        ::csv::ErrorKind::Utf8 { err, .. } => BridgeError::InvalidInput(
+            format!(
+                "{at}: field {} is not valid UTF-8 (save the file as UTF-8)",
+                err.field() + 1
+            )
+            .into(),
+        ),
         ::csv::ErrorKind::UnequalLengths {
             expected_len, len, ..
-        } => BridgeError::InvalidInput(format!(
-            "{at}: {len} field(s), expected {expected_len} like the header"
-        )),
-        _ => BridgeError::InvalidInput(format!("{at}: {text}")),
+        } => BridgeError::InvalidInput(
+            format!("{at}: {len} field(s), expected {expected_len} like the header").into(),
+        ),
+        _ => BridgeError::InvalidInput(format!("{at}: {text}").into()),
     }
 }
 
@@ -510,16 +522,22 @@ fn column_in(path: &str, header: &[String], name: &str) -> Result<usize> {
         .map(|(i, _)| i);
     match (found.next(), found.next()) {
         (Some(i), None) => Ok(i),
-        (None, _) => Err(BridgeError::InvalidInput(format!(
-            "{path}: no column {name:?} (columns: {})",
-            columns_list(header)
-        ))),
-        (Some(a), Some(b)) => Err(BridgeError::InvalidInput(format!(
-            "{path}: column {name:?} appears more than once (columns {} and {} of: {})",
-            a + 1,
-            b + 1,
-            columns_list(header)
-        ))),
+        (None, _) => Err(BridgeError::InvalidInput(
+            format!(
+                "{path}: no column {name:?} (columns: {})",
+                columns_list(header)
+            )
+            .into(),
+        )),
+        (Some(a), Some(b)) => Err(BridgeError::InvalidInput(
+            format!(
+                "{path}: column {name:?} appears more than once (columns {} and {} of: {})",
+                a + 1,
+                b + 1,
+                columns_list(header)
+            )
+            .into(),
+        )),
     }
 }
 
@@ -536,10 +554,9 @@ fn field_f64(
 ) -> Result<f64> {
     let v = &record[col];
     v.trim().parse::<f64>().map_err(|_| {
-        BridgeError::InvalidInput(format!(
-            "{}: {v:?} is not a number",
-            at(path, header, record, col)
-        ))
+        BridgeError::InvalidInput(
+            format!("{}: {v:?} is not a number", at(path, header, record, col)).into(),
+        )
     })
 }
 
@@ -553,11 +570,14 @@ fn field_finite_f64(
     if x.is_finite() {
         Ok(x)
     } else {
-        Err(BridgeError::InvalidInput(format!(
-            "{}: {:?} is not a finite number",
-            at(path, header, record, col),
-            &record[col]
-        )))
+        Err(BridgeError::InvalidInput(
+            format!(
+                "{}: {:?} is not a finite number",
+                at(path, header, record, col),
+                &record[col]
+            )
+            .into(),
+        ))
     }
 }
 
@@ -569,11 +589,14 @@ fn field_frame(
 ) -> Result<i64> {
     let v = record[col].trim();
     let bad = |why: &str| {
-        BridgeError::InvalidInput(format!(
-            "{}: frame {v:?} {why} (frame numbers must be integers between -2^53 and 2^53 \
+        BridgeError::InvalidInput(
+            format!(
+                "{}: frame {v:?} {why} (frame numbers must be integers between -2^53 and 2^53 \
              = {MAX_FRAME})",
-            at(path, header, record, col)
-        ))
+                at(path, header, record, col)
+            )
+            .into(),
+        )
     };
     if let Ok(i) = v.parse::<i64>() {
         return if i.unsigned_abs() <= MAX_FRAME as u64 {

@@ -37,7 +37,7 @@ use fitsio::sys;
 use ndarray::{ArrayD, IxDyn};
 
 fn fits_err(path: &Path, what: &str, e: impl std::fmt::Display) -> BridgeError {
-    BridgeError::InvalidInput(format!("{}: {what}: {e}", path.display()))
+    BridgeError::InvalidInput(format!("{}: {what}: {e}", path.display()).into())
 }
 
 /// A `fitsio` error with cfitsio's status code in words.
@@ -129,11 +129,7 @@ fn cfitsio_fail(path: &Path, doing: &str, code: c_int) -> BridgeError {
     // Drop cfitsio's error-message stack (nothing here reads it; the status code says it all).
     // SAFETY: ffcmsg only clears that stack, under cfitsio's lock in this reentrant build.
     unsafe { sys::ffcmsg() };
-    BridgeError::InvalidInput(format!(
-        "{}: {doing}: {}",
-        path.display(),
-        status_text(code)
-    ))
+    BridgeError::InvalidInput(format!("{}: {doing}: {}", path.display(), status_text(code)).into())
 }
 
 /// Open `path` read-only without cfitsio's extended filename syntax.
@@ -147,12 +143,16 @@ fn open_disk(path: &Path) -> Result<Handle> {
     let bytes = path
         .to_str()
         .ok_or_else(|| {
-            BridgeError::InvalidInput(format!("{}: the path is not valid UTF-8", path.display()))
+            BridgeError::InvalidInput(
+                format!("{}: the path is not valid UTF-8", path.display()).into(),
+            )
         })?
         .as_bytes()
         .to_vec();
     let c_path = CString::new(bytes).map_err(|_| {
-        BridgeError::InvalidInput(format!("{}: the path contains a NUL byte", path.display()))
+        BridgeError::InvalidInput(
+            format!("{}: the path contains a NUL byte", path.display()).into(),
+        )
     })?;
     let mut fptr: *mut sys::fitsfile = std::ptr::null_mut();
     let mut st: c_int = 0;
@@ -288,7 +288,7 @@ fn hdu_fail(path: &Path, i: usize, msg: String) -> (c_int, BridgeError) {
     let name = path.display();
     (
         0,
-        BridgeError::InvalidInput(format!("{name}: HDU {i}: {msg}")),
+        BridgeError::InvalidInput(format!("{name}: HDU {i}: {msg}").into()),
     )
 }
 
@@ -311,7 +311,7 @@ fn move_to_hdu(
     let num = c_int::try_from(i + 1).map_err(|_| {
         (
             0,
-            BridgeError::InvalidInput(format!("{name}: HDU {i} is out of range")),
+            BridgeError::InvalidInput(format!("{name}: HDU {i} is out of range").into()),
         )
     })?;
     let mut st: c_int = 0;
@@ -446,12 +446,15 @@ fn blank_pixels(name: &str, i: usize, blank: i64, shape: &[usize], data: &[f64])
     } else {
         ("pixels are", "undefined values")
     };
-    BridgeError::InvalidInput(format!(
-        "{name}: HDU {i}: {n} {pixels} BLANK ({blank}), {are}; replace them or mask them first \
+    BridgeError::InvalidInput(
+        format!(
+            "{name}: HDU {i}: {n} {pixels} BLANK ({blank}), {are}; replace them or mask them first \
          ({n} of {} pixels{first}; read as numbers they would enter every statistic, as a NaN \
          would)",
-        data.len()
-    ))
+            data.len()
+        )
+        .into(),
+    )
 }
 
 /// Read the first image HDU with data (the primary HDU, or the first image extension when the
@@ -486,9 +489,9 @@ pub fn read_image_hdu_with_budget(
         let mut f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
         let meta = f.metadata().map_err(|e| BridgeError::io(name.clone(), e))?;
         if meta.is_dir() {
-            return Err(BridgeError::InvalidInput(format!(
-                "{name}: is a folder, not a FITS file"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{name}: is a folder, not a FITS file").into(),
+            ));
         }
         let mut head = [0u8; 9];
         let mut n = 0;
@@ -501,16 +504,18 @@ pub fn read_image_hdu_with_budget(
             }
         }
         if n < 9 || &head != b"SIMPLE  =" {
-            return Err(BridgeError::InvalidInput(format!(
-                "{name}: not a FITS file (it does not start with a SIMPLE card)"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{name}: not a FITS file (it does not start with a SIMPLE card)").into(),
+            ));
         }
         meta.len()
     };
     let h = open_disk(path)?;
     let read = |i: usize, img: ImageHdu| -> Result<ArrayD<f64>> {
         let n = usize::try_from(img.count).map_err(|_| {
-            BridgeError::InvalidInput(format!("{name}: HDU {i} is too large for this machine"))
+            BridgeError::InvalidInput(
+                format!("{name}: HDU {i} is too large for this machine").into(),
+            )
         })?;
         let mut data: Vec<f64> = Vec::new();
         data.try_reserve_exact(n)
@@ -562,16 +567,17 @@ pub fn read_image_hdu_with_budget(
     };
     if let Some(i) = hdu {
         return match image_hdu(&h, path, i, file_len, budget) {
-            Err((status::END_OF_FILE, _)) => Err(BridgeError::InvalidInput(format!(
-                "{name}: there is no HDU {i} (the file has fewer HDUs, or is truncated)"
-            ))),
+            Err((status::END_OF_FILE, _)) => Err(BridgeError::InvalidInput(
+                format!("{name}: there is no HDU {i} (the file has fewer HDUs, or is truncated)")
+                    .into(),
+            )),
             Err((_, e)) => Err(e),
-            Ok(None) => Err(BridgeError::InvalidInput(format!(
-                "{name}: HDU {i} is not an image"
-            ))),
-            Ok(Some(img)) if img.count == 0 => Err(BridgeError::InvalidInput(format!(
-                "{name}: HDU {i} has no data"
-            ))),
+            Ok(None) => Err(BridgeError::InvalidInput(
+                format!("{name}: HDU {i} is not an image").into(),
+            )),
+            Ok(Some(img)) if img.count == 0 => Err(BridgeError::InvalidInput(
+                format!("{name}: HDU {i} has no data").into(),
+            )),
             Ok(Some(img)) => read(i, img),
         };
     }
@@ -584,9 +590,9 @@ pub fn read_image_hdu_with_budget(
             Ok(_) => {}
         }
     }
-    Err(BridgeError::InvalidInput(format!(
-        "{name}: no image HDU with data"
-    )))
+    Err(BridgeError::InvalidInput(
+        format!("{name}: no image HDU with data").into(),
+    ))
 }
 
 /// Write `data` as a float64 (BITPIX = −64) primary image, replacing any existing file once

@@ -60,7 +60,7 @@ fn png_into(path: &Path, stack: &mut Stack) -> Result<(usize, usize)> {
             }
             _ => "",
         };
-        BridgeError::InvalidInput(format!("{name}: cannot decode PNG: {e}{why}"))
+        BridgeError::InvalidInput(format!("{name}: cannot decode PNG: {e}{why}").into())
     };
     // The decoder's own allocations (metadata chunks, row buffers): its default cap (64 MiB), or
     // less when the budget is smaller.
@@ -91,32 +91,41 @@ fn png_into(path: &Path, stack: &mut Stack) -> Result<(usize, usize)> {
     };
     let size = reader
         .output_buffer_size()
-        .ok_or_else(|| BridgeError::InvalidInput(format!("{name}: PNG too large")))?;
+        .ok_or_else(|| BridgeError::InvalidInput(format!("{name}: PNG too large").into()))?;
     let most = file_len.saturating_mul(DEFLATE_MAX_RATIO);
     if size as u64 > most {
-        return Err(BridgeError::InvalidInput(format!(
-            "{name}: the PNG header declares {w}x{h} pixels ({} decoded), but {file_len} bytes \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "{name}: the PNG header declares {w}x{h} pixels ({} decoded), but {file_len} bytes \
              of compressed data cannot expand to more than {}: the file is truncated or corrupt",
-            format_bytes(size as u64),
-            format_bytes(most)
-        )));
+                format_bytes(size as u64),
+                format_bytes(most)
+            )
+            .into(),
+        ));
     }
     // The decoded page (the raw buffer, then the pixels taken out of it) and the running total.
     stack.admit(&name, h, w, kind)?;
     let mut buf: Vec<u8> = Vec::new();
     buf.try_reserve_exact(size).map_err(|_| {
-        BridgeError::InvalidInput(format!(
-            "{name}: could not allocate {} for the image",
-            format_bytes(size as u64)
-        ))
+        BridgeError::InvalidInput(
+            format!(
+                "{name}: could not allocate {} for the image",
+                format_bytes(size as u64)
+            )
+            .into(),
+        )
     })?;
     buf.resize(size, 0);
     let info = reader.next_frame(&mut buf).map_err(bad)?;
     if (info.height as usize, info.width as usize) != (h, w) {
-        return Err(BridgeError::InvalidInput(format!(
-            "{name}: the first frame is {}x{}, the header says {h}x{w}",
-            info.height, info.width
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "{name}: the first frame is {}x{}, the header says {h}x{w}",
+                info.height, info.width
+            )
+            .into(),
+        ));
     }
     let line = info.line_size;
     let page = match kind {
@@ -178,9 +187,9 @@ pub(crate) fn folder_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 if hidden.len() == 1 { "" } else { "s" }
             )
         };
-        return Err(BridgeError::InvalidInput(format!(
-            "{name}: the folder has no .tif/.tiff/.png file{skipped}"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("{name}: the folder has no .tif/.tiff/.png file{skipped}").into(),
+        ));
     }
     Ok(files)
 }
@@ -244,9 +253,9 @@ pub fn read_movie_with_budget(path: &Path, budget: &Budget) -> Result<Movie> {
     };
     let (t, h, w) = movie.dim();
     if t == 0 || h == 0 || w == 0 {
-        return Err(BridgeError::InvalidInput(format!(
-            "{name}: empty movie of shape ({t}, {h}, {w})"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("{name}: empty movie of shape ({t}, {h}, {w})").into(),
+        ));
     }
     Ok(movie)
 }

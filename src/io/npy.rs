@@ -101,7 +101,7 @@ impl NpyArray {
 }
 
 fn invalid(path: &str, msg: impl std::fmt::Display) -> BridgeError {
-    BridgeError::InvalidInput(format!("{path}: not a valid .npy file: {msg}"))
+    BridgeError::InvalidInput(format!("{path}: not a valid .npy file: {msg}").into())
 }
 
 /// Value of `key` in a Python dict literal, as raw text up to the next top-level comma.
@@ -289,10 +289,13 @@ fn decode_payload<R: Read>(
         }
     };
     let alloc = |what: usize| {
-        BridgeError::InvalidInput(format!(
-            "{path}: could not allocate {} for the array",
-            format_bytes(what as u64)
-        ))
+        BridgeError::InvalidInput(
+            format!(
+                "{path}: could not allocate {} for the array",
+                format_bytes(what as u64)
+            )
+            .into(),
+        )
     };
     fn typed<T: Copy + Default, const N: usize, R: Read>(
         count: usize,
@@ -491,15 +494,16 @@ impl NpyFrames {
                 "{name}: a Fortran-ordered array cannot be streamed frame by frame"
             )));
         }
-        let frames = match header.shape.len() {
-            2 => 1,
-            3 => header.shape[0],
-            n => {
-                return Err(BridgeError::InvalidInput(format!(
+        let frames =
+            match header.shape.len() {
+                2 => 1,
+                3 => header.shape[0],
+                n => {
+                    return Err(BridgeError::InvalidInput(format!(
                     "{name}: expected a 2-D frame or a 3-D movie (T, H, W), got {n} dimensions"
-                )));
-            }
-        };
+                ).into()));
+                }
+            };
         Ok(NpyFrames {
             header,
             payload,
@@ -556,9 +560,12 @@ fn to3<T: Clone>(a: ArrayD<T>, path: &str) -> Result<Array3<T>> {
         2 => a.insert_axis(ndarray::Axis(0)),
         3 => a,
         n => {
-            return Err(BridgeError::InvalidInput(format!(
-                "{path}: expected a 2-D frame or a 3-D movie (T, H, W), got {n} dimensions"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{path}: expected a 2-D frame or a 3-D movie (T, H, W), got {n} dimensions"
+                )
+                .into(),
+            ));
         }
     };
     a.into_dimensionality::<ndarray::Ix3>()

@@ -140,7 +140,7 @@ impl StagedDir {
                 path: path.replace(&from, &to),
                 source,
             },
-            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(m.replace(&from, &to)),
+            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(m.replace(&from, &to).into()),
             other => other,
         }
     }

@@ -156,10 +156,9 @@ impl MovieStream {
         };
         let (t, h, w) = chunk.dim();
         if t == 0 || h == 0 || w == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "{}: empty frames ({h}x{w})",
-                self.name
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{}: empty frames ({h}x{w})", self.name).into(),
+            ));
         }
         let kind = chunk.dtype_name();
         match self.first {
@@ -174,11 +173,14 @@ impl MovieStream {
                 self.frame_bytes = Some(h.saturating_mul(w).saturating_mul(pixel));
             }
             Some(f) if f != (h, w, kind) => {
-                return Err(BridgeError::InvalidInput(format!(
-                    "{}: frames of {h}x{w} {kind} after frames of {}x{} {} (every frame must \
+                return Err(BridgeError::InvalidInput(
+                    format!(
+                        "{}: frames of {h}x{w} {kind} after frames of {}x{} {} (every frame must \
                      have the size and pixel type of the first)",
-                    self.name, f.0, f.1, f.2
-                )));
+                        self.name, f.0, f.1, f.2
+                    )
+                    .into(),
+                ));
             }
             Some(_) => {}
         }

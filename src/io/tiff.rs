@@ -36,7 +36,7 @@ use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use tiff::tags::Tag;
 
 fn terr(path: &str, e: impl std::fmt::Display) -> BridgeError {
-    BridgeError::InvalidInput(format!("{path}: cannot decode TIFF: {e}"))
+    BridgeError::InvalidInput(format!("{path}: cannot decode TIFF: {e}").into())
 }
 
 /// The pixel formats read (single-channel, greyscale), for error messages.
@@ -150,9 +150,9 @@ impl Stack {
     /// it is appended) within the budget. Returns the bytes the decoder may use for it.
     pub fn admit(&mut self, source: &str, h: usize, w: usize, kind: &'static str) -> Result<u64> {
         if h == 0 || w == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "{source}: empty image ({h}x{w})"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{source}: empty image ({h}x{w})").into(),
+            ));
         }
         if let Some((h0, w0, k0)) = self.dims {
             if (h0, w0) != (h, w) {
@@ -166,11 +166,14 @@ impl Stack {
                 ));
             }
             if k0 != kind {
-                return Err(BridgeError::InvalidInput(format!(
-                    "{source}: pixels are {kind} but those of the first frame ({}) are {k0} \
+                return Err(BridgeError::InvalidInput(
+                    format!(
+                        "{source}: pixels are {kind} but those of the first frame ({}) are {k0} \
                      (every frame must have the same pixel type)",
-                    self.first.as_deref().unwrap_or("")
-                )));
+                        self.first.as_deref().unwrap_or("")
+                    )
+                    .into(),
+                ));
             }
         }
         let page = checked_product(&[h as u64, w as u64, kind_size(kind)]).unwrap_or(u64::MAX);
@@ -195,17 +198,20 @@ impl Stack {
     /// Append a decoded page admitted by [`Stack::admit`].
     pub fn push(&mut self, source: &str, page: Page) -> Result<()> {
         let Some((h, w, kind)) = self.dims else {
-            return Err(BridgeError::InvalidInput(format!(
-                "{source}: page decoded before it was sized"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{source}: page decoded before it was sized").into(),
+            ));
         };
         if page.len() != h * w || page.kind() != kind {
-            return Err(BridgeError::InvalidInput(format!(
-                "{source}: decoded {} {} pixels where the header declares {h}x{w} {kind} \
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{source}: decoded {} {} pixels where the header declares {h}x{w} {kind} \
                  (corrupt file?)",
-                page.len(),
-                page.kind()
-            )));
+                    page.len(),
+                    page.kind()
+                )
+                .into(),
+            ));
         }
         let bytes = page.len() as u64 * kind_size(kind);
         match &mut self.data {
@@ -213,9 +219,9 @@ impl Stack {
             Some(d) => match d.append(page) {
                 Ok(true) => {}
                 Ok(false) => {
-                    return Err(BridgeError::InvalidInput(format!(
-                        "{source}: mixed pixel types"
-                    )));
+                    return Err(BridgeError::InvalidInput(
+                        format!("{source}: mixed pixel types").into(),
+                    ));
                 }
                 Err(_) => {
                     return Err(BridgeError::TooLarge {
@@ -236,14 +242,14 @@ impl Stack {
     /// The stacked movie `[pages][H][W]`.
     pub fn into_movie(self) -> Result<Movie> {
         let (Some((h, w, _)), Some(data)) = (self.dims, self.data) else {
-            return Err(BridgeError::InvalidInput(format!(
-                "{}: no image",
-                self.name
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{}: no image", self.name).into(),
+            ));
         };
         let t = self.pages;
         let name = self.name;
-        let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("{name}: {e}"));
+        let shape =
+            |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("{name}: {e}").into());
         Ok(match data {
             Page::U8(v) => Movie::U8(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
             Page::U16(v) => Movie::U16(Array3::from_shape_vec((t, h, w), v).map_err(shape)?),
@@ -360,9 +366,9 @@ impl Contiguous {
         let (w, h) = dec.dimensions().map_err(|e| terr(path, e))?;
         let (h, w) = (h as usize, w as usize);
         if h == 0 || w == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "{path}: empty image ({h}x{w})"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("{path}: empty image ({h}x{w})").into(),
+            ));
         }
         let kind = page_kind(dec, path, 0)?;
         let images = ij.images;
@@ -402,11 +408,14 @@ impl Contiguous {
         let offsets = vec(dec, Tag::StripOffsets)?;
         let counts = vec(dec, Tag::StripByteCounts)?;
         if offsets.is_empty() || offsets.len() != counts.len() {
-            return Err(BridgeError::InvalidInput(format!(
-                "{path}: {} strip offsets and {} strip byte counts (corrupt file?)",
-                offsets.len(),
-                counts.len()
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{path}: {} strip offsets and {} strip byte counts (corrupt file?)",
+                    offsets.len(),
+                    counts.len()
+                )
+                .into(),
+            ));
         }
         let frame = checked_product(&[h as u64, w as u64, kind_size(kind)]).unwrap_or(u64::MAX);
         let run = offsets
@@ -433,18 +442,22 @@ impl Contiguous {
             .and_then(|d| d.checked_add(start))
             .is_none_or(|end| end > file_len)
         {
-            return Err(BridgeError::InvalidInput(format!(
-                "{path}: the ImageJ description declares {images} images of {h}x{w} {kind} ({} \
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{path}: the ImageJ description declares {images} images of {h}x{w} {kind} ({} \
                  from byte {start} on), but the file holds {}: it is truncated, or its \
                  description is wrong (copy or export the file again)",
-                data.map_or("more than any file holds".to_string(), format_bytes),
-                format_bytes(file_len)
-            )));
+                    data.map_or("more than any file holds".to_string(), format_bytes),
+                    format_bytes(file_len)
+                )
+                .into(),
+            ));
         }
         let frame_bytes = usize::try_from(frame).map_err(|_| {
-            BridgeError::InvalidInput(format!(
-                "{path}: a {h}x{w} {kind} image does not fit this machine's address space"
-            ))
+            BridgeError::InvalidInput(
+                format!("{path}: a {h}x{w} {kind} image does not fit this machine's address space")
+                    .into(),
+            )
         })?;
         Ok(Contiguous {
             start,
@@ -577,10 +590,13 @@ pub fn decode_into<R: Read + Seek>(
     // An ImageJ stack in one IFD (ImageJ's layout past 4 GB).
     let one_ifd = ij.filter(|ij| ij.images > 1 && !dec.more_images());
     if single_frame && (dec.more_images() || one_ifd.is_some()) {
-        return Err(BridgeError::InvalidInput(format!(
-            "{path}: expected a single-frame image, found several pages (a folder holds one \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "{path}: expected a single-frame image, found several pages (a folder holds one \
              frame per file; read a multi-page TIFF on its own)"
-        )));
+            )
+            .into(),
+        ));
     }
     if let Some(ij) = one_ifd {
         let plan = Contiguous::plan(&mut dec, path, ij)?;
@@ -597,7 +613,7 @@ pub fn decode_into<R: Read + Seek>(
         )?;
         plan.read_into(dec.inner(), path, 0, plan.images, stack)?;
         return usize::try_from(plan.images).map_err(|_| {
-            BridgeError::InvalidInput(format!("{path}: too many images for this machine"))
+            BridgeError::InvalidInput(format!("{path}: too many images for this machine").into())
         });
     }
     let mut n = 0;

@@ -322,3 +322,38 @@ fn streamed_chunks_equal_the_whole_movie() {
     let bad = vec![Err(bridge_core::BridgeError::InvalidInput("boom".into()))];
     assert!(det.detect_stream(bad, &CpuBackend).any(|r| r.is_err()));
 }
+
+/// An input error about some frames of a movie names them as data: the batch's frames counted
+/// in the movie, and in a chunk of a movie counted from the movie's first frame.
+#[test]
+fn input_errors_carry_their_frames() {
+    let mut m = Array3::<f64>::zeros((6, 32, 32));
+    m[[4, 10, 10]] = 1e308;
+    m[[4, 12, 12]] = -1e308;
+    let det = LogDetector {
+        params: BlobLogParams {
+            prescale: algorithms::detect::Prescale::None,
+            ..BlobLogParams::seed()
+        },
+        batch_size: 2,
+        ..Default::default()
+    };
+    let Err(BridgeError::InvalidInput(e)) = det.detect_movie(&Movie::F64(m), &open::cpu()) else {
+        panic!("an overflowing frame is an input error");
+    };
+    assert_eq!(e.frames, Some(4..6), "{e}");
+    assert!(e.to_string().starts_with("in frames 4..6: "), "{e}");
+    assert!(e.contains("overflow"), "the message reads as itself: {e}");
+    let shifted = algorithms::detect::detector::in_movie_frames(BridgeError::InvalidInput(e), 100);
+    let BridgeError::InvalidInput(s) = shifted else {
+        panic!("still an input error");
+    };
+    assert_eq!(s.frames, Some(104..106));
+    // an input error without frames names its chunk in words
+    let plain =
+        algorithms::detect::detector::in_movie_frames(BridgeError::InvalidInput("bad".into()), 7);
+    assert_eq!(
+        plain.to_string(),
+        "invalid input: in the chunk from frame 7: bad"
+    );
+}

@@ -135,9 +135,10 @@ pub enum BridgeError {
         /// Why it is invalid.
         reason: String,
     },
-    /// Input data is unusable (empty, all NaN, corrupt file, ...).
+    /// Input data is unusable (empty, all NaN, corrupt file, ...); the frames of a movie it
+    /// concerns, when it concerns some, are typed ([`InputError::frames`]).
     #[error("invalid input: {0}")]
-    InvalidInput(String),
+    InvalidInput(InputError),
     /// A device allocation failed because memory ran out (after `attempts` tries).
     #[error("out of memory on {device}: requested {requested} bytes after {attempts} attempt(s)")]
     OutOfMemory {
@@ -200,6 +201,72 @@ pub enum BridgeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The message of [`BridgeError::InvalidInput`] and, when the input is a movie and the error
+/// concerns some of its frames, those frames as data (printed `in frames a..b: message`).
+/// It reads as its message (`Deref<Target = str>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InputError {
+    /// The frames of the movie (counted from its first frame) the error concerns, if any.
+    pub frames: Option<std::ops::Range<usize>>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl InputError {
+    /// The error about `frames` of a movie.
+    pub fn in_frames(frames: std::ops::Range<usize>, message: impl Into<String>) -> Self {
+        InputError {
+            frames: Some(frames),
+            message: message.into(),
+        }
+    }
+
+    /// The same error about frames counted from `offset` frames earlier (a chunk of a movie
+    /// that starts at frame `offset`); unchanged without frames.
+    pub fn shifted(self, offset: usize) -> Self {
+        InputError {
+            frames: self
+                .frames
+                .map(|r| r.start.saturating_add(offset)..r.end.saturating_add(offset)),
+            message: self.message,
+        }
+    }
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.frames {
+            Some(r) => write!(f, "in frames {}..{}: {}", r.start, r.end, self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::ops::Deref for InputError {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for InputError {
+    fn from(message: String) -> Self {
+        InputError {
+            frames: None,
+            message,
+        }
+    }
+}
+
+impl From<&str> for InputError {
+    fn from(message: &str) -> Self {
+        InputError {
+            frames: None,
+            message: message.to_owned(),
+        }
+    }
 }
 
 /// A short context string printed as ` in <context>` when non-empty.

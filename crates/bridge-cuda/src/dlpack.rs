@@ -110,13 +110,14 @@ fn gather(
     info: &TensorInfo,
 ) -> Result<(Array, TransferKind, u64)> {
     let es = info.dtype.size_of();
-    let overflow = || {
-        BridgeError::InvalidInput(format!(
+    let overflow =
+        || {
+            BridgeError::InvalidInput(format!(
             "a DLPack tensor on {} with shape {:?} and strides {:?} addresses more memory than \
              this machine has",
             info.device, info.shape, info.strides
-        ))
-    };
+        ).into())
+        };
     let out = CudaExecutor::from_gpu(Arc::clone(g))?;
     let len = info.len();
     if len == 0 {

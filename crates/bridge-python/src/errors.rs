@@ -36,8 +36,26 @@ pyo3::create_exception!(
 /// The Python exception for a Rust error: `OutOfMemory` (a device out of memory, or a host
 /// allocation over the budget: `TooLarge`), `BackendUnavailable`, `InvalidInput`, or the base
 /// `ArrayBridgeError` for the rest (unsupported operations, device failures).
+///
+/// An input error about some frames of a movie carries them as `frames`, a `range` of frame
+/// indices (`None` otherwise), so a caller can skip or report them without parsing the message.
 pub fn to_py(e: BridgeError) -> PyErr {
     let msg = e.to_string();
+    if let BridgeError::InvalidInput(m) = &e {
+        let err = InvalidInput::new_err(msg);
+        let frames = m.frames.clone();
+        pyo3::Python::attach(|py| {
+            let value = err.value(py);
+            let frames = match frames {
+                Some(r) => pyo3::types::PyRange::new(py, r.start as isize, r.end as isize)
+                    .map(|r| r.into_any().unbind())
+                    .ok(),
+                None => None,
+            };
+            let _ = pyo3::types::PyAnyMethods::setattr(value.as_any(), "frames", frames);
+        });
+        return err;
+    }
     match e {
         BridgeError::OutOfMemory { .. } | BridgeError::TooLarge { .. } => OutOfMemory::new_err(msg),
         BridgeError::BackendUnavailable { .. } | BridgeError::UnknownDevice { .. } => {

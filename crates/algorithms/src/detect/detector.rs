@@ -2,6 +2,7 @@
 //! `blob_log` on a batch of frames on any back end, then the per-particle noise estimate and the
 //! optional sub-pixel refinement on the host.
 
+use bridge_core::error::InputError;
 use bridge_core::{BridgeError, Device, Result};
 use rayon::prelude::*;
 
@@ -78,8 +79,8 @@ impl Default for LogDetector {
 }
 
 /// An error of a chunk of a movie with the movie's frame numbers: a detector numbers the frames
-/// of the movie it is given from 0, and a batch's error says `in frames a..b: ...`; a chunk
-/// starting at frame `frame0` shifts them. Other errors are unchanged.
+/// of the movie it is given from 0 ([`InputError::frames`]); a chunk starting at frame `frame0`
+/// shifts them. An input error without frames says which chunk; other errors are unchanged.
 pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
     let BridgeError::InvalidInput(m) = e else {
         return e;
@@ -87,17 +88,10 @@ pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
     if frame0 == 0 {
         return BridgeError::InvalidInput(m);
     }
-    let shifted = m
-        .strip_prefix("in frames ")
-        .and_then(|rest| rest.split_once(": "))
-        .and_then(|(range, tail)| {
-            let (a, b) = range.split_once("..")?;
-            let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
-            Some(format!("in frames {}..{}: {tail}", a + frame0, b + frame0))
-        });
-    BridgeError::InvalidInput(
-        shifted.unwrap_or_else(|| format!("in the chunk from frame {frame0}: {m}")),
-    )
+    BridgeError::InvalidInput(match m.frames {
+        Some(_) => m.shifted(frame0),
+        None => format!("in the chunk from frame {frame0}: {}", m.message).into(),
+    })
 }
 
 impl LogDetector {
@@ -266,10 +260,12 @@ impl LogDetector {
             })
         };
         let results = results.map_err(|e| match e {
-            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!(
-                "in frames {first}..{}: {m}",
-                first + batch.len()
-            )),
+            // the batch's frames, counted in the movie (an error naming some frames of the
+            // batch already keeps them, shifted)
+            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(match m.frames {
+                Some(_) => m.shifted(first),
+                None => InputError::in_frames(first..first + batch.len(), m.message),
+            }),
             other => other,
         })?;
         let t_host = std::time::Instant::now();

@@ -241,9 +241,12 @@ fn check_movie(movie: &Array) -> Result<()> {
     match movie.dtype() {
         DType::U8 | DType::U16 | DType::F32 | DType::F64 => {}
         other => {
-            return Err(BridgeError::InvalidInput(format!(
-                "a movie of {other} pixels: detection takes u8, u16, f32 or f64 (cast it first)"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "a movie of {other} pixels: detection takes u8, u16, f32 or f64 (cast it first)"
+                )
+                .into(),
+            ));
         }
     }
     match movie.shape() {
@@ -282,7 +285,7 @@ fn run_on_view<'a, T: bridge_core::HostElement, R>(
     };
     let v = v
         .into_dimensionality::<Ix3>()
-        .map_err(|e| BridgeError::InvalidInput(format!("movie: {e}")))?;
+        .map_err(|e| BridgeError::InvalidInput(format!("movie: {e}").into()))?;
     let frames: Vec<FrameView<'a>> = (0..v.len_of(ndarray::Axis(0)))
         .map(|i| wrap(v.index_axis_move(ndarray::Axis(0), i)))
         .collect();
@@ -290,9 +293,9 @@ fn run_on_view<'a, T: bridge_core::HostElement, R>(
 }
 
 fn unsupported_dtype(dtype: DType) -> BridgeError {
-    BridgeError::InvalidInput(format!(
-        "a movie of {dtype} pixels: detection takes u8, u16, f32 or f64"
-    ))
+    BridgeError::InvalidInput(
+        format!("a movie of {dtype} pixels: detection takes u8, u16, f32 or f64").into(),
+    )
 }
 
 /// `run` on the frames of a host movie with `backend` (read in place).

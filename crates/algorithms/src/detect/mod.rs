@@ -94,9 +94,9 @@ impl FrameView<'_> {
     pub fn validate(&self) -> Result<()> {
         let (h, w) = self.dim();
         if h == 0 || w == 0 {
-            return Err(BridgeError::InvalidInput(format!(
-                "empty frame of shape {h}x{w}"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("empty frame of shape {h}x{w}").into(),
+            ));
         }
         let (nan, inf) = match self {
             FrameView::F32(a) => a.iter().fold((0, 0), |(n, i), v| {
@@ -120,7 +120,7 @@ impl FrameView<'_> {
             return Err(BridgeError::InvalidInput(format!(
                 "frame contains {nan} NaN and {inf} infinite pixel(s); replace them (e.g. by the \
                  frame median) before detection"
-            )));
+            ).into()));
         }
         Ok(())
     }

@@ -44,11 +44,14 @@ impl PacoJob<'_> {
             .iter()
             .position(|(y, x)| !(y.is_finite() && x.is_finite()))
         {
-            return Err(BridgeError::InvalidInput(format!(
-                "trajectory {} has a non-finite position in frame {}",
-                i / t,
-                i % t
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "trajectory {} has a non-finite position in frame {}",
+                    i / t,
+                    i % t
+                )
+                .into(),
+            ));
         }
         let (mut a, mut b) = bucket_ab(self, &simd::Trajectories::Explicit(positions))?;
         self.ab_in_cube_units(&mut a, &mut b);

@@ -65,7 +65,7 @@ fn readable(reg: &Registry, a: Array, what: &str) -> Result<Array> {
         | DType::U16
         | DType::I32
         | DType::I64 => host.cast(DType::F64, CastMode::Lossless).map_err(|e| {
-            BridgeError::InvalidInput(format!("PACO {what}: cannot be read as f64: {e}"))
+            BridgeError::InvalidInput(format!("PACO {what}: cannot be read as f64: {e}").into())
         }),
     }
 }

@@ -73,15 +73,18 @@ fn cube_exponent(max_abs: f64) -> Result<i32> {
         return Ok(0);
     }
     if e <= -LIMIT_EXP || e > LIMIT_EXP {
-        return Err(BridgeError::InvalidInput(format!(
-            "the cube's largest |value| is {max_abs:e}: PACO supports cubes whose largest \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "the cube's largest |value| is {max_abs:e}: PACO supports cubes whose largest \
              |value| lies between 2^-{LIMIT_EXP} and 2^{LIMIT_EXP} (about {:.1e} to {:.1e}; \
              a scales as 1/value² and would leave the floating-point range); S/N does not \
              depend on the cube's scale and the flux scales with it, so multiply the cube by a \
              constant first (and the flux by its inverse after)",
-            pow2(-LIMIT_EXP),
-            pow2(LIMIT_EXP),
-        )));
+                pow2(-LIMIT_EXP),
+                pow2(LIMIT_EXP),
+            )
+            .into(),
+        ));
     }
     Ok(-e)
 }
@@ -183,21 +186,24 @@ fn check_finite(cube: ArrayView3<'_, f64>) -> Result<f64> {
     }
     match first {
         None => Ok(max_abs),
-        Some((i, n)) => Err(BridgeError::InvalidInput(format!(
-            "the cube has {pixels} non-finite pixel(s) (NaN or ±Inf) in {frames} frame(s), the \
+        Some((i, n)) => Err(BridgeError::InvalidInput(
+            format!(
+                "the cube has {pixels} non-finite pixel(s) (NaN or ±Inf) in {frames} frame(s), the \
              first in frame {i} ({n} pixels); PACO uses every pixel of every frame in the \
              statistics of its neighbours, so remove those frames (with their angles) or \
              replace the pixels (e.g. by the frame median) first"
-        ))),
+            )
+            .into(),
+        )),
     }
 }
 
 /// At least 2 frames, and one finite angle per frame.
 fn check_frames(t: usize, angles: ArrayView1<'_, f64>) -> Result<()> {
     if t < 2 {
-        return Err(BridgeError::InvalidInput(format!(
-            "the cube needs at least 2 frames, found {t}"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("the cube needs at least 2 frames, found {t}").into(),
+        ));
     }
     if angles.len() != t {
         return Err(BridgeError::shape_mismatch(
@@ -236,7 +242,7 @@ fn patch_disk(params: &PacoParams, h: usize, w: usize) -> Result<Vec<(isize, isi
         return Err(BridgeError::InvalidInput(format!(
             "frames of {h}×{w} are too small for patches of radius {r} with the {:?} edge rule (need at least {min_side}×{min_side})",
             params.edge
-        )));
+        ).into()));
     }
     let disk = disk_offsets(r);
     if let Some(pa) = params.patch_area
@@ -267,22 +273,28 @@ fn patch_disk(params: &PacoParams, h: usize, w: usize) -> Result<Vec<(isize, isi
 /// radius `r`.
 fn check_psf_shape((ph, pw): (usize, usize), (h, w): (usize, usize), r: usize) -> Result<()> {
     if ph > h || pw > w {
-        return Err(BridgeError::InvalidInput(format!(
-            "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})").into(),
+        ));
     }
     if ph % 2 == 0 || pw % 2 == 0 {
-        return Err(BridgeError::InvalidInput(format!(
-            "the PSF is {ph}×{pw}: PACO needs odd sides with the star on the centre pixel \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "the PSF is {ph}×{pw}: PACO needs odd sides with the star on the centre pixel \
              (an even side has no centre pixel and would shift every template by half a \
              pixel); crop one row and/or column so the peak is in the middle"
-        )));
+            )
+            .into(),
+        ));
     }
     if ph < 2 * r + 1 || pw < 2 * r + 1 {
-        return Err(BridgeError::InvalidInput(format!(
-            "the PSF ({ph}×{pw}) is smaller than the patch ({0}×{0})",
-            2 * r + 1
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "the PSF ({ph}×{pw}) is smaller than the patch ({0}×{0})",
+                2 * r + 1
+            )
+            .into(),
+        ));
     }
     Ok(())
 }

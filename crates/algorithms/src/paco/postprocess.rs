@@ -168,9 +168,12 @@ pub fn refine_peak(
         })
         .max_by(|p, q| p.snr.total_cmp(&q.snr))
         .ok_or_else(|| {
-            BridgeError::InvalidInput(format!(
-                "no valid trajectory within {half_width} px of ({}, {})",
-                start.0, start.1
-            ))
+            BridgeError::InvalidInput(
+                format!(
+                    "no valid trajectory within {half_width} px of ({}, {})",
+                    start.0, start.1
+                )
+                .into(),
+            )
         })
 }

@@ -288,10 +288,13 @@ fn check_pushed_frame(prev: Option<i64>, frame: i64, pos: &[[f64; 2]]) -> Result
         .iter()
         .position(|p| !(p[0].is_finite() && p[1].is_finite()))
     {
-        return Err(BridgeError::InvalidInput(format!(
-            "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
-            pos[i]
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
+                pos[i]
+            )
+            .into(),
+        ));
     }
     Ok(())
 }
@@ -308,10 +311,9 @@ fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
         .iter()
         .position(|p| !(p[0].is_finite() && p[1].is_finite()))
     {
-        return Err(BridgeError::InvalidInput(format!(
-            "point {i} (0-based) has a non-finite position {:?}",
-            pos[i]
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("point {i} (0-based) has a non-finite position {:?}", pos[i]).into(),
+        ));
     }
     Ok(())
 }

@@ -241,7 +241,7 @@ pub fn dl_device(device: Device) -> DLDevice {
 /// (and CUDA managed) memory `cuda:N`, OpenCL `opencl:N`; anything else is unsupported.
 pub fn device_of(dl: DLDevice) -> Result<Device> {
     let id = usize::try_from(dl.device_id).map_err(|_| {
-        BridgeError::InvalidInput(format!("DLPack device id {} is negative", dl.device_id))
+        BridgeError::InvalidInput(format!("DLPack device id {} is negative", dl.device_id).into())
     })?;
     match dl.device_type {
         DLDeviceType::CPU | DLDeviceType::CUDAHOST => Ok(Device::Cpu),
@@ -290,23 +290,26 @@ pub fn dtype_of(dl: DLDataType) -> Result<DType> {
                 DLDataTypeCode::BOOL => "bool",
                 _ => "code",
             };
-            return Err(BridgeError::InvalidInput(format!(
-                "DLPack dtype {name}{}{}: arraybridge takes uint8, uint16, int32, int64, \
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "DLPack dtype {name}{}{}: arraybridge takes uint8, uint16, int32, int64, \
                  float16, bfloat16, float32 and float64",
-                dl.bits,
-                if dl.lanes == 1 {
-                    String::new()
-                } else {
-                    format!("x{}", dl.lanes)
-                }
-            )));
+                    dl.bits,
+                    if dl.lanes == 1 {
+                        String::new()
+                    } else {
+                        format!("x{}", dl.lanes)
+                    }
+                )
+                .into(),
+            ));
         }
     };
     Ok(d)
 }
 
 fn dl_error(what: &str, e: impl fmt::Display) -> BridgeError {
-    BridgeError::InvalidInput(format!("DLPack {what}: {e}"))
+    BridgeError::InvalidInput(format!("DLPack {what}: {e}").into())
 }
 
 enum Inner {
@@ -458,10 +461,13 @@ impl DlpackTensor {
             });
         }
         if !self.info.is_empty() && !self.info.data.is_multiple_of(std::mem::align_of::<T>()) {
-            return Err(BridgeError::InvalidInput(format!(
-                "{what}: DLPack data at {:#x} is not aligned for {}",
-                self.info.data, self.info.dtype
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{what}: DLPack data at {:#x} is not aligned for {}",
+                    self.info.data, self.info.dtype
+                )
+                .into(),
+            ));
         }
         Ok(())
     }

@@ -564,7 +564,8 @@ mod cache {
         if !npy.exists() || !truth.exists() {
             return Ok(None);
         }
-        let bad = |why: &str| BridgeError::InvalidInput(format!("{}: {why}", truth.display()));
+        let bad =
+            |why: &str| BridgeError::InvalidInput(format!("{}: {why}", truth.display()).into());
         let mut reader = NpyFrames::open(npy)?;
         let saved = reader.frames();
         if saved < frames {

@@ -67,7 +67,7 @@ impl Global {
     /// Print `value` as pretty JSON on stdout.
     pub fn print_json(&self, value: &serde_json::Value) -> Result<()> {
         let text = serde_json::to_string_pretty(value)
-            .map_err(|e| BridgeError::InvalidInput(format!("JSON output: {e}")))?;
+            .map_err(|e| BridgeError::InvalidInput(format!("JSON output: {e}").into()))?;
         println!("{text}");
         Ok(())
     }

@@ -130,9 +130,10 @@ pub fn broadcast<T: Equivalence>(data: &mut [T]) {
 pub fn try_zeros<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| {
-        BridgeError::InvalidInput(format!(
-            "{what}: {n} values broadcast by rank 0 do not fit in this rank's memory"
-        ))
+        BridgeError::InvalidInput(
+            format!("{what}: {n} values broadcast by rank 0 do not fit in this rank's memory")
+                .into(),
+        )
     })?;
     v.resize(n, T::default());
     Ok(v)
@@ -241,7 +242,10 @@ fn encode_error(e: &BridgeError) -> Vec<u8> {
             "kind": "oom", "device": device.to_string(), "requested": requested,
             "attempts": attempts, "message": e.to_string(),
         }),
-        BridgeError::InvalidInput(m) => serde_json::json!({"kind": "input", "message": m}),
+        BridgeError::InvalidInput(m) => serde_json::json!({
+            "kind": "input", "message": m.message,
+            "frames": m.frames.as_ref().map(|r| [r.start, r.end]),
+        }),
         BridgeError::Unsupported(m) => serde_json::json!({"kind": "unsupported", "message": m}),
         other => serde_json::json!({"kind": "other", "message": other.to_string()}),
     };
@@ -267,7 +271,16 @@ fn decode_error(bytes: &[u8], rank: i32) -> BridgeError {
             },
             _ => BridgeError::backend(format!("mpi rank {rank}"), None, msg),
         },
-        Some("input") => BridgeError::InvalidInput(format!("rank {rank}: {msg}")),
+        Some("input") => {
+            let frames = v["frames"].as_array().and_then(|r| {
+                let (a, b) = (r.first()?.as_u64()?, r.get(1)?.as_u64()?);
+                Some(usize::try_from(a).ok()?..usize::try_from(b).ok()?)
+            });
+            BridgeError::InvalidInput(bridge_core::error::InputError {
+                frames,
+                message: format!("rank {rank}: {msg}"),
+            })
+        }
         Some("unsupported") => BridgeError::Unsupported(format!("rank {rank}: {msg}")),
         _ => BridgeError::backend(format!("mpi rank {rank}"), None, msg),
     }
@@ -557,7 +570,7 @@ pub fn share_movie(ours: Option<&Movie>) -> Result<Option<Movie>> {
         };
         broadcast(&mut v);
         Array3::from_shape_vec(dims, v)
-            .map_err(|e| BridgeError::InvalidInput(format!("movie chunk: {e}")))
+            .map_err(|e| BridgeError::InvalidInput(format!("movie chunk: {e}").into()))
     }
     let dims = (t, h, w);
     let movie = match (code, ours) {

@@ -174,10 +174,13 @@ fn best_of(reps: usize, what: &str, mut cmd: impl FnMut() -> Command) -> Result<
             .map_err(|e| BridgeError::io(what.to_string(), e))?;
         let secs = t.elapsed().as_secs_f64();
         if !out.status.success() {
-            return Err(BridgeError::InvalidInput(format!(
-                "bench scaling: `{what}` failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "bench scaling: `{what}` failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )
+                .into(),
+            ));
         }
         if i > 0 {
             best = best.min(secs);

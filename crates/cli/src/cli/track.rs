@@ -524,13 +524,16 @@ fn read_row(
         if let Some(prev) = current
             && f < prev
         {
-            return Err(BridgeError::InvalidInput(format!(
-                "{}:{}: column frame: frame {f} after frame {prev}: rows must be sorted \
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{}:{}: column frame: frame {f} after frame {prev}: rows must be sorted \
                  by frame (frames ascending, the rows of a frame together) to be linked \
                  as they are read; sort the table, or pass --unsorted to read it whole",
-                rd.path(),
-                RowReader::line(r)
-            )));
+                    rd.path(),
+                    RowReader::line(r)
+                )
+                .into(),
+            ));
         }
         Some((f, p))
     } else {
@@ -611,21 +614,27 @@ fn columns(
         ));
     }
     if has("particle") {
-        return Err(BridgeError::InvalidInput(format!(
-            "{file}: already has a `particle` column (remove it, or rename it, before linking)"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "{file}: already has a `particle` column (remove it, or rename it, before linking)"
+            )
+            .into(),
+        ));
     }
     for c in &pc {
         if !has(c) {
-            return Err(BridgeError::InvalidInput(format!(
-                "{file}: no position column {c:?} (columns: {}); name them with \
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{file}: no position column {c:?} (columns: {}); name them with \
                  --pos-columns Y,X",
-                header
-                    .iter()
-                    .map(|h| h.trim())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+                    header
+                        .iter()
+                        .map(|h| h.trim())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+                .into(),
+            ));
         }
     }
     Ok((column("frame")?, column(pc[0])?, column(pc[1])?))

@@ -203,7 +203,7 @@ impl Canvas {
     pub fn write_png(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let bad = |e: png::EncodingError| BridgeError::InvalidInput(format!("{name}: {e}"));
+        let bad = |e: png::EncodingError| BridgeError::InvalidInput(format!("{name}: {e}").into());
         let width = u32::try_from(self.width)
             .map_err(|_| BridgeError::invalid_argument("width", "too large for PNG"))?;
         let height = u32::try_from(self.height)

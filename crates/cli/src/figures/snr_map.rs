@@ -183,9 +183,9 @@ pub fn render_snr_map(
 ) -> Result<SnrFigure> {
     let (h, w) = snr.dim();
     if h == 0 || w == 0 {
-        return Err(BridgeError::InvalidInput(format!(
-            "cannot draw an empty S/N map ({h}×{w})"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("cannot draw an empty S/N map ({h}×{w})").into(),
+        ));
     }
     let s = match opts.scale {
         Some(0) => {

@@ -44,9 +44,10 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
                 FrameView::F64(a) => min_max(a.iter().copied()),
             };
             if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
-                return Err(BridgeError::InvalidInput(format!(
-                    "prescale minmax needs min < max, but the frame is constant ({lo})"
-                )));
+                return Err(BridgeError::InvalidInput(
+                    format!("prescale minmax needs min < max, but the frame is constant ({lo})")
+                        .into(),
+                ));
             }
             Some((lo, hi))
         }
@@ -119,13 +120,16 @@ pub(crate) fn check_range_of(
     let s = p.min_sigma.min(1.0);
     let limit = top * s * s / 16.0;
     if bound.is_nan() || bound > limit {
-        return Err(BridgeError::InvalidInput(format!(
-            "pixel values up to {bound:e} after prescaling would overflow the {} scale space \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "pixel values up to {bound:e} after prescaling would overflow the {} scale space \
              (at most {limit:.1e} with min_sigma {}); rescale the frames or choose a prescale \
              that maps them into a smaller range",
-            if cube_f32 { "float32" } else { "float64" },
-            p.min_sigma
-        )));
+                if cube_f32 { "float32" } else { "float64" },
+                p.min_sigma
+            )
+            .into(),
+        ));
     }
     Ok(())
 }

@@ -70,9 +70,12 @@ fn raw_params(f: &FrameView<'_>, prescale: Prescale) -> Result<(u32, f64, f64)> 
                 // the CPU's error message
                 match convert_frame(f, prescale) {
                     Err(e) => Err(e),
-                    Ok(_) => Err(BridgeError::InvalidInput(format!(
-                        "prescale minmax needs min < max, but the frame is constant ({lo})"
-                    ))),
+                    Ok(_) => Err(BridgeError::InvalidInput(
+                        format!(
+                            "prescale minmax needs min < max, but the frame is constant ({lo})"
+                        )
+                        .into(),
+                    )),
                 }
             }
         }

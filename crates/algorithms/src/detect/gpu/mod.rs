@@ -304,10 +304,9 @@ fn resident_dims(movie: &Array, what: &str) -> Result<(usize, usize, usize)> {
         }
     };
     if dims.0 == 0 || dims.1 == 0 || dims.2 == 0 {
-        return Err(BridgeError::InvalidInput(format!(
-            "empty movie of shape {:?}",
-            movie.shape()
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("empty movie of shape {:?}", movie.shape()).into(),
+        ));
     }
     Ok(dims)
 }

@@ -68,9 +68,9 @@ pub fn normalize_psf(psf: ArrayView2<'_, f64>, norm: PsfNorm, scale: f64) -> Res
         }
     };
     if !(factor.is_finite() && factor > 0.0) {
-        return Err(BridgeError::InvalidInput(format!(
-            "PSF aperture flux is {factor}; cannot normalise"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("PSF aperture flux is {factor}; cannot normalise").into(),
+        ));
     }
     Ok(NormalizedPsf {
         psf: scaled.mapv(|v| v / factor),

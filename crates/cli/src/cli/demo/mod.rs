@@ -395,7 +395,7 @@ fn summary(report: &Report<'_>, out: &Path, stages: &Stages, g: Global) -> Resul
     let json = report.json();
     write_file(&out.join("summary.txt"), text.as_bytes())?;
     let json_text = serde_json::to_string_pretty(&json)
-        .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}")))?;
+        .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}").into()))?;
     write_file(&out.join("summary.json"), json_text.as_bytes())?;
     stages.finish();
     if g.json {

@@ -85,7 +85,7 @@ fn naming(input: &Path, e: BridgeError) -> BridgeError {
     if e.to_string().contains(&name) {
         e
     } else {
-        BridgeError::InvalidInput(format!("{name}: {e}"))
+        BridgeError::InvalidInput(format!("{name}: {e}").into())
     }
 }
 
@@ -339,11 +339,14 @@ fn summarise_files(job: &Job<'_>, reports: &[FileReport], start: Instant) -> Res
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(BridgeError::InvalidInput(format!(
-            "{} of {} inputs failed: {}",
-            failed.len(),
-            reports.len(),
-            failed.join(", ")
-        )))
+        Err(BridgeError::InvalidInput(
+            format!(
+                "{} of {} inputs failed: {}",
+                failed.len(),
+                reports.len(),
+                failed.join(", ")
+            )
+            .into(),
+        ))
     }
 }

@@ -40,7 +40,7 @@ pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Wher
     let mut stream = MovieStream::open(input, job.chunk_frames)?.with_max_bytes(job.chunk_bytes);
     let total = stream.total_frames();
     let first = stream.next_chunk()?.ok_or_else(|| {
-        BridgeError::InvalidInput(format!("{}: the movie has no frame", input.display()))
+        BridgeError::InvalidInput(format!("{}: the movie has no frame", input.display()).into())
     })?;
     let (_, h, w) = first.dim();
     let dtype = first.dtype_name();

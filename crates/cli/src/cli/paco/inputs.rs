@@ -31,7 +31,7 @@ fn squeeze(a: ArrayD<f64>) -> ArrayD<f64> {
 /// Read one FITS image; a malformed file's message names `what`.
 fn load(path: &Path, what: &str) -> Result<ArrayD<f64>> {
     fits::read_image(path).map_err(|e| match e {
-        BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!("{what}: {m}")),
+        BridgeError::InvalidInput(m) => BridgeError::InvalidInput(format!("{what}: {m}").into()),
         other => other,
     })
 }
@@ -49,7 +49,7 @@ pub(super) fn read(
     let cube = load(cube_path, "cube")?;
     let cube: Array3<f64> = if cube.ndim() == 3 {
         cube.into_dimensionality::<Ix3>()
-            .map_err(|e| BridgeError::InvalidInput(e.to_string()))?
+            .map_err(|e| BridgeError::InvalidInput(e.to_string().into()))?
     } else {
         return Err(BridgeError::shape_mismatch(
             "a 3-D cube (T, H, W)",
@@ -70,7 +70,7 @@ pub(super) fn read(
     let psf: Array2<f64> = match psf.ndim() {
         2 => psf
             .into_dimensionality::<Ix2>()
-            .map_err(|e| BridgeError::InvalidInput(format!("psf: {e}")))?,
+            .map_err(|e| BridgeError::InvalidInput(format!("psf: {e}").into()))?,
         // A cube of PSFs: their per-pixel median, as VIP does.
         3 => {
             let (n, ph, pw) = (psf.shape()[0], psf.shape()[1], psf.shape()[2]);
@@ -108,9 +108,9 @@ pub(super) fn read(
     }
     let (ph, pw) = psf.dim();
     if ph > h || pw > w {
-        return Err(BridgeError::InvalidInput(format!(
-            "the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})"
-        )));
+        return Err(BridgeError::InvalidInput(
+            format!("the PSF ({ph}×{pw}) is larger than the frames ({h}×{w})").into(),
+        ));
     }
     Ok(Inputs { cube, angles, psf })
 }

@@ -62,7 +62,7 @@ pub(super) fn share_inputs(
     broadcast(&mut cube);
     broadcast(&mut angles);
     broadcast(&mut psf);
-    let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("inputs: {e}"));
+    let shape = |e: ndarray::ShapeError| BridgeError::InvalidInput(format!("inputs: {e}").into());
     Ok((
         ndarray::Array3::from_shape_vec((d[0], d[1], d[2]), cube).map_err(shape)?,
         ndarray::Array1::from_vec(angles),

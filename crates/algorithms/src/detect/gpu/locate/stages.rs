@@ -298,10 +298,13 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
             }
             // the kernel counts in `int`: a capacity past 2^30 would wrap its bound
             if n > 1 << 30 {
-                return Err(BridgeError::InvalidInput(format!(
-                    "locate found {n} candidate maxima in one batch (more than 2^30): raise \
+                return Err(BridgeError::InvalidInput(
+                    format!(
+                        "locate found {n} candidate maxima in one batch (more than 2^30): raise \
                      --separation or use smaller batches"
-                )));
+                    )
+                    .into(),
+                ));
             }
             self.cap = n.next_power_of_two();
             self.cand_buf = e.alloc(self.cap * 4)?;
