@@ -257,7 +257,7 @@ impl<E: Executor> GpuDetect<E> {
     /// in place: `u8`, `u16`, `f32`, and `f64` where `locate` computes in float64 (the device
     /// has doubles and [`GpuDetectConfig::accumulate_f64`] is on).
     pub fn locate_reads_in_place(&self, dtype: DType) -> bool {
-        locate::resident_kind(&self.exec, dtype, &self.config).is_some()
+        locate::reads_in_place(&self.exec, dtype, &self.config)
     }
 
     /// trackpy `locate` on a movie that already lives on this device: a `(T, H, W)` (or
@@ -272,10 +272,7 @@ impl<E: Executor> GpuDetect<E> {
         p: &LocateParams,
         mut progress: impl FnMut(usize),
     ) -> Result<Option<Vec<Vec<Feature>>>> {
-        let Some(buf) = self.exec.buffer_of(movie) else {
-            return Ok(None);
-        };
-        let Some(kind) = locate::resident_kind(&self.exec, movie.dtype(), &self.config) else {
+        let Some(pixels) = locate::resident_pixels(&self.exec, movie, &self.config) else {
             return Ok(None);
         };
         if !movie.is_contiguous() {
@@ -283,7 +280,7 @@ impl<E: Executor> GpuDetect<E> {
         }
         let dims = resident_dims(movie, "locate")?;
         let out =
-            locate::locate_resident(&self.exec, buf, kind, dims, p, &self.config, &mut progress)?;
+            locate::locate_resident(&self.exec, pixels, dims, p, &self.config, &mut progress)?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.features))
     }
