@@ -108,40 +108,20 @@ impl Default for GpuDetectConfig {
 }
 
 /// Device storage types (f32, f64): the element type of typed device buffers and a kernel
-/// scalar, with their byte encoding.
+/// scalar.
 pub(crate) trait DevReal:
     Real + bridge_core::exec::DeviceElement + bridge_core::exec::KernelScalar
 {
     /// Bytes per element.
     const SIZE: usize;
-    /// Append the little-endian bytes.
-    fn put(self, out: &mut Vec<u8>);
-    /// Decode one element from `SIZE` little-endian bytes.
-    fn get(bytes: &[u8]) -> Self;
 }
 
 impl DevReal for f32 {
     const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> Self {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&bytes[..4]);
-        f32::from_le_bytes(b)
-    }
 }
 
 impl DevReal for f64 {
     const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> Self {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[..8]);
-        f64::from_le_bytes(b)
-    }
 }
 
 /// Kernel time of the last batch, shared by clones of a back end.
