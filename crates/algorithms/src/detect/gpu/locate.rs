@@ -41,8 +41,8 @@
 mod run;
 mod stages;
 
-use bridge_core::Result;
-use bridge_core::exec::Executor;
+use bridge_core::exec::{Buffer, BufferRef, DeviceElement, DeviceSlice, Executor, TypedExecutor};
+use bridge_core::{Array, DType, Result};
 use rayon::prelude::*;
 
 use super::super::FrameView;
@@ -87,15 +87,6 @@ impl Kind {
     fn int_max(self) -> f64 {
         if self == Kind::U16 { 65535.0 } else { 255.0 }
     }
-
-    fn load_entry(self) -> &'static str {
-        match self {
-            Kind::U8 => "locate_load_u8",
-            Kind::U16 => "locate_load_u16",
-            Kind::F32 => "locate_load_f32",
-            Kind::F64 => "locate_load_f64",
-        }
-    }
 }
 
 /// `locate` on every frame (one result per frame, same order). The arithmetic is float64 when
@@ -139,37 +130,47 @@ pub(super) fn locate_frames<E: Executor>(
     Ok(out)
 }
 
-/// Pixel types a movie already on the device can be read in place as, by `locate` with
-/// `cfg`: `u8`, `u16`, `f32`, and `f64` where the device computes in float64 (a float32
+/// The pixel type of a movie of `dtype` already on the device that `locate` with `cfg` reads
+/// in place: `u8`, `u16`, `f32`, and `f64` where the device computes in float64 (a float32
 /// pipeline reads float64 frames converted on the host).
-pub(super) fn resident_kind<E: Executor>(
-    e: &E,
-    dtype: bridge_core::DType,
-    cfg: &GpuDetectConfig,
-) -> Option<ResidentKind> {
-    use bridge_core::DType;
-    let kind = match dtype {
-        DType::U8 => Kind::U8,
-        DType::U16 => Kind::U16,
-        DType::F32 => Kind::F32,
-        DType::F64 if e.has_fp64() && cfg.accumulate_f64 => Kind::F64,
-        _ => return None,
-    };
-    Some(ResidentKind(kind))
+fn resident_kind<E: Executor>(e: &E, dtype: DType, cfg: &GpuDetectConfig) -> Option<Kind> {
+    match dtype {
+        DType::U8 => Some(Kind::U8),
+        DType::U16 => Some(Kind::U16),
+        DType::F32 => Some(Kind::F32),
+        DType::F64 if e.has_fp64() && cfg.accumulate_f64 => Some(Kind::F64),
+        _ => None,
+    }
 }
 
-/// A pixel type [`locate_resident`] reads in place (from [`resident_kind`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ResidentKind(Kind);
+/// Whether `locate` with `cfg` reads a movie of `dtype` already on the device in place
+/// ([`resident_kind`]).
+pub(super) fn reads_in_place<E: Executor>(e: &E, dtype: DType, cfg: &GpuDetectConfig) -> bool {
+    resident_kind(e, dtype, cfg).is_some()
+}
 
-/// `locate` on a movie that already lives on the executor's device: `buf` holds `t` frames of
-/// `h × w` pixels of `kind`, C order, read in place by the load kernel (no upload, no copy);
-/// the rest is [`locate_frames`]'s pipeline. `progress(frames_done)` is called as sub-batches
-/// complete.
+/// The pixels of `movie` as a typed buffer read in place, when it lives on `e`'s device in
+/// this backend's memory and holds a pixel type `locate` with `cfg` reads in place
+/// ([`resident_kind`]); `None` otherwise.
+pub(super) fn resident_pixels<'a, E: Executor>(
+    e: &E,
+    movie: &'a Array,
+    cfg: &GpuDetectConfig,
+) -> Option<Pixels<'a, E, f64>> {
+    match resident_kind(e, movie.dtype(), cfg)? {
+        Kind::U8 => e.buffer_ref::<u8>(movie).map(Pixels::U8),
+        Kind::U16 => e.buffer_ref::<u16>(movie).map(Pixels::U16),
+        Kind::F32 => e.buffer_ref::<f32>(movie).map(Pixels::F32),
+        Kind::F64 => e.buffer_ref::<f64>(movie).map(Pixels::F64),
+    }
+}
+
+/// `locate` on a movie that already lives on the executor's device: `movie` holds `t` frames
+/// of `h × w` pixels, C order, read in place by the load kernel (no upload, no copy); the rest
+/// is [`locate_frames`]'s pipeline. `progress(frames_done)` is called as sub-batches complete.
 pub(super) fn locate_resident<E: Executor>(
     e: &E,
-    buf: &E::Buffer,
-    kind: ResidentKind,
+    movie: Pixels<'_, E, f64>,
     (t, h, w): (usize, usize, usize),
     p: &LocateParams,
     cfg: &GpuDetectConfig,
@@ -177,7 +178,7 @@ pub(super) fn locate_resident<E: Executor>(
 ) -> Result<LocateOut> {
     p.validate()?;
     let plan = Plan::new(p);
-    let kind = kind.0;
+    let kind = movie.kind();
     let mut out = LocateOut {
         features: Vec::with_capacity(t),
         kernel_s: 0.0,
@@ -188,7 +189,7 @@ pub(super) fn locate_resident<E: Executor>(
         return Ok(out);
     }
     let src = Src::Device {
-        buf,
+        movie,
         frames: t,
         progress,
     };
@@ -201,19 +202,70 @@ pub(super) fn locate_resident<E: Executor>(
     Ok(out)
 }
 
+/// Frames on the device as the load kernels read them, by pixel type: `F` is the element
+/// type of float64 frames (`f64` for a resident movie; the device type for host frames,
+/// which a device without doubles receives narrowed to float32).
+pub(super) enum Pixels<'a, E: Executor, F: DeviceElement> {
+    /// `u8` pixels (`locate_load_u8`).
+    U8(BufferRef<'a, E, u8>),
+    /// `u16` pixels (`locate_load_u16`).
+    U16(BufferRef<'a, E, u16>),
+    /// `f32` pixels (`locate_load_f32`).
+    F32(BufferRef<'a, E, f32>),
+    /// float64 pixels stored as `F` (`locate_load_f64`).
+    F64(BufferRef<'a, E, F>),
+}
+
+impl<E: Executor, F: DeviceElement> Pixels<'_, E, F> {
+    /// The pixel type.
+    fn kind(&self) -> Kind {
+        match self {
+            Pixels::U8(_) => Kind::U8,
+            Pixels::U16(_) => Kind::U16,
+            Pixels::F32(_) => Kind::F32,
+            Pixels::F64(_) => Kind::F64,
+        }
+    }
+}
+
+/// Host frames of one sub-batch uploaded as stored ([`upload_frames`]); float64 frames in the
+/// device type `R`.
+enum Uploaded<E: Executor, R: DevReal> {
+    /// `u8` pixels.
+    U8(Buffer<E, u8>),
+    /// `u16` pixels.
+    U16(Buffer<E, u16>),
+    /// `f32` pixels.
+    F32(Buffer<E, f32>),
+    /// float64 pixels in the device type.
+    F64(Buffer<E, R>),
+}
+
+impl<E: Executor, R: DevReal> Uploaded<E, R> {
+    /// The frames as the load kernels read them.
+    fn view(&self) -> Pixels<'_, E, R> {
+        match self {
+            Uploaded::U8(b) => Pixels::U8(b.view()),
+            Uploaded::U16(b) => Pixels::U16(b.view()),
+            Uploaded::F32(b) => Pixels::F32(b.view()),
+            Uploaded::F64(b) => Pixels::F64(b.view()),
+        }
+    }
+}
+
 /// Where the frames of a run come from.
-enum Src<'a, 'f, B> {
+enum Src<'a, 'f, E: Executor> {
     /// Host frames, packed and uploaded per sub-batch.
     Host(&'a [FrameView<'f>]),
     /// A movie of `frames` frames already on the device, read in place.
     Device {
-        buf: &'a B,
+        movie: Pixels<'a, E, f64>,
         frames: usize,
         progress: &'a mut dyn FnMut(usize),
     },
 }
 
-impl<B> Src<'_, '_, B> {
+impl<E: Executor> Src<'_, '_, E> {
     fn len(&self) -> usize {
         match self {
             Src::Host(run) => run.len(),
@@ -222,57 +274,83 @@ impl<B> Src<'_, '_, B> {
     }
 }
 
-/// Little-endian bytes of `frames` as the load kernel reads them (`R` for float64 frames on a
-/// device without doubles), in parallel.
-fn pack<R: DevReal>(frames: &[FrameView<'_>], kind: Kind, plane: usize) -> Vec<u8> {
-    let px = match kind {
-        Kind::U8 => 1,
-        Kind::U16 => 2,
-        Kind::F32 => 4,
-        Kind::F64 => R::SIZE,
-    };
-    let fb = plane * px;
-    let mut bytes = vec![0u8; frames.len() * fb];
-    bytes
-        .par_chunks_mut(fb.max(1))
+/// `frames` (all of pixel type `kind`, `plane` pixels each) uploaded in one transfer as the
+/// load kernel reads them: as stored, float64 frames in the device type `R`; packed in
+/// parallel.
+fn upload_frames<E: Executor, R: DevReal>(
+    e: &E,
+    frames: &[FrameView<'_>],
+    kind: Kind,
+    plane: usize,
+) -> Result<Uploaded<E, R>> {
+    Ok(match kind {
+        Kind::U8 => Uploaded::U8(e.upload_slice(&pack(frames, plane, |f, d: &mut [u8]| {
+            if let FrameView::U8(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        }))?),
+        Kind::U16 => Uploaded::U16(e.upload_slice(&pack(frames, plane, |f, d: &mut [u16]| {
+            if let FrameView::U16(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        }))?),
+        Kind::F32 => Uploaded::F32(e.upload_slice(&pack(frames, plane, |f, d: &mut [f32]| {
+            if let FrameView::F32(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        }))?),
+        Kind::F64 => Uploaded::F64(e.upload_slice(&pack(frames, plane, |f, d: &mut [R]| {
+            if let FrameView::F64(a) = f {
+                d.iter_mut()
+                    .zip(a.iter())
+                    .for_each(|(d, &v)| *d = R::from_f64(v));
+            }
+        }))?),
+    })
+}
+
+/// The pixels of `frames`, `plane` per frame, frame after frame, each frame written by `fill`
+/// (in parallel).
+fn pack<T: DeviceElement>(
+    frames: &[FrameView<'_>],
+    plane: usize,
+    fill: impl Fn(&FrameView<'_>, &mut [T]) + Sync,
+) -> Vec<T> {
+    let mut px = vec![T::zeroed(); frames.len() * plane];
+    px.par_chunks_mut(plane.max(1))
         .zip(frames.par_iter())
-        .for_each(|(dst, f)| match f {
-            FrameView::U8(a) => dst.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v),
-            FrameView::U16(a) => {
-                for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
-                    d.copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            FrameView::F32(a) => {
-                for (d, &v) in dst.chunks_exact_mut(4).zip(a.iter()) {
-                    d.copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            FrameView::F64(a) => {
-                let mut tmp = Vec::with_capacity(R::SIZE);
-                for (d, &v) in dst.chunks_exact_mut(R::SIZE).zip(a.iter()) {
-                    tmp.clear();
-                    R::from_f64(v).put(&mut tmp);
-                    d.copy_from_slice(&tmp);
-                }
-            }
-        });
-    bytes
+        .for_each(|(dst, f)| fill(f, dst));
+    px
 }
 
-/// Little-endian bytes of `v` in the device type `R`.
-fn reals<R: DevReal>(v: &[f64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * R::SIZE);
-    for &x in v {
-        R::from_f64(x).put(&mut out);
+/// `v` in the device type `R`.
+fn reals<R: DevReal>(v: &[f64]) -> Vec<R> {
+    v.iter().map(|&x| R::from_f64(x)).collect()
+}
+
+/// Values of the device type `R`, as `f64`.
+fn widen<R: DevReal>(v: Vec<R>) -> Vec<f64> {
+    v.into_iter().map(crate::detect::Real::to_f64).collect()
+}
+
+/// A work image of the device type `R` reused for `u32` data (the grey dilation, the row
+/// distances of the noise): the same device memory read as `u32`, as many elements as its
+/// bytes hold (at least the image's pixels: `R` is 4 or 8 bytes).
+pub(super) struct AsU32<'a, E: Executor>(&'a E::Buffer, usize);
+
+impl<'a, E: Executor> AsU32<'a, E> {
+    /// `buf` read as `u32`.
+    pub(super) fn of<R: DevReal>(buf: &'a Buffer<E, R>) -> Self {
+        AsU32(buf.raw(), buf.bytes() / std::mem::size_of::<u32>())
     }
-    out
 }
 
-/// The values of little-endian bytes in the device type `R`, as `f64`.
-fn decode<R: DevReal>(bytes: &[u8]) -> Vec<f64> {
-    bytes
-        .chunks_exact(R::SIZE)
-        .map(|c| crate::detect::Real::to_f64(R::get(c)))
-        .collect()
+impl<E: Executor> DeviceSlice<E> for AsU32<'_, E> {
+    type Elem = u32;
+    fn raw(&self) -> &E::Buffer {
+        self.0
+    }
+    fn len(&self) -> usize {
+        self.1
+    }
 }

@@ -108,40 +108,20 @@ impl Default for GpuDetectConfig {
 }
 
 /// Device storage types (f32, f64): the element type of typed device buffers and a kernel
-/// scalar, with their byte encoding.
+/// scalar.
 pub(crate) trait DevReal:
     Real + bridge_core::exec::DeviceElement + bridge_core::exec::KernelScalar
 {
     /// Bytes per element.
     const SIZE: usize;
-    /// Append the little-endian bytes.
-    fn put(self, out: &mut Vec<u8>);
-    /// Decode one element from `SIZE` little-endian bytes.
-    fn get(bytes: &[u8]) -> Self;
 }
 
 impl DevReal for f32 {
     const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> Self {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&bytes[..4]);
-        f32::from_le_bytes(b)
-    }
 }
 
 impl DevReal for f64 {
     const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn get(bytes: &[u8]) -> Self {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[..8]);
-        f64::from_le_bytes(b)
-    }
 }
 
 /// Kernel time of the last batch, shared by clones of a back end.
@@ -257,7 +237,7 @@ impl<E: Executor> GpuDetect<E> {
     /// in place: `u8`, `u16`, `f32`, and `f64` where `locate` computes in float64 (the device
     /// has doubles and [`GpuDetectConfig::accumulate_f64`] is on).
     pub fn locate_reads_in_place(&self, dtype: DType) -> bool {
-        locate::resident_kind(&self.exec, dtype, &self.config).is_some()
+        locate::reads_in_place(&self.exec, dtype, &self.config)
     }
 
     /// trackpy `locate` on a movie that already lives on this device: a `(T, H, W)` (or
@@ -272,10 +252,7 @@ impl<E: Executor> GpuDetect<E> {
         p: &LocateParams,
         mut progress: impl FnMut(usize),
     ) -> Result<Option<Vec<Vec<Feature>>>> {
-        let Some(buf) = self.exec.buffer_of(movie) else {
-            return Ok(None);
-        };
-        let Some(kind) = locate::resident_kind(&self.exec, movie.dtype(), &self.config) else {
+        let Some(pixels) = locate::resident_pixels(&self.exec, movie, &self.config) else {
             return Ok(None);
         };
         if !movie.is_contiguous() {
@@ -283,7 +260,7 @@ impl<E: Executor> GpuDetect<E> {
         }
         let dims = resident_dims(movie, "locate")?;
         let out =
-            locate::locate_resident(&self.exec, buf, kind, dims, p, &self.config, &mut progress)?;
+            locate::locate_resident(&self.exec, pixels, dims, p, &self.config, &mut progress)?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.features))
     }

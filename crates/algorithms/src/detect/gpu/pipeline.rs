@@ -18,10 +18,6 @@ mod stages;
 
 use stages::LogRun;
 
-pub(super) fn u32_bytes(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 pub(super) fn to_u32(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
         BridgeError::invalid_argument(what, format!("{v} does not fit the device's 32-bit index"))

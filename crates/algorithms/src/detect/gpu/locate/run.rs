@@ -3,25 +3,23 @@
 //! ([`run_typed`]: the sub-batches in order, the progress, the kernel time and the trace).
 //! The stages are in [`super::stages`].
 
-use std::marker::PhantomData;
 use std::time::Instant;
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 
-use super::{Kind, LINE_WG, LocateOut, Src, reals};
-use crate::detect::gpu::pipeline::{local_xy, prep_wg, round_up_to, to_u32, u32_bytes};
+use super::{AsU32, Kind, LINE_WG, LocateOut, Src, reals, widen};
+use crate::detect::gpu::pipeline::{local_xy, prep_wg, round_up_to, to_u32};
 use crate::detect::gpu::{DevReal, GpuDetectConfig};
-use crate::detect::kernels::{LOCATE, LOCATE_OPTS_F32, LOCATE_OPTS_F64};
+use crate::detect::kernels::locate_kernels::Kernels;
+use crate::detect::kernels::{LOCATE_OPTS_F32, LOCATE_OPTS_F64};
 use crate::detect::locate::{Feature, LocateParams, Plan, lowpass_taps, mask, mask_tables};
 use crate::detect::{trace, trace_enabled};
 
 /// The kernel launches of a run and their time (traced: each waited for).
 pub(super) struct Launcher<'a, E: Executor> {
-    /// The executor.
-    e: &'a E,
-    /// The build options of [`LOCATE`] for the device type.
-    opts: &'static [&'static str],
+    /// The typed launchers of the `LOCATE` kernels, built for the device type.
+    k: Kernels<'a, E>,
     /// Whether `ARRAYBRIDGE_TRACE` is on.
     tracing: bool,
     /// Seconds spent in launches.
@@ -40,27 +38,24 @@ impl<'a, E: Executor> Launcher<'a, E> {
             LOCATE_OPTS_F32
         };
         Launcher {
-            e,
-            opts,
+            k: Kernels::new(e, opts),
             tracing,
             kernel_s: 0.0,
             per_kernel: Vec::new(),
         }
     }
 
-    /// Launch one `LOCATE` kernel and add its time (traced: each waited for).
+    /// Launch one `LOCATE` kernel through its typed launcher (`launch` calls it) and add its
+    /// time (traced: each waited for, its time filed under `name`, the kernel's name).
     pub(super) fn launch(
         &mut self,
         name: &'static str,
-        global: &[usize],
-        local: &[usize],
-        args: &[KernelArg<'_, E::Buffer>],
+        launch: impl FnOnce(&Kernels<'a, E>) -> Result<()>,
     ) -> Result<()> {
         let t = Instant::now();
-        self.e
-            .launch(&LOCATE, self.opts, name, global, local, args)?;
+        launch(&self.k)?;
         if self.tracing {
-            self.e.synchronize()?;
+            self.k.program().executor().synchronize()?;
         }
         let dt = t.elapsed().as_secs_f64();
         self.kernel_s += dt;
@@ -74,26 +69,26 @@ impl<'a, E: Executor> Launcher<'a, E> {
     }
 }
 
-/// The tables every sub-batch reads, uploaded once per run.
-pub(super) struct Tables<B> {
+/// The tables every sub-batch reads, uploaded once per run (reals in the device type `R`).
+pub(super) struct Tables<E: Executor, R: DevReal> {
     /// `threshold`, the top of the integer gamut and `percentile / 100`, in the device type.
-    pub(super) prm: B,
+    pub(super) prm: Buffer<E, R>,
     /// The half of the lowpass kernel (with `preprocess`; `None` where there is none).
     pub(super) taps: Option<Vec<f64>>,
     /// [`Tables::taps`] on the device.
-    pub(super) taps_buf: Option<B>,
+    pub(super) taps_buf: Option<Buffer<E, R>>,
     /// The mask offsets `(row, column)` of radius `r`.
     pub(super) mk: Vec<(usize, usize)>,
     /// [`Tables::mk`] on the device, as `u32` pairs.
-    pub(super) mask_buf: B,
-    /// Per mask pixel: the squared radius (`u32`).
-    pub(super) r2_buf: B,
+    pub(super) mask_buf: Buffer<E, u32>,
+    /// Per mask pixel: the squared radius.
+    pub(super) r2_buf: Buffer<E, u32>,
     /// Per mask pixel: the cosine of twice its angle.
-    pub(super) c2_buf: B,
+    pub(super) c2_buf: Buffer<E, R>,
     /// Per mask pixel: the sine of twice its angle.
-    pub(super) s2_buf: B,
-    /// The half-width of the mask per row offset (`i32`, -1: no pixel), for the noise.
-    pub(super) hw_buf: B,
+    pub(super) s2_buf: Buffer<E, R>,
+    /// The half-width of the mask per row offset (-1: no pixel), for the noise.
+    pub(super) hw_buf: Buffer<E, i32>,
 }
 
 /// The scalar kernel arguments of a run, checked against the device's 32-bit indices.
@@ -124,27 +119,22 @@ pub(super) struct Args {
     pub(super) identity: u32,
 }
 
-impl<B> Tables<B> {
+impl<E: Executor, R: DevReal> Tables<E, R> {
     /// Setup, first part: the parameters, the lowpass taps (with `preprocess`) and the mask
     /// tables of `plan` uploaded, in the device type `R` where they are reals.
-    fn upload<E: Executor<Buffer = B>, R: DevReal>(
-        e: &E,
-        kind: Kind,
-        p: &LocateParams,
-        plan: &Plan,
-    ) -> Result<Self> {
+    fn upload(e: &E, kind: Kind, p: &LocateParams, plan: &Plan) -> Result<Self> {
         let int_max = kind.int_max();
         let thr = p
             .threshold
             .unwrap_or(if kind.is_int() { 1.0 } else { 1.0 / 255.0 });
-        let prm = e.upload(&reals::<R>(&[thr, int_max, p.percentile / 100.0]))?;
+        let prm = e.upload_slice(&reals::<R>(&[thr, int_max, p.percentile / 100.0]))?;
         let taps = if p.preprocess {
             lowpass_taps(p.noise_size)
         } else {
             None
         };
         let taps_buf = match &taps {
-            Some(t) => Some(e.upload(&reals::<R>(t))?),
+            Some(t) => Some(e.upload_slice(&reals::<R>(t))?),
             None => None,
         };
         let r = plan.r;
@@ -155,18 +145,17 @@ impl<B> Tables<B> {
             mask_u.push(to_u32(a, "mask offset")?);
             mask_u.push(to_u32(b, "mask offset")?);
         }
-        let mask_buf = e.upload(&u32_bytes(&mask_u))?;
+        let mask_buf = e.upload_slice(&mask_u)?;
         let r2_u: Vec<u32> = r2.iter().map(|&v| v as u32).collect();
-        let r2_buf = e.upload(&u32_bytes(&r2_u))?;
-        let c2_buf = e.upload(&reals::<R>(&c2))?;
-        let s2_buf = e.upload(&reals::<R>(&s2))?;
+        let r2_buf = e.upload_slice(&r2_u)?;
+        let c2_buf = e.upload_slice(&reals::<R>(&c2))?;
+        let s2_buf = e.upload_slice(&reals::<R>(&s2))?;
         // half-width of the mask per row offset (-1: no pixel), for the noise
         let mut hw = vec![-1i32; 2 * r + 1];
         for &(a, b) in &mk {
             hw[a] = hw[a].max(b as i32 - r as i32);
         }
-        let hw_bytes: Vec<u8> = hw.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let hw_buf = e.upload(&hw_bytes)?;
+        let hw_buf = e.upload_slice(&hw)?;
         Ok(Tables {
             prm,
             taps,
@@ -239,8 +228,8 @@ pub(super) struct Batch {
     pub(super) nb: usize,
     /// [`Batch::nb`] as a kernel argument.
     pub(super) nbu: u32,
-    /// Bytes of one image of the sub-batch in the device type.
-    pub(super) img_bytes: usize,
+    /// Pixels of one image of the sub-batch (elements of the device type).
+    pub(super) img_len: usize,
     /// Global size per pixel, in tiles: columns, rows, frames.
     pub(super) g3: [usize; 3],
     /// Local size of [`Batch::g3`].
@@ -267,7 +256,7 @@ impl Batch {
 /// The state of one run of frames of one shape and pixel type, in device type `R`: the
 /// executor and the parameters, the tables and kernel arguments of the setup, the candidate
 /// buffer (grown as needed, kept across sub-batches) and the time accounting.
-pub(super) struct Run<'a, E: Executor, R> {
+pub(super) struct Run<'a, E: Executor, R: DevReal> {
     /// The executor.
     pub(super) e: &'a E,
     /// The pixel type of the frames.
@@ -289,7 +278,7 @@ pub(super) struct Run<'a, E: Executor, R> {
     /// The launches and the kernel time.
     pub(super) k: Launcher<'a, E>,
     /// The tables on the device.
-    pub(super) tb: Tables<E::Buffer>,
+    pub(super) tb: Tables<E, R>,
     /// The scalar kernel arguments.
     pub(super) a: Args,
     /// Frames in the run.
@@ -304,16 +293,14 @@ pub(super) struct Run<'a, E: Executor, R> {
     pwg: usize,
     /// Capacity of [`Run::cand_buf`] in candidates.
     pub(super) cap: usize,
-    /// The candidates' flat indices (`u32`).
-    pub(super) cand_buf: E::Buffer,
+    /// The candidates' flat indices.
+    pub(super) cand_buf: Buffer<E, u32>,
     /// Seconds spent uploading.
     pub(super) up_s: f64,
     /// Seconds spent reading back.
     pub(super) read_s: f64,
     /// Seconds of host work.
     pub(super) host_s: f64,
-    /// The device type.
-    _real: PhantomData<fn() -> R>,
 }
 
 impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
@@ -338,7 +325,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             ));
         }
         let nbins = kind.int_max() as usize + 1;
-        let tb = Tables::upload::<E, R>(e, kind, p, plan)?;
+        let tb = Tables::<E, R>::upload(e, kind, p, plan)?;
         let a = Args::new(kind, (h, w, plane), p, plan, nbins)?;
 
         // device bytes per frame: input, raw, two work images, bandpass, integer image,
@@ -358,7 +345,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         let pwg = prep_wg(&cfg.tuning);
 
         let cap = 1024usize;
-        let cand_buf = e.alloc(cap * 4)?;
+        let cand_buf = e.alloc_elems::<u32>(cap)?;
         Ok(Run {
             e,
             kind,
@@ -382,7 +369,6 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             up_s: 0.0,
             read_s: 0.0,
             host_s: 0.0,
-            _real: PhantomData,
         })
     }
 
@@ -393,7 +379,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         Ok(Batch {
             nb,
             nbu,
-            img_bytes: nb * plane * R::SIZE,
+            img_len: nb * plane,
             g3: [round_up_to(w, self.lx), round_up_to(h, self.ly), nb],
             l3: [self.lx, self.ly, 1],
             gp: [round_up_to(plane, self.pwg), nb],
@@ -406,30 +392,25 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
 
     /// One sub-batch of `nb` frames from frame `f0` of `src`, the stages in order; the
     /// features of its frames.
-    fn batch(
-        &mut self,
-        src: &Src<'_, '_, E::Buffer>,
-        f0: usize,
-        nb: usize,
-    ) -> Result<Vec<Vec<Feature>>> {
+    fn batch(&mut self, src: &Src<'_, '_, E>, f0: usize, nb: usize) -> Result<Vec<Vec<Feature>>> {
         let b = self.grid(nb)?;
         let raw = self.load(src, f0, &b)?;
         // work images: t1 (lowpass y pass, column boxcar, then the row dilation), bp (the
         // bandpass, then the row distances of the noise)
-        let t1 = self.e.alloc(b.img_bytes)?;
-        let bp = self.e.alloc(b.img_bytes)?;
-        let rowmax = self.e.alloc(nb * self.h * R::SIZE)?;
+        let t1 = self.e.alloc_elems::<R>(b.img_len)?;
+        let bp = self.e.alloc_elems::<R>(b.img_len)?;
+        let rowmax = self.e.alloc_elems::<R>(nb * self.h)?;
         let low = self.lowpass(&b, &raw, &t1)?;
         self.bandpass(&b, &raw, low.as_ref().unwrap_or(&raw), &t1, &bp, &rowmax)?;
         drop(low);
         let (scale, img, vmin) = self.threshold(&b, &bp, &rowmax)?;
-        let dil = &t1;
-        let n_cand = self.maxima(&b, &img, dil, &vmin)?;
+        let dil = AsU32::of(&t1);
+        let n_cand = self.maxima(&b, &img, &dil, &vmin)?;
         let (refined, cand) = self.refine(&img, &raw, n_cand)?;
-        let dist = &bp;
-        let stats = self.noise(&b, &img, dist, &raw, n_cand)?;
+        let dist = AsU32::of(&bp);
+        let stats = self.noise(&b, &img, &dist, &raw, n_cand)?;
         let t = Instant::now();
-        let scales = super::decode::<R>(&self.e.read(&scale, nb * R::SIZE)?);
+        let scales = widen(self.e.read_elems(&scale, nb)?);
         self.read_s += t.elapsed().as_secs_f64();
         Ok(self.host_finish(nb, &cand, &refined, stats.as_deref(), &scales))
     }
@@ -463,7 +444,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_typed<E: Executor, R: DevReal>(
     e: &E,
-    mut src: Src<'_, '_, E::Buffer>,
+    mut src: Src<'_, '_, E>,
     kind: Kind,
     h: usize,
     w: usize,

@@ -19,12 +19,12 @@
 
 use std::time::Instant;
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, DeviceElement, DeviceSlice, Executor, Grid, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::run::{Batch, Run};
-use super::{LINE_WG, Src, decode, pack};
+use super::{LINE_WG, Pixels, Src, upload_frames, widen};
 use crate::detect::gpu::DevReal;
 use crate::detect::gpu::pipeline::{round_up_to, to_u32};
 use crate::detect::locate::{Feature, finish, remove_duplicates};
@@ -34,43 +34,64 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     /// Host frames are uploaded as stored; a resident movie is read in place from frame `f0`.
     pub(super) fn load(
         &mut self,
-        src: &Src<'_, '_, E::Buffer>,
+        src: &Src<'_, '_, E>,
         f0: usize,
         b: &Batch,
-    ) -> Result<E::Buffer> {
+    ) -> Result<Buffer<E, R>> {
         let (e, nb, plane) = (self.e, b.nb, self.plane);
         let t = Instant::now();
-        // host frames: this sub-batch uploaded as stored; a resident movie: read in place from
-        // its frame f0
-        let (uploaded, first) = match src {
-            Src::Host(run) => (
-                Some(e.upload(&pack::<R>(&run[f0..f0 + nb], self.kind, plane))?),
-                0,
-            ),
-            Src::Device { .. } => (None, to_u32(f0, "frame")?),
-        };
-        let input = match (&uploaded, src) {
-            (Some(up), _) => up,
-            (None, Src::Device { buf, .. }) => *buf,
-            (None, Src::Host(_)) => unreachable!("host frames are uploaded above"),
-        };
-        self.up_s += t.elapsed().as_secs_f64();
-        let raw = e.alloc(b.img_bytes)?;
-        self.k.launch(
-            self.kind.load_entry(),
-            &b.gp,
-            &b.lp,
-            &[
-                KernelArg::Buf(input),
-                KernelArg::Buf(&raw),
-                KernelArg::U32(self.a.pu),
-                KernelArg::U32(b.nbu),
-                KernelArg::U32(u32::from(self.p.invert)),
-                KernelArg::U32(first),
-            ],
-        )?;
-        drop(uploaded);
-        Ok(raw)
+        match src {
+            // host frames: this sub-batch uploaded as stored
+            Src::Host(run) => {
+                let uploaded = upload_frames::<E, R>(e, &run[f0..f0 + nb], self.kind, plane)?;
+                self.up_s += t.elapsed().as_secs_f64();
+                let raw = e.alloc_elems::<R>(b.img_len)?;
+                self.load_kernel(&uploaded.view(), &raw, b, 0)?;
+                drop(uploaded);
+                Ok(raw)
+            }
+            // a resident movie: read in place from its frame f0
+            Src::Device { movie, .. } => {
+                let first = to_u32(f0, "frame")?;
+                self.up_s += t.elapsed().as_secs_f64();
+                let raw = e.alloc_elems::<R>(b.img_len)?;
+                self.load_kernel(movie, &raw, b, first)?;
+                Ok(raw)
+            }
+        }
+    }
+
+    /// The load kernel of the pixel type of `input` on its frames `first..first + nb` into
+    /// `raw`, inverted if asked; float64 pixels must be stored in the device type (`F` is `R`).
+    fn load_kernel<F: DeviceElement>(
+        &mut self,
+        input: &Pixels<'_, E, F>,
+        raw: &Buffer<E, R>,
+        b: &Batch,
+        first: u32,
+    ) -> Result<()> {
+        let grid = Grid::new(&b.gp, &b.lp);
+        let (pu, nbu, inv) = (self.a.pu, b.nbu, u32::from(self.p.invert));
+        match input {
+            Pixels::U8(px) => self.k.launch("locate_load_u8", |k| {
+                k.locate_load_u8(grid, px, raw, pu, nbu, inv, first)
+            }),
+            Pixels::U16(px) => self.k.launch("locate_load_u16", |k| {
+                k.locate_load_u16(grid, px, raw, pu, nbu, inv, first)
+            }),
+            Pixels::F32(px) => self.k.launch("locate_load_f32", |k| {
+                k.locate_load_f32(grid, px, raw, pu, nbu, inv, first)
+            }),
+            // the kernel reads float64 frames as the device type (`F64_T`)
+            Pixels::F64(_) if F::C_NAME != R::C_NAME => Err(BridgeError::Unsupported(format!(
+                "float64 frames stored as {} in a {} locate pipeline",
+                F::C_NAME,
+                R::C_NAME
+            ))),
+            Pixels::F64(px) => self.k.launch("locate_load_f64", |k| {
+                k.locate_load_f64(grid, px, raw, pu, nbu, inv, first)
+            }),
+        }
     }
 
     /// Lowpass (with `preprocess` and taps): `raw` filtered along y into `t1`, then along x
@@ -78,37 +99,25 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     pub(super) fn lowpass(
         &mut self,
         b: &Batch,
-        raw: &E::Buffer,
-        t1: &E::Buffer,
-    ) -> Result<Option<E::Buffer>> {
+        raw: &Buffer<E, R>,
+        t1: &Buffer<E, R>,
+    ) -> Result<Option<Buffer<E, R>>> {
         let (p, a) = (self.p, &self.a);
         let (true, Some(tb)) = (p.preprocess, &self.tb.taps_buf) else {
             return Ok(None);
         };
-        let low = self.e.alloc(b.img_bytes)?;
+        let low = self.e.alloc_elems::<R>(b.img_len)?;
         let tr = to_u32(
             self.tb.taps.as_ref().map_or(0, |t| t.len() - 1),
             "lowpass radius",
         )?;
-        for (entry, src, dst) in [
-            ("locate_lowpass_y", raw, t1),
-            ("locate_lowpass_x", t1, &low),
-        ] {
-            self.k.launch(
-                entry,
-                &b.g3,
-                &b.l3,
-                &[
-                    KernelArg::Buf(src),
-                    KernelArg::Buf(dst),
-                    KernelArg::Buf(tb),
-                    KernelArg::U32(tr),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(b.nbu),
-                ],
-            )?;
-        }
+        let grid = Grid::new(&b.g3, &b.l3);
+        self.k.launch("locate_lowpass_y", |k| {
+            k.locate_lowpass_y(grid, raw, t1, tb, tr, a.hu, a.wu, b.nbu)
+        })?;
+        self.k.launch("locate_lowpass_x", |k| {
+            k.locate_lowpass_x(grid, t1, &low, tb, tr, a.hu, a.wu, b.nbu)
+        })?;
         Ok(Some(low))
     }
 
@@ -118,124 +127,69 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     pub(super) fn bandpass(
         &mut self,
         b: &Batch,
-        raw: &E::Buffer,
-        low: &E::Buffer,
-        t1: &E::Buffer,
-        bp: &E::Buffer,
-        rowmax: &E::Buffer,
+        raw: &Buffer<E, R>,
+        low: &Buffer<E, R>,
+        t1: &Buffer<E, R>,
+        bp: &Buffer<E, R>,
+        rowmax: &Buffer<E, R>,
     ) -> Result<()> {
         let (p, a) = (self.p, &self.a);
         let bg_src = if p.preprocess && a.mode == 2 {
-            self.k.launch(
-                "locate_box_int_y",
-                &b.g3,
-                &b.l3,
-                &[
-                    KernelArg::Buf(raw),
-                    KernelArg::Buf(t1),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(b.nbu),
-                    KernelArg::U32(a.smu),
-                ],
-            )?;
+            let grid = Grid::new(&b.g3, &b.l3);
+            self.k.launch("locate_box_int_y", |k| {
+                k.locate_box_int_y(grid, raw, t1, a.hu, a.wu, b.nbu, a.smu)
+            })?;
             t1
         } else if p.preprocess && a.mode != 3 {
-            self.k.launch(
-                "locate_box_cols",
-                &b.lines(self.w),
-                &b.l2,
-                &[
-                    KernelArg::Buf(raw),
-                    KernelArg::Buf(t1),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(b.nbu),
-                    KernelArg::U32(a.smu),
-                    KernelArg::U32(a.mode),
-                ],
-            )?;
+            let g = b.lines(self.w);
+            let grid = Grid::new(&g, &b.l2);
+            self.k.launch("locate_box_cols", |k| {
+                k.locate_box_cols(grid, raw, t1, a.hu, a.wu, b.nbu, a.smu, a.mode)
+            })?;
             t1
         } else {
             raw
         };
-        self.k.launch(
-            "locate_box_rows",
-            &b.lines(self.h),
-            &b.l2,
-            &[
-                KernelArg::Buf(bg_src),
-                KernelArg::Buf(low),
-                KernelArg::Buf(bp),
-                KernelArg::Buf(rowmax),
-                KernelArg::Buf(&self.tb.prm),
-                KernelArg::U32(a.hu),
-                KernelArg::U32(a.wu),
-                KernelArg::U32(b.nbu),
-                KernelArg::U32(a.smu),
-                KernelArg::U32(a.mode),
-                KernelArg::U32(u32::from(p.preprocess)),
-            ],
-        )?;
+        let g = b.lines(self.h);
+        let grid = Grid::new(&g, &b.l2);
+        let (prm, pre) = (&self.tb.prm, u32::from(p.preprocess));
+        self.k.launch("locate_box_rows", |k| {
+            k.locate_box_rows(
+                grid, bg_src, low, bp, rowmax, prm, a.hu, a.wu, b.nbu, a.smu, a.mode, pre,
+            )
+        })?;
         Ok(())
     }
 
     /// Threshold: the per-frame rescale factor from `rowmax` (`scale`), the bandpass `bp`
     /// rescaled to the integer image (`img`) with its histogram, and from that the percentile
     /// threshold per frame (`vmin`). Returns `(scale, img, vmin)`.
+    #[allow(clippy::type_complexity)]
     pub(super) fn threshold(
         &mut self,
         b: &Batch,
-        bp: &E::Buffer,
-        rowmax: &E::Buffer,
-    ) -> Result<(E::Buffer, E::Buffer, E::Buffer)> {
+        bp: &Buffer<E, R>,
+        rowmax: &Buffer<E, R>,
+    ) -> Result<(Buffer<E, R>, Buffer<E, u32>, Buffer<E, u32>)> {
         let (e, a, nb) = (self.e, &self.a, b.nb);
         let prm = &self.tb.prm;
-        let scale = e.alloc(nb * R::SIZE)?;
-        self.k.launch(
-            "locate_scale",
-            &b.gf,
-            &b.lf,
-            &[
-                KernelArg::Buf(rowmax),
-                KernelArg::Buf(&scale),
-                KernelArg::Buf(prm),
-                KernelArg::U32(a.hu),
-                KernelArg::U32(b.nbu),
-                KernelArg::U32(a.identity),
-            ],
-        )?;
-        let img = e.alloc(nb * self.plane * 4)?;
-        let hist = e.zeroed(nb * self.nbins * 4)?;
-        self.k.launch(
-            "locate_rescale",
-            &b.gp,
-            &b.lp,
-            &[
-                KernelArg::Buf(bp),
-                KernelArg::Buf(&scale),
-                KernelArg::Buf(prm),
-                KernelArg::Buf(&img),
-                KernelArg::Buf(&hist),
-                KernelArg::U32(a.pu),
-                KernelArg::U32(b.nbu),
-                KernelArg::U32(a.nbinsu),
-                KernelArg::U32(a.identity),
-            ],
-        )?;
-        let vmin = e.alloc(nb * 4)?;
-        self.k.launch(
-            "locate_percentile",
-            &b.gf,
-            &b.lf,
-            &[
-                KernelArg::Buf(&hist),
-                KernelArg::Buf(prm),
-                KernelArg::Buf(&vmin),
-                KernelArg::U32(a.nbinsu),
-                KernelArg::U32(b.nbu),
-            ],
-        )?;
+        let frames = Grid::new(&b.gf, &b.lf);
+        let scale = e.alloc_elems::<R>(nb)?;
+        self.k.launch("locate_scale", |k| {
+            k.locate_scale(frames, rowmax, &scale, prm, a.hu, b.nbu, a.identity)
+        })?;
+        let img = e.alloc_elems::<u32>(nb * self.plane)?;
+        let hist = e.zeroed_elems::<i32>(nb * self.nbins)?;
+        let pixels = Grid::new(&b.gp, &b.lp);
+        self.k.launch("locate_rescale", |k| {
+            k.locate_rescale(
+                pixels, bp, &scale, prm, &img, &hist, a.pu, b.nbu, a.nbinsu, a.identity,
+            )
+        })?;
+        let vmin = e.alloc_elems::<u32>(nb)?;
+        self.k.launch("locate_percentile", |k| {
+            k.locate_percentile(frames, &hist, prm, &vmin, a.nbinsu, b.nbu)
+        })?;
         drop(hist);
         Ok((scale, img, vmin))
     }
@@ -246,50 +200,34 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     pub(super) fn maxima(
         &mut self,
         b: &Batch,
-        img: &E::Buffer,
-        dil: &E::Buffer,
-        vmin: &E::Buffer,
+        img: &Buffer<E, u32>,
+        dil: &impl DeviceSlice<E, Elem = u32>,
+        vmin: &Buffer<E, u32>,
     ) -> Result<usize> {
         let (e, a) = (self.e, &self.a);
-        self.k.launch(
-            "locate_dilate_x",
-            &b.g3,
-            &b.l3,
-            &[
-                KernelArg::Buf(img),
-                KernelArg::Buf(dil),
-                KernelArg::U32(a.lou),
-                KernelArg::U32(a.hiu),
-                KernelArg::U32(a.hu),
-                KernelArg::U32(a.wu),
-                KernelArg::U32(b.nbu),
-            ],
-        )?;
+        let grid = Grid::new(&b.g3, &b.l3);
+        self.k.launch("locate_dilate_x", |k| {
+            k.locate_dilate_x(grid, img, dil, a.lou, a.hiu, a.hu, a.wu, b.nbu)
+        })?;
         loop {
-            let counter = e.zeroed(4)?;
-            self.k.launch(
-                "locate_maxima",
-                &b.g3,
-                &b.l3,
-                &[
-                    KernelArg::Buf(img),
-                    KernelArg::Buf(dil),
-                    KernelArg::Buf(vmin),
-                    KernelArg::U32(a.lou),
-                    KernelArg::U32(a.hiu),
-                    KernelArg::U32(a.marginu),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(b.nbu),
-                    KernelArg::Buf(&counter),
-                    KernelArg::Buf(&self.cand_buf),
-                    KernelArg::U32(to_u32(self.cap, "candidates")?),
-                ],
-            )?;
+            let counter = e.zeroed_elems::<i32>(1)?;
+            let (cand_buf, cap) = (&self.cand_buf, to_u32(self.cap, "candidates")?);
+            self.k.launch("locate_maxima", |k| {
+                k.locate_maxima(
+                    grid, img, dil, vmin, a.lou, a.hiu, a.marginu, a.hu, a.wu, b.nbu, &counter,
+                    cand_buf, cap,
+                )
+            })?;
             let t = Instant::now();
-            let c = e.read(&counter, 4)?;
+            let c = e.read_elems(&counter, 1)?;
             self.read_s += t.elapsed().as_secs_f64();
-            let n = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let Some(&n) = c.first() else {
+                return Err(BridgeError::backend(
+                    "locate",
+                    None,
+                    "the candidate counter was not read back",
+                ));
+            };
             let n = usize::try_from(n).map_err(|_| {
                 BridgeError::backend("locate", None, "candidate counter overflowed")
             })?;
@@ -307,7 +245,7 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
                 ));
             }
             self.cap = n.next_power_of_two();
-            self.cand_buf = e.alloc(self.cap * 4)?;
+            self.cand_buf = e.alloc_elems::<u32>(self.cap)?;
         }
     }
 
@@ -316,44 +254,43 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     /// candidates' flat indices (both empty without candidates).
     pub(super) fn refine(
         &mut self,
-        img: &E::Buffer,
-        raw: &E::Buffer,
+        img: &Buffer<E, u32>,
+        raw: &Buffer<E, R>,
         n_cand: usize,
     ) -> Result<(Vec<f64>, Vec<u32>)> {
         let (e, a, tb) = (self.e, &self.a, &self.tb);
         let mut refined: Vec<f64> = Vec::new();
         let mut cand: Vec<u32> = Vec::new();
         if n_cand > 0 {
-            let res = e.alloc(n_cand * 7 * R::SIZE)?;
-            self.k.launch(
-                "locate_refine",
-                &[round_up_to(n_cand, LINE_WG)],
-                &[LINE_WG],
-                &[
-                    KernelArg::Buf(img),
-                    KernelArg::Buf(raw),
-                    KernelArg::Buf(&self.cand_buf),
-                    KernelArg::Buf(&tb.mask_buf),
-                    KernelArg::Buf(&tb.r2_buf),
-                    KernelArg::Buf(&tb.c2_buf),
-                    KernelArg::Buf(&tb.s2_buf),
-                    KernelArg::Buf(&res),
-                    KernelArg::U32(to_u32(tb.mk.len(), "mask size")?),
-                    KernelArg::U32(a.ru),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(to_u32(n_cand, "candidates")?),
-                    KernelArg::U32(a.itu),
-                ],
-            )?;
+            let res = e.alloc_elems::<R>(n_cand * 7)?;
+            let (g, l) = ([round_up_to(n_cand, LINE_WG)], [LINE_WG]);
+            let grid = Grid::new(&g, &l);
+            let nmask = to_u32(tb.mk.len(), "mask size")?;
+            let ncand = to_u32(n_cand, "candidates")?;
+            let cand_buf = &self.cand_buf;
+            self.k.launch("locate_refine", |k| {
+                k.locate_refine(
+                    grid,
+                    img,
+                    raw,
+                    cand_buf,
+                    &tb.mask_buf,
+                    &tb.r2_buf,
+                    &tb.c2_buf,
+                    &tb.s2_buf,
+                    &res,
+                    nmask,
+                    a.ru,
+                    a.hu,
+                    a.wu,
+                    ncand,
+                    a.itu,
+                )
+            })?;
             let t = Instant::now();
-            let cb = e.read(&self.cand_buf, n_cand * 4)?;
-            refined = decode::<R>(&e.read(&res, n_cand * 7 * R::SIZE)?);
+            cand = e.read_elems(&self.cand_buf, n_cand)?;
+            refined = widen(e.read_elems(&res, n_cand * 7)?);
             self.read_s += t.elapsed().as_secs_f64();
-            cand = cb
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
         }
         Ok((refined, cand))
     }
@@ -365,64 +302,37 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
     pub(super) fn noise(
         &mut self,
         b: &Batch,
-        img: &E::Buffer,
-        dist: &E::Buffer,
-        raw: &E::Buffer,
+        img: &Buffer<E, u32>,
+        dist: &impl DeviceSlice<E, Elem = u32>,
+        raw: &Buffer<E, R>,
         n_cand: usize,
     ) -> Result<Option<Vec<f64>>> {
         if !(self.p.characterize && n_cand > 0) {
             return Ok(None);
         }
         let (e, a, nb, h) = (self.e, &self.a, b.nb, self.h);
-        self.k.launch(
-            "locate_row_dist",
-            &b.g3,
-            &b.l3,
-            &[
-                KernelArg::Buf(img),
-                KernelArg::Buf(dist),
-                KernelArg::U32(a.ru),
-                KernelArg::U32(a.hu),
-                KernelArg::U32(a.wu),
-                KernelArg::U32(b.nbu),
-            ],
-        )?;
-        let rows = e.alloc(nb * h * 3 * R::SIZE)?;
-        let stats = e.alloc(nb * 4 * R::SIZE)?;
+        let grid = Grid::new(&b.g3, &b.l3);
+        self.k.launch("locate_row_dist", |k| {
+            k.locate_row_dist(grid, img, dist, a.ru, a.hu, a.wu, b.nbu)
+        })?;
+        let rows = e.alloc_elems::<R>(nb * h * 3)?;
+        let stats = e.alloc_elems::<R>(nb * 4)?;
+        let g = b.lines(h);
+        let lines = Grid::new(&g, &b.l2);
+        let frames = Grid::new(&b.gf, &b.lf);
+        let hw = &self.tb.hw_buf;
         for pass in 0..2u32 {
-            self.k.launch(
-                "locate_noise_rows",
-                &b.lines(h),
-                &b.l2,
-                &[
-                    KernelArg::Buf(dist),
-                    KernelArg::Buf(&self.tb.hw_buf),
-                    KernelArg::Buf(raw),
-                    KernelArg::Buf(&stats),
-                    KernelArg::Buf(&rows),
-                    KernelArg::Buf(img),
-                    KernelArg::U32(a.ru),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(a.wu),
-                    KernelArg::U32(b.nbu),
-                    KernelArg::U32(pass),
-                ],
-            )?;
-            self.k.launch(
-                "locate_noise_frame",
-                &b.gf,
-                &b.lf,
-                &[
-                    KernelArg::Buf(&rows),
-                    KernelArg::Buf(&stats),
-                    KernelArg::U32(a.hu),
-                    KernelArg::U32(b.nbu),
-                    KernelArg::U32(pass),
-                ],
-            )?;
+            self.k.launch("locate_noise_rows", |k| {
+                k.locate_noise_rows(
+                    lines, dist, hw, raw, &stats, &rows, img, a.ru, a.hu, a.wu, b.nbu, pass,
+                )
+            })?;
+            self.k.launch("locate_noise_frame", |k| {
+                k.locate_noise_frame(frames, &rows, &stats, a.hu, b.nbu, pass)
+            })?;
         }
         let t = Instant::now();
-        let s = decode::<R>(&e.read(&stats, nb * 4 * R::SIZE)?);
+        let s = widen(e.read_elems(&stats, nb * 4)?);
         self.read_s += t.elapsed().as_secs_f64();
         Ok(Some(s))
     }
