@@ -87,6 +87,18 @@ impl<E: Executor, T: DeviceElement> Buffer<E, T> {
     }
 }
 
+impl<E: Executor, T: DeviceElement> Buffer<E, T> {
+    /// The same device memory read as elements of `U` (a work buffer reused for data of
+    /// another type): as many `U` as its bytes hold.
+    pub fn reinterpret<U: DeviceElement>(&self) -> BufferRef<'_, E, U> {
+        BufferRef {
+            raw: &self.raw,
+            len: self.bytes() / std::mem::size_of::<U>(),
+            _t: PhantomData,
+        }
+    }
+}
+
 impl<E: Executor, T: DeviceElement> fmt::Debug for Buffer<E, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Buffer<{}>[{}]", T::C_NAME, self.len)

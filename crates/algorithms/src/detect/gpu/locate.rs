@@ -41,7 +41,7 @@
 mod run;
 mod stages;
 
-use bridge_core::exec::{Buffer, BufferRef, DeviceElement, DeviceSlice, Executor, TypedExecutor};
+use bridge_core::exec::{Buffer, BufferRef, DeviceElement, Executor, TypedExecutor};
 use bridge_core::{Array, DType, Result};
 use rayon::prelude::*;
 
@@ -331,26 +331,4 @@ fn reals<R: DevReal>(v: &[f64]) -> Vec<R> {
 /// Values of the device type `R`, as `f64`.
 fn widen<R: DevReal>(v: Vec<R>) -> Vec<f64> {
     v.into_iter().map(crate::detect::Real::to_f64).collect()
-}
-
-/// A work image of the device type `R` reused for `u32` data (the grey dilation, the row
-/// distances of the noise): the same device memory read as `u32`, as many elements as its
-/// bytes hold (at least the image's pixels: `R` is 4 or 8 bytes).
-pub(super) struct AsU32<'a, E: Executor>(&'a E::Buffer, usize);
-
-impl<'a, E: Executor> AsU32<'a, E> {
-    /// `buf` read as `u32`.
-    pub(super) fn of<R: DevReal>(buf: &'a Buffer<E, R>) -> Self {
-        AsU32(buf.raw(), buf.bytes() / std::mem::size_of::<u32>())
-    }
-}
-
-impl<E: Executor> DeviceSlice<E> for AsU32<'_, E> {
-    type Elem = u32;
-    fn raw(&self) -> &E::Buffer {
-        self.0
-    }
-    fn len(&self) -> usize {
-        self.1
-    }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 
-use super::{AsU32, Kind, LINE_WG, LocateOut, Src, reals, widen};
+use super::{Kind, LINE_WG, LocateOut, Src, reals, widen};
 use crate::detect::gpu::pipeline::{local_xy, prep_wg, round_up_to, to_u32};
 use crate::detect::gpu::{DevReal, GpuDetectConfig};
 use crate::detect::kernels::locate_kernels::Kernels;
@@ -404,10 +404,11 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         self.bandpass(&b, &raw, low.as_ref().unwrap_or(&raw), &t1, &bp, &rowmax)?;
         drop(low);
         let (scale, img, vmin) = self.threshold(&b, &bp, &rowmax)?;
-        let dil = AsU32::of(&t1);
+        // work images of `R` reused for u32 data: the grey dilation, the row distances
+        let dil = t1.reinterpret::<u32>();
         let n_cand = self.maxima(&b, &img, &dil, &vmin)?;
         let (refined, cand) = self.refine(&img, &raw, n_cand)?;
-        let dist = AsU32::of(&bp);
+        let dist = bp.reinterpret::<u32>();
         let stats = self.noise(&b, &img, &dist, &raw, n_cand)?;
         let t = Instant::now();
         let scales = widen(self.e.read_elems(&scale, nb)?);
