@@ -8,6 +8,7 @@ use algorithms::detect::{
     backend_for, blob_log_frames_multi, locate_frames_multi,
 };
 use algorithms::track::LinkParams;
+use bridge_core::error::InputError;
 use bridge_core::{BridgeError, DType, Device};
 use ndarray::{Array2, ArrayView2, ArrayViewD, Axis, Ix2, Ix3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -81,7 +82,8 @@ fn host_frames<'a>(
     }
 }
 
-/// Run `f` on batches of `frames` with the GIL released, checking for Ctrl-C in between.
+/// Run `f` on batches of `frames` with the GIL released, checking for Ctrl-C in between. An
+/// input error of a movie's batch names its frames (`InvalidInput.frames` in Python).
 fn batched<R: Send>(
     py: Python<'_>,
     frames: &[FrameView<'_>],
@@ -89,8 +91,22 @@ fn batched<R: Send>(
     f: impl Fn(&[FrameView<'_>]) -> bridge_core::Result<Vec<R>> + Send + Sync,
 ) -> PyResult<Vec<R>> {
     let mut out = Vec::with_capacity(frames.len());
-    for chunk in frames.chunks(batch.max(1)) {
-        let r = py.detach(|| f(chunk)).py_err()?;
+    let movie = frames.len() > 1;
+    let batch = batch.max(1);
+    for (i, chunk) in frames.chunks(batch).enumerate() {
+        let first = i * batch;
+        let r = py
+            .detach(|| f(chunk))
+            .map_err(|e| match e {
+                BridgeError::InvalidInput(m) if movie => {
+                    BridgeError::InvalidInput(match m.frames {
+                        Some(_) => m.shifted(first),
+                        None => InputError::in_frames(first..first + chunk.len(), m.message),
+                    })
+                }
+                other => other,
+            })
+            .py_err()?;
         out.extend(r);
         py.check_signals()?;
     }

@@ -348,3 +348,15 @@ def test_blob_log_takes_the_pixel_types_scikit_image_converts():
         got = ab.blob_log(img, max_sigma=4, num_sigma=5, threshold=0.05, device="cpu")
         assert got.shape == want.shape, name
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_an_input_error_of_a_movie_names_its_frames():
+    m = np.zeros((6, 32, 32))
+    m[4, 10, 10], m[4, 12, 12] = 1e308, -1e308
+    with pytest.raises(ab.InvalidInput) as e:
+        ab.batch_blob_log(m, threshold=None, threshold_rel=0.2, prescale="none", batch_size=2)
+    assert e.value.frames == range(4, 6)
+    assert "in frames 4..6" in str(e.value)
+    with pytest.raises(ab.InvalidInput) as e:
+        ab.blob_log(m[4], threshold=None, prescale="none")
+    assert e.value.frames is None

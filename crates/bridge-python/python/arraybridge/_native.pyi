@@ -22,6 +22,9 @@ class InvalidInput(ArrayBridgeError):
     """An argument or array arraybridge cannot use (shape, dtype, device string, read-only
     destination, a stream for host memory, ...)."""
 
+    frames: range | None
+    """The frames of a movie the error concerns (``range(4, 6)``), ``None`` otherwise."""
+
 class Array:
     """An array held by arraybridge, on the host or a device; any DLPack consumer takes it."""
 
