@@ -97,9 +97,9 @@ pub fn blob_log_nd<T: Real>(image: ArrayViewD<'_, T>, p: &BlobLogNdParams) -> Re
     let shape = image.shape().to_vec();
     let res = p.resolve(&shape)?;
     let nvox = voxels(&shape)?;
+    check_memory::<T>(nvox, &shape, p.num_sigma)?;
     let raw = max_magnitude(image.iter().map(|v| v.to_f64()))?;
     check_range(raw, &res, T::IS_F32)?;
-    check_memory::<T>(nvox, &shape, p.num_sigma)?;
     let img: Vec<f64> = image.iter().map(|v| v.to_f64()).collect();
     Ok(run::<T>(&img, &shape, &res, p))
 }
@@ -151,12 +151,9 @@ pub fn log_cube_nd<T: Real>(
     };
     let res = p.resolve(&shape)?;
     let nvox = voxels(&shape)?;
-    check_range(
-        max_magnitude(image.iter().map(|v| v.to_f64()))?,
-        &res,
-        T::IS_F32,
-    )?;
     check_memory::<T>(nvox, &shape, num_sigma)?;
+    let raw = max_magnitude(image.iter().map(|v| v.to_f64()))?;
+    check_range(raw, &res, T::IS_F32)?;
     let img: Vec<f64> = image.iter().map(|v| v.to_f64()).collect();
     let sigmas = sigma_table::<T>(&res.min_sigma, &res.max_sigma, num_sigma, log_scale);
     let scales: Vec<T> = sigmas.iter().map(|r| params::scale_factor(r)).collect();

@@ -129,7 +129,7 @@ pub fn blob_overlap_nd<T: Real>(c1: &[T], s1: &[T], c2: &[T], s2: &[T]) -> Overl
 /// cells of side `max(cutoff, 1)`; points with a non-finite coordinate pair with nothing.
 pub fn pairs_within_nd(pos: &[f64], ndim: usize, cutoff: f64) -> Vec<(usize, usize)> {
     let mut pairs = Vec::new();
-    if ndim == 0 || pos.len() < 2 * ndim || !(cutoff >= 0.0) {
+    if ndim == 0 || pos.len() < 2 * ndim || cutoff.is_nan() || cutoff < 0.0 {
         return pairs;
     }
     let n = pos.len() / ndim;
@@ -190,11 +190,7 @@ pub fn prune_blobs_nd<T: Real>(
     sigma_dim: usize,
     overlap: f64,
 ) -> Vec<bool> {
-    let n = if sigma_dim == 0 {
-        0
-    } else {
-        sigmas.len() / sigma_dim
-    };
+    let n = sigmas.len().checked_div(sigma_dim).unwrap_or(0);
     let mut last: Vec<T> = (0..n).map(|i| sigmas[(i + 1) * sigma_dim - 1]).collect();
     // no pair overlaps in more than three dimensions (`_blob_overlap` returns 0)
     if n < 2 || ndim == 0 || ndim > 3 {
