@@ -9,7 +9,8 @@
 //! NumPy rounds it, including the σ list (NumPy's float32 `linspace`) and the pruning arithmetic
 //! (float32 for float32 input), so the fixture blob sets are reproduced exactly.
 //!
-//! Only isotropic σ on 2-D frames is implemented.
+//! This file and its siblings handle isotropic σ on 2-D frames; n-D images (1-D, 3-D volumes…)
+//! with scalar or per-axis (anisotropic) σ are [`nd`] ([`blob_log_nd`]).
 //!
 //! The settings and the σ list are in `params.rs`, the input conversion in `convert.rs`, the
 //! scale-space cube with its threshold and local maxima in `scale_space.rs`, the overlap pruning
@@ -17,6 +18,7 @@
 
 mod certified;
 mod convert;
+pub mod nd;
 mod params;
 mod prune;
 mod scale_space;
@@ -29,6 +31,7 @@ use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from
 
 pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
+pub use nd::{BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_view};
 // used by the device back end only
 #[cfg(any(feature = "cuda", feature = "opencl"))]
 pub(crate) use convert::check_range_of;

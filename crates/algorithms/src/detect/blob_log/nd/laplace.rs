@@ -1,0 +1,314 @@
+//! The n-D scale space: `cube[s] = −gaussian_laplace(image, σ_s) · mean(σ_s)**2` with SciPy's
+//! passes and roundings.
+//!
+//! `scipy.ndimage.gaussian_laplace` is `generic_laplace`: the output (working type) first holds
+//! `L_0`, then `L_a` (a new array of the working type) is added to it for `a = 1 … n−1`; `L_a`
+//! is `gaussian_filter` with order 2 on axis `a` and 0 elsewhere, i.e. one `correlate1d` pass
+//! per axis in axis order, each stored in the working type. A pass sums in f64 in SciPy's order
+//! (centre tap, then the mirrored pairs from the outermost inwards) with `reflect` edges.
+//!
+//! The passes shared by several `L_a` are computed once: `L_a = G_{n−1} ⋯ G_{a+1} D_a Q_a` with
+//! `Q_a = G_{a−1} ⋯ G_0 image` (`G` the Gaussian pass, `D` the second derivative), 8 passes per
+//! scale in 3-D instead of 9. Every intermediate is held in f64 rounded to the working type
+//! (exactly the value SciPy stores). The last pass of each `L_a` is along the last axis and
+//! writes (or adds) straight into the cube plane.
+//!
+//! Passes along an outer axis (`inner > 1` elements per step) are vectorised along the
+//! contiguous inner elements, 16 at a time in registers, over strips of columns so that the
+//! lines a strip reads stay in cache; passes along the last axis pad each line and vectorise
+//! over its outputs. Both run on all threads, compiled for AVX2 where the CPU has it.
+
+use rayon::prelude::*;
+
+use crate::detect::filters::{Avx2, Boundary, LogKernels, map_index};
+use crate::detect::real::Real;
+
+/// Lanes of a register block.
+const L: usize = 16;
+/// Columns of a strip of an outer-axis pass (2 KiB of f64 per line).
+const STRIP: usize = 256;
+
+/// A pass along one axis of a C-order array: `outer` blocks of `len` steps of `inner`
+/// contiguous elements.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Geo {
+    pub(super) outer: usize,
+    pub(super) len: usize,
+    pub(super) inner: usize,
+}
+
+impl Geo {
+    /// The geometry of axis `axis` of `dims`.
+    pub(super) fn of(dims: &[usize], axis: usize) -> Self {
+        Geo {
+            outer: dims[..axis].iter().product(),
+            len: dims[axis],
+            inner: dims[axis + 1..].iter().product(),
+        }
+    }
+}
+
+/// Run `f` compiled for AVX2 where the CPU has it (the generic loops it inlines then vectorise
+/// with 256-bit vectors; Rust never contracts `a * b + c` into an FMA).
+#[inline(always)]
+pub(super) fn with_simd<R>(f: impl FnOnce() -> R) -> R {
+    match Avx2::detect() {
+        Some(t) => t.run(f),
+        None => f(),
+    }
+}
+
+/// `v` rounded to the working type `T` (and held in f64).
+#[inline(always)]
+fn round<T: Real>(v: f64) -> f64 {
+    T::from_f64(v).to_f64()
+}
+
+/// SciPy `reflect` index of `j` on a line of `n`.
+#[inline(always)]
+fn reflect(j: isize, n: usize) -> usize {
+    map_index(j, n, Boundary::Reflect).unwrap_or(0)
+}
+
+/// Rows (steps of `inner` elements, `outer · len` in all) per parallel task: about four tasks
+/// per thread, at least `min_elems / inner` rows.
+fn rows_per_task(rows: usize, inner: usize, min_elems: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    rows.div_ceil(4 * threads)
+        .max(min_elems.div_ceil(inner.max(1)))
+        .max(1)
+}
+
+/// One correlation pass with the symmetric kernel `half` (taps `0..=r`) along an axis with
+/// `inner > 1`: `dst` (rounded to `T`) from `src`, both laid out as `g`.
+pub(super) fn pass_outer<T: Real>(src: &[f64], dst: &mut [f64], g: Geo, half: &[f64]) {
+    let rb = rows_per_task(g.outer * g.len, g.inner, 1 << 14);
+    dst.par_chunks_mut(rb * g.inner)
+        .enumerate()
+        .for_each(|(c, out)| with_simd(|| outer_rows::<T>(src, g, c * rb, half, out)));
+}
+
+/// Rows `t0 ..` (row `t` = step `t mod len` of block `t / len`) of [`pass_outer`] into `out`.
+#[inline(always)]
+fn outer_rows<T: Real>(src: &[f64], g: Geo, t0: usize, half: &[f64], out: &mut [f64]) {
+    let (len, inner) = (g.len, g.inner);
+    let r = half.len() - 1;
+    let rows = out.len() / inner;
+    // line offsets of the taps 1..=r above and below the current step
+    let mut up = vec![0usize; r + 1];
+    let mut dn = vec![0usize; r + 1];
+    let mut cs = 0;
+    while cs < inner {
+        let ce = (cs + STRIP).min(inner);
+        for dt in 0..rows {
+            let t = t0 + dt;
+            let (base, i) = ((t / len) * len * inner, t % len);
+            for j in 1..=r {
+                up[j] = base + reflect(i as isize - j as isize, len) * inner;
+                dn[j] = base + reflect((i + j) as isize, len) * inner;
+            }
+            let c = base + i * inner;
+            let orow = &mut out[dt * inner..(dt + 1) * inner];
+            let mut k = cs;
+            while k + L <= ce {
+                let mut acc = [0.0f64; L];
+                for (a, &v) in acc.iter_mut().zip(&src[c + k..c + k + L]) {
+                    *a = v * half[0];
+                }
+                for j in (1..=r).rev() {
+                    let wj = half[j];
+                    let u = &src[up[j] + k..up[j] + k + L];
+                    let d = &src[dn[j] + k..dn[j] + k + L];
+                    for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
+                        *a += (x + y) * wj;
+                    }
+                }
+                for (o, &a) in orow[k..k + L].iter_mut().zip(&acc) {
+                    *o = round::<T>(a);
+                }
+                k += L;
+            }
+            for k in k..ce {
+                let mut a = src[c + k] * half[0];
+                for j in (1..=r).rev() {
+                    a += (src[up[j] + k] + src[dn[j] + k]) * half[j];
+                }
+                orow[k] = round::<T>(a);
+            }
+        }
+        cs = ce;
+    }
+}
+
+/// One correlation pass with the symmetric kernel `half` along the last axis (lines of `len`
+/// contiguous elements): `emit(out, sum)` gets every output's f64 sum (it rounds and stores or
+/// adds).
+pub(super) fn pass_last<O: Send>(
+    src: &[f64],
+    len: usize,
+    half: &[f64],
+    out: &mut [O],
+    emit: impl Fn(&mut O, f64) + Sync,
+) {
+    let lines = out.len() / len;
+    let lb = rows_per_task(lines, len, 1 << 14);
+    out.par_chunks_mut(lb * len)
+        .enumerate()
+        .for_each(|(c, out)| {
+            with_simd(|| last_lines(&src[c * lb * len..], len, half, out, &emit));
+        });
+}
+
+/// The lines of `out` (from the start of `src`) of [`pass_last`].
+#[inline(always)]
+fn last_lines<O>(
+    src: &[f64],
+    len: usize,
+    half: &[f64],
+    out: &mut [O],
+    emit: &impl Fn(&mut O, f64),
+) {
+    let r = half.len() - 1;
+    let mut buf = vec![0.0f64; len + 2 * r];
+    for (line, oline) in src.chunks(len).zip(out.chunks_mut(len)) {
+        buf[r..r + len].copy_from_slice(line);
+        for k in 0..r {
+            buf[k] = line[reflect(k as isize - r as isize, len)];
+            buf[r + len + k] = line[reflect((len + k) as isize, len)];
+        }
+        let mut k = 0;
+        while k + L <= len {
+            let mut acc = [0.0f64; L];
+            for (a, &v) in acc.iter_mut().zip(&buf[r + k..r + k + L]) {
+                *a = v * half[0];
+            }
+            for j in (1..=r).rev() {
+                let wj = half[j];
+                let u = &buf[r + k - j..r + k - j + L];
+                let d = &buf[r + k + j..r + k + j + L];
+                for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
+                    *a += (x + y) * wj;
+                }
+            }
+            for (o, &a) in oline[k..k + L].iter_mut().zip(&acc) {
+                emit(o, a);
+            }
+            k += L;
+        }
+        for k in k..len {
+            let mut a = buf[r + k] * half[0];
+            for j in (1..=r).rev() {
+                a += (buf[r + k - j] + buf[r + k + j]) * half[j];
+            }
+            emit(&mut oline[k], a);
+        }
+    }
+}
+
+/// Work buffers of [`log_plane_nd`]: four f64 volumes.
+pub(super) struct Work {
+    q: Vec<f64>,
+    qn: Vec<f64>,
+    d1: Vec<f64>,
+    d2: Vec<f64>,
+}
+
+impl Work {
+    /// Buffers for `n` voxels (those an image with one axis does not use stay empty).
+    pub(super) fn new(n: usize, ndim: usize) -> Self {
+        let n = if ndim > 1 { n } else { 0 };
+        Work {
+            q: vec![0.0; n],
+            qn: vec![0.0; n],
+            d1: vec![0.0; n],
+            d2: vec![0.0; n],
+        }
+    }
+}
+
+/// One plane of the cube: `plane = −gaussian_laplace(img, σ) · scale` in `T`, with the kernels
+/// `kernels[a]` of axis `a` (σ of that axis). `img` holds the image's values in f64 (exact `T`
+/// values), C order, shape `dims`.
+pub(super) fn log_plane_nd<T: Real>(
+    img: &[f64],
+    dims: &[usize],
+    kernels: &[LogKernels],
+    scale: T,
+    work: &mut Work,
+    plane: &mut [T],
+) {
+    let n = dims.len();
+    let last = dims[n - 1];
+    let store = |o: &mut T, a: f64| *o = T::from_f64(a);
+    let add = |o: &mut T, a: f64| *o = *o + T::from_f64(a);
+    // Q_a: `img` for a = 0, then `work.q`
+    let mut q_is_img = true;
+    for a in 0..n {
+        let q: &[f64] = if q_is_img { img } else { &work.q };
+        if a == n - 1 {
+            if a == 0 {
+                pass_last(q, last, &kernels[a].g2, plane, store);
+            } else {
+                pass_last(q, last, &kernels[a].g2, plane, add);
+            }
+            break;
+        }
+        // D_a Q_a, then the Gaussian on axes a+1 .. n−2, then the last axis into the plane
+        pass_outer::<T>(q, &mut work.d1, Geo::of(dims, a), &kernels[a].g2);
+        for (b, k) in kernels.iter().enumerate().take(n - 1).skip(a + 1) {
+            pass_outer::<T>(&work.d1, &mut work.d2, Geo::of(dims, b), &k.g0);
+            std::mem::swap(&mut work.d1, &mut work.d2);
+        }
+        if a == 0 {
+            pass_last(&work.d1, last, &kernels[n - 1].g0, plane, store);
+        } else {
+            pass_last(&work.d1, last, &kernels[n - 1].g0, plane, add);
+        }
+        // Q_{a+1} = G_a Q_a
+        let q: &[f64] = if q_is_img { img } else { &work.q };
+        pass_outer::<T>(q, &mut work.qn, Geo::of(dims, a), &kernels[a].g0);
+        std::mem::swap(&mut work.q, &mut work.qn);
+        q_is_img = false;
+    }
+    // `-L * mean(σ)**2`: the negation is exact
+    plane.par_chunks_mut(1 << 16).for_each(|c| {
+        for v in c {
+            *v = -*v * scale;
+        }
+    });
+}
+
+/// The whole cube, plane-major (`cube[s·N + voxel]`), and its minimum and maximum.
+pub(super) fn log_cube_nd<T: Real>(
+    img: &[f64],
+    dims: &[usize],
+    sigmas: &[Vec<T>],
+    scales: &[T],
+) -> (Vec<T>, T, T) {
+    let nvox: usize = dims.iter().product();
+    let mut cube = vec![T::ZERO; nvox * sigmas.len()];
+    let mut work = Work::new(nvox, dims.len());
+    for ((row, &scale), plane) in sigmas.iter().zip(scales).zip(cube.chunks_mut(nvox)) {
+        let kernels: Vec<LogKernels> = row
+            .iter()
+            .map(|s| LogKernels::new(s.to_f64(), T::IS_F32))
+            .collect();
+        log_plane_nd(img, dims, &kernels, scale, &mut work, plane);
+    }
+    drop(work);
+    let (lo, hi) = cube
+        .par_chunks(1 << 16)
+        .map(|c| {
+            c.iter().fold((c[0], c[0]), |(lo, hi), &v| {
+                (if v < lo { v } else { lo }, if v > hi { v } else { hi })
+            })
+        })
+        .reduce_with(|a, b| {
+            (
+                if b.0 < a.0 { b.0 } else { a.0 },
+                if b.1 > a.1 { b.1 } else { a.1 },
+            )
+        })
+        .unwrap_or((T::ZERO, T::ZERO));
+    (cube, lo, hi)
+}

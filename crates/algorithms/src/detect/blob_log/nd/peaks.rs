@@ -1,0 +1,151 @@
+//! The maxima of the n-D scale space as `peak_local_max(cube, threshold_abs, threshold_rel,
+//! exclude_border=(b_0, …, b_{n−1}, 0), footprint=ones((3,)·(n+1)))` finds them: a voxel is a
+//! peak when it equals the maximum of its 3^(n+1) neighbourhood (`nearest` edges, plateaus
+//! included), is above the threshold, and lies at least `b_a` from both ends of every spatial
+//! axis `a`; a constant cube has none. Peaks come in scikit-image's order: descending value,
+//! ties in raster order of `(coordinates…, scale)` (a stable sort of `np.nonzero`).
+//!
+//! The box maximum is separable: each plane's 3^n spatial maximum is computed once (one
+//! 3-wide pass per axis) and a voxel is compared with those of its plane and the planes
+//! either side.
+
+use rayon::prelude::*;
+
+use super::laplace::{Geo, with_simd};
+use crate::detect::real::Real;
+
+/// A peak: flat voxel index, scale index and value.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cand<T> {
+    pub(super) idx: usize,
+    pub(super) s: usize,
+    pub(super) v: T,
+}
+
+#[inline(always)]
+fn max2<T: Real>(a: T, b: T) -> T {
+    if b > a { b } else { a }
+}
+
+/// The 3-wide maximum (`nearest` edges) of `src` along the axis of `g` into `dst`.
+fn max3_pass<T: Real>(src: &[T], dst: &mut [T], g: Geo) {
+    let (len, inner) = (g.len, g.inner);
+    let threads = rayon::current_num_threads().max(1);
+    let rows = g.outer * len;
+    let rb = rows
+        .div_ceil(4 * threads)
+        .max((1usize << 14).div_ceil(inner))
+        .max(1);
+    dst.par_chunks_mut(rb * inner)
+        .enumerate()
+        .for_each(|(c, out)| {
+            with_simd(|| {
+                for (dt, orow) in out.chunks_mut(inner).enumerate() {
+                    let t = c * rb + dt;
+                    let (base, i) = ((t / len) * len * inner, t % len);
+                    let row = |i: usize| &src[base + i * inner..base + (i + 1) * inner];
+                    let (a, b, d) = (row(i.saturating_sub(1)), row(i), row((i + 1).min(len - 1)));
+                    if inner > 1 {
+                        for (((o, &x), &y), &z) in orow.iter_mut().zip(a).zip(b).zip(d) {
+                            *o = max2(max2(x, y), z);
+                        }
+                    } else {
+                        orow[0] = max2(max2(a[0], b[0]), d[0]);
+                    }
+                }
+            })
+        });
+}
+
+/// The 3^n box maximum of one plane into `out` (`tmp`: a second buffer of the same size).
+fn box_max<T: Real>(plane: &[T], dims: &[usize], out: &mut [T], tmp: &mut [T]) {
+    let n = dims.len();
+    // an odd number of swaps puts the last pass into `out`
+    let (mut a, mut b) = if n % 2 == 1 { (out, tmp) } else { (tmp, out) };
+    max3_pass(plane, a, Geo::of(dims, 0));
+    for axis in 1..n {
+        max3_pass(a, b, Geo::of(dims, axis));
+        std::mem::swap(&mut a, &mut b);
+    }
+}
+
+/// Whether the voxel `idx` of a C-order array of shape `dims` lies outside every border
+/// (`border[a] ≤ i_a < dims[a] − border[a]`).
+#[inline]
+fn inside(mut idx: usize, dims: &[usize], border: &[usize]) -> bool {
+    for (&d, &b) in dims.iter().zip(border).rev() {
+        let i = idx % d;
+        idx /= d;
+        if i < b || i >= d.saturating_sub(b) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The peaks above `thr` of the plane-major cube (`ns` planes of shape `dims`) in
+/// scikit-image's order (see the module docs); `(lo, hi)` are the cube's extrema.
+pub(super) fn find_peaks_nd<T: Real>(
+    cube: &[T],
+    dims: &[usize],
+    ns: usize,
+    (thr, lo, hi): (T, T, T),
+    border: &[usize],
+) -> Vec<Cand<T>> {
+    let nvox: usize = dims.iter().product();
+    let covered = dims
+        .iter()
+        .zip(border)
+        .any(|(&d, &b)| 2 * (b as u128) >= d as u128);
+    if lo == hi || lo.is_nan() || hi.is_nan() || covered || nvox == 0 {
+        return Vec::new();
+    }
+    let plane = |s: usize| &cube[s * nvox..(s + 1) * nvox];
+    let mut tmp = vec![T::ZERO; nvox];
+    let mut maxes: [Vec<T>; 3] = std::array::from_fn(|_| vec![T::ZERO; nvox]);
+    box_max(plane(0), dims, &mut maxes[1], &mut tmp);
+    let mut cands = Vec::new();
+    for s in 0..ns {
+        // maxes: [s − 1, s, s + 1], clamped at the ends (`nearest` along the scales)
+        if s == 0 {
+            let (a, b) = maxes.split_at_mut(1);
+            a[0].copy_from_slice(&b[0]);
+        } else {
+            maxes.rotate_left(1);
+        }
+        if s + 1 < ns {
+            box_max(plane(s + 1), dims, &mut maxes[2], &mut tmp);
+        } else {
+            let (a, b) = maxes.split_at_mut(2);
+            b[0].copy_from_slice(&a[1]);
+        }
+        let p = plane(s);
+        let chunk = 1 << 14;
+        let found: Vec<Vec<Cand<T>>> = p
+            .par_chunks(chunk)
+            .enumerate()
+            .map(|(c, vs)| {
+                let k0 = c * chunk;
+                let mut out = Vec::new();
+                for (dk, &v) in vs.iter().enumerate() {
+                    if v > thr {
+                        let k = k0 + dk;
+                        let m = max2(max2(maxes[0][k], maxes[1][k]), maxes[2][k]);
+                        if v >= m && inside(k, dims, border) {
+                            out.push(Cand { idx: k, s, v });
+                        }
+                    }
+                }
+                out
+            })
+            .collect();
+        cands.extend(found.into_iter().flatten());
+    }
+    cands.sort_by(|a, b| {
+        b.v.partial_cmp(&a.v)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.idx.cmp(&b.idx))
+            .then(a.s.cmp(&b.s))
+    });
+    cands
+}
