@@ -175,9 +175,9 @@ fn max_magnitude(values: impl Iterator<Item = f64>) -> Result<f64> {
     let mut m = 0f64;
     for v in values {
         if !v.is_finite() {
-            return Err(BridgeError::InvalidInput(format!(
-                "blob_log_nd: the image holds a non-finite value ({v})"
-            )));
+            return Err(BridgeError::InvalidInput(
+                format!("blob_log_nd: the image holds a non-finite value ({v})").into(),
+            ));
         }
         m = m.max(v.abs());
     }
@@ -197,11 +197,14 @@ fn check_range(bound: f64, res: &params::Resolved, cube_f32: bool) -> Result<()>
     let ndim = res.min_sigma.len().max(1) as f64;
     let limit = top * smin * smin / (8.0 * ndim);
     if bound > limit {
-        return Err(BridgeError::InvalidInput(format!(
-            "pixel values up to {bound:e} would overflow the {} scale space (at most \
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "pixel values up to {bound:e} would overflow the {} scale space (at most \
              {limit:.1e} with a smallest sigma of {smin}); rescale the image",
-            if cube_f32 { "float32" } else { "float64" },
-        )));
+                if cube_f32 { "float32" } else { "float64" },
+            )
+            .into(),
+        ));
     }
     Ok(())
 }
