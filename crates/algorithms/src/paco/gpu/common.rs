@@ -1,5 +1,5 @@
-//! What the device passes share: byte encodings, index conversion, the precision decision,
-//! the OOM policy and the template kinds of the pairs path.
+//! What the device passes share: the device arithmetic `R` and its conversions, index
+//! conversion, the precision decision, the OOM policy and the template kinds of the pairs path.
 
 use bridge_core::exec::Executor;
 use bridge_core::tuning::Tuning;
@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::super::gpu_kernels;
 use super::super::templates::Templates;
 use super::GpuPrecision;
+use crate::detect::real::Real;
 
 /// `paco_stats` work-group size: `ARRAYBRIDGE_PACO_STATS_WG` of `t`, else smaller on CPU
 /// devices (PoCL) than on GPUs.
@@ -61,64 +62,40 @@ pub(super) fn to_u32(v: usize, what: &str) -> Result<u32> {
     })
 }
 
-/// Encode f64 values as `REAL` (8 or 4 bytes, little-endian).
-pub(super) fn encode(vals: impl Iterator<Item = f64>, f64_real: bool, cap: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(cap * if f64_real { 8 } else { 4 });
-    for v in vals {
-        if f64_real {
-            out.extend_from_slice(&v.to_le_bytes());
-        } else {
-            out.extend_from_slice(&(v as f32).to_le_bytes());
-        }
-    }
-    out
+/// The device arithmetic of a run: `f64` or `f32` (the `REAL` of the kernels).
+pub(super) use crate::detect::gpu::DevReal;
+
+/// Whether `R` is the double-precision instantiation.
+pub(super) fn is_double<R: DevReal>() -> bool {
+    !<R as Real>::IS_F32
 }
 
-/// [`encode`] of a slice times `scale` (a power of two: exact), written in parallel pieces for
-/// large inputs (the cube).
-pub(super) fn encode_slice(vals: &[f64], f64_real: bool, scale: f64) -> Vec<u8> {
+/// f64 values rounded to `R` (round to nearest).
+pub(super) fn to_reals<R: DevReal>(vals: impl Iterator<Item = f64>) -> Vec<R> {
+    vals.map(<R as Real>::from_f64).collect()
+}
+
+/// [`to_reals`] of a slice times `scale` (a power of two: exact), converted in parallel pieces
+/// for large inputs (the cube).
+pub(super) fn to_reals_scaled<R: DevReal>(vals: &[f64], scale: f64) -> Vec<R> {
     const PIECE: usize = 1 << 18;
-    let size = if f64_real { 8 } else { 4 };
     if vals.len() <= PIECE {
-        return encode(vals.iter().map(|&x| x * scale), f64_real, vals.len());
+        return to_reals(vals.iter().map(|&x| x * scale));
     }
-    let mut out = vec![0u8; vals.len() * size];
-    out.par_chunks_mut(PIECE * size)
-        .zip(vals.par_chunks(PIECE))
-        .for_each(|(o, v)| {
-            for (o, &x) in o.chunks_exact_mut(size).zip(v) {
-                let x = x * scale;
-                if f64_real {
-                    o.copy_from_slice(&x.to_le_bytes());
-                } else {
-                    o.copy_from_slice(&(x as f32).to_le_bytes());
-                }
-            }
-        });
-    out
+    vals.par_iter()
+        .with_min_len(PIECE)
+        .map(|&x| <R as Real>::from_f64(x * scale))
+        .collect()
 }
 
-/// Decode `REAL` bytes to f64.
-pub(super) fn decode(bytes: &[u8], f64_real: bool) -> Vec<f64> {
-    if f64_real {
-        bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect()
-    } else {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect()
-    }
+/// `R` values widened to f64 (exact).
+pub(super) fn to_f64s<R: DevReal>(vals: Vec<R>) -> Vec<f64> {
+    vals.into_iter().map(<R as Real>::to_f64).collect()
 }
 
-pub(super) fn i32_bytes(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-pub(super) fn u32_bytes(v: impl Iterator<Item = u32>) -> Vec<u8> {
-    v.flat_map(u32::to_le_bytes).collect()
+/// Bytes of `n` elements of `T` (a transfer's size).
+pub(super) fn bytes_of<T>(n: usize) -> u64 {
+    (n * std::mem::size_of::<T>()) as u64
 }
 
 /// Whether the run uses double precision on this device.

@@ -2,18 +2,20 @@
 //! sub-pixel templates ([`ab_fast`]: statistics per band, the whitened matched-filter cube, the
 //! trajectory sums in batches).
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, Executor, Grid, Local, TypedExecutor};
 use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
+use super::super::gpu_kernels::paco_kernels::Kernels;
 use super::super::gpu_kernels::{self, KMAX, KMAX_BIG};
 use super::super::job::PacoJob;
 use super::super::settings::{SubPixel, Variant};
 use super::super::templates::Templates;
 use super::common::{
-    PairTemplates, Shapes, decode, encode, encode_slice, i32_bytes, resolve_precision, to_u32,
+    DevReal, PairTemplates, Shapes, bytes_of, is_double, resolve_precision, to_f64s, to_reals,
+    to_reals_scaled, to_u32,
 };
 use super::pairs::ab_pairs;
 use super::stats::{StatsCtx, StatsLaunch, launch_stats};
@@ -22,6 +24,7 @@ use super::{GpuPrecision, STATS_GROUPS_PER_LAUNCH};
 /// What a run decides before any device work: the arithmetic type, the build options and the
 /// templates (a mode the CPU does not implement is its typed error here).
 pub(super) struct Plan {
+    /// Double precision: the device code runs as `R = f64`, else `R = f32`.
     pub(super) dbl: bool,
     pub(super) big: bool,
     pub(super) opts: &'static [&'static str],
@@ -67,16 +70,18 @@ impl Plan {
     }
 }
 
-/// A run's inputs on one device: the raw and centred cube (uploaded once), the patch offsets
-/// and the centred template; [`Self::ctx`] is what every `paco_stats` launch shares.
-pub(super) struct DeviceJob<B> {
+/// A run's inputs on one device, in arithmetic `R`: the raw and centred cube (uploaded once),
+/// the patch offsets and the centred template; [`Self::ctx`] is what every `paco_stats` launch
+/// shares.
+pub(super) struct DeviceJob<E: Executor, R: DevReal> {
     pub(super) plan: Plan,
     /// The raw cube, kept until the run ends (launches may still read it).
-    _cube: B,
-    cen: B,
-    offs: B,
-    h0: B,
-    dummy: B,
+    _cube: Buffer<E, R>,
+    cen: Buffer<E, R>,
+    offs: Buffer<E, i32>,
+    h0: Buffer<E, R>,
+    dummy: Buffer<E, R>,
+    dummy_u32: Buffer<E, u32>,
     wu: u32,
     tu: u32,
     ku: u32,
@@ -85,15 +90,15 @@ pub(super) struct DeviceJob<B> {
     pub(super) uploaded: u64,
 }
 
-impl<B> DeviceJob<B> {
-    /// Upload the cube, centre and transpose it on the device, and upload the per-pixel inputs.
-    pub(super) fn new<E: Executor<Buffer = B>>(
-        e: &E,
-        job: &PacoJob<'_>,
-        plan: Plan,
-    ) -> Result<Self> {
-        let dbl = plan.dbl;
-        let rs = if dbl { 8 } else { 4 };
+impl<E: Executor, R: DevReal> DeviceJob<E, R> {
+    /// Upload the cube, centre and transpose it on the device, and upload the per-pixel inputs
+    /// (`plan.dbl` is `R`'s precision).
+    pub(super) fn new(e: &E, job: &PacoJob<'_>, plan: Plan) -> Result<Self> {
+        if plan.dbl != is_double::<R>() {
+            return Err(BridgeError::Unsupported(
+                "internal: the device arithmetic differs from the plan's precision".into(),
+            ));
+        }
         let (t, h, w) = job.cube.dim();
         let k = job.disk.len();
         let npix = h * w;
@@ -111,28 +116,22 @@ impl<B> DeviceJob<B> {
         // backend's pool, so every buffer a queued kernel reads stays alive until the blocking
         // downloads at the end.
         // in float, scaled into [0.5, 1) on the way (exact; see PacoJob::device_scale)
-        let s = job.device_scale(dbl);
-        let cube_bytes = match job.cube.as_slice() {
-            Some(c) => encode_slice(c, dbl, s),
-            None => encode(job.cube.iter().map(|&v| v * s), dbl, t * npix),
+        let s = job.device_scale(is_double::<R>());
+        let cube_vals: Vec<R> = match job.cube.as_slice() {
+            Some(c) => to_reals_scaled(c, s),
+            None => to_reals(job.cube.iter().map(|&v| v * s)),
         };
-        let mut uploaded = cube_bytes.len() as u64;
-        let cube = e.upload(&cube_bytes)?;
-        drop(cube_bytes);
-        let cen = e.alloc(npix * t * rs)?;
+        let mut uploaded = bytes_of::<R>(cube_vals.len());
+        let cube = e.upload_slice(&cube_vals)?;
+        drop(cube_vals);
+        let cen = e.alloc_elems::<R>(npix * t)?;
         let lw = plan.shapes.line_wg;
-        e.launch(
-            &gpu_kernels::PACO,
-            plan.opts,
-            "paco_centre",
-            &[npix.div_ceil(lw) * lw],
-            &[lw],
-            &[
-                KernelArg::Buf(&cube),
-                KernelArg::Buf(&cen),
-                KernelArg::U32(npu),
-                KernelArg::U32(tu),
-            ],
+        Kernels::new(e, plan.opts).paco_centre(
+            Grid::new(&[npix.div_ceil(lw) * lw], &[lw]),
+            &cube,
+            &cen,
+            npu,
+            tu,
         )?;
         // 2. per-pixel inputs
         let offs: Vec<i32> = job
@@ -141,23 +140,22 @@ impl<B> DeviceJob<B> {
             .map(|&(dy, dx)| i32::try_from(dy * w as isize + dx))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| BridgeError::invalid_argument("frame", "patch offsets overflow i32"))?;
-        let offs_bytes = i32_bytes(&offs);
-        let h0 = encode(job.centred_template()?.iter().copied(), dbl, k);
-        uploaded += (offs_bytes.len() + h0.len()) as u64;
-        let offs = e.upload(&offs_bytes)?;
-        let h0 = e.upload(&h0)?;
+        let h0: Vec<R> = to_reals(job.centred_template()?.iter().copied());
+        uploaded += bytes_of::<i32>(offs.len()) + bytes_of::<R>(h0.len());
+        let offs = e.upload_slice(&offs)?;
+        let h0 = e.upload_slice(&h0)?;
         let variant = match job.params.variant {
             Variant::Paper => 0u32,
             Variant::Vip => 1u32,
         };
-        let dummy = e.alloc(4)?;
         Ok(DeviceJob {
             plan,
             _cube: cube,
             cen,
             offs,
             h0,
-            dummy,
+            dummy: e.alloc_elems(1)?,
+            dummy_u32: e.alloc_elems(1)?,
             wu,
             tu,
             ku,
@@ -166,21 +164,26 @@ impl<B> DeviceJob<B> {
         })
     }
 
-    /// The arguments every `paco_stats` launch shares.
-    pub(super) fn ctx(&self) -> StatsCtx<'_, B> {
-        let rs = if self.plan.dbl { 8 } else { 4 };
+    /// The arguments every `paco_stats` launch on `e` (the executor of [`Self::new`]) shares.
+    pub(super) fn ctx<'a>(&'a self, e: &'a E) -> StatsCtx<'a, E, R> {
         let k = self.ku as usize;
         StatsCtx {
-            opts: self.plan.opts,
+            kern: Kernels::new(e, self.plan.opts),
             cen: &self.cen,
             offs: &self.offs,
             h0: &self.h0,
             dummy: &self.dummy,
+            dummy_u32: &self.dummy_u32,
             wu: self.wu,
             tu: self.tu,
             ku: self.ku,
             variant: self.variant,
-            local_bytes: if self.plan.big { 8 } else { k * k * rs },
+            // with COV_GLOBAL a token 8 bytes
+            local: Local::elems(if self.plan.big {
+                8 / std::mem::size_of::<R>()
+            } else {
+                k * k
+            }),
             shapes: self.plan.shapes,
         }
     }
@@ -200,8 +203,23 @@ pub(super) fn ab_device<E: Executor>(
     if phi0s.is_some_and(<[(usize, usize)]>::is_empty) {
         return Ok((Vec::new(), Vec::new()));
     }
+    // the one dispatch on the arithmetic type
+    if plan.dbl {
+        ab_typed::<E, f64>(e, job, phi0s, plan)
+    } else {
+        ab_typed::<E, f32>(e, job, phi0s, plan)
+    }
+}
+
+/// [`ab_device`] in arithmetic `R` (`plan.dbl` is `R`'s precision).
+fn ab_typed<E: Executor, R: DevReal>(
+    e: &E,
+    job: &PacoJob<'_>,
+    phi0s: Option<&[(usize, usize)]>,
+    plan: Plan,
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let w = job.geom.width;
-    let dj = DeviceJob::new(e, job, plan)?;
+    let dj = DeviceJob::<E, R>::new(e, job, plan)?;
     let n0 = phi0s.map_or(job.geom.height * w, <[(usize, usize)]>::len);
     let pos = |i: usize| -> (usize, usize) {
         match phi0s {
@@ -209,21 +227,21 @@ pub(super) fn ab_device<E: Executor>(
             None => (i / w, i % w),
         }
     };
-    let ctx = dj.ctx();
-    let (dbl, big) = (dj.plan.dbl, dj.plan.big);
+    let ctx = dj.ctx(e);
+    let big = dj.plan.big;
     let (mut a, mut b) = match &dj.plan.tpl {
-        Some(tpl) => ab_pairs(e, &ctx, job, &pos, n0, tpl, dbl, big)?,
-        None => ab_fast(e, &ctx, job, &pos, n0, dbl, big)?,
+        Some(tpl) => ab_pairs(e, &ctx, job, &pos, n0, tpl, big)?,
+        None => ab_fast(e, &ctx, job, &pos, n0, big)?,
     };
     drop(dj);
-    job.ab_from_device(dbl, &mut a, &mut b);
+    job.ab_from_device(is_double::<R>(), &mut a, &mut b);
     Ok((a, b))
 }
 
-/// Rows of statistics per `paco_stats` launch without templates (bounded by the `COV_GLOBAL`
-/// scratch when K > [`KMAX`]).
-pub(super) fn fast_band(job: &PacoJob<'_>, dbl: bool, big: bool) -> usize {
-    let rs = if dbl { 8 } else { 4 };
+/// Rows of statistics per `paco_stats` launch without templates in arithmetic `R` (bounded by
+/// the `COV_GLOBAL` scratch when K > [`KMAX`]).
+pub(super) fn fast_band<R: DevReal>(job: &PacoJob<'_>, big: bool) -> usize {
+    let rs = std::mem::size_of::<R>();
     let k = job.disk.len();
     let ((y_lo, y_hi), (x_lo, x_hi)) = job.geom.stats_ranges();
     let nx = x_hi - x_lo;
@@ -240,20 +258,21 @@ pub(super) fn fast_band(job: &PacoJob<'_>, dbl: bool, big: bool) -> usize {
 
 /// The band buffers of [`stats_rows`]: `w` of `rows` statistics rows (and the `COV_GLOBAL`
 /// scratch).
-pub(super) fn band_buffers<E: Executor>(
+pub(super) type BandBuffers<E, R> = (Buffer<E, R>, Option<Buffer<E, R>>);
+
+/// Allocates the [`BandBuffers`] of `rows` statistics rows.
+pub(super) fn band_buffers<E: Executor, R: DevReal>(
     e: &E,
     job: &PacoJob<'_>,
     rows: usize,
-    dbl: bool,
     big: bool,
-) -> Result<(E::Buffer, Option<E::Buffer>)> {
-    let rs = if dbl { 8 } else { 4 };
+) -> Result<BandBuffers<E, R>> {
     let k = job.disk.len();
     let (_, (x_lo, x_hi)) = job.geom.stats_ranges();
     let nx = (x_hi - x_lo).max(1);
-    let wb = e.alloc(rows * nx * k * rs)?;
+    let wb = e.alloc_elems::<R>(rows * nx * k)?;
     let scr = if big {
-        Some(e.alloc(rows * nx * k * k * rs)?)
+        Some(e.alloc_elems::<R>(rows * nx * k * k)?)
     } else {
         None
     };
@@ -263,13 +282,11 @@ pub(super) fn band_buffers<E: Executor>(
 /// q and z of the statistics rows `[ya, yb)` (columns of the edge rule), written into the
 /// full-frame buffers `q` and `z`, in launches of at most `band` rows (`wb` and `scr` sized for
 /// `band` rows by [`band_buffers`]).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn stats_rows<E: Executor>(
-    e: &E,
-    c: &StatsCtx<'_, E::Buffer>,
+pub(super) fn stats_rows<E: Executor, R: DevReal>(
+    c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
-    (q, z): (&E::Buffer, &E::Buffer),
-    (wb, scr): (&E::Buffer, Option<&E::Buffer>),
+    (q, z): (&Buffer<E, R>, &Buffer<E, R>),
+    (wb, scr): (&Buffer<E, R>, Option<&Buffer<E, R>>),
     (ya, yb): (usize, usize),
     band: usize,
 ) -> Result<()> {
@@ -295,28 +312,22 @@ pub(super) fn stats_rows<E: Executor>(
             groups,
             pairs: None,
         };
-        launch_stats(e, c, &l)?;
+        launch_stats(c, &l)?;
         // launches are ordered (OpenCL waits for each, CUDA uses one stream), so the next
         // band's paco_stats cannot overwrite wb (or the scratch) before this paco_z has read it
-        e.launch(
-            &gpu_kernels::PACO,
-            c.opts,
-            "paco_z",
-            &[(groups * t).div_ceil(lw) * lw],
-            &[lw],
-            &[
-                KernelArg::Buf(c.cen),
-                KernelArg::Buf(c.offs),
-                KernelArg::Buf(wb),
-                KernelArg::Buf(z),
-                KernelArg::U32(c.wu),
-                KernelArg::U32(c.tu),
-                KernelArg::U32(c.ku),
-                KernelArg::U32(to_u32(ya, "row")?),
-                KernelArg::U32(xu),
-                KernelArg::U32(nxu),
-                KernelArg::U32(to_u32(groups, "pixels")?),
-            ],
+        c.kern.paco_z(
+            Grid::new(&[(groups * t).div_ceil(lw) * lw], &[lw]),
+            c.cen,
+            c.offs,
+            wb,
+            z,
+            c.wu,
+            c.tu,
+            c.ku,
+            to_u32(ya, "row")?,
+            xu,
+            nxu,
+            to_u32(groups, "pixels")?,
         )?;
     }
     Ok(())
@@ -324,25 +335,22 @@ pub(super) fn stats_rows<E: Executor>(
 
 /// Without sub-pixel templates: q and the whitened matched-filter cube z per band of
 /// statistics rows, then the trajectory sums in batches of `batch_size` positions.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn ab_fast<E: Executor>(
+pub(super) fn ab_fast<E: Executor, R: DevReal>(
     e: &E,
-    c: &StatsCtx<'_, E::Buffer>,
+    c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
     pos: &(dyn Fn(usize) -> (usize, usize) + Sync),
     n0: usize,
-    dbl: bool,
     big: bool,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
-    let rs = if dbl { 8 } else { 4 };
     let (t, h, w) = job.cube.dim();
     let npix = h * w;
     let ((y_lo, y_hi), _) = job.geom.stats_ranges();
-    let band = fast_band(job, dbl, big);
-    let q = e.alloc(npix * rs)?;
-    let z = e.alloc(npix * t * rs)?;
-    let (wb, scr) = band_buffers(e, job, band, dbl, big)?;
-    stats_rows(e, c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
+    let band = fast_band::<R>(job, big);
+    let q = e.alloc_elems::<R>(npix)?;
+    let z = e.alloc_elems::<R>(npix * t)?;
+    let (wb, scr) = band_buffers::<E, R>(e, job, band, big)?;
+    stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
     let lw = c.shapes.line_wg;
 
     // trajectory sums, in batches of output positions; the next batch's trajectories are
@@ -387,33 +395,27 @@ pub(super) fn ab_fast<E: Executor>(
                     trajectories(lo, hi)
                 }
             };
-            let traj_buf = e.upload(&i32_bytes(&traj))?;
+            let traj_buf = e.upload_slice(&traj)?;
             drop(traj);
-            let a = e.alloc(n * rs)?;
-            let b = e.alloc(n * rs)?;
-            e.launch(
-                &gpu_kernels::PACO,
-                c.opts,
-                "paco_accumulate",
-                &[n.div_ceil(lw) * lw],
-                &[lw],
-                &[
-                    KernelArg::Buf(&traj_buf),
-                    KernelArg::Buf(&q),
-                    KernelArg::Buf(&z),
-                    KernelArg::Buf(&a),
-                    KernelArg::Buf(&b),
-                    KernelArg::U32(to_u32(n, "positions")?),
-                    KernelArg::U32(c.tu),
-                ],
+            let a = e.alloc_elems::<R>(n)?;
+            let b = e.alloc_elems::<R>(n)?;
+            c.kern.paco_accumulate(
+                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
+                &traj_buf,
+                &q,
+                &z,
+                &a,
+                &b,
+                to_u32(n, "positions")?,
+                c.tu,
             )?;
             // the whole batch in one piece: prepare the next while the device runs this one
             if hi == next && range.start == 0 && next < n0 && ahead.is_none() {
                 let nhi = (next + batch).min(n0);
                 ahead = Some((next, trajectories(next, nhi)));
             }
-            let av = decode(&e.read(&a, n * rs)?, dbl);
-            let bv = decode(&e.read(&b, n * rs)?, dbl);
+            let av = to_f64s(e.read_elems(&a, n)?);
+            let bv = to_f64s(e.read_elems(&b, n)?);
             Ok(av.into_iter().zip(bv).collect())
         };
         let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;

@@ -74,9 +74,12 @@
 //! `ab_at` without templates computes the statistics of the whole field and then sums only the
 //! requested trajectories; with templates, only the pixels its trajectories visit.
 //!
-//! Files: `common` (encodings, precision, OOM policy), `fast` (the entry point and the
-//! path without templates), `pairs` (the bucketed pairs with templates), `stats` (one
-//! `paco_stats` launch).
+//! Files: `common` (the device arithmetic `R` and its conversions, precision, OOM policy),
+//! `fast` (the entry point, which dispatches once to `R = f64` or `R = f32`, and the path
+//! without templates), `pairs` (the bucketed pairs with templates), `stats` (one `paco_stats`
+//! launch), `worker` (one device of a multi-device run). Device buffers are typed
+//! ([`bridge_core::exec::Buffer`]) and kernels launch through the typed launchers generated
+//! from `paco.cl` ([`paco_kernels`](super::gpu_kernels::paco_kernels)).
 
 use bridge_core::exec::Executor;
 use bridge_core::tuning::Tuning;

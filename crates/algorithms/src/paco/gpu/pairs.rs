@@ -1,15 +1,16 @@
 //! The path with sub-pixel templates: pairs (φ0, ℓ) bucketed by trajectory pixel on the host,
 //! evaluated by `paco_stats` right after each pixel's Cholesky factorisation.
 
-use bridge_core::exec::Executor;
+use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 use bridge_core::oom::{NoRelease, RetryPolicy, run_batched};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::super::job::PacoJob;
 use super::STATS_GROUPS_PER_LAUNCH;
-use super::common::{PairTemplates, decode, encode, to_u32, u32_bytes};
+use super::common::{DevReal, PairTemplates, bytes_of, is_double, to_f64s, to_reals, to_u32};
 use super::stats::{PairArgs, StatsCtx, StatsLaunch, launch_stats};
+use crate::detect::real::Real;
 
 /// The pairs (φ0, ℓ) of a run bucketed by trajectory pixel θ: the pixels that have pairs
 /// (`plist`) and their slot ranges (`pstart`, CSR over `ppid`, pair ids ascending within θ:
@@ -173,43 +174,87 @@ impl PairPlan {
 
 /// The template table on the device (uploaded once per run), with `sub` and `tq` of the
 /// `paco_stats` arguments.
-pub(super) fn upload_table<E: Executor>(
+pub(super) type Table<E, R> = (u32, u32, Option<Buffer<E, R>>);
+
+/// Uploads the [`Table`] of `tpl` in arithmetic `R` (no buffer for per-pair templates).
+pub(super) fn upload_table<E: Executor, R: DevReal>(
     e: &E,
     tpl: &PairTemplates,
-    dbl: bool,
-) -> Result<(u32, u32, Option<E::Buffer>)> {
+) -> Result<Table<E, R>> {
     Ok(match tpl {
         PairTemplates::Table { q, data } => (
             1u32,
             to_u32(*q, "subpixel table q")?,
-            Some(e.upload(&encode(data.iter().copied(), dbl, data.len()))?),
+            Some(e.upload_slice(&to_reals::<R>(data.iter().copied()))?),
         ),
         PairTemplates::PerPair(_) => (2u32, 1u32, None),
     })
 }
 
 /// What one batch of pixels needs besides the launch context.
-pub(super) struct PairRun<'a, B> {
+pub(super) struct PairRun<'a, E: Executor, R: DevReal> {
     pub(super) plan: &'a PairPlan,
     pub(super) tpl: &'a PairTemplates,
     /// `sub`, `tq` and the table of [`upload_table`].
-    pub(super) table: (u32, u32, Option<&'a B>),
+    pub(super) table: (u32, u32, Option<&'a Buffer<E, R>>),
     pub(super) pos: &'a (dyn Fn(usize) -> (usize, usize) + Sync),
-    pub(super) dbl: bool,
     pub(super) big: bool,
+}
+
+/// The per-slot template inputs of a batch, uploaded: the fractional offsets (`pfy`, `pfx`)
+/// with the table, the CPU's own templates (`tbl`) without.
+type SlotInputs<E, R> = (
+    Option<Buffer<E, R>>,
+    Option<Buffer<E, R>>,
+    Option<Buffer<E, R>>,
+);
+
+/// Computes and uploads the [`SlotInputs`] of the pair ids `slots` (`frac`: a pair's
+/// fractional offsets); adds the bytes uploaded to `up`.
+fn slot_inputs<E: Executor, R: DevReal>(
+    e: &E,
+    tpl: &PairTemplates,
+    k: usize,
+    slots: &[u32],
+    frac: &(dyn Fn(u32) -> (f64, f64) + Sync),
+    up: &mut u64,
+) -> Result<SlotInputs<E, R>> {
+    Ok(match tpl {
+        PairTemplates::Table { .. } => {
+            let f: Vec<(f64, f64)> = slots.par_iter().map(|&pid| frac(pid)).collect();
+            let fy: Vec<R> = to_reals(f.iter().map(|v| v.0));
+            let fx: Vec<R> = to_reals(f.iter().map(|v| v.1));
+            *up += bytes_of::<R>(fy.len() + fx.len());
+            (Some(e.upload_slice(&fy)?), Some(e.upload_slice(&fx)?), None)
+        }
+        PairTemplates::PerPair(tp) => {
+            // the CPU's own template of every pair, converted in parallel
+            let mut vals = vec![R::ZERO; slots.len() * k];
+            vals.par_chunks_mut(k).zip(slots.par_iter()).for_each_init(
+                || vec![0.0f64; k],
+                |hv, (out, &pid)| {
+                    let (fy, fx) = frac(pid);
+                    tp.fill(fy, fx, hv);
+                    for (o, &v) in out.iter_mut().zip(hv.iter()) {
+                        *o = <R as Real>::from_f64(v);
+                    }
+                },
+            );
+            *up += bytes_of::<R>(vals.len());
+            (None, None, Some(e.upload_slice(&vals)?))
+        }
+    })
 }
 
 /// The contributions (a, b per slot, slot order) of the pixels `[pa, pb)` of `plan.plist`,
 /// and the bytes uploaded.
-pub(super) fn pair_batch<E: Executor>(
+pub(super) fn pair_batch<E: Executor, R: DevReal>(
     e: &E,
-    c: &StatsCtx<'_, E::Buffer>,
+    c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
-    r: &PairRun<'_, E::Buffer>,
+    r: &PairRun<'_, E, R>,
     (pa, pb): (usize, usize),
 ) -> Result<(Vec<f64>, u64)> {
-    let dbl = r.dbl;
-    let rs = if dbl { 8 } else { 4 };
     let t = job.cube.dim().0;
     let k = job.disk.len();
     let geom = job.geom;
@@ -228,48 +273,20 @@ pub(super) fn pair_batch<E: Executor>(
     let (sa, sb) = (plan.pstart[pa] as usize, plan.pstart[pb] as usize);
     let ns = sb - sa;
     let slots = &plan.ppid[sa..sb];
-    let plist_bytes = u32_bytes(plan.plist[pa..pb].iter().copied());
-    let pstart_bytes = u32_bytes(plan.pstart[pa..=pb].iter().map(|&s| s - sa as u32));
-    let pfr_bytes = u32_bytes(slots.iter().map(|&pid| pid % t as u32));
-    let mut up = (plist_bytes.len() + pstart_bytes.len() + pfr_bytes.len()) as u64;
-    let plist_b = e.upload(&plist_bytes)?;
-    let pstart_b = e.upload(&pstart_bytes)?;
-    let pfr_b = e.upload(&pfr_bytes)?;
-    let (pfy_b, pfx_b, tpl_b) = match r.tpl {
-        PairTemplates::Table { .. } => {
-            let f: Vec<(f64, f64)> = slots.par_iter().map(|&pid| frac(pid)).collect();
-            let fy = encode(f.iter().map(|v| v.0), dbl, ns);
-            let fx = encode(f.iter().map(|v| v.1), dbl, ns);
-            up += (fy.len() + fx.len()) as u64;
-            (Some(e.upload(&fy)?), Some(e.upload(&fx)?), None)
-        }
-        PairTemplates::PerPair(tp) => {
-            // the CPU's own template of every pair, encoded in parallel
-            let mut bytes = vec![0u8; ns * k * rs];
-            bytes
-                .par_chunks_mut(k * rs)
-                .zip(slots.par_iter())
-                .for_each_init(
-                    || vec![0.0f64; k],
-                    |hv, (out, &pid)| {
-                        let (fy, fx) = frac(pid);
-                        tp.fill(fy, fx, hv);
-                        for (o, &v) in out.chunks_exact_mut(rs).zip(hv.iter()) {
-                            if dbl {
-                                o.copy_from_slice(&v.to_le_bytes());
-                            } else {
-                                o.copy_from_slice(&(v as f32).to_le_bytes());
-                            }
-                        }
-                    },
-                );
-            up += bytes.len() as u64;
-            (None, None, Some(e.upload(&bytes)?))
-        }
-    };
-    let cab = e.alloc(2 * ns * rs)?;
+    let plist = &plan.plist[pa..pb];
+    let pstart: Vec<u32> = plan.pstart[pa..=pb]
+        .iter()
+        .map(|&s| s - sa as u32)
+        .collect();
+    let pfr: Vec<u32> = slots.iter().map(|&pid| pid % t as u32).collect();
+    let mut up = bytes_of::<u32>(plist.len() + pstart.len() + pfr.len());
+    let plist_b = e.upload_slice(plist)?;
+    let pstart_b = e.upload_slice(&pstart)?;
+    let pfr_b = e.upload_slice(&pfr)?;
+    let (pfy_b, pfx_b, tpl_b) = slot_inputs::<E, R>(e, r.tpl, k, slots, &frac, &mut up)?;
+    let cab = e.alloc_elems::<R>(2 * ns)?;
     let scr = if r.big {
-        Some(e.alloc((pb - pa) * k * k * rs)?)
+        Some(e.alloc_elems::<R>((pb - pa) * k * k)?)
     } else {
         None
     };
@@ -295,8 +312,8 @@ pub(super) fn pair_batch<E: Executor>(
         groups: pb - pa,
         pairs: Some(pairs),
     };
-    launch_stats(e, c, &l)?;
-    let contrib = decode(&e.read(&cab, 2 * ns * rs)?, dbl);
+    launch_stats(c, &l)?;
+    let contrib = to_f64s(e.read_elems(&cab, 2 * ns)?);
     drop((plist_b, pstart_b, pfr_b, pfy_b, pfx_b, tpl_b, cab, scr));
     Ok((contrib, up))
 }
@@ -304,33 +321,30 @@ pub(super) fn pair_batch<E: Executor>(
 /// With sub-pixel templates: pairs (φ0, ℓ) bucketed by their trajectory pixel θ on the host,
 /// evaluated by `paco_stats` right after the Cholesky factorisation of θ, in batches of pixels
 /// bounded by `max_tile_bytes`; the host adds the contributions in the CPU's order.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn ab_pairs<E: Executor>(
+pub(super) fn ab_pairs<E: Executor, R: DevReal>(
     e: &E,
-    c: &StatsCtx<'_, E::Buffer>,
+    c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
     pos: &(dyn Fn(usize) -> (usize, usize) + Sync),
     n0: usize,
     tpl: &PairTemplates,
-    dbl: bool,
     big: bool,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let t = job.cube.dim().0;
     let plan = PairPlan::new(job, pos, n0)?;
     // templates on the device: the table once; per-pair templates with their batch
-    let (sub, tq, tbl) = upload_table(e, tpl, dbl)?;
+    let (sub, tq, tbl) = upload_table::<E, R>(e, tpl)?;
     let run = PairRun {
         plan: &plan,
         tpl,
         table: (sub, tq, tbl.as_ref()),
         pos,
-        dbl,
         big,
     };
     let policy = RetryPolicy::split_only();
     let mut a = vec![0.0f64; n0];
     let mut b = vec![0.0f64; n0];
-    for (ga, gb) in plan.batches(job, dbl) {
+    for (ga, gb) in plan.batches(job, is_double::<R>()) {
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<()>> {
             let (pa, pb) = (ga + range.start, ga + range.end);
             let (contrib, _) = pair_batch(e, c, job, &run, (pa, pb))?;

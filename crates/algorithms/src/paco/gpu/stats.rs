@@ -1,106 +1,104 @@
 //! One `paco_stats` launch (shrinkage covariance, Cholesky, and either the matched filter or the
 //! pair contributions) and the full-grid maps from the flat outputs.
 
-use bridge_core::exec::{Executor, KernelArg};
+use bridge_core::exec::{Buffer, Executor, Grid, Local};
 use bridge_core::{BridgeError, Result};
 use ndarray::Array2;
 
-use super::super::gpu_kernels;
+use super::super::gpu_kernels::paco_kernels::Kernels;
 use super::super::job::PacoJob;
-use super::common::to_u32;
+use super::common::{DevReal, to_u32};
 
-/// Buffers and sizes shared by every `paco_stats` launch of a run.
-pub(super) struct StatsCtx<'a, B> {
-    pub(super) opts: &'a [&'a str],
-    pub(super) cen: &'a B,
-    pub(super) offs: &'a B,
-    pub(super) h0: &'a B,
-    /// A 4-byte buffer for the arguments a launch never reads or writes (distinct from every
-    /// buffer that is written, as the kernel's `restrict` qualifiers require).
-    pub(super) dummy: &'a B,
+/// Buffers and sizes shared by every `paco_stats` launch of a run (arithmetic `R`).
+pub(super) struct StatsCtx<'a, E: Executor, R: DevReal> {
+    /// The typed launchers of the run's program (its build options).
+    pub(super) kern: Kernels<'a, E>,
+    pub(super) cen: &'a Buffer<E, R>,
+    pub(super) offs: &'a Buffer<E, i32>,
+    pub(super) h0: &'a Buffer<E, R>,
+    /// A one-element buffer for the `REAL` arguments a launch never reads or writes (distinct
+    /// from every buffer that is written, as the kernel's `restrict` qualifiers require).
+    pub(super) dummy: &'a Buffer<E, R>,
+    /// A one-element buffer for the `uint` arguments a launch never reads.
+    pub(super) dummy_u32: &'a Buffer<E, u32>,
     pub(super) wu: u32,
     pub(super) tu: u32,
     pub(super) ku: u32,
     pub(super) variant: u32,
-    /// Bytes of the `LOCAL_ARG` of `paco_stats`: the K×K matrix (`K²·s`), or a token 8 bytes
-    /// with `COV_GLOBAL` (the matrix is in `scr` then).
-    pub(super) local_bytes: usize,
+    /// The `LOCAL_ARG` of `paco_stats`: the K×K matrix (`K²` values), or a token 8 bytes with
+    /// `COV_GLOBAL` (the matrix is in `scr` then).
+    pub(super) local: Local<R>,
     /// The run's launch shapes.
     pub(super) shapes: super::common::Shapes,
 }
 
 /// The pair arguments of a `paco_stats` launch with sub-pixel templates.
-pub(super) struct PairArgs<'a, B> {
+pub(super) struct PairArgs<'a, E: Executor, R: DevReal> {
     /// 1: table templates, 2: per-pair templates.
     pub(super) sub: u32,
-    pub(super) plist: &'a B,
-    pub(super) pstart: &'a B,
-    pub(super) pfr: &'a B,
-    pub(super) pfy: &'a B,
-    pub(super) pfx: &'a B,
-    pub(super) tbl: &'a B,
+    pub(super) plist: &'a Buffer<E, u32>,
+    pub(super) pstart: &'a Buffer<E, u32>,
+    pub(super) pfr: &'a Buffer<E, u32>,
+    pub(super) pfy: &'a Buffer<E, R>,
+    pub(super) pfx: &'a Buffer<E, R>,
+    pub(super) tbl: &'a Buffer<E, R>,
     pub(super) tq: u32,
     pub(super) nearest: u32,
-    pub(super) cab: &'a B,
+    pub(super) cab: &'a Buffer<E, R>,
 }
 
 /// One `paco_stats` launch: `groups` pixels of rows from `y0` (columns `[x_lo, x_lo + nx)`)
 /// without templates, the pixels of `pairs.plist` with them.
-pub(super) struct StatsLaunch<'a, B> {
-    pub(super) q: &'a B,
-    pub(super) wb: &'a B,
+pub(super) struct StatsLaunch<'a, E: Executor, R: DevReal> {
+    pub(super) q: &'a Buffer<E, R>,
+    pub(super) wb: &'a Buffer<E, R>,
     /// The K×K scratch matrices of the `COV_GLOBAL` variant (`groups·K²` values).
-    pub(super) scr: Option<&'a B>,
+    pub(super) scr: Option<&'a Buffer<E, R>>,
     pub(super) y0: u32,
     pub(super) x_lo: u32,
     pub(super) nx: u32,
     pub(super) groups: usize,
-    pub(super) pairs: Option<PairArgs<'a, B>>,
+    pub(super) pairs: Option<PairArgs<'a, E, R>>,
 }
 
-pub(super) fn launch_stats<E: Executor>(
-    e: &E,
-    c: &StatsCtx<'_, E::Buffer>,
-    l: &StatsLaunch<'_, E::Buffer>,
+/// Launches `paco_stats` for `l` (nothing when it has no pixel); the dummy buffers of `c`
+/// stand for the arguments the launch does not use.
+pub(super) fn launch_stats<E: Executor, R: DevReal>(
+    c: &StatsCtx<'_, E, R>,
+    l: &StatsLaunch<'_, E, R>,
 ) -> Result<()> {
     if l.groups == 0 {
         return Ok(());
     }
-    let d = c.dummy;
+    let (d, du) = (c.dummy, c.dummy_u32);
     let p = l.pairs.as_ref();
-    e.launch(
-        &gpu_kernels::PACO,
-        c.opts,
-        "paco_stats",
-        &[l.groups * c.shapes.stats_wg],
-        &[c.shapes.stats_wg],
-        &[
-            KernelArg::Buf(c.cen),
-            KernelArg::Buf(c.offs),
-            KernelArg::Buf(c.h0),
-            KernelArg::Buf(l.q),
-            KernelArg::Buf(l.wb),
-            KernelArg::Buf(l.scr.unwrap_or(d)),
-            KernelArg::U32(c.wu),
-            KernelArg::U32(c.tu),
-            KernelArg::U32(c.ku),
-            KernelArg::U32(l.y0),
-            KernelArg::U32(l.x_lo),
-            KernelArg::U32(l.nx),
-            KernelArg::U32(to_u32(l.groups, "pixels")?),
-            KernelArg::U32(c.variant),
-            KernelArg::U32(p.map_or(0, |p| p.sub)),
-            KernelArg::Buf(p.map_or(d, |p| p.plist)),
-            KernelArg::Buf(p.map_or(d, |p| p.pstart)),
-            KernelArg::Buf(p.map_or(d, |p| p.pfr)),
-            KernelArg::Buf(p.map_or(d, |p| p.pfy)),
-            KernelArg::Buf(p.map_or(d, |p| p.pfx)),
-            KernelArg::Buf(p.map_or(d, |p| p.tbl)),
-            KernelArg::U32(p.map_or(1, |p| p.tq)),
-            KernelArg::U32(p.map_or(0, |p| p.nearest)),
-            KernelArg::Buf(p.map_or(d, |p| p.cab)),
-            KernelArg::Local(c.local_bytes),
-        ],
+    c.kern.paco_stats(
+        Grid::new(&[l.groups * c.shapes.stats_wg], &[c.shapes.stats_wg]),
+        c.cen,
+        c.offs,
+        c.h0,
+        l.q,
+        l.wb,
+        l.scr.unwrap_or(d),
+        c.wu,
+        c.tu,
+        c.ku,
+        l.y0,
+        l.x_lo,
+        l.nx,
+        to_u32(l.groups, "pixels")?,
+        c.variant,
+        p.map_or(0, |p| p.sub),
+        p.map_or(du, |p| p.plist),
+        p.map_or(du, |p| p.pstart),
+        p.map_or(du, |p| p.pfr),
+        p.map_or(d, |p| p.pfy),
+        p.map_or(d, |p| p.pfx),
+        p.map_or(d, |p| p.tbl),
+        p.map_or(1, |p| p.tq),
+        p.map_or(0, |p| p.nearest),
+        p.map_or(d, |p| p.cab),
+        c.local,
     )
 }
 

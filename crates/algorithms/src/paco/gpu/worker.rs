@@ -3,33 +3,32 @@
 //! sub-pixel templates, runs of trajectory pixels (their pair contributions) with them.
 
 use bridge_core::Result;
-use bridge_core::exec::Executor;
+use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 
 use super::super::job::PacoJob;
 use super::super::multi::UnitWorker;
 use super::GpuPrecision;
-use super::common::decode;
+use super::common::{DevReal, bytes_of, to_f64s};
 use super::fast::{DeviceJob, Plan, band_buffers, stats_rows};
-use super::pairs::{PairPlan, PairRun, pair_batch, upload_table};
+use super::pairs::{PairPlan, PairRun, Table, pair_batch, upload_table};
 
-enum Kind<'j, B> {
+enum Kind<'j, E: Executor, R: DevReal> {
     /// Full-frame q and z on the device.
-    Fast { q: B, z: B },
+    Fast { q: Buffer<E, R>, z: Buffer<E, R> },
     /// The shared bucketing and the table (`sub`, `tq`, buffer).
     Pairs {
         plan: &'j PairPlan,
-        table: (u32, u32, Option<B>),
+        table: Table<E, R>,
     },
 }
 
-/// A device's state for a multi-device run.
-pub(crate) struct GpuWorker<'j, E: Executor> {
-    e: E,
-    job: &'j PacoJob<'j>,
-    dj: DeviceJob<E::Buffer>,
-    kind: Kind<'j, E::Buffer>,
-    up: u64,
-    down: u64,
+/// A device's state for a multi-device run, in the device's arithmetic (resolved once, in
+/// [`GpuWorker::new`]).
+pub(crate) enum GpuWorker<'j, E: Executor> {
+    /// Double precision.
+    F64(Worker<'j, E, f64>),
+    /// Single precision.
+    F32(Worker<'j, E, f32>),
 }
 
 impl<'j, E: Executor> GpuWorker<'j, E> {
@@ -37,27 +36,60 @@ impl<'j, E: Executor> GpuWorker<'j, E> {
     /// bucketing with sub-pixel templates (`None` without).
     pub(crate) fn new(e: E, job: &'j PacoJob<'j>, pairs: Option<&'j PairPlan>) -> Result<Self> {
         let plan = Plan::new(&e, job, GpuPrecision::Auto, bridge_core::tuning::process())?;
-        let dj = DeviceJob::new(&e, job, plan)?;
-        let rs = if dj.plan.dbl { 8 } else { 4 };
+        Ok(if plan.dbl {
+            GpuWorker::F64(Worker::new(e, job, pairs, plan)?)
+        } else {
+            GpuWorker::F32(Worker::new(e, job, pairs, plan)?)
+        })
+    }
+}
+
+impl<E: Executor> UnitWorker for GpuWorker<'_, E> {
+    fn unit(&mut self, range: (usize, usize)) -> Result<Vec<f64>> {
+        match self {
+            GpuWorker::F64(w) => w.unit(range),
+            GpuWorker::F32(w) => w.unit(range),
+        }
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        match self {
+            GpuWorker::F64(w) => (w.up, w.down),
+            GpuWorker::F32(w) => (w.up, w.down),
+        }
+    }
+}
+
+/// A device's state for a multi-device run in arithmetic `R`.
+pub(crate) struct Worker<'j, E: Executor, R: DevReal> {
+    e: E,
+    job: &'j PacoJob<'j>,
+    dj: DeviceJob<E, R>,
+    kind: Kind<'j, E, R>,
+    up: u64,
+    down: u64,
+}
+
+impl<'j, E: Executor, R: DevReal> Worker<'j, E, R> {
+    /// [`GpuWorker::new`] in arithmetic `R` (`plan.dbl` is `R`'s precision).
+    fn new(e: E, job: &'j PacoJob<'j>, pairs: Option<&'j PairPlan>, plan: Plan) -> Result<Self> {
+        let dj = DeviceJob::<E, R>::new(&e, job, plan)?;
         let (t, h, w) = job.cube.dim();
         let mut up = dj.uploaded;
         let kind = match (pairs, &dj.plan.tpl) {
             (Some(plan), Some(tpl)) => {
-                let (sub, tq, tbl) = upload_table(&e, tpl, dj.plan.dbl)?;
+                let table = upload_table::<E, R>(&e, tpl)?;
                 if let super::common::PairTemplates::Table { data, .. } = tpl {
-                    up += (data.len() * rs) as u64;
+                    up += bytes_of::<R>(data.len());
                 }
-                Kind::Pairs {
-                    plan,
-                    table: (sub, tq, tbl),
-                }
+                Kind::Pairs { plan, table }
             }
             _ => Kind::Fast {
-                q: e.alloc(h * w * rs)?,
-                z: e.alloc(h * w * t * rs)?,
+                q: e.alloc_elems(h * w)?,
+                z: e.alloc_elems(h * w * t)?,
             },
         };
-        Ok(GpuWorker {
+        Ok(Worker {
             e,
             job,
             dj,
@@ -66,26 +98,25 @@ impl<'j, E: Executor> GpuWorker<'j, E> {
             down: 0,
         })
     }
-}
 
-impl<E: Executor> UnitWorker for GpuWorker<'_, E> {
+    /// [`UnitWorker::unit`]: q then z of the statistics rows `[a, b)`, or the pair
+    /// contributions of the pixels `[a, b)` of the bucketing.
     fn unit(&mut self, (a, b): (usize, usize)) -> Result<Vec<f64>> {
         let (e, job) = (&self.e, self.job);
-        let (dbl, big) = (self.dj.plan.dbl, self.dj.plan.big);
-        let c = self.dj.ctx();
+        let big = self.dj.plan.big;
+        let c = self.dj.ctx(e);
         match &self.kind {
             Kind::Fast { q, z } => {
-                let rs = if dbl { 8 } else { 4 };
                 let (t, _, w) = job.cube.dim();
                 let rows = b - a;
-                let (wb, scr) = band_buffers(e, job, rows, dbl, big)?;
-                stats_rows(e, &c, job, (q, z), (&wb, scr.as_ref()), (a, b), rows)?;
-                let qb = e.read_at(q, a * w * rs, rows * w * rs)?;
-                let zb = e.read_at(z, a * w * t * rs, rows * w * t * rs)?;
+                let (wb, scr) = band_buffers::<E, R>(e, job, rows, big)?;
+                stats_rows(&c, job, (q, z), (&wb, scr.as_ref()), (a, b), rows)?;
+                let qv = e.read_elems_at(q, a * w, rows * w)?;
+                let zv = e.read_elems_at(z, a * w * t, rows * w * t)?;
                 drop((wb, scr));
-                self.down += (qb.len() + zb.len()) as u64;
-                let mut out = decode(&qb, dbl);
-                out.extend(decode(&zb, dbl));
+                self.down += bytes_of::<R>(qv.len() + zv.len());
+                let mut out = to_f64s(qv);
+                out.extend(to_f64s(zv));
                 Ok(out)
             }
             Kind::Pairs { plan, table } => {
@@ -99,18 +130,13 @@ impl<E: Executor> UnitWorker for GpuWorker<'_, E> {
                     tpl,
                     table: (table.0, table.1, table.2.as_ref()),
                     pos: &pos,
-                    dbl,
                     big,
                 };
                 let (contrib, up) = pair_batch(e, &c, job, &run, (a, b))?;
                 self.up += up;
-                self.down += (contrib.len() * if dbl { 8 } else { 4 }) as u64;
+                self.down += bytes_of::<R>(contrib.len());
                 Ok(contrib)
             }
         }
-    }
-
-    fn bytes(&self) -> (u64, u64) {
-        (self.up, self.down)
     }
 }
