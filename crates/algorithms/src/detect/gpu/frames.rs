@@ -166,7 +166,7 @@ pub(super) fn run_frames<E: Executor>(
                 bytes
                     .par_chunks_mut(fb.max(1))
                     .zip(run.par_iter())
-                    .for_each(|(dst, f)| pack_le(f, dst));
+                    .for_each(|(dst, f)| pack_ne(f, dst));
                 trace(|| {
                     format!(
                         "detect: pack {n} raw frames {:.3} s",
@@ -194,22 +194,20 @@ pub(super) fn run_frames<E: Executor>(
     Ok(out)
 }
 
-/// A frame's pixels as little-endian bytes into `dst` (exactly its size); u8 and u16 only.
-fn pack_le(f: &FrameView<'_>, dst: &mut [u8]) {
+/// A frame's pixels as their bytes in the host's order (the order of typed device buffers,
+/// `TypedExecutor::upload_bytes`) into `dst` (exactly its size); u8 and u16 only.
+fn pack_ne(f: &FrameView<'_>, dst: &mut [u8]) {
     match f {
         FrameView::U8(a) => match a.as_slice() {
             Some(s) => dst.copy_from_slice(s),
             None => dst.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v),
         },
         FrameView::U16(a) => match a.as_slice() {
-            // the bytes of a C-order u16 frame on a little-endian host are already its
-            // little-endian bytes: one memcpy
-            Some(s) if cfg!(target_endian = "little") => {
-                dst.copy_from_slice(bytemuck::cast_slice(s));
-            }
-            _ => {
+            // a C-order frame: one memcpy
+            Some(s) => dst.copy_from_slice(bytemuck::cast_slice(s)),
+            None => {
                 for (d, &v) in dst.chunks_exact_mut(2).zip(a.iter()) {
-                    d.copy_from_slice(&v.to_le_bytes());
+                    d.copy_from_slice(&v.to_ne_bytes());
                 }
             }
         },
