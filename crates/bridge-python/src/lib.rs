@@ -20,6 +20,7 @@ mod errors;
 mod memory;
 mod paco;
 mod pipelines;
+mod volume;
 
 use pyo3::prelude::*;
 
@@ -56,6 +57,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
+    m.add_function(wrap_pyfunction!(volume::blob_log_nd, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::link, m)?)?;
     m.add_function(wrap_pyfunction!(paco::paco, m)?)?;

@@ -48,6 +48,25 @@ fn frames_of<'a, T: Copy>(
     }
 }
 
+/// `held` itself when it is host memory, else a host copy of it kept in `keep` (checked against
+/// the host budget first; `what` names the call in the error).
+pub(crate) fn host_held<'a>(
+    held: &'a Held,
+    keep: &'a mut Option<Held>,
+    what: &str,
+) -> PyResult<&'a Held> {
+    if held.device() == Device::Cpu {
+        return Ok(held);
+    }
+    let h = held.host_copy(
+        &format!("{what}: reading the movie back to the host"),
+        "detect on the device it lives on (device=\"auto\"), or on fewer frames",
+    )?;
+    Ok(keep.insert(Held::Bridge(std::sync::Arc::new(
+        bridge_core::Array::from_host(h),
+    ))))
+}
+
 /// Host frames of `held` (a host view, or a host copy of a device array kept in `keep`, checked
 /// against the host budget first; `what` names the function for its error).
 fn host_frames<'a>(
@@ -55,21 +74,7 @@ fn host_frames<'a>(
     keep: &'a mut Option<Held>,
     what: &str,
 ) -> PyResult<(Vec<FrameView<'a>>, bool)> {
-    let src: &'a Held = if held.device() == Device::Cpu {
-        held
-    } else {
-        let h = held.host_copy(
-            &format!("{what}: reading the movie back to the host"),
-            "detect on the device it lives on (device=\"auto\"), or on fewer frames",
-        )?;
-        *keep = Some(Held::Bridge(std::sync::Arc::new(
-            bridge_core::Array::from_host(h),
-        )));
-        match keep {
-            Some(k) => k,
-            None => unreachable!("just set"),
-        }
-    };
+    let src = host_held(held, keep, what)?;
     match src.dtype() {
         DType::U8 => frames_of(src.host_view::<u8>().py_err()?, FrameView::U8),
         DType::U16 => frames_of(src.host_view::<u16>().py_err()?, FrameView::U16),

@@ -26,12 +26,12 @@ def movie(frames=3, h=48, w=56):
 def test_host_input_follows_the_offload_model_and_says_why(caplog):
     m = movie()
     with caplog.at_level(logging.INFO, logger="arraybridge"):
-        auto = ab.blob_log(m, max_sigma=3, threshold=None, threshold_rel=0.2)
+        auto = ab.batch_blob_log(m, max_sigma=3, threshold=None, threshold_rel=0.2)
     d = ab.last_decision()
     assert d is not None and d["device"] in [x["device"] for x in ab.devices()]
     assert d["reason"]
     # the same rows as naming the chosen device
-    named = ab.blob_log(m, max_sigma=3, threshold=None, threshold_rel=0.2, device=d["device"])
+    named = ab.batch_blob_log(m, max_sigma=3, threshold=None, threshold_rel=0.2, device=d["device"])
     np.testing.assert_array_equal(auto, named)
     assert any("auto:" in r.getMessage() for r in caplog.records)
     for pipeline in (
@@ -51,8 +51,8 @@ def test_an_input_on_a_device_is_read_there():
         pytest.skip("no opencl:0 here")
     m = movie()
     on = ab.convert(m, "opencl:0")
-    rows = ab.blob_log(on, max_sigma=3, threshold=None, threshold_rel=0.2)
+    rows = ab.batch_blob_log(on, max_sigma=3, threshold=None, threshold_rel=0.2)
     d = ab.last_decision()
     assert d["device"] == "opencl:0" and "lives on opencl:0" in d["reason"], d
-    explicit = ab.blob_log(on, max_sigma=3, threshold=None, threshold_rel=0.2, device="opencl:0")
+    explicit = ab.batch_blob_log(on, max_sigma=3, threshold=None, threshold_rel=0.2, device="opencl:0")
     np.testing.assert_array_equal(rows, explicit)

@@ -127,11 +127,11 @@ def test_blob_log_on_a_cuda_movie_matches_the_cpu(torch_cuda):
     torch = torch_cuda
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:4, :128, :128]
     kw = dict(max_sigma=3, threshold=None, threshold_rel=0.2)
-    cpu = ab.blob_log(movie, device="cpu", **kw)
-    from_host = ab.blob_log(movie, device="cuda:0", **kw)
+    cpu = ab.batch_blob_log(movie, device="cpu", **kw)
+    from_host = ab.batch_blob_log(movie, device="cuda:0", **kw)
     # a u16 movie already on the GPU is read in place
     on_gpu = torch.from_numpy(movie.view(np.int16)).to("cuda:0").view(torch.uint16)
-    resident = ab.blob_log(on_gpu, device="cuda:0", **kw)
+    resident = ab.batch_blob_log(on_gpu, device="cuda:0", **kw)
     for got in (from_host, resident):
         assert len(got) == len(cpu)
         np.testing.assert_allclose(sorted_rows(got), sorted_rows(cpu), rtol=1e-5, atol=1e-4)
@@ -164,4 +164,4 @@ def test_cuda_errors_are_typed(torch_cuda):
     with pytest.raises(ab.BackendUnavailable):
         ab.convert(np.ones(3), device="cuda:99")
     with pytest.raises(ab.InvalidInput):
-        ab.blob_log(torch_cuda.ones(10, device="cuda:0"), device="cuda:0")  # wrong ndim
+        ab.batch_blob_log(torch_cuda.ones(10, device="cuda:0"), device="cuda:0")  # wrong ndim

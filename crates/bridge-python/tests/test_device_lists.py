@@ -32,15 +32,15 @@ def movie(frames=12, h=64, w=72, seed=5):
 def test_bad_lists_are_typed_errors():
     m = movie(2)
     with pytest.raises(ab.InvalidInput, match="twice"):
-        ab.blob_log(m, max_sigma=3, device="cpu,cpu")
+        ab.batch_blob_log(m, max_sigma=3, device="cpu,cpu")
     with pytest.raises((ab.BackendUnavailable, ab.InvalidInput)):
         ab.locate(m, 7, device="cpu,opencl:99")
     with pytest.raises(ab.InvalidInput):
-        ab.blob_log(m, max_sigma=3, device="cpu,gpu7")
+        ab.batch_blob_log(m, max_sigma=3, device="cpu,gpu7")
     if not any(d["device"].startswith("cuda") for d in ab.devices()):
         # PoCL is a CPU device, not a GPU: "all" finds none here and says so
         with pytest.raises(ab.BackendUnavailable, match="no GPU"):
-            ab.blob_log(m, max_sigma=3, device="all")
+            ab.batch_blob_log(m, max_sigma=3, device="all")
 
 
 def test_cpu_and_opencl_together_give_the_cpu_features():
@@ -64,8 +64,8 @@ CHILD = textwrap.dedent(
         raise SystemExit(0)
     m = movie()
     kw = dict(max_sigma=3, num_sigma=5, threshold=None, threshold_rel=0.2, batch_size=2)
-    one = ab.blob_log(m, device="opencl:0", **kw)
-    two = ab.blob_log(m, device="opencl:0,opencl:1", **kw)
+    one = ab.batch_blob_log(m, device="opencl:0", **kw)
+    two = ab.batch_blob_log(m, device="opencl:0,opencl:1", **kw)
     assert one.shape[0] > 0
     np.testing.assert_array_equal(two, one)
     f1 = ab.locate(m, 7, device="opencl:0", batch_size=2)

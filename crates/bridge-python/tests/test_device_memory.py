@@ -71,13 +71,13 @@ def test_detection_under_a_small_pool_limit_splits_and_gives_the_same_rows(openc
     m = np.concatenate([np.roll(base, 3 * k, axis=2) for k in range(32)])
     assert m.nbytes == 64 << 20
     kw = dict(max_sigma=3, num_sigma=5, threshold=None, threshold_rel=0.2, device=opencl0)
-    free = ab.blob_log(m, batch_size=32, **kw)
+    free = ab.batch_blob_log(m, batch_size=32, **kw)
     ab.free_pools(opencl0)
     limit = 4 << 20
     ab.set_memory_limit(opencl0, limit)
     before = ab.memory_stats(opencl0)
     assert before["pool_reserved"] == 0
-    limited = ab.blob_log(m, batch_size=32, **kw)
+    limited = ab.batch_blob_log(m, batch_size=32, **kw)
     np.testing.assert_array_equal(limited, free)
     s = ab.memory_stats(opencl0)
     assert s["pool_limit"] == limit

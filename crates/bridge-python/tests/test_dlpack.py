@@ -166,9 +166,9 @@ def test_bad_inputs_are_typed():
     with pytest.raises(ab.InvalidInput, match="stream"):
         a.__dlpack__(stream=5, max_version=(1, 0))  # a consumer stream on a host array
     with pytest.raises(ab.InvalidInput):
-        ab.blob_log(np.ones(10))  # wrong ndim
+        ab.batch_blob_log(np.ones(10))  # wrong ndim
     with pytest.raises(ab.InvalidInput):
-        ab.blob_log(np.ones((2, 2, 2, 2)))
+        ab.batch_blob_log(np.ones((2, 2, 2, 2, 2)))  # a movie is 3-D (frames) or 4-D (volumes)
     # (int64 images are converted as scikit-image converts them, issue 31; complex is refused)
     with pytest.raises(ab.InvalidInput):
         ab.blob_log(np.ones((8, 8), dtype=np.complex64))

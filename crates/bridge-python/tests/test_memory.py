@@ -160,7 +160,7 @@ def test_device_arrays_read_back_are_checked():
     with pytest.raises(ab.OutOfMemory, match="needs 2.0 MiB"):
         np.from_dlpack(on_device, device="cpu")
     with pytest.raises(ab.OutOfMemory, match="blob_log: reading the movie back"):
-        ab.blob_log(on_device, device="cpu")
+        ab.batch_blob_log(on_device, device="cpu")
     with pytest.raises(ab.OutOfMemory, match="locate: reading the movie back"):
         ab.locate(on_device, 7, device="cpu")
     ab.set_memory_limit(16)
@@ -171,7 +171,7 @@ def test_detection_checks_the_frames_in_flight_before_detecting():
     ab.set_memory_limit(8)
     movie = np.broadcast_to(np.uint16(100), (3, 4096, 4096))  # 2 bytes standing for 96 MiB
     with pytest.raises(ab.OutOfMemory) as e:
-        ab.blob_log(movie, max_sigma=3, device="cpu")
+        ab.batch_blob_log(movie, max_sigma=3, device="cpu")
     msg = str(e.value)
     for part in ["blob_log", "(num_sigma)", "(batch_size)", "4096x4096", "only 8.0 MiB fit"]:
         assert part in msg, msg
@@ -180,7 +180,7 @@ def test_detection_checks_the_frames_in_flight_before_detecting():
     # a strided view of a small movie is still read in place and fits
     rng = np.random.default_rng(0)
     small = rng.integers(0, 1000, size=(2, 128, 128), dtype=np.uint16)[:, ::2, ::2]
-    assert ab.blob_log(small, max_sigma=3, threshold=None, threshold_rel=0.5).shape[1] == 4
+    assert ab.batch_blob_log(small, max_sigma=3, threshold=None, threshold_rel=0.5).shape[1] == 4
     assert len(np.asarray(ab.locate(small, 7, device="cpu")["y"])) >= 0
 
 

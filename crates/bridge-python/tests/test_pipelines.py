@@ -50,17 +50,17 @@ def test_blob_log_equals_skimage_on_its_own_test_image():
 def test_blob_log_movie_rows_and_opencl():
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:3, :96, :96]
     kw = dict(max_sigma=3, threshold=None, threshold_rel=0.2)
-    rows = ab.blob_log(movie, **kw)
+    rows = ab.batch_blob_log(movie, **kw)
     assert rows.shape[1] == 4
     for t in range(3):
         np.testing.assert_array_equal(rows[rows[:, 0] == t][:, 1:], ab.blob_log(movie[t], **kw))
     if "opencl:0" in [d["device"] for d in ab.devices()]:
-        on_cl = ab.blob_log(movie, device="opencl:0", **kw)
+        on_cl = ab.batch_blob_log(movie, device="opencl:0", **kw)
         np.testing.assert_allclose(sorted_rows(on_cl), sorted_rows(rows), rtol=1e-5)
         # A movie already on the device is read there.
         resident = ab.convert(movie, "opencl:0")
         np.testing.assert_allclose(
-            sorted_rows(ab.blob_log(resident, device="auto", **kw)), sorted_rows(rows), rtol=1e-5
+            sorted_rows(ab.batch_blob_log(resident, device="auto", **kw)), sorted_rows(rows), rtol=1e-5
         )
 
 
@@ -263,7 +263,7 @@ def test_ctrl_c_stops_a_long_run_between_batches():
         print("ready", flush=True)
         t = time.time()
         try:
-            ab.blob_log(movie, max_sigma=6, batch_size=2, device="cpu")
+            ab.batch_blob_log(movie, max_sigma=6, batch_size=2, device="cpu")
         except KeyboardInterrupt:
             print("interrupted after %.1f s" % (time.time() - t), flush=True)
             sys.exit(3)

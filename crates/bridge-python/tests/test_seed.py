@@ -12,7 +12,7 @@ def test_particle_detector_is_the_seed_preset_of_blob_log():
     det = ab.ParticleDetector(min_sigma=1.0, max_sigma=3.0, threshold_rel=0.2, batch_size=2)
     assert "max_sigma=3.0" in repr(det)
     parts = det.detect_movie(movie)
-    rows = ab.blob_log(movie, min_sigma=1, max_sigma=3, num_sigma=10, threshold=None,
+    rows = ab.batch_blob_log(movie, min_sigma=1, max_sigma=3, num_sigma=10, threshold=None,
                        threshold_rel=0.2, batch_size=2)
     np.testing.assert_array_equal(np.asarray(parts["frame"]), rows[:, 0].astype(np.int64))
     np.testing.assert_array_equal(np.asarray(parts["y"]), rows[:, 1])

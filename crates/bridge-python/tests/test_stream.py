@@ -33,7 +33,7 @@ def test_iterables_paths_and_arrays_give_the_whole_movies_rows(tmp_path):
     path = tmp_path / "m.npy"
     write_movie(path, frames=10, h=48, w=64)
     whole = np.load(path)
-    want = ab.blob_log(whole, **KW)
+    want = ab.batch_blob_log(whole, **KW)
     for src in (str(path), path, np.load(path, mmap_mode="r"), whole, (f for f in whole),
                 list(whole)):
         got = ab.batch_blob_log(src, chunk_frames=3, **KW)

@@ -288,10 +288,7 @@ def _border(exclude_border: Union[bool, int, Tuple[int, int]]) -> Tuple[int, int
     if exclude_border is False or exclude_border is None:
         return (0, 0)
     if exclude_border is True:
-        raise InvalidInput(
-            "exclude_border=True is resolved by scikit-image from the largest sigma; "
-            "give a number of pixels instead"
-        )
+        return (1, 1)  # scikit-image 0.26 reads True as the int 1
     if isinstance(exclude_border, (tuple, list)):
         if len(exclude_border) != 2:
             raise InvalidInput("exclude_border takes (rows, cols) for 2-D images")
@@ -300,6 +297,108 @@ def _border(exclude_border: Union[bool, int, Tuple[int, int]]) -> Tuple[int, int
 
 
 def blob_log(
+    image: Any,
+    min_sigma: Union[float, Sequence[float]] = 1,
+    max_sigma: Union[float, Sequence[float]] = 50,
+    num_sigma: int = 10,
+    threshold: Optional[float] = 0.2,
+    overlap: float = 0.5,
+    log_scale: bool = False,
+    *,
+    threshold_rel: Optional[float] = None,
+    exclude_border: Union[bool, int, Sequence[int]] = False,
+    prescale: str = "legacy",
+    device: str = "auto",
+    batch_size: int = 4,
+) -> np.ndarray:
+    """scikit-image's ``skimage.feature.blob_log``: its parameters, its semantics and its
+    result, on one image of any number of dimensions.
+
+    A 2-D image gives ``(n, 3)`` rows ``(row, col, sigma)``; an n-D image (a 3-D volume) gives
+    its ``n`` coordinates then the sigma, or one sigma per axis when ``min_sigma`` or
+    ``max_sigma`` is a sequence (anisotropic blobs), exactly as scikit-image. A movie of frames
+    is :func:`batch_blob_log`. ``prescale`` is how pixels are scaled first: ``"legacy"`` is
+    scikit-image's ``img_as_float`` (integers divided by their type's maximum), ``"none"``,
+    ``"minmax"`` or ``"range:C,D"``. Pixels may be uint8, uint16, float32 or float64 (read in
+    place), or bool, float16, signed integers, uint32 and uint64, converted as scikit-image
+    converts them (``img_as_float``; float16 in float32).
+
+    2-D images with one sigma run on any device (``device``); other images run on the CPU
+    (``device`` must then be ``"auto"`` or ``"cpu"``; an image on a GPU is read back first).
+    ``batch_size`` is for movies (checked, otherwise unused here).
+    """
+    shape = tuple(getattr(image, "shape", np.shape(image)))
+    scalar = np.ndim(min_sigma) == 0 and np.ndim(max_sigma) == 0
+    if len(shape) == 2 and scalar:
+        rows, _ = _blob_log_frames(
+            image, min_sigma, max_sigma, num_sigma, threshold, overlap, log_scale,
+            threshold_rel=threshold_rel, exclude_border=exclude_border, prescale=prescale,
+            device=device, batch_size=batch_size,
+        )
+        return rows[:, 1:]
+    bs = _int("batch_size", batch_size)
+    if bs < 1 or bs > 100_000:
+        raise InvalidInput(f"batch_size must be in 1..=100000, got {bs}")
+    if not (isinstance(device, str) and device.strip().lower() in ("auto", "cpu")):
+        raise ArrayBridgeError(
+            f"unsupported: blob_log on a {len(shape)}-D image"
+            f"{'' if scalar else ' with a sigma per axis'} runs on the CPU (device "
+            f"{device!r} runs 2-D images with one sigma); pass device='cpu' or 'auto'"
+        )
+    image = _as_blob_log_input(image, prescale)
+    image = _prescaled_volume(image, prescale)
+    if isinstance(exclude_border, (tuple, list)):
+        border: Any = [_int("exclude_border", b) for b in exclude_border]
+    elif isinstance(exclude_border, (bool, np.bool_)):
+        border = bool(exclude_border)
+    else:
+        border = _int("exclude_border", exclude_border)
+    return _native.blob_log_nd(
+        image,
+        min_sigma=_sigma_arg(min_sigma),
+        max_sigma=_sigma_arg(max_sigma),
+        num_sigma=_int("num_sigma", num_sigma),
+        threshold=None if threshold is None else float(threshold),
+        threshold_rel=None if threshold_rel is None else float(threshold_rel),
+        overlap=float(overlap),
+        log_scale=bool(log_scale),
+        exclude_border=border,
+    )
+
+
+def _sigma_arg(v: Any) -> Any:
+    """A sigma as a float, or a list of floats (one per axis)."""
+    return float(v) if np.ndim(v) == 0 else [float(x) for x in np.asarray(v).ravel()]
+
+
+def _prescaled_volume(image: Any, prescale: str) -> Any:
+    """An n-D image under ``prescale``: ``legacy`` as it is (scikit-image's ``img_as_float``
+    is applied by the detector), ``none`` as float64 raw values, ``minmax`` and ``range:C,D``
+    as float64 ``(x - c) / (d - c)``, computed as the 2-D path computes them."""
+    p = str(prescale).strip().lower()
+    if p == "legacy":
+        return image
+    x = np.asarray(image)
+    if p == "none":
+        return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
+    if p == "minmax":
+        y = x.astype(np.float64)
+        lo, hi = float(y.min()), float(y.max())
+        if not lo < hi:
+            raise InvalidInput("prescale minmax on a constant image (max == min)")
+        return (y - lo) / (hi - lo)
+    if p.startswith("range:"):
+        try:
+            c, d = (float(t) for t in p[len("range:"):].split(","))
+        except ValueError:
+            raise InvalidInput(f"prescale {prescale!r}: expected range:C,D") from None
+        if not c < d:
+            raise InvalidInput(f"prescale {prescale!r}: needs C < D")
+        return (x.astype(np.float64) - c) / (d - c)
+    raise InvalidInput(f"prescale {prescale!r}: expected legacy, minmax, none or range:C,D")
+
+
+def _blob_log_frames(
     image: Any,
     min_sigma: float = 1,
     max_sigma: float = 50,
@@ -313,17 +412,9 @@ def blob_log(
     prescale: str = "legacy",
     device: str = "auto",
     batch_size: int = 4,
-) -> np.ndarray:
-    """scikit-image's ``skimage.feature.blob_log`` with its parameter names and result.
-
-    A 2-D image gives an ``(n, 3)`` array of ``(row, col, sigma)``, as scikit-image does. A
-    3-D movie ``(T, H, W)`` is detected frame by frame (not as a volume) and gives ``(n, 4)``
-    rows ``(frame, row, col, sigma)``. ``prescale`` is how pixels are scaled first:
-    ``"legacy"`` is scikit-image's ``img_as_float`` (integers divided by their type's
-    maximum), ``"none"``, ``"minmax"`` or ``"range:C,D"``. Pixels may be uint8, uint16,
-    float32 or float64 (read in place), or bool, float16, signed integers, uint32 and uint64,
-    converted as scikit-image converts them (``img_as_float``; float16 in float32).
-    """
+) -> Tuple[np.ndarray, bool]:
+    """``blob_log`` on a 2-D frame or on each frame of a ``(T, H, W)`` movie, on any device:
+    rows ``(frame, row, col, sigma)`` and whether the input was a movie."""
     image = _as_blob_log_input(image, prescale)
     rows, movie = _native.blob_log(
         image,
@@ -340,7 +431,7 @@ def blob_log(
         batch_size=_int("batch_size", batch_size),
     )
     _log_auto(device)
-    return rows if movie else rows[:, 1:]
+    return rows, movie
 
 
 def _as_blob_log_input(image: Any, prescale: str) -> Any:

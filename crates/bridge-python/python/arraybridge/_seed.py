@@ -56,9 +56,9 @@ class ParticleDetector:
     def detect_movie(self, movie: Any):
         """The particles of every frame of ``movie`` (``(T, H, W)``; a 2-D image is one
         frame)."""
-        from . import _table, blob_log  # noqa: PLC0415
+        from . import _blob_log_frames, _table  # noqa: PLC0415
 
-        rows = blob_log(
+        rows, _ = _blob_log_frames(
             movie,
             min_sigma=self.min_sigma,
             max_sigma=self.max_sigma,
@@ -69,8 +69,6 @@ class ParticleDetector:
             device=self.device,
             batch_size=self.batch_size,
         )
-        if rows.shape[1] == 3:  # a 2-D image: frame 0
-            rows = np.column_stack([np.zeros(len(rows)), rows])
         return _table(
             {
                 "frame": rows[:, 0].astype(np.int64),

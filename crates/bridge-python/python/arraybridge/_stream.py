@@ -60,7 +60,9 @@ def _array_chunks(x: np.ndarray, chunk: int) -> Iterator[Tuple[int, np.ndarray]]
     if x.ndim == 2:
         x = x[None]
     if x.ndim != 3:
-        raise InvalidInput(f"a movie is (T, H, W); got shape {x.shape}")
+        raise InvalidInput(
+            f"a movie is (T, H, W) frames or a (T, Z, Y, X) array of volumes; got shape {x.shape}"
+        )
     mm = getattr(x, "_mmap", None) if isinstance(x, np.memmap) else None
     contiguous = x.flags["C_CONTIGUOUS"]
     for a in range(0, x.shape[0], chunk):
@@ -113,17 +115,27 @@ def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[in
 
 
 def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs) -> np.ndarray:
-    """``blob_log`` on every frame of a movie given as a ``.npy`` path, a (memory-mapped)
-    array or an iterable of frames, one chunk of ``chunk_frames`` frames at a time (bounded
-    memory): rows ``(frame, row, col, sigma)``, the same as :func:`arraybridge.blob_log` on the
-    whole movie. ``kwargs`` are ``blob_log``'s."""
-    from . import blob_log  # noqa: PLC0415
+    """``blob_log`` on every frame of a movie, as trackpy's ``batch`` is ``locate`` on every
+    frame: rows ``(frame, row, col, sigma)``. The movie is a ``(T, H, W)`` array (on any device:
+    a framework's GPU array is detected where it lives), a ``.npy`` path, a memory-mapped array
+    or an iterable of 2-D frames, detected one chunk of ``chunk_frames`` frames at a time
+    (bounded memory). A ``(T, Z, Y, X)`` array is a movie of volumes: rows ``(frame, z, y, x,
+    sigma...)``, each volume as :func:`arraybridge.blob_log` gives it. ``kwargs`` are
+    ``blob_log``'s (``device`` takes lists such as ``"opencl:0,opencl:1"`` and ``"all"``,
+    ``batch_size`` frames go to a device at once)."""
+    from . import _blob_log_frames, blob_log  # noqa: PLC0415
 
+    if isinstance(frames, np.ndarray) and frames.ndim == 4:
+        out = []
+        for t, vol in enumerate(frames):
+            rows = blob_log(vol, **kwargs)
+            out.append(np.column_stack([np.full(len(rows), float(t)), rows]))
+        if out:
+            return np.concatenate(out)
+        return np.empty((0, 1 + frames.ndim - 1 + 1))
     out = []
     for a, part in chunks(frames, chunk_frames):
-        rows = blob_log(part, **kwargs)
-        if part.ndim == 2:
-            rows = np.column_stack([np.zeros(len(rows)), rows])
+        rows, _ = _blob_log_frames(part, **kwargs)
         rows[:, 0] += a
         out.append(rows)
     return np.concatenate(out) if out else np.empty((0, 4))

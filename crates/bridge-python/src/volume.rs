@@ -1,0 +1,107 @@
+//! `blob_log` on one n-dimensional image (scikit-image's semantics: a 3-D array is a volume),
+//! on the CPU: [`algorithms::detect::blob_log::blob_log_nd_view`].
+
+use algorithms::detect::blob_log::{BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView};
+use bridge_core::DType;
+use ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2};
+use pyo3::prelude::*;
+
+use crate::convert::import_held;
+use crate::errors::{IntoPy, invalid};
+use crate::pipelines::host_held;
+
+/// A σ given as a number (the same on every axis) or a sequence (one per axis).
+fn sigma(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Sigma> {
+    if let Ok(x) = v.extract::<f64>() {
+        return Ok(Sigma::Scalar(x));
+    }
+    v.extract::<Vec<f64>>().map(Sigma::PerAxis).map_err(|_| {
+        invalid(format!(
+            "{name} is a number or a sequence of numbers (one per axis), got {}",
+            v.get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        ))
+    })
+}
+
+/// `exclude_border` as scikit-image reads it: a bool or an int for every axis, a sequence of
+/// ints for each axis.
+fn border(v: &Bound<'_, PyAny>) -> PyResult<Border> {
+    if let Ok(b) = v.extract::<bool>() {
+        return Ok(Border::from_bool(b));
+    }
+    if let Ok(n) = v.extract::<usize>() {
+        return Ok(if n == 0 { Border::None } else { Border::All(n) });
+    }
+    v.extract::<Vec<usize>>().map(Border::PerAxis).map_err(|_| {
+        invalid("exclude_border is a bool, a non-negative int or a sequence of them (one per axis)")
+    })
+}
+
+/// The rows of `b` as an `(n, ndim + sigma columns)` array.
+fn rows<'py>(py: Python<'py>, b: &BlobsNd) -> Bound<'py, PyArray2<f64>> {
+    let ncol = b.ndim + b.sigma_columns;
+    Array2::from_shape_fn((b.rows.len(), ncol), |(i, j)| b.rows[i][j]).into_pyarray(py)
+}
+
+/// `skimage.feature.blob_log(image, ...)` on an n-D image of uint8, uint16, float32 or float64
+/// pixels (others are converted by the Python wrapper): rows of the coordinates then the σ
+/// column(s).
+#[pyfunction]
+#[pyo3(signature = (image, *, min_sigma, max_sigma, num_sigma, threshold, threshold_rel,
+                    overlap, log_scale, exclude_border))]
+#[allow(clippy::too_many_arguments)]
+pub fn blob_log_nd<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    min_sigma: &Bound<'py, PyAny>,
+    max_sigma: &Bound<'py, PyAny>,
+    num_sigma: usize,
+    threshold: Option<f64>,
+    threshold_rel: Option<f64>,
+    overlap: f64,
+    log_scale: bool,
+    exclude_border: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let p = BlobLogNdParams {
+        min_sigma: sigma(min_sigma, "min_sigma")?,
+        max_sigma: sigma(max_sigma, "max_sigma")?,
+        num_sigma,
+        threshold,
+        threshold_rel,
+        overlap,
+        log_scale,
+        exclude_border: border(exclude_border)?,
+    };
+    let held = import_held(image)?;
+    let mut keep = None;
+    let src = host_held(&held, &mut keep, "blob_log")?;
+    let blobs = match src.dtype() {
+        DType::U8 => {
+            let v = src.host_view::<u8>().py_err()?;
+            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::U8(v), &p))
+        }
+        DType::U16 => {
+            let v = src.host_view::<u16>().py_err()?;
+            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::U16(v), &p))
+        }
+        DType::F32 => {
+            let v = src.host_view::<f32>().py_err()?;
+            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::F32(v), &p))
+        }
+        DType::F64 => {
+            let v = src.host_view::<f64>().py_err()?;
+            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::F64(v), &p))
+        }
+        other => {
+            return Err(invalid(format!(
+                "images of {other} pixels: blob_log takes uint8, uint16, float32 or float64 \
+                 (cast first)"
+            )));
+        }
+    }
+    .py_err()?;
+    Ok(rows(py, &blobs))
+}
