@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use algorithms::detect::Accumulate;
+use algorithms::detect::Precision;
 use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame, blob_log_frame_acc};
 use algorithms::detect::locate::{LocateParams, locate};
 use algorithms::detect::synth::synthetic_movie;
@@ -36,12 +36,8 @@ fn bench(c: &mut Criterion) {
         "blob_log 512x512 f32 (1,3,10) rel0.2 fast f32 accumulation",
         |b| {
             b.iter(|| {
-                blob_log_frame_acc(
-                    black_box(FrameView::F32(f32f.view())),
-                    &rel,
-                    Accumulate::F32,
-                )
-                .unwrap()
+                blob_log_frame_acc(black_box(FrameView::F32(f32f.view())), &rel, Precision::F32)
+                    .unwrap()
             })
         },
     );

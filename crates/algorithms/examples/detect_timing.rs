@@ -4,7 +4,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 use std::time::Instant;
 
-use algorithms::detect::Accumulate;
+use algorithms::detect::Precision;
 use algorithms::detect::blob_log::{BlobLogParams, blob_log_frame_acc};
 use algorithms::detect::synth::synthetic_movie;
 use algorithms::detect::{FrameView, Movie};
@@ -13,9 +13,9 @@ fn main() {
     let n: usize = std::env::args().nth(1).map_or(20, |s| s.parse().unwrap());
     let kind = std::env::args().nth(2).unwrap_or_else(|| "f32".into());
     let acc = if std::env::args().nth(3).as_deref() == Some("fast") {
-        Accumulate::F32
+        Precision::F32
     } else {
-        Accumulate::F64
+        Precision::F64
     };
     let s = synthetic_movie(1, 512, 100, 1.0, 1);
     let Movie::U16(m) = &s.movie else {

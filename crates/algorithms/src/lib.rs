@@ -6,5 +6,8 @@ pub mod track;
 
 mod grid;
 pub mod paco;
+pub mod precision;
 pub mod synth;
 mod units;
+
+pub use precision::Precision;

@@ -356,11 +356,11 @@ fn tiny_frames_and_huge_sigmas_do_not_panic() {
 /// blob sets differ at most where responses sit within ~1e-6 of the threshold.
 #[test]
 fn fast_f32_accumulation() {
-    use algorithms::detect::Accumulate;
+    use algorithms::detect::Precision;
     use algorithms::detect::blob_log::{blob_log_diag_acc, log_cube_acc};
     let img = load_npy("blob_log/overlap_f32.npy");
     let sig = sigma_list::<f32>(1.0, 3.0, 10, false);
-    let cube = log_cube_acc(&img.f32s(), 128, 128, &sig, Accumulate::F32);
+    let cube = log_cube_acc(&img.f32s(), 128, 128, &sig, Precision::F32);
     let t = load_npy("blob_log/overlap_f32__default_rel__cube.npy").f32s();
     let gmax = t.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut maxerr = 0.0f32;
@@ -385,7 +385,7 @@ fn fast_f32_accumulation() {
             .map(|(y, x)| (*y as i64, x as i64))
             .collect();
         let got =
-            blob_log_diag_acc(frame.view(), &params(f, "default_rel"), Accumulate::F32).unwrap();
+            blob_log_diag_acc(frame.view(), &params(f, "default_rel"), Precision::F32).unwrap();
         let have: std::collections::BTreeSet<(i64, i64)> =
             got.blobs.iter().map(|b| (b.y as i64, b.x as i64)).collect();
         let diff = want.symmetric_difference(&have).count();

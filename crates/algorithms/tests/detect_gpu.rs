@@ -13,8 +13,9 @@ mod common;
 
 mod open;
 
+use algorithms::Precision;
 use algorithms::detect::blob_log::{Blob, BlobLogParams, blob_log_diag, log_cube, sigma_list};
-use algorithms::detect::gpu::{DevicePrecision, GpuDetectConfig};
+use algorithms::detect::gpu::GpuDetectConfig;
 use algorithms::detect::{DetectBackend, FrameView, Prescale, blob_log_frame};
 use common::{Frame, load_csv, load_npy, params};
 use ndarray::Array2;
@@ -483,7 +484,7 @@ fn kernels_compile_with_nvrtc() {
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::*;
-    use algorithms::detect::Accumulate;
+    use algorithms::detect::Precision;
     use algorithms::detect::gpu::OpenClDetect;
 
     fn device() -> Option<OpenClDetect> {
@@ -598,7 +599,7 @@ mod opencl {
         assert!(diff * 1000 <= rows, "{diff} of {rows}");
         if d.has_fp64() {
             let m = d.clone().with_config(GpuDetectConfig {
-                precision: DevicePrecision::MatchCpu,
+                precision: Precision::F64,
                 ..GpuDetectConfig::default()
             });
             check_fixture_detections("opencl match-cpu", &m, Expect::AllExact);
@@ -612,7 +613,7 @@ mod opencl {
         assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
         if d.has_fp64() {
             let m = d.clone().with_config(GpuDetectConfig {
-                precision: DevicePrecision::MatchCpu,
+                precision: Precision::F64,
                 ..GpuDetectConfig::default()
             });
             check_random("opencl match-cpu", &m, Expect::AllExact);
@@ -625,7 +626,7 @@ mod opencl {
     fn opencl_f32_accumulation_within_tolerance() {
         let Some(d) = device() else { return };
         let d = d.with_config(GpuDetectConfig {
-            accumulate_f64: false,
+            precision: Precision::F32,
             ..GpuDetectConfig::default()
         });
         check_cubes("opencl acc32", false, &|f, p| d.log_cubes(f, p).unwrap());
@@ -635,7 +636,7 @@ mod opencl {
         assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
     }
 
-    /// `blob_log_batch_acc`: F64 is the default path, F32 the float32-accumulation path.
+    /// `blob_log_batch_acc`: Auto is the default path, F32 the float32-accumulation path.
     #[test]
     fn opencl_batch_acc_selects_accumulation() {
         let Some(d) = device() else { return };
@@ -643,12 +644,12 @@ mod opencl {
         let p = params("overlap_f32", "default_rel");
         let cpu = blob_log_frame(f.view(), &p).unwrap();
         let a64 = d
-            .blob_log_batch_acc(&[f.view()], &p, Accumulate::F64)
+            .blob_log_batch_acc(&[f.view()], &p, Precision::Auto)
             .unwrap()
             .remove(0);
         assert_eq!(a64, cpu);
         let a32 = d
-            .blob_log_batch_acc(&[f.view()], &p, Accumulate::F32)
+            .blob_log_batch_acc(&[f.view()], &p, Precision::F32)
             .unwrap()
             .remove(0);
         assert_eq!(set_diff(&a32, &cpu), 0);
@@ -782,7 +783,7 @@ mod cuda {
         let (rows, diff) = check_random("cuda f32", &d, Expect::F32Exact);
         assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
         let m = d.clone().with_config(GpuDetectConfig {
-            precision: DevicePrecision::MatchCpu,
+            precision: Precision::F64,
             ..GpuDetectConfig::default()
         });
         check_fixture_detections("cuda match-cpu", &m, Expect::AllExact);

@@ -10,7 +10,7 @@
 //!
 //! Float64 devices must give the CPU's features: same count and order, positions within 1e-9
 //! px, every measure within 1e-9 relative (in practice bit for bit). The float32 path (devices
-//! without doubles, forced here with `accumulate_f64: false`) is checked against a tolerance.
+//! without doubles, forced here with `precision: Precision::F32`) is checked against a tolerance.
 //!
 //! Run: `cargo test -p algorithms --features opencl,cuda --test detect_locate_gpu -- --nocapture`.
 #![cfg(any(feature = "opencl", feature = "cuda"))]
@@ -19,6 +19,7 @@ mod common;
 
 mod open;
 
+use algorithms::Precision;
 use algorithms::detect::gpu::GpuDetectConfig;
 use algorithms::detect::locate::locate;
 use algorithms::detect::{DetectBackend, Feature, FrameView, LocateParams};
@@ -579,7 +580,7 @@ mod opencl {
 
     fn f32_path(d: &OpenClDetect) -> OpenClDetect {
         d.clone().with_config(GpuDetectConfig {
-            accumulate_f64: false,
+            precision: Precision::F32,
             ..GpuDetectConfig::default()
         })
     }
@@ -682,7 +683,7 @@ mod cuda {
     fn cuda_locate_f32_within_tolerance() {
         let Some(d) = device() else { return };
         let f = d.clone().with_config(GpuDetectConfig {
-            accumulate_f64: false,
+            precision: Precision::F32,
             ..GpuDetectConfig::default()
         });
         check_fixtures("cuda f32", &f, 1e-4, 1e-4);

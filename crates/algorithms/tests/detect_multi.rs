@@ -9,7 +9,7 @@ mod open;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use algorithms::detect::blob_log::{Accumulate, Blob, BlobLogParams};
+use algorithms::detect::blob_log::{Blob, BlobLogParams, Precision};
 use algorithms::detect::{
     CpuBackend, DetectBackend, Feature, FrameView, LocateParams, LogDetector, Movie, MultiPolicy,
     Particle,
@@ -91,13 +91,13 @@ impl DetectBackend for Flaky {
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
     ) -> Result<Vec<Vec<Blob>>> {
-        self.blob_log_batch_acc(frames, p, Accumulate::F64)
+        self.blob_log_batch_acc(frames, p, Precision::F64)
     }
     fn blob_log_batch_acc(
         &self,
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
-        acc: Accumulate,
+        acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         self.misbehave(frames.len())?;
         CpuBackend.blob_log_batch_acc(frames, p, acc)
@@ -156,13 +156,13 @@ impl DetectBackend for WaitsFor<'_> {
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
     ) -> Result<Vec<Vec<Blob>>> {
-        self.blob_log_batch_acc(frames, p, Accumulate::F64)
+        self.blob_log_batch_acc(frames, p, Precision::F64)
     }
     fn blob_log_batch_acc(
         &self,
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
-        acc: Accumulate,
+        acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         self.wait();
         CpuBackend.blob_log_batch_acc(frames, p, acc)

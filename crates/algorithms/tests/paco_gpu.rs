@@ -21,7 +21,7 @@ mod open;
 mod paco_common;
 
 #[cfg(any(feature = "opencl", feature = "cuda"))]
-use algorithms::paco::GpuPrecision;
+use algorithms::paco::Precision;
 use algorithms::paco::{
     EdgeRule, PacoBackend, PacoJob, PacoParams, PsfNorm, Rounding, SubPixel, Variant,
 };
@@ -45,12 +45,12 @@ fn params_sub(variant: Variant, subpixel: SubPixel) -> PacoParams {
 }
 
 #[cfg(feature = "opencl")]
-fn opencl(precision: GpuPrecision) -> Option<algorithms::paco::OpenClPaco> {
+fn opencl(precision: Precision) -> Option<algorithms::paco::OpenClPaco> {
     match algorithms::exec::OpenClExecutor::on_shared(0)
         .map(algorithms::paco::OpenClPaco::with_executor)
     {
         Ok(b) => {
-            if precision == GpuPrecision::F64 && !b.has_fp64() {
+            if precision == Precision::F64 && !b.has_fp64() {
                 assert!(
                     !env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
                     "the OpenCL device has no doubles"
@@ -72,7 +72,7 @@ fn opencl(precision: GpuPrecision) -> Option<algorithms::paco::OpenClPaco> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(precision: GpuPrecision) -> Option<algorithms::paco::CudaPaco> {
+fn cuda(precision: Precision) -> Option<algorithms::paco::CudaPaco> {
     match algorithms::exec::CudaExecutor::new(0).map(algorithms::paco::CudaPaco::with_executor) {
         Ok(b) => Some(b.with_precision(precision)),
         Err(e) => {
@@ -491,7 +491,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn f64_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_fixture(&dev, 1e-9, &format!("{LABEL} f64"));
@@ -504,7 +504,7 @@ macro_rules! paco_device_suite {
             #[test]
             fn knobs_set_by_value_change_no_bit() {
                 use bridge_core::tuning::Tuning;
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 let t = Tuning::default()
@@ -531,7 +531,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn f32_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F32) else {
+                let Some(dev) = $ctor(Precision::F32) else {
                     return;
                 };
                 check_fixture(&dev, 1e-4, &format!("{LABEL} f32"));
@@ -539,7 +539,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn subpixel_table_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_fixture_sub(
@@ -548,7 +548,7 @@ macro_rules! paco_device_suite {
                     &format!("{LABEL} f64"),
                     SubPixel::Table { q: 32 },
                 );
-                let dev = dev.with_precision(GpuPrecision::F32);
+                let dev = dev.with_precision(Precision::F32);
                 check_fixture_sub(
                     &dev,
                     1e-4,
@@ -559,7 +559,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn subpixel_nearest_ab_at_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
                 check_nearest_ab_at(&dev, tol_of(dev.has_fp64()));
@@ -570,7 +570,7 @@ macro_rules! paco_device_suite {
             /// golden maps like the CPU golden tests (float-trap pixels explained the same way).
             #[test]
             fn subpixel_vipfft_matches_cpu_and_vip_golden() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_fixture_sub(&dev, 1e-12, &format!("{LABEL} f64"), SubPixel::VipFft);
@@ -579,14 +579,14 @@ macro_rules! paco_device_suite {
                 let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
                 let got = dev.ab_maps(&job).unwrap();
                 check_golden(&job, &got, "vip211_fastpaco_synth_subpix", 1e-9, 70);
-                let dev = dev.with_precision(GpuPrecision::F32);
+                let dev = dev.with_precision(Precision::F32);
                 check_fixture_sub(&dev, 1e-4, &format!("{LABEL} f32"), SubPixel::VipFft);
             }
 
             /// `SubPixel::Spline5` through the same per-pair template path.
             #[test]
             fn subpixel_spline5_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_spline5(&dev, 1e-12, &format!("{LABEL} f64"));
@@ -596,7 +596,7 @@ macro_rules! paco_device_suite {
             /// give bit-identical maps, and `ab_at` (duplicates, NaN border) equals the CPU.
             #[test]
             fn subpixel_batches_and_ab_at() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_batches_and_ab_at(&dev, 1e-12);
@@ -606,18 +606,18 @@ macro_rules! paco_device_suite {
             /// matrices in global scratch memory), with and without sub-pixel templates.
             #[test]
             fn large_patches_match_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_large_patches(&dev, 1e-12, &format!("{LABEL} f64"));
-                let dev = dev.with_precision(GpuPrecision::F32);
+                let dev = dev.with_precision(Precision::F32);
                 check_large_patches(&dev, 1e-4, &format!("{LABEL} f32"));
             }
 
             /// Beyond KMAX_BIG (R = 7, K = 149): a typed error, never a silent CPU run.
             #[test]
             fn patch_over_kmax_big_is_an_error_not_a_fallback() {
-                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
                 check_over_kmax_big(&dev);
@@ -626,7 +626,7 @@ macro_rules! paco_device_suite {
             /// `EdgeRule::Disk` (statistics up to R pixels from the border): device vs CPU.
             #[test]
             fn edge_disk_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::F64) else {
+                let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
                 check_edge_disk(&dev, 1e-12, &format!("{LABEL} f64"));
@@ -634,7 +634,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn odd_frame_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
                 check_odd_frame(&dev, tol_of(dev.has_fp64()));
@@ -642,7 +642,7 @@ macro_rules! paco_device_suite {
 
             #[test]
             fn ab_at_matches_cpu() {
-                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
                 check_ab_at(&dev, tol_of(dev.has_fp64()));
@@ -651,7 +651,7 @@ macro_rules! paco_device_suite {
             /// `backend_for` picks this back end; `batch_size` never changes results.
             #[test]
             fn backend_for_and_small_batches() {
-                let Some(dev) = $ctor(GpuPrecision::Auto) else {
+                let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
                 let dev: Device = format!("{}:0", dev.name()).parse().unwrap();
@@ -671,7 +671,7 @@ paco_device_suite!(cuda, "cuda", super::cuda);
 #[test]
 #[ignore = "timing; run with --ignored --nocapture"]
 fn opencl_timing_61x100x100() {
-    let Some(dev) = opencl(GpuPrecision::Auto) else {
+    let Some(dev) = opencl(Precision::Auto) else {
         return;
     };
     let (cube, angles, psf) = algorithms::paco::bench::synthetic_adi(61, 100, 7);
@@ -697,8 +697,8 @@ fn opencl_timing_61x100x100() {
         p.psf_rad = r;
         let reps = if sub == SubPixel::VipFft { 1 } else { 3 };
         let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
-        for prec in [GpuPrecision::F64, GpuPrecision::F32] {
-            if prec == GpuPrecision::F64 && !dev.has_fp64() {
+        for prec in [Precision::F64, Precision::F32] {
+            if prec == Precision::F64 && !dev.has_fp64() {
                 continue;
             }
             let d = dev.clone().with_precision(prec);

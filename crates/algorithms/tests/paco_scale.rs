@@ -315,12 +315,12 @@ fn cubes_outside_the_supported_range_are_refused() {
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::*;
-    use algorithms::paco::{GpuPrecision, MultiPolicy, OpenClPaco, paco_on};
+    use algorithms::paco::{MultiPolicy, OpenClPaco, Precision, paco_on};
     use test_support::env_flag;
 
-    fn device(precision: GpuPrecision) -> Option<OpenClPaco> {
+    fn device(precision: Precision) -> Option<OpenClPaco> {
         match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClPaco::with_executor) {
-            Ok(b) if precision == GpuPrecision::F64 && !b.has_fp64() => {
+            Ok(b) if precision == Precision::F64 && !b.has_fp64() => {
                 assert!(!env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"), "no doubles");
                 eprintln!("skipping: the OpenCL device has no doubles");
                 None
@@ -346,7 +346,7 @@ mod opencl {
     /// for bit (and the CPU's, to 1e-12), a and b scaled exactly; decimal factors to 1e-12.
     #[test]
     fn device_f64_does_not_depend_on_the_scale() {
-        let Some(dev) = device(GpuPrecision::F64) else {
+        let Some(dev) = device(Precision::F64) else {
             return;
         };
         let (cube, angles, psf) = (cube(), angles(), psf());
@@ -393,7 +393,7 @@ mod opencl {
     /// cube itself (a, b scaled exactly); other factors: the CPU's S/N to float precision.
     #[test]
     fn device_f32_does_not_depend_on_the_scale() {
-        let Some(dev) = device(GpuPrecision::F32) else {
+        let Some(dev) = device(Precision::F32) else {
             return;
         };
         let (cube, angles, psf) = (cube(), angles(), psf());
@@ -432,7 +432,7 @@ mod opencl {
     /// its own run on the unscaled cube, a and b scaled exactly.
     #[test]
     fn multi_device_does_not_depend_on_the_scale() {
-        if device(GpuPrecision::F64).is_none() {
+        if device(Precision::F64).is_none() {
             return;
         }
         let (cube, angles, psf) = (cube(), angles(), psf());

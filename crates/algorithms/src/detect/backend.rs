@@ -19,7 +19,7 @@ use bridge_core::{Device, Result};
 use rayon::prelude::*;
 
 use super::FrameView;
-use super::blob_log::{Accumulate, Blob, BlobLogParams, blob_log_frame, blob_log_frame_acc};
+use super::blob_log::{Blob, BlobLogParams, Precision, blob_log_frame, blob_log_frame_acc};
 use super::locate::{Feature, LocateParams, locate};
 
 /// Detection on one device, a batch of frames at a time.
@@ -41,7 +41,7 @@ pub trait DetectBackend: Send + Sync {
         &self,
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
-        acc: Accumulate,
+        acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         let _ = acc;
         self.blob_log_batch(frames, p)
@@ -105,7 +105,7 @@ impl DetectBackend for CpuBackend {
         &self,
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
-        acc: Accumulate,
+        acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         p.validate()?;
         frames

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::FrameView;
 use super::Movie;
 use super::backend::DetectBackend;
-use super::blob_log::{Accumulate, BlobLogParams, Prescale};
+use super::blob_log::{BlobLogParams, Precision, Prescale};
 use super::dispatch::backend_for;
 use super::refine::{RefineParams, Refined, refine_blobs};
 use crate::exec::DeviceHandle;
@@ -63,8 +63,9 @@ pub struct LogDetector {
     pub batch_size: usize,
     /// Run sub-pixel refinement.
     pub refine: Option<RefineParams>,
-    /// LoG accumulation: exact f64 (default) or fast f32.
-    pub accumulate: Accumulate,
+    /// The arithmetic: `Auto` (the default: exact float64 passes on the CPU, the device's
+    /// default elsewhere), `F64` or `F32` (fast float32 passes), see [`Precision`].
+    pub precision: Precision,
 }
 
 impl Default for LogDetector {
@@ -73,7 +74,7 @@ impl Default for LogDetector {
             params: BlobLogParams::seed(),
             batch_size: 4,
             refine: None,
-            accumulate: Accumulate::F64,
+            precision: Precision::Auto,
         }
     }
 }
@@ -248,11 +249,11 @@ impl LogDetector {
         // two would only share the same cores, so they run one after the other.
         let alongside = backend.device() != Device::Cpu;
         let (results, noises) = if !alongside {
-            (backend.blob_log_batch_acc(batch, p, self.accumulate), None)
+            (backend.blob_log_batch_acc(batch, p, self.precision), None)
         } else {
             std::thread::scope(|s| {
                 let noise = s.spawn(noise_of);
-                let results = backend.blob_log_batch_acc(batch, p, self.accumulate);
+                let results = backend.blob_log_batch_acc(batch, p, self.precision);
                 let noises = noise
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

@@ -30,7 +30,7 @@ pub mod refine;
 pub mod synth;
 
 pub use backend::{CpuBackend, DetectBackend};
-pub use blob_log::{Accumulate, Blob, BlobLogParams, Prescale, blob_log_frame};
+pub use blob_log::{Blob, BlobLogParams, Precision, Prescale, blob_log_frame};
 pub use detector::{LogDetector, Particle};
 pub use dispatch::backend_for;
 #[cfg(feature = "cuda")]

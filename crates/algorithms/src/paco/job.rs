@@ -18,7 +18,7 @@
 //! before). M outside `[2^-LIMIT_EXP, 2^LIMIT_EXP)` (about 3.9e-121 to 2.6e120) is refused:
 //! a ∝ 1/scale² would leave the floating-point range.
 //!
-//! Float (a device without doubles, or `GpuPrecision::F32`) has far less room (fourth powers
+//! Float (a device without doubles, or `Precision::F32`) has far less room (fourth powers
 //! of values beyond about 2^±30 leave it), so a device computing in float always brings M into
 //! `[0.5, 1)` while it converts the cube (`PacoJob::device_scale`; no extra copy) and converts
 //! its a and b back the same way (`PacoJob::ab_from_device`).

@@ -107,14 +107,14 @@ use ndarray::{Array2, ArrayView1, ArrayView2, ArrayView3};
 use crate::exec::DeviceHandle;
 use backend::CpuBackend;
 
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+pub use crate::Precision;
 pub use backend::PacoBackend;
 pub use dispatch::backend_for;
 pub use flux::{FluxEstimate, FluxOptions, unbiased_flux};
 pub use geometry::{Geometry, disk_offsets};
 #[cfg(feature = "cuda")]
 pub use gpu::CudaPaco;
-#[cfg(any(feature = "opencl", feature = "cuda"))]
-pub use gpu::GpuPrecision;
 #[cfg(feature = "opencl")]
 pub use gpu::OpenClPaco;
 pub use input::paco_array;

@@ -523,7 +523,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::detect::blob_log::scale_space::log_peaks_banded;
-    use crate::detect::blob_log::{Accumulate, log_cube};
+    use crate::detect::blob_log::{Precision, log_cube};
     use crate::synth::SplitMix;
 
     /// [`ExactVoxels`] gives every voxel of the f64 cube bit for bit (frames smaller than the
@@ -660,7 +660,7 @@ mod tests {
                         ..BlobLogParams::default()
                     };
                     let sigmas = p.sigma_list::<f64>();
-                    let (want, lo, hi) = log_peaks_banded(&img, h, w, &sigmas, Accumulate::F64, &p);
+                    let (want, lo, hi) = log_peaks_banded(&img, h, w, &sigmas, Precision::F64, &p);
                     let (thr, _, _) = threshold_from((lo, hi), &p);
                     let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
                     let want: Vec<_> = want.iter().filter(|c| c.v > thr).map(key).collect();

@@ -40,7 +40,7 @@ pub(crate) use params::border_covers;
 pub use params::{BlobLogParams, MAX_NUM_SIGMA, Prescale, sigma_list};
 pub use prune::{blob_overlap_2d, pairs_within, prune_blobs};
 pub(crate) use scale_space::banded_host_bytes;
-pub use scale_space::{Accumulate, log_cube, log_cube_acc};
+pub use scale_space::{Precision, log_cube, log_cube_acc};
 
 /// One detection: integer position, σ of its scale and the cube value.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,7 +79,7 @@ pub fn blob_log_typed<T: Real>(
     w: usize,
     p: &BlobLogParams,
 ) -> Result<BlobLogDiag> {
-    blob_log_typed_acc(image, h, w, p, Accumulate::F64)
+    blob_log_typed_acc(image, h, w, p, Precision::F64)
 }
 
 /// [`blob_log_typed`] with a chosen accumulation.
@@ -88,7 +88,7 @@ pub fn blob_log_typed_acc<T: Real>(
     h: usize,
     w: usize,
     p: &BlobLogParams,
-    acc: Accumulate,
+    acc: Precision,
 ) -> Result<BlobLogDiag> {
     p.validate()?;
     if h == 0 || w == 0 || image.len() != h * w {
@@ -103,7 +103,7 @@ pub fn blob_log_typed_acc<T: Real>(
     // an f32 scale space where its error bound settles them (exact f64 values where it does
     // not), else in the f64 one
     let certified = T::as_f64s(image)
-        .filter(|_| acc == Accumulate::F64 && certified::enabled())
+        .filter(|_| acc != Precision::F32 && certified::enabled())
         .and_then(|img| {
             let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
             certified::log_peaks_certified(img, (h, w), &s64, p)
@@ -200,20 +200,20 @@ fn order_and_prune<T: Real>(
 
 /// `blob_log` on one frame with full diagnostics (candidates, threshold, cube extrema).
 pub fn blob_log_diag(frame: FrameView<'_>, p: &BlobLogParams) -> Result<BlobLogDiag> {
-    blob_log_diag_acc(frame, p, Accumulate::F64)
+    blob_log_diag_acc(frame, p, Precision::F64)
 }
 
 /// [`blob_log_diag`] with a chosen accumulation.
 pub fn blob_log_diag_acc(
     frame: FrameView<'_>,
     p: &BlobLogParams,
-    acc: Accumulate,
+    acc: Precision,
 ) -> Result<BlobLogDiag> {
     p.validate()?;
     frame.validate()?;
     // the working type (and cube) is f32 for f32 frames, f64 otherwise; f32 sums (--fast)
     // bound it as f32 too
-    let f32_sums = acc == Accumulate::F32 || matches!(frame, FrameView::F32(_));
+    let f32_sums = acc == Precision::F32 || matches!(frame, FrameView::F32(_));
     check_scale_space_range(&frame, p, f32_sums)?;
     let (h, w) = frame.dim();
     // the converted frame goes back to the pool for the next frame
@@ -235,7 +235,7 @@ pub fn blob_log_diag_acc(
 pub fn blob_log_frame_acc(
     frame: FrameView<'_>,
     p: &BlobLogParams,
-    acc: Accumulate,
+    acc: Precision,
 ) -> Result<Vec<Blob>> {
     Ok(blob_log_diag_acc(frame, p, acc)?.blobs)
 }

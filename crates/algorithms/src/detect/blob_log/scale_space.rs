@@ -1,5 +1,5 @@
 //! The scale space and its peaks: the cube `cube[i] = −σ_i²·(L_yy + L_xx)` ([`log_cube`], with
-//! the [`Accumulate`] choice), the effective threshold (spec §1.5), and the 3×3×3 local maxima
+//! the [`Precision`] choice), the effective threshold (spec §1.5), and the 3×3×3 local maxima
 //! above it outside the border (the search itself in `scale_space/peaks.rs`, re-exported here;
 //! the unit tests in `scale_space/tests.rs`).
 
@@ -13,20 +13,11 @@ mod peaks;
 pub(super) use peaks::find_peaks;
 use peaks::{RowScratch, rows_peaks};
 
-/// How the LoG passes accumulate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Accumulate {
-    /// f64, in SciPy's order: the cube equals SciPy's bit for bit (default).
-    #[default]
-    F64,
-    /// f32 (about twice as fast on the CPU, like a GPU path). Spec §1.4 allows it: the cube
-    /// differs by ~1e-7 relative, so a candidate within that distance of the threshold may flip.
-    F32,
-}
+pub use crate::precision::Precision;
 
 /// The scale-space cube, plane-major: `cube[i·h·w + y·w + x]` (exact f64 accumulation).
 pub fn log_cube<T: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) -> Vec<T> {
-    log_cube_acc(image, h, w, sigmas, Accumulate::F64)
+    log_cube_acc(image, h, w, sigmas, Precision::F64)
 }
 
 /// The scale-space cube with a chosen accumulation.
@@ -35,11 +26,11 @@ pub fn log_cube_acc<T: Real>(
     h: usize,
     w: usize,
     sigmas: &[T],
-    acc: Accumulate,
+    acc: Precision,
 ) -> Vec<T> {
     match acc {
-        Accumulate::F64 => log_cube_in::<T, f64>(image, h, w, sigmas),
-        Accumulate::F32 => log_cube_in::<T, f32>(image, h, w, sigmas),
+        Precision::Auto | Precision::F64 => log_cube_in::<T, f64>(image, h, w, sigmas),
+        Precision::F32 => log_cube_in::<T, f32>(image, h, w, sigmas),
     }
 }
 
@@ -244,7 +235,7 @@ pub(super) fn log_peaks_banded<T: Real>(
     h: usize,
     w: usize,
     sigmas: &[T],
-    acc: Accumulate,
+    acc: Precision,
     p: &BlobLogParams,
 ) -> (Vec<Cand<T>>, T, T) {
     let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
@@ -252,8 +243,10 @@ pub(super) fn log_peaks_banded<T: Real>(
     let split = (band, nparts, None);
     let planes = exact_planes(sigmas);
     let b = match acc {
-        Accumulate::F64 => log_peaks_banded_in::<T, f64>(image, (h, w), &planes, p, split, None),
-        Accumulate::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), &planes, p, split, None),
+        Precision::Auto | Precision::F64 => {
+            log_peaks_banded_in::<T, f64>(image, (h, w), &planes, p, split, None)
+        }
+        Precision::F32 => log_peaks_banded_in::<T, f32>(image, (h, w), &planes, p, split, None),
     };
     (b.cands, b.lo, b.hi)
 }

@@ -13,7 +13,7 @@ use super::super::blob_log::{
 use super::super::real::{give_buf, take_buf};
 use super::super::trace;
 use super::pipeline::{Input, Prescaling, RawFrames, RunOut, run_typed};
-use super::{DevicePrecision, GpuDetectConfig};
+use super::{GpuDetectConfig, Precision};
 
 /// How a frame reaches the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,8 @@ pub(super) fn run_frames<E: Executor>(
     want_cube: bool,
 ) -> Result<RunOut> {
     p.validate()?;
-    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
+    let f64_cube =
+        cfg.precision == Precision::F64 && cfg.precision.doubles(e.has_fp64(), e.device())?;
     for f in frames {
         f.validate()?;
         // float32 frames always get a float32 cube
@@ -243,7 +244,8 @@ pub(super) fn run_resident<E: Executor>(
             ));
         }
     };
-    let f64_cube = cfg.precision == DevicePrecision::MatchCpu && e.has_fp64();
+    let f64_cube =
+        cfg.precision == Precision::F64 && cfg.precision.doubles(e.has_fp64(), e.device())?;
     check_range_of(dmax, true, p, !f64_cube)?;
     let mut out = RunOut {
         blobs: Vec::with_capacity(t),

@@ -90,7 +90,7 @@ impl Kind {
 }
 
 /// `locate` on every frame (one result per frame, same order). The arithmetic is float64 when
-/// the device has doubles and `cfg.accumulate_f64` is on (the CPU's features bit for bit),
+/// the device has doubles and the precision is not [`crate::Precision::F32`] (the CPU's features bit for bit),
 /// float32 otherwise.
 pub(super) fn locate_frames<E: Executor>(
     e: &E,
@@ -103,7 +103,7 @@ pub(super) fn locate_frames<E: Executor>(
         f.validate()?;
     }
     let plan = Plan::new(p);
-    let f64_dev = e.has_fp64() && cfg.accumulate_f64;
+    let f64_dev = cfg.precision.doubles(e.has_fp64(), e.device())?;
     let mut out = LocateOut {
         features: Vec::with_capacity(frames.len()),
         kernel_s: 0.0,
@@ -138,7 +138,9 @@ fn resident_kind<E: Executor>(e: &E, dtype: DType, cfg: &GpuDetectConfig) -> Opt
         DType::U8 => Some(Kind::U8),
         DType::U16 => Some(Kind::U16),
         DType::F32 => Some(Kind::F32),
-        DType::F64 if e.has_fp64() && cfg.accumulate_f64 => Some(Kind::F64),
+        DType::F64 if matches!(cfg.precision.doubles(e.has_fp64(), e.device()), Ok(true)) => {
+            Some(Kind::F64)
+        }
         _ => None,
     }
 }
@@ -194,7 +196,7 @@ pub(super) fn locate_resident<E: Executor>(
         progress,
     };
     // a resident f64 movie is only accepted where the device computes in float64
-    if e.has_fp64() && cfg.accumulate_f64 {
+    if cfg.precision.doubles(e.has_fp64(), e.device())? {
         run_typed::<E, f64>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;
     } else {
         run_typed::<E, f32>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;

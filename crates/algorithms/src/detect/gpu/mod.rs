@@ -22,16 +22,16 @@
 //!    downloaded; the host restores raster order, applies the CPU's stable sort by descending
 //!    response and the CPU's overlap pruning ([`prune_blobs`](super::blob_log::prune_blobs), pairs in ascending `(i, j)`).
 //!
-//! **Precision.** The cube is float32 ([`DevicePrecision::Float32`], the default); each 1-D pass
+//! **Precision.** The cube is float32 ([`Precision::Auto`], the default); each 1-D pass
 //! accumulates in float64 where the device has doubles, in the CPU's order and without FMA
 //! contraction. For float32 frames (working type f32) the device cube is then bit-identical to
 //! the CPU cube and so are the detections. For integer and float64 frames the CPU works in
 //! float64; the float32 cube differs from it by about 1e-7 relative, which can only matter for
 //! peaks within that margin of the threshold or of a neighbour
-//! ([`DevicePrecision::MatchCpu`] stores the cube in float64 on devices with doubles and is
+//! ([`Precision::F64`] stores the cube in float64 on devices with doubles and is
 //! then identical to the CPU for every input type). Without doubles, or with
-//! [`GpuDetectConfig::accumulate_f64`] off, the passes accumulate in float32 (cube within the
-//! 1e-4 tolerance; detections near the threshold may differ).
+//! [`Precision::F32`], the passes accumulate in float32 (cube within the 1e-4 tolerance;
+//! detections near the threshold may differ).
 //!
 //! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
 //! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
@@ -43,8 +43,8 @@
 //! the background noise run on the device; the host receives the candidates' rows and a few
 //! numbers per frame and does the steps that need all features of a frame at once (raster
 //! order, duplicate removal, `minmass`/`maxsize`/`topn`, the static error `ep`) with the CPU's
-//! code. Where the device has doubles (and [`GpuDetectConfig::accumulate_f64`] is on, the
-//! default) the arithmetic is float64 in the CPU's order without contraction and the features
+//! code. Where the device has doubles (and the precision is not [`Precision::F32`]; the
+//! default is [`Precision::Auto`]) the arithmetic is float64 in the CPU's order without contraction and the features
 //! are the CPU's bit for bit; otherwise it is float32: the bandpass then differs from the
 //! CPU's by rounding, so a pixel of the integer image can differ by one (fixtures: positions
 //! within 2e-5 px, measures within 1e-4 relative; on random frames 98 % of the positions within
@@ -57,7 +57,7 @@ use bridge_core::{Array, BridgeError, DType, Device, Result};
 
 use super::FrameView;
 use super::backend::DetectBackend;
-use super::blob_log::{Accumulate, Blob, BlobLogParams};
+use super::blob_log::{Blob, BlobLogParams, Precision};
 use super::locate::{Feature, LocateParams};
 use super::real::Real;
 
@@ -65,31 +65,18 @@ mod frames;
 mod locate;
 mod pipeline;
 
-/// Storage type of the device cube.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DevicePrecision {
-    /// float32 cube (passes accumulated in float64 where the device has doubles). Identical to
-    /// the CPU for float32 frames; within ~1e-7 relative of the CPU's float64 cube otherwise.
-    #[default]
-    Float32,
-    /// The cube in the CPU's working type (float64 for integer and float64 frames) on devices
-    /// with doubles; falls back to [`DevicePrecision::Float32`] without them.
-    MatchCpu,
-}
-
 /// Tuning of the device back ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuDetectConfig {
-    /// Storage type of the cube.
-    pub precision: DevicePrecision,
+    /// The arithmetic ([`Precision`]): `Auto` (the default) a float32 cube with the passes
+    /// accumulated in float64 where the device has doubles; `F64` the CPU's working type
+    /// (identical to the CPU for every input type; an error without doubles); `F32` float32
+    /// throughout, faster on GPUs with slow doubles (cube within ~1e-6 relative). For `locate`:
+    /// float64 where the device has doubles (`Auto`, `F64`) or float32 (`F32`).
+    pub precision: Precision,
     /// Upper bound of the device working set of one sub-batch (cube and two pass buffers); at
     /// least one frame is always processed at a time.
     pub max_device_bytes: usize,
-    /// Accumulate the passes in float64 where the device has doubles (default `true`; needed
-    /// for a cube bit-identical to the CPU). `false` accumulates in float32, which is faster
-    /// on GPUs with slow doubles (cube within ~1e-6 relative). For `locate`, `false` runs the
-    /// whole device pipeline in float32 (the path of devices without doubles).
-    pub accumulate_f64: bool,
     /// The knobs of the device pipeline (work-group shapes, pass blocking: `ARRAYBRIDGE_DETECT_*`,
     /// docs/gpu.md); results do not depend on them. Default: the process's
     /// ([`bridge_core::tuning::process`]).
@@ -99,9 +86,8 @@ pub struct GpuDetectConfig {
 impl Default for GpuDetectConfig {
     fn default() -> Self {
         GpuDetectConfig {
-            precision: DevicePrecision::Float32,
+            precision: Precision::Auto,
             max_device_bytes: 512 << 20,
-            accumulate_f64: true,
             tuning: bridge_core::tuning::process().clone(),
         }
     }
@@ -235,7 +221,7 @@ impl<E: Executor> GpuDetect<E> {
 
     /// Whether [`Self::locate_resident`] reads a C-contiguous movie of `dtype` on this device
     /// in place: `u8`, `u16`, `f32`, and `f64` where `locate` computes in float64 (the device
-    /// has doubles and [`GpuDetectConfig::accumulate_f64`] is on).
+    /// has doubles and the precision is not [`Precision::F32`]).
     pub fn locate_reads_in_place(&self, dtype: DType) -> bool {
         locate::reads_in_place(&self.exec, dtype, &self.config)
     }
@@ -304,17 +290,20 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         })
     }
 
-    /// [`Accumulate::F64`] accumulates the passes in float64 (where the device has doubles),
-    /// [`Accumulate::F32`] in float32; this overrides [`GpuDetectConfig::accumulate_f64`] for
-    /// the call.
+    /// `acc` other than [`Precision::Auto`] overrides [`GpuDetectConfig::precision`] for the
+    /// call.
     fn blob_log_batch_acc(
         &self,
         frames: &[FrameView<'_>],
         p: &BlobLogParams,
-        acc: Accumulate,
+        acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         let cfg = GpuDetectConfig {
-            accumulate_f64: acc == Accumulate::F64,
+            precision: if acc == Precision::Auto {
+                self.config.precision
+            } else {
+                acc
+            },
             ..self.config.clone()
         };
         self.split_on_oom(frames, |f| {

@@ -2,6 +2,7 @@
 //! cube, its per-frame extrema, the 3×3×3 peaks, then the CPU's ordering and overlap pruning on
 //! the host (see the [parent module](super)).
 
+use crate::Precision;
 use bridge_core::exec::{Buffer, BufferRef, Executor, Grid, TypedExecutor};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Device, Result};
@@ -183,7 +184,7 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     want_cube: bool,
 ) -> Result<RunOut> {
     let dims = (n_frames, h, w);
-    if e.has_fp64() && (cfg.accumulate_f64 || R::SIZE == 8) {
+    if e.has_fp64() && (cfg.precision != Precision::F32 || R::SIZE == 8) {
         run_acc::<E, T, R, f64>(e, input, dims, p, cfg, want_cube)
     } else {
         run_acc::<E, T, R, f32>(e, input, dims, p, cfg, want_cube)

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::super::gpu_kernels;
 use super::super::templates::Templates;
-use super::GpuPrecision;
+use crate::Precision;
 use crate::detect::real::Real;
 
 /// `paco_stats` work-group size: `ARRAYBRIDGE_PACO_STATS_WG` of `t`, else smaller on CPU
@@ -99,12 +99,12 @@ pub(super) fn bytes_of<T>(n: usize) -> u64 {
 }
 
 /// Whether the run uses double precision on this device.
-pub(super) fn resolve_precision(p: GpuPrecision, fp64: bool, device: Device) -> Result<bool> {
+pub(super) fn resolve_precision(p: Precision, fp64: bool, device: Device) -> Result<bool> {
     match p {
-        GpuPrecision::Auto => Ok(fp64),
-        GpuPrecision::F32 => Ok(false),
-        GpuPrecision::F64 if fp64 => Ok(true),
-        GpuPrecision::F64 => Err(BridgeError::Unsupported(format!(
+        Precision::Auto => Ok(fp64),
+        Precision::F32 => Ok(false),
+        Precision::F64 if fp64 => Ok(true),
+        Precision::F64 => Err(BridgeError::Unsupported(format!(
             "PACO in double precision: {device} has no float64 support"
         ))),
     }

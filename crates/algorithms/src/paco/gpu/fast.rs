@@ -13,13 +13,14 @@ use super::super::gpu_kernels::{self, KMAX, KMAX_BIG};
 use super::super::job::PacoJob;
 use super::super::settings::{SubPixel, Variant};
 use super::super::templates::Templates;
+use super::STATS_GROUPS_PER_LAUNCH;
 use super::common::{
     DevReal, PairTemplates, Shapes, bytes_of, is_double, resolve_precision, to_f64s, to_reals,
     to_reals_scaled, to_u32,
 };
 use super::pairs::ab_pairs;
 use super::stats::{StatsCtx, StatsLaunch, launch_stats};
-use super::{GpuPrecision, STATS_GROUPS_PER_LAUNCH};
+use crate::Precision;
 
 /// What a run decides before any device work: the arithmetic type, the build options and the
 /// templates (a mode the CPU does not implement is its typed error here).
@@ -36,7 +37,7 @@ impl Plan {
     pub(super) fn new<E: Executor>(
         e: &E,
         job: &PacoJob<'_>,
-        precision: GpuPrecision,
+        precision: Precision,
         tuning: &Tuning,
     ) -> Result<Self> {
         let dbl = resolve_precision(precision, e.has_fp64(), e.device())?;
@@ -195,7 +196,7 @@ pub(super) fn ab_device<E: Executor>(
     e: &E,
     job: &PacoJob<'_>,
     phi0s: Option<&[(usize, usize)]>,
-    (precision, tuning): (GpuPrecision, &Tuning),
+    (precision, tuning): (Precision, &Tuning),
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     // Templates first: a mode the CPU does not implement is its typed error, before any
     // device work.

@@ -62,7 +62,7 @@
 //!   pixels), 4 per valid pair (sorted pair ids), 8 per frame pixel, and the current batch's
 //!   uploads (for per-pair templates ≈ the batch's device bytes).
 //!
-//! **Precision** ([`GpuPrecision`]): double where the device has it (the default), otherwise
+//! **Precision** ([`Precision`]): double where the device has it (the default), otherwise
 //! float. In double the kernels follow the CPU's operation order without fused multiply-add:
 //! on PoCL the maps are bit-identical to the CPU backend in every mode tested (no templates,
 //! table, VipFft and Spline5 templates, R = 5 and 6, `EdgeRule::Disk`); in float a and b agree
@@ -81,6 +81,7 @@
 //! ([`bridge_core::exec::Buffer`]) and kernels launch through the typed launchers generated
 //! from `paco.cl` ([`paco_kernels`](super::gpu_kernels::paco_kernels)).
 
+use crate::Precision;
 use bridge_core::exec::Executor;
 use bridge_core::tuning::Tuning;
 use bridge_core::{Device, Result};
@@ -107,24 +108,12 @@ pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;
 /// the device sums this one.
 pub const DEVICE_BATCH: usize = 1 << 16;
 
-/// Arithmetic type of the device kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GpuPrecision {
-    /// Double where the device has it, float otherwise.
-    #[default]
-    Auto,
-    /// Double (an error on devices without doubles).
-    F64,
-    /// Float.
-    F32,
-}
-
 /// PACO on a device, over its executor `E`. See the [module docs](self) for the data flow,
 /// precision and what is delegated to the CPU.
 #[derive(Debug, Clone)]
 pub struct GpuPaco<E: Executor> {
     exec: E,
-    precision: GpuPrecision,
+    precision: Precision,
     tuning: Tuning,
 }
 
@@ -137,11 +126,11 @@ pub type OpenClPaco = GpuPaco<bridge_opencl::OpenClExecutor>;
 pub type CudaPaco = GpuPaco<bridge_cuda::CudaExecutor>;
 
 impl<E: Executor> GpuPaco<E> {
-    /// The back end over `exec`, in [`GpuPrecision::Auto`].
+    /// The back end over `exec`, in [`Precision::Auto`].
     pub fn with_executor(exec: E) -> Self {
         GpuPaco {
             exec,
-            precision: GpuPrecision::Auto,
+            precision: Precision::Auto,
             tuning: bridge_core::tuning::process().clone(),
         }
     }
@@ -159,7 +148,7 @@ impl<E: Executor> GpuPaco<E> {
     }
 
     /// The same back end with another arithmetic type.
-    pub fn with_precision(mut self, precision: GpuPrecision) -> Self {
+    pub fn with_precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self
     }

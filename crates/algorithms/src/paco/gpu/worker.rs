@@ -7,10 +7,10 @@ use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 
 use super::super::job::PacoJob;
 use super::super::multi::UnitWorker;
-use super::GpuPrecision;
 use super::common::{DevReal, bytes_of, to_f64s};
 use super::fast::{DeviceJob, Plan, band_buffers, stats_rows};
 use super::pairs::{PairPlan, PairRun, Table, pair_batch, upload_table};
+use crate::Precision;
 
 enum Kind<'j, E: Executor, R: DevReal> {
     /// Full-frame q and z on the device.
@@ -35,7 +35,7 @@ impl<'j, E: Executor> GpuWorker<'j, E> {
     /// Upload the cube (and the template table) to `e`'s device; `pairs` is the shared
     /// bucketing with sub-pixel templates (`None` without).
     pub(crate) fn new(e: E, job: &'j PacoJob<'j>, pairs: Option<&'j PairPlan>) -> Result<Self> {
-        let plan = Plan::new(&e, job, GpuPrecision::Auto, bridge_core::tuning::process())?;
+        let plan = Plan::new(&e, job, Precision::Auto, bridge_core::tuning::process())?;
         Ok(if plan.dbl {
             GpuWorker::F64(Worker::new(e, job, pairs, plan)?)
         } else {

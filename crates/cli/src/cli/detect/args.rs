@@ -112,7 +112,7 @@ pub struct Args {
     /// [log] Sub-pixel refinement and per-particle measures (extra columns).
     #[arg(long)]
     pub refine: bool,
-    /// [log] Accumulate the LoG filters in f32 (faster; cube within ~1e-7 of SciPy's, so only
+    /// [log] Precision the LoG filters in f32 (faster; cube within ~1e-7 of SciPy's, so only
     /// responses within that distance of the threshold can change). Default: exact f64.
     #[arg(long)]
     pub fast: bool,

@@ -20,7 +20,7 @@ mod stream;
 
 use std::path::Path;
 
-use algorithms::detect::{Accumulate, BlobLogParams, LocateParams, LogDetector, RefineParams};
+use algorithms::detect::{BlobLogParams, LocateParams, LogDetector, Precision, RefineParams};
 use bridge_core::{BridgeError, Result};
 
 use super::common::{Global, check_output_file};
@@ -103,10 +103,10 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         },
         batch_size,
         refine: args.refine.then(RefineParams::default),
-        accumulate: if args.fast {
-            Accumulate::F32
+        precision: if args.fast {
+            Precision::F32
         } else {
-            Accumulate::F64
+            Precision::Auto
         },
     };
     // Everything that can be checked before reading the movie is checked first.

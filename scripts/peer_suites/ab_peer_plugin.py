@@ -1,0 +1,155 @@
+"""pytest plugin of scripts/peer-suites.sh: runs scikit-image's and trackpy's own tests, either
+plain (``PEER_SUITES_MODE=plain``) or with arraybridge's functions put in place of theirs
+(``PEER_SUITES_MODE=arraybridge``), and writes each test's outcome to ``PEER_SUITES_RESULTS``
+(JSON).
+
+Substitution happens when pytest loads this plugin (``-p ab_peer_plugin``), before any test
+module is imported, so ``from skimage.feature import blob_log`` and ``from trackpy.linking
+import link`` in the test modules bind arraybridge's functions. Each substitute is a thin
+wrapper: it binds the call's arguments with the replaced function's own signature (so
+positional arguments keep trackpy's / scikit-image's meaning), passes exactly the arguments the
+test gave, by name, to arraybridge, and records that it was called. Nothing is mapped or dropped:
+an argument arraybridge does not take fails the test, which is then listed.
+
+A test whose substituted run called no arraybridge function ran the peer's own code only (a
+trackpy internal such as ``link_iter`` or ``link_partial``); the report lists it as "not
+substituted" and does not count it.
+"""
+
+import functools
+import inspect
+import json
+import os
+import sys
+import types
+
+import pytest
+
+_MODE = os.environ.get("PEER_SUITES_MODE", "plain")
+_RESULTS_PATH = os.environ.get("PEER_SUITES_RESULTS")
+_SUITE = os.environ.get("PEER_SUITES_SUITE", "")
+
+_called: set = set()
+_results: dict = {}
+
+
+def _substitute(original, replacement, name):
+    """``replacement`` called with the arguments ``original`` would have bound, by name."""
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        _called.add(name)
+        bound = sig.bind(*args, **kwargs)
+        named = {}
+        for k, v in bound.arguments.items():
+            p = sig.parameters[k]
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(v)
+            elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+                raise TypeError(f"{name}: extra positional arguments {v!r}")
+            else:
+                named[k] = v
+        return replacement(**named)
+
+    wrapper.__arraybridge_substitute__ = name
+    return wrapper
+
+
+def _patch_skimage():
+    import arraybridge as ab
+    import skimage.feature
+    import skimage.feature.blob
+
+    original = skimage.feature.blob.blob_log
+    sub = _substitute(original, ab.blob_log, "blob_log")
+    skimage.feature.blob.blob_log = sub
+    skimage.feature.blob_log = sub  # the lazy loader's attribute, read by `feature.blob_log`
+
+
+def _patch_trackpy():
+    import arraybridge as ab
+    import trackpy
+    import trackpy.feature
+    import trackpy.linking
+    import trackpy.linking.linking
+
+    locate = _substitute(trackpy.feature.locate, ab.locate, "locate")
+    batch = _substitute(trackpy.feature.batch, ab.batch, "batch")
+    link = _substitute(trackpy.linking.linking.link, ab.link, "link")
+    for mod in (trackpy, trackpy.feature):
+        mod.locate = locate
+        mod.batch = batch
+    for mod in (trackpy, trackpy.linking, trackpy.linking.linking):
+        mod.link = link
+        mod.link_df = link  # trackpy's alias of link
+
+
+def _expose_trackpy_tests():
+    """Makes ``trackpy.tests`` (the installed wheel has none) the extracted tests folder, so
+    that ``from trackpy.tests.common import ...`` works."""
+    tests = os.environ.get("PEER_SUITES_TRACKPY_TESTS_DIR")
+    if not tests:
+        return
+    import trackpy
+
+    pkg = types.ModuleType("trackpy.tests")
+    pkg.__path__ = [tests]
+    pkg.__file__ = os.path.join(tests, "__init__.py")
+    sys.modules["trackpy.tests"] = pkg
+    trackpy.tests = pkg
+
+
+def pytest_configure(config):
+    _expose_trackpy_tests()
+    if _MODE == "arraybridge":
+        if _SUITE == "skimage":
+            _patch_skimage()
+        elif _SUITE == "trackpy":
+            _patch_trackpy()
+        else:
+            raise pytest.UsageError(f"PEER_SUITES_SUITE must be skimage or trackpy, got {_SUITE!r}")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _called.clear()
+    _results[nodeid] = {"outcome": "passed", "called": [], "message": ""}
+
+
+def _message(report):
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = report.longrepr[2]
+    line = " ".join(text.split())
+    return line[:300]
+
+
+def pytest_runtest_logreport(report):
+    rec = _results.setdefault(report.nodeid, {"outcome": "passed", "called": [], "message": ""})
+    if report.failed:
+        if rec["outcome"] != "failed":
+            rec["outcome"] = "failed"
+            rec["message"] = _message(report)
+    elif report.skipped and rec["outcome"] == "passed":
+        rec["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        rec["message"] = _message(report)
+    if report.when == "teardown":
+        rec["called"] = sorted(_called)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _RESULTS_PATH:
+        with open(_RESULTS_PATH, "w") as fh:
+            json.dump({"mode": _MODE, "suite": _SUITE, "tests": _results}, fh, indent=1)
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _results[report.nodeid or "<collection>"] = {
+            "outcome": "failed",
+            "called": [],
+            # the last line of an import error is its reason
+            "message": "collection error: "
+            + " ".join(str(report.longrepr).strip().splitlines()[-1].lstrip("E ").split())[:300],
+        }
