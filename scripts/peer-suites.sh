@@ -48,12 +48,12 @@ run_suite() {
     shift 3
     (
         cd "$dir"
-        PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" \
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 \
+            PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" \
             PEER_SUITES_SUITE="${suite%%-*}" PEER_SUITES_MODE="$mode" \
             PEER_SUITES_RESULTS="$out/$suite-$mode.json" \
             PEER_SUITES_TRACKPY_TESTS_DIR="$work/trackpy/tests" \
-            "$py" -m pytest -q -p no:cacheprovider -p ab_peer_plugin --rootdir=. -c /dev/null \
-            -W ignore::DeprecationWarning "$@"
+            "$py" -m pytest -q -p no:cacheprovider -p ab_peer_plugin --rootdir=. -c /dev/null "$@"
     ) >"$out/$suite-$mode.log" 2>&1 || rc=$?
     # 0: all passed, 1: some failed; anything else (interrupted, internal or usage error, no
     # tests) means the outcomes are not there
@@ -102,7 +102,7 @@ if [ -d "$work/trackpy/tests" ]; then
     for mode in plain arraybridge; do
         run_suite trackpy "$work/trackpy/tests" "$mode" test_feature.py test_linking.py
     done
-    report_suite trackpy "trackpy $tp_version locate+batch+link" "$here/expected_trackpy.txt"
+    report_suite trackpy "trackpy $tp_version locate+link" "$here/expected_trackpy.txt"
 else
     echo "peer-suites: trackpy skipped ($(source_of trackpy))"
     echo "trackpy $tp_version: skipped ($(source_of trackpy))" | tee -a "$report" >>"$summary"

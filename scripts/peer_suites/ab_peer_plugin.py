@@ -20,6 +20,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import sys
 import types
 
@@ -101,14 +102,14 @@ def _expose_trackpy_tests():
 
 
 def pytest_configure(config):
-    _expose_trackpy_tests()
-    if _MODE == "arraybridge":
-        if _SUITE == "skimage":
-            _patch_skimage()
-        elif _SUITE == "trackpy":
-            _patch_trackpy()
-        else:
-            raise pytest.UsageError(f"PEER_SUITES_SUITE must be skimage or trackpy, got {_SUITE!r}")
+    if _SUITE not in ("skimage", "trackpy"):
+        raise pytest.UsageError(f"PEER_SUITES_SUITE must be skimage or trackpy, got {_SUITE!r}")
+    if _SUITE == "trackpy":
+        _expose_trackpy_tests()
+    if _MODE == "arraybridge" and _SUITE == "skimage":
+        _patch_skimage()
+    elif _MODE == "arraybridge":
+        _patch_trackpy()
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -146,10 +147,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_collectreport(report):
     if report.failed:
+        # the last line of an import error is its reason
+        last = str(report.longrepr).strip().splitlines()[-1]
         _results[report.nodeid or "<collection>"] = {
             "outcome": "failed",
             "called": [],
-            # the last line of an import error is its reason
-            "message": "collection error: "
-            + " ".join(str(report.longrepr).strip().splitlines()[-1].lstrip("E ").split())[:300],
+            "message": "collection error: " + " ".join(re.sub(r"^E\s+", "", last).split())[:300],
         }
