@@ -476,6 +476,7 @@ def locate(
     topn: Optional[int] = None,
     preprocess: bool = True,
     characterize: bool = True,
+    engine: str = "auto",
     *,
     device: str = "auto",
     batch_size: int = 4,
@@ -483,7 +484,11 @@ def locate(
     """trackpy's ``locate`` (a 2-D image) or ``batch`` (a 3-D movie), with trackpy's parameter
     names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep`` (``y, x, mass`` with
     ``characterize=False``), and ``frame`` for a movie as ``batch`` gives it: a pandas
-    DataFrame when pandas is installed, a structured NumPy array otherwise."""
+    DataFrame when pandas is installed, a structured NumPy array otherwise. ``engine`` is
+    trackpy's choice of its own implementation (``"auto"``, ``"python"``, ``"numba"``), which
+    gives the same features: accepted and a no-op here (``device`` chooses where to run)."""
+    if engine not in ("auto", "python", "numba"):
+        raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
     cols, movie = _native.locate(
         raw_image,
         diameter=_int("diameter", diameter),
@@ -637,6 +642,8 @@ def link(
     if is_df:
         out = f.copy()
         out["particle"] = ids
+        if out[t_column].dtype.kind == "f":  # trackpy returns integer frame numbers
+            out[t_column] = frames
         return out
     if is_dict:
         return {**f, "particle": ids}
