@@ -360,3 +360,16 @@ def test_an_input_error_of_a_movie_names_its_frames():
     with pytest.raises(ab.InvalidInput) as e:
         ab.blob_log(m[4], threshold=None, prescale="none")
     assert e.value.frames is None
+
+
+def test_trackpys_engine_keyword_and_integer_frames():
+    pd = pytest.importorskip("pandas")
+    frame = np.load(FIX / "detect" / "blob_log" / "hisnr_u16.npy")
+    a = ab.locate(frame, 7, minmass=300, device="cpu")
+    for engine in ("auto", "python", "numba"):
+        pd.testing.assert_frame_equal(ab.locate(frame, 7, minmass=300, engine=engine, device="cpu"), a)
+    with pytest.raises(ab.InvalidInput, match="engine"):
+        ab.locate(frame, 7, engine="cuda")
+    f = pd.DataFrame({"x": np.arange(5.0), "y": np.ones(5), "frame": np.arange(5.0)})
+    out = ab.link(f, 5)
+    assert out["frame"].dtype == np.int64 and out["particle"].dtype.kind == "i"
