@@ -9,7 +9,7 @@
 //! workspace's backends implement it.
 //!
 //! **Completion contract.** [`Executor::launch`] enqueues in order on the executor's queue or
-//! stream and may return before the kernel has run (both backends do:
+//! stream and may return before the kernel has run (OpenCL always, CUDA by default:
 //! [`Executor::launches_are_async`]); [`Executor::read`], [`Executor::read_at`] and
 //! [`Executor::synchronize`] return after every launch enqueued before them has completed.
 //! A kernel that fails after its launch returned is reported as an error by such a wait (on
