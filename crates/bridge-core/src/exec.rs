@@ -9,9 +9,20 @@
 //! workspace's backends implement it.
 //!
 //! **Completion contract.** [`Executor::launch`] enqueues in order on the executor's queue or
-//! stream; [`Executor::read`] and [`Executor::synchronize`] return after every launch enqueued
-//! before them has completed. Buffers are freed when dropped (back to the device pools), after
-//! the work using them.
+//! stream and may return before the kernel has run (OpenCL always, CUDA by default:
+//! [`Executor::launches_are_async`]); [`Executor::read`], [`Executor::read_at`] and
+//! [`Executor::synchronize`] return after every launch enqueued before them has completed.
+//! A kernel that fails after its launch returned is reported as an error by such a wait (on
+//! OpenCL, also by a later launch that waits for the oldest of too many in flight), never
+//! dropped. Buffers are freed when dropped (back to the device pools), after the work using
+//! them: dropping a buffer a queued kernel still uses is allowed, and its memory is not handed
+//! to another allocation before that kernel has run.
+//!
+//! **Kernel time.** The host time around an asynchronous launch is not its kernel's time.
+//! [`Executor::kernel_seconds`] is the device's own account where the backend keeps one (OpenCL,
+//! from the queue's event profiling); CUDA returns `None` for now (it could record events
+//! around its launches), and its kernel times are then only known where each launch is waited
+//! for (`ARRAYBRIDGE_TRACE=1`, `ARRAYBRIDGE_CUDA_LAUNCH=sync`).
 //!
 //! **Device-resident inputs.** [`Executor::buffer_of`] gives the raw buffer of an [`Array`] that
 //! already lives on the executor's device, without a copy: an algorithm handed such an array
@@ -103,9 +114,17 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
     /// Wait for every launch enqueued so far.
     fn synchronize(&self) -> Result<()>;
     /// Whether [`Executor::launch`] returns before the kernel has run (a stream-ordered
-    /// launch): the host time around a launch is then not the kernel's time.
+    /// launch): the host time around a launch is then not the kernel's time (see
+    /// [`Executor::kernel_seconds`]).
     fn launches_are_async(&self) -> bool {
         false
+    }
+    /// The device time, in seconds, of the kernels this executor (and its clones) launched
+    /// whose completion a wait has seen so far: a running total, to be differenced around a
+    /// run after [`Executor::synchronize`] (or a read) has collected its launches. `None`
+    /// where the backend does not measure it (the default; CUDA for now).
+    fn kernel_seconds(&self) -> Option<f64> {
+        None
     }
     /// The raw buffer of `array` when it lives on this executor's device in this backend's
     /// memory (zero-copy access for device-resident inputs); `None` otherwise.

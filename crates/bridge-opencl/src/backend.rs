@@ -20,6 +20,7 @@ use opencl3::context::Context;
 use crate::buffer::{ClBuffer, ClStorage, Pending};
 use crate::discovery::{self, DeviceEntry, Discovery};
 use crate::error::cl_error;
+use crate::executor::Launches;
 use crate::kernel::{ClProgram, ProgramCache};
 use crate::raw;
 use crate::state::{ClAllocator, DeviceState};
@@ -43,6 +44,9 @@ pub(crate) struct Inner {
     kernels: Mutex<HashMap<KernelKey, Vec<KernelSlot>>>,
     /// Host-to-device copies made through the executor, per device ordinal: (calls, bytes).
     uploads: Mutex<HashMap<usize, (u64, u64)>>,
+    /// The executor's launches in flight, per device ordinal (shared by the device's
+    /// executors). Dropped with the instance: each waits for its kernel first.
+    launches: Mutex<HashMap<usize, Arc<Launches>>>,
 }
 
 /// (device ordinal, source address, source length, options hash).
@@ -203,6 +207,7 @@ impl OpenClBackend {
                 executors: Mutex::new(HashMap::new()),
                 kernels: Mutex::new(HashMap::new()),
                 uploads: Mutex::new(HashMap::new()),
+                launches: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -276,6 +281,12 @@ impl OpenClBackend {
             .get(&n)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// The list of launches in flight of `device`'s executors (created empty on first use).
+    pub(crate) fn launches(&self, device: Device) -> Arc<Launches> {
+        let n = device.ordinal().unwrap_or_default();
+        Arc::clone(lock(&self.inner.launches).entry(n).or_default())
     }
 
     pub(crate) fn count_upload(&self, device: Device, bytes: usize) {

@@ -407,23 +407,30 @@ impl<T> Pending<T> {
 
     /// Block until the work is complete and return its result.
     pub fn wait(self) -> Result<T> {
+        self.wait_profiled("command").map(|(v, _)| v)
+    }
+
+    /// [`wait`](Self::wait), with the device time of the command in nanoseconds (from the
+    /// queue's event profiling; `None` for work with nothing to wait for). A failure names the
+    /// command `what` (a kernel's name, for a launch).
+    pub(crate) fn wait_profiled(self, what: &str) -> Result<(T, Option<u64>)> {
         let Pending {
             flight,
             finish,
             device,
             ..
         } = self;
-        let host = flight.wait().map_err(|c| {
+        let (host, ns) = flight.wait_profiled().map_err(|c| {
             if is_oom_code(c) {
                 cl_error(device, "waiting for an event", c, 0)
             } else {
                 BridgeError::backend(
                     BACKEND,
                     Some(i64::from(c)),
-                    format!("command on {device} failed while waiting for it"),
+                    format!("{what} on {device} failed while waiting for it"),
                 )
             }
         })?;
-        finish(host)
+        Ok((finish(host)?, ns))
     }
 }

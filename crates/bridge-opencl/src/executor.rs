@@ -1,26 +1,158 @@
 //! [`OpenClExecutor`]: the [`Executor`] of an OpenCL device (raw buffer: [`ClBuffer`]).
+//!
+//! **Non-blocking launches.** [`Executor::launch`] sets the arguments of a cached kernel,
+//! enqueues it on the device's in-order queue, flushes the queue and returns: the kernel runs
+//! while the host goes on. Each launch's [`Pending`] token — its event and a clone of every
+//! buffer it is given — is kept in the device's list of launches in flight ([`Launches`]: one
+//! per device and backend instance, shared by every executor of the device and their clones)
+//! until a wait collects it:
+//!
+//! * [`Executor::read`], [`Executor::read_at`] and [`Executor::synchronize`] wait for every
+//!   launch in the list (then read, in queue order after them);
+//! * a launch collects the launches that have already completed, and waits for the oldest
+//!   while more than [`MAX_IN_FLIGHT`] are in flight, so the list (and the memory it keeps)
+//!   stays bounded;
+//! * an allocation that runs out of device memory waits for them all, which gives their
+//!   buffers back to the pool, and tries once more.
+//!
+//! Uploads, fills and reads are blocking commands on the same in-order queue, so they run
+//! after the launches enqueued before them. A buffer the algorithm drops while a queued kernel
+//! uses it stays alive in the launch's token, so the device's pool cannot hand its memory to
+//! another allocation (whatever queue would use it) before the kernel has run.
+//!
+//! **Errors.** A kernel that fails while in flight is reported by the wait that collects it —
+//! the next read, synchronize, or a launch that waits for the oldest — as
+//! [`bridge_core::BridgeError::Backend`] naming the kernel; it is never dropped. (When two
+//! threads share the device, whichever waits first may collect the other's failure.)
+//!
+//! **Kernel time.** The queue is created with event profiling, and each collected launch adds
+//! its `CL_PROFILING_COMMAND_START..END` — the device's own time of the kernel — to the
+//! running total of the executor that launched it ([`Executor::kernel_seconds`]; clones share
+//! it, [`OpenClExecutor::new`] starts a new one). The pipelines difference it around a run.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bridge_core::exec::{Executor, KernelArg, sealed};
 use bridge_core::kernel::KernelSource;
 use bridge_core::{Array, Device, Result};
 
 use crate::backend::OpenClBackend;
-use crate::buffer::{ClBuffer, ClStorage};
+use crate::buffer::{ClBuffer, ClStorage, Pending};
+
+/// Launches a device's list holds in flight at most: a launch beyond waits for the oldest.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// One launch in flight: its token (event and buffers), the kernel's name (for errors) and
+/// the kernel-time total of the executor that launched it.
+struct Launch {
+    pending: Pending<()>,
+    kernel: String,
+    clock: Arc<AtomicU64>,
+}
+
+impl Launch {
+    /// Wait for the kernel and add its device time to its executor's total.
+    fn collect(self) -> Result<()> {
+        let Launch {
+            pending,
+            kernel,
+            clock,
+        } = self;
+        let ((), ns) = pending.wait_profiled(&format!("kernel {kernel}"))?;
+        if let Some(ns) = ns {
+            clock.fetch_add(ns, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// The launches of one device's queue that no wait has collected yet, oldest first; one per
+/// device and backend instance ([`OpenClBackend::launches`]).
+#[derive(Default)]
+pub(crate) struct Launches {
+    queue: Mutex<VecDeque<Launch>>,
+}
+
+impl std::fmt::Debug for Launches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Launches({} in flight)", self.lock().len())
+    }
+}
+
+impl Launches {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Launch>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Add a launch; collect those already complete, and wait for the oldest while more than
+    /// [`MAX_IN_FLIGHT`] are in flight. The first failure collected is returned (after the
+    /// others were collected).
+    fn push(&self, launch: Launch) -> Result<()> {
+        self.lock().push_back(launch);
+        let mut first = Ok(());
+        loop {
+            let next = {
+                let mut q = self.lock();
+                let done = match q.front() {
+                    None => break,
+                    Some(l) => q.len() > MAX_IN_FLIGHT || l.pending.is_complete().unwrap_or(true),
+                };
+                if !done {
+                    break;
+                }
+                q.pop_front()
+            };
+            // waited for outside the lock: other threads' launches go on meanwhile
+            if let Some(l) = next
+                && let Err(e) = l.collect()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// Wait for every launch in the list (those other threads add meanwhile included); the
+    /// first failure is returned after all were collected.
+    fn drain(&self) -> Result<()> {
+        let mut first = Ok(());
+        loop {
+            let next = self.lock().pop_front();
+            let Some(l) = next else { break };
+            if let Err(e) = l.collect()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// How many launches are in flight (not yet collected).
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
 
 /// The executor of one OpenCL device on a backend instance (usually [`crate::shared`]).
 ///
 /// Each kernel is built once per backend, device, source, options and entry point and kept
-/// (its arguments set under a lock, then launched); a launch returns when its kernel has run
-/// (non-blocking launches wait for event profiling, which would keep the pipelines' kernel
-/// times exact).
+/// (its arguments set under a lock, then enqueued); a launch returns once its kernel is
+/// enqueued and flushed (see the [module docs](self) for when it is waited for, its errors and
+/// its time).
 #[derive(Debug, Clone)]
 pub struct OpenClExecutor {
     cl: Arc<OpenClBackend>,
     device: Device,
     fp64: bool,
     cpu: bool,
+    /// The device's launches in flight (shared by every executor of the device).
+    launches: Arc<Launches>,
+    /// Device nanoseconds of this executor's (and its clones') collected launches.
+    clock: Arc<AtomicU64>,
 }
 
 impl OpenClExecutor {
@@ -30,11 +162,14 @@ impl OpenClExecutor {
     /// [`bridge_core::BridgeError::BackendUnavailable`] / `UnknownDevice` without the device.
     pub fn new(cl: Arc<OpenClBackend>, device: Device) -> Result<Self> {
         let info = cl.executor_info(device)?;
+        let launches = cl.launches(device);
         Ok(OpenClExecutor {
             cl,
             device,
             fp64: info.fp64,
             cpu: info.cpu,
+            launches,
+            clock: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -76,6 +211,24 @@ impl OpenClExecutor {
     pub fn backend(&self) -> &Arc<OpenClBackend> {
         &self.cl
     }
+
+    /// How many launches of the device are in flight: enqueued, and not yet collected by a
+    /// wait (at most [`MAX_IN_FLIGHT`] once a launch returns).
+    pub fn launches_in_flight(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// `f`, and once more after every launch in flight was collected (their buffers back in
+    /// the pool) when it runs out of device memory.
+    fn retry_oom<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        match f() {
+            Err(e) if e.is_oom() && self.launches.len() > 0 => {
+                self.launches.drain()?;
+                f()
+            }
+            r => r,
+        }
+    }
 }
 
 impl sealed::Sealed for OpenClExecutor {}
@@ -96,7 +249,7 @@ impl Executor for OpenClExecutor {
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<ClBuffer> {
-        let buf = self.cl.alloc(self.device, bytes.len().max(4))?;
+        let buf = self.retry_oom(|| self.cl.alloc(self.device, bytes.len().max(4)))?;
         if !bytes.is_empty() {
             buf.write(0, bytes)?;
         }
@@ -105,11 +258,11 @@ impl Executor for OpenClExecutor {
     }
 
     fn alloc(&self, bytes: usize) -> Result<ClBuffer> {
-        self.cl.alloc(self.device, bytes.max(4))
+        self.retry_oom(|| self.cl.alloc(self.device, bytes.max(4)))
     }
 
     fn zeroed(&self, bytes: usize) -> Result<ClBuffer> {
-        self.cl.alloc_zeroed(self.device, bytes.max(4))
+        self.retry_oom(|| self.cl.alloc_zeroed(self.device, bytes.max(4)))
     }
 
     fn launch(
@@ -140,13 +293,21 @@ impl Executor for OpenClExecutor {
                 return Err(e);
             }
         }
-        let r = k.launch(global, Some(local));
-        // a kept kernel must not keep its buffers (they go back to the pool when dropped)
+        let pending = k.enqueue(global, Some(local));
+        // a kept kernel must not keep its buffers (the launch's token keeps them until the
+        // kernel has run; then they go back to the pool when dropped)
         k.clear_buffers();
-        r
+        let kernel = k.name().to_owned();
+        drop(k);
+        self.launches.push(Launch {
+            pending: pending?,
+            kernel,
+            clock: Arc::clone(&self.clock),
+        })
     }
 
     fn read(&self, buf: &ClBuffer, bytes: usize) -> Result<Vec<u8>> {
+        self.launches.drain()?;
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
             buf.read(0, &mut out)?;
@@ -157,6 +318,7 @@ impl Executor for OpenClExecutor {
     fn read_at(&self, buf: &ClBuffer, offset: usize, bytes: usize) -> Result<Vec<u8>> {
         // checked before anything is allocated, and for empty reads too
         buf.check_range(offset, bytes, "read_at")?;
+        self.launches.drain()?;
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
             buf.read(offset, &mut out)?;
@@ -165,9 +327,20 @@ impl Executor for OpenClExecutor {
     }
 
     fn synchronize(&self) -> Result<()> {
-        // Launches wait for their kernel on this backend (so the pipelines' kernel times are
-        // the kernels' own without event profiling).
-        Ok(())
+        self.launches.drain()?;
+        // and whatever else the queue holds (commands enqueued outside the executor)
+        self.cl.synchronize(self.device)
+    }
+
+    fn launches_are_async(&self) -> bool {
+        true
+    }
+
+    /// The device time of this executor's (and its clones') launches collected so far, from
+    /// the queue's event profiling: a running total, exact once a wait
+    /// ([`Executor::synchronize`], a read) has collected the launches of interest.
+    fn kernel_seconds(&self) -> Option<f64> {
+        Some(self.clock.load(Ordering::Relaxed) as f64 * 1e-9)
     }
 
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a ClBuffer> {
@@ -175,5 +348,131 @@ impl Executor for OpenClExecutor {
             return None;
         }
         array.storage::<ClStorage>().map(ClStorage::buffer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use bridge_core::BridgeError;
+    use bridge_core::backend::Backend;
+    use bridge_core::exec::{Executor, KernelArg};
+    use test_support::require::{OPENCL, or_skip};
+
+    use super::*;
+    use crate::{kernels, raw, round_up};
+
+    /// An executor of the first device on a fresh backend, or `None` (skipped) without one.
+    fn executor() -> Option<OpenClExecutor> {
+        let backend = Arc::new(OpenClBackend::new());
+        let probe = match backend.devices() {
+            Ok(d) if !d.is_empty() => Ok(d[0].device),
+            Ok(_) => Err("no device".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        let device = or_skip(OPENCL, "an OpenCL device", probe)?;
+        Some(OpenClExecutor::new(backend, device).expect("the executor of the first device"))
+    }
+
+    fn bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|f| f.to_ne_bytes()).collect()
+    }
+
+    fn floats(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// A launch in flight whose command has failed (a user event set to an error status): what
+    /// a kernel failing on the device after its launch returned looks like to the executor.
+    fn failed_launch(e: &OpenClExecutor, name: &str) -> Launch {
+        let state = e.cl.inner.state(e.device).expect("the device state");
+        let ev = raw::user_event(&state.context).expect("a user event");
+        raw::set_user_event_status(&ev, opencl3::error_codes::CL_INVALID_OPERATION)
+            .expect("a failed status");
+        Launch {
+            pending: Pending::new(raw::InFlight::from_event(ev), None, e.device, |_| Ok(())),
+            kernel: name.to_owned(),
+            clock: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A kernel that fails after its launch returned is the error of the next wait (read,
+    /// read_at, synchronize), once; the executor goes on working afterwards.
+    #[test]
+    fn asynchronous_failures_surface_at_the_next_wait() {
+        let Some(e) = executor() else { return };
+        let buf = e.upload(&bytes(&[1.0, 2.0])).unwrap();
+        let waits: [&dyn Fn() -> Result<()>; 3] = [
+            &|| e.synchronize(),
+            &|| e.read(&buf, 8).map(|_| ()),
+            &|| e.read_at(&buf, 4, 4).map(|_| ()),
+        ];
+        for (i, wait) in waits.iter().enumerate() {
+            let name = format!("injected_{i}");
+            e.launches.lock().push_back(failed_launch(&e, &name));
+            let err = wait().unwrap_err();
+            assert!(
+                matches!(&err, BridgeError::Backend { message, .. } if message.contains(&name)),
+                "{err:?}"
+            );
+            assert_eq!(e.launches_in_flight(), 0);
+            // reported once, not lost and not repeated
+            wait().unwrap();
+        }
+        assert_eq!(floats(&e.read(&buf, 8).unwrap()), vec![1.0, 2.0]);
+    }
+
+    /// Launches return before their kernel has run; the list in flight stays bounded; a buffer
+    /// dropped while a queued kernel uses it stays valid (its memory is not handed to the next
+    /// allocation early); the device time of the collected launches is the executor's total,
+    /// shared by its clones and not by another executor of the device.
+    #[test]
+    fn launches_are_asynchronous_bounded_and_timed() {
+        let Some(e) = executor() else { return };
+        assert!(e.launches_are_async());
+        let other = OpenClExecutor::new(Arc::clone(&e.cl), e.device).unwrap();
+        let clone = e.clone();
+        let n = 4096usize;
+        let y0: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+        let yb = e.upload(&bytes(&y0)).unwrap();
+        let rounds = 3 * MAX_IN_FLIGHT;
+        for r in 0..rounds {
+            // a fresh input each round, dropped at once: the pool would reuse its memory for
+            // the next round's if the queued launch did not keep it
+            let x: Vec<f32> = (0..n).map(|i| ((i + r) % 7) as f32).collect();
+            let xb = e.upload(&bytes(&x)).unwrap();
+            let args = [
+                KernelArg::U32(n as u32),
+                KernelArg::F32(1.0),
+                KernelArg::Buf(&xb),
+                KernelArg::Buf(&yb),
+            ];
+            let on = if r % 2 == 0 { &e } else { &clone };
+            on.launch(
+                &kernels::SAXPY,
+                &[],
+                "saxpy",
+                &[round_up(n, 64)],
+                &[64],
+                &args,
+            )
+            .unwrap();
+            drop(xb);
+            assert!(e.launches_in_flight() <= MAX_IN_FLIGHT);
+        }
+        let before = e.kernel_seconds().unwrap();
+        e.synchronize().unwrap();
+        assert_eq!(e.launches_in_flight(), 0);
+        let total = e.kernel_seconds().unwrap();
+        assert!(total > 0.0 && total >= before, "{before} {total}");
+        assert_eq!(clone.kernel_seconds(), Some(total));
+        assert_eq!(other.kernel_seconds(), Some(0.0));
+        let want: Vec<f32> = (0..n)
+            .map(|i| y0[i] + (0..rounds).map(|r| ((i + r) % 7) as f32).sum::<f32>())
+            .collect();
+        assert_eq!(floats(&e.read(&yb, n * 4).unwrap()), want);
     }
 }

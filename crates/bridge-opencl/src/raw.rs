@@ -9,6 +9,7 @@
 use std::ffi::c_void;
 use std::ptr;
 
+use opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE;
 use opencl3::command_queue::{
     CommandQueue, enqueue_copy_buffer, enqueue_fill_buffer, enqueue_nd_range_kernel,
     enqueue_read_buffer, enqueue_write_buffer,
@@ -42,14 +43,25 @@ pub(crate) fn create_sub_buffer(
     unsafe { parent.create_sub_buffer(CL_MEM_READ_WRITE, origin, len) }.map_err(|e| e.0)
 }
 
-/// Create an in-order command queue for `device` in `ctx`.
+/// Create an in-order command queue for `device` in `ctx`, with event profiling (the device's
+/// own start and end time of each command: [`profiled_ns`]).
 pub(crate) fn create_queue(ctx: &Context, device: cl_device_id) -> Result<CommandQueue, Code> {
     // SAFETY: the caller passes a device that is a member of `ctx` (the context is created from
     // the platform's device list, which contains it); OpenCL checks this again
-    // (CL_INVALID_DEVICE). Properties 0 = in-order, no profiling.
+    // (CL_INVALID_DEVICE). Properties: in-order (no out-of-order flag), profiling enabled (a
+    // property every OpenCL 1.x device supports).
     #[allow(deprecated)]
-    let q = unsafe { CommandQueue::create(ctx, device, 0) };
+    let q = unsafe { CommandQueue::create(ctx, device, CL_QUEUE_PROFILING_ENABLE) };
     q.map_err(|e| e.0)
+}
+
+/// The device time of a completed command, `CL_PROFILING_COMMAND_START..END` in nanoseconds;
+/// `None` where the event has no profiling data (a user event, a queue without profiling, or a
+/// command that failed).
+pub(crate) fn profiled_ns(event: &Event) -> Option<u64> {
+    let start = event.profiling_command_start().ok()?;
+    let end = event.profiling_command_end().ok()?;
+    Some(end.saturating_sub(start))
 }
 
 fn wrap(event: cl_event) -> Event {
@@ -199,16 +211,18 @@ impl InFlight {
         }
     }
 
-    /// Wait for completion and give the host memory back.
-    pub(crate) fn wait(mut self) -> Result<Vec<u8>, Code> {
+    /// Wait for completion and give the host memory back, with the command's device time
+    /// ([`profiled_ns`]; `None` for a command with nothing to wait for or without profiling
+    /// data).
+    pub(crate) fn wait_profiled(mut self) -> Result<(Vec<u8>, Option<u64>), Code> {
+        let mut ns = None;
         // On error the command failed or was aborted; the driver no longer uses the memory
         // once the event is terminated, which `wait` guarantees.
-        if let Some(ev) = self.event.take()
-            && let Err(e) = ev.wait()
-        {
-            return Err(e.0);
+        if let Some(ev) = self.event.take() {
+            ev.wait().map_err(|e| e.0)?;
+            ns = profiled_ns(&ev);
         }
-        Ok(std::mem::take(&mut self.host))
+        Ok((std::mem::take(&mut self.host), ns))
     }
 
     /// True when the command has completed (successfully or not).
@@ -366,4 +380,16 @@ pub(crate) fn launch(
 /// Wait for an event.
 pub(crate) fn wait(event: &Event) -> Result<(), Code> {
     event.wait().map_err(|e| e.0)
+}
+
+/// A user event of `ctx` (tests: a command whose completion, or failure, the test decides).
+#[cfg(test)]
+pub(crate) fn user_event(ctx: &Context) -> Result<Event, Code> {
+    opencl3::event::create_user_event(ctx.get()).map(wrap)
+}
+
+/// Set a user event's status: `CL_COMPLETE` (0) or a negative error code (tests).
+#[cfg(test)]
+pub(crate) fn set_user_event_status(event: &Event, status: Code) -> Result<(), Code> {
+    opencl3::event::set_user_event_status(event.get(), status)
 }

@@ -312,11 +312,16 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         })
     }
 
-    /// Wall time of the last batch's kernels (input conversion, passes, extrema, peaks),
-    /// without transfers and host work; `None` where launches are asynchronous (CUDA's
+    /// Time of the last batch's kernels (input conversion, passes, extrema, peaks), without
+    /// transfers and host work: the device's own account where the executor keeps one
+    /// ([`Executor::kernel_seconds`]: OpenCL's event profiling), else the host time around the
+    /// launches; `None` where launches are asynchronous without a device account (CUDA's
     /// default `ARRAYBRIDGE_CUDA_LAUNCH=stream`) unless `ARRAYBRIDGE_TRACE=1` waits for each.
     fn last_kernel_seconds(&self) -> Option<f64> {
-        if self.exec.launches_are_async() && !super::trace_enabled() {
+        if self.exec.launches_are_async()
+            && self.exec.kernel_seconds().is_none()
+            && !super::trace_enabled()
+        {
             return None;
         }
         self.last_kernel.get()

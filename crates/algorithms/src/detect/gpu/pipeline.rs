@@ -191,6 +191,39 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     }
 }
 
+/// The kernel time of a run: the device's own account of the executor's launches
+/// ([`Executor::kernel_seconds`], OpenCL's event profiling) where the backend keeps one, else
+/// the host time around each launch (the kernels' time where each launch is waited for).
+pub(super) struct KernelClock {
+    /// The executor's total when the run began (`None`: no device account).
+    start: Option<f64>,
+}
+
+impl KernelClock {
+    /// The clock of a run on `e` beginning now.
+    pub(super) fn start<E: Executor>(e: &E) -> Self {
+        KernelClock {
+            start: e.kernel_seconds(),
+        }
+    }
+
+    /// Whether the device keeps the account (the host time is then not needed).
+    pub(super) fn on_device(&self) -> bool {
+        self.start.is_some()
+    }
+
+    /// The run's kernel seconds: the device's account since [`KernelClock::start`], once
+    /// every launch is collected (a wait that costs nothing after the run's last read), or
+    /// `host_s`, the host time around the launches, where there is no account.
+    pub(super) fn seconds<E: Executor>(&self, e: &E, host_s: f64) -> Result<f64> {
+        let Some(k0) = self.start else {
+            return Ok(host_s);
+        };
+        e.synchronize()?;
+        Ok(e.kernel_seconds().map_or(host_s, |k1| (k1 - k0).max(0.0)))
+    }
+}
+
 /// [`run_typed`] with the passes accumulated in `A`.
 ///
 /// Setup: the kernels' build options, the LoG coefficients ([`upload_coefficients`]) and the
@@ -208,8 +241,10 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     let t_all = std::time::Instant::now();
     let mut up_s = 0.0f64;
     let mut kernel_s = 0.0f64;
-    // With ARRAYBRIDGE_TRACE=1 each kernel is waited for, so the breakdown is exact (launches
-    // are asynchronous otherwise, and their time shows up in the next read).
+    // The device's account of the kernels where it keeps one; else the host time around the
+    // launches, exact with ARRAYBRIDGE_TRACE=1, which waits for each kernel (launches are
+    // asynchronous otherwise, and their time shows up in the next read).
+    let clock = KernelClock::start(e);
     let tracing = super::super::trace_enabled();
     let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         let t = std::time::Instant::now();
@@ -251,6 +286,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         frame0 += run.batch(frame0, &mut timed)?;
     }
     let (read_s, prune_s) = (run.read_s, run.prune_s);
+    let kernel_s = clock.seconds(e, kernel_s)?;
     trace(|| {
         format!(
             "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \

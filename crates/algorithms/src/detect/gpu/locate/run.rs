@@ -9,22 +9,25 @@ use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 
 use super::{Kind, LINE_WG, LocateOut, Src, reals, widen};
-use crate::detect::gpu::pipeline::{local_xy, prep_wg, round_up_to, to_u32};
+use crate::detect::gpu::pipeline::{KernelClock, local_xy, prep_wg, round_up_to, to_u32};
 use crate::detect::gpu::{DevReal, GpuDetectConfig};
 use crate::detect::kernels::locate_kernels::Kernels;
 use crate::detect::kernels::{LOCATE_OPTS_F32, LOCATE_OPTS_F64};
 use crate::detect::locate::{Feature, LocateParams, Plan, lowpass_taps, mask, mask_tables};
 use crate::detect::{trace, trace_enabled};
 
-/// The kernel launches of a run and their time (traced: each waited for).
+/// The kernel launches of a run and their time: the device's account where the executor keeps
+/// one ([`KernelClock`]), else the host time around the launches (traced: each waited for).
 pub(super) struct Launcher<'a, E: Executor> {
     /// The typed launchers of the `LOCATE` kernels, built for the device type.
     k: Kernels<'a, E>,
     /// Whether `ARRAYBRIDGE_TRACE` is on.
     tracing: bool,
-    /// Seconds spent in launches.
+    /// The run's kernel clock (begun with the launcher).
+    clock: KernelClock,
+    /// Seconds spent in launches (host time; the device's once [`Launcher::finish`] ran).
     kernel_s: f64,
-    /// Seconds per kernel (traced only).
+    /// Seconds per kernel (traced only; the device's time where it keeps an account).
     per_kernel: Vec<(&'static str, f64)>,
 }
 
@@ -40,6 +43,7 @@ impl<'a, E: Executor> Launcher<'a, E> {
         Launcher {
             k: Kernels::new(e, opts),
             tracing,
+            clock: KernelClock::start(e),
             kernel_s: 0.0,
             per_kernel: Vec::new(),
         }
@@ -52,18 +56,35 @@ impl<'a, E: Executor> Launcher<'a, E> {
         name: &'static str,
         launch: impl FnOnce(&Kernels<'a, E>) -> Result<()>,
     ) -> Result<()> {
+        let e = self.k.program().executor();
+        // traced with a device account: this kernel's own device time
+        let device0 = self.tracing.then(|| e.kernel_seconds()).flatten();
         let t = Instant::now();
         launch(&self.k)?;
         if self.tracing {
-            self.k.program().executor().synchronize()?;
+            e.synchronize()?;
         }
-        let dt = t.elapsed().as_secs_f64();
+        let dt = match (device0, e.kernel_seconds()) {
+            (Some(k0), Some(k1)) => (k1 - k0).max(0.0),
+            _ => t.elapsed().as_secs_f64(),
+        };
         self.kernel_s += dt;
         if self.tracing {
             match self.per_kernel.iter_mut().find(|(n, _)| *n == name) {
                 Some(k) => k.1 += dt,
                 None => self.per_kernel.push((name, dt)),
             }
+        }
+        Ok(())
+    }
+
+    /// Close the run's kernel time: the device's account since the launcher began where the
+    /// executor keeps one (every launch collected first), else the host time summed.
+    fn finish(&mut self) -> Result<()> {
+        if self.clock.on_device() {
+            self.kernel_s = self
+                .clock
+                .seconds(self.k.program().executor(), self.kernel_s)?;
         }
         Ok(())
     }
@@ -466,6 +487,7 @@ pub(super) fn run_typed<E: Executor, R: DevReal>(
             progress(f0);
         }
     }
+    run.k.finish()?;
     out.kernel_s += run.k.kernel_s;
     run.trace(t_all);
     Ok(())
