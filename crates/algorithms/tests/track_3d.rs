@@ -8,7 +8,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use algorithms::track::{Adaptive, LinkParams, LinkStats, Linker, link, link_nd};
+use algorithms::track::{
+    Adaptive, InitialVelocities, LinkParams, LinkStats, Linker, Predictor, VelocityPredict, link,
+    link_nd,
+};
 
 /// `fixtures/track/<name>`: frames, `[z, y, x]` positions and the golden ids of each column.
 struct Golden {
@@ -155,4 +158,45 @@ fn the_third_axis_counts() {
     // a non-finite coordinate on any axis is refused
     let bad = [[0.0, 0.0, 0.0], [f64::NAN, 1.0, 1.0]];
     assert!(link_nd(&[0, 1], &bad, &LinkParams::new(2.0, 0)).is_err());
+}
+
+#[test]
+fn velocity_predictor_in_3d() {
+    // two particles drifting 1.5 along z per frame, 2 apart in y: with a search range of 1 only
+    // the predictor follows them (the first link is within range)
+    let mut frames = Vec::new();
+    let mut pos = Vec::new();
+    for t in 0..6 {
+        let z = if t == 0 {
+            0.0
+        } else {
+            0.5 + 1.5 * f64::from(t - 1)
+        };
+        for y in [0.0, 2.0] {
+            frames.push(i64::from(t));
+            pos.push([z, y, 3.0]);
+        }
+    }
+    let velocity = LinkParams {
+        predictor: Predictor::NearestVelocity(VelocityPredict::default()),
+        ..LinkParams::new(1.0, 0)
+    };
+    let (ids, _) = link_nd(&frames, &pos, &velocity).unwrap();
+    assert_eq!(ids, [0, 1].repeat(6));
+    let (plain, _) = link_nd(&frames, &pos, &LinkParams::new(1.0, 0)).unwrap();
+    assert_eq!(partition(&plain).len(), 10);
+    // an initial guess holds 2-D samples: refused in 3-D, taken in 2-D
+    let guess = LinkParams {
+        predictor: Predictor::NearestVelocity(VelocityPredict {
+            span: 1,
+            initial_guess: Some(InitialVelocities {
+                positions: vec![[0.0, 0.0]],
+                velocities: vec![[1.0, 0.0]],
+            }),
+        }),
+        ..LinkParams::new(1.0, 0)
+    };
+    assert!(Linker::<3>::new_nd(guess.clone()).is_err());
+    assert!(link_nd(&frames, &pos, &guess).is_err());
+    assert!(Linker::new(guess).is_ok());
 }
