@@ -40,15 +40,47 @@ impl Hasher for CellHasher {
 }
 
 /// A cell key: hashed as its `D` integers one by one (an array's own `Hash` would hash a
-/// length and then the bytes, one at a time through [`CellHasher::write`]).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// length and then the bytes, one at a time through [`CellHasher::write`]), compared
+/// lexicographically axis by axis (an unrolled loop: a slice comparison is much slower when
+/// sorting the keys).
+#[derive(Clone, Copy)]
 struct Key<const D: usize>([i64; D]);
 
 impl<const D: usize> Hash for Key<D> {
+    #[inline(always)]
     fn hash<H: Hasher>(&self, state: &mut H) {
         for &k in &self.0 {
             state.write_i64(k);
         }
+    }
+}
+
+impl<const D: usize> PartialEq for Key<D> {
+    #[inline(always)]
+    fn eq(&self, other: &Self) -> bool {
+        (0..D).all(|a| self.0[a] == other.0[a])
+    }
+}
+
+impl<const D: usize> Eq for Key<D> {}
+
+impl<const D: usize> Ord for Key<D> {
+    #[inline(always)]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        for a in 0..D {
+            match self.0[a].cmp(&other.0[a]) {
+                std::cmp::Ordering::Equal => {}
+                o => return o,
+            }
+        }
+        std::cmp::Ordering::Equal
+    }
+}
+
+impl<const D: usize> PartialOrd for Key<D> {
+    #[inline(always)]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -75,8 +107,10 @@ pub(crate) struct Grid<const D: usize> {
     order: Vec<u32>,
 }
 
-/// Dense cells are used when there are at most this many per point (plus a constant).
-const DENSE_CELLS_PER_POINT: i64 = 4;
+/// Dense cells are used when there are at most this many per point (plus a constant): a cell
+/// costs 4 bytes, and a dense query reads 3^(D−1) contiguous rows where a hashed one makes 3^D
+/// hash lookups.
+const DENSE_CELLS_PER_POINT: i64 = 16;
 
 /// The dense layout of the cells of `keys` (`lo`, `len`, `stride` per axis), if the box they
 /// occupy has few enough cells for `n` points.
@@ -171,42 +205,13 @@ impl<const D: usize> Grid<D> {
         &self.order
     }
 
-    /// Call `f` with the range of [`Grid::order`] of each non-empty cell of the 3^D cells
-    /// around `p` (the points [`Grid::near`] lists), cells in lexicographic order of their
-    /// keys.
+    /// Call `f` with ranges of [`Grid::order`] that together hold the points of the 3^D cells
+    /// around `p` (the points [`Grid::near`] lists, in the same order): with dense cells, one
+    /// range per row of up to 3 cells along the last axis (they are contiguous), rows in
+    /// lexicographic order; with hashed cells, one range per non-empty cell, in lexicographic
+    /// order of their keys.
     pub(crate) fn near_ranges(&self, p: &[f64; D], mut f: impl FnMut(std::ops::Range<usize>)) {
         let key = Self::key(p, self.cell);
-        // offsets in {−1, 0, 1}^D, the last axis fastest
-        let mut off = [-1i64; D];
-        loop {
-            if let Some(range) = self.cell_range(&key, &off)
-                && range.0 < range.1
-            {
-                f(range.0 as usize..range.1 as usize);
-            }
-            let mut a = D;
-            loop {
-                if a == 0 {
-                    return;
-                }
-                a -= 1;
-                if off[a] < 1 {
-                    off[a] += 1;
-                    break;
-                }
-                off[a] = -1;
-            }
-        }
-    }
-
-    /// The range of [`Grid::order`] of the cell `key + off` ([`None`]: no such cell).
-    #[inline(always)]
-    fn cell_range(&self, key: &Key<D>, off: &[i64; D]) -> Option<(u32, u32)> {
-        // a neighbour key past i64's range has no points
-        let mut k = [0i64; D];
-        for a in 0..D {
-            k[a] = key.0[a].checked_add(off[a])?;
-        }
         match &self.cells {
             Cells::Dense {
                 lo,
@@ -214,20 +219,96 @@ impl<const D: usize> Grid<D> {
                 stride,
                 start,
             } => {
-                let mut c = 0i64;
-                for a in 0..D {
-                    let r = k[a].checked_sub(lo[a])?;
-                    if !(0..len[a]).contains(&r) {
-                        return None;
-                    }
-                    c += r * stride[a];
+                let Some(last) = D.checked_sub(1) else {
+                    // no axes: one cell
+                    return f(0..self.order.len());
+                };
+                // the cells of a row along the last axis, clamped to the grid
+                let Some(r) = key.0[last].checked_sub(lo[last]) else {
+                    return;
+                };
+                let (a, b) = (
+                    r.saturating_sub(1).max(0),
+                    r.saturating_add(1).min(len[last] - 1),
+                );
+                if a > b {
+                    return;
                 }
-                let c = c as usize;
-                Some((start[c], start[c + 1]))
+                let mut off = [-1i64; D];
+                off[last] = 0;
+                loop {
+                    if let Some(row) = Self::dense_row(&key, &off, lo, len, stride, last) {
+                        let (s, e) = (start[row + a as usize], start[row + b as usize + 1]);
+                        if s < e {
+                            f(s as usize..e as usize);
+                        }
+                    }
+                    if !next_offset(&mut off[..last]) {
+                        return;
+                    }
+                }
             }
-            Cells::Hashed(map) => map.get(&Key(k)).copied(),
+            Cells::Hashed(map) => {
+                let mut off = [-1i64; D];
+                loop {
+                    if let Some(k) = shifted(&key, &off)
+                        && let Some(&(s, e)) = map.get(&k)
+                        && s < e
+                    {
+                        f(s as usize..e as usize);
+                    }
+                    if !next_offset(&mut off) {
+                        return;
+                    }
+                }
+            }
         }
     }
+
+    /// The cell index of the first cell (last axis at `lo`) of the row of cells `key + off`
+    /// along the last axis ([`None`]: outside the grid).
+    #[inline(always)]
+    fn dense_row(
+        key: &Key<D>,
+        off: &[i64; D],
+        lo: &[i64; D],
+        len: &[i64; D],
+        stride: &[i64; D],
+        last: usize,
+    ) -> Option<usize> {
+        let mut c = 0i64;
+        for a in 0..last {
+            let r = key.0[a].checked_add(off[a])?.checked_sub(lo[a])?;
+            if !(0..len[a]).contains(&r) {
+                return None;
+            }
+            c += r * stride[a];
+        }
+        Some(c as usize)
+    }
+}
+
+/// The key `key + off` ([`None`]: past i64's range, where no point is).
+#[inline(always)]
+fn shifted<const D: usize>(key: &Key<D>, off: &[i64; D]) -> Option<Key<D>> {
+    let mut k = [0i64; D];
+    for a in 0..D {
+        k[a] = key.0[a].checked_add(off[a])?;
+    }
+    Some(Key(k))
+}
+
+/// The next offset in {−1, 0, 1}^n after `off`, the last axis fastest: false after the last.
+#[inline(always)]
+fn next_offset(off: &mut [i64]) -> bool {
+    for o in off.iter_mut().rev() {
+        if *o < 1 {
+            *o += 1;
+            return true;
+        }
+        *o = -1;
+    }
+    false
 }
 
 #[cfg(test)]
