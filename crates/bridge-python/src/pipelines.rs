@@ -479,8 +479,9 @@ fn locate_one(
     Ok((f, movie))
 }
 
-/// `link`: trackpy's particle ids for `(frame, position)` rows, in row order. Every subnet is
-/// solved optimally unless `max_subnet` caps its sources (then larger ones are linked greedily).
+/// `link`: trackpy's particle ids for `(frame, position)` rows, in row order; positions are
+/// `(n, 2)` (`y, x`), `(n, 3)` (`z, y, x`) or `(n, 1)`. Every subnet is solved optimally unless
+/// `max_subnet` caps its sources (then larger ones are linked greedily).
 #[pyfunction]
 #[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None, adaptive=None))]
 pub fn link<'py>(
@@ -494,23 +495,39 @@ pub fn link<'py>(
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let frames: Vec<i64> = frames.as_array().to_vec();
     let pos = pos.as_array();
-    if pos.ncols() != 2 {
-        return Err(invalid(format!(
-            "positions must have two columns (y, x), got {}",
-            pos.ncols()
-        )));
-    }
     if let Some(m) = max_subnet {
         in_range("max_subnet", m, 1, usize::MAX)?;
     }
-    let pos: Vec<[f64; 2]> = pos.rows().into_iter().map(|r| [r[0], r[1]]).collect();
     let p = LinkParams {
         max_subnet_sources: max_subnet.unwrap_or(usize::MAX),
         adaptive: adaptive.map(|(stop, step)| algorithms::track::Adaptive::new(stop, step)),
         ..LinkParams::new(search_range, memory)
     };
-    let (ids, _) = py
-        .detach(|| algorithms::track::link(&frames, &pos, &p))
-        .py_err()?;
+    let (ids, _) = match pos.ncols() {
+        1 => link_rows::<1>(py, &frames, pos, &p),
+        2 => link_rows::<2>(py, &frames, pos, &p),
+        3 => link_rows::<3>(py, &frames, pos, &p),
+        n => {
+            return Err(invalid(format!(
+                "positions must have 1, 2 or 3 columns ((x), (y, x) or (z, y, x)), got {n}"
+            )));
+        }
+    }
+    .py_err()?;
     Ok(ids.into_pyarray(py))
+}
+
+/// [`algorithms::track::link_nd`] on the rows of `pos` (`D` columns), without the GIL.
+fn link_rows<const D: usize>(
+    py: Python<'_>,
+    frames: &[i64],
+    pos: ArrayView2<'_, f64>,
+    p: &LinkParams,
+) -> bridge_core::Result<(Vec<i64>, algorithms::track::LinkStats)> {
+    let pos: Vec<[f64; D]> = pos
+        .rows()
+        .into_iter()
+        .map(|r| std::array::from_fn(|a| r[a]))
+        .collect();
+    py.detach(|| algorithms::track::link_nd(frames, &pos, p))
 }

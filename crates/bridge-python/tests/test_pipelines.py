@@ -292,7 +292,7 @@ def test_trackpy_conventions_of_locate_and_link():
     """characterize=False gives trackpy's columns; a 2-D image has no frame column (trackpy's
     locate), a movie has one (batch); link replaces a particle column, keeps the index and
     dtypes, takes trackpy's keywords (the strategies change nothing, 'drop' is refused) and
-    to_eucl; the adaptive search runs."""
+    to_eucl; the adaptive search runs; a z column is linked in 3-D."""
     pd = pytest.importorskip("pandas")
     rng = np.random.default_rng(4)
     yy, xx = np.mgrid[0:64, 0:64]
@@ -324,9 +324,9 @@ def test_trackpy_conventions_of_locate_and_link():
                        (dict(to_eucl=lambda p: p[:, :1]), "to_eucl")]:
         with pytest.raises(ab.InvalidInput, match=needle):
             ab.link(feats, 5, **kw)
+    # a z column: linked in 3-D (z, y, x, trackpy's guess); z = 0 links as in 2-D
     with_z = feats.assign(z=0.0)
-    with pytest.raises(ab.InvalidInput, match="3-D"):
-        ab.link(with_z, 5)
+    np.testing.assert_array_equal(ab.link(with_z, 5)["particle"], base["particle"])
 
 
 def test_blob_log_takes_the_pixel_types_scikit_image_converts():

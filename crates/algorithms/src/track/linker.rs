@@ -7,7 +7,7 @@ use bridge_core::Result;
 
 use super::assign::{Edges, Outcome, Rules, solve_subnet};
 use super::predict::{Field, Velocity};
-use super::{LinkParams, LinkStats, Predictor, check_pushed_frame};
+use super::{LinkParams, LinkStats, Predictor, check_pushed_frame, distance};
 use crate::grid::Grid;
 
 /// "No index".
@@ -17,7 +17,8 @@ const NONE: u32 = u32::MAX;
 const CHUNK: usize = 2048;
 
 /// Links frames pushed in increasing frame order into tracks, with the semantics of [`link`]
-/// (trackpy's `link`), and returns each frame's track ids as it goes.
+/// (trackpy's `link`), and returns each frame's track ids as it goes. Positions have `D`
+/// coordinates (2 by default: `[y, x]`; `[z, y, x]` for a `Linker<3>`, as [`link_nd`]).
 ///
 /// Memory is proportional to the tracks that can still be continued (those seen within the
 /// last `memory + 1` frames), never to the number of frames pushed: a track that `memory` can
@@ -35,22 +36,33 @@ const CHUNK: usize = 2048;
 /// # Ok::<(), bridge_core::BridgeError>(())
 /// ```
 ///
+/// In 3-D:
+///
+/// ```
+/// use algorithms::track::{LinkParams, Linker};
+/// let mut linker = Linker::<3>::new_nd(LinkParams::new(2.0, 0))?;
+/// assert_eq!(linker.push_frame(0, &[[1.0, 10.0, 10.0], [9.0, 10.0, 10.0]])?, [0, 1]);
+/// assert_eq!(linker.push_frame(1, &[[8.5, 10.0, 10.0], [1.0, 10.5, 10.0]])?, [1, 0]);
+/// # Ok::<(), bridge_core::BridgeError>(())
+/// ```
+///
 /// [`link`]: super::link
+/// [`link_nd`]: super::link_nd
 #[derive(Debug, Clone)]
-pub struct Linker {
+pub struct Linker<const D: usize = 2> {
     params: LinkParams,
     rules: Rules,
     /// Tracks that may still be continued, ascending id: id, last position, last frame number,
     /// level (frames pushed so far) of the last appearance.
     ids: Vec<i64>,
-    pos: Vec<[f64; 2]>,
+    pos: Vec<[f64; D]>,
     last_frame: Vec<i64>,
     last_level: Vec<u64>,
     next_id: i64,
     frame: Option<i64>,
     level: u64,
     stats: LinkStats,
-    velocity: Option<Velocity>,
+    velocity: Option<Velocity<D>>,
 }
 
 /// Candidates of each destination: `off[d]..off[d + 1]` index `src` and `dist`, in ascending
@@ -62,9 +74,20 @@ struct Cands {
 }
 
 impl Linker {
-    /// A linker with these parameters (checked:
-    /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument)).
+    /// A 2-D linker with these parameters (checked:
+    /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument)); other
+    /// dimensions: [`Linker::new_nd`].
     pub fn new(params: LinkParams) -> Result<Self> {
+        Self::new_nd(params)
+    }
+}
+
+impl<const D: usize> Linker<D> {
+    /// A linker of `D`-dimensional positions (`Linker::<3>::new_nd(params)`) with these
+    /// parameters (checked:
+    /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument), also for
+    /// a velocity predictor's initial guess, whose samples are 2-D, when `D` is not 2).
+    pub fn new_nd(params: LinkParams) -> Result<Self> {
         params.validate()?;
         let rules = Rules {
             range: params.search_range,
@@ -73,12 +96,13 @@ impl Linker {
         };
         let velocity = match &params.predictor {
             Predictor::None => None,
-            Predictor::NearestVelocity(v) => Some(Velocity::new(
-                v.span,
-                v.initial_guess
-                    .as_ref()
-                    .map(|g| Field::new(g.positions.clone(), g.velocities.clone())),
-            )),
+            Predictor::NearestVelocity(v) => {
+                let initial = match &v.initial_guess {
+                    None => None,
+                    Some(g) => Some(Field::new(in_d(&g.positions)?, in_d(&g.velocities)?)),
+                };
+                Some(Velocity::new(v.span, initial))
+            }
         };
         Ok(Linker {
             params,
@@ -125,9 +149,10 @@ impl Linker {
         self.frame
     }
 
-    /// Link the points of frame `frame` (`[y, x]` each) to the tracks so far and return the
-    /// track id of each point, in order. See [`Linker::push_frame_into`].
-    pub fn push_frame(&mut self, frame: i64, pos: &[[f64; 2]]) -> Result<Vec<i64>> {
+    /// Link the points of frame `frame` (`[y, x]` each in 2-D, `[z, y, x]` in 3-D) to the
+    /// tracks so far and return the track id of each point, in order. See
+    /// [`Linker::push_frame_into`].
+    pub fn push_frame(&mut self, frame: i64, pos: &[[f64; D]]) -> Result<Vec<i64>> {
         let mut ids = Vec::with_capacity(pos.len());
         self.push_frame_into(frame, pos, &mut ids)?;
         Ok(ids)
@@ -143,7 +168,7 @@ impl Linker {
     pub fn push_frame_into(
         &mut self,
         frame: i64,
-        pos: &[[f64; 2]],
+        pos: &[[f64; D]],
         ids: &mut Vec<i64>,
     ) -> Result<()> {
         check_pushed_frame(self.frame, frame, pos)?;
@@ -151,7 +176,7 @@ impl Linker {
         self.level += 1;
         self.stats.levels += 1;
         self.expire(frame);
-        let src_pos: Vec<[f64; 2]> = match &self.velocity {
+        let src_pos: Vec<[f64; D]> = match &self.velocity {
             None => self.pos.clone(),
             Some(v) => self
                 .pos
@@ -220,13 +245,13 @@ impl Linker {
     }
 
     /// The ≤ `max_neighbors` nearest sources within reach of every destination.
-    fn candidates(&self, src: &[[f64; 2]], dst: &[[f64; 2]]) -> Cands {
+    fn candidates(&self, src: &[[f64; D]], dst: &[[f64; D]]) -> Cands {
         let reach = self.params.search_range + 1e-7;
         let max_nb = self.params.max_neighbors;
         // cells wider than the reach (margin for rounding): a source within reach of a
-        // destination is always in one of the 3×3 cells around it
+        // destination is always in one of the 3^D cells around it
         let grid = Grid::new(src, reach * 1.25);
-        let one = |chunk: &[[f64; 2]]| {
+        let one = |chunk: &[[f64; D]]| {
             let mut near = Vec::new();
             let mut c: Vec<(f64, u32)> = Vec::new();
             let (mut count, mut s_out, mut d_out) = (Vec::new(), Vec::new(), Vec::new());
@@ -234,9 +259,7 @@ impl Linker {
                 grid.near(p, &mut near);
                 c.clear();
                 for &s in &near {
-                    let q = src[s as usize];
-                    let (dy, dx) = (p[0] - q[0], p[1] - q[1]);
-                    let d = (dy * dy + dx * dx).sqrt();
+                    let d = distance(p, &src[s as usize]);
                     if d <= reach {
                         c.push((d, s));
                     }
@@ -320,6 +343,20 @@ impl Linker {
         }
         dest_src
     }
+}
+
+/// 2-D samples of an initial guess as `D`-dimensional ones: an error unless `D` is 2.
+fn in_d<const D: usize>(v: &[[f64; 2]]) -> Result<Vec<[f64; D]>> {
+    v.iter()
+        .map(|p| {
+            <[f64; D]>::try_from(&p[..]).map_err(|_| {
+                bridge_core::BridgeError::invalid_argument(
+                    "initial_guess",
+                    format!("holds 2-D ([y, x]) samples: it cannot guide {D}-D linking"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// The root of `a` in the union-find forest `parent`, halving the path on the way.

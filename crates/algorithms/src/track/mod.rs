@@ -1,11 +1,14 @@
 //! Linking detections into trajectories (spec §3).
 //!
-//! * [`link`] and the streaming [`Linker`]: trackpy `link` semantics. Levels are frame numbers
+//! * [`link`] (2-D), [`link_nd`] (any dimension: `[z, y, x]` in 3-D) and the streaming
+//!   [`Linker`] (`Linker<D>`, 2-D by default): trackpy `link` semantics. Levels are frame numbers
 //!   (a missing number is an empty level: it links nothing, it only ages the tracks in
 //!   memory). Sources at a frame `t` are the tracks last seen at a frame `l` with
 //!   `t − l ≤ memory + 1`, i.e. absent for at most `memory` frames (at their last position);
 //!   destinations are the new rows. Only the frames present are visited and ageing comes from
-//!   frame-number differences, so gaps cost nothing. Each destination keeps its
+//!   frame-number differences, so gaps cost nothing. Distances are Euclidean, squares summed
+//!   over the axes in column order as SciPy's `cKDTree` (trackpy's) does, so ties resolve the
+//!   same way in every dimension. Each destination keeps its
 //!   ≤ `max_neighbors` (10) nearest sources within `search_range` (+1e-7). Connected
 //!   components (subnets) of this bipartite graph are solved **optimally, however large**: a
 //!   link costs d², leaving a source unlinked costs `search_range²`, and the minimum-cost
@@ -84,7 +87,8 @@ impl Adaptive {
 }
 
 /// Velocity samples that stand for the velocity field before the second frame is linked
-/// (trackpy's `initial_guess_positions` and `initial_guess_vels`, `[y, x]` each).
+/// (trackpy's `initial_guess_positions` and `initial_guess_vels`, `[y, x]` each: 2-D linking
+/// only).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitialVelocities {
     /// Where the samples are.
@@ -273,9 +277,31 @@ pub struct LinkStats {
     pub adaptive_unresolved: usize,
 }
 
+/// The Euclidean distance between `p` and `q` as trackpy computes it (SciPy's `cKDTree`): the
+/// squared differences summed axis by axis in column order, then the square root. (`-0.0 + x`
+/// is `x` exactly, so the sum starts from the first square: `dy² + dx²` in 2-D.)
+#[inline(always)]
+pub(crate) fn distance<const D: usize>(p: &[f64; D], q: &[f64; D]) -> f64 {
+    let mut s = -0.0f64;
+    for a in 0..D {
+        let d = p[a] - q[a];
+        s += d * d;
+    }
+    s.sqrt()
+}
+
+/// Whether every coordinate of `p` is finite.
+fn finite<const D: usize>(p: &[f64; D]) -> bool {
+    p.iter().all(|c| c.is_finite())
+}
+
 /// A frame pushed to a streaming linker (after `prev`, the last one): its number must grow and
 /// its positions be finite.
-fn check_pushed_frame(prev: Option<i64>, frame: i64, pos: &[[f64; 2]]) -> Result<()> {
+fn check_pushed_frame<const D: usize>(
+    prev: Option<i64>,
+    frame: i64,
+    pos: &[[f64; D]],
+) -> Result<()> {
     if let Some(prev) = prev
         && frame <= prev
     {
@@ -284,10 +310,7 @@ fn check_pushed_frame(prev: Option<i64>, frame: i64, pos: &[[f64; 2]]) -> Result
             format!("frames must be pushed in increasing order: {frame} after {prev}"),
         ));
     }
-    if let Some(i) = pos
-        .iter()
-        .position(|p| !(p[0].is_finite() && p[1].is_finite()))
-    {
+    if let Some(i) = pos.iter().position(|p| !finite(p)) {
         return Err(BridgeError::InvalidInput(
             format!(
                 "frame {frame}: point {i} (0-based) has a non-finite position {:?}",
@@ -299,7 +322,7 @@ fn check_pushed_frame(prev: Option<i64>, frame: i64, pos: &[[f64; 2]]) -> Result
     Ok(())
 }
 
-fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
+fn check_inputs<const D: usize>(frames: &[i64], pos: &[[f64; D]]) -> Result<()> {
     if frames.len() != pos.len() {
         return Err(BridgeError::shape_mismatch(
             frames.len(),
@@ -307,10 +330,7 @@ fn check_inputs(frames: &[i64], pos: &[[f64; 2]]) -> Result<()> {
             "link: frames vs positions",
         ));
     }
-    if let Some(i) = pos
-        .iter()
-        .position(|p| !(p[0].is_finite() && p[1].is_finite()))
-    {
+    if let Some(i) = pos.iter().position(|p| !finite(p)) {
         return Err(BridgeError::InvalidInput(
             format!("point {i} (0-based) has a non-finite position {:?}", pos[i]).into(),
         ));
@@ -329,11 +349,34 @@ fn group_by_frame(frames: &[i64]) -> Vec<(i64, Vec<usize>)> {
 
 /// trackpy-conformant linking. `frames[i]`, `pos[i] = [y, x]` per row (any row order); returns
 /// a particle id per row and statistics. The frames present are pushed to a [`Linker`] in
-/// ascending order.
+/// ascending order. [`link_nd`] links in any dimension.
 pub fn link(frames: &[i64], pos: &[[f64; 2]], p: &LinkParams) -> Result<(Vec<i64>, LinkStats)> {
+    link_nd(frames, pos, p)
+}
+
+/// [`link`] in `D` dimensions: `pos[i]` holds a row's coordinates in trackpy's `pos_columns`
+/// order (`[z, y, x]` in 3-D, `[y, x]` in 2-D, `[x]` in 1-D). Distances are Euclidean, summed
+/// over the axes in that order as trackpy does, so equal distances tie the same way.
+///
+/// ```
+/// use algorithms::track::{LinkParams, link_nd};
+/// let frames = [0, 0, 1, 1];
+/// let pos = [[0.0, 0.0, 0.0], [5.0, 5.0, 5.0], [5.0, 5.5, 5.0], [0.5, 0.0, 0.0]];
+/// let (ids, _) = link_nd(&frames, &pos, &LinkParams::new(1.0, 0))?;
+/// assert_eq!(ids, [0, 1, 1, 0]);
+/// # Ok::<(), bridge_core::BridgeError>(())
+/// ```
+///
+/// A [`VelocityPredict::initial_guess`] holds 2-D samples: with another `D` it is an
+/// [`BridgeError::InvalidArgument`].
+pub fn link_nd<const D: usize>(
+    frames: &[i64],
+    pos: &[[f64; D]],
+    p: &LinkParams,
+) -> Result<(Vec<i64>, LinkStats)> {
     p.validate()?;
     check_inputs(frames, pos)?;
-    let mut linker = Linker::new(p.clone())?;
+    let mut linker = Linker::<D>::new_nd(p.clone())?;
     let mut ids = vec![-1i64; pos.len()];
     let mut frame_pos = Vec::new();
     let mut frame_ids = Vec::new();

@@ -541,8 +541,9 @@ def link(
     dict of columns, with a frame column and the position columns) with a ``particle`` column
     added (an existing one is replaced, as trackpy does), of the same type as ``f``; rows, the
     index and the other columns' dtypes are kept. ``pos_columns`` defaults to trackpy's guess:
-    ``z, y, x`` when there is a ``z`` column (3-D linking is not there yet: an error says so),
-    else ``y, x``.
+    ``z, y, x`` when there is a ``z`` column (3-D linking), else ``y, x``; one, two or three
+    position columns are linked (``pos_columns=['y', 'x']`` links in 2-D despite a ``z``
+    column). Distances are Euclidean over the position columns in their order, as trackpy's.
 
     Every subnet is solved optimally, however large (trackpy raises
     ``SubnetOversizeException`` instead); ``max_subnet`` caps the sources of an optimally
@@ -608,10 +609,10 @@ def link(
     for c in [t_column, *pos_columns]:
         if c not in names:
             raise InvalidInput(f"no column {c!r} (columns: {', '.join(map(str, names))})")
-    if len(pos_columns) != 2:
+    if not 1 <= len(pos_columns) <= 3:
         raise InvalidInput(
-            f"link takes two position columns (2-D positions), got {pos_columns}: linking in "
-            "3-D is not there yet"
+            f"link takes one to three position columns (1-D, 2-D or 3-D positions), got "
+            f"{pos_columns}"
         )
     frames = np.asarray(f[t_column])
     if frames.dtype.kind == "f":
