@@ -20,8 +20,8 @@ use opencl3::context::Context;
 use crate::buffer::{ClBuffer, ClStorage, Pending};
 use crate::discovery::{self, DeviceEntry, Discovery};
 use crate::error::cl_error;
-use crate::executor::Launches;
 use crate::kernel::{ClProgram, ProgramCache};
+use crate::launches::Launches;
 use crate::raw;
 use crate::state::{ClAllocator, DeviceState};
 

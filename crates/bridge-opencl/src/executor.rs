@@ -2,8 +2,8 @@
 //!
 //! **Non-blocking launches.** [`Executor::launch`] sets the arguments of a cached kernel,
 //! enqueues it on the device's in-order queue, flushes the queue and returns: the kernel runs
-//! while the host goes on. Each launch's [`Pending`] token — its event and a clone of every
-//! buffer it is given — is kept in the device's list of launches in flight ([`Launches`]: one
+//! while the host goes on. Each launch's [`Pending`](crate::Pending) token — its event and a clone of every
+//! buffer it is given — is kept in the device's list of launches in flight (one list
 //! per device and backend instance, shared by every executor of the device and their clones)
 //! until a wait collects it:
 //!
@@ -30,112 +30,17 @@
 //! running total of the executor that launched it ([`Executor::kernel_seconds`]; clones share
 //! it, [`OpenClExecutor::new`] starts a new one). The pipelines difference it around a run.
 
-use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use bridge_core::exec::{Executor, KernelArg, sealed};
 use bridge_core::kernel::KernelSource;
 use bridge_core::{Array, Device, Result};
 
 use crate::backend::OpenClBackend;
-use crate::buffer::{ClBuffer, ClStorage, Pending};
-
-/// Launches a device's list holds in flight at most: a launch beyond waits for the oldest.
-pub const MAX_IN_FLIGHT: usize = 64;
-
-/// One launch in flight: its token (event and buffers), the kernel's name (for errors) and
-/// the kernel-time total of the executor that launched it.
-struct Launch {
-    pending: Pending<()>,
-    kernel: String,
-    clock: Arc<AtomicU64>,
-}
-
-impl Launch {
-    /// Wait for the kernel and add its device time to its executor's total.
-    fn collect(self) -> Result<()> {
-        let Launch {
-            pending,
-            kernel,
-            clock,
-        } = self;
-        let ((), ns) = pending.wait_profiled(&format!("kernel {kernel}"))?;
-        if let Some(ns) = ns {
-            clock.fetch_add(ns, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-}
-
-/// The launches of one device's queue that no wait has collected yet, oldest first; one per
-/// device and backend instance ([`OpenClBackend::launches`]).
-#[derive(Default)]
-pub(crate) struct Launches {
-    queue: Mutex<VecDeque<Launch>>,
-}
-
-impl std::fmt::Debug for Launches {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Launches({} in flight)", self.lock().len())
-    }
-}
-
-impl Launches {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Launch>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Add a launch; collect those already complete, and wait for the oldest while more than
-    /// [`MAX_IN_FLIGHT`] are in flight. The first failure collected is returned (after the
-    /// others were collected).
-    fn push(&self, launch: Launch) -> Result<()> {
-        self.lock().push_back(launch);
-        let mut first = Ok(());
-        loop {
-            let next = {
-                let mut q = self.lock();
-                let done = match q.front() {
-                    None => break,
-                    Some(l) => q.len() > MAX_IN_FLIGHT || l.pending.is_complete().unwrap_or(true),
-                };
-                if !done {
-                    break;
-                }
-                q.pop_front()
-            };
-            // waited for outside the lock: other threads' launches go on meanwhile
-            if let Some(l) = next
-                && let Err(e) = l.collect()
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
-        first
-    }
-
-    /// Wait for every launch in the list (those other threads add meanwhile included); the
-    /// first failure is returned after all were collected.
-    fn drain(&self) -> Result<()> {
-        let mut first = Ok(());
-        loop {
-            let next = self.lock().pop_front();
-            let Some(l) = next else { break };
-            if let Err(e) = l.collect()
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
-        first
-    }
-
-    /// How many launches are in flight (not yet collected).
-    fn len(&self) -> usize {
-        self.lock().len()
-    }
-}
+use crate::buffer::{ClBuffer, ClStorage};
+pub use crate::launches::MAX_IN_FLIGHT;
+use crate::launches::{Launch, Launches};
 
 /// The executor of one OpenCL device on a backend instance (usually [`crate::shared`]).
 ///
@@ -361,7 +266,7 @@ mod tests {
     use test_support::require::{OPENCL, or_skip};
 
     use super::*;
-    use crate::{kernels, raw, round_up};
+    use crate::{Pending, kernels, raw, round_up};
 
     /// An executor of the first device on a fresh backend, or `None` (skipped) without one.
     fn executor() -> Option<OpenClExecutor> {

@@ -45,6 +45,7 @@ mod error;
 pub mod executor;
 pub mod kernel;
 pub mod kernels;
+mod launches;
 mod raw;
 mod registration;
 mod state;
