@@ -484,7 +484,6 @@ fn kernels_compile_with_nvrtc() {
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::*;
-    use algorithms::detect::Precision;
     use algorithms::detect::gpu::OpenClDetect;
 
     fn device() -> Option<OpenClDetect> {

@@ -60,29 +60,32 @@ pub fn blob_overlap_2d<T: Real>(b1: (T, T, T), b2: (T, T, T)) -> T {
 /// response, scattered over the frame, and reading them in that order missed the cache on
 /// every neighbour (a 2048² frame of 220 000 blobs spent a second here).
 pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
-    let n = pos.len();
+    let pts: Vec<[f64; 2]> = pos.iter().map(|&(y, x)| [y, x]).collect();
+    pairs_within_d(&pts, cutoff)
+}
+
+/// [`pairs_within`] for points of `D` coordinates (squared distances summed over the axes in
+/// order), on the `D`-dimensional [`Grid`].
+pub(crate) fn pairs_within_d<const D: usize>(pts: &[[f64; D]], cutoff: f64) -> Vec<(usize, usize)> {
+    let n = pts.len();
     let mut pairs = Vec::new();
     if n < 2 || cutoff.is_nan() || cutoff < 0.0 {
         return pairs;
     }
     let c2 = cutoff * cutoff;
-    let pts: Vec<[f64; 2]> = pos.iter().map(|&(y, x)| [y, x]).collect();
-    let grid = Grid::new(&pts, cutoff.max(1.0));
-    let sorted: Vec<(f64, f64, usize)> = grid
+    let grid = Grid::new(pts, cutoff.max(1.0));
+    let sorted: Vec<([f64; D], usize)> = grid
         .order()
         .iter()
-        .map(|&j| (pos[j as usize].0, pos[j as usize].1, j as usize))
+        .map(|&j| (pts[j as usize], j as usize))
         .collect();
     let mut js = Vec::new();
-    for (i, (&(y, x), p)) in pos.iter().zip(&pts).enumerate() {
+    for (i, p) in pts.iter().enumerate() {
         js.clear();
         grid.near_ranges(p, |run| {
-            for &(yj, xj, j) in &sorted[run] {
-                if j > i {
-                    let d2 = (yj - y) * (yj - y) + (xj - x) * (xj - x);
-                    if d2 <= c2 {
-                        js.push(j);
-                    }
+            for (q, j) in &sorted[run] {
+                if *j > i && dist2(p, q) <= c2 {
+                    js.push(*j);
                 }
             }
         });
@@ -90,6 +93,17 @@ pub fn pairs_within(pos: &[(f64, f64)], cutoff: f64) -> Vec<(usize, usize)> {
         pairs.extend(js.iter().map(|&j| (i, j)));
     }
     pairs
+}
+
+/// The squared distance of `p` and `q`, summed over the axes in order.
+fn dist2<const D: usize>(p: &[f64; D], q: &[f64; D]) -> f64 {
+    let Some(d) = (0..D)
+        .map(|a| (q[a] - p[a]) * (q[a] - p[a]))
+        .reduce(|s, t| s + t)
+    else {
+        return 0.0;
+    };
+    d
 }
 
 /// Overlap pruning (spec §1.8) over candidates `(y, x, σ)` already in candidate order; returns

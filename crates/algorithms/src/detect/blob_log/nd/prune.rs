@@ -13,9 +13,8 @@
 //!   `sqrt` of `math` in f64; the early 0.0 and 1.0 are Python floats, compared with `overlap`
 //!   in f64.
 
-use std::collections::HashMap;
-
 use super::params::scalar_pow;
+use crate::detect::blob_log::prune::pairs_within_d;
 use crate::detect::real::Real;
 
 /// An overlap as `_blob_overlap` returns it: a Python float (the early exits) or a NumPy scalar
@@ -125,60 +124,36 @@ pub fn blob_overlap_nd<T: Real>(c1: &[T], s1: &[T], c2: &[T], s2: &[T]) -> Overl
 }
 
 /// Pairs `(i < j)` of the points `pos` (`ndim` coordinates each, flat) within `cutoff`
-/// (inclusive, squared distances in f64), in ascending lexicographic order. A hash grid of
-/// cells of side `max(cutoff, 1)`; points with a non-finite coordinate pair with nothing.
+/// (inclusive, squared distances in f64), in ascending lexicographic order: the 2-D code's
+/// [`pairs_within`](crate::detect::blob_log::pairs_within) on the `ndim`-dimensional grid (past
+/// four axes, the grid of the first four, a superset whose pairs are then checked on every
+/// axis).
 pub fn pairs_within_nd(pos: &[f64], ndim: usize, cutoff: f64) -> Vec<(usize, usize)> {
-    let mut pairs = Vec::new();
-    if ndim == 0 || pos.len() < 2 * ndim || cutoff.is_nan() || cutoff < 0.0 {
-        return pairs;
-    }
-    let n = pos.len() / ndim;
-    let cell = cutoff.max(1.0);
-    let c2 = cutoff * cutoff;
-    let pt = |i: usize| &pos[i * ndim..(i + 1) * ndim];
-    let key = |p: &[f64]| -> Option<Vec<i64>> {
-        p.iter()
-            .map(|&v| v.is_finite().then(|| (v / cell).floor() as i64))
+    fn points<const D: usize>(pos: &[f64], ndim: usize) -> Vec<[f64; D]> {
+        pos.chunks_exact(ndim)
+            .map(|p| std::array::from_fn(|a| p[a]))
             .collect()
-    };
-    let mut grid: HashMap<Vec<i64>, Vec<usize>> = HashMap::new();
-    let keys: Vec<Option<Vec<i64>>> = (0..n).map(|i| key(pt(i))).collect();
-    for (i, k) in keys.iter().enumerate() {
-        if let Some(k) = k {
-            grid.entry(k.clone()).or_default().push(i);
+    }
+    match ndim {
+        0 => Vec::new(),
+        1 => pairs_within_d(&points::<1>(pos, 1), cutoff),
+        2 => pairs_within_d(&points::<2>(pos, 2), cutoff),
+        3 => pairs_within_d(&points::<3>(pos, 3), cutoff),
+        _ => {
+            let c2 = cutoff * cutoff;
+            let pt = |i: usize| &pos[i * ndim..(i + 1) * ndim];
+            let mut pairs = pairs_within_d(&points::<4>(pos, ndim), cutoff);
+            pairs.retain(|&(i, j)| {
+                pt(i)
+                    .iter()
+                    .zip(pt(j))
+                    .map(|(a, b)| (b - a) * (b - a))
+                    .sum::<f64>()
+                    <= c2
+            });
+            pairs
         }
     }
-    let offsets = 3usize.saturating_pow(ndim as u32);
-    let mut js = Vec::new();
-    let mut nk = vec![0i64; ndim];
-    for (i, k) in keys.iter().enumerate() {
-        let Some(k) = k else { continue };
-        js.clear();
-        for code in 0..offsets {
-            let mut c = code;
-            for (a, v) in nk.iter_mut().enumerate() {
-                *v = k[a].saturating_add((c % 3) as i64 - 1);
-                c /= 3;
-            }
-            let Some(cands) = grid.get(&nk) else { continue };
-            for &j in cands {
-                if j > i {
-                    let d2: f64 = pt(i)
-                        .iter()
-                        .zip(pt(j))
-                        .map(|(a, b)| (b - a) * (b - a))
-                        .sum();
-                    if d2 <= c2 {
-                        js.push(j);
-                    }
-                }
-            }
-        }
-        js.sort_unstable();
-        js.dedup();
-        pairs.extend(js.iter().map(|&j| (i, j)));
-    }
-    pairs
 }
 
 /// `_prune_blobs`: the survivor flags of blobs already in candidate order, each with its
