@@ -1,7 +1,9 @@
 //! `blob_log` on one n-dimensional image (scikit-image's semantics: a 3-D array is a volume),
 //! on the CPU: [`algorithms::detect::blob_log::blob_log_nd_view`].
 
-use algorithms::detect::blob_log::{BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView};
+use algorithms::detect::blob_log::{
+    BlobLogNdParams, BlobsNd, Border, Prescale, Sigma, VolumeView, blob_log_nd_prescaled,
+};
 use bridge_core::DType;
 use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
@@ -47,11 +49,11 @@ fn rows<'py>(py: Python<'py>, b: &BlobsNd) -> Bound<'py, PyArray2<f64>> {
 }
 
 /// `skimage.feature.blob_log(image, ...)` on an n-D image of uint8, uint16, float32 or float64
-/// pixels (others are converted by the Python wrapper): rows of the coordinates then the σ
-/// column(s).
+/// pixels (others are converted by the Python wrapper) under `prescale` (as the frame path
+/// converts a frame): rows of the coordinates then the σ column(s).
 #[pyfunction]
 #[pyo3(signature = (image, *, min_sigma, max_sigma, num_sigma, threshold, threshold_rel,
-                    overlap, log_scale, exclude_border))]
+                    overlap, log_scale, exclude_border, prescale))]
 #[allow(clippy::too_many_arguments)]
 pub fn blob_log_nd<'py>(
     py: Python<'py>,
@@ -64,6 +66,7 @@ pub fn blob_log_nd<'py>(
     overlap: f64,
     log_scale: bool,
     exclude_border: &Bound<'py, PyAny>,
+    prescale: &str,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let p = BlobLogNdParams {
         min_sigma: sigma(min_sigma, "min_sigma")?,
@@ -75,33 +78,24 @@ pub fn blob_log_nd<'py>(
         log_scale,
         exclude_border: border(exclude_border)?,
     };
+    let prescale = prescale.parse::<Prescale>().py_err()?;
     let held = import_held(image)?;
     let mut keep = None;
     let src = host_held(&held, &mut keep, "blob_log")?;
-    let blobs = match src.dtype() {
-        DType::U8 => {
-            let v = src.host_view::<u8>().py_err()?;
-            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::U8(v), &p))
-        }
-        DType::U16 => {
-            let v = src.host_view::<u16>().py_err()?;
-            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::U16(v), &p))
-        }
-        DType::F32 => {
-            let v = src.host_view::<f32>().py_err()?;
-            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::F32(v), &p))
-        }
-        DType::F64 => {
-            let v = src.host_view::<f64>().py_err()?;
-            py.detach(|| algorithms::detect::blob_log::blob_log_nd_view(VolumeView::F64(v), &p))
-        }
+    let view = match src.dtype() {
+        DType::U8 => VolumeView::U8(src.host_view::<u8>().py_err()?),
+        DType::U16 => VolumeView::U16(src.host_view::<u16>().py_err()?),
+        DType::F32 => VolumeView::F32(src.host_view::<f32>().py_err()?),
+        DType::F64 => VolumeView::F64(src.host_view::<f64>().py_err()?),
         other => {
             return Err(invalid(format!(
                 "images of {other} pixels: blob_log takes uint8, uint16, float32 or float64 \
                  (cast first)"
             )));
         }
-    }
-    .py_err()?;
+    };
+    let blobs = py
+        .detach(|| blob_log_nd_prescaled(view, prescale, &p))
+        .py_err()?;
     Ok(rows(py, &blobs))
 }

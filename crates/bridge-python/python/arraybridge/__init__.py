@@ -346,7 +346,6 @@ def blob_log(
             f"{device!r} runs 2-D images with one sigma); pass device='cpu' or 'auto'"
         )
     image = _as_blob_log_input(image, prescale)
-    image = _prescaled_volume(image, prescale)
     if isinstance(exclude_border, (tuple, list)):
         border: Any = [_int("exclude_border", b) for b in exclude_border]
     elif isinstance(exclude_border, (bool, np.bool_)):
@@ -363,39 +362,13 @@ def blob_log(
         overlap=float(overlap),
         log_scale=bool(log_scale),
         exclude_border=border,
+        prescale=prescale,
     )
 
 
 def _sigma_arg(v: Any) -> Any:
     """A sigma as a float, or a list of floats (one per axis)."""
     return float(v) if np.ndim(v) == 0 else [float(x) for x in np.asarray(v).ravel()]
-
-
-def _prescaled_volume(image: Any, prescale: str) -> Any:
-    """An n-D image under ``prescale``: ``legacy`` as it is (scikit-image's ``img_as_float``
-    is applied by the detector), ``none`` as float64 raw values, ``minmax`` and ``range:C,D``
-    as float64 ``(x - c) / (d - c)``, computed as the 2-D path computes them."""
-    p = str(prescale).strip().lower()
-    if p == "legacy":
-        return image
-    x = np.asarray(image)
-    if p == "none":
-        return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
-    if p == "minmax":
-        y = x.astype(np.float64)
-        lo, hi = float(y.min()), float(y.max())
-        if not lo < hi:
-            raise InvalidInput("prescale minmax on a constant image (max == min)")
-        return (y - lo) / (hi - lo)
-    if p.startswith("range:"):
-        try:
-            c, d = (float(t) for t in p[len("range:"):].split(","))
-        except ValueError:
-            raise InvalidInput(f"prescale {prescale!r}: expected range:C,D") from None
-        if not c < d:
-            raise InvalidInput(f"prescale {prescale!r}: needs C < D")
-        return (x.astype(np.float64) - c) / (d - c)
-    raise InvalidInput(f"prescale {prescale!r}: expected legacy, minmax, none or range:C,D")
 
 
 def _blob_log_frames(

@@ -31,7 +31,10 @@ use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from
 
 pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
-pub use nd::{BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_view};
+pub use nd::{
+    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_prescaled,
+    blob_log_nd_view,
+};
 // used by the device back end only
 #[cfg(any(feature = "cuda", feature = "opencl"))]
 pub(crate) use convert::check_range_of;

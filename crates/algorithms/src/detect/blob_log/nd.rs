@@ -44,8 +44,10 @@ mod peaks;
 mod prune;
 
 use bridge_core::{BridgeError, Result};
-use ndarray::ArrayViewD;
+use ndarray::{ArrayView2, ArrayViewD};
 
+use super::{Converted, Prescale, convert_frame};
+use crate::detect::FrameView;
 use crate::detect::real::Real;
 pub use params::{BlobLogNdParams, Border, Sigma, sigma_table};
 pub use prune::{Overlap, blob_overlap_nd, pairs_within_nd, prune_blobs_nd};
@@ -113,6 +115,63 @@ pub fn blob_log_nd_view(image: VolumeView<'_>, p: &BlobLogNdParams) -> Result<Bl
         VolumeView::F32(a) => blob_log_nd(a, p),
         VolumeView::F64(a) => blob_log_nd(a, p),
     }
+}
+
+impl VolumeView<'_> {
+    /// The image's shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            VolumeView::U8(a) => a.shape(),
+            VolumeView::U16(a) => a.shape(),
+            VolumeView::F32(a) => a.shape(),
+            VolumeView::F64(a) => a.shape(),
+        }
+    }
+}
+
+/// [`blob_log_nd_view`] after `prescale`, the frame path's extension (spec §1.3): `Legacy` is
+/// scikit-image's `img_as_float`; the others convert the image exactly as [`convert_frame`]
+/// converts a frame (the image seen as the rows along its last axis, so `MinMax` takes one
+/// minimum and maximum; float32 pixels stay in float32).
+pub fn blob_log_nd_prescaled(
+    image: VolumeView<'_>,
+    prescale: Prescale,
+    p: &BlobLogNdParams,
+) -> Result<BlobsNd> {
+    let shape = image.shape().to_vec();
+    let Some(&cols) = shape
+        .last()
+        .filter(|&&c| c > 0 && prescale != Prescale::Legacy)
+    else {
+        // legacy, or an image whose shape `blob_log_nd` refuses in words
+        return blob_log_nd_view(image, p);
+    };
+    let converted = match &image {
+        VolumeView::U8(a) => convert_rows(a, cols, prescale, |r| FrameView::U8(r)),
+        VolumeView::U16(a) => convert_rows(a, cols, prescale, |r| FrameView::U16(r)),
+        VolumeView::F32(a) => convert_rows(a, cols, prescale, |r| FrameView::F32(r)),
+        VolumeView::F64(a) => convert_rows(a, cols, prescale, |r| FrameView::F64(r)),
+    }?;
+    let err = |e: ndarray::ShapeError| BridgeError::invalid_argument("image", e.to_string());
+    match converted {
+        Converted::F32(v) => blob_log_nd(ArrayViewD::from_shape(shape, &v).map_err(err)?, p),
+        Converted::F64(v) => blob_log_nd(ArrayViewD::from_shape(shape, &v).map_err(err)?, p),
+    }
+}
+
+/// [`convert_frame`] of `a` seen as rows of `cols` pixels (C order).
+fn convert_rows<T: Clone>(
+    a: &ArrayViewD<'_, T>,
+    cols: usize,
+    prescale: Prescale,
+    frame: impl for<'b> Fn(ArrayView2<'b, T>) -> FrameView<'b>,
+) -> Result<Converted> {
+    let c = a.as_standard_layout();
+    let rows = c
+        .view()
+        .into_shape_with_order((a.len() / cols, cols))
+        .map_err(|e| BridgeError::invalid_argument("image", e.to_string()))?;
+    convert_frame(&frame(rows), prescale)
 }
 
 /// [`blob_log_nd`] of unsigned integer pixels times `scale` (`img_as_float`), in f64.

@@ -320,3 +320,38 @@ fn no_overlap_above_three_dimensions() {
     let keep = prune_blobs_nd(&[1.0f64, 1.0, 1.0, 1.0, 1.0, 1.0], &[2.0, 2.0], 3, 1, 0.5);
     assert_eq!(keep, vec![false, true]);
 }
+
+/// A prescale other than legacy converts the image as the frame path converts a frame: on a
+/// 2-D float32 image with one σ, the rows of the frame path (minmax and range in float32).
+#[test]
+fn prescaled_images_are_converted_as_frames() {
+    use crate::detect::blob_log::{BlobLogParams, blob_log_frame};
+    let img = gauss_image(&[40, 48], &[vec![12.0, 14.0], vec![27.0, 31.0]], 2.0)
+        .mapv(|v| (v * 900.0 + 100.0) as f32);
+    let two_d = img.clone().into_dimensionality::<ndarray::Ix2>().unwrap();
+    for prescale in [
+        Prescale::MinMax,
+        Prescale::Range(50.0, 1200.0),
+        Prescale::None,
+    ] {
+        let nd = BlobLogNdParams {
+            max_sigma: Sigma::Scalar(4.0),
+            threshold: Some(0.02),
+            ..Default::default()
+        };
+        let got = blob_log_nd_prescaled(VolumeView::F32(img.view()), prescale, &nd).unwrap();
+        let p = BlobLogParams {
+            max_sigma: 4.0,
+            threshold: Some(0.02),
+            prescale,
+            ..Default::default()
+        };
+        let want: Vec<Vec<f64>> = blob_log_frame(FrameView::F32(two_d.view()), &p)
+            .unwrap()
+            .iter()
+            .map(|b| vec![b.y, b.x, b.sigma])
+            .collect();
+        assert!(!want.is_empty(), "{prescale:?}");
+        assert_eq!(got.rows, want, "{prescale:?}");
+    }
+}
