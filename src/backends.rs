@@ -20,7 +20,7 @@ pub fn build_registry() -> Registry {
         "not compiled in (build with the `cuda` feature)",
     );
     #[cfg(feature = "opencl")]
-    reg.register_backend(bridge_opencl::shared());
+    reg.register_backend(bridge_opencl::backend());
     #[cfg(not(feature = "opencl"))]
     reg.mark_unavailable(
         "opencl",

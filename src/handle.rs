@@ -28,6 +28,7 @@
 
 use algorithms::exec::AnyExecutor;
 pub use algorithms::exec::DeviceHandle;
+use bridge_core::convert::Registry;
 use bridge_core::{Array, BridgeError, Device, Result};
 
 use crate::registry;
@@ -44,29 +45,72 @@ pub fn device(spec: &str) -> Result<DeviceHandle> {
 /// [`device`] for a parsed [`Device`]: the one place of the library that turns a device's name
 /// into its live executor (the algorithms take handles, or the device an array lives on).
 pub fn open_device(device: Device) -> Result<DeviceHandle> {
-    registry().topology().check_device(device)?;
-    match device {
-        Device::OpenCl(_) | Device::Cuda(_) => {
-            Ok(DeviceHandle::from_executor(executor_of(device)?))
-        }
-        Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => {
-            DeviceHandle::without_executor(device)
+    registry().open_device(device)
+}
+
+/// Opening devices on a [`Registry`]: the registry owns its backends, and with them each
+/// device's one executor (queue or stream, pools, compiled programs). The free functions
+/// [`device`] and [`open_device`] are these on the process [`registry`]; a test or an embedding
+/// program can build a registry of its own ([`crate::build_registry`]) and open its devices.
+///
+/// ```
+/// use arraybridge::{Devices, build_registry};
+///
+/// let reg = build_registry(); // its own backends: contexts, pools, programs
+/// let cpu = reg.device("cpu")?;
+/// assert_eq!(cpu.device(), arraybridge::Device::Cpu);
+/// assert!(reg.device("opencl:99").is_err()); // no such device: an error, never a panic
+/// # Ok::<(), arraybridge::BridgeError>(())
+/// ```
+pub trait Devices {
+    /// Open `spec` (`"cpu"`, `"opencl:0"`, `"cuda:0"`, `"torch:cpu"`, `"torch:cuda:0"`).
+    fn device(&self, spec: &str) -> Result<DeviceHandle>;
+    /// [`Devices::device`] for a parsed [`Device`].
+    fn open_device(&self, device: Device) -> Result<DeviceHandle>;
+}
+
+impl Devices for Registry {
+    fn device(&self, spec: &str) -> Result<DeviceHandle> {
+        self.open_device(spec.parse()?)
+    }
+
+    fn open_device(&self, device: Device) -> Result<DeviceHandle> {
+        self.topology().check_device(device)?;
+        match device {
+            Device::OpenCl(_) | Device::Cuda(_) => {
+                Ok(DeviceHandle::from_executor(executor_of(self, device)?))
+            }
+            Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => {
+                DeviceHandle::without_executor(device)
+            }
         }
     }
 }
 
-/// The executor of `opencl:N` (on the OpenCL backend instance the process registry holds) or
-/// `cuda:N`; [`BridgeError::BackendUnavailable`] when its backend is not compiled in or has no
-/// such device.
-fn executor_of(device: Device) -> Result<AnyExecutor> {
+/// The executor of `opencl:N` (on the OpenCL backend instance `reg` holds) or `cuda:N` (on the
+/// device's primary context, which the CUDA driver keeps once per process: `bridge_cuda::gpu`
+/// mirrors it, so that a device's pool and its memory limit are one, whichever registry asks);
+/// [`BridgeError::BackendUnavailable`] when its backend is not compiled in or has no such
+/// device.
+#[cfg_attr(not(feature = "opencl"), allow(unused_variables))]
+fn executor_of(reg: &Registry, device: Device) -> Result<AnyExecutor> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => Ok(AnyExecutor::Cuda(algorithms::exec::CudaExecutor::new(n)?)),
         #[cfg(feature = "opencl")]
-        Device::OpenCl(_) => Ok(AnyExecutor::OpenCl(algorithms::exec::OpenClExecutor::new(
-            bridge_opencl::shared(),
-            device,
-        )?)),
+        Device::OpenCl(_) => {
+            let cl = reg
+                .backend_of::<bridge_opencl::OpenClBackend>()
+                .ok_or_else(|| {
+                    BridgeError::unavailable(
+                        "opencl",
+                        format!("the registry has no OpenCL back end for {device}"),
+                    )
+                })?;
+            Ok(AnyExecutor::OpenCl(algorithms::exec::OpenClExecutor::new(
+                cl, device,
+            )?))
+        }
         _ => Err(BridgeError::unavailable(
             device.memory_type().to_string(),
             format!(

@@ -38,7 +38,7 @@ pub mod kernels;
 pub mod runtime;
 
 pub use backends::{build_registry, registry};
-pub use handle::{ArrayTo, DeviceHandle, device, open_device};
+pub use handle::{ArrayTo, DeviceHandle, Devices, device, open_device};
 
 /// The README's examples, compiled and run as doc-tests.
 #[cfg(doctest)]

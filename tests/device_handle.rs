@@ -159,7 +159,9 @@ fn handles_of_one_device_share_its_executor() {
     let a = arraybridge::device("opencl:0").unwrap();
     let b = arraybridge::device(" opencl:0 ").unwrap();
     assert_eq!(a, b);
-    let cl = arraybridge::bridge_opencl::shared();
+    let cl = arraybridge::registry()
+        .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
+        .expect("the registry holds the OpenCL back end");
     assert_eq!(cl.executors_created(Device::OpenCl(0)), 1);
 }
 
@@ -207,4 +209,69 @@ fn bad_movies_are_typed_errors() {
     assert!(detect::locate(&cube, &LocateParams::new(7)).is_err());
     let ints = Array::from_ndarray(ndarray::ArrayD::<i32>::zeros(vec![2, 8, 8]));
     assert!(detect::blob_log(&ints, &blob_params()).is_err());
+}
+
+/// A registry owns its backends: a second registry's `opencl:0` is a device of its own OpenCL
+/// backend instance (its executor counted there, not in the process registry's), and an array
+/// uploaded through it runs where it lives, with that instance's executor.
+#[cfg(feature = "opencl")]
+#[test]
+fn a_registry_of_its_own_owns_its_devices() {
+    use arraybridge::Devices;
+    use arraybridge::algorithms::detect::{self, BlobLogParams};
+    use std::sync::Arc;
+    let Some(dev) = test_support::device_or_skip(arraybridge::registry(), Device::OpenCl(0)) else {
+        return;
+    };
+    let reg = arraybridge::build_registry();
+    let mine = reg
+        .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
+        .unwrap();
+    let process = arraybridge::registry()
+        .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
+        .unwrap();
+    assert!(
+        !Arc::ptr_eq(&mine, &process),
+        "two registries, two back ends"
+    );
+    let before = process.executors_created(dev);
+    let h = reg.open_device(dev).unwrap();
+    assert_eq!(h.device(), dev);
+    assert_eq!(mine.executors_created(dev), 1);
+    assert_eq!(
+        process.executors_created(dev),
+        before,
+        "the process registry was not asked"
+    );
+    let m = ndarray::Array3::<u16>::from_shape_fn((3, 48, 48), |(t, y, x)| {
+        let d2 = (y as f64 - 20.0 - t as f64).powi(2) + (x as f64 - 25.0).powi(2);
+        (400.0 + 9000.0 * (-d2 / 6.0).exp()) as u16
+    });
+    let host = detect::blob_log(&Array::from_ndarray(m.clone().into_dyn()), &params()).unwrap();
+    let on = reg
+        .convert(Array::from_ndarray(m.into_dyn()), MemoryType::OpenCl, dev)
+        .unwrap();
+    // positions and scales as on the host (the response's last bits are the device's float32)
+    let key = |f: &Vec<Vec<detect::Blob>>| -> Vec<Vec<(f64, f64, f64)>> {
+        f.iter()
+            .map(|b| b.iter().map(|b| (b.y, b.x, b.sigma)).collect())
+            .collect()
+    };
+    assert_eq!(key(&detect::blob_log(&on, &params()).unwrap()), key(&host));
+    assert_eq!(
+        mine.executors_created(dev),
+        1,
+        "the array's device is the handle's"
+    );
+    assert_eq!(process.executors_created(dev), before);
+
+    fn params() -> BlobLogParams {
+        BlobLogParams {
+            max_sigma: 3.0,
+            num_sigma: 5,
+            threshold: None,
+            threshold_rel: Some(0.2),
+            ..Default::default()
+        }
+    }
 }

@@ -30,7 +30,9 @@ fn every_kernel_builds_on_opencl() {
     let Some(dev) = test_support::device_or_skip(arraybridge::registry(), Device::OpenCl(0)) else {
         return;
     };
-    let cl = bridge_opencl::shared();
+    let cl = arraybridge::registry()
+        .backend_of::<bridge_opencl::OpenClBackend>()
+        .expect("the registry holds the OpenCL back end");
     for (krate, k) in arraybridge::kernels::all() {
         for opts in k
             .option_sets

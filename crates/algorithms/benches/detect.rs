@@ -69,8 +69,11 @@ fn bench(c: &mut Criterion) {
         b.iter(|| CpuBackend.locate_batch(black_box(&views), &lp).unwrap())
     });
     #[cfg(feature = "opencl")]
-    match algorithms::exec::OpenClExecutor::on_shared(0)
-        .map(algorithms::detect::OpenClDetect::with_executor)
+    match algorithms::exec::OpenClExecutor::new(
+        bridge_opencl::backend(),
+        bridge_core::Device::OpenCl(0),
+    )
+    .map(algorithms::detect::OpenClDetect::with_executor)
     {
         Ok(d) => {
             assert_eq!(

@@ -566,7 +566,12 @@ mod opencl {
     use algorithms::detect::gpu::OpenClDetect;
 
     fn device() -> Option<OpenClDetect> {
-        match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClDetect::with_executor) {
+        match algorithms::exec::OpenClExecutor::new(
+            crate::open::opencl(),
+            bridge_core::Device::OpenCl(0),
+        )
+        .map(OpenClDetect::with_executor)
+        {
             Ok(d) => Some(d),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_OPENCL") {

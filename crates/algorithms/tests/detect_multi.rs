@@ -346,7 +346,7 @@ fn pocl_two_devices_inner() {
     if !test_support::rerun::in_child("ARRAYBRIDGE_TEST_TWO_POCL") {
         return; // run by `pocl_two_devices` in a child process
     }
-    let n = bridge_opencl::shared().device_count();
+    let n = open::opencl().device_count();
     if n < 2 {
         assert!(
             !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
@@ -546,7 +546,7 @@ fn pocl_two_devices_locate_inner() {
     if !test_support::rerun::in_child("ARRAYBRIDGE_TEST_TWO_POCL_LOCATE") {
         return; // run by `pocl_two_devices_locate` in a child process
     }
-    let n = bridge_opencl::shared().device_count();
+    let n = open::opencl().device_count();
     if n < 2 {
         assert!(
             !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
@@ -633,7 +633,7 @@ fn pocl_two_devices_locate_inner() {
 #[cfg(feature = "opencl")]
 fn set_limit(dev: Device, bytes: usize) {
     use bridge_core::memory::{MemoryInfo, MemoryLimit};
-    let b = bridge_opencl::shared();
+    let b = open::opencl();
     let total = b.memory_stats(dev).unwrap().total;
     let l = MemoryLimit::fraction(bytes as f64 / total as f64).unwrap();
     b.set_memory_limit(dev, Some(l)).unwrap();

@@ -131,7 +131,7 @@ fn registry() -> Registry {
     #[allow(unused_mut)]
     let mut reg = Registry::new();
     #[cfg(feature = "opencl")]
-    reg.register_backend(bridge_opencl::shared());
+    reg.register_backend(open::opencl());
     #[cfg(feature = "cuda")]
     reg.register_backend(bridge_cuda::backend());
     reg.set_observer(Some(rec));
@@ -216,10 +216,12 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
     let fp64 = match dev {
         Device::Cpu => true,
         #[cfg(feature = "opencl")]
-        Device::OpenCl(i) => algorithms::exec::OpenClExecutor::on_shared(i)
-            .map(algorithms::detect::OpenClDetect::with_executor)
-            .unwrap()
-            .has_fp64(),
+        Device::OpenCl(i) => {
+            algorithms::exec::OpenClExecutor::new(open::opencl(), Device::OpenCl(i))
+                .map(algorithms::detect::OpenClDetect::with_executor)
+                .unwrap()
+                .has_fp64()
+        }
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => algorithms::exec::CudaExecutor::new(i)
             .map(algorithms::detect::CudaDetect::with_executor)

@@ -75,7 +75,7 @@ fn host_inputs_are_read_in_place() {
 #[cfg(feature = "opencl")]
 #[test]
 fn a_device_cube_is_downloaded_once() {
-    let cl = bridge_opencl::shared();
+    let cl = bridge_opencl::backend();
     if bridge_core::backend::Backend::devices(cl.as_ref()).map_or(true, |d| d.is_empty()) {
         assert!(
             !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),

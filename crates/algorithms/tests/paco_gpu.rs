@@ -46,8 +46,11 @@ fn params_sub(variant: Variant, subpixel: SubPixel) -> PacoParams {
 
 #[cfg(feature = "opencl")]
 fn opencl(precision: Precision) -> Option<algorithms::paco::OpenClPaco> {
-    match algorithms::exec::OpenClExecutor::on_shared(0)
-        .map(algorithms::paco::OpenClPaco::with_executor)
+    match algorithms::exec::OpenClExecutor::new(
+        crate::open::opencl(),
+        bridge_core::Device::OpenCl(0),
+    )
+    .map(algorithms::paco::OpenClPaco::with_executor)
     {
         Ok(b) => {
             if precision == Precision::F64 && !b.has_fp64() {

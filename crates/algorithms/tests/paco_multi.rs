@@ -109,7 +109,7 @@ fn two_pocl(flag: &str) -> bool {
     if !test_support::rerun::in_child(flag) {
         return false; // run by the outer test in a child process
     }
-    let n = bridge_opencl::shared().device_count();
+    let n = open::opencl().device_count();
     if n < 2 {
         assert!(
             !test_support::env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"),
@@ -159,7 +159,7 @@ fn pocl_two_devices_inner() {
 #[cfg(feature = "opencl")]
 fn limit(dev: Device, bytes: usize) {
     use bridge_core::memory::{MemoryInfo, MemoryLimit};
-    let b = bridge_opencl::shared();
+    let b = open::opencl();
     let total = b.memory_stats(dev).unwrap().total;
     let l = MemoryLimit::fraction(bytes as f64 / total as f64).unwrap();
     b.set_memory_limit(dev, Some(l)).unwrap();

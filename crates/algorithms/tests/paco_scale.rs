@@ -319,7 +319,12 @@ mod opencl {
     use test_support::env_flag;
 
     fn device(precision: Precision) -> Option<OpenClPaco> {
-        match algorithms::exec::OpenClExecutor::on_shared(0).map(OpenClPaco::with_executor) {
+        match algorithms::exec::OpenClExecutor::new(
+            crate::open::opencl(),
+            bridge_core::Device::OpenCl(0),
+        )
+        .map(OpenClPaco::with_executor)
+        {
             Ok(b) if precision == Precision::F64 && !b.has_fp64() => {
                 assert!(!env_flag("ARRAYBRIDGE_REQUIRE_OPENCL"), "no doubles");
                 eprintln!("skipping: the OpenCL device has no doubles");

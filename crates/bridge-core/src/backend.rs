@@ -70,7 +70,11 @@ impl DeviceInfo {
 }
 
 /// A compute backend: discovery, memory, and the converters it contributes.
-pub trait Backend: MemoryInfo + Send + Sync {
+///
+/// A backend is `'static` ([`Any`](std::any::Any)) so that whoever registered one can find the
+/// very instance again, typed ([`crate::convert::Registry::backend_of`]): the registry owns its
+/// backends, and with them the devices' live state (contexts, queues, pools, programs).
+pub trait Backend: MemoryInfo + Send + Sync + std::any::Any {
     /// Short name (`cuda`, `opencl`, `torch`).
     fn name(&self) -> &'static str;
     /// The memory type this backend owns.

@@ -208,6 +208,43 @@ impl Registry {
         self.observer = observer;
     }
 
+    /// The registered backend of type `B` (the instance itself: its devices' contexts, queues,
+    /// pools and compiled programs), or `None` when no such backend was registered or it had no
+    /// device. This is how the live state of a device is reached: the registry owns it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use bridge_core::backend::{Backend, DeviceInfo};
+    /// use bridge_core::convert::{Converter, Registry};
+    /// use bridge_core::memory::{MemoryInfo, MemoryLimit, MemoryStats};
+    /// use bridge_core::{Device, MemoryType, Result};
+    ///
+    /// struct OneCard;
+    /// impl MemoryInfo for OneCard {
+    ///     fn memory_stats(&self, _: Device) -> Result<MemoryStats> { Ok(MemoryStats::default()) }
+    ///     fn set_memory_limit(&self, _: Device, _: Option<MemoryLimit>) -> Result<()> { Ok(()) }
+    /// }
+    /// impl Backend for OneCard {
+    ///     fn name(&self) -> &'static str { "one-card" }
+    ///     fn memory_type(&self) -> MemoryType { MemoryType::OpenCl }
+    ///     fn devices(&self) -> Result<Vec<DeviceInfo>> {
+    ///         Ok(vec![DeviceInfo::new(Device::OpenCl(0), "a card")])
+    ///     }
+    ///     fn release_pool(&self, _: Device) -> u64 { 0 }
+    ///     fn converters(&self) -> Vec<Arc<dyn Converter>> { vec![] }
+    /// }
+    /// let card = Arc::new(OneCard);
+    /// let mut reg = Registry::new();
+    /// reg.register_backend(card.clone());
+    /// assert!(Arc::ptr_eq(&reg.backend_of::<OneCard>().unwrap(), &card)); // the same instance
+    /// ```
+    pub fn backend_of<B: Backend>(&self) -> Option<Arc<B>> {
+        self.backends.iter().find_map(|b| {
+            let any: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(b) as _;
+            any.downcast::<B>().ok()
+        })
+    }
+
     /// The installed observer.
     pub fn observer(&self) -> Option<&Arc<dyn ConversionObserver>> {
         self.observer.as_ref()

@@ -307,6 +307,10 @@ impl fmt::Debug for Gpu {
 }
 
 /// The shared [`Gpu`] for CUDA ordinal `ordinal` (created on first use: primary context, pools).
+///
+/// One per process on purpose (unlike an OpenCL backend instance, which its registry owns): the
+/// driver keeps one primary context per device and process, and this mirrors it, so that a
+/// device has one pool, one memory limit and one OOM release whichever registry asks.
 /// Returns [`BridgeError::BackendUnavailable`] without a driver and
 /// [`BridgeError::UnknownDevice`] for an ordinal out of range. Never panics.
 pub fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {

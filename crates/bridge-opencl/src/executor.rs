@@ -42,7 +42,8 @@ use crate::buffer::{ClBuffer, ClStorage};
 pub use crate::launches::MAX_IN_FLIGHT;
 use crate::launches::{Launch, Launches};
 
-/// The executor of one OpenCL device on a backend instance (usually [`crate::shared`]).
+/// The executor of one OpenCL device on a backend instance (in a program, the one
+/// `arraybridge::registry()` owns).
 ///
 /// Each kernel is built once per backend, device, source, options and entry point and kept
 /// (its arguments set under a lock, then enqueued); a launch returns once its kernel is
@@ -76,11 +77,6 @@ impl OpenClExecutor {
             launches,
             clock: Arc::new(AtomicU64::new(0)),
         })
-    }
-
-    /// The executor of `opencl:n` on the process-wide backend ([`crate::shared`]).
-    pub fn on_shared(n: usize) -> Result<Self> {
-        Self::new(crate::shared(), Device::OpenCl(n))
     }
 
     /// The executor of the device `buffer` lives on, on the backend instance that allocated it

@@ -59,14 +59,10 @@ pub use kernel::{ClKernel, ClProgram, KernelScalar, PREAMBLE, round_up};
 
 /// A new OpenCL backend, ready for `Registry::register_backend`. Touches no driver until used.
 ///
-/// Each instance has its own contexts, pools and program caches; most code wants [`shared`].
+/// Each instance has its own contexts, queues, pools and program caches (device discovery alone
+/// is per process: some drivers crash on concurrent discovery). Whoever registers it owns it:
+/// a program's devices are those of `arraybridge::registry()`, found again with
+/// `registry().backend_of::<OpenClBackend>()`; a test can build its own.
 pub fn backend() -> Arc<OpenClBackend> {
     Arc::new(OpenClBackend::new())
-}
-
-/// The process-wide OpenCL backend: the instance the default registry registers, so that its
-/// pools are the ones OOM retry releases and its programs are compiled once per process.
-pub fn shared() -> Arc<OpenClBackend> {
-    static SHARED: std::sync::OnceLock<Arc<OpenClBackend>> = std::sync::OnceLock::new();
-    Arc::clone(SHARED.get_or_init(backend))
 }

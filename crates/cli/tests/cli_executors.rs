@@ -69,7 +69,9 @@ fn opencl_detect_opens_one_executor() {
     let Some(dev) = test_support::device_or_skip(arraybridge::registry(), Device::OpenCl(0)) else {
         return;
     };
-    let cl = arraybridge::bridge_opencl::shared();
+    let cl = arraybridge::registry()
+        .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
+        .expect("the registry holds the OpenCL back end");
     assert_eq!(cl.executors_created(dev), 0, "nothing ran yet");
     let out = tmp("opencl");
     // one upload of each chunk's pixels: the movie (20 frames of 256×256 u16) crosses once,

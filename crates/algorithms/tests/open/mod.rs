@@ -1,7 +1,8 @@
 //! The tests' device opener. The algorithms take open devices ([`DeviceHandle`]) and look
 //! nothing up; a program opens its devices with `arraybridge::open_device` (the process
-//! registry's backends). These tests sit below that crate, so they open the process-wide
-//! backend instances directly, as `open_device` does.
+//! registry's backends). These tests sit below that crate, so they hold their own OpenCL
+//! backend instance ([`opencl`], one per test binary, as the process registry holds one) and
+//! open devices on it as `open_device` does.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(any(feature = "opencl", feature = "cuda"))]
@@ -13,7 +14,7 @@ use bridge_core::{BridgeError, Device, Result};
 pub fn try_open(device: Device) -> Result<DeviceHandle> {
     match device {
         #[cfg(feature = "opencl")]
-        Device::OpenCl(n) => algorithms::exec::OpenClExecutor::on_shared(n)
+        Device::OpenCl(_) => algorithms::exec::OpenClExecutor::new(opencl(), device)
             .map(|e| DeviceHandle::from_executor(AnyExecutor::OpenCl(e))),
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => algorithms::exec::CudaExecutor::new(n)
@@ -25,6 +26,15 @@ pub fn try_open(device: Device) -> Result<DeviceHandle> {
         )),
         d => DeviceHandle::without_executor(d),
     }
+}
+
+/// The OpenCL backend of this test binary (its contexts, pools and compiled programs), made on
+/// first use: what `arraybridge::registry()` owns in a program.
+#[cfg(feature = "opencl")]
+pub fn opencl() -> std::sync::Arc<bridge_opencl::OpenClBackend> {
+    static CL: std::sync::OnceLock<std::sync::Arc<bridge_opencl::OpenClBackend>> =
+        std::sync::OnceLock::new();
+    std::sync::Arc::clone(CL.get_or_init(bridge_opencl::backend))
 }
 
 /// `device`, open (panics when it cannot be opened: callers skip absent devices first).

@@ -472,7 +472,11 @@ fn detect_report(
 #[cfg(feature = "opencl")]
 fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
     use bridge_core::{DType, HostData};
-    let cl = arraybridge::bridge_opencl::shared();
+    let cl = arraybridge::registry()
+        .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
+        .ok_or_else(|| {
+            bridge_core::BridgeError::unavailable("opencl", "the registry has no OpenCL back end")
+        })?;
     println!(
         "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
     );
