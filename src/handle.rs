@@ -128,6 +128,11 @@ pub trait ArrayTo: Sized {
     /// already there; zero-copy, peer or staged otherwise, as the planner picks and the
     /// registry's observer records).
     fn to(self, dev: &DeviceHandle) -> Result<Array>;
+
+    /// A copy of the array on `dev`, leaving this one where it is: the process registry's
+    /// planned route with its first hop copying from the borrowed array
+    /// ([`Registry::copy`]; on the array's own device a copy there).
+    fn copy_to(&self, dev: &DeviceHandle) -> Result<Array>;
 }
 
 impl ArrayTo for Array {
@@ -137,5 +142,10 @@ impl ArrayTo for Array {
             return Ok(self);
         }
         registry().convert(self, d.memory_type(), d)
+    }
+
+    fn copy_to(&self, dev: &DeviceHandle) -> Result<Array> {
+        let d = dev.device();
+        registry().copy(self, d.memory_type(), d)
     }
 }

@@ -275,3 +275,26 @@ fn a_registry_of_its_own_owns_its_devices() {
         }
     }
 }
+
+/// `copy_to` leaves the array where it is and gives an equal one on the device (and on the
+/// array's own device, a second buffer).
+#[test]
+fn copy_to_leaves_the_source() {
+    let m = movie();
+    let host = Array::from_ndarray(m.clone().into_dyn());
+    let cpu = arraybridge::device("cpu").unwrap();
+    let again = host.copy_to(&cpu).unwrap();
+    assert_eq!(again.into_ndarray::<u16>().unwrap(), m.clone().into_dyn());
+    if !present(Device::OpenCl(0)) {
+        return;
+    }
+    let dev = arraybridge::device("opencl:0").unwrap();
+    let on = host.copy_to(&dev).unwrap();
+    let twice = on.copy_to(&dev).unwrap();
+    assert_eq!(on.device(), Device::OpenCl(0));
+    for a in [on, twice] {
+        let back = a.to(&cpu).unwrap();
+        assert_eq!(back.into_ndarray::<u16>().unwrap(), m.clone().into_dyn());
+    }
+    assert_eq!(host.into_ndarray::<u16>().unwrap(), m.into_dyn());
+}

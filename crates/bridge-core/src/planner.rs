@@ -273,6 +273,13 @@ pub trait Converter: Send + Sync {
     /// Execute one hop planned with [`Converter::edge`]. Returns when the data is complete
     /// (see the completion contract of [`crate::convert`]).
     fn convert(&self, array: Array, dst: Device, kind: TransferKind) -> Result<Converted>;
+    /// [`Converter::convert`] from a borrowed array, which stays as it is (the hop copies):
+    /// `None` when this converter needs the array itself (a zero-copy hop hands its memory over).
+    /// [`crate::convert::Registry::copy`] takes its first hop through this; the default is
+    /// `None`.
+    fn copy(&self, _array: &Array, _dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        None
+    }
 }
 
 /// Plan the cheapest route with the converters' edges over `topology`. Pure: reads its arguments

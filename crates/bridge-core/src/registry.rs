@@ -273,29 +273,87 @@ impl Registry {
     pub fn convert(&self, array: Array, dst: MemoryType, dst_device: Device) -> Result<Array> {
         let route = self.plan(array.memory_type(), array.device(), dst, dst_device)?;
         let start = self.observer.as_ref().map(|_| Instant::now());
-        let mut bytes_moved = 0u64;
-        let mut array = array;
-        for step in &route.steps {
-            let conv = self
-                .converters
-                .iter()
-                .find(|c| {
-                    c.source() == step.from.memory_type
-                        && c.target() == step.to.memory_type
-                        && c.edge(step.from.device, step.to.device, &self.topology)
-                            == Some(step.kind)
-                })
-                .ok_or_else(|| BridgeError::NoRoute {
-                    from_type: step.from.memory_type,
-                    from_device: step.from.device,
-                    to_type: step.to.memory_type,
-                    to_device: step.to.device,
-                    reason: "the planned converter disappeared".into(),
-                })?;
-            let out = conv.convert(array, step.to.device, step.kind)?;
+        let (array, bytes_moved) = self.follow(array, &route.steps, 0)?;
+        self.record(route, bytes_moved, start);
+        Ok(array)
+    }
+
+    /// A copy of `array` in `dst` memory on `dst_device`, leaving `array` as it is: the planned
+    /// route (peer, staged, through the host: what the planner picks, recorded for the
+    /// observer) with its first hop copying from the borrowed array. On the array's own device
+    /// it is a copy there (a [`TransferKind`](crate::planner::TransferKind) `DeviceCopy` hop,
+    /// or a host copy for host memory). [`BridgeError::Unsupported`] when the first hop is one
+    /// that takes the array's memory over (zero-copy): convert the array itself then.
+    pub fn copy(&self, array: &Array, dst: MemoryType, dst_device: Device) -> Result<Array> {
+        let src = (array.memory_type(), array.device());
+        let mut route = self.plan(src.0, src.1, dst, dst_device)?;
+        let start = self.observer.as_ref().map(|_| Instant::now());
+        if route.steps.is_empty() {
+            if src.0 == MemoryType::Host {
+                let out = Array::from_host(array.host()?.clone());
+                let n = out.nbytes() as u64;
+                self.record(route, n, start);
+                return Ok(out);
+            }
+            route.steps.push(crate::planner::Step {
+                from: route.from,
+                to: route.to,
+                kind: crate::planner::TransferKind::DeviceCopy,
+            });
+        }
+        let first = &route.steps[0];
+        let conv = self.converter_for(first)?;
+        let out = conv
+            .copy(array, first.to.device, first.kind)
+            .unwrap_or_else(|| {
+                Err(BridgeError::Unsupported(format!(
+                    "a copy of an array on {}: its first hop ({} to {}, {}) takes the array's \
+                     memory over; convert the array itself",
+                    src.1, first.from.memory_type, first.to.device, first.kind
+                )))
+            })?;
+        let (out, bytes_moved) = self.follow(out.array, &route.steps[1..], out.bytes_moved)?;
+        self.record(route, bytes_moved, start);
+        Ok(out)
+    }
+
+    /// The converter of a planned hop.
+    fn converter_for(&self, step: &crate::planner::Step) -> Result<&Arc<dyn Converter>> {
+        self.converters
+            .iter()
+            .find(|c| {
+                c.source() == step.from.memory_type
+                    && c.target() == step.to.memory_type
+                    && c.edge(step.from.device, step.to.device, &self.topology) == Some(step.kind)
+            })
+            .ok_or_else(|| BridgeError::NoRoute {
+                from_type: step.from.memory_type,
+                from_device: step.from.device,
+                to_type: step.to.memory_type,
+                to_device: step.to.device,
+                reason: "the planned converter disappeared".into(),
+            })
+    }
+
+    /// `array` taken through `steps`, with the bytes moved added to `bytes_moved`.
+    fn follow(
+        &self,
+        mut array: Array,
+        steps: &[crate::planner::Step],
+        mut bytes_moved: u64,
+    ) -> Result<(Array, u64)> {
+        for step in steps {
+            let out = self
+                .converter_for(step)?
+                .convert(array, step.to.device, step.kind)?;
             bytes_moved += out.bytes_moved;
             array = out.array;
         }
+        Ok((array, bytes_moved))
+    }
+
+    /// The observer hears of a finished conversion.
+    fn record(&self, route: Route, bytes_moved: u64, start: Option<Instant>) {
         if let (Some(obs), Some(start)) = (&self.observer, start) {
             obs.on_conversion(&ConversionRecord {
                 route,
@@ -303,7 +361,6 @@ impl Registry {
                 duration: start.elapsed(),
             });
         }
-        Ok(array)
     }
 
     /// Release cached pool memory of EVERY registered backend on `device` and on every device

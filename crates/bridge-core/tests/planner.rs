@@ -265,3 +265,50 @@ fn conversions_from_many_threads() {
         }
     });
 }
+
+/// `Registry::copy` takes the planned route from a borrowed array, which stays where it was:
+/// a peer hop between devices, a device copy on the array's own device, a host clone on the
+/// host; a route whose first hop takes the memory over (zero-copy) is refused in words.
+#[test]
+fn copy_leaves_the_source_and_takes_the_planned_route() {
+    let (mut reg, log) = full_registry();
+    let rec = Arc::new(Recorder::default());
+    reg.set_observer(Some(rec.clone()));
+    let mut rng = rand::rng();
+    let data = ArrayD::<f32>::from_shape_fn(vec![5, 7], |_| rng.random());
+    let on0 = reg
+        .convert(Array::from_ndarray(data.clone()), Cuda, Device::Cuda(0))
+        .unwrap();
+    log.lock().unwrap().clear();
+    let on1 = reg.copy(&on0, Cuda, Device::Cuda(1)).unwrap();
+    assert_eq!(on1.device(), Device::Cuda(1));
+    assert_eq!(on0.device(), Device::Cuda(0), "the source stays");
+    assert_eq!(log.lock().unwrap()[0], "copy cuda:0 -> cuda:1 peer-copy");
+    let kinds = |r: &bridge_core::convert::ConversionRecord| -> Vec<TransferKind> {
+        r.route.steps.iter().map(|s| s.kind).collect()
+    };
+    assert_eq!(
+        kinds(rec.records.lock().unwrap().last().unwrap()),
+        [PeerCopy]
+    );
+    let again = reg.copy(&on0, Cuda, Device::Cuda(0)).unwrap();
+    assert_eq!(
+        kinds(rec.records.lock().unwrap().last().unwrap()),
+        [TransferKind::DeviceCopy]
+    );
+    for a in [on0, on1, again] {
+        let back = reg.convert(a, Host, Device::Cpu).unwrap();
+        assert_eq!(back.into_ndarray::<f32>().unwrap(), data);
+    }
+    let host = Array::from_ndarray(data.clone());
+    let copied = reg.copy(&host, Host, Device::Cpu).unwrap();
+    assert_ne!(
+        copied.host().unwrap().to_c_bytes().as_ptr(),
+        host.host().unwrap().to_c_bytes().as_ptr()
+    );
+    assert_eq!(copied.into_ndarray::<f32>().unwrap(), data);
+    // the host to torch:cpu hop is zero-copy: a borrowed array cannot be handed over
+    let e = reg.copy(&host, Torch, Device::TorchCpu).unwrap_err();
+    assert!(matches!(e, BridgeError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("convert the array itself"), "{e}");
+}

@@ -43,6 +43,15 @@ impl Converter for HostToCuda {
         (src == Device::Cpu && matches!(dst, Device::Cuda(_))).then_some(self.path.kind())
     }
     fn convert(&self, array: Array, dst: Device, _kind: TransferKind) -> Result<Converted> {
+        self.upload(&array, dst)
+    }
+    fn copy(&self, array: &Array, dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.upload(array, dst))
+    }
+}
+
+impl HostToCuda {
+    fn upload(&self, array: &Array, dst: Device) -> Result<Converted> {
         let g = gpu_for(dst)?;
         let bytes = array.nbytes() as u64;
         let out = g.upload_with(array.host()?, self.path)?;
@@ -64,15 +73,24 @@ impl Converter for CudaToHost {
         (matches!(src, Device::Cuda(_)) && dst == Device::Cpu).then_some(self.path.kind())
     }
     fn convert(&self, array: Array, dst: Device, _kind: TransferKind) -> Result<Converted> {
+        self.download(&array, dst)
+    }
+    fn copy(&self, array: &Array, dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.download(array, dst))
+    }
+}
+
+impl CudaToHost {
+    fn download(&self, array: &Array, dst: Device) -> Result<Converted> {
         if dst != Device::Cpu {
             return Err(BridgeError::InvalidPlacement {
                 memory_type: MemoryType::Host,
                 device: dst,
             });
         }
-        let g = Arc::clone(storage_of(&array)?.gpu());
+        let g = Arc::clone(storage_of(array)?.gpu());
         let bytes = array.nbytes() as u64;
-        let host = g.download_with(&array, self.path)?;
+        let host = g.download_with(array, self.path)?;
         Ok(Converted {
             array: Array::from_host(host),
             bytes_moved: bytes,
@@ -105,9 +123,18 @@ impl Converter for CudaToCuda {
         cuda_pair_kind(src, dst, topology)
     }
     fn convert(&self, array: Array, dst: Device, kind: TransferKind) -> Result<Converted> {
+        CudaToCuda::device_copy(&array, dst, kind)
+    }
+    fn copy(&self, array: &Array, dst: Device, kind: TransferKind) -> Option<Result<Converted>> {
+        Some(CudaToCuda::device_copy(array, dst, kind))
+    }
+}
+
+impl CudaToCuda {
+    fn device_copy(array: &Array, dst: Device, kind: TransferKind) -> Result<Converted> {
         let g = gpu_for(dst)?;
         let bytes = array.nbytes() as u64;
-        let out = g.copy_from(&array, kind)?;
+        let out = g.copy_from(array, kind)?;
         Ok(Converted {
             array: out,
             bytes_moved: bytes,

@@ -78,6 +78,15 @@ impl Converter for HostToOpenCl {
             .then_some(TransferKind::HostCopy)
     }
     fn convert(&self, array: Array, dst: Device, _kind: TransferKind) -> Result<Converted> {
+        self.upload(&array, dst)
+    }
+    fn copy(&self, array: &Array, dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.upload(array, dst))
+    }
+}
+
+impl HostToOpenCl {
+    fn upload(&self, array: &Array, dst: Device) -> Result<Converted> {
         let out = self.backend.upload(array.host()?, dst)?;
         let bytes_moved = out.nbytes() as u64;
         Ok(Converted {
@@ -105,13 +114,22 @@ impl Converter for OpenClToHost {
             .then_some(TransferKind::HostCopy)
     }
     fn convert(&self, array: Array, dst: Device, _kind: TransferKind) -> Result<Converted> {
+        self.download(&array, dst)
+    }
+    fn copy(&self, array: &Array, dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.download(array, dst))
+    }
+}
+
+impl OpenClToHost {
+    fn download(&self, array: &Array, dst: Device) -> Result<Converted> {
         if dst != Device::Cpu {
             return Err(BridgeError::InvalidPlacement {
                 memory_type: MemoryType::Host,
                 device: dst,
             });
         }
-        let host = self.backend.download(&array)?;
+        let host = self.backend.download(array)?;
         let out = Array::from_host(host);
         let bytes_moved = out.nbytes() as u64;
         Ok(Converted {
@@ -145,7 +163,16 @@ impl Converter for OpenClToOpenCl {
         })
     }
     fn convert(&self, array: Array, dst: Device, _kind: TransferKind) -> Result<Converted> {
-        let src = OpenClBackend::buffer(&array)?;
+        self.device_copy(&array, dst)
+    }
+    fn copy(&self, array: &Array, dst: Device, _kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.device_copy(array, dst))
+    }
+}
+
+impl OpenClToOpenCl {
+    fn device_copy(&self, array: &Array, dst: Device) -> Result<Converted> {
+        let src = OpenClBackend::buffer(array)?;
         let out = self
             .backend
             .alloc_array(dst, array.dtype(), array.shape())?;

@@ -9,7 +9,9 @@ use bridge_core::dlpack::{
     ConsumerStream, DlpackTensor, ExportOptions, Exported, dl_device, export_host_copy,
     export_host_shared,
 };
-use bridge_core::{Array as CoreArray, BridgeError, DType, Device, HostData, HostElement};
+use bridge_core::{
+    Array as CoreArray, BridgeError, DType, Device, HostData, HostElement, MemoryType,
+};
 use dlpark::ffi::DLDevice;
 use dlpark::python::{DlpackStream, ImportRequest, ImportedDlpack, StreamArg};
 use ndarray::ArrayViewD;
@@ -282,12 +284,43 @@ pub(crate) fn parse_device(s: &str) -> PyResult<Device> {
     s.parse::<Device>().py_err()
 }
 
-/// Move `held` to `device`: in place when it is there already (unless `copy`), else through
-/// a host copy, checked against the host budget before it is made (`OutOfMemory`), and the
-/// registry (reported to its observer).
+/// Move `held` to `device`: in place when it is there already (unless `copy`). arraybridge's
+/// own arrays take the registry's planned route from where they are (a device copy, a peer
+/// copy between devices, staged through the host: what the planner picks, reported to its
+/// observer; [`route`] says which); a host copy on the way is checked against the host budget
+/// before it is made (`OutOfMemory`). Another library's host tensor is copied row-major and
+/// converted from there.
 pub(crate) fn move_to(held: &Held, device: Device, copy: bool) -> PyResult<Held> {
     if held.device() == device && !copy {
         return Ok(held.clone());
+    }
+    if let Held::Bridge(a) = held {
+        let reg = registry();
+        let route = reg
+            .plan(a.memory_type(), a.device(), device.memory_type(), device)
+            .py_err()?;
+        let via_host = route
+            .steps
+            .iter()
+            .any(|s| s.to.memory_type == MemoryType::Host)
+            || (route.steps.is_empty() && device == Device::Cpu);
+        if via_host {
+            crate::memory::check(
+                nbytes(a.shape(), a.dtype()),
+                &format!(
+                    "convert(x, device='{device}'): a host copy of {}",
+                    held.describe()
+                ),
+                COPY_HINT,
+            )?;
+        }
+        match reg.copy(a, device.memory_type(), device) {
+            Ok(out) => return Ok(Held::Bridge(Arc::new(out))),
+            // a first hop that takes the memory over (zero-copy) cannot start from a shared
+            // array: the host copy below
+            Err(BridgeError::Unsupported(_)) => {}
+            Err(e) => return Err(to_py(e)),
+        }
     }
     let host = held.host_copy(
         &format!(
@@ -603,6 +636,22 @@ pub fn convert(x: &Bound<'_, PyAny>, device: &str, copy: Option<bool>) -> PyResu
     let py = x.py();
     let moved = py.detach(|| move_to(&held, target, copy == Some(true)))?;
     Ok(Array { held: moved })
+}
+
+/// `arraybridge.route(x, device)`: the route `convert(x, device)` takes, in words (pure: plans,
+/// moves nothing). `x` is read as `convert` reads it.
+#[pyfunction]
+pub fn route(x: &Bound<'_, PyAny>, device: &str) -> PyResult<String> {
+    let held = import_held(x)?;
+    let target = resolve(device, &held)?;
+    let (mt, d) = match &held {
+        Held::Bridge(a) => (a.memory_type(), a.device()),
+        Held::Tensor(t) => (t.info().device.memory_type(), t.info().device),
+    };
+    let r = registry()
+        .plan(mt, d, target.memory_type(), target)
+        .py_err()?;
+    Ok(r.to_string())
 }
 
 /// `arraybridge.copyto(dst, src)`: write `src` into host array `dst` in place (broadcasting as

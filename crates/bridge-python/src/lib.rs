@@ -46,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::Array>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(convert::copyto, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::route, m)?)?;
     m.add_function(wrap_pyfunction!(convert::devices, m)?)?;
     m.add_function(wrap_pyfunction!(convert::backends, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_memory_limit, m)?)?;

@@ -102,3 +102,37 @@ def test_two_pocl_devices_give_one_devices_rows():
     if out.stdout.startswith("SKIP"):
         pytest.skip(f"PoCL gave one device: {out.stdout}")
     assert "OK" in out.stdout, out.stdout + out.stderr
+
+
+_ROUTE = r"""
+import numpy as np, arraybridge as ab
+x = (np.arange(3 * 40 * 40, dtype=np.float32) % 97).reshape(3, 40, 40)
+a = ab.convert(x, "opencl:0")
+print(ab.route(a, "opencl:1"))
+b = ab.convert(a, "opencl:1")
+assert b.device == "opencl:1" and a.device == "opencl:0", (a.device, b.device)
+assert np.array_equal(np.from_dlpack(ab.convert(b, "cpu")), x)
+assert np.array_equal(np.from_dlpack(ab.convert(a, "cpu")), x)  # the source is untouched
+c = ab.convert(a, "opencl:0", copy=True)
+assert np.array_equal(np.from_dlpack(ab.convert(c, "cpu")), x)
+print(ab.route(a, "opencl:0"))
+print(ab.route(x, "opencl:1"))
+print(ab.route(a, "cpu"))
+"""
+
+
+def test_convert_between_devices_takes_the_planned_route():
+    """``convert`` of an array on ``opencl:0`` to ``opencl:1`` is the registry's device-to-device
+    copy (one platform), not a trip through the host, and leaves the source as it was."""
+    env = dict(os.environ, POCL_DEVICES="pthread pthread")
+    r = subprocess.run(
+        [sys.executable, "-c", _ROUTE], env=env, capture_output=True, text=True, timeout=300
+    )
+    if r.returncode != 0 and "opencl" in r.stderr and "BackendUnavailable" in r.stderr:
+        pytest.skip("no OpenCL device")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "opencl@opencl:0 -[peer-copy]-> opencl@opencl:1", lines
+    assert lines[1] == "opencl@opencl:0 (in place)", lines
+    assert lines[2] == "host@cpu -[host-copy]-> opencl@opencl:1", lines
+    assert lines[3] == "opencl@opencl:0 -[host-copy]-> host@cpu", lines

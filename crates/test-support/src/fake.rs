@@ -253,15 +253,25 @@ impl Converter for FakeConverter {
         }
     }
     fn convert(&self, array: Array, dst: Device, kind: TransferKind) -> Result<Converted> {
+        self.hop(&array, dst, kind, "convert")
+    }
+    fn copy(&self, array: &Array, dst: Device, kind: TransferKind) -> Option<Result<Converted>> {
+        Some(self.hop(array, dst, kind, "copy"))
+    }
+}
+
+impl FakeConverter {
+    /// One hop (a copy: the fake's memory is host memory), logged as `what`.
+    fn hop(&self, array: &Array, dst: Device, kind: TransferKind, what: &str) -> Result<Converted> {
         self.backend
             .log
             .lock()
             .unwrap()
-            .push(format!("convert {} -> {dst} {kind}", array.device()));
+            .push(format!("{what} {} -> {dst} {kind}", array.device()));
         let nbytes = array.nbytes() as u64;
         let (shape, dtype) = (array.shape().to_vec(), array.dtype());
         let host = if array.memory_type() == MemoryType::Host {
-            array.into_host()?
+            array.host()?.clone()
         } else {
             let st = array
                 .storage::<FakeStorage>()

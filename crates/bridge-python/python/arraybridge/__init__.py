@@ -49,6 +49,7 @@ from ._native import (
     backends,
     copyto,
     devices,
+    route,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "on",
     "paco",
     "print_benchmark_results",
+    "route",
     "set_gpu_memory_limit",
     "set_memory_limit",
     "tensorflow",
