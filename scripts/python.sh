@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python test environment of crates/bridge-python, idempotently: a virtual environment in
 # ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}/python-venv with maturin, pytest, NumPy, pandas,
-# scikit-image, trackpy (the references the tests compare with) and JAX (a second DLPack
-# producer; CPU wheel), shared by every clone.
+# scikit-image, trackpy (the references the tests compare with), JAX (a second DLPack
+# producer; CPU wheel) and dask[array] (lazy movies streamed chunk by chunk), shared by every
+# clone.
 #
 #   bash scripts/python.sh               # install (no-op when the stamp matches)
 #   bash scripts/python.sh --print-env   # install if needed, then print `export ARRAYBRIDGE_PYTHON=…`
@@ -11,7 +12,7 @@ set -euo pipefail
 cache="${ARRAYBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arraybridge}"
 venv="$cache/python-venv"
 python="${PYTHON:-python3}"
-packages=(maturin pytest "numpy>=2.1" pandas scikit-image trackpy jax)
+packages=(maturin pytest "numpy>=2.1" pandas scikit-image trackpy jax "dask[array]")
 stamp="$venv/.arraybridge-stamp"
 want="${packages[*]}"
 

@@ -9,7 +9,7 @@
 #     compiled in CI;
 #   - libtorch 2.11 from the PyTorch wheel (~1.3 GB), for the `torch` feature;
 #   - the Python test environment of crates/bridge-python (scripts/python.sh: maturin, pytest,
-#     NumPy, pandas, scikit-image, trackpy, JAX).
+#     NumPy, pandas, scikit-image, trackpy, JAX, dask[array]).
 # Python packages go into ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}, shared by every clone.
 # Prints nothing but progress; source scripts/env.sh afterwards to get the environment.
 set -euo pipefail

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _decorators, _frameworks, _native
+from . import _dask, _decorators, _frameworks, _native
 from ._decorators import cupy, jax, numpy, on, tensorflow, torch
 from ._stream import batch, batch_blob_log
 from ._seed import (
@@ -186,7 +186,8 @@ def convert(
     always copies; ``copy=False`` refuses to (a strided CUDA tensor and unaligned memory for
     JAX included). A copy is made on the host first (a broadcast view in full:
     ``np.broadcast_to(np.float32(1), (2**16, 2**16))`` is 16 GiB), checked against the host
-    memory budget before it is made (:class:`OutOfMemory`; see :func:`set_memory_limit`).
+    memory budget before it is made (:class:`OutOfMemory`; see :func:`set_memory_limit`). A
+    ``dask.array`` is computed whole onto the host first, after the same check.
 
     >>> import numpy as np, arraybridge as ab
     >>> x = np.arange(6.0)
@@ -194,6 +195,8 @@ def convert(
     >>> y.ctypes.data == x.ctypes.data
     True
     """
+    if _dask.is_dask(x):
+        x = _dask.to_host(x, "convert (a dask array is computed whole)")
     if to == "array" and device is not None:
         return _native.convert(x, device, copy=copy)
     return _frameworks.convert(x, device, to, copy)
@@ -328,7 +331,18 @@ def blob_log(
     2-D images with one sigma run on any device (``device``); other images run on the CPU
     (``device`` must then be ``"auto"`` or ``"cpu"``; an image on a GPU is read back first).
     ``batch_size`` is for movies (checked, otherwise unused here).
+
+    A ``dask.array`` image (a 2-D frame, a 3-D volume, any n-D image) is computed whole, since
+    its blobs depend on all of it (``threshold_rel`` is relative to the maximum of the whole
+    scale space, overlapping blobs are pruned across any split, ``exclude_border`` is the
+    image's border): its bytes are checked against the host memory budget first
+    (:class:`OutOfMemory`, nothing computed, when it does not fit; see
+    :func:`set_memory_limit`), then its blocks are stored into one host array. The rows are
+    those of the same image as a NumPy array. A movie larger than memory is
+    :func:`batch_blob_log`, which computes a dask movie a chunk of frames at a time.
     """
+    if _dask.is_dask(image):
+        image = _dask.to_host(image, "blob_log (a dask image is computed whole)")
     shape = tuple(getattr(image, "shape", np.shape(image)))
     scalar = np.ndim(min_sigma) == 0 and np.ndim(max_sigma) == 0
     if len(shape) == 2 and scalar:
@@ -461,9 +475,24 @@ def locate(
     ``characterize=False``), and ``frame`` for a movie as ``batch`` gives it: a pandas
     DataFrame when pandas is installed, a structured NumPy array otherwise. ``engine`` is
     trackpy's choice of its own implementation (``"auto"``, ``"python"``, ``"numba"``), which
-    gives the same features: accepted and a no-op here (``device`` chooses where to run)."""
+    gives the same features: accepted and a no-op here (``device`` chooses where to run).
+
+    A ``dask.array`` movie ``(T, H, W)`` is streamed as :func:`batch` streams it: computed
+    ``64`` frames at a time (``ab.batch(movie, diameter, chunk_frames=n)`` chooses), never
+    whole; the table is that of the same movie as a NumPy array. A 2-D dask image is computed
+    whole, after its bytes are checked against the host memory budget (:class:`OutOfMemory`)."""
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
+    if _dask.is_dask(raw_image):
+        _dask.check(raw_image, "locate")
+        if raw_image.ndim == 3:
+            return batch(
+                raw_image, diameter, minmass=minmass, maxsize=maxsize, separation=separation,
+                noise_size=noise_size, smoothing_size=smoothing_size, threshold=threshold,
+                invert=invert, percentile=percentile, topn=topn, preprocess=preprocess,
+                characterize=characterize, engine=engine, device=device, batch_size=batch_size,
+            )
+        raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
     cols, movie = _native.locate(
         raw_image,
         diameter=_int("diameter", diameter),
@@ -651,6 +680,17 @@ class PacoResult:
     candidates: Any
 
 
+def _dask_inputs(fn: str, **inputs: Any) -> tuple:
+    """PACO's inputs in order, each ``dask.array`` computed whole (its bytes checked against
+    the host budget first); other inputs as they are."""
+    return tuple(
+        _dask.to_host(v, f"{fn}: {k} (a dask array is computed whole)")
+        if _dask.is_dask(v)
+        else v
+        for k, v in inputs.items()
+    )
+
+
 def _paco_settings(radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center):
     """The PACO settings ``paco`` and ``unbiased_flux`` share, as the native keywords."""
     return dict(
@@ -685,8 +725,10 @@ def paco(
     """PACO on an ADI cube ``(T, H, W)`` with its angles ``(T,)`` (degrees) and an odd,
     centred PSF: the same maps as ``arraybridge paco`` writes (same options: ``mode`` paper or
     vip, ``subpixel`` off / table / table:Q / fft / spline5, ``edge`` box or disk, ...).
-    Inputs are used as float64. ``device="auto"`` chooses as for the other pipelines
+    Inputs are used as float64 (a ``dask.array`` input is computed whole, checked against the
+    host memory budget first). ``device="auto"`` chooses as for the other pipelines
     (:func:`last_decision`)."""
+    cube, angles, psf = _dask_inputs("paco", cube=cube, angles=angles, psf=psf)
     r = _native.paco(
         cube,
         angles,
@@ -742,9 +784,11 @@ def unbiased_flux(
     """PACO's unbiased flux (paper Algorithm 3) at each ``(y, x)`` position (sub-pixel
     allowed): columns ``y, x, flux, std, snr, iterations, converged`` (a DataFrame with
     pandas, else a structured array). Runs on the CPU (``device`` may be ``"auto"`` or
-    ``"cpu"``)."""
+    ``"cpu"``); a ``dask.array`` input is computed whole, checked against the host memory
+    budget first."""
     if device not in ("auto", "cpu"):
         raise BackendUnavailable(f"unbiased_flux runs on the CPU only (asked for {device})")
+    cube, angles, psf = _dask_inputs("unbiased_flux", cube=cube, angles=angles, psf=psf)
     pos = [(float(y), float(x)) for y, x in positions]
     rows = _native.unbiased_flux(
         cube,

@@ -55,11 +55,11 @@ class ParticleDetector:
 
     def detect_movie(self, movie: Any):
         """The particles of every frame of ``movie`` (``(T, H, W)``; a 2-D image is one
-        frame)."""
-        from . import _blob_log_frames, _table  # noqa: PLC0415
+        frame). A ``dask.array`` movie is computed a chunk of frames at a time, as
+        :func:`arraybridge.batch_blob_log` streams it."""
+        from . import _blob_log_frames, _dask, _table, batch_blob_log  # noqa: PLC0415
 
-        rows, _ = _blob_log_frames(
-            movie,
+        kw = dict(
             min_sigma=self.min_sigma,
             max_sigma=self.max_sigma,
             num_sigma=self.num_sigma,
@@ -69,6 +69,10 @@ class ParticleDetector:
             device=self.device,
             batch_size=self.batch_size,
         )
+        if _dask.is_dask(movie):
+            rows = batch_blob_log(_dask.movie(movie, "detect_movie"), **kw)
+        else:
+            rows, _ = _blob_log_frames(movie, **kw)
         return _table(
             {
                 "frame": rows[:, 0].astype(np.int64),

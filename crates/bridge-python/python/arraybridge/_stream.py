@@ -1,6 +1,7 @@
 """Movies larger than memory from Python: :func:`batch_blob_log` and :func:`batch` take a
-``.npy`` path, a memory-mapped array or any iterable of frames and detect it chunk by chunk,
-holding one chunk of frames at a time (as ``arraybridge detect`` streams a file)."""
+``.npy`` path, a memory-mapped array, a ``dask.array`` or any iterable of frames and detect it
+chunk by chunk, holding one chunk of frames at a time (as ``arraybridge detect`` streams a
+file)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from . import _native
+from . import _dask, _native
 from ._native import InvalidInput
 
 #: Frames per chunk by default: bounded memory (64 frames of 512x512 u16 are 32 MiB).
@@ -96,7 +97,8 @@ def _iter_chunks(frames: Any, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
 
 def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[int, np.ndarray]]:
     """``(first frame, (n, H, W) array)`` pieces of ``frames``: a path to a ``.npy`` file, an
-    array (memory-mapped or not) or an iterable of 2-D frames."""
+    array (memory-mapped or not), a ``dask.array`` (each piece computed in turn, never the
+    whole movie) or an iterable of 2-D frames."""
     chunk = int(CHUNK_FRAMES if chunk_frames is None else chunk_frames)
     if chunk < 1:
         raise InvalidInput(f"chunk_frames must be at least 1, got {chunk_frames!r}")
@@ -109,6 +111,8 @@ def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[in
         return _npy_chunks(path, chunk)
     if isinstance(frames, np.ndarray):
         return _array_chunks(frames, chunk)
+    if _dask.is_dask(frames):
+        return _dask.movie_chunks(_dask.movie(frames, "a movie"), chunk)
     if hasattr(frames, "__dlpack__") or hasattr(frames, "shape"):
         return iter([(0, frames)])  # a framework array: one piece, read where it lives
     return _iter_chunks(frames, chunk)
@@ -117,17 +121,27 @@ def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[in
 def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs) -> np.ndarray:
     """``blob_log`` on every frame of a movie, as trackpy's ``batch`` is ``locate`` on every
     frame: rows ``(frame, row, col, sigma)``. The movie is a ``(T, H, W)`` array (on any device:
-    a framework's GPU array is detected where it lives), a ``.npy`` path, a memory-mapped array
-    or an iterable of 2-D frames, detected one chunk of ``chunk_frames`` frames at a time
-    (bounded memory). A ``(T, Z, Y, X)`` array is a movie of volumes: rows ``(frame, z, y, x,
-    sigma...)``, each volume as :func:`arraybridge.blob_log` gives it. ``kwargs`` are
-    ``blob_log``'s (``device`` takes lists such as ``"opencl:0,opencl:1"`` and ``"all"``,
-    ``batch_size`` frames go to a device at once)."""
+    a framework's GPU array is detected where it lives), a ``.npy`` path, a memory-mapped array,
+    a ``dask.array`` or an iterable of 2-D frames, detected one chunk of ``chunk_frames`` frames
+    at a time (bounded memory; a dask movie is sliced along axis 0 and each piece computed in
+    turn, never the whole movie). A ``(T, Z, Y, X)`` array (NumPy or dask) is a movie of
+    volumes: rows ``(frame, z, y, x, sigma...)``, each volume as :func:`arraybridge.blob_log`
+    gives it (a dask movie's volumes are computed one at a time, each checked against the host
+    memory budget). ``kwargs`` are ``blob_log``'s (``device`` takes lists such as
+    ``"opencl:0,opencl:1"`` and ``"all"``, ``batch_size`` frames go to a device at once)."""
     from . import _blob_log_frames, blob_log  # noqa: PLC0415
 
-    if isinstance(frames, np.ndarray) and frames.ndim == 4:
+    dask = _dask.is_dask(frames)
+    if dask:
+        _dask.check(frames, "a movie")
+    if (isinstance(frames, np.ndarray) or dask) and frames.ndim == 4:
         out = []
-        for t, vol in enumerate(frames):
+        for t in range(frames.shape[0]):
+            vol = (
+                _dask.to_host(frames[t], f"volume {t} of a dask movie of shape {frames.shape}")
+                if dask
+                else frames[t]
+            )
             rows = blob_log(vol, **kwargs)
             out.append(np.column_stack([np.full(len(rows), float(t)), rows]))
         if out:
@@ -143,7 +157,8 @@ def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs)
 
 def batch(frames: Any, diameter: int, *, chunk_frames: Optional[int] = None, **kwargs):
     """trackpy's ``batch`` (``locate`` on every frame) of a movie given as a ``.npy`` path, a
-    (memory-mapped) array or an iterable of frames, one chunk at a time (bounded memory); the
+    (memory-mapped) array, a ``dask.array`` (each chunk computed in turn) or an iterable of
+    frames, one chunk of ``chunk_frames`` frames at a time (bounded memory); the
     same table as :func:`arraybridge.locate` on the whole movie, with its ``frame`` column.
     ``kwargs`` are ``locate``'s."""
     from . import _pandas, _table, locate  # noqa: PLC0415
