@@ -1,6 +1,7 @@
 //! The policies every front end shares (the command line, the Python package, the MPI driver),
 //! so that a device list or `all` means the same everywhere: which devices `all` runs on, and
-//! the device lists of a run, and what `auto` chooses.
+//! the device lists of a run, and what `auto` chooses; and how a stream of chunks is read ahead
+//! of the device ([`ReadAhead`]).
 
 use std::fmt::Write as _;
 
@@ -387,5 +388,105 @@ pub fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
         flops: t * px * lags * 2.0
             + px * (k * k * k / 3.0 + 4.0 * k * k + 2.0 * t * k)
             + 4.0 * t * px,
+    }
+}
+
+/// An iterator run ahead on a reader thread, holding at most `depth` finished items (and the
+/// one being read): the next chunk of a movie is decoded while this one is detected, and
+/// memory stays bounded by `depth + 1` chunks plus the one in use. Items come out in order;
+/// an error is an item like any other (the reader stops after handing it over, as a
+/// [`MovieStream`](crate::io::stream::MovieStream) does). Dropping it early (a failed chunk, a
+/// cancelled run) stops the reader after the item it is reading and waits for it, so no thread
+/// outlives the stream.
+///
+/// ```
+/// use arraybridge::runtime::ReadAhead;
+///
+/// let chunks = (0..5).map(|i| if i < 4 { Ok(i) } else { Err("chunk 4 is damaged") });
+/// let got: Vec<_> = ReadAhead::new(chunks, 1)?.collect();
+/// assert_eq!(got, [Ok(0), Ok(1), Ok(2), Ok(3), Err("chunk 4 is damaged")]);
+/// # Ok::<(), arraybridge::BridgeError>(())
+/// ```
+pub struct ReadAhead<T: Send + 'static> {
+    rx: Option<std::sync::mpsc::Receiver<T>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<T: Send + 'static> ReadAhead<T> {
+    /// Start reading `items` on a thread of its own, `depth` items ahead (at least 1).
+    /// [`BridgeError::Io`] when the system refuses the thread.
+    pub fn new<I>(items: I, depth: usize) -> Result<Self>
+    where
+        I: IntoIterator<Item = T>,
+        I::IntoIter: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<T>(depth.max(1));
+        let items = items.into_iter();
+        let reader = std::thread::Builder::new()
+            .name("arraybridge-read-ahead".into())
+            .spawn(move || {
+                for item in items {
+                    if tx.send(item).is_err() {
+                        break; // the consumer is gone
+                    }
+                }
+            })
+            .map_err(|e| BridgeError::io("starting the read-ahead thread", e))?;
+        Ok(ReadAhead {
+            rx: Some(rx),
+            reader: Some(reader),
+        })
+    }
+}
+
+impl<T: Send + 'static> Iterator for ReadAhead<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.rx.as_ref()?.recv().ok()
+    }
+}
+
+impl<T: Send + 'static> Drop for ReadAhead<T> {
+    fn drop(&mut self) {
+        drop(self.rx.take()); // the reader's next send fails: it stops
+        if let Some(r) = self.reader.take() {
+            let _ = r.join(); // a reader that panicked has nothing left to hand over
+        }
+    }
+}
+
+impl<T: Send + 'static> std::fmt::Debug for ReadAhead<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::ReadAhead;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Dropped after one item, the reader stops within `depth + 1` items of it and is gone.
+    #[test]
+    fn an_early_drop_stops_the_reader() {
+        let read = Arc::new(AtomicUsize::new(0));
+        let r2 = Arc::clone(&read);
+        let items = (0..1000).map(move |i| {
+            r2.fetch_add(1, Ordering::SeqCst);
+            i
+        });
+        let mut ra = ReadAhead::new(items, 2).unwrap();
+        assert_eq!(ra.next(), Some(0));
+        drop(ra);
+        let n = read.load(Ordering::SeqCst);
+        assert!(n <= 1 + 2 + 2, "{n} items read for one used");
+    }
+
+    #[test]
+    fn every_item_in_order() {
+        let got: Vec<u32> = ReadAhead::new(0..500u32, 1).unwrap().collect();
+        assert_eq!(got, (0..500).collect::<Vec<_>>());
     }
 }

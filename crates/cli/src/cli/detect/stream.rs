@@ -1,7 +1,7 @@
 //! One input detected chunk by chunk (`detect_one`): the movie is read as a stream of chunks
-//! (`MovieStream`, the next chunk read while this one is detected, so memory is bounded by a
-//! chunk whatever the movie's length), each chunk detected on one device or several and its
-//! rows written as they come.
+//! (`MovieStream`; the library's `runtime::ReadAhead` reads the next chunk while this one is
+//! detected, so memory is bounded by two chunks whatever the movie's length), each chunk
+//! detected on one device or several and its rows written as they come.
 
 use std::path::Path;
 use std::time::Instant;
@@ -10,6 +10,7 @@ use algorithms::detect::{
     DetectBackend, Feature, LocateParams, Movie, MultiPolicy, Prescale, backend_for,
 };
 use arraybridge::io::stream::MovieStream;
+use arraybridge::runtime::ReadAhead;
 use bridge_core::{BridgeError, Result};
 use indicatif::ProgressBar;
 
@@ -62,36 +63,27 @@ pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Wher
         Method::Locate => Output::locate(output)?,
     };
     // The next chunk is read while this one is detected (one chunk ahead: memory stays bounded).
-    let (n, t) = std::thread::scope(|scope| -> Result<(usize, usize)> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Movie>>(1);
-        scope.spawn(move || {
-            for chunk in stream {
-                if tx.send(chunk).is_err() {
-                    break;
-                }
-            }
-        });
-        let (mut n, mut frame0) = (0usize, 0usize);
-        for chunk in std::iter::once(Ok(first)).chain(rx) {
-            let chunk = chunk?;
-            let len = chunk.len();
-            if total.is_none() {
-                progress.set_length((frame0 + len) as u64);
-            }
-            n += detect_chunk(
-                job,
-                &mut runner,
-                policy,
-                &progress,
-                &mut out,
-                &chunk,
-                frame0,
-            )?;
-            frame0 += len;
-            progress.set_position(frame0 as u64);
+    let ahead = ReadAhead::new(stream, 1)?;
+    let (mut n, mut frame0) = (0usize, 0usize);
+    for chunk in std::iter::once(Ok(first)).chain(ahead) {
+        let chunk = chunk?;
+        let len = chunk.len();
+        if total.is_none() {
+            progress.set_length((frame0 + len) as u64);
         }
-        Ok((n, frame0))
-    })?;
+        n += detect_chunk(
+            job,
+            &mut runner,
+            policy,
+            &progress,
+            &mut out,
+            &chunk,
+            frame0,
+        )?;
+        frame0 += len;
+        progress.set_position(frame0 as u64);
+    }
+    let t = frame0;
     out.finish()?;
     progress.finish_and_clear();
     if n == 0
