@@ -478,6 +478,16 @@ impl NpyFrames {
     /// Open `path` and check its header and length. A Fortran-ordered array (whose frames are
     /// not contiguous in the file) is [`BridgeError::Unsupported`]: read it whole instead.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    /// [`Self::open`] for an array read as planes: a 4-D `(T, Z, Y, X)` array is its `T · Z`
+    /// planes in file order (the planes of volume 0, then volume 1, …).
+    pub fn open_planes(path: &Path) -> Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, planes: bool) -> Result<Self> {
         let (header, payload, file_len) = open_header(path)?;
         let name = path.display().to_string();
         let (_, nbytes) = header.sizes(&name)?;
@@ -498,6 +508,11 @@ impl NpyFrames {
             match header.shape.len() {
                 2 => 1,
                 3 => header.shape[0],
+                4 if planes => header.shape[0]
+                    .checked_mul(header.shape[1])
+                    .ok_or_else(|| {
+                        BridgeError::InvalidInput(format!("{name}: the planes overflow").into())
+                    })?,
                 n => {
                     return Err(BridgeError::InvalidInput(format!(
                     "{name}: expected a 2-D frame or a 3-D movie (T, H, W), got {n} dimensions"
@@ -511,6 +526,11 @@ impl NpyFrames {
             frames,
             next: 0,
         })
+    }
+
+    /// The array's shape, as its header declares it.
+    pub fn shape(&self) -> &[usize] {
+        &self.header.shape
     }
 
     /// Frames in the file.

@@ -49,6 +49,17 @@ impl MovieStream {
     /// its `.tif`/`.tiff`/`.png` files in name order, hidden files (names starting with `.`,
     /// such as `.DS_Store` or macOS's `._frame001.tif`) skipped.
     pub fn open(path: &Path, chunk: usize) -> Result<Self> {
+        Self::open_with(path, chunk, false)
+    }
+
+    /// [`Self::open`] for a file read as planes that group into volumes (`chunk` planes a
+    /// volume): a 4-D `.npy` `(T, Z, Y, X)` is its `T · Z` planes, and an ImageJ hyperstack of
+    /// slices at several time points is accepted (see [`super::tiff::TiffPages::open_planes`]).
+    pub fn open_planes(path: &Path, chunk: usize) -> Result<Self> {
+        Self::open_with(path, chunk, true)
+    }
+
+    fn open_with(path: &Path, chunk: usize, planes: bool) -> Result<Self> {
         let name = path.display().to_string();
         let meta = std::fs::metadata(path).map_err(|e| BridgeError::io(name.clone(), e))?;
         let (source, total) = if meta.is_dir() {
@@ -57,7 +68,11 @@ impl MovieStream {
             (Source::Folder { files, next: 0 }, Some(n))
         } else {
             match extension(path).as_str() {
-                "npy" => match NpyFrames::open(path) {
+                "npy" => match if planes {
+                    NpyFrames::open_planes(path)
+                } else {
+                    NpyFrames::open(path)
+                } {
                     Ok(f) => {
                         let n = f.frames();
                         (Source::Npy(f), Some(n))
@@ -70,7 +85,11 @@ impl MovieStream {
                     Err(e) => return Err(e),
                 },
                 "tif" | "tiff" => {
-                    let t = TiffPages::open(path)?;
+                    let t = if planes {
+                        TiffPages::open_planes(path)?
+                    } else {
+                        TiffPages::open(path)?
+                    };
                     let n = t.declared_frames();
                     (Source::Tiff(Box::new(t)), n)
                 }

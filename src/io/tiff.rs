@@ -331,6 +331,102 @@ impl ImageJ {
     }
 }
 
+/// The axes a TIFF stack declares (ImageJ's `channels`/`slices`/`frames`, or OME-XML's `SizeC`,
+/// `SizeZ`, `SizeT`): how its planes group into volumes. A count that is not declared is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackAxes {
+    /// Channels (detection takes one).
+    pub channels: u64,
+    /// Z planes of each volume.
+    pub slices: u64,
+    /// Time points.
+    pub frames: u64,
+    /// Who declared them: `"ImageJ"` or `"OME"`.
+    pub source: &'static str,
+}
+
+impl StackAxes {
+    /// Whether the file says, unambiguously, that it holds volumes: OME-XML with `SizeZ` > 1,
+    /// or an ImageJ hyperstack of slices at several time points. An ImageJ stack of slices
+    /// only is *not*: ImageJ saves any plain stack, a time-lapse included, as `slices=N`, so
+    /// such a file stays a movie of its planes (`--axes zyx` reads it as one volume).
+    pub fn is_volumes(&self) -> bool {
+        match self.source {
+            "OME" => self.slices > 1,
+            _ => self.slices > 1 && self.frames > 1,
+        }
+    }
+}
+
+impl ImageJ {
+    fn axes(&self) -> StackAxes {
+        StackAxes {
+            channels: self.channels,
+            slices: self.slices,
+            frames: self.frames,
+            source: "ImageJ",
+        }
+    }
+}
+
+/// The value of attribute `name` of the first `<Pixels …>` element of an OME-XML text.
+fn ome_attribute<'a>(pixels: &'a str, name: &str) -> Option<&'a str> {
+    let at = pixels.find(&format!(" {name}=\""))? + name.len() + 3;
+    let rest = &pixels[at..];
+    Some(&rest[..rest.find('"')?])
+}
+
+/// The axes an OME-XML description declares (`None` when it is not OME-XML). Planes whose
+/// time varies faster than z (`DimensionOrder` `XYTZC`, `XYCTZ`, `XYTCZ`) do not group into
+/// volumes of consecutive pages: refused, named.
+fn ome_axes(description: &str, path: &str) -> Option<Result<StackAxes>> {
+    let start = description.find("<OME")?;
+    let pixels = &description[start..];
+    let pixels = &pixels[pixels.find("<Pixels")?..];
+    let pixels = &pixels[..pixels.find('>').unwrap_or(pixels.len())];
+    let size = |k: &str| {
+        ome_attribute(pixels, k)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(1)
+    };
+    let axes = StackAxes {
+        channels: size("SizeC"),
+        slices: size("SizeZ"),
+        frames: size("SizeT"),
+        source: "OME",
+    };
+    let order = ome_attribute(pixels, "DimensionOrder").unwrap_or("XYZCT");
+    let (z, t) = (order.find('Z'), order.find('T'));
+    if axes.slices > 1 && axes.frames > 1 && matches!((z, t), (Some(z), Some(t)) if t < z) {
+        return Some(Err(BridgeError::Unsupported(format!(
+            "{path}: an OME-TIFF with DimensionOrder={order} (time varies faster than z): its              volumes are not consecutive pages; save it with DimensionOrder XYZCT"
+        ))));
+    }
+    Some(Ok(axes))
+}
+
+/// The axes `path` (a TIFF) declares in its first ImageDescription, ImageJ's or OME-XML's
+/// (the first 1 MiB of it is read); `None` when it declares none.
+pub fn stack_axes(path: &Path) -> Result<Option<StackAxes>> {
+    let name = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
+    let mut dec = Decoder::new(BufReader::new(f)).map_err(|e| terr(&name, e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let Some(n) = dec
+        .image_ifd()
+        .find_tag_bytes(Tag::ImageDescription, &mut buf, 0)
+        .ok()
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&buf[..n.min(buf.len())]);
+    if let Some(ij) = ImageJ::parse(&text) {
+        return Ok(Some(ij.axes()));
+    }
+    ome_axes(&text, &name).transpose()
+}
+
 /// The ImageJ description of the decoder's current image, if it has one (only its first 4 KiB
 /// are read: the keys read come first; a description that cannot be read counts as none).
 fn imagej_of<R: Read + Seek>(dec: &mut Decoder<R>) -> Option<ImageJ> {
@@ -677,12 +773,27 @@ impl TiffPages {
     /// all time points is refused here; an ImageJ stack in one IFD is checked against the
     /// file's length (see the [module docs](self)).
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    /// [`Self::open`] for a stack read as volumes of consecutive planes: an ImageJ hyperstack
+    /// of slices at several time points is accepted (its planes are z-major within each time
+    /// point); several channels are still refused.
+    pub fn open_planes(path: &Path) -> Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, planes: bool) -> Result<Self> {
         let name = path.display().to_string();
         let f = std::fs::File::open(path).map_err(|e| BridgeError::io(name.clone(), e))?;
         let mut dec = Decoder::new(BufReader::new(f)).map_err(|e| terr(&name, e))?;
         let ij = imagej_of(&mut dec);
         if let Some(ij) = ij {
-            ij.check_hyperstack(&name)?;
+            if planes {
+                ImageJ { slices: 1, ..ij }.check_hyperstack(&name)?;
+            } else {
+                ij.check_hyperstack(&name)?;
+            }
         }
         let one_ifd = match ij.filter(|ij| ij.images > 1 && !dec.more_images()) {
             Some(ij) => Some(Contiguous::plan(&mut dec, &name, ij)?),

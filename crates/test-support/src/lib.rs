@@ -8,7 +8,8 @@
 //!   on stderr) when it is absent, fail instead when `ARRAYBRIDGE_REQUIRE_GPU`,
 //!   `ARRAYBRIDGE_REQUIRE_OPENCL` or `ARRAYBRIDGE_REQUIRE_NVRTC` says so ([`env_flag`],
 //!   [`or_skip`], [`device_or_skip`]);
-//! - [`npy`]: a minimal `.npy` reader for fixtures;
+//! - [`npy`]: a minimal `.npy` reader for fixtures; [`tiff`]: TIFF files laid out as ImageJ
+//!   writes them;
 //! - [`fake`]: a fake backend (device memory is host memory with a capacity, every action
 //!   logged, deterministic OOM) and a recording observer, for registry and planner tests;
 //! - [`device_suite!`]: one test body run on `cpu`, `opencl:0` and `cuda:0`, each device
@@ -36,6 +37,7 @@ pub mod fixtures;
 pub mod npy;
 pub mod require;
 pub mod rerun;
+pub mod tiff;
 
 pub use require::{device_or_skip, env_flag, or_skip};
 pub use rerun::rerun_with_env;

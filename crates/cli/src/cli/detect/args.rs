@@ -53,6 +53,57 @@ fn parse_precision(s: &str) -> std::result::Result<String, String> {
     }
 }
 
+/// How the planes of an input group: `--axes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Axes {
+    /// From the file: volumes when a TIFF says so (OME `SizeZ` > 1, an ImageJ hyperstack of
+    /// slices at several time points; ImageJ's plain `slices=N` stack stays a movie, as ImageJ
+    /// saves time-lapses that way too) and for a 4-D `.npy` `(T, Z, Y, X)`; anything else is
+    /// a movie of 2-D frames.
+    Auto,
+    /// A movie of 2-D frames.
+    Tyx,
+    /// One volume: every plane of the file.
+    Zyx,
+    /// A movie of volumes (Z from the TIFF's axes or the `.npy`'s shape).
+    Tzyx,
+}
+
+/// `--min-sigma`/`--max-sigma`: one σ, or one per axis of a volume (`1,2,2` for z, y, x).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SigmaArg(pub Vec<f64>);
+
+impl SigmaArg {
+    /// The σ of 2-D frames: [`BridgeError::InvalidInput`] for a σ per axis.
+    pub fn scalar(&self, flag: &str) -> bridge_core::Result<f64> {
+        match self.0.as_slice() {
+            [s] => Ok(*s),
+            _ => Err(bridge_core::BridgeError::invalid_argument(
+                flag,
+                format!(
+                    "a σ per axis ({:?}) is for volumes (--axes zyx or tzyx, or a z-stack); 2-D                      frames take one σ",
+                    self.0
+                ),
+            )),
+        }
+    }
+}
+
+fn parse_sigma(s: &str) -> std::result::Result<SigmaArg, String> {
+    let v = s
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("expected a number or numbers separated by commas, got {s:?}"))
+        })
+        .collect::<std::result::Result<Vec<f64>, String>>()?;
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(format!("{s:?} is not finite"));
+    }
+    Ok(SigmaArg(v))
+}
+
 fn parse_prescale(s: &str) -> std::result::Result<Prescale, String> {
     s.parse::<Prescale>().map_err(|e| e.to_string())
 }
@@ -60,7 +111,7 @@ fn parse_prescale(s: &str) -> std::result::Result<Prescale, String> {
 /// Arguments of `arraybridge detect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Input movies: multi-page TIFF (u8, u16, f32), .npy (2-D or 3-D), or a folder of
+    /// Input movies: multi-page TIFF (u8, u16, f32), .npy (2-D, 3-D, or 4-D volumes), or a folder of
     /// single-frame TIFF/PNG files (name order). Several inputs need `--out-dir`; they are
     /// detected one after another (under mpirun, handed out to the ranks).
     #[arg(required = true, num_args = 1..)]
@@ -80,13 +131,20 @@ pub struct Args {
     /// Detection method.
     #[arg(long, value_enum, default_value_t = Method::Log)]
     pub method: Method,
+    /// How planes group: `auto` (a TIFF's OME axes or ImageJ hyperstack axes, a 4-D .npy as
+    /// T, Z, Y, X; an ImageJ stack of slices only stays a movie), `tyx` (a
+    /// movie of frames), `zyx` (one volume), `tzyx` (volumes). Volumes are detected in 3-D
+    /// (scikit-image's n-D blob_log, on the CPU) and written as `frame,z,y,x,sigma` rows
+    /// (`sigma_z,sigma_y,sigma_x` with a σ per axis).
+    #[arg(long, value_enum, default_value_t = Axes::Auto)]
+    pub axes: Axes,
 
-    /// [log] Smallest σ (blob_log default 1).
-    #[arg(long, default_value_t = 1.0)]
-    pub min_sigma: f64,
-    /// [log] Largest σ (blob_log default 50).
-    #[arg(long, default_value_t = 50.0)]
-    pub max_sigma: f64,
+    /// [log] Smallest σ (blob_log default 1); for volumes one per axis too (`1,2,2`: z, y, x).
+    #[arg(long, value_parser = parse_sigma, default_value = "1")]
+    pub min_sigma: SigmaArg,
+    /// [log] Largest σ (blob_log default 50); for volumes one per axis too.
+    #[arg(long, value_parser = parse_sigma, default_value = "50")]
+    pub max_sigma: SigmaArg,
     /// [log] Number of scales (blob_log default 10).
     #[arg(long, default_value_t = 10)]
     pub num_sigma: usize,

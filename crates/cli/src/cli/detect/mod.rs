@@ -17,6 +17,7 @@ mod files;
 mod multi;
 mod output;
 mod stream;
+mod volume;
 
 use std::path::Path;
 
@@ -91,8 +92,8 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         .map_err(|_| BridgeError::invalid_argument("--batch-size", "too large"))?;
     let det = LogDetector {
         params: BlobLogParams {
-            min_sigma: args.min_sigma,
-            max_sigma: args.max_sigma,
+            min_sigma: args.min_sigma.0.first().copied().unwrap_or(1.0),
+            max_sigma: args.max_sigma.0.first().copied().unwrap_or(50.0),
             num_sigma: args.num_sigma,
             threshold: args.threshold.0,
             threshold_rel: args.threshold_rel.0,

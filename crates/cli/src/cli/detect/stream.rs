@@ -35,6 +35,11 @@ pub(super) struct Done {
 /// Detect one input into `output` on `place`.
 pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
     let args = job.args;
+    if let Some(planes) = super::volume::planes_of(args, input)? {
+        return super::volume::detect_volumes(job, input, output, &place, planes);
+    }
+    args.min_sigma.scalar("--min-sigma")?;
+    args.max_sigma.scalar("--max-sigma")?;
     let g = job.g;
     let det = job.det;
     let start = Instant::now();

@@ -1,0 +1,255 @@
+//! Volumes: a z-stack (a TIFF whose ImageJ or OME axes declare slices, a 4-D `.npy`, or any
+//! input with `--axes zyx|tzyx`) is detected one volume at a time in 3-D, with scikit-image's
+//! n-dimensional `blob_log` (`algorithms::detect::blob_log::blob_log_nd_prescaled`, the
+//! library's; the Python package's `ab.blob_log` of the same volume gives the same rows).
+//! Volumes run on the CPU. Rows: `frame,z,y,x,sigma`, or `frame,z,y,x,sigma_z,sigma_y,sigma_x`
+//! with a σ per axis. The planes are read one volume at a time (the next read while this one is
+//! detected), so memory is bounded by two volumes whatever the number of time points.
+
+use std::path::Path;
+use std::time::Instant;
+
+use algorithms::detect::Movie;
+use algorithms::detect::blob_log::{
+    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd_prescaled,
+};
+use arraybridge::io::csv::create_writer;
+use arraybridge::io::npy::NpyFrames;
+use arraybridge::io::stream::MovieStream;
+use arraybridge::io::tiff::stack_axes;
+use arraybridge::runtime::ReadAhead;
+use bridge_core::{BridgeError, Device, Result};
+
+use super::super::device::{Choice, DeviceArg};
+use super::args::{Args, Axes, Method, SigmaArg};
+use super::multi::Runner;
+use super::stream::Done;
+use super::{Job, Where};
+
+/// How the planes of an input make volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Planes {
+    /// `Z` planes a volume, volume after volume.
+    Each(usize),
+    /// The whole file is one volume.
+    Whole,
+}
+
+/// The volumes of `input` under `--axes` (`None`: a movie of 2-D frames).
+pub(super) fn planes_of(args: &Args, input: &Path) -> Result<Option<Planes>> {
+    let name = input.display().to_string();
+    let ext = input
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let declared = || -> Result<Option<usize>> {
+        match ext.as_str() {
+            "tif" | "tiff" => Ok(stack_axes(input)?
+                .filter(|a| a.is_volumes())
+                .and_then(|a| usize::try_from(a.slices).ok())),
+            "npy" => {
+                let f = NpyFrames::open_planes(input)?;
+                Ok((f.shape().len() == 4).then(|| f.shape()[1]))
+            }
+            _ => Ok(None),
+        }
+    };
+    match args.axes {
+        Axes::Tyx => Ok(None),
+        Axes::Zyx => Ok(Some(Planes::Whole)),
+        Axes::Auto => Ok(declared()?.map(Planes::Each)),
+        Axes::Tzyx => declared()?.map(|z| Some(Planes::Each(z))).ok_or_else(|| {
+            BridgeError::invalid_argument(
+                "--axes",
+                format!(
+                    "{name}: tzyx needs the number of z planes, and the file does not declare \
+                     it (a TIFF's ImageJ `slices=` or OME `SizeZ`, a 4-D .npy's shape); save \
+                     it with its axes, or give one volume per file with --axes zyx"
+                ),
+            )
+        }),
+    }
+}
+
+/// The n-D parameters of `args` for volumes of `ndim` axes, checked; flags of 2-D frames only
+/// are refused in words.
+fn nd_params(args: &Args) -> Result<BlobLogNdParams> {
+    let refuse = |flag: &str, why: &str| Err(BridgeError::invalid_argument(flag, why));
+    if args.method == Method::Locate {
+        return refuse(
+            "--method",
+            "volumes are detected with --method log; a 3-D locate is not available yet",
+        );
+    }
+    if args.refine {
+        return refuse("--refine", "refinement is for 2-D frames, not volumes");
+    }
+    if args.fast {
+        return refuse(
+            "--fast",
+            "volumes are detected in float64 on the CPU (scikit-image's results); --fast is \
+             for 2-D frames on a device",
+        );
+    }
+    let sigma = |s: &SigmaArg| match s.0.as_slice() {
+        [x] => Sigma::Scalar(*x),
+        v => Sigma::PerAxis(v.to_vec()),
+    };
+    Ok(BlobLogNdParams {
+        min_sigma: sigma(&args.min_sigma),
+        max_sigma: sigma(&args.max_sigma),
+        num_sigma: args.num_sigma,
+        threshold: args.threshold.0,
+        threshold_rel: args.threshold_rel.0,
+        overlap: args.overlap,
+        log_scale: args.log_scale,
+        exclude_border: match args.exclude_border {
+            0 => Border::None,
+            n => Border::All(n),
+        },
+    })
+}
+
+/// Volumes run on the CPU: `auto` and `cpu` say so; another device is refused (never a silent
+/// change of device).
+fn cpu_choice(args: &Args, place: &Where) -> Result<Choice> {
+    let refuse = |d: String| {
+        Err(BridgeError::Unsupported(format!(
+            "volumes are detected on the CPU (a device back end for 3-D blob_log is not \
+             available yet); --device {d} cannot run them: use --device cpu or auto"
+        )))
+    };
+    match place {
+        Where::Arg(Some(list)) if list.iter().any(|d| *d != Device::Cpu) => refuse(
+            list.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        Where::Rank(d, _) if *d != Device::Cpu => refuse(d.to_string()),
+        #[cfg(feature = "mpi")]
+        Where::Ranks(_) => refuse("(MPI ranks)".to_owned()),
+        _ => match &args.device {
+            DeviceArg::Explicit(d) if *d != Device::Cpu => refuse(d.to_string()),
+            DeviceArg::AllGpus => refuse("all".to_owned()),
+            a => Ok(Choice {
+                device: Device::Cpu,
+                reason: "volumes are detected on the CPU".to_owned(),
+                estimate: None,
+                auto: matches!(a, DeviceArg::Auto),
+            }),
+        },
+    }
+}
+
+/// The rows of one volume's blobs, with the frame first.
+fn write_rows(w: &mut arraybridge::io::csv::TableWriter, frame: usize, b: &BlobsNd) -> Result<()> {
+    w.write_number_rows(&b.rows, |r, row| {
+        row.num(frame);
+        for &v in r {
+            row.num(v);
+        }
+    })
+}
+
+/// The CSV header of volumes with `sigma_columns` σ columns.
+fn header(sigma_columns: usize) -> Vec<&'static str> {
+    let mut h = vec!["frame", "z", "y", "x"];
+    if sigma_columns == 1 {
+        h.push("sigma");
+    } else {
+        h.extend(["sigma_z", "sigma_y", "sigma_x"]);
+    }
+    h
+}
+
+/// Detect the volumes of `input` (grouped as `planes` says) into `output`.
+pub(super) fn detect_volumes(
+    job: &Job<'_>,
+    input: &Path,
+    output: &Path,
+    place: &Where,
+    planes: Planes,
+) -> Result<Done> {
+    let args = job.args;
+    let p = nd_params(args)?;
+    let choice = cpu_choice(args, place)?;
+    let start = Instant::now();
+    let name = input.display().to_string();
+    let z = match planes {
+        Planes::Each(z) if z >= 1 => z,
+        Planes::Each(_) => {
+            return Err(BridgeError::InvalidInput(
+                format!("{name}: a volume of 0 planes").into(),
+            ));
+        }
+        Planes::Whole => usize::MAX,
+    };
+    let stream = MovieStream::open_planes(input, z)?;
+    let mut w = create_writer(output)?;
+    let sigma_columns = match (&p.min_sigma, &p.max_sigma) {
+        (Sigma::Scalar(_), Sigma::Scalar(_)) => 1,
+        _ => 3,
+    };
+    w.write_record(header(sigma_columns))?;
+    let (mut volumes, mut n, mut dims) = (0usize, 0usize, None);
+    for chunk in ReadAhead::new(stream, 1)? {
+        let chunk = chunk?;
+        let (d, h, wd) = chunk.dim();
+        if z != usize::MAX && d != z {
+            return Err(BridgeError::InvalidInput(
+                format!(
+                    "{name}: the last volume has {d} planes, not {z}: the file's planes are not \
+                     a whole number of volumes of {z}"
+                )
+                .into(),
+            ));
+        }
+        let view = match &chunk {
+            Movie::U8(a) => VolumeView::U8(a.view().into_dyn()),
+            Movie::U16(a) => VolumeView::U16(a.view().into_dyn()),
+            Movie::F32(a) => VolumeView::F32(a.view().into_dyn()),
+            Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
+        };
+        let blobs = blob_log_nd_prescaled(view, args.prescale, &p).map_err(|e| match e {
+            BridgeError::InvalidInput(m) if m.frames.is_none() => BridgeError::InvalidInput(
+                bridge_core::error::InputError::in_frames(volumes..volumes + 1, m.message),
+            ),
+            e => e,
+        })?;
+        write_rows(&mut w, volumes, &blobs)?;
+        n += blobs.rows.len();
+        dims.get_or_insert((d, h, wd, chunk.dtype_name()));
+        volumes += 1;
+    }
+    w.finish()?;
+    let (d, h, wd, dtype) = dims.ok_or_else(|| {
+        BridgeError::InvalidInput(format!("{name}: the stack has no plane").into())
+    })?;
+    job.g.note(format!(
+        "detect: {volumes} volume(s) of {d}x{h}x{wd} (z, y, x) from {name}"
+    ));
+    Ok(Done {
+        frames: volumes,
+        height: h,
+        width: wd,
+        dtype,
+        detections: n,
+        seconds: start.elapsed().as_secs_f64(),
+        runner: Runner::One(choice),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header;
+
+    #[test]
+    fn headers() {
+        assert_eq!(header(1), ["frame", "z", "y", "x", "sigma"]);
+        assert_eq!(
+            header(3),
+            ["frame", "z", "y", "x", "sigma_z", "sigma_y", "sigma_x"]
+        );
+    }
+}
