@@ -473,9 +473,8 @@ mod read_ahead_tests {
     fn an_early_drop_stops_the_reader() {
         let read = Arc::new(AtomicUsize::new(0));
         let r2 = Arc::clone(&read);
-        let items = (0..1000).map(move |i| {
+        let items = (0..1000).inspect(move |_| {
             r2.fetch_add(1, Ordering::SeqCst);
-            i
         });
         let mut ra = ReadAhead::new(items, 2).unwrap();
         assert_eq!(ra.next(), Some(0));

@@ -1,5 +1,6 @@
 //! File formats read and written by the command-line tool (each format in its own module).
 
+pub mod axes;
 pub mod csv;
 pub mod fits;
 pub mod image;

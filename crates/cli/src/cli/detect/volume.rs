@@ -13,10 +13,10 @@ use algorithms::detect::Movie;
 use algorithms::detect::blob_log::{
     BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd_prescaled,
 };
+use arraybridge::io::axes::stack_axes;
 use arraybridge::io::csv::create_writer;
 use arraybridge::io::npy::NpyFrames;
 use arraybridge::io::stream::MovieStream;
-use arraybridge::io::tiff::stack_axes;
 use arraybridge::runtime::ReadAhead;
 use bridge_core::{BridgeError, Device, Result};
 
