@@ -320,3 +320,30 @@ fn what_volumes_cannot_do_is_refused_before_any_output() {
         assert!(!out.exists(), "{args:?}: no output");
     }
 }
+
+#[test]
+fn bench_detect_volume_runs_and_writes_the_peers_volumes() {
+    let d = tmpdir("bench");
+    let out = ok(&[
+        "bench",
+        "detect",
+        "--volume",
+        "8",
+        "--frames",
+        "2",
+        "--size",
+        "32",
+        "--particles",
+        "3",
+        "--device",
+        "cpu",
+        "--movie-cache",
+        d.to_str().unwrap(),
+    ]);
+    assert!(out.contains("| 2 | 8×32×32 |"), "{out}");
+    let npy = d.join("volumes_t2_z8_n32_p3_s1.npy");
+    let h = test_support::npy::read(&npy);
+    assert_eq!(h.shape, [2, 8, 32, 32]);
+    let err = fails(&["bench", "detect", "--volume", "8", "--device", "opencl:0"]);
+    assert!(err.contains("runs on the CPU") || err.contains("opencl"), "{err}");
+}

@@ -79,6 +79,12 @@ pub struct DetectArgs {
     /// Save the movie into `--movie-cache` (when it is not there yet) and stop: no detection.
     #[arg(long, requires = "movie_cache")]
     pub prepare_only: bool,
+    /// Volumes of this many z planes instead of a movie of frames: `--frames` volumes of
+    /// `Z × --size × --size`, detected in 3-D with scikit-image's n-D blob_log on the CPU
+    /// (σ 1…5, 9 scales, threshold_rel 0.1); volumes per second. With `--movie-cache` they are
+    /// written as a 4-D .npy for `scripts/bench_volume_skimage.py`.
+    #[arg(long, value_name = "Z", value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub volume: Option<u64>,
 }
 
 /// Arguments of `arraybridge bench paco`.
@@ -318,6 +324,9 @@ fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -
 /// from `--movie-cache`), the device and its memory check, the rows, then the table or JSON.
 fn detect(a: DetectArgs, g: Global) -> Result<()> {
     use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
+    if let Some(z) = a.volume {
+        return super::bench_volume::run(&a, z, g);
+    }
     let (frames, size, particles, batch_sizes) = detect_sizes(&a)?;
     let detector = algorithms::detect::LogDetector::default();
     let locate = a.method == super::detect::Method::Locate;

@@ -8,6 +8,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_volume;
 pub mod common;
 mod demo;
 mod detect;
