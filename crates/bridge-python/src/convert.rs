@@ -17,7 +17,7 @@ use dlpark::python::{DlpackStream, ImportRequest, ImportedDlpack, StreamArg};
 use ndarray::ArrayViewD;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
 use crate::errors::{IntoPy, invalid, to_py};
 
@@ -198,15 +198,27 @@ fn import_error(e: PyErr, py: Python<'_>) -> PyErr {
 /// Import any `__dlpack__` object (or DLPack capsule), or a buffer-protocol object through
 /// `numpy.asarray` (zero-copy), as a validated tensor. CUDA tensors are imported with a
 /// consumer stream that is synchronised before they are used (stream, not device, sync).
+///
+/// A `numpy.ndarray` is read in place without the DLPack exchange when NumPy would export it
+/// as it is (`numpy_fast`: same pointer, shape, strides, dtype and read-only flag; the array
+/// kept alive by the tensor).
 pub(crate) fn import_tensor(obj: &Bound<'_, PyAny>) -> PyResult<DlpackTensor> {
+    if let Some(t) = crate::numpy_fast::try_import(obj) {
+        return Ok(t);
+    }
     let py = obj.py();
     let is_capsule = obj.is_instance_of::<pyo3::types::PyCapsule>();
     let obj = if is_capsule || obj.hasattr("__dlpack__")? {
         obj.clone()
     } else {
-        py.import("numpy")?
+        let a = py
+            .import("numpy")?
             .call_method1("asarray", (obj,))
-            .map_err(|e| invalid(format!("not an array (no __dlpack__, no buffer): {e}")))?
+            .map_err(|e| invalid(format!("not an array (no __dlpack__, no buffer): {e}")))?;
+        if let Some(t) = crate::numpy_fast::try_import(&a) {
+            return Ok(t);
+        }
+        a
     };
     let request = ImportRequest::new(obj.as_borrowed()).map_err(|e| import_error(e, py))?;
     let device = request.device().ok().map(dlpark_device);
@@ -496,7 +508,12 @@ impl Array {
             Ok(m) => m.into_pyobject(py)?.into_any().unbind(),
             Err(t) => match t.into_legacy() {
                 Ok(m) => m.into_pyobject(py)?.into_any().unbind(),
-                Err(_) => unreachable!("a tensor is legacy or versioned"),
+                // exports are managed tensors; only imports read in place are neither ABI
+                Err(_) => {
+                    return Err(PyBufferError::new_err(
+                        "internal: the export is not a DLPack managed tensor",
+                    ));
+                }
             },
         };
         Ok(capsule)
@@ -617,12 +634,27 @@ pub(crate) fn resolve(device: &str, input: &Held) -> PyResult<Device> {
     parse_device(device)
 }
 
-/// `arraybridge.convert(x, device, copy)`.
+/// `arraybridge._native.convert(x, device, copy)`: `x` held as an [`Array`] on `device` (the
+/// core of `arraybridge.convert` with `to="array"`; `_frameworks` calls it for the others).
 #[pyfunction]
 #[pyo3(signature = (x, device="cpu", *, copy=None))]
 pub fn convert(x: &Bound<'_, PyAny>, device: &str, copy: Option<bool>) -> PyResult<Array> {
+    convert_array(x, None, device, copy)
+}
+
+/// [`convert`] to `device` (parsed) or, when it is `None`, to `device_str` (`auto` resolved
+/// for the input).
+fn convert_array(
+    x: &Bound<'_, PyAny>,
+    device: Option<Device>,
+    device_str: &str,
+    copy: Option<bool>,
+) -> PyResult<Array> {
     let held = import_held_with(x, copy != Some(false))?;
-    let target = resolve(device, &held)?;
+    let target = match device {
+        Some(d) => d,
+        None => resolve(device_str, &held)?,
+    };
     if copy == Some(false) && held.device() != target {
         return Err(invalid(format!(
             "copy=False, but the array is on {} and {target} was asked for",
@@ -652,6 +684,109 @@ pub fn route(x: &Bound<'_, PyAny>, device: &str) -> PyResult<String> {
         .plan(mt, d, target.memory_type(), target)
         .py_err()?;
     Ok(r.to_string())
+}
+
+/// An optional argument that tells "left out" (its default) from any value, `None` included.
+pub enum Arg<'py> {
+    /// Left out.
+    Default,
+    /// Passed (possibly `None`).
+    Given(Bound<'py, PyAny>),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Arg<'py> {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Arg::Given(obj.to_owned()))
+    }
+}
+
+/// Hold ``x`` (any object with ``__dlpack__``, a DLPack capsule, or a buffer-protocol
+/// object) on ``device`` and return it as an object of framework ``to``: ``"array"`` (the
+/// default: an :class:`Array` that any DLPack consumer takes), ``"numpy"``, ``"torch"``,
+/// ``"cupy"``, ``"jax"``, ``"tensorflow"`` (where importable; through the framework's own
+/// DLPack import), or ``"same"`` (the framework of ``x``). ``device=None`` keeps ``x`` where
+/// it is.
+///
+/// Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
+/// read-only input stays read-only), except a strided CUDA tensor, which is gathered into a
+/// C-contiguous copy on its device, and JAX, which views host memory only when it is aligned
+/// to 64 bytes (and copies otherwise); otherwise the data is copied there. ``copy=True``
+/// always copies; ``copy=False`` refuses to (a strided CUDA tensor and unaligned memory for
+/// JAX included). A copy is made on the host first (a broadcast view in full:
+/// ``np.broadcast_to(np.float32(1), (2**16, 2**16))`` is 16 GiB), checked against the host
+/// memory budget before it is made (:class:`OutOfMemory`; see :func:`set_memory_limit`).
+/// A ``numpy.ndarray`` is read in place from its own struct, without a DLPack exchange.
+///
+/// >>> import numpy as np, arraybridge as ab
+/// >>> x = np.arange(6.0)
+/// >>> y = ab.convert(x, "cpu", to="numpy")
+/// >>> y.ctypes.data == x.ctypes.data
+/// True
+///
+/// (Rust: `arraybridge.convert` itself, held as `_native.convert_api`.)
+#[pyfunction]
+#[pyo3(
+    name = "convert",
+    signature = (x, device = Arg::Default, *, to = Arg::Default, copy = None),
+    text_signature = "(x, device='cpu', *, to='array', copy=None)"
+)]
+pub fn convert_api<'py>(
+    x: &Bound<'py, PyAny>,
+    device: Arg<'py>,
+    to: Arg<'py>,
+    copy: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = x.py();
+    // `arraybridge.convert` itself, in Rust so that `ab.convert(x)` costs no Python frame: the
+    // common arguments (`to="array"`, a device string, `copy` None or a bool) go straight to
+    // the core; anything else to the Python implementation (`_convert_py`: frameworks,
+    // `device=None`, and the errors of bad arguments, unchanged)
+    let to_array = match &to {
+        Arg::Default => true,
+        Arg::Given(t) => t
+            .cast::<PyString>()
+            .is_ok_and(|s| s.to_cow().is_ok_and(|s| s == "array")),
+    };
+    let copy_flag = match copy {
+        None => Some(None),
+        Some(c) => c.cast_exact::<PyBool>().ok().map(|b| Some(b.is_true())),
+    };
+    // a dask array goes to the Python code, which computes it after checking its bytes against
+    // the host budget (reading it here would compute it unchecked); an ndarray is never one
+    let dask = !<numpy::PyUntypedArray as pyo3::PyTypeInfo>::is_type_of(x)
+        && x.get_type()
+            .module()
+            .is_ok_and(|m| m.to_cow().is_ok_and(|m| m.starts_with("dask")));
+    if to_array
+        && !dask
+        && let Some(copy_flag) = copy_flag
+    {
+        let device_str: Option<std::borrow::Cow<'_, str>> = match &device {
+            Arg::Default => Some("cpu".into()),
+            // `"cpu"` written in Python code is this interned string: nothing to read
+            Arg::Given(d) if d.is(pyo3::intern!(py, "cpu")) => Some("cpu".into()),
+            Arg::Given(d) => d.cast::<PyString>().ok().and_then(|s| s.to_cow().ok()),
+        };
+        if let Some(s) = device_str {
+            let parsed = (s == "cpu").then_some(Device::Cpu);
+            return convert_array(x, parsed, &s, copy_flag)
+                .and_then(|a| Ok(Bound::new(py, a)?.into_any()));
+        }
+    }
+    let device = match device {
+        Arg::Default => pyo3::intern!(py, "cpu").clone().into_any(),
+        Arg::Given(d) => d,
+    };
+    let kwargs = PyDict::new(py);
+    match to {
+        Arg::Default => kwargs.set_item("to", "array")?,
+        Arg::Given(t) => kwargs.set_item("to", t)?,
+    }
+    kwargs.set_item("copy", copy)?;
+    py.import("arraybridge")?
+        .getattr("_convert_py")?
+        .call((x, device), Some(&kwargs))
 }
 
 /// `arraybridge.copyto(dst, src)`: write `src` into host array `dst` in place (broadcasting as

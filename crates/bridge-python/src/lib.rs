@@ -18,6 +18,7 @@ mod auto;
 mod convert;
 mod errors;
 mod memory;
+mod numpy_fast;
 mod paco;
 mod pipelines;
 mod volume;
@@ -45,6 +46,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
     m.add_class::<convert::Array>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    // `arraybridge.convert` (named `convert`, held here as `convert_api` beside the core)
+    m.add("convert_api", wrap_pyfunction!(convert::convert_api, m)?)?;
     m.add_function(wrap_pyfunction!(convert::copyto, m)?)?;
     m.add_function(wrap_pyfunction!(convert::route, m)?)?;
     m.add_function(wrap_pyfunction!(convert::devices, m)?)?;

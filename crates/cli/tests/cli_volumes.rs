@@ -345,5 +345,8 @@ fn bench_detect_volume_runs_and_writes_the_peers_volumes() {
     let h = test_support::npy::read(&npy);
     assert_eq!(h.shape, [2, 8, 32, 32]);
     let err = fails(&["bench", "detect", "--volume", "8", "--device", "opencl:0"]);
-    assert!(err.contains("runs on the CPU") || err.contains("opencl"), "{err}");
+    assert!(
+        err.contains("runs on the CPU") || err.contains("opencl"),
+        "{err}"
+    );
 }

@@ -66,6 +66,8 @@ fn manager_ctx(t: &DlpackTensor) -> *mut c_void {
         match &t.inner {
             Inner::Legacy(m) => (*m.as_ptr()).manager_ctx(),
             Inner::Versioned(m) => (*m.as_ptr()).manager_ctx(),
+            // no managed tensor, so never one arraybridge exported
+            Inner::Owned { .. } => std::ptr::null_mut(),
         }
     }
 }

@@ -3,7 +3,9 @@
 //! A [`DlpackTensor`] owns one DLPack managed tensor of either ABI — the versioned one
 //! (`DLManagedTensorVersioned`, DLPack ≥ 1.0, with its flags) or the legacy one
 //! (`DLManagedTensor`) that older producers and consumers speak — and calls the producer's
-//! deleter exactly once, when it is dropped. Construction validates the descriptor
+//! deleter exactly once, when it is dropped; or host memory described in place by a caller that
+//! read another library's array without a DLPack exchange, kept alive by an owner it drops
+//! ([`DlpackTensor::from_host_owner`]: the Python package's NumPy fast path). Construction validates the descriptor
 //! ([`TensorInfo`]: shape, element strides, [`DType`], [`Device`], read-only flag) and rejects
 //! what arraybridge cannot represent (a dtype outside its eight, a device it has no backend for)
 //! with a typed error, releasing the tensor.
@@ -72,6 +74,7 @@
 mod export;
 pub mod route;
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
@@ -315,11 +318,19 @@ fn dl_error(what: &str, e: impl fmt::Display) -> BridgeError {
 enum Inner {
     Legacy(Managed<DLManagedTensor>),
     Versioned(Managed<DLManagedTensorVersioned>),
+    /// Host memory described without a managed tensor, alive while the owner is
+    /// ([`DlpackTensor::from_host_owner`]).
+    Owned {
+        _owner: Box<dyn Any + Send + Sync>,
+    },
 }
 
 /// One DLPack managed tensor (either ABI), validated; its deleter runs exactly once, when this
 /// is dropped (or its ownership is handed on with [`DlpackTensor::into_versioned`] /
-/// [`DlpackTensor::into_legacy`]).
+/// [`DlpackTensor::into_legacy`]). Or host memory that another library's array owns, read in
+/// place without a DLPack exchange ([`DlpackTensor::from_host_owner`]): the owner is dropped
+/// with this, and such a tensor is neither ABI (it is re-exported as any other,
+/// [`DlpackTensor::reexport`]).
 pub struct DlpackTensor {
     inner: Inner,
     info: TensorInfo,
@@ -410,6 +421,41 @@ impl DlpackTensor {
         // SAFETY: forwarded from the caller.
         let m = unsafe { Managed::from_raw(ptr) }.map_err(|e| dl_error("tensor", e))?;
         DlpackTensor::from_legacy(m)
+    }
+
+    /// A host tensor over memory that `owner` keeps alive, described by `info` (another
+    /// library's array read in place without a DLPack exchange: the Python package reads a
+    /// NumPy array's struct). The same checks as a DLPack import's: on the host, as many strides
+    /// as axes, an element count that fits `usize`, a null data pointer only when empty.
+    ///
+    /// # Safety
+    /// Every element that `info.shape` and `info.strides` address from `info.data` is memory
+    /// of `info.dtype` that stays valid while `owner` lives (writable unless `info.read_only`),
+    /// and `owner` may be dropped on any thread.
+    pub unsafe fn from_host_owner(
+        info: TensorInfo,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DlpackTensor> {
+        if info.device != Device::Cpu {
+            return Err(dl_error(
+                "device",
+                format!("{} memory is read through DLPack only", info.device),
+            ));
+        }
+        if info.shape.len() != info.strides.len() {
+            return Err(dl_error(
+                "strides",
+                format!("{} for {} axes", info.strides.len(), info.shape.len()),
+            ));
+        }
+        checked_len(&info.shape)?;
+        if info.data == 0 && !info.shape.contains(&0) {
+            return Err(dl_error("data pointer", "null for a non-empty tensor"));
+        }
+        Ok(DlpackTensor {
+            inner: Inner::Owned { _owner: owner },
+            info,
+        })
     }
 
     /// What the descriptor says.

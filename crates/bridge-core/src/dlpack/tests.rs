@@ -433,3 +433,100 @@ fn empty_and_scalar_tensors() {
         assert_eq!(back.shape(), &shape[..]);
     }
 }
+
+/// The `TensorInfo` of host memory read in place (what the Python package's NumPy fast path
+/// builds).
+fn host_info(data: usize, shape: &[usize], strides: &[isize], read_only: bool) -> TensorInfo {
+    TensorInfo {
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        dtype: DType::F32,
+        device: Device::Cpu,
+        dl_device: (1, 0),
+        read_only,
+        is_copied: false,
+        abi: Abi::Versioned,
+        data,
+    }
+}
+
+#[test]
+fn host_memory_read_in_place_without_a_managed_tensor() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let owner = Counted(Arc::clone(&drops), (0..6).map(|i| i as f32).collect());
+    let data = owner.1.as_ptr() as usize;
+    // a (3, 2) view of the transpose: strides (1, 3), the last row first (a negative stride)
+    let info = host_info(data + 2 * 4, &[3, 2], &[-1, 3], true);
+    // SAFETY: the six floats live in `owner`, which the tensor keeps.
+    let t = unsafe { DlpackTensor::from_host_owner(info, Box::new(owner)) }.unwrap();
+    let v = t.view::<f32>().unwrap();
+    assert_eq!(
+        v,
+        ndarray::arr2(&[[2.0, 5.0], [1.0, 4.0], [0.0, 3.0]]).into_dyn()
+    );
+    assert!(t.info().read_only);
+    // re-exported zero-copy (read-only stays read-only), never taken back as an owned array
+    let t = Arc::new(t);
+    let e = t.reexport(&ExportOptions::default()).unwrap();
+    assert_eq!(e.info().data, data + 8);
+    assert!(e.info().read_only);
+    drop(t);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        0,
+        "the export holds the owner"
+    );
+    let (copy, copied) = e.into_array().unwrap();
+    assert!(copied);
+    assert_eq!(copy.shape(), &[3, 2]);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+
+    // a foreign tensor of this kind is neither ABI, and is copied into an owned array
+    let v = [1.0f32; 4];
+    // SAFETY: `v` outlives the tensor (dropped at the end of the test).
+    let t = unsafe {
+        DlpackTensor::from_host_owner(
+            host_info(v.as_ptr() as usize, &[4], &[1], false),
+            Box::new(()),
+        )
+    }
+    .unwrap();
+    let Err(t) = t.into_versioned() else {
+        panic!("not a versioned managed tensor")
+    };
+    let Err(t) = t.into_legacy() else {
+        panic!("not a legacy managed tensor")
+    };
+    let (a, copied) = t.into_array().unwrap();
+    assert!(copied && a.shape() == [4]);
+}
+
+#[test]
+fn host_memory_read_in_place_is_checked() {
+    let bad = [
+        host_info(0, &[2], &[1], false), // null data for a non-empty tensor
+        host_info(64, &[2, 3], &[3], false),
+        host_info(64, &[usize::MAX, 3], &[3, 1], false),
+        TensorInfo {
+            device: Device::Cuda(0),
+            ..host_info(64, &[2], &[1], false)
+        },
+    ];
+    for info in bad {
+        // SAFETY: refused before any element is read.
+        let e = unsafe { DlpackTensor::from_host_owner(info, Box::new(())) }.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BridgeError::InvalidInput(_) | BridgeError::InvalidArgument { .. }
+            ),
+            "{e}"
+        );
+    }
+    // an empty tensor may have a null data pointer
+    // SAFETY: no element to read.
+    let t = unsafe {
+        DlpackTensor::from_host_owner(host_info(0, &[0, 3], &[3, 1], false), Box::new(()))
+    };
+    assert_eq!(t.unwrap().view::<f32>().unwrap().len(), 0);
+}

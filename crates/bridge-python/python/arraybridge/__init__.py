@@ -165,41 +165,28 @@ def memory_limit() -> Optional[int]:
 memory_limit()
 
 
-def convert(
+def _convert_py(
     x: Any,
     device: Optional[str] = "cpu",
     *,
     to: str = "array",
     copy: Optional[bool] = None,
 ) -> Any:
-    """Hold ``x`` (any object with ``__dlpack__``, a DLPack capsule, or a buffer-protocol
-    object) on ``device`` and return it as an object of framework ``to``: ``"array"`` (the
-    default: an :class:`Array` that any DLPack consumer takes), ``"numpy"``, ``"torch"``,
-    ``"cupy"``, ``"jax"``, ``"tensorflow"`` (where importable; through the framework's own
-    DLPack import), or ``"same"`` (the framework of ``x``). ``device=None`` keeps ``x`` where
-    it is.
-
-    Zero-copy when ``x`` is already on ``device`` (the result aliases ``x``'s memory; a
-    read-only input stays read-only), except a strided CUDA tensor, which is gathered into a
-    C-contiguous copy on its device, and JAX, which views host memory only when it is aligned
-    to 64 bytes (and copies otherwise); otherwise the data is copied there. ``copy=True``
-    always copies; ``copy=False`` refuses to (a strided CUDA tensor and unaligned memory for
-    JAX included). A copy is made on the host first (a broadcast view in full:
-    ``np.broadcast_to(np.float32(1), (2**16, 2**16))`` is 16 GiB), checked against the host
-    memory budget before it is made (:class:`OutOfMemory`; see :func:`set_memory_limit`). A
-    ``dask.array`` is computed whole onto the host first, after the same check.
-
-    >>> import numpy as np, arraybridge as ab
-    >>> x = np.arange(6.0)
-    >>> y = ab.convert(x, "cpu", to="numpy")
-    >>> y.ctypes.data == x.ctypes.data
-    True
-    """
+    """:func:`convert` for the arguments its native entry (``_native.convert_api``) does not
+    take on itself: ``to`` other than ``"array"``, ``device=None``, and arguments of the wrong
+    type (whose errors stay these), and a ``dask.array``, computed whole onto the host after
+    its bytes are checked against the host budget."""
     if _dask.is_dask(x):
         x = _dask.to_host(x, "convert (a dask array is computed whole)")
     if to == "array" and device is not None:
         return _native.convert(x, device, copy=copy)
     return _frameworks.convert(x, device, to, copy)
+
+
+# ``convert(x, device="cpu", *, to="array", copy=None)`` is native (its docstring is there):
+# ``ab.convert(x)`` of a NumPy array costs no Python frame and no DLPack exchange
+# (docs/perf.md, issue 33); the other arguments go on to ``_convert_py``.
+convert = _native.convert_api
 
 
 def convert_memory(
