@@ -69,3 +69,138 @@ pub fn last_decision(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
     d.set_item("reason", reason)?;
     Ok(Some(d))
 }
+
+/// A device's figures for `@ab.offload`: the nominal ones (`arraybridge::runtime`), with any
+/// of `flops_per_s`, `h2d_bytes_per_s`, `d2h_bytes_per_s`, `launch_overhead_s` that
+/// `ab.config(device_profiles=...)` measured replacing them.
+fn profile_with(
+    mut p: bridge_core::offload::DeviceProfile,
+    given: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(bridge_core::offload::DeviceProfile, bool)> {
+    let Some(g) = given else {
+        return Ok((p, false));
+    };
+    for (k, v) in g.iter() {
+        let key: String = k.extract()?;
+        let val: f64 = v.extract().map_err(|_| {
+            crate::errors::invalid(format!(
+                "device_profiles[{}][{key:?}] is a number, got {v}",
+                p.device
+            ))
+        })?;
+        if !(val.is_finite() && val >= 0.0) {
+            return Err(crate::errors::invalid(format!(
+                "device_profiles[{}][{key:?}] must be finite and not negative, got {val}",
+                p.device
+            )));
+        }
+        match key.as_str() {
+            "flops_per_s" => p.flops_per_s = val,
+            "h2d_bytes_per_s" => p.h2d_bytes_per_s = val,
+            "d2h_bytes_per_s" => p.d2h_bytes_per_s = val,
+            "launch_overhead_s" => p.launch_overhead_s = val,
+            other => {
+                return Err(crate::errors::invalid(format!(
+                    "device_profiles[{}]: unknown figure {other:?} (flops_per_s, \
+                     h2d_bytes_per_s, d2h_bytes_per_s, launch_overhead_s)",
+                    p.device
+                )));
+            }
+        }
+    }
+    Ok((p, true))
+}
+
+/// `arraybridge._native.offload_decision(input_bytes, output_bytes, flops, profiles)`: the
+/// offload model (`bridge_core::offload::decide`, the command line's) for a job of these
+/// sizes over the process's CUDA and OpenCL devices, with nominal figures unless `profiles`
+/// (`{"opencl:0": {...}, "cpu": {"flops_per_s": ...}}`) gives measured ones. The decision is
+/// kept for `last_decision()`; returned as `{"device", "reason", "cpu_s", "estimates"}`.
+#[pyfunction]
+#[pyo3(signature = (input_bytes, output_bytes, flops, profiles=None))]
+pub fn offload_decision<'py>(
+    py: Python<'py>,
+    input_bytes: u64,
+    output_bytes: u64,
+    flops: f64,
+    profiles: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use bridge_core::offload::{OffloadThresholds, decide};
+    if !(flops.is_finite() && flops >= 0.0) {
+        return Err(crate::errors::invalid(format!(
+            "the work of a call is a finite, non-negative number of operations, got {flops}"
+        )));
+    }
+    let given = |name: &str| -> PyResult<Option<Bound<'py, PyDict>>> {
+        match profiles.map(|p| p.get_item(name)).transpose()?.flatten() {
+            None => Ok(None),
+            Some(d) => d.cast_into::<PyDict>().map(Some).map_err(|_| {
+                crate::errors::invalid(format!("device_profiles[{name:?}] is a dict of figures"))
+            }),
+        }
+    };
+    let (mut cpu, mut cpu_note) = arraybridge::runtime::nominal_cpu();
+    if let Some(c) = given("cpu")? {
+        let v: f64 = c
+            .get_item("flops_per_s")?
+            .ok_or_else(|| crate::errors::invalid("device_profiles['cpu'] needs flops_per_s"))?
+            .extract()?;
+        if !(v.is_finite() && v > 0.0) {
+            return Err(crate::errors::invalid(format!(
+                "device_profiles['cpu']['flops_per_s'] must be finite and positive, got {v}"
+            )));
+        }
+        cpu.flops_per_s = v;
+        cpu_note = "measured (ab.config)".to_owned();
+    }
+    let mut devices = Vec::new();
+    let mut notes = Vec::new();
+    for info in arraybridge::registry().device_infos() {
+        if !matches!(info.device, Device::Cuda(_) | Device::OpenCl(_)) {
+            continue;
+        }
+        let (nominal, note) = arraybridge::runtime::nominal_profile(info, &cpu);
+        let (p, measured) = profile_with(nominal, given(&info.device.to_string())?.as_ref())?;
+        notes.push(if measured {
+            format!("{}: measured figures (ab.config)", info.device)
+        } else {
+            note
+        });
+        devices.push(p);
+    }
+    let work = Workload {
+        input_bytes,
+        output_bytes,
+        flops,
+    };
+    let d = decide(&work, &cpu, &devices, &OffloadThresholds::default());
+    let reason = format!(
+        "{} [CPU throughput: {cpu_note}; {}]",
+        d.reason,
+        notes.join("; ")
+    );
+    record(d.device, reason.clone());
+    let out = PyDict::new(py);
+    out.set_item("device", d.device.to_string())?;
+    out.set_item("reason", reason)?;
+    out.set_item("cpu_s", d.cpu_s)?;
+    let est = pyo3::types::PyList::empty(py);
+    for e in &d.estimates {
+        let x = PyDict::new(py);
+        x.set_item("device", e.device.to_string())?;
+        x.set_item("transfer_s", e.transfer_s)?;
+        x.set_item("compute_s", e.compute_s)?;
+        x.set_item("fits", e.fits)?;
+        est.append(x)?;
+    }
+    out.set_item("estimates", est)?;
+    Ok(out)
+}
+
+/// `arraybridge._native.record_decision(device, reason)`: keep a decision made without the
+/// model (`ab.config(offload=False)`) for `last_decision()`.
+#[pyfunction]
+pub fn record_decision(device: &str, reason: String) -> PyResult<()> {
+    record(parse_device(device)?, reason);
+    Ok(())
+}

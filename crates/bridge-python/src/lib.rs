@@ -57,6 +57,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::check_host_allocation, m)?)?;
     m.add_function(wrap_pyfunction!(auto::last_decision, m)?)?;
     m.add_function(wrap_pyfunction!(auto::gpus, m)?)?;
+    m.add_function(wrap_pyfunction!(auto::offload_decision, m)?)?;
+    m.add_function(wrap_pyfunction!(auto::record_decision, m)?)?;
     m.add_function(wrap_pyfunction!(memory::free_pools, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_device_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::memory_limit, m)?)?;

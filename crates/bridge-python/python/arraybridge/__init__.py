@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _dask, _decorators, _frameworks, _native
-from ._decorators import cupy, jax, numpy, on, tensorflow, torch
+from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
 from ._stream import batch, batch_blob_log
 from ._seed import (
     ParticleDetector,
@@ -66,6 +66,7 @@ __all__ = [
     "batch_blob_log",
     "benchmark",
     "blob_log",
+    "config",
     "convert",
     "convert_memory",
     "copyto",
@@ -80,6 +81,7 @@ __all__ = [
     "memory_limit",
     "memory_stats",
     "numpy",
+    "offload",
     "on",
     "paco",
     "print_benchmark_results",

@@ -144,3 +144,124 @@ def numpy(fn: Optional[Callable] = None, *, output_type: Optional[str] = "same")
     are copied there once); usable with or without parentheses."""
     deco = on("cpu", to="numpy", output=output_type)
     return deco(fn) if fn is not None else deco
+
+
+# ``ab.config``'s settings of ``@ab.offload``: whether it may offload at all, and measured device
+# figures that replace the nominal ones.
+_OFFLOAD: dict = {"enabled": True, "device_profiles": {}}
+
+
+def config(*, offload: Optional[bool] = None, device_profiles: Optional[dict] = None) -> dict:
+    """Settings of :func:`offload`: ``offload=False`` runs every ``@ab.offload`` call on the
+    CPU (recorded as such in :func:`arraybridge.last_decision`); ``device_profiles`` gives
+    measured figures that replace a device's nominal ones in the offload model, e.g.
+    ``{"cuda:0": {"flops_per_s": 2e12, "h2d_bytes_per_s": 2.5e10}, "cpu": {"flops_per_s":
+    4e10}}`` (a device's keys: ``flops_per_s``, ``h2d_bytes_per_s``, ``d2h_bytes_per_s``,
+    ``launch_overhead_s``; ``{}`` drops them all). Returns the settings now in force.
+
+    >>> import arraybridge as ab
+    >>> ab.config()["offload"]
+    True
+    """
+    if offload is not None:
+        if not isinstance(offload, bool):
+            raise InvalidInput(f"offload is True or False, got {offload!r}")
+        _OFFLOAD["enabled"] = offload
+    if device_profiles is not None:
+        if not isinstance(device_profiles, dict) or not all(
+            isinstance(v, dict) for v in device_profiles.values()
+        ):
+            raise InvalidInput(
+                "device_profiles is a dict of device name -> dict of figures, e.g. "
+                "{'cuda:0': {'flops_per_s': 2e12}}"
+            )
+        from . import _native  # noqa: PLC0415
+
+        # checked now (unknown devices' keys, non-numbers), not at the first call
+        _native.offload_decision(0, 0, 0.0, device_profiles)
+        _OFFLOAD["device_profiles"] = {str(k): dict(v) for k, v in device_profiles.items()}
+    return {"offload": _OFFLOAD["enabled"], "device_profiles": dict(_OFFLOAD["device_profiles"])}
+
+
+def _nbytes(x: Any) -> int:
+    """The bytes of array ``x`` (its ``nbytes``, or its shape times its item size)."""
+    n = getattr(x, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    size = 1
+    for d in getattr(x, "shape", ()):
+        size *= int(d)
+    try:
+        import numpy as _np  # noqa: PLC0415
+
+        item = _np.dtype(str(getattr(x, "dtype", "float64")).replace("torch.", "")).itemsize
+    except TypeError:
+        item = 8
+    return size * item
+
+
+def _leaves(x: Any, out: list) -> list:
+    """Every array in ``x`` (through tuples, lists and dicts)."""
+    _map(x, lambda a: out.append(a) or a)
+    return out
+
+
+def offload(
+    fn: Optional[Callable] = None,
+    *,
+    to: str = "array",
+    output: Optional[str] = "same",
+    flops: Any = None,
+    flops_per_byte: float = 100.0,
+) -> Any:
+    """Decide per call whether the decorated function runs on a device or on the CPU, with the
+    offload model of the command line's ``--device auto`` (the bytes of the array arguments
+    moved there and back, the call's work, the devices' free memory and throughputs: nominal
+    figures, or measured ones from :func:`config`), then run it as :func:`on` would there: its
+    array arguments converted to ``to`` objects on that device (``"array"``: arraybridge
+    arrays, which the pipelines read where they live), its result converted to ``output``.
+
+    The work of a call is ``flops`` (a number, or a function of the call's arguments that
+    returns one) or ``flops_per_byte`` × the input bytes. The decision and its reason are
+    :func:`arraybridge.last_decision` and are logged on the ``arraybridge`` logger at INFO;
+    ``ab.config(offload=False)`` keeps every call on the CPU.
+
+    >>> import numpy as np, arraybridge as ab
+    >>> @ab.offload
+    ... def peak(x):
+    ...     return ab.convert(x, "cpu", to="numpy").max()
+    >>> float(peak(np.arange(256.0)))  # 2 KiB: the CPU, whatever the devices
+    255.0
+    >>> ab.last_decision()["device"]
+    'cpu'
+    """
+    _frameworks.check_target(to)
+    out = _check_output(output)
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from . import _logger, _native  # noqa: PLC0415
+
+            arrays = _leaves((args, kwargs), [])
+            nbytes = sum(_nbytes(a) for a in arrays)
+            if not _OFFLOAD["enabled"]:
+                device = "cpu"
+                reason = "offloading is off (ab.config(offload=False)): running on the CPU"
+                _native.record_decision(device, reason)
+            else:
+                work = flops(*args, **kwargs) if callable(flops) else flops
+                if work is None:
+                    work = float(flops_per_byte) * nbytes
+                d = _native.offload_decision(
+                    nbytes, nbytes, float(work), _OFFLOAD["device_profiles"] or None
+                )
+                device, reason = d["device"], d["reason"]
+            _logger.info("offload %s: %s: %s", getattr(f, "__qualname__", f), device, reason)
+            return on(device, to=to, output=out if out is not None else "none")(f)(
+                *args, **kwargs
+            )
+
+        return wrapper
+
+    return decorate if fn is None else decorate(fn)
