@@ -2,8 +2,8 @@
 # The Python test environment of crates/bridge-python, idempotently: a virtual environment in
 # ${ARRAYBRIDGE_CACHE:-~/.cache/arraybridge}/python-venv with maturin, pytest, NumPy, pandas,
 # scikit-image, trackpy (the references the tests compare with), JAX (a second DLPack
-# producer; CPU wheel) and dask[array] (lazy movies streamed chunk by chunk), shared by every
-# clone.
+# producer; CPU wheel), dask[array] (lazy movies streamed chunk by chunk) and astropy (FITS,
+# for the guide's PACO example), shared by every clone.
 #
 #   bash scripts/python.sh               # install (no-op when the stamp matches)
 #   bash scripts/python.sh --print-env   # install if needed, then print `export ARRAYBRIDGE_PYTHON=…`
@@ -12,7 +12,7 @@ set -euo pipefail
 cache="${ARRAYBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/arraybridge}"
 venv="$cache/python-venv"
 python="${PYTHON:-python3}"
-packages=(maturin pytest "numpy>=2.1" pandas scikit-image trackpy jax "dask[array]")
+packages=(maturin pytest "numpy>=2.1" pandas scikit-image trackpy jax "dask[array]" astropy)
 stamp="$venv/.arraybridge-stamp"
 want="${packages[*]}"
 

@@ -192,7 +192,15 @@ fn import_error(e: PyErr, py: Python<'_>) -> PyErr {
     if e.is_instance_of::<crate::errors::ArrayBridgeError>(py) {
         return e;
     }
-    invalid(format!("cannot import the array through DLPack: {e}"))
+    let text = e.to_string();
+    if text.contains("native byte order") {
+        return invalid(format!(
+            "cannot import the array through DLPack: its bytes are not in this machine's order \
+             (big-endian, as FITS files store them; DLPack carries native byte order only): \
+             x.astype(x.dtype.newbyteorder('=')) makes a native copy ({text})"
+        ));
+    }
+    invalid(format!("cannot import the array through DLPack: {text}"))
 }
 
 /// Import any `__dlpack__` object (or DLPack capsule), or a buffer-protocol object through

@@ -418,6 +418,7 @@ def _as_blob_log_input(image: Any, prescale: str) -> Any:
     to float32, signed integers to ``x / max`` (the most negative value to -1) and ``uint32``/
     ``uint64`` to ``x / max`` under the legacy prescale (as raw values with
     ``prescale="none"``). Other inputs are passed on as they are (read in place)."""
+    image = _native_order(image, "blob_log")
     dt = getattr(image, "dtype", None)
     if not isinstance(dt, np.dtype) or dt in (np.uint8, np.uint16, np.float32, np.float64):
         return image
@@ -669,13 +670,30 @@ class PacoResult:
     candidates: Any
 
 
+def _native_order(x: Any, what: str) -> Any:
+    """A NumPy array of non-native byte order (FITS files store big-endian data, and astropy
+    reads it as such) as a native copy, its bytes checked against the host budget first (DLPack
+    carries native byte order only); anything else as it is."""
+    if isinstance(x, np.ndarray) and not x.dtype.isnative:
+        _native.check_host_allocation(
+            int(x.nbytes),
+            f"{what}: a native-byte-order copy of a {x.dtype.str} array of shape {x.shape}",
+        )
+        return x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
 def _dask_inputs(fn: str, **inputs: Any) -> tuple:
     """PACO's inputs in order, each ``dask.array`` computed whole (its bytes checked against
-    the host budget first); other inputs as they are."""
+    the host budget first) and each big-endian NumPy array (a FITS file's) copied to native
+    byte order; other inputs as they are."""
     return tuple(
-        _dask.to_host(v, f"{fn}: {k} (a dask array is computed whole)")
-        if _dask.is_dask(v)
-        else v
+        _native_order(
+            _dask.to_host(v, f"{fn}: {k} (a dask array is computed whole)")
+            if _dask.is_dask(v)
+            else v,
+            f"{fn}: {k}",
+        )
         for k, v in inputs.items()
     )
 

@@ -68,6 +68,12 @@ def _array_chunks(x: np.ndarray, chunk: int) -> Iterator[Tuple[int, np.ndarray]]
     contiguous = x.flags["C_CONTIGUOUS"]
     for a in range(0, x.shape[0], chunk):
         part = x[a : a + chunk]
+        if not part.dtype.isnative:
+            # big-endian frames (a FITS file's): a native copy of this chunk only
+            from . import _native_order  # noqa: PLC0415
+
+            yield a, _native_order(part, f"frames {a}..{a + len(part)}")
+            continue
         yield a, part
         if mm is not None and contiguous and hasattr(mm, "madvise"):
             start = part.ctypes.data - np.frombuffer(mm, dtype=np.uint8).ctypes.data
