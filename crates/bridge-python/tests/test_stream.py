@@ -79,3 +79,20 @@ def test_a_movie_is_streamed_in_bounded_memory(tmp_path, mode):
     grew, n = (int(v) for v in out.stdout.split())
     assert n > 0
     assert grew < 40 << 20, f"{mode}: peak resident memory grew by {grew >> 20} MiB"
+
+
+def test_progress_shows_the_frames_done_and_changes_nothing(capsys):
+    rng = np.random.default_rng(2)
+    movie = rng.normal(100, 5, (10, 48, 48)).astype(np.float32)
+    movie[:, 20:23, 20:23] += 400
+    kw = dict(max_sigma=3, threshold=None, threshold_rel=0.2, device="cpu")
+    want = ab.batch_blob_log(movie, chunk_frames=4, **kw)
+    got = ab.batch_blob_log(movie, chunk_frames=4, progress=True, **kw)
+    assert np.array_equal(got, want)
+    err = capsys.readouterr().err
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        assert "batch_blob_log: 10/10 frames" in err, err
+    else:
+        assert "10/10" in err, err

@@ -124,7 +124,9 @@ def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[in
     return _iter_chunks(frames, chunk)
 
 
-def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs) -> np.ndarray:
+def batch_blob_log(
+    frames: Any, *, chunk_frames: Optional[int] = None, progress: bool = False, **kwargs
+) -> np.ndarray:
     """``blob_log`` on every frame of a movie, as trackpy's ``batch`` is ``locate`` on every
     frame: rows ``(frame, row, col, sigma)``. The movie is a ``(T, H, W)`` array (on any device:
     a framework's GPU array is detected where it lives), a ``.npy`` path, a memory-mapped array,
@@ -134,9 +136,20 @@ def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs)
     volumes: rows ``(frame, z, y, x, sigma...)``, each volume as :func:`arraybridge.blob_log`
     gives it (a dask movie's volumes are computed one at a time, each checked against the host
     memory budget). ``kwargs`` are ``blob_log``'s (``device`` takes lists such as
-    ``"opencl:0,opencl:1"`` and ``"all"``, ``batch_size`` frames go to a device at once)."""
-    from . import _blob_log_frames, blob_log  # noqa: PLC0415
+    ``"opencl:0,opencl:1"`` and ``"all"``, ``batch_size`` frames go to a device at once).
+    ``progress=True`` shows the frames done as they are (a ``tqdm`` bar when tqdm is
+    installed, else a line on standard error)."""
+    from . import _blob_log_frames, _progress, blob_log  # noqa: PLC0415
 
+    bar = _progress.bar(progress, _progress.total_frames(frames), "batch_blob_log")
+    try:
+        return _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwargs)
+    finally:
+        bar.close()
+
+
+def _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwargs) -> np.ndarray:
+    """:func:`batch_blob_log`, reporting each chunk's frames to ``bar``."""
     dask = _dask.is_dask(frames)
     if dask:
         _dask.check(frames, "a movie")
@@ -150,6 +163,7 @@ def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs)
             )
             rows = blob_log(vol, **kwargs)
             out.append(np.column_stack([np.full(len(rows), float(t)), rows]))
+            bar.update(1)
         if out:
             return np.concatenate(out)
         return np.empty((0, 1 + frames.ndim - 1 + 1))
@@ -158,6 +172,7 @@ def batch_blob_log(frames: Any, *, chunk_frames: Optional[int] = None, **kwargs)
         rows, _ = _blob_log_frames(part, **kwargs)
         rows[:, 0] += a
         out.append(rows)
+        bar.update(int(part.shape[0]) if getattr(part, "ndim", 3) == 3 else 1)
     return np.concatenate(out) if out else np.empty((0, 4))
 
 

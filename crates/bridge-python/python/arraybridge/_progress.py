@@ -1,0 +1,76 @@
+"""``progress=True`` of the streaming calls: a ``tqdm`` bar when tqdm is installed, else one
+line on standard error rewritten in place (frames done, of how many when known, frames per
+second), at most ten times a second."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Optional
+
+
+class _Line:
+    """The bar without tqdm."""
+
+    def __init__(self, total: Optional[int], desc: str) -> None:
+        self.total, self.desc, self.n = total, desc, 0
+        self.start = self.last = time.monotonic()
+
+    def update(self, n: int) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= 0.1 or (self.total is not None and self.n >= self.total):
+            self.last = now
+            self._write()
+
+    def _write(self) -> None:
+        of = f"/{self.total}" if self.total is not None else ""
+        rate = self.n / max(time.monotonic() - self.start, 1e-9)
+        sys.stderr.write(f"\r{self.desc}: {self.n}{of} frames ({rate:.1f} frames/s)")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        self._write()
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+class _Off:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def bar(enabled: Any, total: Optional[int], desc: str) -> Any:
+    """A progress bar of ``total`` frames (``None``: unknown) when ``enabled``; else one that
+    does nothing."""
+    if not enabled:
+        return _Off()
+    try:
+        from tqdm.auto import tqdm  # noqa: PLC0415
+    except ImportError:
+        return _Line(total, desc)
+    return tqdm(total=total, desc=desc, unit="frame")
+
+
+def total_frames(frames: Any) -> Optional[int]:
+    """The number of frames of a movie when it says (arrays, dask arrays, ``.npy`` paths)."""
+    import os  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    if isinstance(frames, (str, os.PathLike)):
+        try:
+            shape = np.load(os.fspath(frames), mmap_mode="r").shape
+        except (OSError, ValueError):
+            return None
+        return int(shape[0]) if len(shape) >= 3 else 1
+    shape = getattr(frames, "shape", None)
+    if shape is not None and len(shape) >= 1:
+        try:
+            return int(shape[0]) if len(shape) >= 3 else 1
+        except (TypeError, ValueError):
+            return None
+    return None
