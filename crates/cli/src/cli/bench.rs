@@ -325,7 +325,17 @@ fn best_gb_per_s(reps: usize, bytes: usize, mut f: impl FnMut() -> Result<()>) -
 fn detect(a: DetectArgs, g: Global) -> Result<()> {
     use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
     if let Some(z) = a.volume {
-        return super::bench_volume::run(&a, z, g);
+        let v = super::bench_volume::VolumeBench {
+            frames: a.frames,
+            size: a.size,
+            particles: a.particles,
+            seed: a.seed,
+            device: a.device,
+            method: a.method,
+            movie_cache: a.movie_cache,
+            prepare_only: a.prepare_only,
+        };
+        return super::bench_volume::run(&v, z, g);
     }
     let (frames, size, particles, batch_sizes) = detect_sizes(&a)?;
     let detector = algorithms::detect::LogDetector::default();

@@ -14,7 +14,6 @@ use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
 use ndarray::Array3;
 
-use super::bench::DetectArgs;
 use super::common::Global;
 use super::device::DeviceArg;
 
@@ -81,8 +80,28 @@ pub fn synthetic_volume(z: usize, n: usize, particles: usize, seed: u64, t: usiz
     v.mapv(|x| x.clamp(0.0, 65535.0) as u16)
 }
 
+/// What `bench detect --volume` was asked for (from its flags).
+pub struct VolumeBench {
+    /// Volumes (`--frames`).
+    pub frames: u64,
+    /// Side of a plane (`--size`).
+    pub size: u64,
+    /// Blobs per volume (`--particles`).
+    pub particles: u64,
+    /// Seed of the synthetic volumes.
+    pub seed: u64,
+    /// `--device`.
+    pub device: DeviceArg,
+    /// `--method`.
+    pub method: super::detect::Method,
+    /// Where the volumes are written for the peer script.
+    pub movie_cache: Option<std::path::PathBuf>,
+    /// Write them and stop.
+    pub prepare_only: bool,
+}
+
 /// Run the volume bench (`z` planes a volume).
-pub fn run(a: &DetectArgs, z: u64, g: Global) -> Result<()> {
+pub fn run(a: &VolumeBench, z: u64, g: Global) -> Result<()> {
     let big = |flag: &str| BridgeError::invalid_argument(flag, "too large for this machine");
     let t = usize::try_from(a.frames).map_err(|_| big("--frames"))?;
     let z = usize::try_from(z).map_err(|_| big("--volume"))?;

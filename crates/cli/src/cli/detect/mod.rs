@@ -33,7 +33,16 @@ use files::{plan_outputs, run_files};
 use multi::Multi;
 use multi::Runner;
 pub(super) use output::{particle_header, particle_row};
-use stream::{Done, detect_one};
+use stream::{Done, detect_frames};
+
+/// Detect one input into `output` on `place`: volume by volume when it is a z-stack
+/// (`volume.rs`), else chunk by chunk of 2-D frames (`stream.rs`).
+fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
+    match volume::planes_of(job.args, input)? {
+        Some(planes) => volume::detect_volumes(job, input, output, &place, planes),
+        None => detect_frames(job, input, output, place),
+    }
+}
 
 fn locate_params(args: &Args) -> Result<LocateParams> {
     let diameter = args.diameter.ok_or_else(|| {

@@ -32,12 +32,9 @@ pub(super) struct Done {
     pub(super) runner: Runner,
 }
 
-/// Detect one input into `output` on `place`.
-pub(super) fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
+/// Detect one movie of 2-D frames into `output` on `place`.
+pub(super) fn detect_frames(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
     let args = job.args;
-    if let Some(planes) = super::volume::planes_of(args, input)? {
-        return super::volume::detect_volumes(job, input, output, &place, planes);
-    }
     args.min_sigma.scalar("--min-sigma")?;
     args.max_sigma.scalar("--max-sigma")?;
     let g = job.g;
