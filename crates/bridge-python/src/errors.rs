@@ -33,8 +33,19 @@ pyo3::create_exception!(
      read-only array where a result must be written, a stream for host memory, ..."
 );
 
+pyo3::create_exception!(
+    arraybridge,
+    SubnetOversizeException,
+    InvalidInput,
+    "link_strategy='drop' met a subnet too large to drop (more than 30 sources; with the \
+     adaptive search, a part above 15 sources once its range reached adaptive_stop), where \
+     trackpy raises its SubnetOversizeException. arraybridge's link raises it as an instance \
+     of trackpy's SubnetOversizeException too when trackpy is imported."
+);
+
 /// The Python exception for a Rust error: `OutOfMemory` (a device out of memory, or a host
-/// allocation over the budget: `TooLarge`), `BackendUnavailable`, `InvalidInput`, or the base
+/// allocation over the budget: `TooLarge`), `BackendUnavailable`, `InvalidInput` (its subclass
+/// `SubnetOversizeException` for the drop linker's too large subnet), or the base
 /// `ArrayBridgeError` for the rest (unsupported operations, device failures).
 ///
 /// An input error about some frames of a movie carries them as `frames`, a `range` of frame
@@ -42,7 +53,11 @@ pyo3::create_exception!(
 pub fn to_py(e: BridgeError) -> PyErr {
     let msg = e.to_string();
     if let BridgeError::InvalidInput(m) = &e {
-        let err = InvalidInput::new_err(msg);
+        let err = if algorithms::track::is_subnet_oversize(&e) {
+            SubnetOversizeException::new_err(msg)
+        } else {
+            InvalidInput::new_err(msg)
+        };
         let frames = m.frames.clone();
         pyo3::Python::attach(|py| {
             let value = err.value(py);

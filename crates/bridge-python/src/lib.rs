@@ -12,7 +12,8 @@
 //! - `set_memory_limit` and `memory_limit` (`memory.rs`): the host memory budget, which every
 //!   host allocation sized by an input's shape is checked against before it is made.
 //! - Errors are the typed exceptions `ArrayBridgeError` (base), `OutOfMemory`,
-//!   `BackendUnavailable` and `InvalidInput`, carrying the Rust message.
+//!   `BackendUnavailable` and `InvalidInput` (and its `SubnetOversizeException`, of
+//!   `link_strategy='drop'`), carrying the Rust message.
 
 mod auto;
 mod convert;
@@ -44,6 +45,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<errors::BackendUnavailable>(),
     )?;
     m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
+    m.add(
+        "SubnetOversizeException",
+        py.get_type::<errors::SubnetOversizeException>(),
+    )?;
     m.add_class::<convert::Array>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     // `arraybridge.convert` (named `convert`, held here as `convert_api` beside the core)

@@ -373,7 +373,14 @@ fn blob_rows<'py>(
     Ok((out.into_pyarray(py), movie))
 }
 
-/// `locate`: the trackpy columns, as a dict of NumPy arrays.
+/// The frames of a movie without features and why (`algorithms::detect::Empty::as_str`).
+type EmptyFrames = Vec<(usize, Option<&'static str>)>;
+
+/// `locate`: the trackpy columns, as a dict of NumPy arrays, whether the input was a movie, and
+/// why each frame without features has none (`(frame index, reason)`, the reason one of
+/// [`algorithms::detect::Empty`]'s names or `None`), which the Python layer turns into
+/// trackpy's warnings. The reasons are found on the CPU from the host frames (a movie that
+/// lives on a device is read back for it, only when a frame came back empty).
 #[pyfunction]
 #[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
                     smoothing_size, threshold, invert, percentile, topn, preprocess,
@@ -396,7 +403,7 @@ pub fn locate<'py>(
     characterize: bool,
     device: &str,
     batch_size: usize,
-) -> PyResult<(Bound<'py, PyDict>, bool)> {
+) -> PyResult<(Bound<'py, PyDict>, bool, EmptyFrames)> {
     let p = LocateParams {
         minmass,
         maxsize,
@@ -447,7 +454,34 @@ pub fn locate<'py>(
         out.set_item(*name, c.into_pyarray(py))?;
     }
     out.set_item("frame", frame.into_pyarray(py))?;
-    Ok((out, movie))
+    let empty = why_empty(py, &held, &feats, &p)?;
+    Ok((out, movie, empty))
+}
+
+/// Why each frame of `held` whose features `feats` are empty has none (in frame order):
+/// [`algorithms::detect::why_empty`] on the host frames, read only when there is such a frame.
+fn why_empty(
+    py: Python<'_>,
+    held: &Held,
+    feats: &[Vec<algorithms::detect::Feature>],
+    p: &LocateParams,
+) -> PyResult<EmptyFrames> {
+    let empty: Vec<usize> = (0..feats.len()).filter(|&t| feats[t].is_empty()).collect();
+    if empty.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut keep = None;
+    let (frames, _) = host_frames(held, &mut keep, "locate")?;
+    let mut out = Vec::with_capacity(empty.len());
+    for t in empty {
+        let Some(f) = frames.get(t) else { break };
+        let why = py
+            .detach(|| algorithms::detect::why_empty(*f, p))
+            .py_err()?;
+        out.push((t, why.map(|e| e.as_str())));
+        py.check_signals()?;
+    }
+    Ok(out)
 }
 
 /// `locate` on one device (`auto`: where the movie lives, else the CPU): in place on the
@@ -481,9 +515,13 @@ fn locate_one(
 
 /// `link`: trackpy's particle ids for `(frame, position)` rows, in row order; positions are
 /// `(n, 2)` (`y, x`), `(n, 3)` (`z, y, x`) or `(n, 1)`. Every subnet is solved optimally unless
-/// `max_subnet` caps its sources (then larger ones are linked greedily).
+/// `max_subnet` caps its sources (then larger ones are linked greedily), or, with `drop`,
+/// trackpy's `link_strategy='drop'` leaves the particles of every subnet unlinked (one too
+/// large: `SubnetOversizeException`).
 #[pyfunction]
-#[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None, adaptive=None))]
+#[pyo3(signature = (frames, pos, *, search_range, memory, max_subnet=None, adaptive=None,
+                    drop=false))]
+#[allow(clippy::too_many_arguments)]
 pub fn link<'py>(
     py: Python<'py>,
     frames: PyReadonlyArray1<'py, i64>,
@@ -492,6 +530,7 @@ pub fn link<'py>(
     memory: usize,
     max_subnet: Option<usize>,
     adaptive: Option<(f64, f64)>,
+    drop: bool,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let frames: Vec<i64> = frames.as_array().to_vec();
     let pos = pos.as_array();
@@ -501,6 +540,11 @@ pub fn link<'py>(
     let p = LinkParams {
         max_subnet_sources: max_subnet.unwrap_or(usize::MAX),
         adaptive: adaptive.map(|(stop, step)| algorithms::track::Adaptive::new(stop, step)),
+        link_strategy: if drop {
+            algorithms::track::LinkStrategy::Drop
+        } else {
+            algorithms::track::LinkStrategy::Solve
+        },
         ..LinkParams::new(search_range, memory)
     };
     let (ids, _) = match pos.ncols() {

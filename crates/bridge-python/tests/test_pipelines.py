@@ -291,8 +291,9 @@ def test_readme_python_quick_start():
 def test_trackpy_conventions_of_locate_and_link():
     """characterize=False gives trackpy's columns; a 2-D image has no frame column (trackpy's
     locate), a movie has one (batch); link replaces a particle column, keeps the index and
-    dtypes, takes trackpy's keywords (the strategies change nothing, 'drop' is refused) and
-    to_eucl; the adaptive search runs; a z column is linked in 3-D."""
+    dtypes, takes trackpy's keywords (the strategies change nothing, 'drop' too here, where
+    every subnet is one particle with one candidate) and to_eucl; the adaptive search runs; a
+    z column is linked in 3-D."""
     pd = pytest.importorskip("pandas")
     rng = np.random.default_rng(4)
     yy, xx = np.mgrid[0:64, 0:64]
@@ -315,9 +316,9 @@ def test_trackpy_conventions_of_locate_and_link():
     assert base["particle"].nunique() == 2
     for kw in [dict(link_strategy="hybrid"), dict(link_strategy="numba"),
                dict(neighbor_strategy="KDTree"), dict(to_eucl=lambda p: p * 1.0),
-               dict(adaptive_stop=1.0, adaptive_step=0.9)]:
+               dict(adaptive_stop=1.0, adaptive_step=0.9), dict(link_strategy="drop")]:
         np.testing.assert_array_equal(ab.link(feats, 5, **kw)["particle"], base["particle"])
-    for kw, needle in [(dict(link_strategy="drop"), "drop"),
+    for kw, needle in [(dict(link_strategy="drop", max_subnet=3), "max_subnet"),
                        (dict(link_strategy="fast"), "link_strategy"),
                        (dict(dist_func=lambda a, b: 0.0), "to_eucl"),
                        (dict(adaptive_stop=-1.0), "adaptive_stop"),

@@ -891,3 +891,42 @@ fn linking_options_are_checked_before_reading() {
         assert!(!r.stderr.contains("missing.csv"), "{args:?}: {}", r.stderr);
     }
 }
+
+/// `--strategy drop`: trackpy's `link_strategy='drop'` (its `TestDropLink.test_drop_link`), in
+/// the streaming and the in-memory runs; a subnet of more than 30 sources stops the run with
+/// trackpy's exception named; `--max-subnet` does not apply.
+#[test]
+fn strategy_drop_is_trackpys() {
+    let d = tmpdir("drop");
+    let csv = b"frame,y,x\n0,1,0\n1,1,1\n1,1,3\n";
+    for mode in [&[][..], &["--unsorted"][..]] {
+        let r = track(
+            &d,
+            csv,
+            &[&["--strategy", "drop", "--json"][..], mode].concat(),
+        );
+        assert!(r.ok, "{}", r.stderr);
+        assert_eq!(particles(&d.join("out.csv")), [0, 1, 2]);
+        let s = summary(&d);
+        assert_eq!(s["link"]["dropped_subnets"], 1, "{s}");
+        assert!(s["detail"].as_str().unwrap().contains("dropped"), "{s}");
+        // the new particle out of reach: the stepper goes on
+        let far = b"frame,y,x\n0,1,0\n1,1,1\n1,1,30\n";
+        let r = track(&d, far, &[&["--strategy", "drop"][..], mode].concat());
+        assert!(r.ok, "{}", r.stderr);
+        assert_eq!(particles(&d.join("out.csv")), [0, 0, 1]);
+    }
+    let (r, _, _) = track_args(
+        &d,
+        "optimal_contracting_grid.csv",
+        &["--search-range", "2", "--strategy", "drop"],
+    );
+    assert!(!r.ok);
+    assert!(r.stderr.contains("SubnetOversizeException"), "{}", r.stderr);
+    fails_with(
+        &d,
+        csv,
+        &["--strategy", "drop", "--max-subnet", "5"],
+        &["--max-subnet", "drop"],
+    );
+}

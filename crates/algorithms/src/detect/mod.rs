@@ -42,7 +42,7 @@ pub use gpu::OpenClDetect;
 pub use input::{
     blob_log, blob_log_array, blob_log_in_place, locate, locate_array, locate_in_place,
 };
-pub use locate::{Feature, LocateParams, locate_movie};
+pub use locate::{Empty, Feature, LocateParams, locate_movie, why_empty};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
     blob_log_frames_multi, locate_frames_multi, locate_movie_members, locate_movie_multi,

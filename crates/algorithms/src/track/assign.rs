@@ -188,6 +188,9 @@ pub(crate) struct Rules {
     pub(crate) cap: usize,
     /// trackpy's adaptive search: `(stop, step, max sources)`.
     pub(crate) adaptive: Option<(f64, f64, usize)>,
+    /// trackpy's `drop` strategy, with the most sources of a subnet it drops without the
+    /// adaptive search (more: [`Outcome::oversize`]); `None`: subnets are solved.
+    pub(crate) drop: Option<usize>,
 }
 
 /// What solving one subnet did.
@@ -200,6 +203,11 @@ pub(crate) struct Outcome {
     /// Still above the adaptive size when the range reached `adaptive_stop` (trackpy raises
     /// `SubnetOversizeException` there): solved exactly at that range.
     pub(crate) unresolved: usize,
+    /// Subnets or parts whose particles the `drop` strategy left unlinked.
+    pub(crate) dropped: usize,
+    /// The sources of a subnet or part too large for the `drop` strategy (trackpy raises
+    /// `SubnetOversizeException`); the solution is then meaningless.
+    pub(crate) oversize: Option<usize>,
 }
 
 /// Solve one subnet of `e.sources()` sources and `n` destinations: the destination of each
@@ -213,6 +221,9 @@ pub(crate) fn solve_subnet(e: &Edges, n: usize, rules: &Rules) -> (Vec<Option<u3
     {
         out.adapted = true;
         return (adaptive(e, n, rules, stop, step, max, &mut out), out);
+    }
+    if let Some(max) = rules.drop {
+        return (drop_one(e, n, null, max, &mut out), out);
     }
     if k > rules.cap {
         out.capped = true;
@@ -236,11 +247,29 @@ fn solve_one(e: &Edges, n: usize, null: f64) -> Vec<Option<u32>> {
     solve_sparse(k, n, null, keep)
 }
 
+/// trackpy's `subnet_linker_drop` on a subnet of `n` destinations: one source and one
+/// destination are linked (as [`solve_one`] does); otherwise every source is left unlinked
+/// (counted in [`Outcome::dropped`]), unless there are more than `max` sources
+/// ([`Outcome::oversize`]).
+fn drop_one(e: &Edges, n: usize, null: f64, max: usize, out: &mut Outcome) -> Vec<Option<u32>> {
+    let k = e.sources();
+    if k == 1 && n == 1 {
+        return solve_one(e, n, null);
+    }
+    if k > max {
+        out.oversize = Some(k);
+    } else {
+        out.dropped += 1;
+    }
+    vec![None; k]
+}
+
 /// trackpy's `adaptive_link_wrap`: a subnet with more than `max` sources is split by reducing
 /// the search range (× `step`) and keeping only the candidates within it, recursively, each
 /// part then solved with the null cost of its own range; a source left without candidates is
 /// unlinked. A part still too large once its range is ≤ `stop` is solved exactly at that
-/// range (where trackpy raises), and counted.
+/// range (where trackpy raises), and counted; with the `drop` strategy each part is dropped
+/// ([`drop_one`]) and a part still too large at `stop` is [`Outcome::oversize`].
 fn adaptive(
     e: &Edges,
     n: usize,
@@ -263,6 +292,10 @@ fn adaptive(
         let within = |x: usize| limit.is_none_or(|l| e.dist[x] <= l);
         if srcs.len() <= max || range <= stop {
             if srcs.len() > max {
+                if rules.drop.is_some() {
+                    out.oversize = Some(srcs.len());
+                    return result;
+                }
                 out.unresolved += 1;
             }
             // sub-edges in local numbering; solve; map back
@@ -284,7 +317,10 @@ fn adaptive(
                 sub.off.push(sub.dst.len() as u32);
             }
             let null = range * range;
-            let sol = if srcs.len() > rules.cap {
+            let sol = if rules.drop.is_some() {
+                // at most `max` sources here: never oversize
+                drop_one(&sub, dsts.len(), null, usize::MAX, out)
+            } else if srcs.len() > rules.cap {
                 out.capped = true;
                 solve_greedy(&sub, dsts.len(), null)
             } else {
@@ -494,6 +530,7 @@ mod tests {
             range: 2.0,
             cap: usize::MAX,
             adaptive: None,
+            drop: None,
         };
         // exact: 0→1, 1→0 costs 1.04 < 0.01 + 4
         assert_eq!(solve_subnet(&e, 2, &rules).0, vec![Some(1), Some(0)]);

@@ -7,7 +7,10 @@ use bridge_core::Result;
 
 use super::assign::{Edges, Outcome, Rules, solve_subnet};
 use super::predict::{Field, Velocity};
-use super::{LinkParams, LinkStats, Predictor, check_pushed_frame, distance};
+use super::{
+    DROP_MAX_SUBNET, LinkParams, LinkStats, LinkStrategy, Predictor, check_pushed_frame, distance,
+    subnet_oversize,
+};
 use crate::grid::Grid;
 
 /// "No index".
@@ -93,6 +96,10 @@ impl<const D: usize> Linker<D> {
             range: params.search_range,
             cap: params.max_subnet_sources,
             adaptive: params.adaptive.map(|a| (a.stop, a.step, a.max_subnet)),
+            drop: (params.link_strategy == LinkStrategy::Drop).then(|| {
+                // trackpy's drop linker gets the adaptive size when the search is adaptive
+                params.adaptive.map_or(DROP_MAX_SUBNET, |a| a.max_subnet)
+            }),
         };
         let velocity = match &params.predictor {
             Predictor::None => None,
@@ -164,7 +171,8 @@ impl<const D: usize> Linker<D> {
     /// [`BridgeError::InvalidArgument`](bridge_core::BridgeError::InvalidArgument) when `frame`
     /// is not greater than the previous frame pushed,
     /// [`BridgeError::InvalidInput`](bridge_core::BridgeError::InvalidInput) for a non-finite
-    /// position.
+    /// position, and with [`LinkStrategy::Drop`] for a subnet too large to drop (trackpy's
+    /// `SubnetOversizeException`: [`is_subnet_oversize`](super::is_subnet_oversize)).
     pub fn push_frame_into(
         &mut self,
         frame: i64,
@@ -172,6 +180,8 @@ impl<const D: usize> Linker<D> {
         ids: &mut Vec<i64>,
     ) -> Result<()> {
         check_pushed_frame(self.frame, frame, pos)?;
+        // only the drop strategy fails after this point: it restores the state on an error
+        let undo = self.rules.drop.is_some().then(|| Undo::of(self));
         self.frame = Some(frame);
         self.level += 1;
         self.stats.levels += 1;
@@ -186,7 +196,15 @@ impl<const D: usize> Linker<D> {
                 .collect(),
         };
         let cands = self.candidates(&src_pos, pos);
-        let dest_src = self.solve(&cands, src_pos.len(), pos.len());
+        let dest_src = match self.solve(&cands, src_pos.len(), pos.len(), frame) {
+            Ok(d) => d,
+            Err(e) => {
+                if let Some(u) = undo {
+                    u.restore(self);
+                }
+                return Err(e);
+            }
+        };
         ids.clear();
         for (d, p) in pos.iter().enumerate() {
             let s = match dest_src[d] {
@@ -296,11 +314,12 @@ impl<const D: usize> Linker<D> {
     }
 
     /// Subnets (connected parts of the candidate graph) solved in parallel: the source of
-    /// every destination (`NONE`: a new track).
-    fn solve(&mut self, c: &Cands, ns: usize, nd: usize) -> Vec<u32> {
+    /// every destination (`NONE`: a new track). Fails only with the drop strategy, on a subnet
+    /// too large for it (at frame `frame`).
+    fn solve(&mut self, c: &Cands, ns: usize, nd: usize, frame: i64) -> Result<Vec<u32>> {
         let mut dest_src = vec![NONE; nd];
         if c.src.is_empty() {
-            return dest_src;
+            return Ok(dest_src);
         }
         let net = Subnets::of(c, ns, nd);
         let n_comps = net.n_src.len();
@@ -330,8 +349,14 @@ impl<const D: usize> Linker<D> {
         } else {
             hard.iter().map(solve_one).collect()
         };
+        if let Some((&k, (_, out))) = hard.iter().zip(&solved).find(|s| s.1.1.oversize.is_some()) {
+            let max = self.rules.drop.unwrap_or(DROP_MAX_SUBNET);
+            let sources = out.oversize.unwrap_or(net.n_src[k] as usize);
+            return Err(subnet_oversize(frame, sources, max));
+        }
         for (&k, (sol, out)) in hard.iter().zip(solved) {
             self.stats.fallback_subnets += usize::from(out.capped);
+            self.stats.dropped_subnets += out.dropped;
             self.stats.adaptive_subnets += usize::from(out.adapted);
             self.stats.adaptive_unresolved += out.unresolved;
             for (ls, a) in sol.into_iter().enumerate() {
@@ -341,7 +366,43 @@ impl<const D: usize> Linker<D> {
                 }
             }
         }
-        dest_src
+        Ok(dest_src)
+    }
+}
+
+/// The state [`Linker::push_frame_into`] changes before it solves the subnets, kept to undo
+/// a frame the drop strategy refuses.
+struct Undo<const D: usize> {
+    frame: Option<i64>,
+    level: u64,
+    stats: LinkStats,
+    ids: Vec<i64>,
+    pos: Vec<[f64; D]>,
+    last_frame: Vec<i64>,
+    last_level: Vec<u64>,
+}
+
+impl<const D: usize> Undo<D> {
+    fn of(l: &Linker<D>) -> Self {
+        Undo {
+            frame: l.frame,
+            level: l.level,
+            stats: l.stats.clone(),
+            ids: l.ids.clone(),
+            pos: l.pos.clone(),
+            last_frame: l.last_frame.clone(),
+            last_level: l.last_level.clone(),
+        }
+    }
+
+    fn restore(self, l: &mut Linker<D>) {
+        l.frame = self.frame;
+        l.level = self.level;
+        l.stats = self.stats;
+        l.ids = self.ids;
+        l.pos = self.pos;
+        l.last_frame = self.last_frame;
+        l.last_level = self.last_level;
     }
 }
 

@@ -25,6 +25,13 @@
 //!     search range by `step` until its parts are small enough; each part's null link then
 //!     costs its own range². Where trackpy gives up (the range reached `stop`), the part is
 //!     solved exactly at that range and counted in [`LinkStats::adaptive_unresolved`].
+//!   - [`LinkParams::link_strategy`] = [`LinkStrategy::Drop`]: trackpy's `link_strategy='drop'`:
+//!     the particles of every subnet other than one source with one destination go unlinked
+//!     (its sources end, or wait in memory; its destinations start new tracks), and a subnet
+//!     of more than [`DROP_MAX_SUBNET`] (30) sources is an error, as trackpy raises
+//!     `SubnetOversizeException` there (with the adaptive search: a part still above
+//!     [`Adaptive::max_subnet`] sources once its range reached `stop`); see
+//!     [`is_subnet_oversize`].
 //!   - [`LinkParams::predictor`]: trackpy's `NearestVelocityPredict` (sources are searched at
 //!     their predicted positions). As with trackpy's predictors, which link the frames given,
 //!     `memory` then counts frames present, not frame numbers.
@@ -61,6 +68,48 @@ pub enum Strategy {
     Optimal,
     /// The seed's greedy tracker (nearest particle per track, greedy one-to-one).
     Greedy,
+}
+
+/// How the subnets of [`link`] are resolved (trackpy's `link_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkStrategy {
+    /// Every subnet is solved optimally (trackpy's `recursive`, `nonrecursive`, `numba` and
+    /// `hybrid` strategies, which find the same links where trackpy can solve the subnet).
+    #[default]
+    Solve,
+    /// trackpy's `drop`: a subnet of one source and one destination is linked; in every other
+    /// subnet the sources go unlinked (a track ends, or waits in `memory`) and the destinations
+    /// start new tracks. A subnet of more than [`DROP_MAX_SUBNET`] sources (with the adaptive
+    /// search: a part of more than [`Adaptive::max_subnet`] sources once its range reached
+    /// `stop`) is an error, where trackpy raises `SubnetOversizeException`
+    /// ([`is_subnet_oversize`]). [`LinkParams::max_subnet_sources`] must stay unset.
+    Drop,
+}
+
+/// trackpy's `Linker.MAX_SUB_NET_SIZE`: [`LinkStrategy::Drop`] gives up on a subnet with more
+/// sources (without the adaptive search).
+pub const DROP_MAX_SUBNET: usize = 30;
+
+/// The start of the message of [`LinkStrategy::Drop`]'s error on a too large subnet.
+const OVERSIZE: &str = "SubnetOversizeException: ";
+
+/// The error of [`LinkStrategy::Drop`] on a subnet of `sources` sources (more than `max`) at
+/// frame `frame`.
+pub(crate) fn subnet_oversize(frame: i64, sources: usize, max: usize) -> BridgeError {
+    BridgeError::InvalidInput(
+        format!(
+            "{OVERSIZE}frame {frame}: a subnetwork contains {sources} points (sources), more \
+             than {max}: link_strategy 'drop' gives up here, as trackpy does; use a smaller \
+             search_range (or the adaptive search)"
+        )
+        .into(),
+    )
+}
+
+/// Whether `e` is [`LinkStrategy::Drop`]'s error on a too large subnet (trackpy's
+/// `SubnetOversizeException`), an [`BridgeError::InvalidInput`].
+pub fn is_subnet_oversize(e: &BridgeError) -> bool {
+    matches!(e, BridgeError::InvalidInput(m) if m.message.starts_with(OVERSIZE))
 }
 
 /// trackpy's adaptive search: see the [module documentation](self).
@@ -145,6 +194,8 @@ pub struct LinkParams {
     pub adaptive: Option<Adaptive>,
     /// Where tracks are searched for (trackpy's `predictor`).
     pub predictor: Predictor,
+    /// How subnets are resolved (trackpy's `link_strategy`): solved (the default) or dropped.
+    pub link_strategy: LinkStrategy,
 }
 
 /// At most this many search-range reductions in the adaptive search.
@@ -164,6 +215,7 @@ impl LinkParams {
             max_subnet_sources: usize::MAX,
             adaptive: None,
             predictor: Predictor::None,
+            link_strategy: LinkStrategy::Solve,
         }
     }
 
@@ -191,6 +243,12 @@ impl LinkParams {
             return Err(BridgeError::invalid_argument(
                 "max_subnet_sources",
                 "must be at least 1",
+            ));
+        }
+        if self.link_strategy == LinkStrategy::Drop && self.max_subnet_sources != usize::MAX {
+            return Err(BridgeError::invalid_argument(
+                "max_subnet_sources",
+                "caps the subnets that are solved; link strategy 'drop' solves none",
             ));
         }
         if let Some(a) = &self.adaptive {
@@ -275,6 +333,9 @@ pub struct LinkStats {
     /// Parts of subnets still larger than [`Adaptive::max_subnet`] when the adaptive search
     /// reached `adaptive_stop` (trackpy raises `SubnetOversizeException`): solved exactly.
     pub adaptive_unresolved: usize,
+    /// Subnets (or parts of subnets split by the adaptive search) whose particles
+    /// [`LinkStrategy::Drop`] left unlinked.
+    pub dropped_subnets: usize,
 }
 
 /// The Euclidean distance between `p` and `q` as trackpy computes it (SciPy's `cKDTree`): the

@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
+import warnings
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -46,6 +48,7 @@ from ._native import (
     BackendUnavailable,
     InvalidInput,
     OutOfMemory,
+    SubnetOversizeException,
     backends,
     copyto,
     devices,
@@ -86,6 +89,7 @@ __all__ = [
     "paco",
     "print_benchmark_results",
     "route",
+    "SubnetOversizeException",
     "set_gpu_memory_limit",
     "set_memory_limit",
     "tensorflow",
@@ -470,7 +474,80 @@ def locate(
     A ``dask.array`` movie ``(T, H, W)`` is streamed as :func:`batch` streams it: computed
     ``64`` frames at a time (``ab.batch(movie, diameter, chunk_frames=n)`` chooses), never
     whole; the table is that of the same movie as a NumPy array. A 2-D dask image is computed
-    whole, after its bytes are checked against the host memory budget (:class:`OutOfMemory`)."""
+    whole, after its bytes are checked against the host memory budget (:class:`OutOfMemory`).
+
+    trackpy's ``UserWarning`` s are emitted with trackpy's texts and conditions, for each frame
+    (as trackpy's ``batch`` calls ``locate`` on each): ``"Image is completely black."``,
+    ``"Image contains no local maxima."``, ``"All local maxima were in the margins."``,
+    ``"No maxima survived mass- and size-based filtering. ..."`` for a frame without
+    features, ``"I am interpreting the image as 2-dimensional. If it is actually a
+    1-dimensional color image, convert it to grayscale first."`` when a frame's height or width
+    is 3 or 4 (once per call), and for a movie without any feature ``"No maxima found in any
+    frame."`` (trackpy's ``batch``). A 3-D array is a movie here: an ``(H, W, 3)`` colour image
+    is read as ``H`` frames of ``(W, 3)``; convert it to grayscale first."""
+    return _locate(
+        raw_image, diameter, minmass=minmass, maxsize=maxsize, separation=separation,
+        noise_size=noise_size, smoothing_size=smoothing_size, threshold=threshold,
+        invert=invert, percentile=percentile, topn=topn, preprocess=preprocess,
+        characterize=characterize, engine=engine, device=device, batch_size=batch_size,
+        stacklevel=3, movie_warning=True,
+    )
+
+
+# trackpy 0.7's warnings (trackpy/find.py, trackpy/feature.py), by algorithms::detect::Empty
+_EMPTY_WARNINGS = {
+    "black": "Image is completely black.",
+    "no_maxima": "Image contains no local maxima.",
+    "margins": "All local maxima were in the margins.",
+    "filtered": (
+        "No maxima survived mass- and size-based filtering. Be advised that the mass "
+        "computation was changed from version 0.2.4 to 0.3.0 and from 0.3.3 to 0.4.0. "
+        "See the documentation and the convenience functions 'minmass_v03_change' and "
+        "'minmass_v04_change'."
+    ),
+}
+_NO_FEATURES_IN_MOVIE = "No maxima found in any frame."
+
+
+def _warn_color(shape: Any, stacklevel: int) -> None:
+    """trackpy's warning for a frame whose height or width is 3 or 4 (``shape``: the array's;
+    its last two axes are a frame's)."""
+    try:
+        frame = tuple(int(n) for n in tuple(shape)[-2:])
+    except (TypeError, ValueError):
+        return
+    if len(frame) == 2 and (3 in frame or 4 in frame):
+        warnings.warn(
+            "I am interpreting the image as 2-dimensional. If it is actually a 1-dimensional "
+            "color image, convert it to grayscale first.",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
+
+
+def _locate(
+    raw_image: Any,
+    diameter: int,
+    *,
+    minmass,
+    maxsize,
+    separation,
+    noise_size,
+    smoothing_size,
+    threshold,
+    invert,
+    percentile,
+    topn,
+    preprocess,
+    characterize,
+    engine,
+    device,
+    batch_size,
+    stacklevel: int,
+    movie_warning: bool,
+):
+    """:func:`locate`, its warnings pointing ``stacklevel`` frames up from here; with
+    ``movie_warning``, trackpy's batch warning for a movie without any feature."""
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
     if _dask.is_dask(raw_image):
@@ -483,7 +560,8 @@ def locate(
                 characterize=characterize, engine=engine, device=device, batch_size=batch_size,
             )
         raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
-    cols, movie = _native.locate(
+    _warn_color(getattr(raw_image, "shape", ()), stacklevel)
+    cols, movie, empty = _native.locate(
         raw_image,
         diameter=_int("diameter", diameter),
         minmass=0.0 if minmass is None else float(minmass),
@@ -501,6 +579,11 @@ def locate(
         batch_size=_int("batch_size", batch_size),
     )
     _log_auto(device)
+    for _, why in empty:
+        if why in _EMPTY_WARNINGS:
+            warnings.warn(_EMPTY_WARNINGS[why], UserWarning, stacklevel=stacklevel)
+    if movie and movie_warning and len(cols["frame"]) == 0:
+        warnings.warn(_NO_FEATURES_IN_MOVIE, UserWarning, stacklevel=stacklevel)
     # trackpy's columns: characterize=False gives y, x, mass; a 2-D image (trackpy's locate)
     # has no frame column, a movie (trackpy's batch) has one
     keep = ["y", "x", "mass"] if not characterize else list(cols)
@@ -511,7 +594,34 @@ def locate(
     return _table({k: cols[k] for k in keep})
 
 
-_LINK_STRATEGIES = ("recursive", "nonrecursive", "numba", "hybrid", "auto")
+_LINK_STRATEGIES = ("recursive", "nonrecursive", "numba", "hybrid", "auto", "drop")
+
+# trackpy-compatible subclasses of SubnetOversizeException, by trackpy's exception class
+_OVERSIZE_TYPES: dict = {}
+
+
+def _as_trackpy_oversize(e: SubnetOversizeException) -> BaseException:
+    """``e`` as an instance of trackpy's ``SubnetOversizeException`` too, when trackpy is
+    imported (so that trackpy's ``except SubnetOversizeException`` catches it); ``e`` as it is
+    otherwise. trackpy is never imported here."""
+    utils = sys.modules.get("trackpy.linking.utils")
+    base = getattr(utils, "SubnetOversizeException", None)
+    if not (isinstance(base, type) and issubclass(base, Exception)) or isinstance(e, base):
+        return e
+    cls = _OVERSIZE_TYPES.get(base)
+    if cls is None:
+        try:
+            cls = type(
+                "SubnetOversizeException",
+                (SubnetOversizeException, base),
+                {"__module__": __name__, "__doc__": SubnetOversizeException.__doc__},
+            )
+        except TypeError:  # a layout that cannot be combined: arraybridge's alone
+            return e
+        _OVERSIZE_TYPES[base] = cls
+    out = cls(*e.args)
+    out.frames = getattr(e, "frames", None)
+    return out
 _NEIGHBOR_STRATEGIES = ("kdtree", "btree")
 
 
@@ -545,15 +655,17 @@ def link(
     are trackpy's adaptive search. ``link_strategy`` (``recursive``, ``nonrecursive``,
     ``numba``, ``hybrid``, ``auto``) and ``neighbor_strategy`` (``KDTree``, ``BTree``) are
     accepted and change nothing: they are trackpy's ways of solving the same subnets and
-    finding the same neighbours; ``link_strategy="drop"`` (which drops the particles of large
-    subnets) is refused. ``to_eucl`` maps the positions (an ``(n, d)`` array) to the
-    Euclidean coordinates linking uses."""
+    finding the same neighbours. ``link_strategy="drop"`` is trackpy's: in every subnet other
+    than one particle with one candidate, the particles go unlinked (the tracks end, or wait
+    ``memory`` frames; the new points start tracks), and a subnet of more than 30 particles
+    (with ``adaptive_stop``: a part still above 15 once the range reached it) raises
+    :class:`SubnetOversizeException` as trackpy does (an :class:`InvalidInput`, and an instance
+    of trackpy's ``SubnetOversizeException`` when trackpy is imported); ``max_subnet`` does not
+    apply to it. ``to_eucl`` maps the positions (an ``(n, d)`` array) to the Euclidean
+    coordinates linking uses."""
+    drop = False
     if link_strategy is not None:
-        if str(link_strategy).lower() == "drop":
-            raise InvalidInput(
-                "link_strategy='drop' drops the particles of large subnets; arraybridge solves "
-                "every subnet (use max_subnet to cap the optimal solve instead)"
-            )
+        drop = str(link_strategy).lower() == "drop"
         if str(link_strategy).lower() not in _LINK_STRATEGIES:
             raise InvalidInput(
                 f"link_strategy must be one of {', '.join(_LINK_STRATEGIES)}, got {link_strategy!r}"
@@ -564,6 +676,10 @@ def link(
         )
     if dist_func is not None:
         raise InvalidInput("dist_func is not supported: map positions with to_eucl instead")
+    if drop and max_subnet is not None:
+        raise InvalidInput(
+            "max_subnet caps the subnets that are solved; link_strategy='drop' solves none"
+        )
     if predictor is not None:
         raise InvalidInput(
             "a trackpy predictor object is not supported here (the command line's "
@@ -626,14 +742,18 @@ def link(
                 f"to_eucl must return an array of shape {(len(frames), len(pos_columns))}, "
                 f"got {pos.shape}"
             )
-    ids = _native.link(
-        frames,
-        np.ascontiguousarray(pos),
-        search_range=float(search_range),
-        memory=_int("memory", memory),
-        max_subnet=None if max_subnet is None else _int("max_subnet", max_subnet),
-        adaptive=adaptive,
-    )
+    try:
+        ids = _native.link(
+            frames,
+            np.ascontiguousarray(pos),
+            search_range=float(search_range),
+            memory=_int("memory", memory),
+            max_subnet=None if max_subnet is None else _int("max_subnet", max_subnet),
+            adaptive=adaptive,
+            drop=drop,
+        )
+    except SubnetOversizeException as e:
+        raise _as_trackpy_oversize(e) from None
     if is_df:
         out = f.copy()
         out["particle"] = ids

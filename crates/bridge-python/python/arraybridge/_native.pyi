@@ -25,6 +25,10 @@ class InvalidInput(ArrayBridgeError):
     frames: range | None
     """The frames of a movie the error concerns (``range(4, 6)``), ``None`` otherwise."""
 
+class SubnetOversizeException(InvalidInput):
+    """``link(..., drop=True)`` met a subnet too large to drop (trackpy's
+    ``SubnetOversizeException``)."""
+
 class Array:
     """An array held by arraybridge, on the host or a device; any DLPack consumer takes it."""
 
@@ -121,7 +125,7 @@ def locate(
     characterize: bool,
     device: str,
     batch_size: int,
-) -> Tuple[Dict[str, np.ndarray], bool]: ...
+) -> Tuple[Dict[str, np.ndarray], bool, List[Tuple[int, Optional[str]]]]: ...
 def link(
     frames: npt.NDArray[np.int64],
     pos: npt.NDArray[np.float64],
@@ -129,6 +133,8 @@ def link(
     search_range: float,
     memory: int,
     max_subnet: Optional[int] = ...,
+    adaptive: Optional[Tuple[float, float]] = ...,
+    drop: bool = ...,
 ) -> npt.NDArray[np.int64]: ...
 def paco(
     cube: Any,

@@ -5,8 +5,10 @@ file)."""
 
 from __future__ import annotations
 
+import inspect
 import mmap
 import os
+import warnings
 from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
@@ -182,17 +184,26 @@ def batch(frames: Any, diameter: int, *, chunk_frames: Optional[int] = None, **k
     frames, one chunk of ``chunk_frames`` frames at a time (bounded memory); the
     same table as :func:`arraybridge.locate` on the whole movie, with its ``frame`` column.
     ``kwargs`` are ``locate``'s."""
-    from . import _pandas, _table, locate  # noqa: PLC0415
+    from . import _NO_FEATURES_IN_MOVIE, _locate, _pandas, _table, locate  # noqa: PLC0415
 
+    bound = inspect.signature(locate).bind(None, diameter, **kwargs)
+    bound.apply_defaults()
+    named = {k: v for k, v in bound.arguments.items() if k not in ("raw_image", "diameter")}
     tables = []
     for a, part in chunks(frames, chunk_frames):
-        t = locate(part if part.ndim == 3 else part[None], diameter, **kwargs)
+        # trackpy's per-frame warnings point at the caller of batch
+        t = _locate(
+            part if part.ndim == 3 else part[None], diameter, **named, stacklevel=3,
+            movie_warning=False,
+        )
         cols = {k: np.asarray(t[k]) for k in (t.columns if hasattr(t, "columns") else t.dtype.names)}
         cols["frame"] = cols["frame"] + a
         tables.append(cols)
     if not tables:
         raise InvalidInput("the movie has no frames")
     merged = {k: np.concatenate([c[k] for c in tables]) for k in tables[0]}
+    if len(merged["frame"]) == 0:
+        warnings.warn(_NO_FEATURES_IN_MOVIE, UserWarning, stacklevel=2)
     pd = _pandas()
     if pd is not None:
         return pd.DataFrame(merged)

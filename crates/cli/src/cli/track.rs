@@ -25,14 +25,17 @@
 //! and the summary says how many subnets it took. trackpy's adaptive search
 //! (`--adaptive-stop`, `--adaptive-step`) and velocity predictor (`--predict velocity`,
 //! `--predict-span`) are available for the optimal strategy; see
-//! [`algorithms::track`] for their exact meaning.
+//! [`algorithms::track`] for their exact meaning. `--strategy drop` is trackpy's
+//! `link_strategy='drop'` (with `--adaptive-stop` and `--predict` too): the particles of
+//! every subnet other than one source with one candidate go unlinked, and a subnet of more
+//! than 30 sources stops the run with trackpy's `SubnetOversizeException` in the message.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use algorithms::track::{
-    Adaptive, GreedyLinker, GreedyParams, LinkParams, LinkStats, Linker, Predictor,
+    Adaptive, GreedyLinker, GreedyParams, LinkParams, LinkStats, LinkStrategy, Linker, Predictor,
     VelocityPredict, filter_stubs, link, link_greedy, long_enough,
 };
 use arraybridge::io::csv::{RowReader, TableWriter, create_writer, read_table};
@@ -49,6 +52,10 @@ pub enum StrategyArg {
     Optimal,
     /// The seed's greedy tracker (nearest particle per track, gaps up to --memory frames).
     Greedy,
+    /// trackpy's link_strategy='drop': the particles of every subnet other than one source
+    /// with one candidate go unlinked; a subnet of more than 30 sources is an error
+    /// (trackpy's SubnetOversizeException).
+    Drop,
 }
 
 /// Where tracks are searched for in the next frame.
@@ -156,7 +163,13 @@ impl Args {
                 initial_guess: None,
             }),
         };
+        let link_strategy = if self.strategy == StrategyArg::Drop {
+            LinkStrategy::Drop
+        } else {
+            LinkStrategy::Solve
+        };
         let p = LinkParams {
+            link_strategy,
             max_subnet_sources: self
                 .max_subnet
                 .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
@@ -180,12 +193,19 @@ impl Args {
     }
 }
 
-/// The summary of an optimal linking: subnets, and what the cap and the adaptive search did.
+/// The summary of an optimal (or drop) linking: subnets, and what the cap, the drop strategy
+/// and the adaptive search did.
 fn describe(s: &LinkStats, p: &LinkParams) -> String {
     let mut d = format!(
         "{} subnets, largest {} sources, all solved optimally",
         s.subnets, s.largest_subnet
     );
+    if p.link_strategy == LinkStrategy::Drop {
+        d = format!(
+            "{} subnets, largest {} sources, the particles of {} dropped (--strategy drop)",
+            s.subnets, s.largest_subnet, s.dropped_subnets
+        );
+    }
     if s.fallback_subnets > 0 {
         d = format!(
             "{} subnets, largest {} sources, {} subnet(s) above {} sources solved by the greedy \
@@ -420,10 +440,16 @@ fn check(args: &Args) -> Result<()> {
     {
         return Err(BridgeError::invalid_argument(
             flag,
-            "only applies to --strategy optimal",
+            "only applies to --strategy optimal (or drop)",
         ));
     }
-    if args.strategy == StrategyArg::Optimal {
+    if args.strategy == StrategyArg::Drop && args.max_subnet.is_some() {
+        return Err(BridgeError::invalid_argument(
+            "--max-subnet",
+            "caps the subnets solved optimally; --strategy drop solves none",
+        ));
+    }
+    if args.strategy != StrategyArg::Greedy {
         args.link_params()?;
     }
     check_output_file(&args.output, &[&args.input], "--output")
@@ -584,6 +610,7 @@ fn stats_json(s: &LinkStats) -> serde_json::Value {
         "greedy_capped_subnets": s.fallback_subnets,
         "adaptive_subnets": s.adaptive_subnets,
         "adaptive_unresolved": s.adaptive_unresolved,
+        "dropped_subnets": s.dropped_subnets,
     })
 }
 
@@ -682,7 +709,7 @@ fn run_in_memory(args: &Args, g: Global, start: Instant) -> Result<()> {
         pos.push([csv.finite_f64(r, cy)?, csv.finite_f64(r, cx)?]);
     }
     let (ids, detail, stats) = match args.strategy {
-        StrategyArg::Optimal => {
+        StrategyArg::Optimal | StrategyArg::Drop => {
             let p = args.link_params()?;
             let (mut ids, s) = link(&frames, &pos, &p)?;
             if args.min_length > 1 {

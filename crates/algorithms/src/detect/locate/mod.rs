@@ -289,3 +289,74 @@ pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {
     );
     Ok(finish(&feats, prep.scale, noise, p, r, mask))
 }
+
+/// Why [`locate`] found no feature in a frame: the stage that left none, in the order trackpy
+/// checks them, each the reason of one of trackpy's `UserWarning`s ([`Empty::trackpy_warning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Empty {
+    /// The preprocessed image has no non-zero pixel (no percentile threshold).
+    Black,
+    /// No pixel is a local maximum above the percentile threshold.
+    NoMaxima,
+    /// Every local maximum is within the margin (always so in a frame too small to hold a
+    /// feature).
+    InMargins,
+    /// Features were refined but none passed `minmass` and `maxsize`.
+    Filtered,
+}
+
+impl Empty {
+    /// A short name: `black`, `no_maxima`, `margins`, `filtered`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Empty::Black => "black",
+            Empty::NoMaxima => "no_maxima",
+            Empty::InMargins => "margins",
+            Empty::Filtered => "filtered",
+        }
+    }
+
+    /// The text of trackpy 0.7's `UserWarning` for this case (`trackpy.find.grey_dilation`
+    /// and `trackpy.feature.locate`).
+    pub fn trackpy_warning(&self) -> &'static str {
+        match self {
+            Empty::Black => "Image is completely black.",
+            Empty::NoMaxima => "Image contains no local maxima.",
+            Empty::InMargins => "All local maxima were in the margins.",
+            Empty::Filtered => {
+                "No maxima survived mass- and size-based filtering. Be advised that the mass \
+                 computation was changed from version 0.2.4 to 0.3.0 and from 0.3.3 to 0.4.0. \
+                 See the documentation and the convenience functions 'minmass_v03_change' and \
+                 'minmass_v04_change'."
+            }
+        }
+    }
+}
+
+/// Why [`locate`] finds no feature in `frame` (`None`: it finds some), on the CPU: the
+/// preprocessed image is black, it has no local maximum above the percentile threshold, they
+/// are all in the margin, or none passes the mass and size filters. Meant for the frames a
+/// [`locate`] (on any device) returned empty, to say why as trackpy does: it repeats the
+/// preprocessing and, when maxima remain outside the margin, the whole [`locate`].
+pub fn why_empty(frame: FrameView<'_>, p: &LocateParams) -> Result<Option<Empty>> {
+    p.validate()?;
+    frame.validate()?;
+    let (h, w) = frame.dim();
+    let plan = Plan::new(p);
+    let prep = prepare(&frame, p);
+    let img = &prep.img;
+    let Some(thr) = percentile_nonzero(img, p.percentile) else {
+        return Ok(Some(Empty::Black));
+    };
+    let rows = dilate_rows(img, h, w, plan.box_size);
+    let maxima = local_maxima(img, &rows, h, w, plan.box_size, 0, thr);
+    if maxima.is_empty() {
+        return Ok(Some(Empty::NoMaxima));
+    }
+    let m = plan.margin;
+    let inside = |&(y, x): &(usize, usize)| y >= m && x >= m && y + m < h && x + m < w;
+    if !plan.fits(h, w) || !maxima.iter().any(inside) {
+        return Ok(Some(Empty::InMargins));
+    }
+    Ok(locate(frame, p)?.is_empty().then_some(Empty::Filtered))
+}
