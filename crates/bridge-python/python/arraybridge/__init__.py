@@ -32,6 +32,7 @@ import numpy as np
 
 from . import _dask, _decorators, _frameworks, _native
 from ._decorators import cupy, jax, numpy, on, tensorflow, torch
+from ._locate import _isotropic, _locate_frames, _locate_nd, _names, _ndim, _per_axis, _scalar
 from ._stream import batch, batch_blob_log
 from ._seed import (
     ParticleDetector,
@@ -440,12 +441,12 @@ def _as_blob_log_input(image: Any, prescale: str) -> Any:
 
 def locate(
     raw_image: Any,
-    diameter: int,
+    diameter: Union[int, Sequence[int]],
     minmass: Optional[float] = None,
     maxsize: Optional[float] = None,
-    separation: Optional[float] = None,
-    noise_size: float = 1,
-    smoothing_size: Optional[int] = None,
+    separation: Optional[Union[float, Sequence[float]]] = None,
+    noise_size: Union[float, Sequence[float]] = 1,
+    smoothing_size: Optional[Union[int, Sequence[int]]] = None,
     threshold: Optional[float] = None,
     invert: bool = False,
     percentile: float = 64,
@@ -457,55 +458,52 @@ def locate(
     device: str = "auto",
     batch_size: int = 4,
 ):
-    """trackpy's ``locate`` (a 2-D image) or ``batch`` (a 3-D movie), with trackpy's parameter
-    names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep`` (``y, x, mass`` with
-    ``characterize=False``), and ``frame`` for a movie as ``batch`` gives it: a pandas
-    DataFrame when pandas is installed, a structured NumPy array otherwise. ``engine`` is
-    trackpy's choice of its own implementation (``"auto"``, ``"python"``, ``"numba"``), which
-    gives the same features: accepted and a no-op here (``device`` chooses where to run).
+    """trackpy's ``locate``: a 2-D array is an image (columns ``y, x, mass, size, ecc, signal,
+    raw_mass, ep``; ``y, x, mass`` with ``characterize=False``), a 3-D array is one volume
+    (columns ``z, y, x, ...``); a pandas DataFrame when pandas is installed, a structured NumPy
+    array otherwise. Movies go through :func:`batch`. ``diameter``, ``separation``,
+    ``noise_size`` and ``smoothing_size`` may be a tuple per axis (``(z, y, x)`` or ``(y, x)``);
+    anisotropic sizes give trackpy's ``size_z, size_y, size_x`` and ``ep_z, ep_y, ep_x``
+    columns, and a volume has ``ecc`` NaN (as trackpy). Volumes and sizes per axis run on the
+    CPU (another ``device`` is an :class:`InvalidInput`); a 2-D image with one size per axis
+    runs where ``device`` says. ``engine`` is trackpy's choice of its own implementation
+    (``"auto"``, ``"python"``, ``"numba"``), which gives the same features: accepted and a no-op
+    here (``device`` chooses where to run).
 
-    A ``dask.array`` movie ``(T, H, W)`` is streamed as :func:`batch` streams it: computed
-    ``64`` frames at a time (``ab.batch(movie, diameter, chunk_frames=n)`` chooses), never
-    whole; the table is that of the same movie as a NumPy array. A 2-D dask image is computed
-    whole, after its bytes are checked against the host memory budget (:class:`OutOfMemory`)."""
+    A dask image or volume is computed whole, after its bytes are checked against the host
+    memory budget (:class:`OutOfMemory`); a dask movie is streamed by :func:`batch`."""
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
     if _dask.is_dask(raw_image):
         _dask.check(raw_image, "locate")
-        if raw_image.ndim == 3:
-            return batch(
-                raw_image, diameter, minmass=minmass, maxsize=maxsize, separation=separation,
-                noise_size=noise_size, smoothing_size=smoothing_size, threshold=threshold,
-                invert=invert, percentile=percentile, topn=topn, preprocess=preprocess,
-                characterize=characterize, engine=engine, device=device, batch_size=batch_size,
-            )
         raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
-    cols, movie = _native.locate(
-        raw_image,
-        diameter=_int("diameter", diameter),
-        minmass=0.0 if minmass is None else float(minmass),
-        maxsize=None if maxsize is None else float(maxsize),
-        separation=None if separation is None else float(separation),
-        noise_size=float(noise_size),
-        smoothing_size=None if smoothing_size is None else _int("smoothing_size", smoothing_size),
-        threshold=None if threshold is None else float(threshold),
-        invert=bool(invert),
-        percentile=float(percentile),
-        topn=None if topn is None else _int("topn", topn),
-        preprocess=bool(preprocess),
-        characterize=bool(characterize),
-        device=device,
-        batch_size=_int("batch_size", batch_size),
+    diameter, separation, noise_size, smoothing_size = (
+        _per_axis("diameter", diameter),
+        _per_axis("separation", separation),
+        _per_axis("noise_size", noise_size),
+        _per_axis("smoothing_size", smoothing_size),
     )
-    _log_auto(device)
-    # trackpy's columns: characterize=False gives y, x, mass; a 2-D image (trackpy's locate)
-    # has no frame column, a movie (trackpy's batch) has one
-    keep = ["y", "x", "mass"] if not characterize else list(cols)
-    if not movie:
-        keep = [k for k in keep if k != "frame"]
-    elif "frame" not in keep:
-        keep.append("frame")
-    return _table({k: cols[k] for k in keep})
+    ndim = _ndim(raw_image)
+    if ndim != 2 or not _isotropic(diameter, separation, noise_size, smoothing_size):
+        if ndim not in (2, 3):
+            raise InvalidInput(
+                f"locate takes a 2-D image or a 3-D volume, got {ndim} dimensions (a movie of "
+                "frames or of volumes goes through batch)"
+            )
+        return _locate_nd(
+            raw_image, diameter, device, minmass=minmass, maxsize=maxsize,
+            separation=separation, noise_size=noise_size, smoothing_size=smoothing_size,
+            threshold=threshold, invert=invert, percentile=percentile, topn=topn,
+            preprocess=preprocess, characterize=characterize,
+        )
+    table = _locate_frames(
+        raw_image, _scalar(diameter), minmass=minmass, maxsize=maxsize,
+        separation=_scalar(separation), noise_size=_scalar(noise_size),
+        smoothing_size=_scalar(smoothing_size), threshold=threshold, invert=invert,
+        percentile=percentile, topn=topn, preprocess=preprocess, characterize=characterize,
+        device=device, batch_size=batch_size,
+    )
+    return _table({k: np.asarray(table[k]) for k in _names(table) if k != "frame"})
 
 
 _LINK_STRATEGIES = ("recursive", "nonrecursive", "numba", "hybrid", "auto")
