@@ -70,6 +70,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipelines::blob_log, m)?)?;
     m.add_function(wrap_pyfunction!(volume::blob_log_nd, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::locate, m)?)?;
+    m.add_function(wrap_pyfunction!(volume::locate_volume, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines::link, m)?)?;
     m.add_function(wrap_pyfunction!(paco::paco, m)?)?;
     m.add_function(wrap_pyfunction!(paco::unbiased_flux, m)?)?;

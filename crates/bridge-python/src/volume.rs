@@ -1,9 +1,11 @@
 //! `blob_log` on one n-dimensional image (scikit-image's semantics: a 3-D array is a volume),
-//! on the CPU: [`algorithms::detect::blob_log::blob_log_nd_view`].
+//! on the CPU: [`algorithms::detect::blob_log::blob_log_nd_view`]; and trackpy's `locate` on one
+//! image or volume with sizes per axis: [`algorithms::detect::locate::locate_nd`].
 
 use algorithms::detect::blob_log::{
     BlobLogNdParams, BlobsNd, Border, Prescale, Sigma, VolumeView, blob_log_nd_prescaled,
 };
+use algorithms::detect::locate::{LocateNdParams, locate_nd};
 use bridge_core::DType;
 use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
@@ -98,4 +100,64 @@ pub fn blob_log_nd<'py>(
         .detach(|| blob_log_nd_prescaled(view, prescale, &p))
         .py_err()?;
     Ok(rows(py, &blobs))
+}
+
+/// `trackpy.locate(image, diameter, ...)` on one 2-D image or 3-D volume (axes `z, y, x`) of
+/// uint8, uint16, float32 or float64 pixels, with sizes per axis (a list of one value applies
+/// to every axis), on the CPU: [`algorithms::detect::locate::locate_nd`]. Returns trackpy's
+/// column names and an `(n, columns)` array.
+#[pyfunction(name = "locate_nd")]
+#[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
+                    smoothing_size, threshold, invert, percentile, topn, preprocess,
+                    characterize))]
+#[allow(clippy::too_many_arguments)]
+pub fn locate_volume<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    diameter: Vec<usize>,
+    minmass: f64,
+    maxsize: Option<f64>,
+    separation: Option<Vec<f64>>,
+    noise_size: Vec<f64>,
+    smoothing_size: Option<Vec<usize>>,
+    threshold: Option<f64>,
+    invert: bool,
+    percentile: f64,
+    topn: Option<usize>,
+    preprocess: bool,
+    characterize: bool,
+) -> PyResult<(Vec<String>, Bound<'py, PyArray2<f64>>)> {
+    let p = LocateNdParams {
+        minmass,
+        maxsize,
+        separation,
+        noise_size,
+        smoothing_size,
+        threshold,
+        invert,
+        percentile,
+        topn,
+        preprocess,
+        characterize,
+        ..LocateNdParams::new(diameter)
+    };
+    let held = import_held(image)?;
+    let mut keep = None;
+    let src = host_held(&held, &mut keep, "locate")?;
+    let view = match src.dtype() {
+        DType::U8 => VolumeView::U8(src.host_view::<u8>().py_err()?),
+        DType::U16 => VolumeView::U16(src.host_view::<u16>().py_err()?),
+        DType::F32 => VolumeView::F32(src.host_view::<f32>().py_err()?),
+        DType::F64 => VolumeView::F64(src.host_view::<f64>().py_err()?),
+        other => {
+            return Err(invalid(format!(
+                "images of {other} pixels: locate takes uint8, uint16, float32 or float64 \
+                 (cast first)"
+            )));
+        }
+    };
+    let f = py.detach(|| locate_nd(view, &p)).py_err()?;
+    let ncol = f.columns.len();
+    let arr = Array2::from_shape_fn((f.rows.len(), ncol), |(i, j)| f.rows[i][j]).into_pyarray(py);
+    Ok((f.columns, arr))
 }

@@ -35,7 +35,7 @@ def test_host_input_follows_the_offload_model_and_says_why(caplog):
     np.testing.assert_array_equal(auto, named)
     assert any("auto:" in r.getMessage() for r in caplog.records)
     for pipeline in (
-        lambda: ab.locate(m, 7),
+        lambda: ab.batch(m, 7),
         lambda: ab.paco(np.random.default_rng(0).normal(size=(8, 24, 24)),
                         np.linspace(0, 40, 8), np.ones((5, 5)), radius=2, fwhm=2.0),
     ):

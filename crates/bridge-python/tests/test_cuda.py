@@ -149,12 +149,12 @@ def test_locate_on_a_cuda_movie_reads_it_in_place(torch_cuda):
         (movie, torch.from_numpy(movie.view(np.int16)).to("cuda:0").view(torch.uint16)),
         (movie.astype(np.float32), torch.from_numpy(movie.astype(np.float32)).to("cuda:0")),
     ):
-        cpu = cols(ab.locate(host, 7, device="cpu"))
+        cpu = cols(ab.batch(host, 7, device="cpu"))
         assert len(cpu["y"]) > 10
-        from_host = cols(ab.locate(host, 7, device="cuda:0"))
+        from_host = cols(ab.batch(host, 7, device="cuda:0"))
         # a movie already on the GPU is read in place by the device locate (float64 on a GPU
         # with doubles: the CPU's features bit for bit)
-        resident = cols(ab.locate(on_gpu, 7, device="cuda:0"))
+        resident = cols(ab.batch(on_gpu, 7, device="cuda:0"))
         for got in (from_host, resident):
             for k in names:
                 np.testing.assert_array_equal(got[k], cpu[k], err_msg=k)

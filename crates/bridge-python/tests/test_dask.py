@@ -83,18 +83,18 @@ def test_batch_blob_log_of_a_dask_movie_gives_the_numpy_movies_rows():
 def test_batch_and_locate_of_a_dask_movie_give_the_numpy_movies_table():
     m = movie(t=9)
     d = da.from_array(m, chunks=(4, -1, -1))
-    want = columns(ab.locate(m, 5, device="cpu"))
+    want = columns(ab.batch(m, 5, device="cpu"))
     assert len(want["y"]) > 30
     for got in [
         ab.batch(d, 5, chunk_frames=3, device="cpu"),
-        ab.locate(d, 5, device="cpu"),  # a dask movie is streamed as batch streams it
+        ab.batch(d, 5, device="cpu"),  # streamed 64 frames at a time
     ]:
         got = columns(got)
         assert list(got) == list(want)
         for k in want:
             assert np.array_equal(got[k], want[k]), k
-    small = columns(ab.locate(d, 5, characterize=False, device="cpu"))
-    assert list(small) == list(columns(ab.locate(m, 5, characterize=False, device="cpu")))
+    small = columns(ab.batch(d, 5, characterize=False, device="cpu"))
+    assert list(small) == list(columns(ab.batch(m, 5, characterize=False, device="cpu")))
     # a 2-D dask image: trackpy's locate, no frame column
     got2 = columns(ab.locate(d[4], 5, device="cpu"))
     want2 = columns(ab.locate(m[4], 5, device="cpu"))

@@ -34,7 +34,7 @@ def test_bad_lists_are_typed_errors():
     with pytest.raises(ab.InvalidInput, match="twice"):
         ab.batch_blob_log(m, max_sigma=3, device="cpu,cpu")
     with pytest.raises((ab.BackendUnavailable, ab.InvalidInput)):
-        ab.locate(m, 7, device="cpu,opencl:99")
+        ab.batch(m, 7, device="cpu,opencl:99")
     with pytest.raises(ab.InvalidInput):
         ab.batch_blob_log(m, max_sigma=3, device="cpu,gpu7")
     if not any(d["device"].startswith("cuda") for d in ab.devices()):
@@ -47,8 +47,8 @@ def test_cpu_and_opencl_together_give_the_cpu_features():
     if not has("opencl:0"):
         pytest.skip("no opencl:0 here")
     m = movie()
-    one = ab.locate(m, 7, device="cpu", batch_size=2)
-    both = ab.locate(m, 7, device="cpu,opencl:0", batch_size=2)
+    one = ab.batch(m, 7, device="cpu", batch_size=2)
+    both = ab.batch(m, 7, device="cpu,opencl:0", batch_size=2)
     for col in ["frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass"]:
         np.testing.assert_array_equal(np.asarray(both[col]), np.asarray(one[col]), col)
 
@@ -68,8 +68,8 @@ CHILD = textwrap.dedent(
     two = ab.batch_blob_log(m, device="opencl:0,opencl:1", **kw)
     assert one.shape[0] > 0
     np.testing.assert_array_equal(two, one)
-    f1 = ab.locate(m, 7, device="opencl:0", batch_size=2)
-    f2 = ab.locate(m, 7, device="opencl:0,opencl:1", batch_size=2)
+    f1 = ab.batch(m, 7, device="opencl:0", batch_size=2)
+    f2 = ab.batch(m, 7, device="opencl:0,opencl:1", batch_size=2)
     for c in ["frame", "y", "x", "mass"]:
         np.testing.assert_array_equal(np.asarray(f2[c]), np.asarray(f1[c]))
     rng = np.random.default_rng(1)

@@ -162,7 +162,7 @@ def test_device_arrays_read_back_are_checked():
     with pytest.raises(ab.OutOfMemory, match="blob_log: reading the movie back"):
         ab.batch_blob_log(on_device, device="cpu")
     with pytest.raises(ab.OutOfMemory, match="locate: reading the movie back"):
-        ab.locate(on_device, 7, device="cpu")
+        ab.batch(on_device, 7, device="cpu")
     ab.set_memory_limit(16)
     np.testing.assert_array_equal(on_device.numpy(), movie)
 
@@ -176,12 +176,12 @@ def test_detection_checks_the_frames_in_flight_before_detecting():
     for part in ["blob_log", "(num_sigma)", "(batch_size)", "4096x4096", "only 8.0 MiB fit"]:
         assert part in msg, msg
     with pytest.raises(ab.OutOfMemory, match=r"locate on 3 frame\(s\) of 4096x4096"):
-        ab.locate(movie, 7, device="cpu")
+        ab.batch(movie, 7, device="cpu")
     # a strided view of a small movie is still read in place and fits
     rng = np.random.default_rng(0)
     small = rng.integers(0, 1000, size=(2, 128, 128), dtype=np.uint16)[:, ::2, ::2]
     assert ab.batch_blob_log(small, max_sigma=3, threshold=None, threshold_rel=0.5).shape[1] == 4
-    assert len(np.asarray(ab.locate(small, 7, device="cpu")["y"])) >= 0
+    assert len(np.asarray(ab.batch(small, 7, device="cpu")["y"])) >= 0
 
 
 def test_paco_inputs_are_checked_before_their_float64_copies():

@@ -69,13 +69,13 @@ def test_locate_on_an_opencl_movie_reads_it_in_place():
         pytest.skip("no OpenCL device")
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:3, :96, :96]
     names = ("frame", "y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep")
-    cpu = ab.locate(movie, 7, device="cpu")
+    cpu = ab.batch(movie, 7, device="cpu")
     assert len(np.asarray(cpu["y"])) > 5
     for host in (movie, movie.astype(np.float32)):
-        want = ab.locate(host, 7, device="cpu")
+        want = ab.batch(host, 7, device="cpu")
         # a movie already on the device is read there by the device locate (float64 on PoCL:
         # the CPU's features bit for bit)
-        got = ab.locate(ab.convert(host, "opencl:0"), 7, device="opencl:0")
+        got = ab.batch(ab.convert(host, "opencl:0"), 7, device="opencl:0")
         for k in names:
             np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
 
@@ -85,7 +85,7 @@ def test_locate_equals_trackpy_fixture():
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:2]
     ref = pd.read_csv(FIX / "detect" / "movie" / "movie__locate_d7.csv")
     ref = ref[ref.frame < 2].reset_index(drop=True)
-    got = ab.locate(movie, 7, minmass=300)
+    got = ab.batch(movie, 7, minmass=300)
     assert list(got.columns) == list(ref.columns)
     np.testing.assert_allclose(got.to_numpy(float), ref.to_numpy(float), rtol=1e-6, atol=1e-9)
 
@@ -96,7 +96,7 @@ def test_locate_refuses_nan_limits(kw):
     # NaN compares false with every size and pixel: it used to remove every feature silently
     movie = np.load(FIX / "detect" / "movie" / "movie_u16.npy")[:1]
     with pytest.raises(ab.InvalidInput, match=next(iter(kw))):
-        ab.locate(movie, 7, minmass=300, **kw)
+        ab.batch(movie, 7, minmass=300, **kw)
 
 
 def test_huge_integers_are_errors_or_empty_never_panics():
@@ -304,9 +304,9 @@ def test_trackpy_conventions_of_locate_and_link():
     movie = movie.astype(np.uint16)
     one = ab.locate(movie[0], 7)
     assert "frame" not in one.columns and list(one.columns)[:3] == ["y", "x", "mass"]
-    bare = ab.locate(movie, 7, characterize=False)
+    bare = ab.batch(movie, 7, characterize=False)
     assert list(bare.columns) == ["y", "x", "mass", "frame"]
-    feats = ab.locate(movie, 7, minmass=1000)
+    feats = ab.batch(movie, 7, minmass=1000)
     feats.index = pd.RangeIndex(100, 100 + len(feats))
     feats["frame"] = feats["frame"].astype(np.int32)
     feats["particle"] = -7  # an old linking

@@ -38,7 +38,7 @@ def test_iterables_paths_and_arrays_give_the_whole_movies_rows(tmp_path):
                 list(whole)):
         got = ab.batch_blob_log(src, chunk_frames=3, **KW)
         np.testing.assert_array_equal(got, want)
-    f_want = ab.locate(whole, 5, device="cpu")
+    f_want = ab.batch(whole, 5, device="cpu")
     f_got = ab.batch(str(path), 5, chunk_frames=4, device="cpu")
     for c in ["frame", "y", "x", "mass"]:
         np.testing.assert_array_equal(np.asarray(f_got[c]), np.asarray(f_want[c]), c)

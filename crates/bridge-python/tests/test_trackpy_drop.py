@@ -219,7 +219,6 @@ def test_batch_warns_as_trackpy_per_frame():
     want = trackpy_warnings(tp.batch, movie, 5, processes=1)
     assert want == ["Image is completely black.", "Image is completely black."]
     assert trackpy_warnings(ab.batch, movie, 5) == want
-    assert trackpy_warnings(ab.locate, movie, 5) == want
     # chunks of one frame: the same warnings
     assert trackpy_warnings(ab.batch, movie, 5, chunk_frames=1) == want
     # a movie without any feature: trackpy's batch warning, once, after the frames'
@@ -227,7 +226,6 @@ def test_batch_warns_as_trackpy_per_frame():
     want = trackpy_warnings(tp.batch, empty, 5, minmass=1e9, processes=1)
     assert want[-1] == "No maxima found in any frame."
     assert trackpy_warnings(ab.batch, empty, 5, minmass=1e9, chunk_frames=2) == want
-    assert trackpy_warnings(ab.locate, empty, 5, minmass=1e9) == want
 
 
 def test_warnings_point_at_the_caller():

@@ -34,6 +34,7 @@ import numpy as np
 
 from . import _dask, _decorators, _frameworks, _native
 from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
+from ._locate import _isotropic, _locate_frames_nd, _locate_nd, _names, _ndim, _per_axis, _scalar
 from ._stream import batch, batch_blob_log
 from ._seed import (
     ParticleDetector,
@@ -447,12 +448,12 @@ def _as_blob_log_input(image: Any, prescale: str) -> Any:
 
 def locate(
     raw_image: Any,
-    diameter: int,
+    diameter: Union[int, Sequence[int]],
     minmass: Optional[float] = None,
     maxsize: Optional[float] = None,
-    separation: Optional[float] = None,
-    noise_size: float = 1,
-    smoothing_size: Optional[int] = None,
+    separation: Optional[Union[float, Sequence[float]]] = None,
+    noise_size: Union[float, Sequence[float]] = 1,
+    smoothing_size: Optional[Union[int, Sequence[int]]] = None,
     threshold: Optional[float] = None,
     invert: bool = False,
     percentile: float = 64,
@@ -464,33 +465,60 @@ def locate(
     device: str = "auto",
     batch_size: int = 4,
 ):
-    """trackpy's ``locate`` (a 2-D image) or ``batch`` (a 3-D movie), with trackpy's parameter
-    names and columns ``y, x, mass, size, ecc, signal, raw_mass, ep`` (``y, x, mass`` with
-    ``characterize=False``), and ``frame`` for a movie as ``batch`` gives it: a pandas
-    DataFrame when pandas is installed, a structured NumPy array otherwise. ``engine`` is
-    trackpy's choice of its own implementation (``"auto"``, ``"python"``, ``"numba"``), which
-    gives the same features: accepted and a no-op here (``device`` chooses where to run).
+    """trackpy's ``locate``: a 2-D array is an image (columns ``y, x, mass, size, ecc, signal,
+    raw_mass, ep``; ``y, x, mass`` with ``characterize=False``), a 3-D array is one volume
+    (columns ``z, y, x, ...``); a pandas DataFrame when pandas is installed, a structured NumPy
+    array otherwise. Movies go through :func:`batch`. ``diameter``, ``separation``,
+    ``noise_size`` and ``smoothing_size`` may be a tuple per axis (``(z, y, x)`` or ``(y, x)``);
+    anisotropic sizes give trackpy's ``size_z, size_y, size_x`` and ``ep_z, ep_y, ep_x``
+    columns, and a volume has ``ecc`` NaN (as trackpy). Volumes and sizes per axis run on the
+    CPU (another ``device`` is an :class:`InvalidInput`); a 2-D image with one size per axis
+    runs where ``device`` says. ``engine`` is trackpy's choice of its own implementation
+    (``"auto"``, ``"python"``, ``"numba"``), which gives the same features: accepted and a no-op
+    here (``device`` chooses where to run).
 
-    A ``dask.array`` movie ``(T, H, W)`` is streamed as :func:`batch` streams it: computed
-    ``64`` frames at a time (``ab.batch(movie, diameter, chunk_frames=n)`` chooses), never
-    whole; the table is that of the same movie as a NumPy array. A 2-D dask image is computed
-    whole, after its bytes are checked against the host memory budget (:class:`OutOfMemory`).
+    A dask image or volume is computed whole, after its bytes are checked against the host
+    memory budget (:class:`OutOfMemory`); a dask movie is streamed by :func:`batch`.
 
-    trackpy's ``UserWarning`` s are emitted with trackpy's texts and conditions, for each frame
-    (as trackpy's ``batch`` calls ``locate`` on each): ``"Image is completely black."``,
-    ``"Image contains no local maxima."``, ``"All local maxima were in the margins."``,
-    ``"No maxima survived mass- and size-based filtering. ..."`` for a frame without
-    features, ``"I am interpreting the image as 2-dimensional. If it is actually a
-    1-dimensional color image, convert it to grayscale first."`` when a frame's height or width
-    is 3 or 4 (once per call), and for a movie without any feature ``"No maxima found in any
-    frame."`` (trackpy's ``batch``). A 3-D array is a movie here: an ``(H, W, 3)`` colour image
-    is read as ``H`` frames of ``(W, 3)``; convert it to grayscale first."""
+    trackpy's ``UserWarning`` s are emitted with trackpy's texts and conditions on a 2-D image
+    (and by :func:`batch` for each frame, as trackpy's ``batch`` calls ``locate`` on each):
+    ``"Image is completely black."``, ``"Image contains no local maxima."``, ``"All local
+    maxima were in the margins."``, ``"No maxima survived mass- and size-based filtering.
+    ..."``, and ``"I am interpreting the image as N-dimensional. If it is actually a
+    (N-1)-dimensional color image, convert it to grayscale first."`` when an axis has 3 or 4
+    pixels."""
+    if engine not in ("auto", "python", "numba"):
+        raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
+    if _dask.is_dask(raw_image):
+        _dask.check(raw_image, "locate")
+        raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
+    raw_image = _native_order(raw_image, "locate")
+    diameter, separation, noise_size, smoothing_size = (
+        _per_axis("diameter", diameter),
+        _per_axis("separation", separation),
+        _per_axis("noise_size", noise_size),
+        _per_axis("smoothing_size", smoothing_size),
+    )
+    ndim = _ndim(raw_image)
+    _warn_color(getattr(raw_image, "shape", ()), 2, whole=True)
+    if ndim != 2 or not _isotropic(diameter, separation, noise_size, smoothing_size):
+        if ndim not in (2, 3):
+            raise InvalidInput(
+                f"locate takes a 2-D image or a 3-D volume, got {ndim} dimensions (a movie of "
+                "frames or of volumes goes through batch)"
+            )
+        return _locate_nd(
+            raw_image, diameter, device, minmass=minmass, maxsize=maxsize,
+            separation=separation, noise_size=noise_size, smoothing_size=smoothing_size,
+            threshold=threshold, invert=invert, percentile=percentile, topn=topn,
+            preprocess=preprocess, characterize=characterize,
+        )
     return _locate(
-        raw_image, diameter, minmass=minmass, maxsize=maxsize, separation=separation,
-        noise_size=noise_size, smoothing_size=smoothing_size, threshold=threshold,
-        invert=invert, percentile=percentile, topn=topn, preprocess=preprocess,
-        characterize=characterize, engine=engine, device=device, batch_size=batch_size,
-        stacklevel=3, movie_warning=True,
+        raw_image, _scalar(diameter), minmass=minmass, maxsize=maxsize,
+        separation=_scalar(separation), noise_size=_scalar(noise_size),
+        smoothing_size=_scalar(smoothing_size), threshold=threshold, invert=invert,
+        percentile=percentile, topn=topn, preprocess=preprocess, characterize=characterize,
+        engine=engine, device=device, batch_size=batch_size, stacklevel=3,
     )
 
 
@@ -509,17 +537,19 @@ _EMPTY_WARNINGS = {
 _NO_FEATURES_IN_MOVIE = "No maxima found in any frame."
 
 
-def _warn_color(shape: Any, stacklevel: int) -> None:
-    """trackpy's warning for a frame whose height or width is 3 or 4 (``shape``: the array's;
-    its last two axes are a frame's)."""
+def _warn_color(shape: Any, stacklevel: int, whole: bool = False) -> None:
+    """trackpy's warning for an image with an axis of 3 or 4 pixels: the whole ``shape`` (an
+    image or volume, ``whole``) or its last two axes (the frames of a movie)."""
     try:
-        frame = tuple(int(n) for n in tuple(shape)[-2:])
+        dims = tuple(int(n) for n in tuple(shape))
     except (TypeError, ValueError):
         return
-    if len(frame) == 2 and (3 in frame or 4 in frame):
+    image = dims if whole else dims[-2:]
+    if len(image) >= 2 and (3 in image or 4 in image):
+        n = len(image)
         warnings.warn(
-            "I am interpreting the image as 2-dimensional. If it is actually a 1-dimensional "
-            "color image, convert it to grayscale first.",
+            f"I am interpreting the image as {n}-dimensional. If it is actually a "
+            f"{n - 1}-dimensional color image, convert it to grayscale first.",
             UserWarning,
             stacklevel=stacklevel + 1,
         )
@@ -544,23 +574,14 @@ def _locate(
     device,
     batch_size,
     stacklevel: int,
-    movie_warning: bool,
 ):
-    """:func:`locate`, its warnings pointing ``stacklevel`` frames up from here; with
-    ``movie_warning``, trackpy's batch warning for a movie without any feature."""
+    """trackpy's ``locate`` of a 2-D image, or of each frame of a ``(T, H, W)`` movie (then
+    with a ``frame`` column, as trackpy's ``batch``), with one size per axis, where ``device``
+    says; its warnings pointing ``stacklevel`` frames up from here."""
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
-    if _dask.is_dask(raw_image):
-        _dask.check(raw_image, "locate")
-        if raw_image.ndim == 3:
-            return batch(
-                raw_image, diameter, minmass=minmass, maxsize=maxsize, separation=separation,
-                noise_size=noise_size, smoothing_size=smoothing_size, threshold=threshold,
-                invert=invert, percentile=percentile, topn=topn, preprocess=preprocess,
-                characterize=characterize, engine=engine, device=device, batch_size=batch_size,
-            )
-        raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
-    _warn_color(getattr(raw_image, "shape", ()), stacklevel)
+    if _ndim(raw_image) == 3:
+        _warn_color(getattr(raw_image, "shape", ()), stacklevel)
     cols, movie, empty = _native.locate(
         raw_image,
         diameter=_int("diameter", diameter),
@@ -582,8 +603,6 @@ def _locate(
     for _, why in empty:
         if why in _EMPTY_WARNINGS:
             warnings.warn(_EMPTY_WARNINGS[why], UserWarning, stacklevel=stacklevel)
-    if movie and movie_warning and len(cols["frame"]) == 0:
-        warnings.warn(_NO_FEATURES_IN_MOVIE, UserWarning, stacklevel=stacklevel)
     # trackpy's columns: characterize=False gives y, x, mass; a 2-D image (trackpy's locate)
     # has no frame column, a movie (trackpy's batch) has one
     keep = ["y", "x", "mass"] if not characterize else list(cols)

@@ -178,27 +178,52 @@ def _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwarg
     return np.concatenate(out) if out else np.empty((0, 4))
 
 
-def batch(frames: Any, diameter: int, *, chunk_frames: Optional[int] = None, **kwargs):
-    """trackpy's ``batch`` (``locate`` on every frame) of a movie given as a ``.npy`` path, a
-    (memory-mapped) array, a ``dask.array`` (each chunk computed in turn) or an iterable of
-    frames, one chunk of ``chunk_frames`` frames at a time (bounded memory); the
-    same table as :func:`arraybridge.locate` on the whole movie, with its ``frame`` column.
-    ``kwargs`` are ``locate``'s."""
+def batch(frames: Any, diameter: Any, *, chunk_frames: Optional[int] = None, **kwargs):
+    """trackpy's ``batch`` (``locate`` on every frame, with a ``frame`` column) of a movie of
+    2-D frames given as a ``(T, H, W)`` array, a ``.npy`` path, a (memory-mapped) array, a
+    ``dask.array`` (each chunk computed in turn) or an iterable of frames, one chunk of
+    ``chunk_frames`` frames at a time (bounded memory). A ``(T, Z, Y, X)`` array (NumPy or dask)
+    is a movie of volumes: :func:`arraybridge.locate` on each volume (columns ``z, y, x, ...``),
+    a dask movie's volumes computed one at a time. ``kwargs`` are ``locate``'s; ``diameter``
+    and the other sizes may be a tuple per axis (frames with sizes per axis run on the CPU).
+    trackpy's warnings are emitted per frame, and ``"No maxima found in any frame."`` for a
+    movie without any feature."""
     from . import _NO_FEATURES_IN_MOVIE, _locate, _pandas, _table, locate  # noqa: PLC0415
+    from ._locate import _isotropic, _locate_frames_nd, _names, _per_axis, _scalar  # noqa: PLC0415
 
-    bound = inspect.signature(locate).bind(None, diameter, **kwargs)
-    bound.apply_defaults()
-    named = {k: v for k, v in bound.arguments.items() if k not in ("raw_image", "diameter")}
+    dask = _dask.is_dask(frames)
+    if dask:
+        _dask.check(frames, "a movie")
     tables = []
-    for a, part in chunks(frames, chunk_frames):
-        # trackpy's per-frame warnings point at the caller of batch
-        t = _locate(
-            part if part.ndim == 3 else part[None], diameter, **named, stacklevel=3,
-            movie_warning=False,
-        )
-        cols = {k: np.asarray(t[k]) for k in (t.columns if hasattr(t, "columns") else t.dtype.names)}
-        cols["frame"] = cols["frame"] + a
-        tables.append(cols)
+    if (isinstance(frames, np.ndarray) or dask) and frames.ndim == 4:
+        for t in range(frames.shape[0]):
+            vol = (
+                _dask.to_host(frames[t], f"volume {t} of a dask movie of shape {frames.shape}")
+                if dask
+                else frames[t]
+            )
+            tab = locate(vol, diameter, **kwargs)
+            cols = {k: np.asarray(tab[k]) for k in _names(tab)}
+            cols["frame"] = np.full(len(cols[next(iter(cols))]), t, dtype=np.int64)
+            tables.append(cols)
+    else:
+        bound = inspect.signature(locate).bind(None, diameter, **kwargs)
+        bound.apply_defaults()
+        named = {k: v for k, v in bound.arguments.items() if k not in ("raw_image", "diameter")}
+        sizes = {k: _per_axis(k, named[k]) for k in ("separation", "noise_size", "smoothing_size")}
+        size = _per_axis("diameter", diameter)
+        iso = _isotropic(size, *sizes.values())
+        for a, part in chunks(frames, chunk_frames):
+            movie = part if part.ndim == 3 else part[None]
+            if iso:
+                # trackpy's per-frame warnings point at the caller of batch
+                scalars = {k: _scalar(v) for k, v in sizes.items()}
+                t = _locate(movie, _scalar(size), **{**named, **scalars}, stacklevel=3)
+            else:
+                t = _locate_frames_nd(movie, size, **{**named, **sizes})
+            cols = {k: np.asarray(t[k]) for k in _names(t)}
+            cols["frame"] = cols["frame"] + a
+            tables.append(cols)
     if not tables:
         raise InvalidInput("the movie has no frames")
     merged = {k: np.concatenate([c[k] for c in tables]) for k in tables[0]}

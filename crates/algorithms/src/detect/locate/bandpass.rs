@@ -8,7 +8,7 @@ use crate::detect::filters::{Boundary, half_kernel, kernel_radius, numpy_sum, pa
 
 /// `uniform_filter1d` along one axis, SciPy's running mean (running sum of the window, divided
 /// by the size at each output), `nearest` edges; `store` rounds each output to the input dtype.
-fn boxcar_pass(
+pub(super) fn boxcar_pass(
     data: &mut [f64],
     h: usize,
     w: usize,
@@ -42,7 +42,7 @@ fn boxcar_pass(
 }
 
 /// [`boxcar_pass`] along axis 0 from `src` into `data`: every column at once (rows as vectors).
-fn boxcar_cols(
+pub(super) fn boxcar_cols(
     src: &[f64],
     data: &mut [f64],
     h: usize,
@@ -78,7 +78,7 @@ fn boxcar_cols(
 /// `v as i32 as f64` for `0 ≤ v < 2⁵²` (means of integer pixels), in a form that vectorises:
 /// adding and removing 2⁵² rounds to an integer, stepped down by one where it rounded up.
 #[inline]
-fn trunc_small(v: f64) -> f64 {
+pub(super) fn trunc_small(v: f64) -> f64 {
     const TWO52: f64 = 4_503_599_627_370_496.0;
     let t = (v + TWO52) - TWO52;
     if t > v { t - 1.0 } else { t }
@@ -231,6 +231,13 @@ pub(super) fn prepare(frame: &FrameView<'_>, p: &LocateParams) -> Prepared {
     } else {
         raw.clone()
     };
+    let (img, scale) = rescale(&bp, int_max);
+    Prepared { raw, img, scale }
+}
+
+/// trackpy's `convert_to_int` of a bandpassed image: `int_max / max` (1 when the maximum is
+/// not positive) times the image clipped at 0, truncated; returns the image and the factor.
+pub(super) fn rescale(bp: &[f64], int_max: f64) -> (Vec<u32>, f64) {
     // the maximum is exact whatever the grouping: eight independent lanes, then combined
     let mut lanes = [f64::NEG_INFINITY; 8];
     let chunks = bp.chunks_exact(8);
@@ -254,5 +261,5 @@ pub(super) fn prepare(frame: &FrameView<'_>, p: &LocateParams) -> Prepared {
         .iter()
         .map(|&v| (scale * v.max(0.0)).min(int_max) as i32 as u32)
         .collect();
-    Prepared { raw, img, scale }
+    (img, scale)
 }

@@ -8,11 +8,13 @@
 //!
 //! The settings are in `params.rs`, the preprocessing (inversion, bandpass, rescaling) in
 //! `bandpass.rs`, the local maxima in `maxima.rs`, the refinement, characterisation and noise
-//! in `characterize.rs`; this file chains them ([`locate`]) and removes duplicates.
+//! in `characterize.rs`; this file chains them ([`locate`]) and removes duplicates. Volumes and
+//! sizes per axis take the n-D path, [`locate_nd`] (`nd/`).
 
 mod bandpass;
 mod characterize;
 mod maxima;
+pub mod nd;
 mod params;
 
 use bridge_core::Result;
@@ -22,6 +24,7 @@ use bandpass::{lowpass_half, prepare};
 use characterize::{mask_geometry, mask_offsets, measure_noise, refine_one};
 use maxima::{dilate_rows, dilation_reach, local_maxima, percentile_nonzero};
 
+pub use nd::{FeaturesNd, LocateNdParams, locate_nd};
 pub use params::{LocateParams, MAX_DIAMETER};
 
 /// One located feature (spec §2.7 columns).

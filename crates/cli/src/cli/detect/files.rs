@@ -12,8 +12,8 @@ use super::super::common::Global;
 use super::super::common::check_output_dir;
 #[cfg(feature = "mpi")]
 use super::super::device::DETECT;
-use super::multi::Runner;
 use super::detect_one;
+use super::multi::Runner;
 use super::{Job, Where, local_devices, method_name};
 
 /// One input's line of a run over several inputs (summary, `--json`, and the message a worker

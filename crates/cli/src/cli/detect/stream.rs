@@ -33,7 +33,12 @@ pub(super) struct Done {
 }
 
 /// Detect one movie of 2-D frames into `output` on `place`.
-pub(super) fn detect_frames(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Result<Done> {
+pub(super) fn detect_frames(
+    job: &Job<'_>,
+    input: &Path,
+    output: &Path,
+    place: Where,
+) -> Result<Done> {
     let args = job.args;
     args.min_sigma.scalar("--min-sigma")?;
     args.max_sigma.scalar("--max-sigma")?;

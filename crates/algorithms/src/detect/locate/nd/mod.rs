@@ -1,0 +1,267 @@
+//! `trackpy.locate` (0.7) on a 2-D image or a 3-D volume with sizes per axis: the n-D path of
+//! [`locate`](super::locate), for volumes and anisotropic diameters (the 2-D path with one
+//! diameter is [`locate`](super::locate), unchanged).
+//!
+//! The chain is trackpy's: optional inversion → bandpass axis by axis (`prep.rs`) → rescaling to
+//! the integer gamut → grey-dilation maxima (box of `int(2·separation/√ndim)` per axis) above a
+//! percentile of the non-zero pixels, outside the margin → iterated centre of mass on the
+//! elliptical mask and characterisation as trackpy's Python engine computes them (`refine.rs`)
+//! → duplicates within `separation` (per axis) removed → `mass > minmass`, `size < maxsize`,
+//! `topn` → static error from the background noise (`noise.rs`).
+//!
+//! The columns are trackpy's: `z, y, x` (or `y, x`), `mass`, then with `characterize` `size`
+//! (isotropic) or `size_z, size_y, size_x` (anisotropic), `ecc` (NaN in 3-D), `signal`,
+//! `raw_mass`, and `ep` (isotropic diameter and `noise_size`) or `ep_z, ep_y, ep_x`.
+//!
+//! One divergence, on purpose: where rows are filtered out (`minmass`, `maxsize`, `topn`) and
+//! the static error has one column per axis, trackpy 0.7 aligns its `ep_*` columns to the
+//! filtered table by index (a pandas `concat`), which misplaces them; here every row keeps its
+//! own `ep_*`.
+
+mod noise;
+mod params;
+mod prep;
+mod refine;
+
+use bridge_core::{BridgeError, Result};
+
+use crate::detect::blob_log::VolumeView;
+use crate::detect::blob_log::nd::pairs_within_nd;
+use crate::detect::locate::maxima::percentile_nonzero;
+pub use params::LocateNdParams;
+use refine::{Images, Mask, Refined, refine_one};
+
+/// The raw pixels' type, as trackpy's dtype rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// uint8 (gamut 255).
+    U8,
+    /// uint16 (gamut 65535).
+    U16,
+    /// float32 (rescaled to 255).
+    F32,
+    /// float64 (rescaled to 255).
+    F64,
+}
+
+impl Kind {
+    /// The integer gamut the bandpassed image is rescaled to.
+    pub(super) fn int_max(self) -> f64 {
+        match self {
+            Kind::U16 => 65535.0,
+            _ => 255.0,
+        }
+    }
+}
+
+/// The features of [`locate_nd`]: one row per feature, in the order of `columns`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeaturesNd {
+    /// Column names (trackpy's).
+    pub columns: Vec<String>,
+    /// One row per feature.
+    pub rows: Vec<Vec<f64>>,
+}
+
+impl FeaturesNd {
+    /// The index of column `name`.
+    pub fn col(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+}
+
+/// trackpy's column names for `ndim` axes.
+fn columns(ndim: usize, p: &LocateNdParams, isotropic: bool, ep_isotropic: bool) -> Vec<String> {
+    let pos: Vec<String> = ["z", "y", "x"][3 - ndim..]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut c = pos.clone();
+    c.push("mass".into());
+    if p.characterize {
+        if isotropic {
+            c.push("size".into());
+        } else {
+            c.extend(pos.iter().map(|a| format!("size_{a}")));
+        }
+        c.extend(["ecc", "signal", "raw_mass"].map(String::from));
+        if ep_isotropic {
+            c.push("ep".into());
+        } else {
+            c.extend(pos.iter().map(|a| format!("ep_{a}")));
+        }
+    }
+    c
+}
+
+/// The raw pixels as f64 and their type; an error for an empty image or non-finite pixels.
+fn raw_pixels(image: &VolumeView<'_>) -> Result<(Vec<f64>, Kind)> {
+    let (raw, kind): (Vec<f64>, Kind) = match image {
+        VolumeView::U8(a) => (a.iter().map(|&v| f64::from(v)).collect(), Kind::U8),
+        VolumeView::U16(a) => (a.iter().map(|&v| f64::from(v)).collect(), Kind::U16),
+        VolumeView::F32(a) => (a.iter().map(|&v| f64::from(v)).collect(), Kind::F32),
+        VolumeView::F64(a) => (a.iter().copied().collect(), Kind::F64),
+    };
+    if raw.is_empty() {
+        return Err(BridgeError::InvalidInput(
+            format!("empty image of shape {:?}", image.shape()).into(),
+        ));
+    }
+    let bad = raw.iter().filter(|v| !v.is_finite()).count();
+    if bad > 0 {
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "image contains {bad} NaN or infinite pixel(s); replace them (e.g. by the median) \
+                 before locate"
+            )
+            .into(),
+        ));
+    }
+    Ok((raw, kind))
+}
+
+/// `trackpy.locate(image, diameter, …)` on a 2-D image or a 3-D volume (axes `z, y, x`), with
+/// sizes per axis; see the module docs. Rows follow the raster order of the maxima (ascending
+/// mass with `topn`).
+pub fn locate_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<FeaturesNd> {
+    let shape = image.shape().to_vec();
+    let ndim = shape.len();
+    if !(2..=3).contains(&ndim) {
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "locate takes a 2-D image or a 3-D volume, got {ndim} dimensions {shape:?} (a \
+                 movie goes through batch)"
+            )
+            .into(),
+        ));
+    }
+    let res = p.resolve(ndim)?;
+    let (mut raw, kind) = raw_pixels(&image)?;
+    let ep_iso = res.isotropic && res.noise.windows(2).all(|w| w[0] == w[1]);
+    let mut out = FeaturesNd {
+        columns: columns(ndim, p, res.isotropic, ep_iso),
+        rows: Vec::new(),
+    };
+    let margin = res.margin();
+    if shape.iter().zip(&margin).any(|(&n, &m)| n <= 2 * m) {
+        return Ok(out);
+    }
+    if p.invert {
+        prep::invert(&mut raw, kind);
+    }
+    let (img, scale) = prep::prepare(&raw, &shape, kind, p, &res);
+    let Some(thr) = percentile_nonzero(&img, p.percentile) else {
+        return Ok(out);
+    };
+    let maxima = prep::local_maxima(&img, &shape, &res.box_size(), &margin, thr);
+    let mask = Mask::new(&res.radius);
+    let strides: Vec<usize> = (0..ndim).map(|a| shape[a + 1..].iter().product()).collect();
+    let im = Images {
+        img: &img,
+        raw: &raw,
+        shape: &shape,
+        strides,
+        kind,
+    };
+    let refined: Vec<Refined> = maxima
+        .iter()
+        .map(|c| {
+            refine_one(
+                &im,
+                &mask,
+                c,
+                p.max_iterations,
+                p.characterize,
+                res.isotropic,
+            )
+        })
+        .collect();
+    let mut feats = remove_duplicates(refined, &res.separation);
+    for f in &mut feats {
+        f.mass /= scale;
+        f.signal /= scale;
+    }
+    feats.retain(|f| f.mass > p.minmass);
+    if let Some(m) = p.maxsize {
+        feats.retain(|f| f.size.first().is_some_and(|s| *s < m));
+    }
+    if let Some(n) = p.topn {
+        feats = top_n(feats, n);
+    }
+    let noise = (p.characterize && !feats.is_empty())
+        .then(|| noise::measure_noise(&img, &raw, &shape, &mask, kind));
+    let moments = mask.root_sum_x2();
+    let npx = mask.points.len() as f64;
+    for f in feats {
+        let mut row = f.pos.clone();
+        row.push(f.mass);
+        if let Some((black, sigma)) = noise {
+            row.extend(&f.size);
+            row.extend([f.ecc, f.signal, f.raw_mass]);
+            let n_s = sigma / (f.raw_mass - npx * black);
+            if ep_iso {
+                row.push(n_s * res.noise[0] * moments[0]);
+            } else {
+                row.extend(res.noise.iter().zip(&moments).map(|(ns, m)| n_s * (ns * m)));
+            }
+        }
+        out.rows.push(row);
+    }
+    Ok(out)
+}
+
+/// trackpy's `topn`: the `n` most massive features in ascending mass (one: the first maximum).
+fn top_n(mut feats: Vec<Refined>, n: usize) -> Vec<Refined> {
+    if feats.len() <= n {
+        return feats;
+    }
+    if n == 1 {
+        let mut best = 0;
+        for (i, f) in feats.iter().enumerate() {
+            if f.mass > feats[best].mass {
+                best = i;
+            }
+        }
+        return vec![feats.swap_remove(best)];
+    }
+    feats.sort_by(|a, b| {
+        a.mass
+            .partial_cmp(&b.mass)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    feats.drain(..feats.len() - n);
+    feats
+}
+
+/// trackpy's `where_close` and drop: every pair closer than `sep` per axis (‖Δ/sep‖ ≤ 1 − 1e-7)
+/// loses its dimmer member (on equal mass, the one with the larger sum of scaled coordinates),
+/// all pairs decided at once; skipped unless every separation is positive.
+fn remove_duplicates(feats: Vec<Refined>, sep: &[f64]) -> Vec<Refined> {
+    if feats.len() < 2 || !sep.iter().all(|&s| s > 0.0) {
+        return feats;
+    }
+    let nd = sep.len();
+    let pos: Vec<f64> = feats
+        .iter()
+        .flat_map(|f| f.pos.iter().zip(sep).map(|(p, s)| p / s))
+        .collect();
+    let sum = |i: usize| pos[i * nd..(i + 1) * nd].iter().sum::<f64>();
+    let mut drop = vec![false; feats.len()];
+    for (i, j) in pairs_within_nd(&pos, nd, 1.0 - 1e-7) {
+        let (mi, mj) = (feats[i].mass, feats[j].mass);
+        let k = if mi > mj {
+            j
+        } else if mi < mj || sum(i) <= sum(j) {
+            i
+        } else {
+            j
+        };
+        drop[k] = true;
+    }
+    feats
+        .into_iter()
+        .zip(drop)
+        .filter(|(_, d)| !d)
+        .map(|(f, _)| f)
+        .collect()
+}

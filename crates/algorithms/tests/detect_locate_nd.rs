@@ -1,0 +1,266 @@
+//! The n-D trackpy `locate` (3-D volumes, a diameter per axis) against trackpy 0.7's tables
+//! (fixtures/detect/locate_nd/, made by scripts/fixtures/locate_nd.py, whose CASES these
+//! repeat), and against the 2-D path where both apply.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use algorithms::detect::FrameView;
+use algorithms::detect::blob_log::VolumeView;
+use algorithms::detect::locate::{LocateNdParams, LocateParams, locate, locate_nd};
+use common::{load_csv, load_npy};
+use ndarray::{ArrayView2, ArrayViewD, IxDyn};
+
+/// The pixels of a fixture image, owned.
+enum Pixels {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+fn load(name: &str) -> (Vec<usize>, Pixels) {
+    let n = load_npy(&format!("locate_nd/{name}.npy"));
+    let px = match n.descr.as_str() {
+        "|u1" => Pixels::U8(n.data.clone()),
+        "<u2" => Pixels::U16(n.u16s()),
+        "<f4" => Pixels::F32(n.f32s()),
+        "<f8" => Pixels::F64(n.f64s()),
+        d => panic!("{name}: dtype {d}"),
+    };
+    (n.shape.clone(), px)
+}
+
+fn view<'a>(shape: &[usize], px: &'a Pixels) -> VolumeView<'a> {
+    let s = IxDyn(shape);
+    match px {
+        Pixels::U8(v) => VolumeView::U8(ArrayViewD::from_shape(s, v).unwrap()),
+        Pixels::U16(v) => VolumeView::U16(ArrayViewD::from_shape(s, v).unwrap()),
+        Pixels::F32(v) => VolumeView::F32(ArrayViewD::from_shape(s, v).unwrap()),
+        Pixels::F64(v) => VolumeView::F64(ArrayViewD::from_shape(s, v).unwrap()),
+    }
+}
+
+/// `locate_nd` of fixture `image` under `p` against trackpy's table `case`: the same columns,
+/// rows in the same order, every value within 1e-10 (relative past magnitude 1), NaN where
+/// trackpy has NaN.
+fn check(case: &str, image: &str, p: &LocateNdParams) {
+    let (shape, px) = load(image);
+    let got = locate_nd(view(&shape, &px), p).unwrap();
+    let want = load_csv(&format!("locate_nd/{case}.csv"));
+    assert_eq!(got.columns, want.header, "{case}: columns");
+    assert_eq!(got.rows.len(), want.rows.len(), "{case}: feature count");
+    let mut worst = 0.0f64;
+    for (i, (g, w)) in got.rows.iter().zip(&want.rows).enumerate() {
+        for (k, (gv, ws)) in g.iter().zip(w).enumerate() {
+            let wv: f64 = if ws.is_empty() {
+                f64::NAN
+            } else {
+                ws.parse().unwrap()
+            };
+            if wv.is_nan() {
+                assert!(
+                    gv.is_nan(),
+                    "{case}: row {i} {}: {gv} vs NaN",
+                    got.columns[k]
+                );
+                continue;
+            }
+            let err = (gv - wv).abs() / wv.abs().max(1.0);
+            worst = worst.max(err);
+            assert!(
+                err <= 1e-10,
+                "{case}: row {i} {}: {gv} vs {wv} (rel {err:e})",
+                got.columns[k]
+            );
+        }
+    }
+    eprintln!(
+        "{case}: {} features, worst rel err {worst:e}",
+        got.rows.len()
+    );
+}
+
+fn params(d: &[usize]) -> LocateNdParams {
+    LocateNdParams::new(d.to_vec())
+}
+
+#[test]
+fn volume_isotropic_u16_u8() {
+    check("vol_u16_d5", "vol_u16", &params(&[5]));
+    check(
+        "vol_u16_d7_mm",
+        "vol_u16",
+        &LocateNdParams {
+            minmass: 2000.0,
+            ..params(&[7])
+        },
+    );
+    check("vol_u8_d5", "vol_u8", &params(&[5]));
+}
+
+#[test]
+fn volume_isotropic_float() {
+    check("vol_f64_d5", "vol_f64", &params(&[5]));
+    check("vol_f32_d5", "vol_f32", &params(&[5]));
+}
+
+#[test]
+fn volume_options() {
+    check(
+        "vol_u16_d5_nochar",
+        "vol_u16",
+        &LocateNdParams {
+            characterize: false,
+            ..params(&[5])
+        },
+    );
+    check(
+        "vol_u16_d5_top5",
+        "vol_u16",
+        &LocateNdParams {
+            topn: Some(5),
+            ..params(&[5])
+        },
+    );
+    check(
+        "vol_u16_d5_top1",
+        "vol_u16",
+        &LocateNdParams {
+            topn: Some(1),
+            maxsize: Some(1.6),
+            ..params(&[5])
+        },
+    );
+    check(
+        "vol_u16_d5_inv",
+        "vol_u16",
+        &LocateNdParams {
+            invert: true,
+            ..params(&[5])
+        },
+    );
+    check(
+        "vol_u16_d5_sep",
+        "vol_u16",
+        &LocateNdParams {
+            separation: Some(vec![3.0, 6.0, 6.0]),
+            noise_size: vec![1.0, 1.5, 1.5],
+            ..params(&[5])
+        },
+    );
+}
+
+#[test]
+fn volume_anisotropic() {
+    check("aniso_u16_d955", "aniso_u16", &params(&[9, 5, 5]));
+    check(
+        "aniso_f64_d755",
+        "aniso_f64",
+        &LocateNdParams {
+            smoothing_size: Some(vec![9, 7, 9]),
+            threshold: Some(0.001),
+            ..params(&[7, 5, 5])
+        },
+    );
+    check(
+        "aniso_u16_d755_pp",
+        "aniso_u16",
+        &LocateNdParams {
+            preprocess: false,
+            ..params(&[7, 5, 5])
+        },
+    );
+}
+
+#[test]
+fn image_anisotropic() {
+    check("img2_u16_d75", "img2_u16", &params(&[7, 5]));
+    check("img2_f32_d75", "img2_f32", &params(&[7, 5]));
+    check(
+        "img2_u8_d75",
+        "img2_u8",
+        &LocateNdParams {
+            separation: Some(vec![5.0, 4.0]),
+            ..params(&[7, 5])
+        },
+    );
+    check(
+        "img2_u16_d77_ns",
+        "img2_u16",
+        &LocateNdParams {
+            noise_size: vec![1.5, 1.0],
+            ..params(&[7, 7])
+        },
+    );
+}
+
+/// On a 2-D image with one diameter, the n-D path finds the 2-D path's features.
+#[test]
+fn nd_agrees_with_2d_path() {
+    let (shape, px) = load("img2_u16");
+    let Pixels::U16(v) = &px else { panic!() };
+    let frame = ArrayView2::from_shape((shape[0], shape[1]), v).unwrap();
+    let flat = locate(FrameView::U16(frame), &LocateParams::new(7)).unwrap();
+    let nd = locate_nd(view(&shape, &px), &params(&[7, 7])).unwrap();
+    assert_eq!(
+        nd.columns,
+        ["y", "x", "mass", "size", "ecc", "signal", "raw_mass", "ep"]
+    );
+    assert_eq!(flat.len(), nd.rows.len());
+    for (f, r) in flat.iter().zip(&nd.rows) {
+        let vals = [f.y, f.x, f.mass, f.size, f.ecc, f.signal, f.raw_mass, f.ep];
+        for (a, b) in vals.iter().zip(r) {
+            assert!((a - b).abs() <= 1e-9 * a.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+}
+
+/// Bad settings are typed errors, never panics.
+#[test]
+fn invalid_settings() {
+    let (shape, px) = load("vol_u16");
+    let v = view(&shape, &px);
+    let bad = [
+        params(&[4]),
+        params(&[5, 5]),
+        params(&[0]),
+        LocateNdParams {
+            separation: Some(vec![1.0, 2.0]),
+            ..params(&[5])
+        },
+        LocateNdParams {
+            smoothing_size: Some(vec![6]),
+            ..params(&[5])
+        },
+        LocateNdParams {
+            noise_size: vec![9.0],
+            ..params(&[5])
+        },
+        LocateNdParams {
+            maxsize: Some(2.0),
+            ..params(&[7, 5, 5])
+        },
+        LocateNdParams {
+            percentile: 101.0,
+            ..params(&[5])
+        },
+    ];
+    for p in &bad {
+        let e = locate_nd(v.clone(), p).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                bridge_core::BridgeError::InvalidInput(_)
+                    | bridge_core::BridgeError::InvalidArgument { .. }
+            ),
+            "{p:?}: {e}"
+        );
+    }
+    let four = vec![0u16; 2 * 8 * 8 * 8];
+    let v4 = VolumeView::U16(ArrayViewD::from_shape(IxDyn(&[2, 8, 8, 8]), &four).unwrap());
+    assert!(locate_nd(v4, &params(&[3])).is_err());
+    let nan = vec![f64::NAN; 8 * 8 * 8];
+    let vn = VolumeView::F64(ArrayViewD::from_shape(IxDyn(&[8, 8, 8]), &nan).unwrap());
+    assert!(locate_nd(vn, &params(&[3])).is_err());
+}

@@ -1,0 +1,127 @@
+"""trackpy's ``locate`` beyond one 2-D image with one diameter: sizes per axis (trackpy's
+``validate_tuple``), 3-D volumes (:func:`_locate_nd`, the CPU's n-D path) and movies of frames
+with sizes per axis (:func:`_locate_frames_nd`), used by :func:`arraybridge.locate` and
+:func:`arraybridge.batch`."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _native
+from ._native import InvalidInput
+
+
+def _per_axis(name: str, v: Any) -> Any:
+    """``v`` as trackpy's ``validate_tuple`` takes it: a number, or a tuple of one per axis."""
+    if v is None or isinstance(v, (int, float, np.integer, np.floating)):
+        return v
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return v.item()
+    try:
+        t = tuple(v)
+    except TypeError:
+        raise TypeError(f"{name} must be a number or a tuple of numbers, got {v!r}") from None
+    if not t:
+        raise InvalidInput(f"invalid argument {name}: an empty tuple")
+    return t
+
+
+def _ndim(x: Any) -> int:
+    nd = getattr(x, "ndim", None)
+    if nd is None:
+        shape = getattr(x, "shape", None)
+        nd = len(shape) if shape is not None else np.asarray(x).ndim
+    return int(nd)
+
+
+def _isotropic(*values: Any) -> bool:
+    return all(not isinstance(v, tuple) or len(set(v)) <= 1 for v in values)
+
+
+def _scalar(v: Any) -> Any:
+    return v[0] if isinstance(v, tuple) else v
+
+
+def _locate_nd(image: Any, diameter: Any, device: str, **kw: Any):
+    """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, on the CPU."""
+    from . import _int, _table  # noqa: PLC0415
+
+    if device not in ("auto", "cpu"):
+        raise InvalidInput(
+            f"locate on a 3-D volume or with sizes per axis runs on the CPU only; got "
+            f"device={device!r} (use device='cpu' or 'auto')"
+        )
+    if kw["maxsize"] is not None and not _isotropic(diameter):
+        raise InvalidInput("Filtering by size is not available for anisotropic features.")
+
+    def ints(name, v):
+        return None if v is None else [_int(name, x) for x in (v if isinstance(v, tuple) else (v,))]
+
+    def floats(v):
+        return None if v is None else [float(x) for x in (v if isinstance(v, tuple) else (v,))]
+
+    cols, rows = _native.locate_nd(
+        image,
+        diameter=ints("diameter", diameter),
+        minmass=0.0 if kw["minmass"] is None else float(kw["minmass"]),
+        maxsize=None if kw["maxsize"] is None else float(kw["maxsize"]),
+        separation=floats(kw["separation"]),
+        noise_size=floats(kw["noise_size"]),
+        smoothing_size=ints("smoothing_size", kw["smoothing_size"]),
+        threshold=None if kw["threshold"] is None else float(kw["threshold"]),
+        invert=bool(kw["invert"]),
+        percentile=float(kw["percentile"]),
+        topn=None if kw["topn"] is None else _int("topn", kw["topn"]),
+        preprocess=bool(kw["preprocess"]),
+        characterize=bool(kw["characterize"]),
+    )
+    return _table({c: rows[:, i] for i, c in enumerate(cols)})
+
+
+def _names(t: Any) -> list:
+    return list(t.columns) if hasattr(t, "columns") else list(t.dtype.names)
+
+
+def _locate_frames_nd(
+    frames: Any,
+    diameter: Any,
+    *,
+    minmass: Optional[float] = None,
+    maxsize: Optional[float] = None,
+    separation: Any = None,
+    noise_size: Any = 1,
+    smoothing_size: Any = None,
+    threshold: Optional[float] = None,
+    invert: bool = False,
+    percentile: float = 64,
+    topn: Optional[int] = None,
+    preprocess: bool = True,
+    characterize: bool = True,
+    engine: str = "auto",
+    device: str = "auto",
+    batch_size: int = 4,
+):
+    """trackpy's ``batch`` on a ``(T, H, W)`` movie with sizes per axis (``diameter`` and the
+    others already through :func:`_per_axis`): each frame through the CPU's n-D path, with a
+    ``frame`` column. (One size per axis goes through ``arraybridge._locate``, on any device.)"""
+    from . import _table  # noqa: PLC0415
+
+    if engine not in ("auto", "python", "numba"):
+        raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
+    del batch_size  # frames go one at a time here
+    kw = dict(
+        minmass=minmass, maxsize=maxsize, separation=separation, noise_size=noise_size,
+        smoothing_size=smoothing_size, threshold=threshold, invert=invert,
+        percentile=percentile, topn=topn, preprocess=preprocess, characterize=characterize,
+    )
+    movie = np.asarray(frames)
+    movie = movie[None] if movie.ndim == 2 else movie
+    parts = []
+    for t in range(movie.shape[0]):
+        tab = _locate_nd(movie[t], diameter, device, **kw)
+        cols = {k: np.asarray(tab[k]) for k in _names(tab)}
+        cols["frame"] = np.full(len(cols[next(iter(cols))]), t, dtype=np.int64)
+        parts.append(cols)
+    return _table({k: np.concatenate([c[k] for c in parts]) for k in parts[0]})
