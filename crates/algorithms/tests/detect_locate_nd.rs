@@ -264,3 +264,44 @@ fn invalid_settings() {
     let vn = VolumeView::F64(ArrayViewD::from_shape(IxDyn(&[8, 8, 8]), &nan).unwrap());
     assert!(locate_nd(vn, &params(&[3])).is_err());
 }
+
+/// Why a volume gives no feature, for trackpy's warnings: a black volume, maxima only in the
+/// margin, features below `minmass`; a volume with features has no reason.
+#[test]
+fn why_a_volume_is_empty() {
+    use algorithms::detect::Empty;
+    use algorithms::detect::locate::why_empty_nd;
+    let shape = [15usize, 17, 19];
+    let why = |px: &Vec<u8>, p: &LocateNdParams| {
+        why_empty_nd(
+            VolumeView::U8(ArrayViewD::from_shape(IxDyn(&shape), px).unwrap()),
+            p,
+        )
+        .unwrap()
+    };
+    let black = vec![0u8; 15 * 17 * 19];
+    assert_eq!(why(&black, &params(&[5])), Some(Empty::Black));
+    // a bright voxel one voxel from the corner (a maximum, but in the margin) and a dim one in
+    // the middle (below the percentile threshold)
+    let mut corner = black.clone();
+    corner[17 * 19 + 19 + 1] = 200;
+    corner[7 * 17 * 19 + 8 * 19 + 9] = 50;
+    let raw = LocateNdParams {
+        preprocess: false,
+        ..params(&[5])
+    };
+    assert_eq!(why(&corner, &raw), Some(Empty::InMargins));
+    // a blob in the middle: found; unless minmass asks for more than it has
+    let mut blob = black.clone();
+    for (k, v) in blob.iter_mut().enumerate() {
+        let (z, y, x) = (k / (17 * 19), (k / 19) % 17, k % 19);
+        let d2 = (z as f64 - 7.0).powi(2) + (y as f64 - 8.0).powi(2) + (x as f64 - 9.0).powi(2);
+        *v = (10.0 + 200.0 * (-d2 / 3.0).exp()) as u8;
+    }
+    assert_eq!(why(&blob, &params(&[5])), None);
+    let heavy = LocateNdParams {
+        minmass: 1e9,
+        ..params(&[5])
+    };
+    assert_eq!(why(&blob, &heavy), Some(Empty::Filtered));
+}

@@ -102,10 +102,14 @@ pub fn blob_log_nd<'py>(
     Ok(rows(py, &blobs))
 }
 
+/// What `locate_nd` returns to Python: column names, rows, why it is empty.
+type LocatedNd<'py> = (Vec<String>, Bound<'py, PyArray2<f64>>, Option<&'static str>);
+
 /// `trackpy.locate(image, diameter, ...)` on one 2-D image or 3-D volume (axes `z, y, x`) of
 /// uint8, uint16, float32 or float64 pixels, with sizes per axis (a list of one value applies
 /// to every axis), on the CPU: [`algorithms::detect::locate::locate_nd`]. Returns trackpy's
-/// column names and an `(n, columns)` array.
+/// column names, an `(n, columns)` array, and, when no feature was found, why
+/// ([`algorithms::detect::Empty::as_str`], for trackpy's warnings; `None` otherwise).
 #[pyfunction(name = "locate_nd")]
 #[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
                     smoothing_size, threshold, invert, percentile, topn, preprocess,
@@ -126,7 +130,7 @@ pub fn locate_volume<'py>(
     topn: Option<usize>,
     preprocess: bool,
     characterize: bool,
-) -> PyResult<(Vec<String>, Bound<'py, PyArray2<f64>>)> {
+) -> PyResult<LocatedNd<'py>> {
     let p = LocateNdParams {
         minmass,
         maxsize,
@@ -156,8 +160,18 @@ pub fn locate_volume<'py>(
             )));
         }
     };
-    let f = py.detach(|| locate_nd(view, &p)).py_err()?;
+    let (f, why) = py
+        .detach(|| -> bridge_core::Result<_> {
+            let f = locate_nd(view.clone(), &p)?;
+            let why = if f.rows.is_empty() {
+                algorithms::detect::locate::why_empty_nd(view, &p)?
+            } else {
+                None
+            };
+            Ok((f, why))
+        })
+        .py_err()?;
     let ncol = f.columns.len();
     let arr = Array2::from_shape_fn((f.rows.len(), ncol), |(i, j)| f.rows[i][j]).into_pyarray(py);
-    Ok((f.columns, arr))
+    Ok((f.columns, arr, why.map(|w| w.as_str())))
 }

@@ -508,7 +508,7 @@ def locate(
                 "frames or of volumes goes through batch)"
             )
         return _locate_nd(
-            raw_image, diameter, device, minmass=minmass, maxsize=maxsize,
+            raw_image, diameter, device, 3, minmass=minmass, maxsize=maxsize,
             separation=separation, noise_size=noise_size, smoothing_size=smoothing_size,
             threshold=threshold, invert=invert, percentile=percentile, topn=topn,
             preprocess=preprocess, characterize=characterize,

@@ -44,8 +44,10 @@ def _scalar(v: Any) -> Any:
     return v[0] if isinstance(v, tuple) else v
 
 
-def _locate_nd(image: Any, diameter: Any, device: str, **kw: Any):
-    """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, on the CPU."""
+def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0, **kw: Any):
+    """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, on the CPU;
+    trackpy's warning for an empty result pointing ``warn_stacklevel`` frames up from here (0:
+    none)."""
     from . import _int, _table  # noqa: PLC0415
 
     if device not in ("auto", "cpu"):
@@ -62,7 +64,7 @@ def _locate_nd(image: Any, diameter: Any, device: str, **kw: Any):
     def floats(v):
         return None if v is None else [float(x) for x in (v if isinstance(v, tuple) else (v,))]
 
-    cols, rows = _native.locate_nd(
+    cols, rows, why = _native.locate_nd(
         image,
         diameter=ints("diameter", diameter),
         minmass=0.0 if kw["minmass"] is None else float(kw["minmass"]),
@@ -77,6 +79,13 @@ def _locate_nd(image: Any, diameter: Any, device: str, **kw: Any):
         preprocess=bool(kw["preprocess"]),
         characterize=bool(kw["characterize"]),
     )
+    if why is not None and warn_stacklevel:
+        import warnings  # noqa: PLC0415
+
+        from . import _EMPTY_WARNINGS  # noqa: PLC0415
+
+        if why in _EMPTY_WARNINGS:
+            warnings.warn(_EMPTY_WARNINGS[why], UserWarning, stacklevel=warn_stacklevel)
     return _table({c: rows[:, i] for i, c in enumerate(cols)})
 
 
@@ -120,7 +129,7 @@ def _locate_frames_nd(
     movie = movie[None] if movie.ndim == 2 else movie
     parts = []
     for t in range(movie.shape[0]):
-        tab = _locate_nd(movie[t], diameter, device, **kw)
+        tab = _locate_nd(movie[t], diameter, device, 4, **kw)
         cols = {k: np.asarray(tab[k]) for k in _names(tab)}
         cols["frame"] = np.full(len(cols[next(iter(cols))]), t, dtype=np.int64)
         parts.append(cols)

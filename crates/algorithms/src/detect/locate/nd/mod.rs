@@ -27,6 +27,7 @@ use bridge_core::{BridgeError, Result};
 
 use crate::detect::blob_log::VolumeView;
 use crate::detect::blob_log::nd::pairs_within_nd;
+use crate::detect::locate::Empty;
 use crate::detect::locate::maxima::percentile_nonzero;
 pub use params::LocateNdParams;
 use refine::{Images, Mask, Refined, refine_one};
@@ -208,6 +209,44 @@ pub fn locate_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<FeaturesNd
         out.rows.push(row);
     }
     Ok(out)
+}
+
+/// Why [`locate_nd`] finds no feature in `image` (`None`: it finds some), as the 2-D
+/// [`crate::detect::locate::why_empty`] says it for a frame: the preprocessed image is black,
+/// it has no local maximum above the percentile threshold, they are all in the margin (or the
+/// image is no larger than its margins), or none passes the mass and size filters. For the
+/// images [`locate_nd`] returned empty: it repeats the preprocessing, and the whole
+/// [`locate_nd`] when maxima remain outside the margin.
+pub fn why_empty_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<Option<Empty>> {
+    let shape = image.shape().to_vec();
+    let res = p.resolve(shape.len())?;
+    let (mut raw, kind) = raw_pixels(&image)?;
+    if p.invert {
+        prep::invert(&mut raw, kind);
+    }
+    let (img, _) = prep::prepare(&raw, &shape, kind, p, &res);
+    let Some(thr) = percentile_nonzero(&img, p.percentile) else {
+        return Ok(Some(Empty::Black));
+    };
+    let zero = vec![0usize; shape.len()];
+    let maxima = prep::local_maxima(&img, &shape, &res.box_size(), &zero, thr);
+    if maxima.is_empty() {
+        return Ok(Some(Empty::NoMaxima));
+    }
+    let margin = res.margin();
+    let inside = |c: &Vec<usize>| {
+        c.iter()
+            .zip(&shape)
+            .zip(&margin)
+            .all(|((&i, &n), &m)| i >= m && i + m < n)
+    };
+    if shape.iter().zip(&margin).any(|(&n, &m)| n <= 2 * m) || !maxima.iter().any(inside) {
+        return Ok(Some(Empty::InMargins));
+    }
+    Ok(locate_nd(image, p)?
+        .rows
+        .is_empty()
+        .then_some(Empty::Filtered))
 }
 
 /// trackpy's `topn`: the `n` most massive features in ascending mass (one: the first maximum).
