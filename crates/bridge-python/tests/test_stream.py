@@ -96,3 +96,20 @@ def test_progress_shows_the_frames_done_and_changes_nothing(capsys):
         assert "batch_blob_log: 10/10 frames" in err, err
     else:
         assert "10/10" in err, err
+
+
+def test_batch_progress_and_warnings_point_at_the_caller(capsys):
+    import warnings
+
+    rng = np.random.default_rng(5)
+    movie = rng.normal(20, 2, (6, 40, 44)).clip(0, 255).astype(np.uint8)
+    movie[:, 18:21, 20:23] += 150
+    movie[3] = 0  # a black frame: trackpy's warning, pointing here
+    want = ab.batch(movie, 5, chunk_frames=4)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        got = ab.batch(movie, 5, chunk_frames=4, progress=True)
+    assert list(got["frame"]) == list(want["frame"])
+    assert [str(w.message) for w in rec] == ["Image is completely black."]
+    assert all(w.filename == __file__ for w in rec), [w.filename for w in rec]
+    assert "6/6" in capsys.readouterr().err

@@ -129,7 +129,7 @@ def _locate_frames_nd(
     movie = movie[None] if movie.ndim == 2 else movie
     parts = []
     for t in range(movie.shape[0]):
-        tab = _locate_nd(movie[t], diameter, device, 4, **kw)
+        tab = _locate_nd(movie[t], diameter, device, 5, **kw)
         cols = {k: np.asarray(tab[k]) for k in _names(tab)}
         cols["frame"] = np.full(len(cols[next(iter(cols))]), t, dtype=np.int64)
         parts.append(cols)

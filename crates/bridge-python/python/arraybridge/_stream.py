@@ -178,7 +178,14 @@ def _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwarg
     return np.concatenate(out) if out else np.empty((0, 4))
 
 
-def batch(frames: Any, diameter: Any, *, chunk_frames: Optional[int] = None, **kwargs):
+def batch(
+    frames: Any,
+    diameter: Any,
+    *,
+    chunk_frames: Optional[int] = None,
+    progress: bool = False,
+    **kwargs,
+):
     """trackpy's ``batch`` (``locate`` on every frame, with a ``frame`` column) of a movie of
     2-D frames given as a ``(T, H, W)`` array, a ``.npy`` path, a (memory-mapped) array, a
     ``dask.array`` (each chunk computed in turn) or an iterable of frames, one chunk of
@@ -187,7 +194,19 @@ def batch(frames: Any, diameter: Any, *, chunk_frames: Optional[int] = None, **k
     a dask movie's volumes computed one at a time. ``kwargs`` are ``locate``'s; ``diameter``
     and the other sizes may be a tuple per axis (frames with sizes per axis run on the CPU).
     trackpy's warnings are emitted per frame, and ``"No maxima found in any frame."`` for a
-    movie without any feature."""
+    movie without any feature. ``progress=True`` shows the frames done as they are (a ``tqdm``
+    bar when tqdm is installed, else a line on standard error)."""
+    from . import _progress  # noqa: PLC0415
+
+    bar = _progress.bar(progress, _progress.total_frames(frames), "batch")
+    try:
+        return _batch(frames, diameter, chunk_frames, bar, kwargs)
+    finally:
+        bar.close()
+
+
+def _batch(frames: Any, diameter: Any, chunk_frames: Optional[int], bar: Any, kwargs: dict):
+    """:func:`batch`, reporting each chunk's frames (or each volume) to ``bar``."""
     from . import _NO_FEATURES_IN_MOVIE, _locate, _pandas, _table, locate  # noqa: PLC0415
     from ._locate import _isotropic, _locate_frames_nd, _names, _per_axis, _scalar  # noqa: PLC0415
 
@@ -206,6 +225,7 @@ def batch(frames: Any, diameter: Any, *, chunk_frames: Optional[int] = None, **k
             cols = {k: np.asarray(tab[k]) for k in _names(tab)}
             cols["frame"] = np.full(len(cols[next(iter(cols))]), t, dtype=np.int64)
             tables.append(cols)
+            bar.update(1)
     else:
         bound = inspect.signature(locate).bind(None, diameter, **kwargs)
         bound.apply_defaults()
@@ -218,17 +238,18 @@ def batch(frames: Any, diameter: Any, *, chunk_frames: Optional[int] = None, **k
             if iso:
                 # trackpy's per-frame warnings point at the caller of batch
                 scalars = {k: _scalar(v) for k, v in sizes.items()}
-                t = _locate(movie, _scalar(size), **{**named, **scalars}, stacklevel=3)
+                t = _locate(movie, _scalar(size), **{**named, **scalars}, stacklevel=4)
             else:
                 t = _locate_frames_nd(movie, size, **{**named, **sizes})
             cols = {k: np.asarray(t[k]) for k in _names(t)}
             cols["frame"] = cols["frame"] + a
             tables.append(cols)
+            bar.update(int(movie.shape[0]))
     if not tables:
         raise InvalidInput("the movie has no frames")
     merged = {k: np.concatenate([c[k] for c in tables]) for k in tables[0]}
     if len(merged["frame"]) == 0:
-        warnings.warn(_NO_FEATURES_IN_MOVIE, UserWarning, stacklevel=2)
+        warnings.warn(_NO_FEATURES_IN_MOVIE, UserWarning, stacklevel=3)
     pd = _pandas()
     if pd is not None:
         return pd.DataFrame(merged)
