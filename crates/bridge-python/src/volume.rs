@@ -11,7 +11,7 @@ use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::convert::import_held;
+use crate::convert::{Held, import_held};
 use crate::errors::{IntoPy, invalid};
 use crate::pipelines::host_held;
 
@@ -41,6 +41,23 @@ fn border(v: &Bound<'_, PyAny>) -> PyResult<Border> {
     }
     v.extract::<Vec<usize>>().map(Border::PerAxis).map_err(|_| {
         invalid("exclude_border is a bool, a non-negative int or a sequence of them (one per axis)")
+    })
+}
+
+/// A host image as the n-D algorithms read it (uint8, uint16, float32 or float64 pixels; the
+/// others are an `InvalidInput` naming `what`, whose Python wrapper converts them first).
+fn volume_view<'a>(src: &'a Held, what: &str) -> PyResult<VolumeView<'a>> {
+    Ok(match src.dtype() {
+        DType::U8 => VolumeView::U8(src.host_view::<u8>().py_err()?),
+        DType::U16 => VolumeView::U16(src.host_view::<u16>().py_err()?),
+        DType::F32 => VolumeView::F32(src.host_view::<f32>().py_err()?),
+        DType::F64 => VolumeView::F64(src.host_view::<f64>().py_err()?),
+        other => {
+            return Err(invalid(format!(
+                "images of {other} pixels: {what} takes uint8, uint16, float32 or float64 \
+                 (cast first)"
+            )));
+        }
     })
 }
 
@@ -84,18 +101,7 @@ pub fn blob_log_nd<'py>(
     let held = import_held(image)?;
     let mut keep = None;
     let src = host_held(&held, &mut keep, "blob_log")?;
-    let view = match src.dtype() {
-        DType::U8 => VolumeView::U8(src.host_view::<u8>().py_err()?),
-        DType::U16 => VolumeView::U16(src.host_view::<u16>().py_err()?),
-        DType::F32 => VolumeView::F32(src.host_view::<f32>().py_err()?),
-        DType::F64 => VolumeView::F64(src.host_view::<f64>().py_err()?),
-        other => {
-            return Err(invalid(format!(
-                "images of {other} pixels: blob_log takes uint8, uint16, float32 or float64 \
-                 (cast first)"
-            )));
-        }
-    };
+    let view = volume_view(src, "blob_log")?;
     let blobs = py
         .detach(|| blob_log_nd_prescaled(view, prescale, &p))
         .py_err()?;
@@ -148,18 +154,7 @@ pub fn locate_volume<'py>(
     let held = import_held(image)?;
     let mut keep = None;
     let src = host_held(&held, &mut keep, "locate")?;
-    let view = match src.dtype() {
-        DType::U8 => VolumeView::U8(src.host_view::<u8>().py_err()?),
-        DType::U16 => VolumeView::U16(src.host_view::<u16>().py_err()?),
-        DType::F32 => VolumeView::F32(src.host_view::<f32>().py_err()?),
-        DType::F64 => VolumeView::F64(src.host_view::<f64>().py_err()?),
-        other => {
-            return Err(invalid(format!(
-                "images of {other} pixels: locate takes uint8, uint16, float32 or float64 \
-                 (cast first)"
-            )));
-        }
-    };
+    let view = volume_view(src, "locate")?;
     let (f, why) = py
         .detach(|| -> bridge_core::Result<_> {
             let f = locate_nd(view.clone(), &p)?;

@@ -5,7 +5,7 @@ with sizes per axis (:func:`_locate_frames_nd`), used by :func:`arraybridge.loca
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -97,34 +97,20 @@ def _locate_frames_nd(
     frames: Any,
     diameter: Any,
     *,
-    minmass: Optional[float] = None,
-    maxsize: Optional[float] = None,
-    separation: Any = None,
-    noise_size: Any = 1,
-    smoothing_size: Any = None,
-    threshold: Optional[float] = None,
-    invert: bool = False,
-    percentile: float = 64,
-    topn: Optional[int] = None,
-    preprocess: bool = True,
-    characterize: bool = True,
     engine: str = "auto",
     device: str = "auto",
     batch_size: int = 4,
+    **kw: Any,
 ):
     """trackpy's ``batch`` on a ``(T, H, W)`` movie with sizes per axis (``diameter`` and the
-    others already through :func:`_per_axis`): each frame through the CPU's n-D path, with a
-    ``frame`` column. (One size per axis goes through ``arraybridge._locate``, on any device.)"""
+    others already through :func:`_per_axis`; ``kw`` the rest of ``locate``'s settings): each
+    frame through the CPU's n-D path, with a ``frame`` column. (One size per axis goes through
+    ``arraybridge._locate``, on any device.)"""
     from . import _table  # noqa: PLC0415
 
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
     del batch_size  # frames go one at a time here
-    kw = dict(
-        minmass=minmass, maxsize=maxsize, separation=separation, noise_size=noise_size,
-        smoothing_size=smoothing_size, threshold=threshold, invert=invert,
-        percentile=percentile, topn=topn, preprocess=preprocess, characterize=characterize,
-    )
     movie = np.asarray(frames)
     movie = movie[None] if movie.ndim == 2 else movie
     parts = []

@@ -119,7 +119,7 @@ pub(crate) fn mask_tables(r: usize, mask: &[(usize, usize)]) -> (Vec<f64>, Vec<f
 }
 
 /// Duplicates: every pair of features closer than `sep` (‖Δ/sep‖ ≤ 1 − 1e-7) loses its dimmer
-/// member (on equal mass, the one with the larger `y + x`), all pairs decided at once; the
+/// member (ties broken as [`drop_dimmer`] breaks them), all pairs decided at once; the
 /// order of the others is kept. `feats[k]` is `[y, x, mass, …]`.
 pub(crate) fn remove_duplicates(feats: Vec<[f64; 7]>, sep: f64) -> Vec<[f64; 7]> {
     if !(sep > 0.0 && feats.len() > 1) {
@@ -127,14 +127,27 @@ pub(crate) fn remove_duplicates(feats: Vec<[f64; 7]>, sep: f64) -> Vec<[f64; 7]>
     }
     let pos: Vec<(f64, f64)> = feats.iter().map(|f| (f[0] / sep, f[1] / sep)).collect();
     let pairs = super::blob_log::pairs_within(&pos, 1.0 - 1e-7);
+    drop_dimmer(feats, pairs, |f| f[2], |i| pos[i].0 + pos[i].1)
+}
+
+/// trackpy's decision for close pairs of features, all pairs at once: each pair loses its
+/// dimmer member (`mass`), on equal mass the one with the smaller `coord_sum` (the sum of its
+/// scaled coordinates), the first of the pair when those are equal too; the others are kept in
+/// order. Shared by the 2-D and the n-D `locate`.
+pub(crate) fn drop_dimmer<T>(
+    feats: Vec<T>,
+    pairs: impl IntoIterator<Item = (usize, usize)>,
+    mass: impl Fn(&T) -> f64,
+    coord_sum: impl Fn(usize) -> f64,
+) -> Vec<T> {
     let mut drop = vec![false; feats.len()];
     for (i, j) in pairs {
-        let (mi, mj) = (feats[i][2], feats[j][2]);
+        let (mi, mj) = (mass(&feats[i]), mass(&feats[j]));
         let k = if mi > mj {
             j
         } else if mi < mj {
             i
-        } else if pos[i].0 + pos[i].1 > pos[j].0 + pos[j].1 {
+        } else if coord_sum(i) > coord_sum(j) {
             j
         } else {
             i

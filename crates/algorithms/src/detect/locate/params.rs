@@ -104,29 +104,41 @@ impl LocateParams {
         {
             return bad("separation", format!("must be non-negative, got {s}"));
         }
-        if !(0.0..=100.0).contains(&self.percentile) {
-            return bad(
-                "percentile",
-                format!("must lie in [0, 100], got {}", self.percentile),
-            );
-        }
-        if !self.minmass.is_finite() {
-            return bad("minmass", "must be finite".into());
-        }
-        // NaN compares false with every size and pixel: it would silently remove every feature
-        if let Some(m) = self.maxsize
-            && m.is_nan()
-        {
-            return bad(
-                "maxsize",
-                "must be a number (an infinite one sets no limit), got NaN".into(),
-            );
-        }
-        if let Some(t) = self.threshold
-            && !t.is_finite()
-        {
-            return bad("threshold", format!("must be finite, got {t}"));
-        }
-        Ok(())
+        check_scalars(self.percentile, self.minmass, self.maxsize, self.threshold)
     }
+}
+
+/// The checks of trackpy's one-number settings, shared by [`LocateParams::validate`] and the
+/// n-D [`LocateNdParams`](super::LocateNdParams).
+pub(crate) fn check_scalars(
+    percentile: f64,
+    minmass: f64,
+    maxsize: Option<f64>,
+    threshold: Option<f64>,
+) -> Result<()> {
+    let bad = |n: &str, r: String| Err(BridgeError::invalid_argument(n, r));
+    if !(0.0..=100.0).contains(&percentile) {
+        return bad(
+            "percentile",
+            format!("must lie in [0, 100], got {percentile}"),
+        );
+    }
+    if !minmass.is_finite() {
+        return bad("minmass", "must be finite".into());
+    }
+    // NaN compares false with every size and pixel: it would silently remove every feature
+    if let Some(m) = maxsize
+        && m.is_nan()
+    {
+        return bad(
+            "maxsize",
+            "must be a number (an infinite one sets no limit), got NaN".into(),
+        );
+    }
+    if let Some(t) = threshold
+        && !t.is_finite()
+    {
+        return bad("threshold", format!("must be finite, got {t}"));
+    }
+    Ok(())
 }

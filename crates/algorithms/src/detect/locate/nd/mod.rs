@@ -27,8 +27,8 @@ use bridge_core::{BridgeError, Result};
 
 use crate::detect::blob_log::VolumeView;
 use crate::detect::blob_log::nd::pairs_within_nd;
-use crate::detect::locate::Empty;
 use crate::detect::locate::maxima::percentile_nonzero;
+use crate::detect::locate::{Empty, drop_dimmer};
 pub use params::LocateNdParams;
 use refine::{Images, Mask, Refined, refine_one};
 
@@ -273,7 +273,7 @@ fn top_n(mut feats: Vec<Refined>, n: usize) -> Vec<Refined> {
 }
 
 /// trackpy's `where_close` and drop: every pair closer than `sep` per axis (‖Δ/sep‖ ≤ 1 − 1e-7)
-/// loses its dimmer member (on equal mass, the one with the larger sum of scaled coordinates),
+/// loses its dimmer member (ties broken as [`drop_dimmer`] breaks them),
 /// all pairs decided at once; skipped unless every separation is positive.
 fn remove_duplicates(feats: Vec<Refined>, sep: &[f64]) -> Vec<Refined> {
     if feats.len() < 2 || !sep.iter().all(|&s| s > 0.0) {
@@ -285,22 +285,6 @@ fn remove_duplicates(feats: Vec<Refined>, sep: &[f64]) -> Vec<Refined> {
         .flat_map(|f| f.pos.iter().zip(sep).map(|(p, s)| p / s))
         .collect();
     let sum = |i: usize| pos[i * nd..(i + 1) * nd].iter().sum::<f64>();
-    let mut drop = vec![false; feats.len()];
-    for (i, j) in pairs_within_nd(&pos, nd, 1.0 - 1e-7) {
-        let (mi, mj) = (feats[i].mass, feats[j].mass);
-        let k = if mi > mj {
-            j
-        } else if mi < mj || sum(i) <= sum(j) {
-            i
-        } else {
-            j
-        };
-        drop[k] = true;
-    }
-    feats
-        .into_iter()
-        .zip(drop)
-        .filter(|(_, d)| !d)
-        .map(|(f, _)| f)
-        .collect()
+    let pairs = pairs_within_nd(&pos, nd, 1.0 - 1e-7);
+    drop_dimmer(feats, pairs, |f| f.mass, sum)
 }

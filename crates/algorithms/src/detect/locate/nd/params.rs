@@ -132,31 +132,14 @@ impl LocateNdParams {
         })
     }
 
-    /// The checks of the settings that are one number.
+    /// The checks of the settings that are one number (those of the 2-D parameters).
     fn check_scalars(&self) -> Result<()> {
-        if !(0.0..=100.0).contains(&self.percentile) {
-            return bad(
-                "percentile",
-                format!("must lie in [0, 100], got {}", self.percentile),
-            );
-        }
-        if !self.minmass.is_finite() {
-            return bad("minmass", "must be finite".into());
-        }
-        if let Some(m) = self.maxsize
-            && m.is_nan()
-        {
-            return bad(
-                "maxsize",
-                "must be a number (an infinite one sets no limit), got NaN".into(),
-            );
-        }
-        if let Some(t) = self.threshold
-            && !t.is_finite()
-        {
-            return bad("threshold", format!("must be finite, got {t}"));
-        }
-        Ok(())
+        crate::detect::locate::params::check_scalars(
+            self.percentile,
+            self.minmass,
+            self.maxsize,
+            self.threshold,
+        )
     }
 }
 
