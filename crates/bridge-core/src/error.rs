@@ -192,6 +192,13 @@ pub enum BridgeError {
     /// The operation is not supported (yet) for these arguments.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The caller stopped the computation ([`crate::control::Control::cancel`]: Ctrl-C in
+    /// Python); nothing it would have returned is returned.
+    #[error("{what}: cancelled")]
+    Cancelled {
+        /// What was stopped.
+        what: String,
+    },
     /// I/O failure with the path involved.
     #[error("i/o error on {path}: {source}")]
     Io {

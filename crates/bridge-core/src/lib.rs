@@ -9,6 +9,7 @@
 
 pub mod array;
 pub mod backend;
+pub mod control;
 pub mod convert;
 pub mod device;
 pub mod dlpack;

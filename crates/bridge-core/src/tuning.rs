@@ -132,6 +132,15 @@ pub const KNOBS: &[Knob] = &[
               leaves open (same results, faster); 0: the whole scale space in f64",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_FUSED",
+        default: "auto",
+        accepts: Accepts::Int(0, 16),
+        doc: "the f32 kernels of blob_log's certified search on the CPU: 0 the exact ones \
+              (separate multiplies and adds, 8 lanes), 8 fused multiply-adds on 8 lanes \
+              (AVX2 and FMA), auto or 16 the widest the CPU has (16 lanes with AVX-512F); \
+              the results are the same, only the speed differs",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_BAND_ROWS",
         default: "auto",
         accepts: Accepts::Int(1, 1 << 16),

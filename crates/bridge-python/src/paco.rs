@@ -186,7 +186,7 @@ fn paco_inputs(
 /// `paco`: the maps, the PSF factor and FWHM, and the candidates (local maxima of the S/N).
 #[pyfunction]
 #[pyo3(signature = (cube, angles, psf, *, radius, mode, fwhm, psf_norm_factor, subpixel,
-                    edge, nearest, center, stats_strategy, top, device))]
+                    edge, nearest, center, stats_strategy, top, device, progress=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn paco<'py>(
     py: Python<'py>,
@@ -204,6 +204,7 @@ pub fn paco<'py>(
     stats_strategy: &str,
     top: usize,
     device: &str,
+    progress: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     // `paco --top`'s range, checked before the maps are computed
     in_range("top", top, 1, 100_000)?;
@@ -234,23 +235,22 @@ pub fn paco<'py>(
         stats_strategy,
     )?;
     let device = arraybridge::open_device(device).py_err()?;
-    let maps = py
-        .detach(|| match &several {
-            Some(devices) => algorithms::paco::paco_on(
-                c.view(),
-                a.view(),
-                p.view(),
-                &params,
-                devices,
-                algorithms::paco::MultiPolicy::default(),
-            )
-            .map(|m| m.maps),
-            None => {
-                algorithms::paco::paco_on_device(&device, c.view(), a.view(), p.view(), &params)
-            }
-        })
-        .py_err()?;
-    py.check_signals()?;
+    // Ctrl-C cancels the run at its next band of rows or device batch; `progress(done, total)`
+    // follows its statistics rows
+    let control = params.control.clone();
+    let maps = crate::interrupt::run(py, &control, progress, || match &several {
+        Some(devices) => algorithms::paco::paco_on(
+            c.view(),
+            a.view(),
+            p.view(),
+            &params,
+            devices,
+            algorithms::paco::MultiPolicy::default(),
+        )
+        .map(|m| m.maps),
+        None => algorithms::paco::paco_on_device(&device, c.view(), a.view(), p.view(), &params),
+    })?
+    .py_err()?;
     let peaks = algorithms::paco::snr_peaks(&maps.snr, top);
     let out = PyDict::new(py);
     let cand_y: Vec<i64> = peaks.iter().map(|&(y, _)| y as i64).collect();

@@ -11,7 +11,8 @@
 //!
 //! Child modules: the LoG planes of the scale space (`filters/log_plane.rs`: [`LogKernels`],
 //! [`LogScratch`], [`log_plane`](fn@log_plane), [`log_plane_scaled`], [`log_rows_scaled`],
-//! re-exported here), their explicit AVX2 kernels (`filters/avx2.rs`), and the unit tests
+//! re-exported here), their explicit AVX2 kernels (`filters/avx2.rs`; the f32 ones and the
+//! fused multiply-add ones of the certified search in `filters/fused.rs`), and the unit tests
 //! (`filters/tests.rs`).
 
 use ndarray::{Array2, ArrayView2};
@@ -22,6 +23,48 @@ use super::real::Real;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::Avx2;
+#[cfg(target_arch = "x86_64")]
+mod fused;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use fused::Fused;
+
+/// No fused kernels off x86-64: the token type has no values.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fused {}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Fused {
+    pub(crate) fn detect() -> Option<Self> {
+        None
+    }
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Self> {
+        Vec::new()
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn y_rows_f32(
+        self,
+        _: &[f32],
+        _: (usize, usize, usize),
+        _: (usize, usize),
+        _: (&[f32], &[f32]),
+        _: &mut [f32],
+        _: &mut [f32],
+    ) {
+        match self {}
+    }
+    fn x_row_scaled_f32(
+        self,
+        _: (&[f32], &[f32]),
+        _: (&[f32], &[f32]),
+        _: f32,
+        _: &mut [f32],
+        _: (&mut [f32], &mut [f32]),
+    ) {
+        match self {}
+    }
+}
 
 mod log_plane;
 pub(crate) use log_plane::BLOCK_ROWS;

@@ -88,7 +88,10 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
     let mut band = band_rows(job, prep.lags.len());
     let mut g = Vec::new();
     let mut ya = y_lo;
+    let control = &job.params.control;
+    control.set_total((y_hi - y_lo) as u64);
     while ya < y_hi {
+        control.check("PACO")?;
         let yb = (ya + band).min(y_hi);
         let pa = ya - r;
         if let Err(e) = prep.lag_table(pa, yb + r, &mut g) {
@@ -112,12 +115,15 @@ pub(crate) fn fast_maps(job: &PacoJob<'_>) -> Result<(Array2<f64>, Array2<f64>)>
         );
         ya = yb;
     }
+    control.check("PACO")?;
     drop(g);
     sum_trajectories(job, &q, &z, true)
 }
 
 /// q and z of the statistics rows `[ya, yb)` from the lag table `g` (which starts at row
-/// `ya − R`), into `qrows` / `zrows` (those rows of the full-frame q and z).
+/// `ya − R`), into `qrows` / `zrows` (those rows of the full-frame q and z). Each row done
+/// advances the job's control; once it is cancelled, the rows not begun are skipped (the
+/// caller's next check returns the error).
 fn fill_rows(
     prep: &Prepared,
     g: &[f64],
@@ -131,6 +137,7 @@ fn fill_rows(
     let pa = ya - job.params.psf_rad;
     let xr = job.geom.stats_ranges().1;
     let variant = job.params.variant;
+    let control = &job.params.control;
     qrows
         .par_chunks_mut(w)
         .zip(zrows.par_chunks_mut(w * t))
@@ -138,7 +145,11 @@ fn fill_rows(
         .for_each_init(
             || Scratch::new(k),
             |sc, (ry, (qrow, zrow))| {
+                if control.is_cancelled() {
+                    return;
+                }
                 simd::fast_row(prep, g, pa, ya + ry, xr, h0, variant, sc, qrow, zrow);
+                control.advance(1);
             },
         );
 }
@@ -186,6 +197,7 @@ impl<'j> FastRows<'j> {
             &mut q,
             &mut z,
         );
+        self.job.params.control.check("PACO")?;
         Ok((q, z))
     }
 }
@@ -273,6 +285,8 @@ pub(crate) fn bucket_ab(
     let band = band_rows(job, prep.lags.len());
     let nbands = (y_hi - y_lo).div_ceil(band);
     let (counts, mut by_band) = sort_by_band(pair_theta, w, (y_lo, band, nbands))?;
+    let control = &job.params.control;
+    control.set_total(counts[nbands] as u64);
     let mut a = vec![0.0f64; n0];
     let mut b = vec![0.0f64; n0];
     let mut g = Vec::new();
@@ -292,8 +306,10 @@ pub(crate) fn bucket_ab(
         r,
         t,
         w,
+        control,
     };
     for bi in 0..nbands {
+        control.check("PACO")?;
         let pairs = &mut by_band[counts[bi]..counts[bi + 1]];
         if pairs.is_empty() {
             continue;
@@ -408,6 +424,8 @@ struct Bucket<'a> {
     t: usize,
     /// Frame width.
     w: usize,
+    /// The job's cancellation and progress.
+    control: &'a bridge_core::control::Control,
 }
 
 impl Bucket<'_> {
@@ -455,7 +473,8 @@ impl Bucket<'_> {
                 angles: self.angles,
                 traj: self.traj,
             };
-            process_pairs(&ctx, sub, self.k, a, b, self.t)?;
+            process_pairs(&ctx, sub, (self.k, self.t), (a, b), self.control)?;
+            self.control.check("PACO")?;
         }
         Ok(())
     }
@@ -466,10 +485,9 @@ impl Bucket<'_> {
 fn process_pairs(
     ctx: &simd::GroupCtx<'_>,
     pairs: &[(u32, u32)],
-    k: usize,
-    a: &mut [f64],
-    b: &mut [f64],
-    t: usize,
+    (k, t): (usize, usize),
+    (a, b): (&mut [f64], &mut [f64]),
+    control: &bridge_core::control::Control,
 ) -> Result<()> {
     let mut groups: Vec<(usize, usize)> = Vec::new();
     let mut s = 0;
@@ -491,7 +509,13 @@ fn process_pairs(
     }
     groups.par_iter().zip(chunks.into_par_iter()).for_each_init(
         || Scratch::new(k),
-        |sc, (&(s, e), out)| simd::group(ctx, &pairs[s..e], sc, out),
+        |sc, (&(s, e), out)| {
+            // once cancelled, the groups not begun are skipped (the caller's check returns)
+            if !control.is_cancelled() {
+                simd::group(ctx, &pairs[s..e], sc, out);
+                control.advance((e - s) as u64);
+            }
+        },
     );
     for (&(_, pid), &(ca, cb)) in pairs.iter().zip(&contrib) {
         let i0 = pid as usize / t;

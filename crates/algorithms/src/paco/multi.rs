@@ -501,7 +501,9 @@ fn fail(
     share.error = Some(e.to_string());
     let device = share.device;
     q.units.stop_device(unit, e, policy, |e| match e {
-        BridgeError::InvalidInput(_) | BridgeError::Unsupported(_) => e,
+        BridgeError::InvalidInput(_)
+        | BridgeError::Unsupported(_)
+        | BridgeError::Cancelled { .. } => e,
         other => BridgeError::backend("paco", None, format!("{device} failed {what}: {other}")),
     });
 }

@@ -127,6 +127,12 @@ pub struct PacoParams {
     /// per-batch template/pair buffers and the covariance scratch of large patches (see
     /// `paco/gpu.rs`). Never changes results.
     pub max_tile_bytes: usize,
+    /// Cancellation and progress, shared with the caller (not a setting: never changes
+    /// results, and any two compare equal). The run checks it between bands of statistics
+    /// rows (a row on the CPU), device batches and the pairs of a band, and returns
+    /// [`bridge_core::BridgeError::Cancelled`] once it is cancelled; it counts the statistics
+    /// rows done (the pairs, with sub-pixel templates on the CPU) against the total it sets.
+    pub control: bridge_core::control::Control,
 }
 
 impl Default for PacoParams {
@@ -144,6 +150,7 @@ impl Default for PacoParams {
             strategy: Strategy::Fast,
             batch_size: 1000,
             max_tile_bytes: 256 << 20,
+            control: bridge_core::control::Control::default(),
         }
     }
 }

@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _dask, _decorators, _frameworks, _native
+from . import _dask, _decorators, _frameworks, _native, _progress
 from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
 from ._locate import _isotropic, _locate_frames_nd, _locate_nd, _names, _ndim, _per_axis, _scalar
 from ._stream import batch, batch_blob_log
@@ -70,6 +70,7 @@ __all__ = [
     "batch_blob_log",
     "benchmark",
     "blob_log",
+    "build_info",
     "config",
     "convert",
     "convert_memory",
@@ -101,6 +102,16 @@ __all__ = [
 __version__ = "0.1.0"
 
 _logger = logging.getLogger("arraybridge")
+
+
+def build_info() -> dict:
+    """How this package was built: ``{"version": ..., "profile": "release" | "dev"}``.
+
+    ``pip install ./crates/bridge-python`` and ``maturin develop --release`` build the release
+    profile; plain ``maturin develop`` builds the dev profile, whose pipelines run 3–6× slower.
+    Time arraybridge on a release build (``scripts/bench_blob_suite.py`` refuses a dev one).
+    """
+    return {"version": __version__, "profile": str(_native.BUILD_PROFILE)}
 
 
 _UNSET = object()
@@ -867,25 +878,36 @@ def paco(
     stats_strategy: str = "fast",
     top: int = 10,
     device: str = "auto",
+    progress: bool = False,
 ) -> PacoResult:
     """PACO on an ADI cube ``(T, H, W)`` with its angles ``(T,)`` (degrees) and an odd,
     centred PSF: the same maps as ``arraybridge paco`` writes (same options: ``mode`` paper or
     vip, ``subpixel`` off / table / table:Q / fft / spline5, ``edge`` box or disk, ...).
     Inputs are used as float64 (a ``dask.array`` input is computed whole, checked against the
     host memory budget first). ``device="auto"`` chooses as for the other pipelines
-    (:func:`last_decision`)."""
+    (:func:`last_decision`).
+
+    Ctrl-C stops the run within one band of rows (a row on the CPU) or one device batch and
+    raises ``KeyboardInterrupt``; ``progress=True`` shows the statistics rows done (the pairs,
+    with sub-pixel templates on the CPU): a ``tqdm`` bar when tqdm is installed, else a line
+    on standard error."""
     cube, angles, psf = _dask_inputs("paco", cube=cube, angles=angles, psf=psf)
-    r = _native.paco(
-        cube,
-        angles,
-        psf,
-        **_paco_settings(
-            radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
-        ),
-        stats_strategy=stats_strategy,
-        top=_int("top", top),
-        device=device,
-    )
+    bar = _progress.bar(progress, None, "paco", unit="row")
+    try:
+        r = _native.paco(
+            cube,
+            angles,
+            psf,
+            **_paco_settings(
+                radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
+            ),
+            stats_strategy=stats_strategy,
+            top=_int("top", top),
+            device=device,
+            progress=_progress.follow(bar) if progress else None,
+        )
+    finally:
+        bar.close()
     _log_auto(device)
     cands = _table(
         {

@@ -12,8 +12,8 @@ from typing import Any, Optional
 class _Line:
     """The bar without tqdm."""
 
-    def __init__(self, total: Optional[int], desc: str) -> None:
-        self.total, self.desc, self.n = total, desc, 0
+    def __init__(self, total: Optional[int], desc: str, unit: str = "frame") -> None:
+        self.total, self.desc, self.n, self.unit = total, desc, 0, unit
         self.start = self.last = time.monotonic()
 
     def update(self, n: int) -> None:
@@ -26,7 +26,8 @@ class _Line:
     def _write(self) -> None:
         of = f"/{self.total}" if self.total is not None else ""
         rate = self.n / max(time.monotonic() - self.start, 1e-9)
-        sys.stderr.write(f"\r{self.desc}: {self.n}{of} frames ({rate:.1f} frames/s)")
+        u = self.unit
+        sys.stderr.write(f"\r{self.desc}: {self.n}{of} {u}s ({rate:.1f} {u}s/s)")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -43,16 +44,31 @@ class _Off:
         pass
 
 
-def bar(enabled: Any, total: Optional[int], desc: str) -> Any:
-    """A progress bar of ``total`` frames (``None``: unknown) when ``enabled``; else one that
-    does nothing."""
+def bar(enabled: Any, total: Optional[int], desc: str, unit: str = "frame") -> Any:
+    """A progress bar of ``total`` units (frames; ``None``: unknown) when ``enabled``; else
+    one that does nothing."""
     if not enabled:
         return _Off()
     try:
         from tqdm.auto import tqdm  # noqa: PLC0415
     except ImportError:
-        return _Line(total, desc)
-    return tqdm(total=total, desc=desc, unit="frame")
+        return _Line(total, desc, unit)
+    return tqdm(total=total, desc=desc, unit=unit)
+
+
+def follow(b: Any) -> Any:
+    """A ``progress(done, total)`` callback (the native pipelines' counters) that moves the
+    bar ``b`` to ``done`` of ``total``."""
+
+    def update(done: int, total: int) -> None:
+        if total and getattr(b, "total", None) != total:
+            b.total = total
+            if hasattr(b, "refresh"):
+                b.refresh()
+        if done > b.n:
+            b.update(done - b.n)
+
+    return update
 
 
 def total_frames(frames: Any) -> Optional[int]:

@@ -33,6 +33,23 @@
 //! * the exact maximum of the cube is the largest exact value of the voxels with
 //!   `ṽ ≥ max ṽ − e` (the arg max is one of them), found again in the runs of rows whose
 //!   extrema come that close; the minimum likewise.
+//!
+//! The f32 cube may be summed with fused multiply-adds (`filters/fused.rs`, 8 or 16 lanes,
+//! the default where the CPU has FMA): `s + t·w` then rounds once instead of twice, so every
+//! step of the bound above still holds (`the_bound_holds_with_room` checks each kernel set).
+//! The search and the rows it computes again use the same kernels, so they agree bit for bit.
+//!
+//! **Float32 frames** ([`Reference::F32`]). scikit-image keeps float32 as the working type of a
+//! float32 image: SciPy sums every pass in f64 and rounds its output to f32, and the sum
+//! `Lyy + Lxx` and the product by σ² (an f32 value) are f32 operations. That cube is within
+//! `σ²·S₀·S₂·M·(8u₃₂ + (4r + 12)·u₆₄)` of the real one (four roundings of a pass output to
+//! f32, chained through the next pass, the sum and the product: `2u₃₂` per derivative term
+//! before the sum, `u₃₂` each for the sum and the product on twice a term's size), so the f32
+//! cube of f32 sums is within `σ²·S₀·S₂·M·((4r + 32)·u₃₂ + (4r + 24)·u₆₄)` of it (taken with the
+//! same 1.5 slack, and the underflow term twice). The same search then settles its decisions
+//! with exact voxels that round where SciPy rounds, and the threshold is computed in f32 as
+//! scikit-image computes it; the tests of `fl32(rel)·(hi − e) − e` below `fl32(fl32(rel)·hi)`
+//! hold because `u₃₂·hi` is far below `e`.
 
 use std::collections::HashMap;
 
@@ -43,7 +60,9 @@ use super::params::BlobLogParams;
 use super::scale_space::{
     Banded, Cand, Span, exact_planes, log_peaks_banded_in_f32, pad_frame, threshold_from,
 };
-use crate::detect::filters::{Avx2, Boundary, LogKernels, LogScratch, log_rows_scaled, map_index};
+use crate::detect::filters::{
+    Avx2, Boundary, Fused, LogKernels, LogScratch, log_rows_scaled, map_index,
+};
 use crate::detect::real::give_buf;
 use crate::grid::CellHasher;
 
@@ -60,19 +79,35 @@ pub(super) fn enabled() -> bool {
         && bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_CERTIFIED") != Some(0)
 }
 
-/// `|ṽ − v| ≤ bound` for every voxel of the f32 cube of `planes` against the f64 one, for
-/// inputs of magnitude at most `m` (see the module documentation).
-fn error_bound(planes: &[(LogKernels, f64)], m: f64) -> f64 {
+/// The scale space whose maxima the certified search reproduces exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reference {
+    /// SciPy's float64 cube: an f64 frame (u8, u16… converted to f64 as scikit-image does).
+    F64,
+    /// SciPy's float32 cube of a float32 frame: every pass summed in f64 and its output rounded
+    /// to f32; the sum of the two terms and the product by σ² in f32.
+    F32,
+}
+
+/// `|ṽ − v| ≤ bound` for every voxel of the f32 cube of `planes` against the `reference`
+/// one, for inputs of magnitude at most `m` (see the module documentation).
+fn error_bound(planes: &[(LogKernels, f64)], m: f64, reference: Reference) -> f64 {
     planes
         .iter()
         .map(|(k, sc)| {
             let r = k.radius() as f64;
             let (s0, s2) = (sum_abs(&k.g0), sum_abs(&k.g2));
-            let rounding = sc.abs() * s0 * s2 * m * (4.0 * r + 24.0) * (U32 + U64);
+            let size = sc.abs() * s0 * s2 * m;
             // f32 underflow: an absolute error ≤ 2⁻¹⁵⁰ per operation whose result is
             // subnormal (2r + 2 per 1-D pass), carried through the x pass and the scale
             let underflow = (sc.abs() * (s0 + s2 + 2.0) * (2.0 * r + 3.0) + 1.0) * TINY32;
-            1.5 * rounding + underflow
+            match reference {
+                Reference::F64 => 1.5 * size * (4.0 * r + 24.0) * (U32 + U64) + underflow,
+                Reference::F32 => {
+                    let rounding = (4.0 * r + 32.0) * U32 + (4.0 * r + 24.0) * U64;
+                    1.5 * size * rounding + 2.0 * underflow
+                }
+            }
         })
         .fold(0.0, f64::max)
 }
@@ -153,12 +188,13 @@ type Voxels = Vec<Voxel>;
 fn near_extrema(
     (padded, stride): (&[f32], usize),
     (h, w): (usize, usize),
-    planes: &[(LogKernels, f32)],
+    (planes, fused): (&[(LogKernels, f32)], Option<Fused>),
     spans: &[Span<f32>],
     (lo, hi, e): (f64, f64, f64),
 ) -> Option<(Voxels, Voxels)> {
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
-    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
+    // the search's kernels: the same values bit for bit
+    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax).with_fused(fused);
     let (mut near_lo, mut near_hi) = (Vec::new(), Vec::new());
     let mut rows = Vec::new();
     for sp in spans {
@@ -212,13 +248,16 @@ fn f64_cube_cost(planes: &[(LogKernels, f64)], pixels: usize) -> f64 {
         .sum()
 }
 
-/// The exact f64 value of single voxels of the scale space, in SciPy's order (the values of
-/// [`super::log_cube`] bit for bit), remembered once computed.
+/// The exact value of single voxels of the scale space, in SciPy's order (the values of
+/// [`super::log_cube`] bit for bit: of its f64 cube, or with [`Reference::F32`] of its f32 cube
+/// of an f32 frame, held in f64), remembered once computed.
 struct ExactVoxels<'a> {
     img: &'a [f64],
     h: usize,
     w: usize,
     planes: &'a [(LogKernels, f64)],
+    /// Round each pass's output, the sum and the product to f32 ([`Reference::F32`]).
+    round32: bool,
     simd: Option<Avx2>,
     known: HashMap<(usize, usize, usize), f64, BuildHasherDefault<CellHasher>>,
     cols: Vec<usize>,
@@ -227,12 +266,18 @@ struct ExactVoxels<'a> {
 }
 
 impl<'a> ExactVoxels<'a> {
-    fn new(img: &'a [f64], (h, w): (usize, usize), planes: &'a [(LogKernels, f64)]) -> Self {
+    fn new(
+        img: &'a [f64],
+        (h, w): (usize, usize),
+        planes: &'a [(LogKernels, f64)],
+        reference: Reference,
+    ) -> Self {
         ExactVoxels {
             img,
             h,
             w,
             planes,
+            round32: reference == Reference::F32,
             simd: Avx2::detect(),
             known: HashMap::default(),
             cols: Vec::new(),
@@ -308,18 +353,30 @@ impl<'a> ExactVoxels<'a> {
                 }
             }
         }
+        if self.round32 {
+            // SciPy writes each pass's output in the f32 working type
+            for v in c2.iter_mut().chain(c0.iter_mut()) {
+                *v = f64::from(*v as f32);
+            }
+        }
         let (mut sy, mut sx) = (c2[r] * g0[0], c0[r] * g2[0]);
         for j in (1..=r).rev() {
             sy += (c2[r - j] + c2[r + j]) * g0[j];
             sx += (c0[r - j] + c0[r + j]) * g2[j];
+        }
+        if self.round32 {
+            // the terms, their sum and the product by σ² in f32 (σ² is an f32 value)
+            let (a, b) = (sy as f32, sx as f32);
+            return f64::from((-(a + b)) * (*scale as f32));
         }
         (-(sy + sx)) * *scale
     }
 }
 
 /// The 3×3×3 maxima above the threshold (raster order of (y, x, scale)) and the cube's
-/// minimum and maximum of `blob_log` on an f64 frame — exactly those of the f64 banded search
-/// — from the f32 search and exact values where its bound leaves a decision open. `None`
+/// minimum and maximum of `blob_log` on a frame — exactly those of the banded search of the
+/// `reference` cube (the f64 one; with [`Reference::F32`] the f32 one of an f32 frame, whose
+/// pixels and σ list (`sigmas`) are f32 values held in f64) — from the f32 search and exact values where its bound leaves a decision open. `None`
 /// where this cannot be done cheaply (then the caller runs the f64 path): no threshold, a
 /// negative or > 1 `threshold_rel`, a frame with NaN or infinite pixels, of zeros, or of
 /// magnitudes beyond 10^±20, kernels or scales that f32 cannot hold (σ so small that a tap
@@ -333,9 +390,31 @@ pub(super) fn log_peaks_certified(
     (h, w): (usize, usize),
     sigmas: &[f64],
     p: &BlobLogParams,
+    reference: Reference,
+) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    log_peaks_certified_with(image, (h, w), sigmas, p, (reference, Fused::detect()))
+}
+
+/// [`log_peaks_certified`] with the f32 cube's kernels chosen: `fused` ones or (`None`) the
+/// exact ones.
+fn log_peaks_certified_with(
+    image: &[f64],
+    (h, w): (usize, usize),
+    sigmas: &[f64],
+    p: &BlobLogParams,
+    (reference, fused): (Reference, Option<Fused>),
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
     let m = certifiable(image, (h, w), sigmas, p)?;
-    let planes = exact_planes(sigmas);
+    let planes: Vec<(LogKernels, f64)> = match reference {
+        Reference::F64 => exact_planes(sigmas),
+        Reference::F32 => {
+            let s32: Vec<f32> = sigmas.iter().map(|&s| s as f32).collect();
+            exact_planes(&s32)
+                .into_iter()
+                .map(|(k, sc)| (k, f64::from(sc)))
+                .collect()
+        }
+    };
     if !fits_f32(&planes, m) {
         return None;
     }
@@ -347,8 +426,8 @@ pub(super) fn log_peaks_certified(
     if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
         return None;
     }
-    let e = 2.0 * error_bound(&planes, m);
-    let (found, near) = search_f32(image, (h, w), &planes, p, e);
+    let e = 2.0 * error_bound(&planes, m, reference);
+    let (found, near) = search_f32(image, (h, w), (&planes, fused), p, e);
     let (near_lo, near_hi) = near?;
     let planned: f64 = near_lo
         .iter()
@@ -358,11 +437,18 @@ pub(super) fn log_peaks_certified(
     if planned > budget || near_lo.len() + near_hi.len() > max_voxels {
         return None;
     }
-    let (lo, hi) = exact_extrema(image, (h, w), &planes, (&near_lo, &near_hi));
+    let (lo, hi) = exact_extrema(image, (h, w), &planes, (&near_lo, &near_hi), reference);
     if !lo.is_finite() || !hi.is_finite() || lo == 0.0 || hi == 0.0 {
         return None;
     }
-    let (thr, lo, hi) = threshold_from((lo, hi), p);
+    // the threshold in the reference's working type, as scikit-image computes it
+    let (thr, lo, hi) = match reference {
+        Reference::F64 => threshold_from((lo, hi), p),
+        Reference::F32 => {
+            let (t, l, u) = threshold_from((lo as f32, hi as f32), p);
+            (f64::from(t), f64::from(l), f64::from(u))
+        }
+    };
     let open = |c: &&Cand<f32>| f64::from(c.v) + e > thr;
     let planned: f64 = found
         .cands
@@ -382,7 +468,8 @@ pub(super) fn log_peaks_certified(
     // the candidates' exact values, in parallel chunks (each with its own memo; dense frames
     // have hundreds of thousands), in order
     let open: Vec<&Cand<f32>> = found.cands.iter().filter(open).collect();
-    let settle = |chunk: &[&Cand<f32>]| settle_chunk(image, (h, w), &planes, thr, chunk);
+    let settle =
+        |chunk: &[&Cand<f32>]| settle_chunk(image, (h, w), (&planes, reference), thr, chunk);
     let out: Vec<Cand<f64>> = if open.len() < 2 * SETTLE_CHUNK {
         settle(&open)
     } else {
@@ -426,7 +513,7 @@ fn certifiable(
 fn search_f32(
     image: &[f64],
     (h, w): (usize, usize),
-    planes: &[(LogKernels, f64)],
+    (planes, fused): (&[(LogKernels, f64)], Option<Fused>),
     p: &BlobLogParams,
     e: f64,
 ) -> (Banded<f32>, Option<(Voxels, Voxels)>) {
@@ -436,7 +523,7 @@ fn search_f32(
         .collect();
     // the frame in f32, padded once for the search and for the extrema's rows
     let (img32, stride) = pad_frame::<f64, f32>(image, h, w);
-    let found = log_peaks_banded_in_f32((&img32, stride), (h, w), &planes32, p, e);
+    let found = log_peaks_banded_in_f32((&img32, stride), (h, w), &planes32, p, (e, fused));
     let (lo_a, hi_a) = (f64::from(found.lo), f64::from(found.hi));
     // a backstop of `fits_f32`: a non-finite f32 cube settles nothing
     let near = if found.overflow || !(lo_a.is_finite() && hi_a.is_finite() && e.is_finite()) {
@@ -445,7 +532,7 @@ fn search_f32(
         near_extrema(
             (&img32, stride),
             (h, w),
-            &planes32,
+            (&planes32, fused),
             &found.spans,
             (lo_a, hi_a, e),
         )
@@ -461,8 +548,9 @@ fn exact_extrema(
     (h, w): (usize, usize),
     planes: &[(LogKernels, f64)],
     (near_lo, near_hi): (&[Voxel], &[Voxel]),
+    reference: Reference,
 ) -> (f64, f64) {
-    let mut exact = ExactVoxels::new(image, (h, w), planes);
+    let mut exact = ExactVoxels::new(image, (h, w), planes, reference);
     // the extrema: the exact values of every voxel that can hold them
     let mut hi = f64::NEG_INFINITY;
     for &(s, y, x) in near_hi {
@@ -481,12 +569,12 @@ fn exact_extrema(
 fn settle_chunk(
     image: &[f64],
     (h, w): (usize, usize),
-    planes: &[(LogKernels, f64)],
+    (planes, reference): (&[(LogKernels, f64)], Reference),
     thr: f64,
     chunk: &[&Cand<f32>],
 ) -> Vec<Cand<f64>> {
     let ns = planes.len();
-    let mut exact = ExactVoxels::new(image, (h, w), planes);
+    let mut exact = ExactVoxels::new(image, (h, w), planes, reference);
     let mut out = Vec::with_capacity(chunk.len());
     'cand: for c in chunk {
         let v = exact.get(c.s, c.y, c.x);
@@ -541,7 +629,7 @@ mod tests {
             let sigmas = p.sigma_list::<f64>();
             let cube = log_cube(&img, h, w, &sigmas);
             let planes = exact_planes(&sigmas);
-            let mut ex = ExactVoxels::new(&img, (h, w), &planes);
+            let mut ex = ExactVoxels::new(&img, (h, w), &planes, Reference::F64);
             for s in 0..sigmas.len() {
                 for y in 0..h {
                     for x in 0..w {
@@ -550,7 +638,35 @@ mod tests {
                     }
                 }
             }
+            // an f32 frame: its f32 cube (each pass rounded to f32)
+            let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
+            let sig32 = p.sigma_list::<f32>();
+            let cube = log_cube(&img32, h, w, &sig32);
+            let img = widen(&img32);
+            let planes = f32_planes(&sig32);
+            let mut ex = ExactVoxels::new(&img, (h, w), &planes, Reference::F32);
+            for s in 0..sig32.len() {
+                for y in 0..h {
+                    for x in 0..w {
+                        let want = f64::from(cube[s * h * w + y * w + x]);
+                        assert_eq!(ex.compute(s, y, x).to_bits(), want.to_bits(), "{h}x{w}");
+                    }
+                }
+            }
         }
+    }
+
+    /// f32 values held in f64.
+    fn widen(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| f64::from(x)).collect()
+    }
+
+    /// The planes of the f32 cube of an f32 frame, the scale held in f64.
+    fn f32_planes(sig32: &[f32]) -> Vec<(LogKernels, f64)> {
+        exact_planes(sig32)
+            .into_iter()
+            .map(|(k, sc)| (k, f64::from(sc)))
+            .collect()
     }
 
     /// The f32 cube is within the bound of the f64 one, with room: the bound is not
@@ -571,21 +687,42 @@ mod tests {
             let exact = log_cube(&img, h, w, &sigmas);
             let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
             let planes = exact_planes(&sigmas);
-            let approx =
-                crate::detect::blob_log::scale_space::log_cube_planes_f32(&img32, (h, w), &planes);
             let m = img.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-            let b = error_bound(&planes, m);
-            let worst = exact
-                .iter()
-                .zip(&approx)
-                .map(|(a, b)| (a - f64::from(*b)).abs())
-                .fold(0.0, f64::max);
-            assert!(worst <= b, "scale {scale}: error {worst} > bound {b}");
-            assert!(
-                worst * 1e4 > b,
-                "scale {scale}: bound {b} for error {worst}"
-            );
+            // an f32 frame: f32 sums against SciPy's f32 cube (passes rounded to f32)
+            let sig32 = p.sigma_list::<f32>();
+            let exact32: Vec<f64> = widen(&log_cube(&img32, h, w, &sig32));
+            let planes32 = f32_planes(&sig32);
+            for fused in kernel_choices() {
+                for (reference, exact, planes) in [
+                    (Reference::F64, &exact, &planes),
+                    (Reference::F32, &exact32, &planes32),
+                ] {
+                    let approx = crate::detect::blob_log::scale_space::log_cube_planes_f32(
+                        &img32,
+                        (h, w),
+                        planes,
+                        fused,
+                    );
+                    let b = error_bound(planes, m, reference);
+                    let worst = exact
+                        .iter()
+                        .zip(&approx)
+                        .map(|(a, b)| (a - f64::from(*b)).abs())
+                        .fold(0.0, f64::max);
+                    let what = format!("{reference:?} {fused:?} scale {scale}");
+                    assert!(worst <= b, "{what}: error {worst} > bound {b}");
+                    assert!(worst * 1e4 > b, "{what}: bound {b} for error {worst}");
+                }
+            }
         }
+    }
+
+    /// The f32 kernels of the certified search: the exact ones and every fused set the CPU
+    /// has.
+    fn kernel_choices() -> Vec<Option<Fused>> {
+        std::iter::once(None)
+            .chain(Fused::available().into_iter().map(Some))
+            .collect()
     }
 
     /// A u8 frame as a microscope gives it: bright Gaussian spots of σ 1–3 on a dim
@@ -616,16 +753,56 @@ mod tests {
             .collect()
     }
 
+    /// The banded search of the `reference` cube of `img` (an f32 frame of its values rounded
+    /// to f32 for [`Reference::F32`]): the maxima above the threshold and the extrema, held in
+    /// f64, with the σ list and the frame the certified search gets.
+    #[allow(clippy::type_complexity)]
+    fn reference_search(
+        img: &[f64],
+        (h, w): (usize, usize),
+        p: &BlobLogParams,
+        reference: Reference,
+    ) -> (Vec<Cand<f64>>, f64, f64, Vec<f64>, Vec<f64>) {
+        match reference {
+            Reference::F64 => {
+                let sigmas = p.sigma_list::<f64>();
+                let (c, lo, hi) = log_peaks_banded(img, h, w, &sigmas, Precision::F64, p);
+                let (thr, _, _) = threshold_from((lo, hi), p);
+                let c = c.into_iter().filter(|c| c.v > thr).collect();
+                (c, lo, hi, sigmas, img.to_vec())
+            }
+            Reference::F32 => {
+                let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
+                let sig32 = p.sigma_list::<f32>();
+                let (c, lo, hi) = log_peaks_banded(&img32, h, w, &sig32, Precision::F64, p);
+                let (thr, _, _) = threshold_from((lo, hi), p);
+                let c = c
+                    .iter()
+                    .filter(|c| c.v > thr)
+                    .map(|c| c.map(f64::from))
+                    .collect();
+                (
+                    c,
+                    f64::from(lo),
+                    f64::from(hi),
+                    widen(&sig32),
+                    widen(&img32),
+                )
+            }
+        }
+    }
+
     /// The certified search gives the f64 banded search's maxima (positions, scales and
     /// responses bit for bit) and extrema, or declines: on random frames of 256 levels, of
     /// 3 levels (plateaus and exact ties everywhere), of u16-like values, on microscope-like
     /// frames of spots with saturation, with relative and absolute thresholds and borders,
     /// from one row to more rows than a band (several parts); and it declines where it must
-    /// (no threshold, zeros).
+    /// (no threshold, zeros). The same for f32 frames against their f32 cube.
     #[test]
     fn certified_search_equals_the_exact_one() {
         let mut rng = SplitMix::new(77);
         let (mut compared, mut declined, mut maxima, mut largest) = (0, 0, 0, 0);
+        let mut compared32 = 0;
         // (300, 260): thousands of open candidates, settled in parallel chunks
         for (h, w) in [
             (1, 1),
@@ -659,21 +836,36 @@ mod tests {
                         exclude_border,
                         ..BlobLogParams::default()
                     };
-                    let sigmas = p.sigma_list::<f64>();
-                    let (want, lo, hi) = log_peaks_banded(&img, h, w, &sigmas, Precision::F64, &p);
-                    let (thr, _, _) = threshold_from((lo, hi), &p);
-                    let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
-                    let want: Vec<_> = want.iter().filter(|c| c.v > thr).map(key).collect();
-                    let what = format!("{h}x{w} levels {levels} {threshold:?} {threshold_rel:?}");
-                    match log_peaks_certified(&img, (h, w), &sigmas, &p) {
-                        None => declined += 1,
-                        Some((got, l, u)) => {
-                            assert_eq!((l.to_bits(), u.to_bits()), (lo.to_bits(), hi.to_bits()));
-                            let got: Vec<_> = got.iter().map(key).collect();
-                            assert_eq!(got, want, "{what}");
-                            compared += 1;
-                            maxima += want.len();
-                            largest = largest.max(want.len());
+                    for (reference, fused) in [Reference::F64, Reference::F32]
+                        .into_iter()
+                        .flat_map(|r| kernel_choices().into_iter().map(move |f| (r, f)))
+                    {
+                        let (want, lo, hi, sigmas, img) =
+                            reference_search(&img, (h, w), &p, reference);
+                        let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
+                        let want: Vec<_> = want.iter().map(key).collect();
+                        let what = format!(
+                            "{reference:?} {fused:?} {h}x{w} levels {levels} {threshold:?} \
+                             {threshold_rel:?}"
+                        );
+                        let cert = (reference, fused);
+                        match log_peaks_certified_with(&img, (h, w), &sigmas, &p, cert) {
+                            None => declined += 1,
+                            Some((got, l, u)) => {
+                                assert_eq!(
+                                    (l.to_bits(), u.to_bits()),
+                                    (lo.to_bits(), hi.to_bits()),
+                                    "{what}"
+                                );
+                                let got: Vec<_> = got.iter().map(key).collect();
+                                assert_eq!(got, want, "{what}");
+                                compared += 1;
+                                maxima += want.len();
+                                largest = largest.max(want.len());
+                                if reference == Reference::F32 {
+                                    compared32 += 1;
+                                }
+                            }
                         }
                     }
                 }
@@ -685,30 +877,30 @@ mod tests {
             "a frame settles its candidates in parallel"
         );
         assert!(
-            compared > 50 && maxima > 1000,
-            "{compared} {declined} {maxima}"
+            compared > 100 && maxima > 2000 && compared32 > 50,
+            "{compared} ({compared32} f32) {declined} {maxima}"
         );
         let p = BlobLogParams {
             threshold: None,
             threshold_rel: None,
             ..BlobLogParams::default()
         };
-        assert!(log_peaks_certified(&[0.5; 100], (10, 10), &[1.0], &p).is_none());
+        assert!(log_peaks_certified(&[0.5; 100], (10, 10), &[1.0], &p, Reference::F64).is_none());
         let p = BlobLogParams::default();
-        assert!(log_peaks_certified(&[0.0; 100], (10, 10), &[1.0], &p).is_none());
+        assert!(log_peaks_certified(&[0.0; 100], (10, 10), &[1.0], &p, Reference::F64).is_none());
         // kernels wider than the frame: exact voxels would cost more than the f64 cube
         let img: Vec<f64> = (0..64 * 64).map(|_| rng.uniform()).collect();
-        assert!(log_peaks_certified(&img, (64, 64), &[100.0], &p).is_none());
-        assert!(log_peaks_certified(&img, (64, 64), &[2.0], &p).is_some());
+        assert!(log_peaks_certified(&img, (64, 64), &[100.0], &p, Reference::F64).is_none());
+        assert!(log_peaks_certified(&img, (64, 64), &[2.0], &p, Reference::F64).is_some());
         // σ so small that the f32 taps overflow; a NaN or infinite pixel
-        assert!(log_peaks_certified(&img, (64, 64), &[1e-20], &p).is_none());
+        assert!(log_peaks_certified(&img, (64, 64), &[1e-20], &p, Reference::F64).is_none());
         let mut bad = img.clone();
         bad[7] = f64::NAN;
-        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p).is_none());
+        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p, Reference::F64).is_none());
         bad[7] = f64::INFINITY;
-        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p).is_none());
+        assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p, Reference::F64).is_none());
         // a flat frame: every voxel is within the bound of both extrema, past the cap
         let flat = vec![0.5; 200 * 100];
-        assert!(log_peaks_certified(&flat, (200, 100), &[1.0], &p).is_none());
+        assert!(log_peaks_certified(&flat, (200, 100), &[1.0], &p, Reference::F64).is_none());
     }
 }

@@ -26,7 +26,7 @@ mod scale_space;
 use bridge_core::{BridgeError, Result};
 
 use super::FrameView;
-use super::real::{Real, give_buf};
+use super::real::{Real, give_buf, take_buf};
 use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
 pub(crate) use convert::check_scale_space_range;
@@ -103,14 +103,35 @@ pub fn blob_log_typed_acc<T: Real>(
     }
     let sigmas = p.sigma_list::<T>();
     // the maxima above a lower bound of the threshold, without the cube in memory: found in
-    // an f32 scale space where its error bound settles them (exact f64 values where it does
-    // not), else in the f64 one
-    let certified = T::as_f64s(image)
-        .filter(|_| acc != Precision::F32 && certified::enabled())
-        .and_then(|img| {
-            let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
-            certified::log_peaks_certified(img, (h, w), &s64, p)
-        });
+    // an f32 scale space where its error bound settles them (exact values of the working
+    // type's cube where it does not), else in the working type's cube
+    let certified = if acc != Precision::F32 && certified::enabled() {
+        let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
+        match T::as_f64s(image) {
+            Some(img) => {
+                certified::log_peaks_certified(img, (h, w), &s64, p, certified::Reference::F64)
+            }
+            None if T::IS_F32 => {
+                // an f32 frame: its pixels in f64 (exact) for the exact voxels
+                let mut img: Vec<f64> = take_buf(image.len());
+                for (d, v) in img.iter_mut().zip(image) {
+                    *d = v.to_f64();
+                }
+                let out = certified::log_peaks_certified(
+                    &img,
+                    (h, w),
+                    &s64,
+                    p,
+                    certified::Reference::F32,
+                );
+                give_buf(img);
+                out
+            }
+            None => None,
+        }
+    } else {
+        None
+    };
     let (mut cands, lo, hi) = match certified {
         Some((cands, lo, hi)) => (
             cands.iter().map(|c| c.map(T::from_f64)).collect(),

@@ -6,7 +6,9 @@
 use rayon::prelude::*;
 
 use super::params::{BlobLogParams, border_covers};
-use crate::detect::filters::{Avx2, LogKernels, LogScratch, log_plane_scaled, log_rows_scaled};
+use crate::detect::filters::{
+    Avx2, Fused, LogKernels, LogScratch, log_plane_scaled, log_rows_scaled,
+};
 use crate::detect::real::{Real, give_buf, take_buf};
 
 mod peaks;
@@ -300,7 +302,7 @@ fn log_peaks_banded_in<T: Real, A: Real>(
     relax: Option<f64>,
 ) -> Banded<T> {
     let (padded, stride) = pad_frame::<T, A>(image, h, w);
-    let out = log_peaks_padded::<T, A>((&padded, stride), (h, w), planes, p, split, relax);
+    let out = log_peaks_padded::<T, A>((&padded, stride), (h, w), planes, p, split, (relax, None));
     give_buf(padded);
     out
 }
@@ -308,14 +310,14 @@ fn log_peaks_banded_in<T: Real, A: Real>(
 /// [`log_peaks_banded_in`] of a frame already in `A`, rows `stride` apart ([`pad_frame`]): the
 /// parts searched in parallel ([`PartSearch::run`]), their extrema merged, the parts that
 /// overflowed their cap searched again with the final threshold, and their maxima joined in
-/// order.
+/// order. `fused`: the kernels of an f32 cube of f32 sums ([`LogScratch::with_fused`]).
 fn log_peaks_padded<T: Real, A: Real>(
     (img, stride): (&[A], usize),
     (h, w): (usize, usize),
     planes: &[(LogKernels, T)],
     p: &BlobLogParams,
     (band, nparts, cap): (usize, usize, Option<usize>),
-    relax: Option<f64>,
+    (relax, fused): (Option<f64>, Option<Fused>),
 ) -> Banded<T> {
     let ns = planes.len();
     let empty = |lo: T, hi: T| Banded {
@@ -357,6 +359,7 @@ fn log_peaks_padded<T: Real, A: Real>(
         margin,
         simd,
         relax,
+        fused,
     };
     let mut parts: Vec<Part<T>> = (0..nparts)
         .into_par_iter()
@@ -423,6 +426,7 @@ struct PartSearch<'a, T, A> {
     margin: T,
     simd: Option<Avx2>,
     relax: Option<f64>,
+    fused: Option<Fused>,
 }
 
 impl<T: Real, A: Real> PartSearch<'_, T, A> {
@@ -452,7 +456,7 @@ impl<T: Real, A: Real> PartSearch<'_, T, A> {
         let ring = band + 2;
         let slab = ring * w;
         let mut buf: Vec<T> = take_buf(ns * slab);
-        let mut scratch = LogScratch::<T, A>::new(h, w, self.rmax);
+        let mut scratch = LogScratch::<T, A>::new(h, w, self.rmax).with_fused(self.fused);
         let mut sc = RowScratch::default();
         let (mut comp, mut next) = (c0, ya);
         let (mut overflow, mut compacted) = (false, 0);
@@ -573,31 +577,34 @@ impl<T: Real, A: Real> PartSearch<'_, T, A> {
 }
 
 /// [`log_peaks_banded_in`] of an f32 frame already padded ([`pad_frame`]) with f32 sums and an
-/// f32 cube, relaxed by `e` (the search of [`super::certified`]), in bands sized for 4-byte
-/// values.
+/// f32 cube (by the `fused` kernels, or the exact ones), relaxed by `e` (the search of
+/// [`super::certified`]), in bands sized for 4-byte values.
 pub(super) fn log_peaks_banded_in_f32(
     padded: (&[f32], usize),
     (h, w): (usize, usize),
     planes: &[(LogKernels, f32)],
     p: &BlobLogParams,
-    e: f64,
+    (e, fused): (f64, Option<Fused>),
 ) -> Banded<f32> {
     let band = band_rows(planes.len(), w, 4);
     let nparts = band_parts(h, band);
-    log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, (band, nparts, None), Some(e))
+    let split = (band, nparts, None);
+    log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, split, (Some(e), fused))
 }
 
-/// The whole f32 cube of [`log_peaks_banded_in_f32`] (f32 sums of the f64 kernels, scales
-/// rounded to f32), plane-major: the cube the certified search's bound is about.
+/// The whole f32 cube of [`log_peaks_banded_in_f32`] (f32 sums of the f64 kernels by the
+/// `fused` kernels or the exact ones, scales rounded to f32), plane-major: the cube the
+/// certified search's bound is about.
 #[cfg(test)]
 pub(super) fn log_cube_planes_f32(
     image: &[f32],
     (h, w): (usize, usize),
     planes: &[(LogKernels, f64)],
+    fused: Option<Fused>,
 ) -> Vec<f32> {
     let (padded, stride) = pad_frame::<f32, f32>(image, h, w);
     let rmax = planes.iter().map(|(k, _)| k.radius()).max().unwrap_or(0);
-    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax);
+    let mut scratch = LogScratch::<f32, f32>::new(h, w, rmax).with_fused(fused);
     let mut cube = vec![0.0f32; planes.len() * h * w];
     for ((k, sc), out) in planes.iter().zip(cube.chunks_mut(h * w)) {
         log_plane_scaled(&padded, stride, h, w, k, &mut scratch, out, *sc as f32);

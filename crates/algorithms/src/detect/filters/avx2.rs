@@ -1,7 +1,8 @@
 //! Explicit AVX2 kernels for the y and x passes of a LoG plane: 4 × f64 per vector for the
-//! exact f64 sums, 8 × f32 for the f32 sums of the certified search
-//! (`blob_log/certified.rs`) and of `--fast` on f32 frames, one generic kernel over the
-//! [`Lanes`] of both.
+//! exact f64 sums, 8 × f32 for the f32 sums of `--fast` on f32 frames and of the certified
+//! search (`blob_log/certified.rs`) where fused kernels are off, one generic kernel over the
+//! [`Lanes`] of both. The kernels' bodies are also compiled for the fused multiply-add lanes
+//! of `filters/fused.rs` (8 lanes with FMA, 16 with AVX-512F), where `Lanes::mul_add` fuses.
 //!
 //! Every vector lane computes one output pixel with exactly the scalar sum of
 //! [`super::log_plane`](fn@super::log_plane)'s generic code, in the same order: `c·w[0]`, then
@@ -319,7 +320,7 @@ unsafe fn ld8(p: *const f32) -> __m256 {
 /// Each method is an AVX intrinsic compiled with AVX2 enabled: call it only where the CPU has
 /// AVX2 (from the kernels, which an [`Avx2`] token guards); `load` and `store` also need
 /// `p..p + L` readable or writable.
-trait Lanes: Copy {
+pub(super) trait Lanes: Copy {
     /// The lane type.
     type E: Copy
         + PartialOrd
@@ -338,6 +339,13 @@ trait Lanes: Copy {
     unsafe fn add(a: Self, b: Self) -> Self;
     /// `a · b` per lane (never fused with an addition).
     unsafe fn mul(a: Self, b: Self) -> Self;
+    /// `c + a·b` per lane: `add(c, mul(a, b))`, two roundings, except where a type says it
+    /// fuses them (the fused kernels of `filters/fused.rs`: one rounding).
+    #[inline(always)]
+    unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller's contract (the type's instruction set).
+        unsafe { Self::add(c, Self::mul(a, b)) }
+    }
     /// `−v` per lane (the sign bit flipped, as Rust's `-x`).
     unsafe fn neg(v: Self) -> Self;
     /// `a < b ? a : b` per lane.
@@ -468,326 +476,277 @@ impl Lanes for __m256 {
 /// 8 accumulators).
 const BLOCK: usize = 4;
 
-/// The y passes of [`Avx2::y_rows`] and [`Avx2::y_rows_f32`] (`offs[(y − y0)·r + j − 1]` =
-/// the offsets of rows y − j and y + j), each output rounded with [`Lanes::round_f32`] when
-/// `ROUND`. Column strips of `16·L` keep the 2r + 1 input rows of a strip in L1 while y
-/// advances.
-///
-/// # Safety
-/// AVX2; `img[off + x]` readable for every offset in `offs` (and `y·stride` for y in
-/// `y0..y1`) and x < w; `a2`, `a0` hold `(y1 − y0)·(w + 2r)` values.
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn y_rows_avx2<V: Lanes, const ROUND: bool>(
-    img: &[V::E],
-    stride: usize,
-    w: usize,
-    (y0, y1): (usize, usize),
-    (g2, g0): (&[V::E], &[V::E]),
-    offs: &[(usize, usize)],
-    a2: &mut [V::E],
-    a0: &mut [V::E],
-) {
-    let (l, cols) = (V::L, BLOCK * V::L);
-    let r = g0.len() - 1;
-    let pw = w + 2 * r;
-    let ip = img.as_ptr();
-    let round1 = |v: V::E| if ROUND { V::round1_f32(v) } else { v };
-    // SAFETY: AVX2 (the caller's contract); every read is at columns x..x + L·n ≤ w of rows
-    // inside the image, every write below (y1 − y0)·pw (the caller's contract).
-    unsafe {
-        let round = |v: V| if ROUND { V::round_f32(v) } else { v };
-        let (c2, c0) = (V::splat(g2[0]), V::splat(g0[0]));
-        let mut xs = 0;
-        while xs < w {
-            let xe = (xs + 16 * l).min(w);
-            for y in y0..y1 {
-                let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
-                let centre = y * stride;
-                let orow = (y - y0) * pw + r;
-                let (o2, o0) = (
-                    a2[orow..orow + w].as_mut_ptr(),
-                    a0[orow..orow + w].as_mut_ptr(),
-                );
-                let mut x = xs;
-                // BLOCK vectors per kernel
-                while x + cols <= xe {
-                    let p = ip.add(centre + x);
-                    let v: [V; BLOCK] = std::array::from_fn(|q| V::load(p.add(l * q)));
-                    let mut s2: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c2));
-                    let mut s0: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c0));
-                    for j in (1..=r).rev() {
-                        let (u, d) = *off.get_unchecked(j - 1);
-                        let (pu, pd) = (ip.add(u + x), ip.add(d + x));
-                        let (w2, w0) = (
-                            V::splat(*g2.get_unchecked(j)),
-                            V::splat(*g0.get_unchecked(j)),
-                        );
-                        for q in 0..BLOCK {
-                            let t = V::add(V::load(pu.add(l * q)), V::load(pd.add(l * q)));
-                            s2[q] = V::add(s2[q], V::mul(t, w2));
-                            s0[q] = V::add(s0[q], V::mul(t, w0));
-                        }
-                    }
-                    for q in 0..BLOCK {
-                        V::store(o2.add(x + l * q), round(s2[q]));
-                        V::store(o0.add(x + l * q), round(s0[q]));
-                    }
-                    x += cols;
-                }
-                // one vector
-                while x + l <= xe {
-                    let v = V::load(ip.add(centre + x));
-                    let mut s2 = V::mul(v, c2);
-                    let mut s0 = V::mul(v, c0);
-                    for j in (1..=r).rev() {
-                        let (u, d) = *off.get_unchecked(j - 1);
-                        let t = V::add(V::load(ip.add(u + x)), V::load(ip.add(d + x)));
-                        s2 = V::add(s2, V::mul(t, V::splat(g2[j])));
-                        s0 = V::add(s0, V::mul(t, V::splat(g0[j])));
-                    }
-                    V::store(o2.add(x), round(s2));
-                    V::store(o0.add(x), round(s0));
-                    x += l;
-                }
-                // the last columns, one at a time
-                while x < xe {
-                    let c = img[centre + x];
-                    let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
-                    for j in (1..=r).rev() {
-                        let (u, d) = off[j - 1];
-                        let t = img[u + x] + img[d + x];
-                        s2 = s2 + t * g2[j];
-                        s0 = s0 + t * g0[j];
-                    }
-                    a2[orow + x] = round1(s2);
-                    a0[orow + x] = round1(s0);
-                    x += 1;
-                }
-            }
-            xs = xe;
-        }
-    }
-}
-
 /// Where the x passes put a block of outputs: both rows (`lyy`, `lxx`), or the cube's
 /// `(−(Lyy + Lxx))·scale` with its running extrema (the combine fused into the pass, so `Lyy`
 /// and `Lxx` never leave the registers).
-enum XOut<'a, E> {
+pub(super) enum XOut<'a, E> {
     /// `lyy`, `lxx`, `w` values each.
     Pair(&'a mut [E], &'a mut [E]),
     /// `out` (`w` values), the scale, and 8 lanes of minima and maxima.
     Scaled(&'a mut [E], E, (&'a mut [E], &'a mut [E])),
 }
 
-/// `Lyy` and `Lxx` of the L·N columns from `c2`, `c0` (the columns' centre samples in rows
-/// padded by `r`), each lane in the generic order.
-///
-/// # Safety
-/// AVX2; `c2 − r .. c2 + L·N + r` and the same around `c0` readable; `g0`, `g2` hold `r + 1`.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn x_block<V: Lanes, const N: usize>(
-    (c2, c0): (*const V::E, *const V::E),
-    (g0, g2): (&[V::E], &[V::E]),
-    r: usize,
-) -> ([V; N], [V; N]) {
-    let l = V::L;
-    // SAFETY: AVX2 and every read within the ranges the caller guarantees.
-    unsafe {
-        let (cy, cx) = (V::splat(g0[0]), V::splat(g2[0]));
-        let mut ys: [V; N] = std::array::from_fn(|v| V::mul(V::load(c2.add(l * v)), cy));
-        let mut xs: [V; N] = std::array::from_fn(|v| V::mul(V::load(c0.add(l * v)), cx));
-        for j in (1..=r).rev() {
-            let (wy, wx) = (
-                V::splat(*g0.get_unchecked(j)),
-                V::splat(*g2.get_unchecked(j)),
-            );
-            let (l2, r2) = (c2.sub(j), c2.add(j));
-            for (v, y) in ys.iter_mut().enumerate() {
-                let t = V::add(V::load(l2.add(l * v)), V::load(r2.add(l * v)));
-                *y = V::add(*y, V::mul(t, wy));
-            }
-            let (l0, r0) = (c0.sub(j), c0.add(j));
-            for (v, x) in xs.iter_mut().enumerate() {
-                let t = V::add(V::load(l0.add(l * v)), V::load(r0.add(l * v)));
-                *x = V::add(*x, V::mul(t, wx));
-            }
-        }
-        (ys, xs)
-    }
-}
-
-/// The x passes of [`Avx2::x_row_pair`], [`Avx2::x_row_scaled`] and
-/// [`Avx2::x_row_scaled_f32`]. The extrema fold lane `x mod 8` of blocks of `L` columns
-/// (lane 0 for the last columns), as the generic `combine_row` does.
-///
-/// # Safety
-/// AVX2; `row2`, `row0` hold `w + 2r` values, the outputs `w` (and 8 extrema lanes).
-#[target_feature(enable = "avx2")]
-unsafe fn x_rows_avx2<V: Lanes>(
-    (row2, row0): (&[V::E], &[V::E]),
-    (g0, g2): (&[V::E], &[V::E]),
-    w: usize,
-    mut out: XOut<'_, V::E>,
-) {
-    let l = V::L;
-    let r = g0.len() - 1;
-    let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
-    // the 8 extrema lanes as 8 / L vectors held in registers across the row (vector k: lanes
-    // k·L..(k + 1)·L)
-    let nv = 8 / l;
-    let mut ext = match &out {
-        // SAFETY: AVX2; lanes k·L..(k + 1)·L ≤ 8 of the 8 extrema (caller's contract).
-        XOut::Scaled(_, _, (lo, hi)) => unsafe {
-            let at = |e: &[V::E], k: usize| V::load(e.as_ptr().add(l * k.min(nv - 1)));
-            Some(([at(lo, 0), at(lo, 1)], [at(hi, 0), at(hi, 1)]))
-        },
-        XOut::Pair(..) => None,
-    };
-    let mut put = |x: usize, ys: &[V], xs: &[V]| match (&mut out, &mut ext) {
-        (XOut::Pair(lyy, lxx), _) => {
-            for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
-                // SAFETY: AVX2; x + L·v + L ≤ w, the length of both rows (caller's contract).
-                unsafe {
-                    V::store(lyy.as_mut_ptr().add(x + l * v), *y);
-                    V::store(lxx.as_mut_ptr().add(x + l * v), *xx);
-                }
-            }
-        }
-        (XOut::Scaled(o, scale, _), Some((lov, hiv))) => {
-            for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
-                // the extrema vector of lanes (x mod 8) rounded down to a vector
-                let k = (x + l * v) % 8 / l;
-                // SAFETY: AVX2; x + L·v + L ≤ w, the output's length (caller's contract).
-                unsafe {
-                    let c = V::mul(V::neg(V::add(*y, *xx)), V::splat(*scale));
-                    V::store(o.as_mut_ptr().add(x + l * v), c);
-                    lov[k] = V::min(c, lov[k]);
-                    hiv[k] = V::max(c, hiv[k]);
-                }
-            }
-        }
-        (XOut::Scaled(..), None) => {}
-    };
-    let mut x = 0;
-    while x + BLOCK * l <= w {
-        // SAFETY: reads at x + r ± j + 0..BLOCK·L ≤ w + 2r.
-        let (ys, xs) = unsafe { x_block::<V, BLOCK>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
-        put(x, &ys, &xs);
-        x += BLOCK * l;
-    }
-    while x + l <= w {
-        // SAFETY: reads at x + r ± j + 0..L ≤ w + 2r.
-        let (ys, xs) = unsafe { x_block::<V, 1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
-        put(x, &ys, &xs);
-        x += l;
-    }
-    if let (XOut::Scaled(_, _, (lo, hi)), Some((lov, hiv))) = (&mut out, &ext) {
-        for k in 0..nv {
-            // SAFETY: AVX2; lanes k·L..(k + 1)·L ≤ 8 of the 8 extrema (caller's contract).
+/// The pass kernels, compiled for one instruction set (`$feat`) and written once for every
+/// [`Lanes`] type: [`y_rows_avx2`], [`x_rows_avx2`] for AVX2, and the same for the fused
+/// multiply-add lanes of `filters/fused.rs` (`y_rows_fma8`, `y_rows_fma16`…). Each is a
+/// function of its own with its target features, so that the closures and helpers in it are
+/// compiled for them too and every `Lanes` method inlines.
+macro_rules! pass_kernels {
+    ($feat:literal, $y:ident, $xb:ident, $x:ident) => {
+        /// The y passes of [`Avx2::y_rows`] and [`Avx2::y_rows_f32`] (`offs[(y − y0)·r + j − 1]`
+        /// = the offsets of rows y − j and y + j), each output rounded with
+        /// [`Lanes::round_f32`] when `ROUND`. Column strips of `16·L` keep the 2r + 1 input
+        /// rows of a strip in L1 while y advances.
+        ///
+        /// # Safety
+        /// The instruction set (and `V`'s); `img[off + x]` readable for every offset in `offs`
+        /// (and `y·stride` for y in `y0..y1`) and x < w; `a2`, `a0` hold `(y1 − y0)·(w + 2r)`
+        /// values.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments, dead_code)]
+        pub(super) unsafe fn $y<V: Lanes, const ROUND: bool>(
+            img: &[V::E],
+            stride: usize,
+            w: usize,
+            (y0, y1): (usize, usize),
+            (g2, g0): (&[V::E], &[V::E]),
+            offs: &[(usize, usize)],
+            a2: &mut [V::E],
+            a0: &mut [V::E],
+        ) {
+            let (l, cols) = (V::L, BLOCK * V::L);
+            let r = g0.len() - 1;
+            let pw = w + 2 * r;
+            let ip = img.as_ptr();
+            let round1 = |v: V::E| if ROUND { V::round1_f32(v) } else { v };
+            // SAFETY: AVX2 (the caller's contract); every read is at columns x..x + L·n ≤ w of rows
+            // inside the image, every write below (y1 − y0)·pw (the caller's contract).
             unsafe {
-                V::store(lo.as_mut_ptr().add(l * k), lov[k]);
-                V::store(hi.as_mut_ptr().add(l * k), hiv[k]);
+                let round = |v: V| if ROUND { V::round_f32(v) } else { v };
+                let (c2, c0) = (V::splat(g2[0]), V::splat(g0[0]));
+                let mut xs = 0;
+                while xs < w {
+                    let xe = (xs + 16 * l).min(w);
+                    for y in y0..y1 {
+                        let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
+                        let centre = y * stride;
+                        let orow = (y - y0) * pw + r;
+                        let (o2, o0) = (
+                            a2[orow..orow + w].as_mut_ptr(),
+                            a0[orow..orow + w].as_mut_ptr(),
+                        );
+                        let mut x = xs;
+                        // BLOCK vectors per kernel
+                        while x + cols <= xe {
+                            let p = ip.add(centre + x);
+                            let v: [V; BLOCK] = std::array::from_fn(|q| V::load(p.add(l * q)));
+                            let mut s2: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c2));
+                            let mut s0: [V; BLOCK] = std::array::from_fn(|q| V::mul(v[q], c0));
+                            for j in (1..=r).rev() {
+                                let (u, d) = *off.get_unchecked(j - 1);
+                                let (pu, pd) = (ip.add(u + x), ip.add(d + x));
+                                let (w2, w0) = (
+                                    V::splat(*g2.get_unchecked(j)),
+                                    V::splat(*g0.get_unchecked(j)),
+                                );
+                                for q in 0..BLOCK {
+                                    let t = V::add(V::load(pu.add(l * q)), V::load(pd.add(l * q)));
+                                    s2[q] = V::mul_add(t, w2, s2[q]);
+                                    s0[q] = V::mul_add(t, w0, s0[q]);
+                                }
+                            }
+                            for q in 0..BLOCK {
+                                V::store(o2.add(x + l * q), round(s2[q]));
+                                V::store(o0.add(x + l * q), round(s0[q]));
+                            }
+                            x += cols;
+                        }
+                        // one vector
+                        while x + l <= xe {
+                            let v = V::load(ip.add(centre + x));
+                            let mut s2 = V::mul(v, c2);
+                            let mut s0 = V::mul(v, c0);
+                            for j in (1..=r).rev() {
+                                let (u, d) = *off.get_unchecked(j - 1);
+                                let t = V::add(V::load(ip.add(u + x)), V::load(ip.add(d + x)));
+                                s2 = V::mul_add(t, V::splat(g2[j]), s2);
+                                s0 = V::mul_add(t, V::splat(g0[j]), s0);
+                            }
+                            V::store(o2.add(x), round(s2));
+                            V::store(o0.add(x), round(s0));
+                            x += l;
+                        }
+                        // the last columns, one at a time
+                        while x < xe {
+                            let c = img[centre + x];
+                            let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
+                            for j in (1..=r).rev() {
+                                let (u, d) = off[j - 1];
+                                let t = img[u + x] + img[d + x];
+                                s2 = s2 + t * g2[j];
+                                s0 = s0 + t * g0[j];
+                            }
+                            a2[orow + x] = round1(s2);
+                            a0[orow + x] = round1(s0);
+                            x += 1;
+                        }
+                    }
+                    xs = xe;
+                }
             }
         }
-    }
-    while x < w {
-        let (mut sy, mut sx) = (row2[r + x] * g0[0], row0[r + x] * g2[0]);
-        for j in (1..=r).rev() {
-            sy = sy + (row2[r + x - j] + row2[r + x + j]) * g0[j];
-            sx = sx + (row0[r + x - j] + row0[r + x + j]) * g2[j];
-        }
-        match &mut out {
-            XOut::Pair(lyy, lxx) => {
-                lyy[x] = sy;
-                lxx[x] = sx;
+
+        /// `Lyy` and `Lxx` of the L·N columns from `c2`, `c0` (the columns' centre samples in rows
+        /// padded by `r`), each lane in the generic order.
+        ///
+        /// # Safety
+        /// The instruction set; `c2 − r .. c2 + L·N + r` and the same around `c0` readable; `g0`,
+        /// `g2` hold `r + 1`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn $xb<V: Lanes, const N: usize>(
+            (c2, c0): (*const V::E, *const V::E),
+            (g0, g2): (&[V::E], &[V::E]),
+            r: usize,
+        ) -> ([V; N], [V; N]) {
+            let l = V::L;
+            // SAFETY: AVX2 and every read within the ranges the caller guarantees.
+            unsafe {
+                let (cy, cx) = (V::splat(g0[0]), V::splat(g2[0]));
+                let mut ys: [V; N] = std::array::from_fn(|v| V::mul(V::load(c2.add(l * v)), cy));
+                let mut xs: [V; N] = std::array::from_fn(|v| V::mul(V::load(c0.add(l * v)), cx));
+                for j in (1..=r).rev() {
+                    let (wy, wx) = (
+                        V::splat(*g0.get_unchecked(j)),
+                        V::splat(*g2.get_unchecked(j)),
+                    );
+                    let (l2, r2) = (c2.sub(j), c2.add(j));
+                    for (v, y) in ys.iter_mut().enumerate() {
+                        let t = V::add(V::load(l2.add(l * v)), V::load(r2.add(l * v)));
+                        *y = V::mul_add(t, wy, *y);
+                    }
+                    let (l0, r0) = (c0.sub(j), c0.add(j));
+                    for (v, x) in xs.iter_mut().enumerate() {
+                        let t = V::add(V::load(l0.add(l * v)), V::load(r0.add(l * v)));
+                        *x = V::mul_add(t, wx, *x);
+                    }
+                }
+                (ys, xs)
             }
-            XOut::Scaled(o, scale, (lo, hi)) => {
-                let v = (-(sy + sx)) * *scale;
-                o[x] = v;
-                lo[0] = if v < lo[0] { v } else { lo[0] };
-                hi[0] = if v > hi[0] { v } else { hi[0] };
+        }
+
+        /// The x passes of [`Avx2::x_row_pair`], [`Avx2::x_row_scaled`] and
+        /// [`Avx2::x_row_scaled_f32`] (and of the fused kernels). The extrema fold lane
+        /// `x mod lanes` of blocks of `L` columns (lane 0 for the last columns), as the
+        /// generic `combine_row` does; the extrema lanes are as many as `XOut::Scaled` holds:
+        /// 8, or `L` for vectors wider than 8 lanes.
+        ///
+        /// # Safety
+        /// The instruction set (and `V`'s); `row2`, `row0` hold `w + 2r` values, the outputs
+        /// `w`, the extrema lanes a multiple of `L` (or 8 for `L` = 4).
+        #[target_feature(enable = $feat)]
+        #[allow(dead_code)]
+        pub(super) unsafe fn $x<V: Lanes>(
+            (row2, row0): (&[V::E], &[V::E]),
+            (g0, g2): (&[V::E], &[V::E]),
+            w: usize,
+            mut out: XOut<'_, V::E>,
+        ) {
+            let l = V::L;
+            let r = g0.len() - 1;
+            let (p2, p0) = (row2.as_ptr(), row0.as_ptr());
+            // the extrema lanes (8, or L) as 8 / L vectors held in registers across the row (vector
+            // k: lanes k·L..(k + 1)·L)
+            let lanes = match &out {
+                XOut::Scaled(_, _, (lo, _)) => lo.len(),
+                XOut::Pair(..) => 8,
+            };
+            let nv = (lanes / l).max(1);
+            let mut ext = match &out {
+                // SAFETY: AVX2; lanes k·L..(k + 1)·L within the extrema lanes (caller's contract).
+                XOut::Scaled(_, _, (lo, hi)) => unsafe {
+                    let at = |e: &[V::E], k: usize| V::load(e.as_ptr().add(l * k.min(nv - 1)));
+                    Some(([at(lo, 0), at(lo, 1)], [at(hi, 0), at(hi, 1)]))
+                },
+                XOut::Pair(..) => None,
+            };
+            let mut put = |x: usize, ys: &[V], xs: &[V]| match (&mut out, &mut ext) {
+                (XOut::Pair(lyy, lxx), _) => {
+                    for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
+                        // SAFETY: AVX2; x + L·v + L ≤ w, the length of both rows (caller's contract).
+                        unsafe {
+                            V::store(lyy.as_mut_ptr().add(x + l * v), *y);
+                            V::store(lxx.as_mut_ptr().add(x + l * v), *xx);
+                        }
+                    }
+                }
+                (XOut::Scaled(o, scale, _), Some((lov, hiv))) => {
+                    for (v, (y, xx)) in ys.iter().zip(xs).enumerate() {
+                        // the extrema vector of lanes (x mod lanes) rounded down to a vector
+                        let k = (x + l * v) % lanes / l;
+                        // SAFETY: AVX2; x + L·v + L ≤ w, the output's length (caller's contract).
+                        unsafe {
+                            let c = V::mul(V::neg(V::add(*y, *xx)), V::splat(*scale));
+                            V::store(o.as_mut_ptr().add(x + l * v), c);
+                            lov[k] = V::min(c, lov[k]);
+                            hiv[k] = V::max(c, hiv[k]);
+                        }
+                    }
+                }
+                (XOut::Scaled(..), None) => {}
+            };
+            let mut x = 0;
+            while x + BLOCK * l <= w {
+                let (c2, c0) = (p2.wrapping_add(r + x), p0.wrapping_add(r + x));
+                // SAFETY: reads at x + r ± j + 0..BLOCK·L ≤ w + 2r.
+                let (ys, xs) = unsafe { $xb::<V, BLOCK>((c2, c0), (g0, g2), r) };
+                put(x, &ys, &xs);
+                x += BLOCK * l;
+            }
+            while x + l <= w {
+                // SAFETY: reads at x + r ± j + 0..L ≤ w + 2r.
+                let (ys, xs) = unsafe { $xb::<V, 1>((p2.add(r + x), p0.add(r + x)), (g0, g2), r) };
+                put(x, &ys, &xs);
+                x += l;
+            }
+            if let (XOut::Scaled(_, _, (lo, hi)), Some((lov, hiv))) = (&mut out, &ext) {
+                for k in 0..nv {
+                    // SAFETY: AVX2; lanes k·L..(k + 1)·L within the extrema lanes (caller's contract).
+                    unsafe {
+                        V::store(lo.as_mut_ptr().add(l * k), lov[k]);
+                        V::store(hi.as_mut_ptr().add(l * k), hiv[k]);
+                    }
+                }
+            }
+            while x < w {
+                let (mut sy, mut sx) = (row2[r + x] * g0[0], row0[r + x] * g2[0]);
+                for j in (1..=r).rev() {
+                    sy = sy + (row2[r + x - j] + row2[r + x + j]) * g0[j];
+                    sx = sx + (row0[r + x - j] + row0[r + x + j]) * g2[j];
+                }
+                match &mut out {
+                    XOut::Pair(lyy, lxx) => {
+                        lyy[x] = sy;
+                        lxx[x] = sx;
+                    }
+                    XOut::Scaled(o, scale, (lo, hi)) => {
+                        let v = (-(sy + sx)) * *scale;
+                        o[x] = v;
+                        lo[0] = if v < lo[0] { v } else { lo[0] };
+                        hi[0] = if v > hi[0] { v } else { hi[0] };
+                    }
+                }
+                x += 1;
             }
         }
-        x += 1;
-    }
+    };
 }
 
-// ---------------------------------------------------------------------------------------------
-// f32 accumulation (8 × f32 per vector): the same sums as the generic code with `A = f32`, lane
-// for lane, in the same order (separate multiplications and additions, no reassociation), so
-// the f32 planes are bit-identical to the generic f32 path's
-// (`filters::tests::avx2_planes_equal_the_generic_ones`).
-
-impl Avx2 {
-    /// [`Avx2::y_rows`] for an f32 image and f32 accumulation (`g2`, `g0`: the taps in f32).
-    ///
-    /// # Panics
-    /// When a slice is too short for the given geometry (a caller bug).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn y_rows_f32(
-        self,
-        img: &[f32],
-        (stride, h, w): (usize, usize, usize),
-        (y0, y1): (usize, usize),
-        (g2, g0): (&[f32], &[f32]),
-        a2: &mut [f32],
-        a0: &mut [f32],
-    ) {
-        let r = g0.len().saturating_sub(1);
-        let pw = w + 2 * r;
-        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
-        assert!(stride >= w && y0 <= y1 && y1 <= h, "geometry");
-        assert!(h == 0 || img.len() >= (h - 1) * stride + w, "image length");
-        assert!(
-            a2.len() >= (y1 - y0) * pw && a0.len() >= (y1 - y0) * pw,
-            "scratch length"
-        );
-        let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
-        let mut offs = Vec::with_capacity((y1 - y0) * r);
-        for y in y0..y1 {
-            for j in 1..=r {
-                offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
-            }
-        }
-        // SAFETY: AVX2 is available (`self`); every offset + column read is
-        // < (h − 1)·stride + w ≤ img.len(), every write < (y1 − y0)·pw ≤ a2.len(), a0.len()
-        // (checked above).
-        unsafe { y_rows_avx2::<__m256, false>(img, stride, w, (y0, y1), (g2, g0), &offs, a2, a0) }
-    }
-
-    /// [`Avx2::x_row_scaled`] for f32 rows, taps, output and extrema: `out[x] =
-    /// (−(Lyy[x] + Lxx[x]))·scale` in f32, folded into the 8 lanes of extrema (lane `x mod 8`
-    /// for blocks of 8 columns, lane 0 for the rest).
-    ///
-    /// # Panics
-    /// When a slice is too short (a caller bug).
-    pub(super) fn x_row_scaled_f32(
-        self,
-        (row2, row0): (&[f32], &[f32]),
-        (g0, g2): (&[f32], &[f32]),
-        scale: f32,
-        out: &mut [f32],
-        (lo, hi): (&mut [f32], &mut [f32]),
-    ) {
-        let w = out.len();
-        let r = g0.len().saturating_sub(1);
-        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
-        assert!(
-            row2.len() >= w + 2 * r && row0.len() >= w + 2 * r,
-            "row lengths"
-        );
-        assert!(lo.len() == 8 && hi.len() == 8, "extrema lanes");
-        // SAFETY: AVX2 is available (`self`); reads stay below w + 2r ≤ row lengths, writes
-        // below w = the output's length and within the 8 extrema lanes (checked above).
-        unsafe {
-            x_rows_avx2::<__m256>(
-                (row2, row0),
-                (g0, g2),
-                w,
-                XOut::Scaled(out, scale, (lo, hi)),
-            )
-        }
-    }
-}
+pass_kernels!("avx2", y_rows_avx2, x_block_avx2, x_rows_avx2);
+pass_kernels!("avx2,fma", y_rows_fma8, x_block_fma8, x_rows_fma8);
+pass_kernels!(
+    "avx512f,avx2,fma",
+    y_rows_fma16,
+    x_block_fma16,
+    x_rows_fma16
+);

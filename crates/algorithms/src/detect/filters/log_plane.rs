@@ -4,7 +4,7 @@
 //! explicit AVX2 kernels of `filters/avx2.rs` where the CPU has them. Re-exported by [`super`]
 //! (`crate::detect::filters`), where the paths stay.
 
-use super::{Avx2, Boundary, gaussian_kernel1d, half_kernel, kernel_radius, map_index};
+use super::{Avx2, Boundary, Fused, gaussian_kernel1d, half_kernel, kernel_radius, map_index};
 use crate::detect::real::Real;
 
 /// The pair of half kernels (g0, g2) of one LoG scale.
@@ -40,6 +40,8 @@ pub struct LogScratch<T: Real, A: Real = f64> {
     a0: Vec<A>,
     lyy: Vec<A>,
     lxx: Vec<A>,
+    /// The fused f32 kernels, where f32 sums of an f32 cube run ([`LogScratch::with_fused`]).
+    fused: Option<Fused>,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -51,8 +53,17 @@ impl<T: Real, A: Real> LogScratch<T, A> {
             a0: vec![A::ZERO; h.min(BLOCK_ROWS) * (w + 2 * rmax)],
             lyy: vec![A::ZERO; w],
             lxx: vec![A::ZERO; w],
+            fused: None,
             _t: std::marker::PhantomData,
         }
+    }
+
+    /// The same buffers, whose planes of f32 sums of an f32 cube (`T = A = f32`) run the fused
+    /// multiply-add kernels `fused` (`filters/fused.rs`): values within the certified search's
+    /// bound, not the generic order's bit for bit. `None`: the exact kernels.
+    pub(crate) fn with_fused(mut self, fused: Option<Fused>) -> Self {
+        self.fused = fused;
+        self
     }
 }
 
@@ -217,6 +228,7 @@ fn log_plane_impl<T: Real, A: Real>(
     let r = k.radius();
     let pw = w + 2 * r;
     let rows = h.min(BLOCK_ROWS) * pw;
+    let fused = s.fused;
     if s.a2.len() < rows {
         s.a2.resize(rows, A::ZERO);
         s.a0.resize(rows, A::ZERO);
@@ -262,7 +274,10 @@ fn log_plane_impl<T: Real, A: Real>(
             && let (Some(g2), Some(g0)) = (A::as_f32s(&g2), A::as_f32s(&g0))
             && let (Some(a2), Some(a0)) = (A::as_f32s_mut(&mut s.a2), A::as_f32s_mut(&mut s.a0))
         {
-            t.y_rows_f32(img, (stride, h, w), (y0, y1), (g2, g0), a2, a0);
+            match fused {
+                Some(f) => f.y_rows_f32(img, (stride, h, w), (y0, y1), (g2, g0), a2, a0),
+                None => t.y_rows_f32(img, (stride, h, w), (y0, y1), (g2, g0), a2, a0),
+            }
         } else {
             log_pass_y::<T, A>(img, stride, h, w, (y0, y1), &g2, &g0, &mut s.a2, &mut s.a0);
         }
@@ -290,7 +305,10 @@ fn log_plane_impl<T: Real, A: Real>(
                 && let (Some(l), Some(hh)) = (T::as_f32s_mut(&mut lo), T::as_f32s_mut(&mut hi))
                 && let Some(&sc) = T::as_f32s(std::slice::from_ref(&sc)).and_then(<[f32]>::first)
             {
-                t.x_row_scaled_f32((r2, r0), (g0, g2), sc, o, (l, hh));
+                match fused {
+                    Some(f) => f.x_row_scaled_f32((r2, r0), (g0, g2), sc, o, (l, hh)),
+                    None => t.x_row_scaled_f32((r2, r0), (g0, g2), sc, o, (l, hh)),
+                }
                 continue;
             }
             if let Some((t, _)) = avx

@@ -297,7 +297,9 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     let xu = to_u32(x_lo, "column")?;
     let nxu = to_u32(nx, "columns")?;
     let lw = c.shapes.line_wg;
+    let control = &job.params.control;
     for ya in (ya..yb).step_by(band.max(1)) {
+        control.check("PACO")?;
         let yb = (ya + band).min(yb);
         let groups = (yb - ya) * nx;
         if groups == 0 {
@@ -330,6 +332,7 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
             nxu,
             to_u32(groups, "pixels")?,
         )?;
+        control.advance((yb - ya) as u64);
     }
     Ok(())
 }
@@ -351,6 +354,7 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     let q = e.alloc_elems::<R>(npix)?;
     let z = e.alloc_elems::<R>(npix * t)?;
     let (wb, scr) = band_buffers::<E, R>(e, job, band, big)?;
+    job.params.control.set_total((y_hi - y_lo) as u64);
     stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
     let lw = c.shapes.line_wg;
 
@@ -384,6 +388,7 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     // (first position, trajectories) computed ahead for the next batch
     let mut ahead: Option<(usize, Vec<i32>)> = None;
     while start < n0 {
+        job.params.control.check("PACO")?;
         let len = batch.min(n0 - start);
         let next = start + len;
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {

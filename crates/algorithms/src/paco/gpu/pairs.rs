@@ -345,6 +345,7 @@ pub(super) fn ab_pairs<E: Executor, R: DevReal>(
     let mut a = vec![0.0f64; n0];
     let mut b = vec![0.0f64; n0];
     for (ga, gb) in plan.batches(job, is_double::<R>()) {
+        job.params.control.check("PACO")?;
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<()>> {
             let (pa, pb) = (ga + range.start, ga + range.end);
             let (contrib, _) = pair_batch(e, c, job, &run, (pa, pb))?;
