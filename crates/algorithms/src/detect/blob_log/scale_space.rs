@@ -197,14 +197,30 @@ fn band_parts(h: usize, band: usize) -> usize {
     (2 * threads).min(h.div_ceil(4 * band.max(1))).max(1)
 }
 
+/// The band (rows per step) and the parts of an `h`-row frame whose bands of `band` rows
+/// ([`band_rows`]) would leave threads without a part: a small frame (64 or 128 rows) then
+/// takes bands of `h / (4·threads)` rows, at least 8 (one row block of the y passes), so that
+/// each thread gets a part (each recomputes the row either side of its ends: 2 rows in 32 at
+/// worst). The values, and so the results, do not depend on the split. A band set by
+/// `ARRAYBRIDGE_DETECT_BAND_ROWS` is kept.
+fn band_split(h: usize, band: usize) -> (usize, usize) {
+    let threads = rayon::current_num_threads().max(1);
+    let parts = band_parts(h, band);
+    let knob = bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_BAND_ROWS").is_some();
+    if parts >= threads || knob {
+        return (band, parts);
+    }
+    let small = (h / (4 * threads)).max(8).min(band);
+    (small, band_parts(h, small))
+}
+
 /// Host bytes of [`log_peaks_banded`] on one `h × w` frame with `ns` scales, at most: the
 /// frame in f64 (the converted frame) and its padded copy, a third image for the candidates
 /// and the rest of the frame's work, and the rings of every part (`band + 2` rows of every
 /// scale, [`band_parts`] parts).
 pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize) -> u64 {
     let stride = crate::detect::filters::padded_stride(w) as u64;
-    let band = band_rows(ns, w, 8);
-    let parts = band_parts(h, band);
+    let (band, parts) = band_split(h, band_rows(ns, w, 8));
     // a part's ring holds at most its rows and the one either side, plus two
     let ring = (band.min(h.div_ceil(parts) + 2) + 2) as u64;
     let parts = parts as u64;
@@ -240,8 +256,7 @@ pub(super) fn log_peaks_banded<T: Real>(
     acc: Precision,
     p: &BlobLogParams,
 ) -> (Vec<Cand<T>>, T, T) {
-    let band = band_rows(sigmas.len(), w, std::mem::size_of::<T>());
-    let nparts = band_parts(h, band);
+    let (band, nparts) = band_split(h, band_rows(sigmas.len(), w, std::mem::size_of::<T>()));
     let split = (band, nparts, None);
     let planes = exact_planes(sigmas);
     let b = match acc {
@@ -586,8 +601,7 @@ pub(super) fn log_peaks_banded_in_f32(
     p: &BlobLogParams,
     (e, fused): (f64, Option<Fused>),
 ) -> Banded<f32> {
-    let band = band_rows(planes.len(), w, 4);
-    let nparts = band_parts(h, band);
+    let (band, nparts) = band_split(h, band_rows(planes.len(), w, 4));
     let split = (band, nparts, None);
     log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, split, (Some(e), fused))
 }

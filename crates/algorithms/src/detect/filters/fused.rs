@@ -55,6 +55,11 @@ fn y_offsets(
     let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
     let mut offs = Vec::with_capacity((y1 - y0) * r);
     for y in y0..y1 {
+        if y >= r && y + r < h {
+            // inside the frame: no reflection
+            offs.extend((1..=r).map(|j| ((y - j) * stride, (y + j) * stride)));
+            continue;
+        }
         for j in 1..=r {
             offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
         }

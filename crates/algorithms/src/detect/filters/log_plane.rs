@@ -338,6 +338,14 @@ fn log_plane_impl<T: Real, A: Real>(
 /// [`pad_row`](super::pad_row).
 #[inline(always)]
 fn reflect_pad<A: Real>(row: &mut [A], r: usize, w: usize) {
+    if r <= w {
+        // one reflection: sample −1 − k is column k, sample w + k is column w − 1 − k
+        for k in 0..r {
+            row[r - 1 - k] = row[r + k];
+            row[r + w + k] = row[r + w - 1 - k];
+        }
+        return;
+    }
     for k in 0..r {
         let jl = k as isize - r as isize;
         let jr = (w + k) as isize;
