@@ -8,7 +8,8 @@
 //!   ways (`__dlpack__`, `__dlpack_device__`), on `bridge_core::dlpack`.
 //! - `convert`, `copyto`, `devices`, `backends` and the pipelines (`blob_log`, `locate`,
 //!   `link`, `paco`, `unbiased_flux`), which call the library functions of the `algorithms`
-//!   crate with the GIL released, checking for Ctrl-C between batches of frames.
+//!   crate with the GIL released, checking for Ctrl-C between batches of frames (PACO runs on
+//!   a worker thread that Ctrl-C cancels within a band of rows: `interrupt.rs`).
 //! - `set_memory_limit` and `memory_limit` (`memory.rs`): the host memory budget, which every
 //!   host allocation sized by an input's shape is checked against before it is made.
 //! - Errors are the typed exceptions `ArrayBridgeError` (base), `OutOfMemory`,
