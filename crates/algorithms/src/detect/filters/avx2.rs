@@ -63,28 +63,7 @@ impl Avx2 {
         a2: &mut [f64],
         a0: &mut [f64],
     ) {
-        let r = g0.len().saturating_sub(1);
-        let pw = w + 2 * r;
-        assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
-        assert!(stride >= w && y0 <= y1 && y1 <= h, "geometry");
-        assert!(h == 0 || img.len() >= (h - 1) * stride + w, "image length");
-        assert!(
-            a2.len() >= (y1 - y0) * pw && a0.len() >= (y1 - y0) * pw,
-            "scratch length"
-        );
-        // row offsets of the taps 1..=r above and below each output row (reflected)
-        let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
-        let mut offs = Vec::with_capacity((y1 - y0) * r);
-        for y in y0..y1 {
-            if y >= r && y + r < h {
-                // inside the frame: no reflection
-                offs.extend((1..=r).map(|j| ((y - j) * stride, (y + j) * stride)));
-                continue;
-            }
-            for j in 1..=r {
-                offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
-            }
-        }
+        let offs = y_offsets(img, (stride, h, w), (y0, y1), (g2, g0), (a2, a0));
         // every offset + column read is < (h − 1)·stride + w ≤ img.len() (map_index stays in
         // 0..h), every write < (y1 − y0)·pw ≤ a2.len(), a0.len(): checked above
         if round_f32 {
@@ -287,6 +266,44 @@ unsafe fn ge_max3_mask16_avx2(
         m |= (bits as u32) << (4 * q);
     }
     m
+}
+
+/// The row offsets of the taps `1..=r` above and below each output row `y0..y1` of an `h × w`
+/// image whose rows are `stride` apart (reflected), after checking every slice of a y pass
+/// against the geometry (then every read of the kernels is `< (h − 1)·stride + w ≤ img.len()`,
+/// every write `< (y1 − y0)·(w + 2r) ≤ a2.len(), a0.len()`).
+///
+/// # Panics
+/// When a slice is too short for the given geometry (a caller bug).
+pub(super) fn y_offsets<E>(
+    img: &[E],
+    (stride, h, w): (usize, usize, usize),
+    (y0, y1): (usize, usize),
+    (g2, g0): (&[E], &[E]),
+    (a2, a0): (&[E], &[E]),
+) -> Vec<(usize, usize)> {
+    let r = g0.len().saturating_sub(1);
+    let pw = w + 2 * r;
+    assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
+    assert!(stride >= w && y0 <= y1 && y1 <= h, "geometry");
+    assert!(h == 0 || img.len() >= (h - 1) * stride + w, "image length");
+    assert!(
+        a2.len() >= (y1 - y0) * pw && a0.len() >= (y1 - y0) * pw,
+        "scratch length"
+    );
+    let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
+    let mut offs = Vec::with_capacity((y1 - y0) * r);
+    for y in y0..y1 {
+        if y >= r && y + r < h {
+            // inside the frame: no reflection
+            offs.extend((1..=r).map(|j| ((y - j) * stride, (y + j) * stride)));
+            continue;
+        }
+        for j in 1..=r {
+            offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
+        }
+    }
+    offs
 }
 
 /// Call `f` with AVX2 enabled for the code it inlines.

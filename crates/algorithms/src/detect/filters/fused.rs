@@ -24,48 +24,9 @@ use std::arch::x86_64::{
 };
 
 use super::avx2::{
-    Avx2, Lanes, XOut, x_rows_avx2, x_rows_fma8, x_rows_fma16, y_rows_avx2, y_rows_fma8,
+    Avx2, Lanes, XOut, x_rows_avx2, x_rows_fma8, x_rows_fma16, y_offsets, y_rows_avx2, y_rows_fma8,
     y_rows_fma16,
 };
-use super::{Boundary, map_index};
-
-/// The row offsets of the taps `1..=r` above and below each output row `y0..y1` of an `h × w`
-/// f32 image whose rows are `stride` apart (reflected), after checking every slice of a y pass
-/// against the geometry (then every read of the kernels is `< (h − 1)·stride + w ≤ img.len()`,
-/// every write `< (y1 − y0)·(w + 2r) ≤ a2.len(), a0.len()`).
-///
-/// # Panics
-/// When a slice is too short for the given geometry (a caller bug).
-fn y_offsets(
-    img: &[f32],
-    (stride, h, w): (usize, usize, usize),
-    (y0, y1): (usize, usize),
-    (g2, g0): (&[f32], &[f32]),
-    (a2, a0): (&[f32], &[f32]),
-) -> Vec<(usize, usize)> {
-    let r = g0.len().saturating_sub(1);
-    let pw = w + 2 * r;
-    assert!(!g0.is_empty() && g2.len() == g0.len(), "kernel lengths");
-    assert!(stride >= w && y0 <= y1 && y1 <= h, "geometry");
-    assert!(h == 0 || img.len() >= (h - 1) * stride + w, "image length");
-    assert!(
-        a2.len() >= (y1 - y0) * pw && a0.len() >= (y1 - y0) * pw,
-        "scratch length"
-    );
-    let reflect = |y: isize| map_index(y, h, Boundary::Reflect).unwrap_or(0) * stride;
-    let mut offs = Vec::with_capacity((y1 - y0) * r);
-    for y in y0..y1 {
-        if y >= r && y + r < h {
-            // inside the frame: no reflection
-            offs.extend((1..=r).map(|j| ((y - j) * stride, (y + j) * stride)));
-            continue;
-        }
-        for j in 1..=r {
-            offs.push((reflect(y as isize - j as isize), reflect((y + j) as isize)));
-        }
-    }
-    offs
-}
 
 /// Checks of an x pass: `out` holds `w` values, the rows `w + 2r`, 8 extrema lanes.
 ///
@@ -252,132 +213,111 @@ impl Fused {
     }
 }
 
-/// 8 f32 lanes whose `mul_add` is one fused multiply-add.
-#[derive(Clone, Copy)]
-struct Fma8(__m256);
+/// A [`Lanes`] type of `$l` f32 lanes in `$v` (instruction set `$feat`), whose `mul_add` is one
+/// fused multiply-add (`$fma`); `$neg` flips the sign bit of `$x`.
+macro_rules! fused_lanes {
+    ($name:ident, $v:ty, $l:literal, $feat:literal,
+     $load:ident, $store:ident, $set1:ident, $add:ident, $mul:ident, $fma:ident,
+     $min:ident, $max:ident, |$x:ident| $neg:expr) => {
+        #[derive(Clone, Copy)]
+        struct $name($v);
 
-impl Lanes for Fma8 {
-    type E = f32;
-    const L: usize = 8;
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: `p..p + 8` readable (the caller's contract).
-        Fma8(unsafe { _mm256_loadu_ps(p) })
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn store(p: *mut f32, v: Self) {
-        // SAFETY: `p..p + 8` writable (the caller's contract).
-        unsafe { _mm256_storeu_ps(p, v.0) }
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn splat(e: f32) -> Self {
-        Fma8(_mm256_set1_ps(e))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Fma8(_mm256_add_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        Fma8(_mm256_mul_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-        Fma8(_mm256_fmadd_ps(a.0, b.0, c.0))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn neg(v: Self) -> Self {
-        Fma8(_mm256_xor_ps(v.0, _mm256_set1_ps(-0.0)))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn min(a: Self, b: Self) -> Self {
-        Fma8(_mm256_min_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn max(a: Self, b: Self) -> Self {
-        Fma8(_mm256_max_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn round_f32(v: Self) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn round1_f32(e: f32) -> f32 {
-        e
-    }
+        impl Lanes for $name {
+            type E = f32;
+            const L: usize = $l;
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn load(p: *const f32) -> Self {
+                // SAFETY: `p..p + L` readable (the caller's contract).
+                $name(unsafe { $load(p) })
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn store(p: *mut f32, v: Self) {
+                // SAFETY: `p..p + L` writable (the caller's contract).
+                unsafe { $store(p, v.0) }
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn splat(e: f32) -> Self {
+                $name($set1(e))
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn add(a: Self, b: Self) -> Self {
+                $name($add(a.0, b.0))
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn mul(a: Self, b: Self) -> Self {
+                $name($mul(a.0, b.0))
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+                $name($fma(a.0, b.0, c.0))
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn neg(v: Self) -> Self {
+                let $x = v.0;
+                $name($neg)
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn min(a: Self, b: Self) -> Self {
+                $name($min(a.0, b.0))
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn max(a: Self, b: Self) -> Self {
+                $name($max(a.0, b.0))
+            }
+            #[inline(always)]
+            unsafe fn round_f32(v: Self) -> Self {
+                v
+            }
+            #[inline(always)]
+            fn round1_f32(e: f32) -> f32 {
+                e
+            }
+        }
+    };
 }
 
-/// 16 f32 lanes (AVX-512F) whose `mul_add` is one fused multiply-add.
-#[derive(Clone, Copy)]
-struct Fma16(__m512);
+// 8 lanes (AVX2 and FMA)
+fused_lanes!(
+    Fma8,
+    __m256,
+    8,
+    "avx2,fma",
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_add_ps,
+    _mm256_mul_ps,
+    _mm256_fmadd_ps,
+    _mm256_min_ps,
+    _mm256_max_ps,
+    |v| _mm256_xor_ps(v, _mm256_set1_ps(-0.0))
+);
 
-impl Lanes for Fma16 {
-    type E = f32;
-    const L: usize = 16;
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: `p..p + 16` readable (the caller's contract).
-        Fma16(unsafe { _mm512_loadu_ps(p) })
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn store(p: *mut f32, v: Self) {
-        // SAFETY: `p..p + 16` writable (the caller's contract).
-        unsafe { _mm512_storeu_ps(p, v.0) }
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn splat(e: f32) -> Self {
-        Fma16(_mm512_set1_ps(e))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        Fma16(_mm512_add_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn mul(a: Self, b: Self) -> Self {
-        Fma16(_mm512_mul_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-        Fma16(_mm512_fmadd_ps(a.0, b.0, c.0))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn neg(v: Self) -> Self {
-        // the sign bit flipped (AVX-512F has no f32 xor; the integer one is the same bits)
-        let bits = _mm512_xor_si512(_mm512_castps_si512(v.0), _mm512_set1_epi32(i32::MIN));
-        Fma16(_mm512_castsi512_ps(bits))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn min(a: Self, b: Self) -> Self {
-        Fma16(_mm512_min_ps(a.0, b.0))
-    }
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn max(a: Self, b: Self) -> Self {
-        Fma16(_mm512_max_ps(a.0, b.0))
-    }
-    #[inline(always)]
-    unsafe fn round_f32(v: Self) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn round1_f32(e: f32) -> f32 {
-        e
-    }
-}
+// 16 lanes (AVX-512F; it has no f32 xor, the integer one flips the same bit)
+fused_lanes!(
+    Fma16,
+    __m512,
+    16,
+    "avx512f",
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_add_ps,
+    _mm512_mul_ps,
+    _mm512_fmadd_ps,
+    _mm512_min_ps,
+    _mm512_max_ps,
+    |v| _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(v),
+        _mm512_set1_epi32(i32::MIN)
+    ))
+);
