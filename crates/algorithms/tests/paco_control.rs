@@ -116,3 +116,36 @@ fn cancelling_from_another_thread_stops_the_run_early() {
     assert!(done < total, "stopped after {done} of {total} rows");
     eprintln!("whole run {whole:?}; cancelled after {done} of {total} rows in {took:?}");
 }
+
+#[test]
+fn unbiased_flux_counts_its_positions_and_stops_when_cancelled() {
+    use algorithms::paco::{FluxOptions, unbiased_flux};
+    let (cube, angles, psf) = synthetic_adi(10, 28, 5);
+    let control = Control::new();
+    let p = PacoParams {
+        control: control.clone(),
+        ..params(SubPixel::Off)
+    };
+    let positions = [(10.0, 12.0), (14.0, 9.5), (6.0, 20.0)];
+    let opts = FluxOptions::default();
+    let plain = unbiased_flux(
+        cube.view(),
+        angles.view(),
+        psf.view(),
+        &params(SubPixel::Off),
+        &positions,
+        opts,
+    )
+    .unwrap();
+    let est = unbiased_flux(cube.view(), angles.view(), psf.view(), &p, &positions, opts).unwrap();
+    assert_eq!(
+        format!("{plain:?}"),
+        format!("{est:?}"),
+        "a control changes nothing"
+    );
+    assert_eq!(control.progress(), (3, 3));
+    control.cancel();
+    let err =
+        unbiased_flux(cube.view(), angles.view(), psf.view(), &p, &positions, opts).unwrap_err();
+    assert_eq!(err.to_string(), "unbiased_flux: cancelled");
+}

@@ -283,7 +283,7 @@ pub fn paco<'py>(
 /// `unbiased_flux`: rows `(y, x, flux, std, snr, iterations, converged)` per position.
 #[pyfunction]
 #[pyo3(signature = (cube, angles, psf, positions, *, radius, mode, fwhm, psf_norm_factor,
-                    subpixel, edge, nearest, center, eps, max_iter, alpha0))]
+                    subpixel, edge, nearest, center, eps, max_iter, alpha0, progress=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn unbiased_flux<'py>(
     py: Python<'py>,
@@ -302,6 +302,7 @@ pub fn unbiased_flux<'py>(
     eps: f64,
     max_iter: usize,
     alpha0: f64,
+    progress: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let params = paco_params(
         radius,
@@ -320,11 +321,12 @@ pub fn unbiased_flux<'py>(
         max_iter,
         alpha0,
     };
-    let est = py
-        .detach(|| {
-            algorithms::paco::unbiased_flux(c.view(), a.view(), p.view(), &params, &positions, opts)
-        })
-        .py_err()?;
+    // Ctrl-C cancels between iterations; `progress(done, total)` counts the positions
+    let control = params.control.clone();
+    let est = crate::interrupt::run(py, &control, progress, || {
+        algorithms::paco::unbiased_flux(c.view(), a.view(), p.view(), &params, &positions, opts)
+    })?
+    .py_err()?;
     let out = Array2::from_shape_fn((est.len(), 7), |(i, j)| {
         let e = &est[i];
         [

@@ -56,3 +56,13 @@ def test_ctrl_c_stops_a_run_within_a_band():
     # the package is usable at once, with the same maps as before
     again = ab.paco(cube[:12, :40, :40], angles[:12], psf, **KW)
     assert np.isfinite(again.snr).any()
+
+
+def test_unbiased_flux_shows_its_positions(capsys):
+    cube, angles, psf = _adi(12, 40)
+    pos = [(20.0, 31.0), (8.0, 19.5)]
+    plain = ab.unbiased_flux(cube, angles, psf, pos, psf_norm_factor=9.54)
+    shown = ab.unbiased_flux(cube, angles, psf, pos, psf_norm_factor=9.54, progress=True)
+    assert np.array_equal(np.asarray(plain["flux"]), np.asarray(shown["flux"]), equal_nan=True)
+    err = capsys.readouterr().err
+    assert "unbiased_flux" in err and "position" in err, err

@@ -109,14 +109,19 @@ pub fn unbiased_flux(
         ));
     }
     let work = FluxOptions { alpha0, ..opts };
+    // `params.control`: cancelled between iterations, one step of progress per position
+    let control = &params.control;
+    control.set_total(positions.len() as u64);
     positions
         .iter()
         .map(|&(y, x)| {
-            estimate_one(&job, y, x, work).map(|e| FluxEstimate {
+            let e = estimate_one(&job, y, x, work).map(|e| FluxEstimate {
                 flux: e.flux / s,
                 std: e.std / s,
                 ..e
-            })
+            });
+            control.advance(1);
+            e
         })
         .collect()
 }
@@ -141,6 +146,7 @@ fn estimate_one(job: &PacoJob<'_>, y0: f64, x0: f64, opts: FluxOptions) -> Resul
     let mut alpha = opts.alpha0;
     let mut out = nan;
     for it in 1..=opts.max_iter.max(1) {
+        job.params.control.check("unbiased_flux")?;
         let (a, b) = ab_without_source(job, (&xs, &ms), alpha);
         if !(a.is_finite() && b.is_finite() && a > 0.0) {
             return Ok(nan);

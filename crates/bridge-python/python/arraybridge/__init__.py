@@ -948,28 +948,35 @@ def unbiased_flux(
     max_iter: int = 50,
     alpha0: float = 0.0,
     device: str = "auto",
+    progress: bool = False,
 ):
     """PACO's unbiased flux (paper Algorithm 3) at each ``(y, x)`` position (sub-pixel
     allowed): columns ``y, x, flux, std, snr, iterations, converged`` (a DataFrame with
     pandas, else a structured array). Runs on the CPU (``device`` may be ``"auto"`` or
     ``"cpu"``); a ``dask.array`` input is computed whole, checked against the host memory
-    budget first."""
+    budget first. Ctrl-C stops it between two iterations (``KeyboardInterrupt``);
+    ``progress=True`` shows the positions done."""
     if device not in ("auto", "cpu"):
         raise BackendUnavailable(f"unbiased_flux runs on the CPU only (asked for {device})")
     cube, angles, psf = _dask_inputs("unbiased_flux", cube=cube, angles=angles, psf=psf)
     pos = [(float(y), float(x)) for y, x in positions]
-    rows = _native.unbiased_flux(
-        cube,
-        angles,
-        psf,
-        pos,
-        **_paco_settings(
-            radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
-        ),
-        eps=float(eps),
-        max_iter=_int("max_iter", max_iter),
-        alpha0=float(alpha0),
-    )
+    bar = _progress.bar(progress, len(pos), "unbiased_flux", unit="position")
+    try:
+        rows = _native.unbiased_flux(
+            cube,
+            angles,
+            psf,
+            pos,
+            **_paco_settings(
+                radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
+            ),
+            eps=float(eps),
+            max_iter=_int("max_iter", max_iter),
+            alpha0=float(alpha0),
+            progress=_progress.follow(bar) if progress else None,
+        )
+    finally:
+        bar.close()
     return _table(
         {
             "y": rows[:, 0],

@@ -1,10 +1,13 @@
 """Type stubs of arraybridge's native module (Rust, PyO3 abi3). The public API is re-exported
 and documented by ``arraybridge`` itself."""
 
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
+
+BUILD_PROFILE: str
+"""``"release"`` or ``"dev"``: how the extension was compiled (``ab.build_info()``)."""
 
 class ArrayBridgeError(Exception):
     """Base class of every arraybridge error; the message is the Rust error's."""
@@ -152,6 +155,7 @@ def paco(
     stats_strategy: str,
     top: int,
     device: str,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> Dict[str, Any]: ...
 def unbiased_flux(
     cube: Any,
@@ -170,6 +174,7 @@ def unbiased_flux(
     eps: float,
     max_iter: int,
     alpha0: float,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> npt.NDArray[np.float64]: ...
 def offload_decision(
     input_bytes: int, output_bytes: int, flops: float, profiles: Optional[dict] = None
