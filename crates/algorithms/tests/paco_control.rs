@@ -1,7 +1,8 @@
-//! PACO's `control`: a cancelled run returns `BridgeError::Cancelled` on every path (the CPU's
-//! fast and sub-pixel paths, OpenCL on PoCL, several devices), a run not cancelled counts its
-//! work to the total it announced and gives the maps it gave without a control, and cancelling
-//! from another thread stops a run well before it would end.
+//! The `control` of PACO, `unbiased_flux` and linking: a cancelled run returns
+//! `BridgeError::Cancelled` on every path (the CPU's fast and sub-pixel paths, OpenCL on PoCL,
+//! several devices), a run not cancelled counts its work to the total it announced and gives
+//! the results it gave without a control, and cancelling from another thread stops a run well
+//! before it would end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod open;
@@ -148,4 +149,25 @@ fn unbiased_flux_counts_its_positions_and_stops_when_cancelled() {
     let err =
         unbiased_flux(cube.view(), angles.view(), psf.view(), &p, &positions, opts).unwrap_err();
     assert_eq!(err.to_string(), "unbiased_flux: cancelled");
+}
+
+#[test]
+fn link_counts_its_frames_and_stops_when_cancelled() {
+    use algorithms::track::{LinkParams, link};
+    let frames: Vec<i64> = (0..30).flat_map(|t| [t, t]).collect();
+    let pos: Vec<[f64; 2]> = (0..30)
+        .flat_map(|t| [[t as f64 * 0.5, 1.0], [20.0, t as f64 * 0.5]])
+        .collect();
+    let control = Control::new();
+    let p = LinkParams {
+        control: control.clone(),
+        ..LinkParams::new(2.0, 0)
+    };
+    let (ids, _) = link(&frames, &pos, &p).unwrap();
+    let (plain, _) = link(&frames, &pos, &LinkParams::new(2.0, 0)).unwrap();
+    assert_eq!(ids, plain);
+    assert_eq!(control.progress(), (30, 30));
+    control.cancel();
+    let err = link(&frames, &pos, &p).unwrap_err();
+    assert_eq!(err.to_string(), "link: cancelled");
 }

@@ -548,9 +548,9 @@ pub fn link<'py>(
         ..LinkParams::new(search_range, memory)
     };
     let (ids, _) = match pos.ncols() {
-        1 => link_rows::<1>(py, &frames, pos, &p),
-        2 => link_rows::<2>(py, &frames, pos, &p),
-        3 => link_rows::<3>(py, &frames, pos, &p),
+        1 => link_rows::<1>(py, &frames, pos, &p)?,
+        2 => link_rows::<2>(py, &frames, pos, &p)?,
+        3 => link_rows::<3>(py, &frames, pos, &p)?,
         n => {
             return Err(invalid(format!(
                 "positions must have 1, 2 or 3 columns ((x), (y, x) or (z, y, x)), got {n}"
@@ -561,17 +561,20 @@ pub fn link<'py>(
     Ok(ids.into_pyarray(py))
 }
 
-/// [`algorithms::track::link_nd`] on the rows of `pos` (`D` columns), without the GIL.
+/// [`algorithms::track::link_nd`] on the rows of `pos` (`D` columns), without the GIL, on a
+/// worker thread that Ctrl-C stops before its next frame (`KeyboardInterrupt`).
 fn link_rows<const D: usize>(
     py: Python<'_>,
     frames: &[i64],
     pos: ArrayView2<'_, f64>,
     p: &LinkParams,
-) -> bridge_core::Result<(Vec<i64>, algorithms::track::LinkStats)> {
+) -> PyResult<bridge_core::Result<(Vec<i64>, algorithms::track::LinkStats)>> {
     let pos: Vec<[f64; D]> = pos
         .rows()
         .into_iter()
         .map(|r| std::array::from_fn(|a| r[a]))
         .collect();
-    py.detach(|| algorithms::track::link_nd(frames, &pos, p))
+    crate::interrupt::run(py, &p.control, None, || {
+        algorithms::track::link_nd(frames, &pos, p)
+    })
 }

@@ -66,3 +66,25 @@ def test_unbiased_flux_shows_its_positions(capsys):
     assert np.array_equal(np.asarray(plain["flux"]), np.asarray(shown["flux"]), equal_nan=True)
     err = capsys.readouterr().err
     assert "unbiased_flux" in err and "position" in err, err
+
+
+def test_ctrl_c_stops_link_before_its_next_frame():
+    rng = np.random.default_rng(5)
+    t, n = 1500, 400
+    frames = np.repeat(np.arange(t), n)
+    start = rng.uniform(0, 1000, (n, 2))
+    pos = (start[None] + np.cumsum(rng.normal(0, 0.5, (t, n, 2)), axis=0)).reshape(-1, 2)
+    table = {"frame": frames, "y": pos[:, 0], "x": pos[:, 1]}
+    t0 = time.perf_counter()
+    ab.link(table, 3.0, memory=1)
+    whole = time.perf_counter() - t0
+    timer = threading.Timer(min(0.05, whole / 10), _thread.interrupt_main)
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ab.link(table, 3.0, memory=1)
+    finally:
+        timer.cancel()
+    stopped = time.perf_counter() - t0
+    assert stopped < 0.6 * whole + 0.1, (stopped, whole)

@@ -196,6 +196,10 @@ pub struct LinkParams {
     pub predictor: Predictor,
     /// How subnets are resolved (trackpy's `link_strategy`): solved (the default) or dropped.
     pub link_strategy: LinkStrategy,
+    /// Cancellation and progress, shared with the caller (not a setting: any two compare
+    /// equal): [`link_nd`] checks it before each frame (then returns
+    /// [`BridgeError::Cancelled`]) and counts the frames linked.
+    pub control: bridge_core::control::Control,
 }
 
 /// At most this many search-range reductions in the adaptive search.
@@ -216,6 +220,7 @@ impl LinkParams {
             adaptive: None,
             predictor: Predictor::None,
             link_strategy: LinkStrategy::Solve,
+            control: bridge_core::control::Control::default(),
         }
     }
 
@@ -441,13 +446,17 @@ pub fn link_nd<const D: usize>(
     let mut ids = vec![-1i64; pos.len()];
     let mut frame_pos = Vec::new();
     let mut frame_ids = Vec::new();
-    for (t, rows) in group_by_frame(frames) {
+    let groups = group_by_frame(frames);
+    p.control.set_total(groups.len() as u64);
+    for (t, rows) in groups {
+        p.control.check("link")?;
         frame_pos.clear();
         frame_pos.extend(rows.iter().map(|&r| pos[r]));
         linker.push_frame_into(t, &frame_pos, &mut frame_ids)?;
         for (&r, &id) in rows.iter().zip(&frame_ids) {
             ids[r] = id;
         }
+        p.control.advance(1);
     }
     Ok((ids, linker.stats()))
 }
