@@ -326,7 +326,11 @@ pub fn nominal_profile(info: &DeviceInfo, cpu: &CpuProfile) -> (DeviceProfile, S
 /// Nominal CPU throughput (for stages whose CPU speed is not measured first): 2·10⁹ work units
 /// per second per hardware thread.
 pub fn nominal_cpu() -> (CpuProfile, String) {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // `available_parallelism` reads the cgroup's CPU quota from /proc and /sys on every call:
+    // once per process is enough for a nominal figure
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let n = *THREADS
+        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     (
         CpuProfile {
             flops_per_s: 2e9 * n as f64,

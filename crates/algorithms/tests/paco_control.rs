@@ -67,6 +67,7 @@ fn a_cancelled_run_on_opencl_and_on_several_devices_is_an_error() {
     };
     let mut devices = vec![open::cpu()];
     devices.extend(open::try_open(Device::OpenCl(0)).ok());
+    devices.extend(open::try_open(Device::Cuda(0)).ok());
     for dev in &devices {
         let err = paco_on_device(dev, cube.view(), angles.view(), psf.view(), &p).unwrap_err();
         assert!(
