@@ -3,6 +3,7 @@ before the run would end), ``progress=True`` shows the rows done, and neither ch
 maps."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -29,6 +30,16 @@ def _adi(t: int, n: int, seed: int = 3):
 KW = dict(psf_norm_factor=9.54, device="cpu")
 
 
+@pytest.fixture
+def sigint():
+    """Python's own SIGINT handler for the test: a process started with SIGINT ignored (a
+    background job of a shell, some CI runners) has none, and `_thread.interrupt_main` then
+    does nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_progress_shows_the_rows_and_changes_nothing(capsys):
     cube, angles, psf = _adi(12, 40)
     plain = ab.paco(cube, angles, psf, **KW)
@@ -38,7 +49,7 @@ def test_progress_shows_the_rows_and_changes_nothing(capsys):
     assert "paco" in err and "row" in err, err
 
 
-def test_ctrl_c_stops_a_run_within_a_band():
+def test_ctrl_c_stops_a_run_within_a_band(sigint):
     cube, angles, psf = _adi(48, 128)
     t0 = time.perf_counter()
     ab.paco(cube, angles, psf, **KW)
@@ -68,7 +79,7 @@ def test_unbiased_flux_shows_its_positions(capsys):
     assert "unbiased_flux" in err and "position" in err, err
 
 
-def test_ctrl_c_stops_link_before_its_next_frame():
+def test_ctrl_c_stops_link_before_its_next_frame(sigint):
     rng = np.random.default_rng(5)
     t, n = 1500, 400
     frames = np.repeat(np.arange(t), n)
