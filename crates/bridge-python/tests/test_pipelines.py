@@ -258,7 +258,10 @@ def test_paco_equals_the_cli_maps(tmp_path):
 def test_ctrl_c_stops_a_long_run_between_batches():
     code = textwrap.dedent(
         """
-        import sys, time, numpy as np, arraybridge as ab
+        import signal, sys, time, numpy as np, arraybridge as ab
+        # Python's own SIGINT handler: a child of a process that ignores SIGINT (a background
+        # job, some CI runners) inherits the ignoring, and would not stop
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         movie = np.random.default_rng(0).random((4000, 128, 128), dtype=np.float32)
         print("ready", flush=True)
         t = time.time()
