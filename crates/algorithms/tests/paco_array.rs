@@ -2,11 +2,14 @@
 //! reading host and `torch:cpu` `f64` inputs in place and converting anything else once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod paco_common;
+
 use std::sync::{Arc, Mutex};
 
 use algorithms::paco::{PacoParams, PsfNorm, paco, paco_array};
 use bridge_core::Array;
 use bridge_core::convert::{ConversionObserver, ConversionRecord, Registry};
+use paco_common::same;
 
 #[derive(Default)]
 struct Records(Mutex<Vec<ConversionRecord>>);
@@ -22,12 +25,6 @@ fn params() -> PacoParams {
         psf_norm: PsfNorm::Factor(9.54),
         ..Default::default()
     }
-}
-
-fn same(a: &ndarray::Array2<f64>, b: &ndarray::Array2<f64>) -> bool {
-    a.iter()
-        .zip(b)
-        .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
 #[test]

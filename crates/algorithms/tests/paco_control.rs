@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod open;
+mod paco_common;
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use algorithms::paco::{PacoParams, PsfNorm, SubPixel, paco, paco_on_device};
 use algorithms::synth::adi::synthetic_adi;
 use bridge_core::control::Control;
 use bridge_core::{BridgeError, Device};
+use paco_common::same;
 
 fn params(subpixel: SubPixel) -> PacoParams {
     PacoParams {
@@ -21,12 +23,6 @@ fn params(subpixel: SubPixel) -> PacoParams {
         max_tile_bytes: 1 << 16,
         ..Default::default()
     }
-}
-
-fn same(a: &ndarray::Array2<f64>, b: &ndarray::Array2<f64>) -> bool {
-    a.iter()
-        .zip(b)
-        .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
 #[test]

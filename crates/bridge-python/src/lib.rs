@@ -16,6 +16,7 @@
 //!   `BackendUnavailable` and `InvalidInput` (and its `SubnetOversizeException`, of
 //!   `link_strategy='drop'`), carrying the Rust message.
 
+mod array;
 mod auto;
 mod convert;
 mod errors;
@@ -28,7 +29,7 @@ mod volume;
 
 use pyo3::prelude::*;
 
-pub use convert::Array;
+pub use array::Array;
 
 /// The `arraybridge._native` module.
 #[pymodule]
@@ -61,7 +62,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "release"
         },
     )?;
-    m.add_class::<convert::Array>()?;
+    m.add_class::<array::Array>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     // `arraybridge.convert` (named `convert`, held here as `convert_api` beside the core)
     m.add("convert_api", wrap_pyfunction!(convert::convert_api, m)?)?;

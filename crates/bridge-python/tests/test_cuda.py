@@ -167,13 +167,9 @@ def test_cuda_errors_are_typed(torch_cuda):
         ab.batch_blob_log(torch_cuda.ones(10, device="cuda:0"), device="cuda:0")  # wrong ndim
 
 
-def test_paco_on_cuda_matches_the_cpu_and_stops_on_ctrl_c():
+def test_paco_on_cuda_matches_the_cpu_and_stops_on_ctrl_c(interrupted_after):
     """PACO on cuda:0 runs on a worker thread while the calling thread polls for Ctrl-C: the
     maps are the CPU's, and an interrupt during a run raises KeyboardInterrupt."""
-    import _thread
-    import signal
-    import threading
-
     need(has_cuda(), "no CUDA device (ab.backends(): %s)" % ab.backends().get("cuda"))
     rng = np.random.default_rng(3)
     t, n = 48, 128
@@ -184,15 +180,8 @@ def test_paco_on_cuda_matches_the_cpu_and_stops_on_ctrl_c():
     cpu = ab.paco(cube, angles, psf, psf_norm_factor=9.54, device="cpu")
     gpu = ab.paco(cube, angles, psf, psf_norm_factor=9.54, device="cuda:0")
     np.testing.assert_allclose(gpu.snr, cpu.snr, rtol=1e-9, atol=1e-12, equal_nan=True)
-    # Python's own SIGINT handler (a process started with SIGINT ignored has none, and
-    # `interrupt_main` then does nothing)
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.01, _thread.interrupt_main)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            ab.paco(np.concatenate([cube] * 8), np.linspace(0.0, 60.0, 8 * t), psf,
-                    psf_norm_factor=9.54, device="cuda:0")
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGINT, old)
+    interrupted_after(
+        0.01,
+        lambda: ab.paco(np.concatenate([cube] * 8), np.linspace(0.0, 60.0, 8 * t), psf,
+                        psf_norm_factor=9.54, device="cuda:0"),
+    )

@@ -2,9 +2,6 @@
 before the run would end), ``progress=True`` shows the rows done, and neither changes the
 maps."""
 
-import _thread
-import signal
-import threading
 import time
 
 import numpy as np
@@ -30,16 +27,6 @@ def _adi(t: int, n: int, seed: int = 3):
 KW = dict(psf_norm_factor=9.54, device="cpu")
 
 
-@pytest.fixture
-def sigint():
-    """Python's own SIGINT handler for the test: a process started with SIGINT ignored (a
-    background job of a shell, some CI runners) has none, and `_thread.interrupt_main` then
-    does nothing."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 def test_progress_shows_the_rows_and_changes_nothing(capsys):
     cube, angles, psf = _adi(12, 40)
     plain = ab.paco(cube, angles, psf, **KW)
@@ -49,20 +36,12 @@ def test_progress_shows_the_rows_and_changes_nothing(capsys):
     assert "paco" in err and "row" in err, err
 
 
-def test_ctrl_c_stops_a_run_within_a_band(sigint):
+def test_ctrl_c_stops_a_run_within_a_band(interrupted_after):
     cube, angles, psf = _adi(48, 128)
     t0 = time.perf_counter()
     ab.paco(cube, angles, psf, **KW)
     whole = time.perf_counter() - t0
-    timer = threading.Timer(min(0.1, whole / 10), _thread.interrupt_main)
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            ab.paco(cube, angles, psf, **KW)
-    finally:
-        timer.cancel()
-    stopped = time.perf_counter() - t0
+    stopped = interrupted_after(min(0.1, whole / 10), lambda: ab.paco(cube, angles, psf, **KW))
     assert stopped < 0.6 * whole + 0.1, (stopped, whole)
     # the package is usable at once, with the same maps as before
     again = ab.paco(cube[:12, :40, :40], angles[:12], psf, **KW)
@@ -79,7 +58,7 @@ def test_unbiased_flux_shows_its_positions(capsys):
     assert "unbiased_flux" in err and "position" in err, err
 
 
-def test_ctrl_c_stops_link_before_its_next_frame(sigint):
+def test_ctrl_c_stops_link_before_its_next_frame(interrupted_after):
     rng = np.random.default_rng(5)
     t, n = 1500, 400
     frames = np.repeat(np.arange(t), n)
@@ -89,13 +68,5 @@ def test_ctrl_c_stops_link_before_its_next_frame(sigint):
     t0 = time.perf_counter()
     ab.link(table, 3.0, memory=1)
     whole = time.perf_counter() - t0
-    timer = threading.Timer(min(0.05, whole / 10), _thread.interrupt_main)
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            ab.link(table, 3.0, memory=1)
-    finally:
-        timer.cancel()
-    stopped = time.perf_counter() - t0
+    stopped = interrupted_after(min(0.05, whole / 10), lambda: ab.link(table, 3.0, memory=1))
     assert stopped < 0.6 * whole + 0.1, (stopped, whole)

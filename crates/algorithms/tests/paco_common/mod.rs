@@ -1,10 +1,18 @@
 //! Shared helpers for the PACO tests: a minimal FITS reader for the fixtures (primary HDU,
-//! BITPIX −32/−64/8/16/32, BSCALE/BZERO) and the fixture paths.
+//! BITPIX −32/−64/8/16/32, BSCALE/BZERO), the fixture paths and bit-for-bit map equality.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+
+/// Two maps equal bit for bit (NaN equals NaN).
+pub fn same(a: &Array2<f64>, b: &Array2<f64>) -> bool {
+    a.shape() == b.shape()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
 
 /// `fixtures/paco` (see [`test_support::fixtures::dir`]).
 pub fn fixtures() -> PathBuf {

@@ -23,9 +23,6 @@ frames in detection) is checked before it is made, and one that does not fit is 
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import math
 import sys
 import warnings
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -35,6 +32,8 @@ import numpy as np
 from . import _dask, _decorators, _frameworks, _native, _progress
 from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
 from ._locate import _isotropic, _locate_frames_nd, _locate_nd, _names, _ndim, _per_axis, _scalar
+from ._common import _int, _log_auto, _logger, _native_order, _pandas, _table
+from ._paco import PacoResult, paco, unbiased_flux
 from ._stream import batch, batch_blob_log
 from ._seed import (
     ParticleDetector,
@@ -100,8 +99,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
-
-_logger = logging.getLogger("arraybridge")
 
 
 def build_info() -> dict:
@@ -244,54 +241,6 @@ def last_decision() -> Optional[dict]:
     ``arraybridge`` logger at INFO level."""
     d = _native.last_decision()
     return None if d is None else dict(d)
-
-
-def _log_auto(device: str) -> None:
-    if isinstance(device, str) and device.strip().lower() == "auto":
-        d = _native.last_decision()
-        if d is not None:
-            _logger.info("auto: %s: %s", d["device"], d["reason"])
-
-
-def _int(name: str, v: Any) -> int:
-    """``v`` as a whole number >= 0 for argument ``name``, else :class:`InvalidInput` naming it
-    (NaN, infinities, fractions, negative numbers or numbers over 2**64 - 1); a non-number is a
-    ``TypeError``, as Python's own ``int()`` would raise."""
-    if isinstance(v, (int, np.integer)):
-        n = int(v)
-    elif isinstance(v, (float, np.floating)):
-        if not math.isfinite(v) or v != math.floor(v):
-            raise InvalidInput(f"invalid argument {name}: must be a whole number, got {v!r}")
-        n = int(v)
-    else:
-        raise TypeError(f"{name} must be a whole number, got {type(v).__name__} {v!r}")
-    if n < 0:
-        raise InvalidInput(f"invalid argument {name}: must be at least 0, got {n}")
-    if n > 2**64 - 1:
-        raise InvalidInput(f"invalid argument {name}: {n} is too large")
-    return n
-
-
-def _pandas():
-    try:
-        import pandas  # noqa: PLC0415
-
-        return pandas
-    except ImportError:
-        return None
-
-
-def _table(columns: dict, like: Any = None):
-    """A DataFrame when pandas is installed (or ``like`` is one), else a structured array."""
-    pd = _pandas()
-    if pd is not None and (like is None or isinstance(like, pd.DataFrame)):
-        return pd.DataFrame(columns)
-    names = list(columns)
-    n = len(columns[names[0]]) if names else 0
-    out = np.empty(n, dtype=[(k, np.asarray(v).dtype) for k, v in columns.items()])
-    for k, v in columns.items():
-        out[k] = v
-    return out
 
 
 def _border(exclude_border: Union[bool, int, Tuple[int, int]]) -> Tuple[int, int]:
@@ -802,189 +751,3 @@ def link(
         f = recfunctions.drop_fields(f, "particle", usemask=False)
     return recfunctions.append_fields(f, "particle", ids, usemask=False)
 
-
-@dataclasses.dataclass
-class PacoResult:
-    """What :func:`paco` returns: the maps (``snr``, ``flux`` = b/a, ``a``, ``b``, ``std`` =
-    1/sqrt(a)), the factor the PSF was divided by, the FWHM used, the device, and the
-    candidates (local maxima of the S/N map, best first: ``y, x, snr, flux``)."""
-
-    snr: np.ndarray
-    flux: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
-    std: np.ndarray
-    psf_norm_factor: float
-    fwhm: Optional[float]
-    device: str
-    candidates: Any
-
-
-def _native_order(x: Any, what: str) -> Any:
-    """A NumPy array of non-native byte order (FITS files store big-endian data, and astropy
-    reads it as such) as a native copy, its bytes checked against the host budget first (DLPack
-    carries native byte order only); anything else as it is."""
-    if isinstance(x, np.ndarray) and not x.dtype.isnative:
-        _native.check_host_allocation(
-            int(x.nbytes),
-            f"{what}: a native-byte-order copy of a {x.dtype.str} array of shape {x.shape}",
-        )
-        return x.astype(x.dtype.newbyteorder("="))
-    return x
-
-
-def _dask_inputs(fn: str, **inputs: Any) -> tuple:
-    """PACO's inputs in order, each ``dask.array`` computed whole (its bytes checked against
-    the host budget first) and each big-endian NumPy array (a FITS file's) copied to native
-    byte order; other inputs as they are."""
-    return tuple(
-        _native_order(
-            _dask.to_host(v, f"{fn}: {k} (a dask array is computed whole)")
-            if _dask.is_dask(v)
-            else v,
-            f"{fn}: {k}",
-        )
-        for k, v in inputs.items()
-    )
-
-
-def _paco_settings(radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center):
-    """The PACO settings ``paco`` and ``unbiased_flux`` share, as the native keywords."""
-    return dict(
-        radius=_int("radius", radius),
-        mode=mode,
-        fwhm=None if fwhm is None else float(fwhm),
-        psf_norm_factor=None if psf_norm_factor is None else float(psf_norm_factor),
-        subpixel=subpixel,
-        edge=edge,
-        nearest=bool(nearest),
-        center=None if center is None else (float(center[0]), float(center[1])),
-    )
-
-
-def paco(
-    cube: Any,
-    angles: Any,
-    psf: Any,
-    *,
-    radius: int = 4,
-    mode: str = "paper",
-    fwhm: Optional[float] = None,
-    psf_norm_factor: Optional[float] = None,
-    subpixel: str = "off",
-    edge: str = "box",
-    nearest: bool = False,
-    center: Optional[Tuple[float, float]] = None,
-    stats_strategy: str = "fast",
-    top: int = 10,
-    device: str = "auto",
-    progress: bool = False,
-) -> PacoResult:
-    """PACO on an ADI cube ``(T, H, W)`` with its angles ``(T,)`` (degrees) and an odd,
-    centred PSF: the same maps as ``arraybridge paco`` writes (same options: ``mode`` paper or
-    vip, ``subpixel`` off / table / table:Q / fft / spline5, ``edge`` box or disk, ...).
-    Inputs are used as float64 (a ``dask.array`` input is computed whole, checked against the
-    host memory budget first). ``device="auto"`` chooses as for the other pipelines
-    (:func:`last_decision`).
-
-    Ctrl-C stops the run within one band of rows (a row on the CPU) or one device batch and
-    raises ``KeyboardInterrupt``; ``progress=True`` shows the statistics rows done (the pairs,
-    with sub-pixel templates on the CPU): a ``tqdm`` bar when tqdm is installed, else a line
-    on standard error."""
-    cube, angles, psf = _dask_inputs("paco", cube=cube, angles=angles, psf=psf)
-    bar = _progress.bar(progress, None, "paco", unit="row")
-    try:
-        r = _native.paco(
-            cube,
-            angles,
-            psf,
-            **_paco_settings(
-                radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
-            ),
-            stats_strategy=stats_strategy,
-            top=_int("top", top),
-            device=device,
-            progress=_progress.follow(bar) if progress else None,
-        )
-    finally:
-        bar.close()
-    _log_auto(device)
-    cands = _table(
-        {
-            "y": r["candidates_y"],
-            "x": r["candidates_x"],
-            "snr": r["candidates_snr"],
-            "flux": r["candidates_flux"],
-        }
-    )
-    return PacoResult(
-        snr=r["snr"],
-        flux=r["flux"],
-        a=r["a"],
-        b=r["b"],
-        std=r["std"],
-        psf_norm_factor=r["psf_norm_factor"],
-        fwhm=r["fwhm"],
-        device=r["device"],
-        candidates=cands,
-    )
-
-
-def unbiased_flux(
-    cube: Any,
-    angles: Any,
-    psf: Any,
-    positions: Sequence[Tuple[float, float]],
-    *,
-    radius: int = 4,
-    mode: str = "paper",
-    fwhm: Optional[float] = None,
-    psf_norm_factor: Optional[float] = None,
-    subpixel: str = "off",
-    edge: str = "box",
-    nearest: bool = False,
-    center: Optional[Tuple[float, float]] = None,
-    eps: float = 1e-3,
-    max_iter: int = 50,
-    alpha0: float = 0.0,
-    device: str = "auto",
-    progress: bool = False,
-):
-    """PACO's unbiased flux (paper Algorithm 3) at each ``(y, x)`` position (sub-pixel
-    allowed): columns ``y, x, flux, std, snr, iterations, converged`` (a DataFrame with
-    pandas, else a structured array). Runs on the CPU (``device`` may be ``"auto"`` or
-    ``"cpu"``); a ``dask.array`` input is computed whole, checked against the host memory
-    budget first. Ctrl-C stops it between two iterations (``KeyboardInterrupt``);
-    ``progress=True`` shows the positions done."""
-    if device not in ("auto", "cpu"):
-        raise BackendUnavailable(f"unbiased_flux runs on the CPU only (asked for {device})")
-    cube, angles, psf = _dask_inputs("unbiased_flux", cube=cube, angles=angles, psf=psf)
-    pos = [(float(y), float(x)) for y, x in positions]
-    bar = _progress.bar(progress, len(pos), "unbiased_flux", unit="position")
-    try:
-        rows = _native.unbiased_flux(
-            cube,
-            angles,
-            psf,
-            pos,
-            **_paco_settings(
-                radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest, center
-            ),
-            eps=float(eps),
-            max_iter=_int("max_iter", max_iter),
-            alpha0=float(alpha0),
-            progress=_progress.follow(bar) if progress else None,
-        )
-    finally:
-        bar.close()
-    return _table(
-        {
-            "y": rows[:, 0],
-            "x": rows[:, 1],
-            "flux": rows[:, 2],
-            "std": rows[:, 3],
-            "snr": rows[:, 4],
-            "iterations": rows[:, 5].astype(np.int64),
-            "converged": rows[:, 6] != 0,
-        }
-    )

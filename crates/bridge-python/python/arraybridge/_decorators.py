@@ -241,7 +241,8 @@ def offload(
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from . import _logger, _native  # noqa: PLC0415
+            from . import _native  # noqa: PLC0415
+            from ._common import _logger  # noqa: PLC0415
 
             arrays = _leaves((args, kwargs), [])
             nbytes = sum(_nbytes(a) for a in arrays)

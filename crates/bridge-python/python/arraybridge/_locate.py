@@ -48,7 +48,7 @@ def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0,
     """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, on the CPU;
     trackpy's warning for an empty result pointing ``warn_stacklevel`` frames up from here (0:
     none)."""
-    from . import _int, _table  # noqa: PLC0415
+    from ._common import _int, _table  # noqa: PLC0415
 
     if device not in ("auto", "cpu"):
         raise InvalidInput(
