@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod open;
 
 use algorithms::detect::blob_log::blob_log_frame;
 use algorithms::detect::blob_log::nd::{
@@ -348,4 +349,148 @@ fn timing_64x256x256_f32() {
             rayon::current_num_threads()
         );
     }
+}
+
+/// Volumes of every pixel type, 1-D to 4-D, with scalar and per-axis σ, random but real-like
+/// (Gaussian spots on noise), and the parameters they run with.
+fn device_cases() -> Vec<(String, Image, BlobLogNdParams)> {
+    let mut rng = 7u64;
+    let mut uniform = move || {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::new();
+    let shapes: [&[usize]; 5] = [&[9, 23, 31], &[40], &[17, 29], &[5, 6, 11, 13], &[1, 12, 1]];
+    for (k, &shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let spots: Vec<(Vec<f64>, f64)> = (0..(n / 300).max(2))
+            .map(|_| {
+                (
+                    shape.iter().map(|&d| uniform() * d as f64).collect(),
+                    uniform(),
+                )
+            })
+            .collect();
+        let vals: Vec<f64> = (0..n)
+            .map(|i| {
+                let mut rem = i;
+                let mut idx = vec![0f64; shape.len()];
+                for (a, &d) in shape.iter().enumerate().rev() {
+                    idx[a] = (rem % d) as f64;
+                    rem /= d;
+                }
+                let b: f64 = spots
+                    .iter()
+                    .map(|(c, a)| {
+                        let d2: f64 = c.iter().zip(&idx).map(|(c, x)| (c - x).powi(2)).sum();
+                        (0.3 + 0.6 * a) * (-d2 / 4.5).exp()
+                    })
+                    .sum();
+                0.1 + 0.05 * uniform() + b
+            })
+            .collect();
+        let max = vals.iter().fold(0f64, |m, &v| m.max(v));
+        let dim = IxDyn(shape);
+        let per_axis: Vec<f64> = (0..shape.len()).map(|a| 1.0 + 0.5 * a as f64).collect();
+        let params = [
+            BlobLogNdParams {
+                min_sigma: Sigma::Scalar(1.0),
+                max_sigma: Sigma::Scalar(3.0),
+                num_sigma: 5,
+                threshold: None,
+                threshold_rel: Some(0.2),
+                ..BlobLogNdParams::default()
+            },
+            BlobLogNdParams {
+                min_sigma: Sigma::PerAxis(per_axis.clone()),
+                max_sigma: Sigma::PerAxis(per_axis.iter().map(|s| 2.0 * s).collect()),
+                num_sigma: 4,
+                threshold: Some(0.01),
+                log_scale: k % 2 == 1,
+                exclude_border: Border::All(1),
+                ..BlobLogNdParams::default()
+            },
+        ];
+        let images = [
+            Image::F64(ArrayD::from_shape_vec(dim.clone(), vals.clone()).unwrap()),
+            Image::F32(
+                ArrayD::from_shape_vec(dim.clone(), vals.iter().map(|&v| v as f32).collect())
+                    .unwrap(),
+            ),
+            Image::U16(
+                ArrayD::from_shape_vec(
+                    dim,
+                    vals.iter().map(|&v| (v / max * 60000.0) as u16).collect(),
+                )
+                .unwrap(),
+            ),
+        ];
+        for img in images {
+            for (j, p) in params.iter().enumerate() {
+                let dtype = match img {
+                    Image::F64(_) => "f64",
+                    Image::F32(_) => "f32",
+                    Image::U16(_) => "u16",
+                };
+                let img = match &img {
+                    Image::F64(a) => Image::F64(a.clone()),
+                    Image::F32(a) => Image::F32(a.clone()),
+                    Image::U16(a) => Image::U16(a.clone()),
+                };
+                out.push((format!("{shape:?} {dtype} params {j}"), img, p.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The n-D `blob_log` on `device` gives the CPU's rows, threshold and candidate count on every
+/// case of the fixture manifest and on [`device_cases`] (the cube is the CPU's bit for bit:
+/// the threshold comes from its extrema, the candidates from every value).
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn device_equals_the_cpu(device: bridge_core::Device) {
+    use algorithms::detect::Prescale;
+    use algorithms::detect::blob_log::nd::blob_log_nd_on_device;
+    let var = test_support::require::var_for(device).unwrap();
+    let Some(dev) = test_support::or_skip(var, &device.to_string(), open::try_open(device)) else {
+        return;
+    };
+    let t = load_csv("blob_log_nd/cases.csv");
+    let mut cases: Vec<(String, Image, BlobLogNdParams)> = t
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r[t.col("case")].clone(),
+                Image::load(&r[t.col("image")]),
+                case_params(&t, r),
+            )
+        })
+        .collect();
+    cases.extend(device_cases());
+    let mut rows = 0;
+    for (name, img, p) in &cases {
+        let cpu = blob_log_nd_view(img.view(), p).unwrap();
+        let got = blob_log_nd_on_device(&dev, img.view(), Prescale::Legacy, p).unwrap();
+        assert_eq!(got, cpu, "{device} {name}");
+        rows += cpu.rows.len();
+    }
+    eprintln!(
+        "{device}: {} volumes, {rows} rows, all the CPU's",
+        cases.len()
+    );
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_volumes_equal_the_cpu() {
+    device_equals_the_cpu(bridge_core::Device::OpenCl(0));
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_volumes_equal_the_cpu() {
+    device_equals_the_cpu(bridge_core::Device::Cuda(0));
 }

@@ -1,9 +1,9 @@
 //! `blob_log` on one n-dimensional image (scikit-image's semantics: a 3-D array is a volume),
-//! on the CPU: [`algorithms::detect::blob_log::blob_log_nd_view`]; and trackpy's `locate` on one
+//! on the CPU or one device: [`algorithms::detect::blob_log::blob_log_nd_on_device`]; and trackpy's `locate` on one
 //! image or volume with sizes per axis: [`algorithms::detect::locate::locate_nd`].
 
 use algorithms::detect::blob_log::{
-    BlobLogNdParams, BlobsNd, Border, Prescale, Sigma, VolumeView, blob_log_nd_prescaled,
+    BlobLogNdParams, BlobsNd, Border, Prescale, Sigma, VolumeView, blob_log_nd_on_device,
 };
 use algorithms::detect::locate::{LocateNdParams, locate_nd};
 use bridge_core::DType;
@@ -11,7 +11,7 @@ use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::convert::{Held, import_held};
+use crate::convert::{Held, import_held, resolve};
 use crate::errors::{IntoPy, invalid};
 use crate::pipelines::host_held;
 
@@ -69,10 +69,13 @@ fn rows<'py>(py: Python<'py>, b: &BlobsNd) -> Bound<'py, PyArray2<f64>> {
 
 /// `skimage.feature.blob_log(image, ...)` on an n-D image of uint8, uint16, float32 or float64
 /// pixels (others are converted by the Python wrapper) under `prescale` (as the frame path
-/// converts a frame): rows of the coordinates then the σ column(s).
+/// converts a frame): rows of the coordinates then the σ column(s). The scale space is computed
+/// on `device` (`cpu`, or one `opencl:N`/`cuda:N` with float64; `auto`: the image's device when
+/// it lives on one, else the CPU); an image on a device is read to the host first, and the peak
+/// search and pruning run there.
 #[pyfunction]
 #[pyo3(signature = (image, *, min_sigma, max_sigma, num_sigma, threshold, threshold_rel,
-                    overlap, log_scale, exclude_border, prescale))]
+                    overlap, log_scale, exclude_border, prescale, device="cpu"))]
 #[allow(clippy::too_many_arguments)]
 pub fn blob_log_nd<'py>(
     py: Python<'py>,
@@ -86,6 +89,7 @@ pub fn blob_log_nd<'py>(
     log_scale: bool,
     exclude_border: &Bound<'py, PyAny>,
     prescale: &str,
+    device: &str,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let p = BlobLogNdParams {
         min_sigma: sigma(min_sigma, "min_sigma")?,
@@ -99,11 +103,12 @@ pub fn blob_log_nd<'py>(
     };
     let prescale = prescale.parse::<Prescale>().py_err()?;
     let held = import_held(image)?;
+    let device = arraybridge::open_device(resolve(device, &held)?).py_err()?;
     let mut keep = None;
     let src = host_held(&held, &mut keep, "blob_log")?;
     let view = volume_view(src, "blob_log")?;
     let blobs = py
-        .detach(|| blob_log_nd_prescaled(view, prescale, &p))
+        .detach(|| blob_log_nd_on_device(&device, view, prescale, &p))
         .py_err()?;
     Ok(rows(py, &blobs))
 }

@@ -72,7 +72,27 @@ def test_a_movie_of_volumes_and_the_device_rule():
     rows = ab.batch_blob_log(movie, min_sigma=(2, 1, 1), max_sigma=(4, 2, 2), num_sigma=4, threshold=0.02)
     assert rows.shape == (2 * len(one), 1 + one.shape[1])
     np.testing.assert_array_equal(rows[rows[:, 0] == 1][:, 1:], one)
-    with pytest.raises(ab.ArrayBridgeError, match="runs on the CPU"):
-        ab.blob_log(vol, device="opencl:0")
+    with pytest.raises(ab.ArrayBridgeError, match="unknown device|device"):
+        ab.blob_log(vol, device="opencl:0,opencl:1")
+
+
+def test_a_volume_on_opencl_gives_the_cpus_rows():
+    """The scale space of a volume on OpenCL (the CPU's arithmetic in float64): the CPU's rows,
+    for a host volume, a volume already on the device (``auto`` runs it there) and anisotropic
+    sigmas."""
+    if "opencl:0" not in [d["device"] for d in ab.devices()]:
+        pytest.skip("no opencl:0")
+    vol = np.load(FIX / "small_f32.npy")
+    for kw in (
+        dict(min_sigma=(2, 1, 1), max_sigma=(4, 2, 2), num_sigma=4, threshold=0.02),
+        dict(max_sigma=3, threshold=None, threshold_rel=0.1),
+    ):
+        cpu = ab.blob_log(vol, device="cpu", **kw)
+        assert len(cpu) > 0
+        np.testing.assert_array_equal(ab.blob_log(vol, device="opencl:0", **kw), cpu)
+        np.testing.assert_array_equal(ab.blob_log(vol.astype(np.float64), device="opencl:0", **kw),
+                                      ab.blob_log(vol.astype(np.float64), device="cpu", **kw))
+    on_cl = ab.convert(vol, "opencl:0")
+    np.testing.assert_array_equal(ab.blob_log(on_cl, device="auto", **kw), cpu)
     with pytest.raises(ab.InvalidInput, match="axes"):
         ab.blob_log(vol, min_sigma=(1, 2))

@@ -9,9 +9,12 @@ use std::fmt::{Debug, Display};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::thread::LocalKey;
 
-/// A working float type: `f32` or `f64`.
+/// A working float type: `f32` or `f64` (also an element and a scalar argument of the device
+/// kernels).
 pub trait Real:
     Copy
+    + bridge_core::exec::DeviceElement
+    + bridge_core::exec::KernelScalar
     + Send
     + Sync
     + Debug

@@ -282,9 +282,12 @@ def blob_log(
     place), or bool, float16, signed integers, uint32 and uint64, converted as scikit-image
     converts them (``img_as_float``; float16 in float32).
 
-    2-D images with one sigma run on any device (``device``); other images run on the CPU
-    (``device`` must then be ``"auto"`` or ``"cpu"``; an image on a GPU is read back first).
-    ``batch_size`` is for movies (checked, otherwise unused here).
+    2-D images with one sigma run on any device (``device``, device lists included). Other
+    images (volumes, sigmas per axis) run on the CPU or on one OpenCL or CUDA device with
+    float64 (``device="opencl:0"``): the scale space is computed there with the CPU's
+    arithmetic, the peaks and the pruning on the host, so the rows are the CPU's; ``"auto"`` is
+    the image's device when it lives on one, else the CPU (an image on a device is read to the
+    host first). ``batch_size`` is for movies (checked, otherwise unused here).
 
     A ``dask.array`` image (a 2-D frame, a 3-D volume, any n-D image) is computed whole, since
     its blobs depend on all of it (``threshold_rel`` is relative to the maximum of the whole
@@ -309,12 +312,8 @@ def blob_log(
     bs = _int("batch_size", batch_size)
     if bs < 1 or bs > 100_000:
         raise InvalidInput(f"batch_size must be in 1..=100000, got {bs}")
-    if not (isinstance(device, str) and device.strip().lower() in ("auto", "cpu")):
-        raise ArrayBridgeError(
-            f"unsupported: blob_log on a {len(shape)}-D image"
-            f"{'' if scalar else ' with a sigma per axis'} runs on the CPU (device "
-            f"{device!r} runs 2-D images with one sigma); pass device='cpu' or 'auto'"
-        )
+    if not isinstance(device, str):
+        raise InvalidInput(f"device must be a string such as 'cpu' or 'opencl:0', got {device!r}")
     image = _as_blob_log_input(image, prescale)
     if isinstance(exclude_border, (tuple, list)):
         border: Any = [_int("exclude_border", b) for b in exclude_border]
@@ -333,6 +332,7 @@ def blob_log(
         log_scale=bool(log_scale),
         exclude_border=border,
         prescale=prescale,
+        device=device,
     )
 
 

@@ -32,8 +32,8 @@ use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from
 pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
 pub use nd::{
-    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_prescaled,
-    blob_log_nd_view,
+    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_on_device,
+    blob_log_nd_prescaled, blob_log_nd_view,
 };
 // used by the device back end only
 #[cfg(any(feature = "cuda", feature = "opencl"))]

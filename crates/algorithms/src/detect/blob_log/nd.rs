@@ -35,20 +35,27 @@
 //!   `check_scale_space_range`); the cube and work buffers are checked against the host
 //!   memory budget before anything large is allocated.
 //!
+//! **On a device** ([`blob_log_nd_on_device`]): step 3 runs on an OpenCL or CUDA device with
+//! float64 (`nd/device.rs`, the same passes and roundings: the cube bit for bit), steps 4–6 on
+//! the host; the rows are the CPU's.
+//!
 //! For a 2-D image with scalar σ the rows equal those of the 2-D
 //! [`blob_log_frame`](super::blob_log_frame) (tested on its fixtures).
 
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+mod device;
 mod laplace;
 mod params;
 mod peaks;
 mod prune;
 
-use bridge_core::{BridgeError, Result};
+use bridge_core::{BridgeError, Device, Result};
 use ndarray::{ArrayView2, ArrayViewD};
 
 use super::{Converted, Prescale, convert_frame};
 use crate::detect::FrameView;
 use crate::detect::real::Real;
+use crate::exec::DeviceHandle;
 pub use params::{BlobLogNdParams, Border, Sigma, sigma_table};
 pub use prune::{Overlap, blob_overlap_nd, pairs_within_nd, prune_blobs_nd};
 
@@ -96,6 +103,15 @@ impl BlobsNd {
 /// `skimage.feature.blob_log(image, …)` on an n-D image already in its working type (`f32`
 /// runs in float32, `f64` in float64); see the module docs.
 pub fn blob_log_nd<T: Real>(image: ArrayViewD<'_, T>, p: &BlobLogNdParams) -> Result<BlobsNd> {
+    blob_log_nd_in(&DeviceHandle::cpu(), image, p)
+}
+
+/// [`blob_log_nd`] with the scale space computed on `device`.
+fn blob_log_nd_in<T: Real>(
+    device: &DeviceHandle,
+    image: ArrayViewD<'_, T>,
+    p: &BlobLogNdParams,
+) -> Result<BlobsNd> {
     let shape = image.shape().to_vec();
     let res = p.resolve(&shape)?;
     let nvox = voxels(&shape)?;
@@ -103,17 +119,26 @@ pub fn blob_log_nd<T: Real>(image: ArrayViewD<'_, T>, p: &BlobLogNdParams) -> Re
     let raw = max_magnitude(image.iter().map(|v| v.to_f64()))?;
     check_range(raw, &res, T::IS_F32)?;
     let img: Vec<f64> = image.iter().map(|v| v.to_f64()).collect();
-    Ok(run::<T>(&img, &shape, &res, p))
+    run::<T>(device, &img, &shape, &res, p)
 }
 
 /// [`blob_log_nd`] on raw pixels: `u8`/`u16` go through `img_as_float` (f64 working type),
 /// `f32` and `f64` are used as they are.
 pub fn blob_log_nd_view(image: VolumeView<'_>, p: &BlobLogNdParams) -> Result<BlobsNd> {
+    blob_log_nd_view_in(&DeviceHandle::cpu(), image, p)
+}
+
+/// [`blob_log_nd_view`] with the scale space computed on `device`.
+fn blob_log_nd_view_in(
+    device: &DeviceHandle,
+    image: VolumeView<'_>,
+    p: &BlobLogNdParams,
+) -> Result<BlobsNd> {
     match image {
-        VolumeView::U8(a) => blob_log_nd_uint(a, 1.0 / 255.0, p),
-        VolumeView::U16(a) => blob_log_nd_uint(a, 1.0 / 65535.0, p),
-        VolumeView::F32(a) => blob_log_nd(a, p),
-        VolumeView::F64(a) => blob_log_nd(a, p),
+        VolumeView::U8(a) => blob_log_nd_uint(device, a, 1.0 / 255.0, p),
+        VolumeView::U16(a) => blob_log_nd_uint(device, a, 1.0 / 65535.0, p),
+        VolumeView::F32(a) => blob_log_nd_in(device, a, p),
+        VolumeView::F64(a) => blob_log_nd_in(device, a, p),
     }
 }
 
@@ -138,13 +163,27 @@ pub fn blob_log_nd_prescaled(
     prescale: Prescale,
     p: &BlobLogNdParams,
 ) -> Result<BlobsNd> {
+    blob_log_nd_on_device(&DeviceHandle::cpu(), image, prescale, p)
+}
+
+/// [`blob_log_nd_prescaled`] with the scale space computed on `device`: the CPU, or an open
+/// `opencl:N`/`cuda:N` with float64 (the same passes in the same order with the same
+/// roundings, so the rows are the CPU's bit for bit; the peak search and the pruning run on the
+/// host). A device without float64 is refused ([`BridgeError::Unsupported`]), as are torch
+/// devices.
+pub fn blob_log_nd_on_device(
+    device: &DeviceHandle,
+    image: VolumeView<'_>,
+    prescale: Prescale,
+    p: &BlobLogNdParams,
+) -> Result<BlobsNd> {
     let shape = image.shape().to_vec();
     let Some(&cols) = shape
         .last()
         .filter(|&&c| c > 0 && prescale != Prescale::Legacy)
     else {
         // legacy, or an image whose shape `blob_log_nd` refuses in words
-        return blob_log_nd_view(image, p);
+        return blob_log_nd_view_in(device, image, p);
     };
     let converted = match &image {
         VolumeView::U8(a) => convert_rows(a, cols, prescale, |r| FrameView::U8(r)),
@@ -154,8 +193,12 @@ pub fn blob_log_nd_prescaled(
     }?;
     let err = |e: ndarray::ShapeError| BridgeError::invalid_argument("image", e.to_string());
     match converted {
-        Converted::F32(v) => blob_log_nd(ArrayViewD::from_shape(shape, &v).map_err(err)?, p),
-        Converted::F64(v) => blob_log_nd(ArrayViewD::from_shape(shape, &v).map_err(err)?, p),
+        Converted::F32(v) => {
+            blob_log_nd_in(device, ArrayViewD::from_shape(shape, &v).map_err(err)?, p)
+        }
+        Converted::F64(v) => {
+            blob_log_nd_in(device, ArrayViewD::from_shape(shape, &v).map_err(err)?, p)
+        }
     }
 }
 
@@ -176,6 +219,7 @@ fn convert_rows<T: Clone>(
 
 /// [`blob_log_nd`] of unsigned integer pixels times `scale` (`img_as_float`), in f64.
 fn blob_log_nd_uint<P: Copy + Into<f64>>(
+    device: &DeviceHandle,
     image: ArrayViewD<'_, P>,
     scale: f64,
     p: &BlobLogNdParams,
@@ -187,7 +231,7 @@ fn blob_log_nd_uint<P: Copy + Into<f64>>(
     check_range(1.0, &res, false)?;
     check_memory::<f64>(nvox, &shape, p.num_sigma)?;
     let img: Vec<f64> = image.iter().map(|&v| v.into() * scale).collect();
-    Ok(run::<f64>(&img, &shape, &res, p))
+    run::<f64>(device, &img, &shape, &res, p)
 }
 
 /// The scale-space cube of an n-D image in its working type, plane-major
@@ -284,17 +328,42 @@ fn check_memory<T: Real>(nvox: usize, shape: &[usize], ns: usize) -> Result<()> 
     )
 }
 
-/// The pipeline on a validated image (`img`: its values in f64, C order).
+/// The scale-space cube, plane-major, and its extrema, computed on `device`: the CPU's passes,
+/// or the same passes on the device's executor (`nd/device.rs`).
+fn cube_on<T: Real>(
+    device: &DeviceHandle,
+    img: &[f64],
+    shape: &[usize],
+    sigmas: &[Vec<T>],
+    scales: &[T],
+) -> Result<(Vec<T>, T, T)> {
+    if device.device() == Device::Cpu {
+        return Ok(laplace::log_cube_nd(img, shape, sigmas, scales));
+    }
+    // exhaustive over the compiled-in executors (no arm without a device backend)
+    match device.executor_for("blob_log on an n-D image")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => {
+            device::log_cube_nd_on(&e, img, shape, sigmas, scales)
+        }
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => device::log_cube_nd_on(&e, img, shape, sigmas, scales),
+    }
+}
+
+/// The pipeline on a validated image (`img`: its values in f64, C order), its scale space
+/// computed on `device`.
 fn run<T: Real>(
+    device: &DeviceHandle,
     img: &[f64],
     shape: &[usize],
     res: &params::Resolved,
     p: &BlobLogNdParams,
-) -> BlobsNd {
+) -> Result<BlobsNd> {
     let ndim = shape.len();
     let sigmas = sigma_table::<T>(&res.min_sigma, &res.max_sigma, p.num_sigma, p.log_scale);
     let scales: Vec<T> = sigmas.iter().map(|r| params::scale_factor(r)).collect();
-    let (cube, lo, hi) = laplace::log_cube_nd(img, shape, &sigmas, &scales);
+    let (cube, lo, hi) = cube_on(device, img, shape, &sigmas, &scales)?;
     let mut thr = p.threshold.map_or(lo, T::from_f64);
     if let Some(rel) = p.threshold_rel {
         let t = T::from_f64(rel) * hi;
@@ -326,13 +395,13 @@ fn run<T: Real>(
             c.chain(s).map(|v| v.to_f64()).collect()
         })
         .collect();
-    BlobsNd {
+    Ok(BlobsNd {
         rows,
         ndim,
         sigma_columns: sigma_dim,
         candidates: cands.len(),
         threshold: thr.to_f64(),
-    }
+    })
 }
 
 #[cfg(test)]

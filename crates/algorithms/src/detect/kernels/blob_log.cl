@@ -312,3 +312,38 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
         cand_val[k] = v;
     }
 }
+
+/* Volumes: the n-D scale space of blob_log (blob_log/nd/laplace.rs on the device). One
+   correlation pass with the symmetric kernel taps[0..=r] along one axis of a C-order array seen
+   as (outer, len, inner): SciPy 'reflect' edges, the centre tap, then the mirrored pairs from the
+   outermost inwards, summed in ACC (the CPU's order; contraction off). mode 0 stores the sum
+   rounded to REAL; mode 1 adds the rounded sum to dst in REAL (generic_laplace's `output +=`).
+   One work item per output; n = outer * len * inner. */
+KERNEL nd_pass(GLOBAL const REAL* RESTRICT src, GLOBAL REAL* RESTRICT dst,
+               GLOBAL const ACC* RESTRICT taps, const uint r, const uint len, const uint inner,
+               const ulong n, const uint mode) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    size_t k = i % inner;
+    size_t rest = i / inner;
+    int t = (int)(rest % len);
+    size_t base = (rest / len) * (size_t)len * inner + k;
+    ACC a = MUL_RN((ACC)src[base + (size_t)t * inner], taps[0]);
+    for (int j = (int)r; j >= 1; --j) {
+        ACC u = (ACC)src[base + (size_t)reflect_index(t - j, (int)len) * inner];
+        ACC d = (ACC)src[base + (size_t)reflect_index(t + j, (int)len) * inner];
+        a = ADD_RN(a, MUL_RN(ADD_RN(u, d), taps[j]));
+    }
+    if (mode == 0) {
+        dst[i] = (REAL)a;
+    } else {
+        dst[i] = dst[i] + (REAL)a;
+    }
+}
+
+/* Volumes: a plane of the cube times -scale (`-L * mean(sigma)**2`; the negation is exact). */
+KERNEL nd_scale(GLOBAL REAL* RESTRICT plane, const REAL scale, const ulong n) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    plane[i] = -plane[i] * scale;
+}

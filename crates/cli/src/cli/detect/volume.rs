@@ -1,8 +1,9 @@
 //! Volumes: a z-stack (a TIFF whose ImageJ or OME axes declare slices, a 4-D `.npy`, or any
 //! input with `--axes zyx|tzyx`) is detected one volume at a time in 3-D, with scikit-image's
-//! n-dimensional `blob_log` (`algorithms::detect::blob_log::blob_log_nd_prescaled`, the
+//! n-dimensional `blob_log` (`algorithms::detect::blob_log::blob_log_nd_on_device`, the
 //! library's; the Python package's `ab.blob_log` of the same volume gives the same rows).
-//! Volumes run on the CPU. Rows: `frame,z,y,x,sigma`, or `frame,z,y,x,sigma_z,sigma_y,sigma_x`
+//! Volumes run on the CPU (`auto`) or on the one device `--device` names (its scale space there,
+//! in float64 with the CPU's arithmetic: the same rows). Rows: `frame,z,y,x,sigma`, or `frame,z,y,x,sigma_z,sigma_y,sigma_x`
 //! with a σ per axis. The planes are read one volume at a time (the next read while this one is
 //! detected), so memory is bounded by two volumes whatever the number of time points.
 
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use algorithms::detect::Movie;
 use algorithms::detect::blob_log::{
-    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd_prescaled,
+    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd_on_device,
 };
 use arraybridge::io::axes::stack_axes;
 use arraybridge::io::csv::create_writer;
@@ -87,8 +88,8 @@ fn nd_params(args: &Args) -> Result<BlobLogNdParams> {
     if args.fast {
         return refuse(
             "--fast",
-            "volumes are detected in float64 on the CPU (scikit-image's results); --fast is \
-             for 2-D frames on a device",
+            "volumes are detected in float64 (scikit-image's results, on every device); \
+             --fast is for 2-D frames on a device",
         );
     }
     let sigma = |s: &SigmaArg| match s.0.as_slice() {
@@ -110,34 +111,44 @@ fn nd_params(args: &Args) -> Result<BlobLogNdParams> {
     })
 }
 
-/// Volumes run on the CPU: `auto` and `cpu` say so; another device is refused (never a silent
-/// change of device).
-fn cpu_choice(args: &Args, place: &Where) -> Result<Choice> {
+/// Volumes run on one device: the one `--device` names (or this rank's), the CPU for `auto`;
+/// a list of several devices is refused (never a silent change of device).
+fn volume_choice(args: &Args, place: &Where) -> Result<Choice> {
     let refuse = |d: String| {
         Err(BridgeError::Unsupported(format!(
-            "volumes are detected on the CPU (a device back end for 3-D blob_log is not \
-             available yet); --device {d} cannot run them: use --device cpu or auto"
+            "volumes are detected one at a time on one device; --device {d} names several: \
+             name one (cpu, opencl:N or cuda:N) or auto"
         )))
     };
+    let chosen = |device: Device, reason: &str, auto: bool| {
+        Ok(Choice {
+            device,
+            reason: reason.to_owned(),
+            estimate: None,
+            auto,
+        })
+    };
     match place {
-        Where::Arg(Some(list)) if list.iter().any(|d| *d != Device::Cpu) => refuse(
-            list.iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        Where::Rank(d, _) if *d != Device::Cpu => refuse(d.to_string()),
+        Where::Arg(Some(list)) => match list.as_slice() {
+            [d] => chosen(*d, "volumes are detected on the device named", false),
+            _ => refuse(
+                list.iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        },
+        Where::Rank(d, _) => chosen(*d, "volumes are detected on this rank's device", false),
         #[cfg(feature = "mpi")]
         Where::Ranks(_) => refuse("(MPI ranks)".to_owned()),
-        _ => match &args.device {
-            DeviceArg::Explicit(d) if *d != Device::Cpu => refuse(d.to_string()),
-            DeviceArg::AllGpus => refuse("all".to_owned()),
-            a => Ok(Choice {
-                device: Device::Cpu,
-                reason: "volumes are detected on the CPU".to_owned(),
-                estimate: None,
-                auto: matches!(a, DeviceArg::Auto),
-            }),
+        Where::Arg(None) => match &args.device {
+            DeviceArg::Explicit(d) => chosen(*d, "volumes are detected on the device named", false),
+            DeviceArg::AllGpus | DeviceArg::Several(_) => refuse(args.device.to_string()),
+            DeviceArg::Auto => chosen(
+                Device::Cpu,
+                "volumes are detected on the CPU (auto: name a device to run them there)",
+                true,
+            ),
         },
     }
 }
@@ -173,7 +184,8 @@ pub(super) fn detect_volumes(
 ) -> Result<Done> {
     let args = job.args;
     let p = nd_params(args)?;
-    let choice = cpu_choice(args, place)?;
+    let choice = volume_choice(args, place)?;
+    let device = arraybridge::open_device(choice.device)?;
     let start = Instant::now();
     let name = input.display().to_string();
     let z = match planes {
@@ -211,12 +223,13 @@ pub(super) fn detect_volumes(
             Movie::F32(a) => VolumeView::F32(a.view().into_dyn()),
             Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
         };
-        let blobs = blob_log_nd_prescaled(view, args.prescale, &p).map_err(|e| match e {
-            BridgeError::InvalidInput(m) if m.frames.is_none() => BridgeError::InvalidInput(
-                bridge_core::error::InputError::in_frames(volumes..volumes + 1, m.message),
-            ),
-            e => e,
-        })?;
+        let blobs =
+            blob_log_nd_on_device(&device, view, args.prescale, &p).map_err(|e| match e {
+                BridgeError::InvalidInput(m) if m.frames.is_none() => BridgeError::InvalidInput(
+                    bridge_core::error::InputError::in_frames(volumes..volumes + 1, m.message),
+                ),
+                e => e,
+            })?;
         write_rows(&mut w, volumes, &blobs)?;
         n += blobs.rows.len();
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
