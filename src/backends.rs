@@ -1,12 +1,19 @@
 //! The default registry: every compiled-in backend, registered once.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bridge_core::convert::Registry;
 
-/// Build a registry with every backend compiled into this binary. Backends whose library or
-/// device is missing are recorded as unavailable (with the reason), never a panic.
-pub fn build_registry() -> Registry {
+/// Build a registry with every backend compiled into this binary (its own backend instances:
+/// contexts, pools, compiled programs). Backends whose library or device is missing are
+/// recorded as unavailable (with the reason), never a panic. Devices opened on it
+/// ([`crate::Devices`]) keep it, and arrays moved to them are converted by it.
+pub fn build_registry() -> Arc<Registry> {
+    Arc::new(new_registry())
+}
+
+/// The registry [`build_registry`] shares.
+fn new_registry() -> Registry {
     let mut reg = Registry::new();
     #[cfg(feature = "cuda")]
     {
@@ -40,6 +47,11 @@ pub fn build_registry() -> Registry {
 
 /// The process-wide registry, built on first use.
 pub fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    process_registry()
+}
+
+/// The process-wide registry as shared (what [`crate::device`] opens devices on).
+pub(crate) fn process_registry() -> &'static Arc<Registry> {
+    static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
     REGISTRY.get_or_init(build_registry)
 }

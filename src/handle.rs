@@ -26,6 +26,8 @@
 //! # Ok::<(), arraybridge::BridgeError>(())
 //! ```
 
+use std::sync::Arc;
+
 use algorithms::exec::AnyExecutor;
 pub use algorithms::exec::DeviceHandle;
 use bridge_core::convert::Registry;
@@ -45,13 +47,15 @@ pub fn device(spec: &str) -> Result<DeviceHandle> {
 /// [`device`] for a parsed [`Device`]: the one place of the library that turns a device's name
 /// into its live executor (the algorithms take handles, or the device an array lives on).
 pub fn open_device(device: Device) -> Result<DeviceHandle> {
-    registry().open_device(device)
+    crate::backends::process_registry().open_device(device)
 }
 
-/// Opening devices on a [`Registry`]: the registry owns its backends, and with them each
+/// Opening devices on a shared [`Registry`]: the registry owns its backends, and with them each
 /// device's one executor (queue or stream, pools, compiled programs). The free functions
 /// [`device`] and [`open_device`] are these on the process [`registry`]; a test or an embedding
 /// program can build a registry of its own ([`crate::build_registry`]) and open its devices.
+/// A handle keeps its registry: [`ArrayTo::to`] converts through it, in its backends'
+/// contexts.
 ///
 /// ```
 /// use arraybridge::{Devices, build_registry};
@@ -69,21 +73,30 @@ pub trait Devices {
     fn open_device(&self, device: Device) -> Result<DeviceHandle>;
 }
 
-impl Devices for Registry {
+impl Devices for Arc<Registry> {
     fn device(&self, spec: &str) -> Result<DeviceHandle> {
         self.open_device(spec.parse()?)
     }
 
     fn open_device(&self, device: Device) -> Result<DeviceHandle> {
         self.topology().check_device(device)?;
-        match device {
+        let handle = match device {
             Device::OpenCl(_) | Device::Cuda(_) => {
-                Ok(DeviceHandle::from_executor(executor_of(self, device)?))
+                DeviceHandle::from_executor(executor_of(self, device)?)
             }
             Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => {
-                DeviceHandle::without_executor(device)
+                DeviceHandle::without_executor(device)?
             }
-        }
+        };
+        Ok(handle.with_registry(Arc::clone(self)))
+    }
+}
+
+/// The registry that moves arrays to `dev`: the one it was opened on, else the process one.
+fn registry_of(dev: &DeviceHandle) -> &Registry {
+    match dev.registry() {
+        Some(r) => r,
+        None => registry(),
     }
 }
 
@@ -124,13 +137,13 @@ fn executor_of(reg: &Registry, device: Device) -> Result<AnyExecutor> {
 
 /// Moving an [`Array`] to a device: `array.to(&dev)`.
 pub trait ArrayTo: Sized {
-    /// The array on `dev`, through the process registry's cheapest route (in place when it is
-    /// already there; zero-copy, peer or staged otherwise, as the planner picks and the
-    /// registry's observer records).
+    /// The array on `dev`, through the cheapest route of the registry `dev` was opened on (in
+    /// place when it is already there; zero-copy, peer or staged otherwise, as the planner
+    /// picks and the registry's observer records).
     fn to(self, dev: &DeviceHandle) -> Result<Array>;
 
-    /// A copy of the array on `dev`, leaving this one where it is: the process registry's
-    /// planned route with its first hop copying from the borrowed array
+    /// A copy of the array on `dev`, leaving this one where it is: the planned route of `dev`'s
+    /// registry with its first hop copying from the borrowed array
     /// ([`Registry::copy`]; on the array's own device a copy there).
     fn copy_to(&self, dev: &DeviceHandle) -> Result<Array>;
 }
@@ -141,11 +154,11 @@ impl ArrayTo for Array {
         if self.device() == d {
             return Ok(self);
         }
-        registry().convert(self, d.memory_type(), d)
+        registry_of(dev).convert(self, d.memory_type(), d)
     }
 
     fn copy_to(&self, dev: &DeviceHandle) -> Result<Array> {
         let d = dev.device();
-        registry().copy(self, d.memory_type(), d)
+        registry_of(dev).copy(self, d.memory_type(), d)
     }
 }

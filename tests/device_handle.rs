@@ -236,7 +236,7 @@ fn a_registry_of_its_own_owns_its_devices() {
     );
     // the process registry's executor for `dev` is made once (other tests of this binary may
     // make it at any time while this one runs): make it now, so its count cannot move below
-    arraybridge::registry().open_device(dev).unwrap();
+    arraybridge::open_device(dev).unwrap();
     let before = process.executors_created(dev);
     assert_eq!(before, 1, "one executor per device per registry");
     let h = reg.open_device(dev).unwrap();
@@ -268,6 +268,22 @@ fn a_registry_of_its_own_owns_its_devices() {
         "the array's device is the handle's"
     );
     assert_eq!(process.executors_created(dev), before);
+    // `array.to(&h)` converts through the registry `h` was opened on (its observer hears it)
+    #[derive(Default)]
+    struct Count(std::sync::Mutex<Vec<u64>>);
+    impl arraybridge::core::convert::ConversionObserver for Count {
+        fn on_conversion(&self, r: &arraybridge::core::convert::ConversionRecord) {
+            self.0.lock().unwrap().push(r.bytes_moved);
+        }
+    }
+    let seen = Arc::new(Count::default());
+    reg.set_observer(Some(seen.clone()));
+    let m2 = ndarray::Array3::<u16>::from_elem((2, 16, 16), 7);
+    let moved = Array::from_ndarray(m2.into_dyn()).to(&h).unwrap();
+    assert_eq!(moved.device(), dev);
+    assert_eq!(*seen.0.lock().unwrap(), vec![2 * 16 * 16 * 2]);
+    assert!(h.registry().is_some_and(|r| Arc::ptr_eq(r, &reg)));
+    reg.set_observer(None);
 
     fn params() -> BlobLogParams {
         BlobLogParams {

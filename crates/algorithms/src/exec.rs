@@ -9,7 +9,9 @@
 //! memory lives on ([`DeviceHandle::of_array`]).
 
 use std::fmt;
+use std::sync::Arc;
 
+use bridge_core::convert::Registry;
 use bridge_core::{Array, BridgeError, Device, MemoryType, Result};
 
 #[cfg(feature = "cuda")]
@@ -50,6 +52,9 @@ impl AnyExecutor {
 pub struct DeviceHandle {
     device: Device,
     executor: Option<AnyExecutor>,
+    /// The registry the device was opened on (its backends own the executor): where arrays
+    /// moved to this device are converted. `None`: the process registry.
+    registry: Option<Arc<Registry>>,
 }
 
 impl fmt::Debug for DeviceHandle {
@@ -57,6 +62,7 @@ impl fmt::Debug for DeviceHandle {
         f.debug_struct("DeviceHandle")
             .field("device", &self.device)
             .field("executor", &self.executor.is_some())
+            .field("own_registry", &self.registry.is_some())
             .finish()
     }
 }
@@ -79,6 +85,7 @@ impl DeviceHandle {
         DeviceHandle {
             device: Device::Cpu,
             executor: None,
+            registry: None,
         }
     }
 
@@ -90,6 +97,7 @@ impl DeviceHandle {
             Device::Cpu | Device::TorchCpu | Device::TorchCuda(_) => Ok(DeviceHandle {
                 device,
                 executor: None,
+                registry: None,
             }),
             Device::OpenCl(_) | Device::Cuda(_) => Err(BridgeError::invalid_argument(
                 "device",
@@ -103,7 +111,20 @@ impl DeviceHandle {
         DeviceHandle {
             device: executor.device(),
             executor: Some(executor),
+            registry: None,
         }
+    }
+
+    /// This handle, opened on `registry` (whose backends own its executor): arrays moved to it
+    /// (`arraybridge::ArrayTo::to`) are converted by that registry, in its backends' contexts.
+    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The registry the device was opened on, when it was not the process registry.
+    pub fn registry(&self) -> Option<&Arc<Registry>> {
+        self.registry.as_ref()
     }
 
     /// The device `array` lives on, from the array's own memory (an OpenCL buffer knows the

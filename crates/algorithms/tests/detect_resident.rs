@@ -84,7 +84,7 @@ fn assert_same(a: &[Vec<Blob>], b: &[Vec<Blob>]) {
 #[test]
 fn host_movies_on_the_cpu_are_read_in_place() {
     let rec = Arc::new(Records::default());
-    let mut reg = Registry::new();
+    let reg = Registry::new();
     reg.set_observer(Some(rec.clone()));
     let m = movie(3, 48, 1);
     let want = algorithms::detect::CpuBackend;

@@ -32,7 +32,7 @@ fn host_inputs_are_read_in_place() {
     let (cube, angles, psf) = algorithms::paco::bench::synthetic_adi(12, 32, 5);
     let want = paco(cube.view(), angles.view(), psf.view(), &params()).unwrap();
     let rec = Arc::new(Records::default());
-    let mut reg = Registry::new();
+    let reg = Registry::new();
     reg.set_observer(Some(rec.clone()));
     let (maps, back) = paco_array(
         &reg,

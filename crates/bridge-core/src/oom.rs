@@ -23,6 +23,7 @@
 //! ```
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::convert::{ConversionObserver, OomEvent, Registry};
@@ -108,7 +109,7 @@ pub trait PoolReleaser {
     /// Release pools on `device` within `scope`; returns bytes released.
     fn release(&self, device: Device, scope: &ReleaseScope) -> u64;
     /// Where OOM events are reported, if anywhere.
-    fn observer(&self) -> Option<&dyn ConversionObserver> {
+    fn observer(&self) -> Option<Arc<dyn ConversionObserver>> {
         None
     }
 }
@@ -133,8 +134,8 @@ impl PoolReleaser for Registry {
         }
     }
 
-    fn observer(&self) -> Option<&dyn ConversionObserver> {
-        Registry::observer(self).map(|o| o.as_ref())
+    fn observer(&self) -> Option<Arc<dyn ConversionObserver>> {
+        Registry::observer(self)
     }
 }
 

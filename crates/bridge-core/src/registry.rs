@@ -3,7 +3,7 @@
 //! [`ConversionRecord`], [`OomEvent`]). Re-exported from [`crate::convert`], its public home.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::array::Array;
@@ -69,7 +69,9 @@ pub struct Registry {
     converters: Vec<Arc<dyn Converter>>,
     reports: Vec<BackendReport>,
     topology: Topology,
-    observer: Option<Arc<dyn ConversionObserver>>,
+    /// Behind a lock so that the process registry (a shared `&'static Registry`) can be
+    /// observed too.
+    observer: RwLock<Option<Arc<dyn ConversionObserver>>>,
     dlpack: Vec<Arc<dyn DlpackExchange>>,
 }
 
@@ -96,7 +98,7 @@ impl Registry {
             converters: Vec::new(),
             reports: Vec::new(),
             topology: Topology::host_only(),
-            observer: None,
+            observer: RwLock::new(None),
             dlpack: Vec::new(),
         }
     }
@@ -203,9 +205,13 @@ impl Registry {
             .find(|b| b.memory_type() == device.memory_type())
     }
 
-    /// Install (or remove) the observer that receives [`ConversionRecord`]s and [`OomEvent`]s.
-    pub fn set_observer(&mut self, observer: Option<Arc<dyn ConversionObserver>>) {
-        self.observer = observer;
+    /// Install (or remove) the observer that receives [`ConversionRecord`]s and [`OomEvent`]s
+    /// (also on a shared registry, such as the process one: later conversions report to it).
+    pub fn set_observer(&self, observer: Option<Arc<dyn ConversionObserver>>) {
+        *self
+            .observer
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = observer;
     }
 
     /// The registered backend of type `B` (the instance itself: its devices' contexts, queues,
@@ -246,8 +252,11 @@ impl Registry {
     }
 
     /// The installed observer.
-    pub fn observer(&self) -> Option<&Arc<dyn ConversionObserver>> {
-        self.observer.as_ref()
+    pub fn observer(&self) -> Option<Arc<dyn ConversionObserver>> {
+        self.observer
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Plan a conversion without touching any device. See [`plan_route`].
@@ -272,7 +281,7 @@ impl Registry {
     /// request is validated before anything moves.
     pub fn convert(&self, array: Array, dst: MemoryType, dst_device: Device) -> Result<Array> {
         let route = self.plan(array.memory_type(), array.device(), dst, dst_device)?;
-        let start = self.observer.as_ref().map(|_| Instant::now());
+        let start = self.observer().map(|_| Instant::now());
         let (array, bytes_moved) = self.follow(array, &route.steps, 0)?;
         self.record(route, bytes_moved, start);
         Ok(array)
@@ -287,7 +296,7 @@ impl Registry {
     pub fn copy(&self, array: &Array, dst: MemoryType, dst_device: Device) -> Result<Array> {
         let src = (array.memory_type(), array.device());
         let mut route = self.plan(src.0, src.1, dst, dst_device)?;
-        let start = self.observer.as_ref().map(|_| Instant::now());
+        let start = self.observer().map(|_| Instant::now());
         if route.steps.is_empty() {
             if src.0 == MemoryType::Host {
                 let out = Array::from_host(array.host()?.clone());
@@ -354,7 +363,7 @@ impl Registry {
 
     /// The observer hears of a finished conversion.
     fn record(&self, route: Route, bytes_moved: u64, start: Option<Instant>) {
-        if let (Some(obs), Some(start)) = (&self.observer, start) {
+        if let (Some(obs), Some(start)) = (self.observer(), start) {
             obs.on_conversion(&ConversionRecord {
                 route,
                 bytes_moved,

@@ -199,7 +199,7 @@ fn backend_with_no_device_is_reported_unavailable() {
 
 #[test]
 fn convert_moves_data_exactly_and_records_routes() {
-    let (mut reg, _) = full_registry();
+    let (reg, _) = full_registry();
     let rec = Arc::new(Recorder::default());
     reg.set_observer(Some(rec.clone()));
     let mut rng = rand::rng();
@@ -228,7 +228,7 @@ fn convert_moves_data_exactly_and_records_routes() {
 
 #[test]
 fn in_place_conversion_moves_nothing() {
-    let (mut reg, _) = full_registry();
+    let (reg, _) = full_registry();
     let rec = Arc::new(Recorder::default());
     reg.set_observer(Some(rec.clone()));
     let a = Array::from_ndarray(ArrayD::<u8>::from_elem(vec![3], 9));
@@ -271,7 +271,7 @@ fn conversions_from_many_threads() {
 /// host; a route whose first hop takes the memory over (zero-copy) is refused in words.
 #[test]
 fn copy_leaves_the_source_and_takes_the_planned_route() {
-    let (mut reg, log) = full_registry();
+    let (reg, log) = full_registry();
     let rec = Arc::new(Recorder::default());
     reg.set_observer(Some(rec.clone()));
     let mut rng = rand::rng();

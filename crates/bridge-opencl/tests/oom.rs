@@ -151,7 +151,7 @@ fn split_batch_completes_in_halves() {
         return;
     };
     limit_to(&backend, dev, 4 * MIB);
-    let mut reg = common::registry(&backend);
+    let reg = common::registry(&backend);
     let events = std::sync::Arc::new(Events::default());
     reg.set_observer(Some(events.clone()));
     // 8 items of 1 MiB: the whole batch (8 MiB) cannot fit under 4 MiB, halves of 4 MiB can.

@@ -137,33 +137,12 @@ pub(crate) fn shape_str(shape: &[usize]) -> String {
 pub(crate) const COPY_HINT: &str =
     "a broadcast or strided view is copied in full: use a smaller array";
 
-/// The bytes of a device array, read through its executor.
+/// A host copy of a device array: the process registry's planned route to the host, its first
+/// hop copying from the borrowed array (recorded by the registry's observer, as every move of
+/// the package is).
 pub(crate) fn download(a: &CoreArray) -> bridge_core::Result<HostData> {
-    let device = algorithms::exec::DeviceHandle::of_array(a)?;
-    let bytes: Vec<u8> = match device.executor_for("reading an array back")? {
-        #[cfg(feature = "opencl")]
-        algorithms::exec::AnyExecutor::OpenCl(e) => {
-            use bridge_core::exec::Executor;
-            let buf = e.buffer_of(a).ok_or_else(|| not_readable(a))?;
-            e.read(buf, a.nbytes())?
-        }
-        #[cfg(feature = "cuda")]
-        algorithms::exec::AnyExecutor::Cuda(e) => {
-            use bridge_core::exec::Executor;
-            let buf = e.buffer_of(a).ok_or_else(|| not_readable(a))?;
-            e.read(buf, a.nbytes())?
-        }
-    };
-    HostData::from_c_bytes(a.dtype(), a.shape(), &bytes)
-}
-
-#[cfg(any(feature = "opencl", feature = "cuda"))]
-fn not_readable(a: &CoreArray) -> BridgeError {
-    BridgeError::Unsupported(format!(
-        "{} memory on {} cannot be read back here",
-        a.memory_type(),
-        a.device()
-    ))
+    let host = registry().copy(a, MemoryType::Host, Device::Cpu)?;
+    host.into_host()
 }
 
 /// The consumer stream we hand a CUDA producer (`__dlpack__(stream=…)`).

@@ -263,7 +263,7 @@ impl ConversionObserver for Records {
 
 #[test]
 fn registry_route_reports_zero_copy_and_copies() {
-    let mut reg = Registry::new();
+    let reg = Registry::new();
     let records = Arc::new(Records::default());
     reg.set_observer(Some(records.clone()));
 
