@@ -1,5 +1,6 @@
-//! `paco_array`: PACO on inputs of any memory type gives the maps of `paco` on the same data,
-//! reading host and `torch:cpu` `f64` inputs in place and converting anything else once.
+//! `paco_array`: PACO on inputs of any memory type, run where the cube lives, gives the maps of
+//! `paco` on the same data, reading host and `torch:cpu` `f64` inputs in place and converting
+//! anything else once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod paco_common;
@@ -71,7 +72,7 @@ fn host_inputs_are_read_in_place() {
 
 #[cfg(feature = "opencl")]
 #[test]
-fn a_device_cube_is_downloaded_once() {
+fn a_device_cube_is_downloaded_once_and_runs_on_its_device() {
     let cl = bridge_opencl::backend();
     if bridge_core::backend::Backend::devices(cl.as_ref()).map_or(true, |d| d.is_empty()) {
         assert!(
@@ -84,7 +85,7 @@ fn a_device_cube_is_downloaded_once() {
     let want = paco(cube.view(), angles.view(), psf.view(), &params()).unwrap();
     let rec = Arc::new(Records::default());
     let mut reg = Registry::new();
-    reg.register_backend(cl);
+    reg.register_backend(cl.clone());
     reg.set_observer(Some(rec.clone()));
     let dev = bridge_core::Device::OpenCl(0);
     let on_dev = reg
@@ -95,6 +96,7 @@ fn a_device_cube_is_downloaded_once() {
         )
         .unwrap();
     rec.0.lock().unwrap().clear();
+    let (uploads, _) = cl.executor_uploads(dev);
     let (maps, back) = paco_array(
         &reg,
         on_dev,
@@ -108,6 +110,8 @@ fn a_device_cube_is_downloaded_once() {
     assert_eq!(r.len(), 1, "one conversion: {r:?}");
     assert_eq!(r[0].bytes_moved, (12 * 32 * 32 * 8) as u64);
     assert_eq!(back[0].memory_type(), bridge_core::MemoryType::Host);
+    // the run was on the cube's device: its executor uploaded the cube (and the pixel inputs)
+    assert!(cl.executor_uploads(dev).0 > uploads, "PACO ran on {dev}");
 }
 
 #[cfg(feature = "torch")]

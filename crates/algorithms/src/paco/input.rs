@@ -1,21 +1,27 @@
-//! PACO on inputs given as [`bridge_core::Array`]s on any memory type: each input is read in
-//! place when it is a host `f64` array or a `torch:cpu` `f64` tensor (a view of the tensor's
-//! memory, no conversion), and otherwise converted through the [`Registry`] to the host once
-//! (device arrays: one download; other float types: one cast to `f64`). The device pipeline then
-//! uploads the cube once, as [`super::paco`] does.
+//! PACO on inputs given as [`bridge_core::Array`]s on any memory type, run where the cube lives
+//! (the CPU for host and torch memory, the cube's own `opencl:N`/`cuda:N` device otherwise):
+//! each input is read in place when it is a host `f64` array or a `torch:cpu` `f64` tensor (a
+//! view of the tensor's memory, no conversion), and otherwise converted through the
+//! [`Registry`] to the host once (device arrays: one download, recorded by the registry's
+//! observer; other float types: one cast to `f64`): PACO checks and scales the cube and builds
+//! its per-pixel inputs on the host. A device run then uploads the cube once in its working
+//! type, as [`super::paco_on_device`] does.
 
 use bridge_core::convert::Registry;
 use bridge_core::{Array, BridgeError, CastMode, DType, Device, MemoryType, Result};
 use ndarray::{ArrayView1, ArrayView2, ArrayViewD, Ix1, Ix2, Ix3};
 
 use super::settings::PacoParams;
-use super::{PacoMaps, paco};
+use super::{PacoMaps, paco_on_device};
+use crate::exec::DeviceHandle;
 
-/// [`paco`] on `cube` `(T, H, W)`, `angles` `(T,)` and `psf` `(h, w)`, each an [`Array`] on
-/// any memory type. Host `f64` arrays and `torch:cpu` `f64` tensors are read in place (no
-/// conversion); anything else is converted through `reg` to the host once (device arrays: one
-/// download; other types: one cast to `f64`). The inputs come back with the maps (host `f64`
-/// arrays where a conversion happened).
+/// [`super::paco`] on `cube` `(T, H, W)`, `angles` `(T,)` and `psf` `(h, w)`, each an [`Array`] on
+/// any memory type, run on the device the cube lives on (`opencl:N`, `cuda:N`; the CPU for
+/// host and torch memory): the CPU's maps, bit for bit where the device has doubles. Host `f64`
+/// arrays and `torch:cpu` `f64` tensors are read in place (no conversion); anything else is
+/// converted through `reg` to the host once (device arrays: one download; other types: one
+/// cast to `f64`). The inputs come back with the maps (host `f64` arrays where a conversion
+/// happened).
 pub fn paco_array(
     reg: &Registry,
     cube: Array,
@@ -23,6 +29,10 @@ pub fn paco_array(
     psf: Array,
     params: &PacoParams,
 ) -> Result<(PacoMaps, [Array; 3])> {
+    let run_on = match cube.memory_type() {
+        MemoryType::OpenCl | MemoryType::Cuda => DeviceHandle::of_array(&cube)?,
+        MemoryType::Host | MemoryType::Torch => DeviceHandle::cpu(),
+    };
     let cube = readable(reg, cube, "cube")?;
     let angles = readable(reg, angles, "angles")?;
     let psf = readable(reg, psf, "psf")?;
@@ -32,7 +42,7 @@ pub fn paco_array(
             let a: ArrayView1<'_, f64> = dims::<Ix1>(a, "angles", "(T,)")?;
             with_view(&psf, |p| {
                 let p: ArrayView2<'_, f64> = dims::<Ix2>(p, "psf", "(h, w)")?;
-                paco(c, a, p, params)
+                paco_on_device(&run_on, c, a, p, params)
             })
         })
     })?;
