@@ -97,10 +97,10 @@ pub enum Center {
     At(f64, f64),
 }
 
-/// All PACO settings. The defaults are those of the PACO specification this port follows (the paper's
-/// covariance and shrinkage, `trunc` trajectories, no sub-pixel templates, the PSF normalised
-/// by its fitted Airy peak), which the command line's `paco` uses; [`PacoParams::vip`] gives
-/// VIP 2.1.1's `FastPACO` settings, for maps equal to VIP's.
+/// All PACO settings. The defaults are those of the PACO specification this port follows (the
+/// paper's covariance and shrinkage, `trunc` trajectories, no sub-pixel templates, the PSF
+/// normalised by its fitted Airy peak), which the command line's `paco` uses;
+/// [`PacoParams::vip`] gives VIP 2.1.1's `FastPACO` settings, for maps equal to VIP's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PacoParams {
     /// Patch radius R in pixels (`psf_rad`); K = |disk| pixels per patch.
