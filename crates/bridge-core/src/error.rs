@@ -240,6 +240,26 @@ impl InputError {
             message: self.message,
         }
     }
+
+    /// The error of a batch of `frames` of a movie, in the movie's frame numbers: an error that
+    /// names frames of the batch (counted from the batch's first) has them shifted to
+    /// `frames.start`; one that names none is about the whole batch.
+    pub fn of_batch(self, frames: std::ops::Range<usize>) -> Self {
+        match self.frames {
+            Some(_) => self.shifted(frames.start),
+            None => InputError::in_frames(frames, self.message),
+        }
+    }
+}
+
+impl BridgeError {
+    /// [`InputError::of_batch`] for an input error; any other error unchanged.
+    pub fn of_batch(self, frames: std::ops::Range<usize>) -> Self {
+        match self {
+            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(m.of_batch(frames)),
+            other => other,
+        }
+    }
 }
 
 impl std::fmt::Display for InputError {

@@ -118,20 +118,16 @@ impl Budget {
     }
 }
 
-/// [`LIMIT_ENV`] in MiB: `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole number
-/// n ≥ 1, and [`BridgeError::InvalidArgument`] naming the value for anything else (`abc`, `1e0`,
-/// `-5`, `0`). The front ends call this once at start (and give the value to [`set_limit_mib`])
-/// so that a bad value is refused instead of silently ignored. The variable is read by
-/// [`crate::tuning::memory_limit_from_env`], with the tuning knobs.
-pub fn limit_from_env() -> Result<Option<u64>> {
-    crate::tuning::memory_limit_from_env()
-}
-
-/// The explicit limit in MiB, 0 for none; first read from [`LIMIT_ENV`] (a refused value
-/// counts as none) unless [`set_limit_mib`] came first.
+/// The explicit limit in MiB, 0 for none; first the process tuning's
+/// ([`crate::tuning::Tuning::memory_limit_mib`]: [`LIMIT_ENV`] as the front end read it; a
+/// refused value counts as none) unless [`set_limit_mib`] came first. The front ends read the
+/// variable once at start and refuse a bad value instead of ignoring it.
 fn limit_cell() -> &'static AtomicU64 {
     static LIMIT: OnceLock<AtomicU64> = OnceLock::new();
-    LIMIT.get_or_init(|| AtomicU64::new(limit_from_env().ok().flatten().unwrap_or(0)))
+    LIMIT.get_or_init(|| {
+        let mib = crate::tuning::process().memory_limit_mib();
+        AtomicU64::new(mib.ok().flatten().unwrap_or(0))
+    })
 }
 
 /// Set the explicit limit of this process in MiB (`None`: no explicit limit); the budget is

@@ -235,6 +235,20 @@ pub fn parse(k: &Knob, raw: Option<&str>) -> Result<Option<String>, String> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tuning {
     set: BTreeMap<&'static str, String>,
+    /// The host memory budget's explicit limit ([`MEMORY_LIMIT_ENV`]), as read.
+    memory_limit: MemoryLimitSetting,
+}
+
+/// [`MEMORY_LIMIT_ENV`] as a tuning holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum MemoryLimitSetting {
+    /// No explicit limit.
+    #[default]
+    Unset,
+    /// A limit in MiB (≥ 1).
+    Mib(u64),
+    /// A value that is not a whole number of MiB ≥ 1 (the refusal's message).
+    Refused(String),
 }
 
 impl Tuning {
@@ -252,7 +266,45 @@ impl Tuning {
                 Err(reason) => log::warn!("{reason}; using the default ({})", k.default),
             }
         }
+        let raw = std::env::var_os(MEMORY_LIMIT_ENV);
+        t.memory_limit = match parse_memory_limit(raw.as_deref().map(|v| v.to_string_lossy())) {
+            Ok(None) => MemoryLimitSetting::Unset,
+            Ok(Some(n)) => MemoryLimitSetting::Mib(n),
+            Err(e) => MemoryLimitSetting::Refused(e.to_string()),
+        };
         t
+    }
+
+    /// The host memory budget's explicit limit in MiB ([`MEMORY_LIMIT_ENV`] for a tuning read
+    /// [`from_env`](Self::from_env)): `Ok(None)` for none, [`BridgeError::InvalidArgument`]
+    /// naming a value that is not a whole number of MiB ≥ 1 (a front end refuses it at start).
+    ///
+    /// ```
+    /// use bridge_core::tuning::{Tuning, parse_memory_limit};
+    /// let t = Tuning::default().with_memory_limit_mib(Some(512)); // by value, no variable
+    /// assert_eq!(t.memory_limit_mib()?, Some(512));
+    /// assert_eq!(Tuning::default().memory_limit_mib()?, None);
+    /// assert_eq!(parse_memory_limit(Some(" 64 "))?, Some(64));
+    /// assert!(parse_memory_limit(Some("1e0")).is_err());
+    /// # Ok::<(), bridge_core::BridgeError>(())
+    /// ```
+    pub fn memory_limit_mib(&self) -> Result<Option<u64>, BridgeError> {
+        match &self.memory_limit {
+            MemoryLimitSetting::Unset => Ok(None),
+            MemoryLimitSetting::Mib(n) => Ok(Some(*n)),
+            MemoryLimitSetting::Refused(why) => {
+                Err(BridgeError::invalid_argument(MEMORY_LIMIT_ENV, why.clone()))
+            }
+        }
+    }
+
+    /// This tuning with the host memory budget's explicit limit set to `mib` MiB (`None`: none).
+    pub fn with_memory_limit_mib(mut self, mib: Option<u64>) -> Tuning {
+        self.memory_limit = match mib {
+            Some(n) if n >= 1 => MemoryLimitSetting::Mib(n),
+            _ => MemoryLimitSetting::Unset,
+        };
+        self
     }
 
     /// This tuning with knob `name` set to `value` (`auto` for a knob whose default is `auto`
@@ -315,15 +367,16 @@ impl Tuning {
 /// (`crate::host::LIMIT_ENV`).
 pub const MEMORY_LIMIT_ENV: &str = "ARRAYBRIDGE_MEMORY_LIMIT_MB";
 
-/// [`MEMORY_LIMIT_ENV`] in MiB: `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole
-/// number n ≥ 1, [`BridgeError::InvalidArgument`] naming the value otherwise (see
-/// `crate::host::limit_from_env`).
-pub fn memory_limit_from_env() -> Result<Option<u64>, BridgeError> {
+/// A value of [`MEMORY_LIMIT_ENV`] in MiB (`raw`: the variable's text, `None` when unset):
+/// `Ok(None)` when unset or empty, `Ok(Some(n))` for a whole number n ≥ 1,
+/// [`BridgeError::InvalidArgument`] naming the value otherwise (`abc`, `1e0`, `-5`, `0`). A
+/// front end that keeps the variable itself (Python's `os.environ`) parses it with this.
+pub fn parse_memory_limit(raw: Option<impl AsRef<str>>) -> Result<Option<u64>, BridgeError> {
     let name = MEMORY_LIMIT_ENV;
-    let Some(raw) = std::env::var_os(name) else {
+    let Some(raw) = raw else {
         return Ok(None);
     };
-    let v = raw.to_string_lossy();
+    let v = raw.as_ref();
     let t = v.trim();
     if t.is_empty() {
         return Ok(None);

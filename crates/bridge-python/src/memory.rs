@@ -22,7 +22,10 @@ use crate::errors::{IntoPy, invalid};
 /// limit lives, so it is read here (the package is an edge) and handed to the library as a
 /// value ([`host::set_limit_mib`]) before each check.
 pub(crate) fn explicit_limit() -> PyResult<Option<u64>> {
-    let limit = host::limit_from_env().py_err()?;
+    let raw = std::env::var_os(LIMIT_ENV);
+    let limit =
+        bridge_core::tuning::parse_memory_limit(raw.as_deref().map(|v| v.to_string_lossy()))
+            .py_err()?;
     host::set_limit_mib(limit);
     Ok(limit)
 }

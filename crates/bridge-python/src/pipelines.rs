@@ -103,12 +103,7 @@ fn batched<R: Send>(
         let r = py
             .detach(|| f(chunk))
             .map_err(|e| match e {
-                BridgeError::InvalidInput(m) if movie => {
-                    BridgeError::InvalidInput(match m.frames {
-                        Some(_) => m.shifted(first),
-                        None => InputError::in_frames(first..first + chunk.len(), m.message),
-                    })
-                }
+                e if movie => e.of_batch(first..first + chunk.len()),
                 other => other,
             })
             .py_err()?;

@@ -2,7 +2,6 @@
 //! `blob_log` on a batch of frames on any back end, then the per-particle noise estimate and the
 //! optional sub-pixel refinement on the host.
 
-use bridge_core::error::InputError;
 use bridge_core::{BridgeError, Device, Result};
 use rayon::prelude::*;
 
@@ -260,15 +259,8 @@ impl LogDetector {
                 (results, Some(noises))
             })
         };
-        let results = results.map_err(|e| match e {
-            // the batch's frames, counted in the movie (an error naming some frames of the
-            // batch already keeps them, shifted)
-            BridgeError::InvalidInput(m) => BridgeError::InvalidInput(match m.frames {
-                Some(_) => m.shifted(first),
-                None => InputError::in_frames(first..first + batch.len(), m.message),
-            }),
-            other => other,
-        })?;
+        // the batch's frames, counted in the movie
+        let results = results.map_err(|e| e.of_batch(first..first + batch.len()))?;
         let t_host = std::time::Instant::now();
         let blob_s = t_host.duration_since(t_batch).as_secs_f64();
         let noises = noises.unwrap_or_else(noise_of);

@@ -57,9 +57,10 @@ pub enum Command {
 pub fn run(cli: Cli) -> bridge_core::Result<()> {
     // the edge: the environment's memory limit (one that does not parse is refused, not
     // ignored) and tuning knobs, read once here and handed to the library as values
-    bridge_core::host::set_limit_mib(bridge_core::host::limit_from_env()?);
+    let tuning = bridge_core::tuning::Tuning::from_env();
+    bridge_core::host::set_limit_mib(tuning.memory_limit_mib()?);
     // (a tuning already fixed, by a library call before this one, stays as it is)
-    let _ = bridge_core::tuning::install(bridge_core::tuning::Tuning::from_env());
+    let _ = bridge_core::tuning::install(tuning);
     #[cfg(feature = "mpi")]
     if let Some(p) = mpi::place()
         && !matches!(cli.command, Command::Paco(_) | Command::Detect(_))

@@ -223,13 +223,8 @@ pub(super) fn detect_volumes(
             Movie::F32(a) => VolumeView::F32(a.view().into_dyn()),
             Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
         };
-        let blobs =
-            blob_log_nd_on_device(&device, view, args.prescale, &p).map_err(|e| match e {
-                BridgeError::InvalidInput(m) if m.frames.is_none() => BridgeError::InvalidInput(
-                    bridge_core::error::InputError::in_frames(volumes..volumes + 1, m.message),
-                ),
-                e => e,
-            })?;
+        let blobs = blob_log_nd_on_device(&device, view, args.prescale, &p)
+            .map_err(|e| e.of_batch(volumes..volumes + 1))?;
         write_rows(&mut w, volumes, &blobs)?;
         n += blobs.rows.len();
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
