@@ -8,7 +8,6 @@ use algorithms::detect::{
     backend_for, blob_log_frames_multi, locate_frames_multi,
 };
 use algorithms::track::LinkParams;
-use bridge_core::error::InputError;
 use bridge_core::{BridgeError, DType, Device};
 use ndarray::{Array2, ArrayView2, ArrayViewD, Axis, Ix2, Ix3};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
