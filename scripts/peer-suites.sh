@@ -14,7 +14,8 @@
 # counted test that passes with the real library does not pass with arraybridge and is not in
 # scripts/peer_suites/expected_{skimage,trackpy}.txt; a listed test that passes is printed as
 # "fixed, remove from the list". Package index unreachable (and nothing cached): skipped, exit 0.
-# scikit-image's main-branch test_blob.py (GitHub) is run too when reachable, for information.
+# scikit-image's main-branch test_blob.py (GitHub) is run too when reachable, for information
+# (or PEER_SUITES_SKIMAGE_MAIN=<a checkout>/tests/skimage/feature/test_blob.py).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

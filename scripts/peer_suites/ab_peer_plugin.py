@@ -17,12 +17,14 @@ substituted" and does not count it.
 """
 
 import functools
+import importlib
 import inspect
 import json
 import os
 import re
 import sys
 import types
+import warnings
 
 import pytest
 
@@ -35,12 +37,17 @@ _results: dict = {}
 
 
 def _substitute(original, replacement, name):
-    """``replacement`` called with the arguments ``original`` would have bound, by name."""
+    """``replacement`` called with the arguments ``original`` would have bound, by name.
+    Keywords that the installed ``original`` does not know but ``replacement`` takes (a newer
+    release's, such as scikit-image main's ``prescale``) are passed on as they are."""
     sig = inspect.signature(original)
+    theirs = set(sig.parameters)
+    ours = set(inspect.signature(replacement).parameters)
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         _called.add(name)
+        newer = {k: kwargs.pop(k) for k in list(kwargs) if k not in theirs and k in ours}
         bound = sig.bind(*args, **kwargs)
         named = {}
         for k, v in bound.arguments.items():
@@ -51,7 +58,17 @@ def _substitute(original, replacement, name):
                 raise TypeError(f"{name}: extra positional arguments {v!r}")
             else:
                 named[k] = v
-        return replacement(**named)
+        # a warning the replacement points at its caller (this wrapper) is given again from
+        # here, pointing at the test's line, as the real function's would
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = replacement(**named, **newer)
+        for w in caught:
+            if w.filename == __file__:
+                warnings.warn(w.message, w.category, stacklevel=2)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return result
 
     wrapper.__arraybridge_substitute__ = name
     return wrapper
@@ -101,11 +118,37 @@ def _expose_trackpy_tests():
     trackpy.tests = pkg
 
 
+def _alias_skimage2():
+    """scikit-image's main branch moved its test helpers to ``_skimage2._shared`` (tests import
+    ``assert_stacklevel``, ``numeric_dtype_min_max``, ``is_wasm`` from there); an installed
+    release has them under ``skimage._shared``: alias the package so that its tests import."""
+    try:
+        import _skimage2  # noqa: F401, PLC0415
+        return
+    except ImportError:
+        pass
+    import skimage._shared  # noqa: PLC0415
+
+    pkg = types.ModuleType("_skimage2")
+    pkg.__path__ = []
+    sys.modules["_skimage2"] = pkg
+    sys.modules["_skimage2._shared"] = skimage._shared
+    pkg._shared = skimage._shared
+    for name in ("testing", "dtype", "_dependency_checks"):
+        try:
+            mod = importlib.import_module(f"skimage._shared.{name}")
+        except ImportError:
+            continue
+        sys.modules[f"_skimage2._shared.{name}"] = mod
+
+
 def pytest_configure(config):
     if _SUITE not in ("skimage", "trackpy"):
         raise pytest.UsageError(f"PEER_SUITES_SUITE must be skimage or trackpy, got {_SUITE!r}")
     if _SUITE == "trackpy":
         _expose_trackpy_tests()
+    else:
+        _alias_skimage2()
     if _MODE == "arraybridge" and _SUITE == "skimage":
         _patch_skimage()
     elif _MODE == "arraybridge":

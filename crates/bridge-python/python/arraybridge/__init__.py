@@ -300,6 +300,8 @@ def blob_log(
     """
     if _dask.is_dask(image):
         image = _dask.to_host(image, "blob_log (a dask image is computed whole)")
+    if prescale == "minmax":
+        _warn_minmax_overflow(image)
     shape = tuple(getattr(image, "shape", np.shape(image)))
     scalar = np.ndim(min_sigma) == 0 and np.ndim(max_sigma) == 0
     if len(shape) == 2 and scalar:
@@ -334,6 +336,26 @@ def blob_log(
         prescale=prescale,
         device=device,
     )
+
+
+def _warn_minmax_overflow(image: Any) -> None:
+    """scikit-image's (main branch) ``RuntimeWarning`` for ``prescale="minmax"`` on a float
+    image whose range overflows its own type (``max - min`` is infinite in float32, say),
+    pointing at the caller of :func:`blob_log`. scikit-image then halves the values before
+    rescaling; arraybridge rescales in float64, where the range fits, so the image is scaled
+    without the halving."""
+    if not (isinstance(image, np.ndarray) and image.dtype.kind == "f" and image.size):
+        return
+    lo, hi = image.min(), image.max()
+    with np.errstate(over="ignore", invalid="ignore"):
+        span = hi - lo
+    if np.isfinite(lo) and np.isfinite(hi) and not np.isfinite(span):
+        warnings.warn(
+            f"Overflow while attempting to rescale: the range of this {image.dtype} image "
+            f"({lo} to {hi}) overflows {image.dtype}; arraybridge rescales it in float64",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _sigma_arg(v: Any) -> Any:

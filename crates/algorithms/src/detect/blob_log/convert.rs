@@ -65,12 +65,25 @@ pub fn convert_frame(frame: &FrameView<'_>, prescale: Prescale) -> Result<Conver
         }
         (FrameView::F32(a), _, Some((c, d))) => {
             let (c, d) = (c as f32, d as f32);
-            let span = d - c;
-            Converted::F32(a.iter().map(|&v| (v - c) / span).collect())
+            Converted::F32(match d - c {
+                span if span.is_finite() => a.iter().map(|&v| (v - c) / span).collect(),
+                // a range past float32's, as scikit-image (main) rescales it: every value
+                // halved first
+                _ => {
+                    let (c, span) = (c / 2.0, d / 2.0 - c / 2.0);
+                    a.iter().map(|&v| (v / 2.0 - c) / span).collect()
+                }
+            })
         }
         (f, _, Some((c, d))) => {
-            let span = d - c;
-            Converted::F64(f.to_f64_vec().into_iter().map(|v| (v - c) / span).collect())
+            let v = f.to_f64_vec().into_iter();
+            Converted::F64(match d - c {
+                span if span.is_finite() => v.map(|v| (v - c) / span).collect(),
+                _ => {
+                    let (c, span) = (c / 2.0, d / 2.0 - c / 2.0);
+                    v.map(|v| (v / 2.0 - c) / span).collect()
+                }
+            })
         }
         (f, _, None) => Converted::F64(f.to_f64_vec()),
     })
@@ -132,4 +145,35 @@ pub(crate) fn check_range_of(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A float32 frame spanning all of float32: `max − min` overflows, so every value is halved
+    /// first (scikit-image main's `rescale_minmax`), giving 0 and 1 instead of NaN and 0.
+    #[test]
+    fn minmax_past_the_types_range_halves_first() {
+        let (lo, hi) = (f32::MIN, f32::MAX);
+        let f = ndarray::Array2::from_shape_vec((1, 3), vec![lo, 0.0, hi]).unwrap();
+        let Ok(Converted::F32(v)) = convert_frame(&FrameView::F32(f.view()), Prescale::MinMax)
+        else {
+            panic!("a float32 frame converts to float32")
+        };
+        let (c, span) = (lo / 2.0, hi / 2.0 - lo / 2.0);
+        assert_eq!(v, vec![0.0, (0.0 - c) / span, 1.0]);
+        let g = f.mapv(f64::from);
+        let Ok(Converted::F64(w)) = convert_frame(&FrameView::F64(g.view()), Prescale::MinMax)
+        else {
+            panic!("a float64 frame converts to float64")
+        };
+        assert_eq!(w, vec![0.0, 0.5, 1.0]); // no overflow in float64: as before
+        let big = ndarray::Array2::from_shape_vec((1, 2), vec![f64::MIN, f64::MAX]).unwrap();
+        let Ok(Converted::F64(w)) = convert_frame(&FrameView::F64(big.view()), Prescale::MinMax)
+        else {
+            panic!("a float64 frame converts to float64")
+        };
+        assert_eq!(w, vec![0.0, 1.0]);
+    }
 }

@@ -13,9 +13,12 @@ pub enum Prescale {
     /// unchanged.
     #[default]
     Legacy,
-    /// `(x − min)/(max − min)` per frame; an error on a constant frame.
+    /// `(x − min)/(max − min)` per frame, in the working type (float32 for float32 frames);
+    /// an error on a constant frame. A range that overflows the working type is rescaled as
+    /// scikit-image (main) does it: `(x/2 − min/2)/(max/2 − min/2)`.
     MinMax,
-    /// `(x − c)/(d − c)`; an error unless `c < d`.
+    /// `(x − c)/(d − c)` (halved first like [`Prescale::MinMax`] when `d − c` overflows); an
+    /// error unless `c < d`.
     Range(f64, f64),
     /// Values unchanged (integers are converted to f64).
     None,
