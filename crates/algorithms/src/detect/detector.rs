@@ -79,7 +79,7 @@ impl Default for LogDetector {
 }
 
 /// An error of a chunk of a movie with the movie's frame numbers: a detector numbers the frames
-/// of the movie it is given from 0 ([`InputError::frames`]); a chunk starting at frame `frame0`
+/// of the movie it is given from 0 ([`bridge_core::error::InputError::frames`]); a chunk starting at frame `frame0`
 /// shifts them. An input error without frames says which chunk; other errors are unchanged.
 pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
     let BridgeError::InvalidInput(m) = e else {
