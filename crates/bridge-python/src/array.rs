@@ -6,13 +6,13 @@ use std::sync::Arc;
 use bridge_core::dlpack::{
     ConsumerStream, ExportOptions, Exported, dl_device, export_host_copy, export_host_shared,
 };
-use bridge_core::{Array as CoreArray, BridgeError, DType, Device};
+use bridge_core::{Array as CoreArray, BridgeError, Device};
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::convert::{COPY_HINT, Held, shape_str};
 use crate::errors::{IntoPy, invalid, to_py};
+use crate::held::{COPY_HINT, Held, dtype_name, shape_str};
 
 /// An array held by arraybridge, on the host or a device. Any DLPack consumer takes it
 /// (`numpy.from_dlpack`, `torch.from_dlpack`, `cupy.from_dlpack`, `jax.dlpack.from_dlpack`);
@@ -20,19 +20,6 @@ use crate::errors::{IntoPy, invalid, to_py};
 #[pyclass(module = "arraybridge", name = "Array", frozen)]
 pub struct Array {
     pub(crate) held: Held,
-}
-
-pub(crate) fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-    }
 }
 
 fn parse_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<ConsumerStream> {

@@ -11,7 +11,8 @@ use bridge_core::{Device, Result};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{Held, parse_device};
+use crate::convert::parse_device;
+use crate::held::Held;
 
 /// The last `auto` decision of this process: the device and why.
 static LAST: Mutex<Option<(String, String)>> = Mutex::new(None);

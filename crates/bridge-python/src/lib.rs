@@ -20,6 +20,8 @@ mod array;
 mod auto;
 mod convert;
 mod errors;
+mod held;
+mod import;
 mod interrupt;
 mod memory;
 mod numpy_fast;

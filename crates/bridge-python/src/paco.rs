@@ -10,8 +10,9 @@ use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{Held, import_held};
 use crate::errors::{IntoPy, invalid};
+use crate::held::Held;
+use crate::import::import_held;
 use crate::pipelines::in_range;
 
 /// A PACO input, imported (in place) and checked for its number of dimensions.
@@ -30,7 +31,7 @@ fn paco_input(obj: &Bound<'_, PyAny>, ndim: usize, what: &str) -> PyResult<Held>
 /// Host bytes [`f64_input`] allocates at its peak: the float64 copy, and for other dtypes or
 /// device arrays the host copy it is cast from.
 fn f64_input_bytes(held: &Held) -> u64 {
-    let f64_copy = crate::convert::nbytes(&held.shape(), DType::F64);
+    let f64_copy = crate::held::nbytes(&held.shape(), DType::F64);
     if held.dtype() == DType::F64 {
         if held.device() == Device::Cpu {
             f64_copy
@@ -217,7 +218,7 @@ pub fn paco<'py>(
         Some(_) => Device::Cpu,
         None => {
             let (t, h, w) = c.dim();
-            let input = crate::convert::import_held(cube)?;
+            let input = crate::import::import_held(cube)?;
             crate::auto::pipeline_device(device, &input, "PACO", &supports, || {
                 arraybridge::runtime::paco_workload(t, h.max(w), radius)
             })?

@@ -14,8 +14,9 @@ use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2}
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{Held, import_held};
 use crate::errors::{IntoPy, invalid};
+use crate::held::Held;
+use crate::import::import_held;
 
 /// Frames of a 2-D image or 3-D movie view, and whether it was a movie.
 fn frames_of<'a, T: Copy>(

@@ -11,8 +11,10 @@ use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::convert::{Held, import_held, resolve};
+use crate::convert::resolve;
 use crate::errors::{IntoPy, invalid};
+use crate::held::Held;
+use crate::import::import_held;
 use crate::pipelines::host_held;
 
 /// A σ given as a number (the same on every axis) or a sequence (one per axis).
