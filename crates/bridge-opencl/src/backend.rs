@@ -42,12 +42,16 @@ pub(crate) struct Inner {
     /// Kernels of the executor's launches, built once: (device ordinal, source text address and
     /// length, options hash) to the program's kernels by entry point.
     kernels: Mutex<HashMap<KernelKey, Vec<KernelSlot>>>,
-    /// Host-to-device copies made through the executor, per device ordinal: (calls, bytes).
-    uploads: Mutex<HashMap<usize, (u64, u64)>>,
+    /// Host-to-device copies made through the executor, per device ordinal: (calls, bytes,
+    /// calls of at least [`BULK_UPLOAD`] bytes).
+    uploads: Mutex<HashMap<usize, (u64, u64, u64)>>,
     /// The executor's launches in flight, per device ordinal (shared by the device's
     /// executors). Dropped with the instance: each waits for its kernel first.
     launches: Mutex<HashMap<usize, Arc<Launches>>>,
 }
+
+/// The size from which [`OpenClBackend::executor_bulk_uploads`] counts an upload (64 KiB).
+pub const BULK_UPLOAD: usize = 64 << 10;
 
 /// (device ordinal, source address, source length, options hash).
 type KernelKey = (usize, usize, usize, u64);
@@ -279,8 +283,15 @@ impl OpenClBackend {
         let n = device.ordinal().unwrap_or_default();
         lock(&self.inner.uploads)
             .get(&n)
-            .copied()
-            .unwrap_or_default()
+            .map_or((0, 0), |&(calls, bytes, _)| (calls, bytes))
+    }
+
+    /// Host-to-device copies of at least [`BULK_UPLOAD`] bytes the executor of `device` made on
+    /// this backend instance so far: the pixels of a chunk of frames, say, apart from the
+    /// small parameter uploads around them (a test counts one per chunk).
+    pub fn executor_bulk_uploads(&self, device: Device) -> u64 {
+        let n = device.ordinal().unwrap_or_default();
+        lock(&self.inner.uploads).get(&n).map_or(0, |u| u.2)
     }
 
     /// The list of launches in flight of `device`'s executors (created empty on first use).
@@ -295,6 +306,7 @@ impl OpenClBackend {
         let e = u.entry(n).or_default();
         e.0 += 1;
         e.1 += bytes as u64;
+        e.2 += u64::from(bytes >= BULK_UPLOAD);
     }
 
     /// Number of devices (0 when OpenCL is unavailable).

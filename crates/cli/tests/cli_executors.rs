@@ -79,6 +79,7 @@ fn opencl_detect_opens_one_executor() {
     let movie = test_support::fixtures::path("detect/movie/movie_u16.npy");
     let csv = out.join("uploads.csv");
     let before = cl.executor_uploads(dev);
+    let bulk_before = cl.executor_bulk_uploads(dev);
     cli(&[
         "-q",
         "detect",
@@ -93,14 +94,21 @@ fn opencl_detect_opens_one_executor() {
     let after = cl.executor_uploads(dev);
     let (calls, bytes) = (after.0 - before.0, after.1 - before.1);
     eprintln!("uploads: {calls} calls, {bytes} bytes");
-    let (movie_bytes, chunks) = (20 * 256 * 256 * 2, 7);
+    // chunks: the first is one frame (the stream reads it before it knows a frame's size, for
+    // its byte bound), then 3 frames each: 1 + 6 × 3 + 1
+    let (movie_bytes, chunks) = (20 * 256 * 256 * 2, 8);
     assert!(
         bytes >= movie_bytes && bytes < movie_bytes + chunks * (64 << 10),
         "{bytes} bytes uploaded for a movie of {movie_bytes}"
     );
     // the frames of a chunk go up in one copy (with its 6 small parameter uploads), not one
-    // per frame
+    // per frame: exactly one upload of 64 KiB or more per chunk
     assert!(calls <= chunks * 8, "{calls} uploads for {chunks} chunks");
+    assert_eq!(
+        cl.executor_bulk_uploads(dev) - bulk_before,
+        chunks,
+        "one pixel upload per chunk"
+    );
     run_commands("opencl:0", &out);
     assert_eq!(cl.executors_created(dev), 1);
     std::fs::remove_dir_all(out).ok();
