@@ -92,8 +92,7 @@ build() {
   cargo_artifacts test --release --no-run -p bridge-cuda --test gpu --test nvrtc_compile --test dlpack_gpu |
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p algorithms --features cuda \
-    --test detect_gpu --test detect_locate_gpu --test paco_gpu --test detect_resident \
-    --test blob_log_nd |
+    --test detect_gpu --test detect_locate_gpu --test paco_gpu --test detect_resident |
     copy_artifacts "$carry/tests"
   cargo_artifacts test --release --no-run -p arraybridge --test device_handle |
     copy_artifacts "$carry/tests"

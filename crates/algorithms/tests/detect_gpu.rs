@@ -754,6 +754,79 @@ mod cuda {
     use super::*;
     use algorithms::detect::gpu::CudaDetect;
 
+    /// Volumes (n-D `blob_log`, its scale space on `cuda:0`) give the CPU's rows, threshold
+    /// and candidate count: random real-like volumes of every pixel type, scalar and per-axis
+    /// σ (the fixture cases run in `tests/blob_log_nd.rs`; this binary is the one the GPU
+    /// harness carries).
+    #[test]
+    fn cuda_volumes_equal_the_cpu() {
+        use algorithms::detect::blob_log::nd::{
+            BlobLogNdParams, Sigma, VolumeView, blob_log_nd_on_device, blob_log_nd_view,
+        };
+        use ndarray::{ArrayD, IxDyn};
+        let exec = match algorithms::exec::CudaExecutor::new(0) {
+            Ok(e) => e,
+            Err(e) => {
+                if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
+                    panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
+                }
+                eprintln!("skipping: no CUDA device ({e})");
+                return;
+            }
+        };
+        let dev = algorithms::exec::DeviceHandle::from_executor(
+            algorithms::exec::AnyExecutor::Cuda(exec),
+        );
+        let mut r = Rng(11);
+        let mut rows = 0;
+        for shape in [vec![9usize, 23, 31], vec![5, 6, 11, 13], vec![40, 48]] {
+            let n: usize = shape.iter().product();
+            let vals: Vec<f64> = (0..n).map(|_| 0.1 + 0.05 * r.uniform()).collect();
+            let mut img = ArrayD::from_shape_vec(IxDyn(&shape), vals).unwrap();
+            for _ in 0..4 {
+                let c: Vec<f64> = shape.iter().map(|&d| r.uniform() * d as f64).collect();
+                for (idx, v) in img.indexed_iter_mut() {
+                    let d2: f64 = (0..shape.len())
+                        .map(|a| (idx[a] as f64 - c[a]).powi(2))
+                        .sum();
+                    *v += 0.8 * (-d2 / 4.5).exp();
+                }
+            }
+            let per_axis: Vec<f64> = (0..shape.len()).map(|a| 1.0 + 0.5 * a as f64).collect();
+            let params = [
+                BlobLogNdParams {
+                    max_sigma: Sigma::Scalar(3.0),
+                    num_sigma: 5,
+                    threshold: None,
+                    threshold_rel: Some(0.2),
+                    ..BlobLogNdParams::default()
+                },
+                BlobLogNdParams {
+                    min_sigma: Sigma::PerAxis(per_axis.clone()),
+                    max_sigma: Sigma::PerAxis(per_axis.iter().map(|s| 2.0 * s).collect()),
+                    num_sigma: 4,
+                    threshold: Some(0.01),
+                    ..BlobLogNdParams::default()
+                },
+            ];
+            let f32s = img.mapv(|v| v as f32);
+            let u16s = img.mapv(|v| (v * 30000.0) as u16);
+            for p in &params {
+                for view in [
+                    VolumeView::F64(img.view()),
+                    VolumeView::F32(f32s.view()),
+                    VolumeView::U16(u16s.view()),
+                ] {
+                    let cpu = blob_log_nd_view(view.clone(), p).unwrap();
+                    let got = blob_log_nd_on_device(&dev, view, Prescale::Legacy, p).unwrap();
+                    assert_eq!(got, cpu, "{shape:?}");
+                    rows += cpu.rows.len();
+                }
+            }
+        }
+        eprintln!("cuda:0 volumes: {rows} rows, all the CPU's");
+    }
+
     fn device() -> Option<CudaDetect> {
         match algorithms::exec::CudaExecutor::new(0).map(CudaDetect::with_executor) {
             Ok(d) => Some(d),
