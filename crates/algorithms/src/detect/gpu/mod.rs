@@ -64,6 +64,7 @@ use super::real::Real;
 mod frames;
 mod locate;
 mod pipeline;
+pub(crate) use pipeline::to_u32;
 
 /// Tuning of the device back ends.
 #[derive(Debug, Clone, PartialEq)]

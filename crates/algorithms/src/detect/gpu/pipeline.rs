@@ -19,7 +19,7 @@ mod stages;
 
 use stages::LogRun;
 
-pub(super) fn to_u32(v: usize, what: &str) -> Result<u32> {
+pub(crate) fn to_u32(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| {
         BridgeError::invalid_argument(what, format!("{v} does not fit the device's 32-bit index"))
     })

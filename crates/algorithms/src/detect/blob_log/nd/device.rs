@@ -15,6 +15,7 @@ use bridge_core::exec::{Buffer, DeviceElement, Executor, Grid, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 
 use crate::detect::filters::LogKernels;
+use crate::detect::gpu::to_u32;
 use crate::detect::kernels::blob_log_kernels::Kernels;
 use crate::detect::kernels::{OPTS_F32_ACC64, OPTS_F64};
 use crate::detect::real::Real;
@@ -29,13 +30,6 @@ const WG: usize = 256;
 enum Emit {
     Store = 0,
     Add = 1,
-}
-
-/// `v` as the kernels' 32-bit index, or an error naming `what`.
-fn to_u32(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| {
-        BridgeError::invalid_argument(what, format!("{v} does not fit the device's 32-bit index"))
-    })
 }
 
 /// The launches of one plane on one executor.
