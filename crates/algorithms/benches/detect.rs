@@ -66,7 +66,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("locate 8x512x512 u16 d7 minmass200 (one batch)");
     g.sample_size(10);
     g.bench_function("cpu", |b| {
-        b.iter(|| CpuBackend.locate_batch(black_box(&views), &lp).unwrap())
+        b.iter(|| {
+            CpuBackend::default()
+                .locate_batch(black_box(&views), &lp)
+                .unwrap()
+        })
     });
     #[cfg(feature = "opencl")]
     match algorithms::exec::OpenClExecutor::new(
@@ -78,7 +82,7 @@ fn bench(c: &mut Criterion) {
         Ok(d) => {
             assert_eq!(
                 d.locate_batch(&views, &lp).unwrap(),
-                CpuBackend.locate_batch(&views, &lp).unwrap()
+                CpuBackend::default().locate_batch(&views, &lp).unwrap()
             );
             g.bench_function("opencl:0", |b| {
                 b.iter(|| d.locate_batch(black_box(&views), &lp).unwrap())

@@ -282,7 +282,13 @@ fn benchmark_rows() {
     use algorithms::detect::CpuBackend;
     use algorithms::detect::synth::{benchmark_detect, synthetic_movie};
     let s = synthetic_movie(4, 128, 10, 1.0, 9);
-    let rows = benchmark_detect(&s, &LogDetector::default(), &CpuBackend, &[1, 2, 4]).unwrap();
+    let rows = benchmark_detect(
+        &s,
+        &LogDetector::default(),
+        &CpuBackend::default(),
+        &[1, 2, 4],
+    )
+    .unwrap();
     assert_eq!(rows.len(), 3);
     for r in &rows {
         assert_eq!(r.frames, 4);
@@ -290,6 +296,77 @@ fn benchmark_rows() {
         assert!(r.score.recall >= 0.9, "{r:?}");
     }
     assert_eq!(rows[0].detections, rows[2].detections);
+}
+
+/// The CPU back end's knobs are set by value (no environment, no child process): the certified
+/// search on or off, each kernel set and any band height give the same blobs, bit for bit, on
+/// u16, f32 and f64 frames of a synthetic movie.
+#[test]
+fn cpu_knobs_set_by_value_change_no_blob() {
+    use algorithms::detect::blob_log::{CpuKnobs, FusedKernels, Precision};
+    use algorithms::detect::{CpuBackend, DetectBackend};
+    let synth = algorithms::detect::synth::synthetic_movie(3, 96, 12, 1.0, 21);
+    let Movie::U16(m) = &synth.movie else {
+        panic!("u16 movie")
+    };
+    let f32s = m.mapv(|v| f32::from(v) / 65535.0);
+    let f64s = m.mapv(|v| f64::from(v) / 50_000.0 + 0.125);
+    let variants = [
+        CpuKnobs {
+            certified: false,
+            ..CpuKnobs::default()
+        },
+        CpuKnobs {
+            fused: FusedKernels::Exact,
+            ..CpuKnobs::default()
+        },
+        CpuKnobs {
+            fused: FusedKernels::Eight,
+            ..CpuKnobs::default()
+        },
+        CpuKnobs {
+            band_rows: Some(1),
+            ..CpuKnobs::default()
+        },
+        CpuKnobs {
+            band_rows: Some(13),
+            certified: false,
+            ..CpuKnobs::default()
+        },
+    ];
+    for p in [
+        BlobLogParams {
+            max_sigma: 4.0,
+            threshold: Some(0.0004),
+            ..Default::default()
+        },
+        BlobLogParams {
+            max_sigma: 6.0,
+            num_sigma: 7,
+            threshold: None,
+            threshold_rel: Some(0.2),
+            ..Default::default()
+        },
+    ] {
+        for i in 0..m.shape()[0] {
+            let frames = [
+                FrameView::U16(m.index_axis(ndarray::Axis(0), i)),
+                FrameView::F32(f32s.index_axis(ndarray::Axis(0), i)),
+                FrameView::F64(f64s.index_axis(ndarray::Axis(0), i)),
+            ];
+            let want = CpuBackend::with_knobs(CpuKnobs::default())
+                .blob_log_batch_acc(&frames, &p, Precision::F64)
+                .unwrap();
+            let counts: Vec<usize> = want.iter().map(Vec::len).collect();
+            assert!(counts.iter().all(|&n| n > 0), "frame {i}: {counts:?} {p:?}");
+            for k in &variants {
+                let got = CpuBackend::with_knobs(*k)
+                    .blob_log_batch_acc(&frames, &p, Precision::F64)
+                    .unwrap();
+                assert_eq!(got, want, "frame {i}: {k:?} {p:?}");
+            }
+        }
+    }
 }
 
 /// `detect_stream` over chunks of a movie gives the particles of the whole movie, with frame
@@ -303,14 +380,14 @@ fn streamed_chunks_equal_the_whole_movie() {
     };
     let det = LogDetector::default();
     let whole = det
-        .detect_movie_with(&synth.movie, &CpuBackend, |_| {})
+        .detect_movie_with(&synth.movie, &CpuBackend::default(), |_| {})
         .unwrap();
     let chunks: Vec<bridge_core::Result<Movie>> = [0..3, 3..5, 5..7]
         .into_iter()
         .map(|r| Ok(Movie::U16(m.slice(ndarray::s![r, .., ..]).to_owned())))
         .collect();
     let streamed: Vec<_> = det
-        .detect_stream(chunks, &CpuBackend)
+        .detect_stream(chunks, &CpuBackend::default())
         .collect::<bridge_core::Result<Vec<_>>>()
         .unwrap()
         .into_iter()
@@ -320,7 +397,10 @@ fn streamed_chunks_equal_the_whole_movie() {
     assert_eq!(streamed, whole);
     // An error in a chunk is reported, not skipped.
     let bad = vec![Err(bridge_core::BridgeError::InvalidInput("boom".into()))];
-    assert!(det.detect_stream(bad, &CpuBackend).any(|r| r.is_err()));
+    assert!(
+        det.detect_stream(bad, &CpuBackend::default())
+            .any(|r| r.is_err())
+    );
 }
 
 /// An input error about some frames of a movie names them as data: the batch's frames counted

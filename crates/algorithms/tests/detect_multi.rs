@@ -100,7 +100,7 @@ impl DetectBackend for Flaky {
         acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         self.misbehave(frames.len())?;
-        CpuBackend.blob_log_batch_acc(frames, p, acc)
+        CpuBackend::default().blob_log_batch_acc(frames, p, acc)
     }
     fn locate_batch(
         &self,
@@ -108,7 +108,7 @@ impl DetectBackend for Flaky {
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
         self.misbehave(frames.len())?;
-        CpuBackend.locate_batch(frames, p)
+        CpuBackend::default().locate_batch(frames, p)
     }
 }
 
@@ -165,7 +165,7 @@ impl DetectBackend for WaitsFor<'_> {
         acc: Precision,
     ) -> Result<Vec<Vec<Blob>>> {
         self.wait();
-        CpuBackend.blob_log_batch_acc(frames, p, acc)
+        CpuBackend::default().blob_log_batch_acc(frames, p, acc)
     }
     fn locate_batch(
         &self,
@@ -173,7 +173,7 @@ impl DetectBackend for WaitsFor<'_> {
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
         self.wait();
-        CpuBackend.locate_batch(frames, p)
+        CpuBackend::default().locate_batch(frames, p)
     }
 }
 
@@ -183,7 +183,7 @@ fn two_devices_equal_one() {
     let det = detector(4);
     let one = det.detect_movie(&m, &open::cpu()).unwrap();
     assert!(!one.is_empty());
-    let (a, b) = (CpuBackend, CpuBackend);
+    let (a, b) = (CpuBackend::default(), CpuBackend::default());
     let out = det
         .detect_movie_multi(&m, &[&a, &b], MultiPolicy::default(), |_| {})
         .unwrap();
@@ -212,7 +212,12 @@ fn out_of_memory_splits_the_unit_on_that_device() {
     // beside a healthy device
     let small = Flaky::new(Fault::OomOver(2), 0);
     let out = det
-        .detect_movie_multi(&m, &[&small, &CpuBackend], MultiPolicy::default(), |_| {})
+        .detect_movie_multi(
+            &m,
+            &[&small, &CpuBackend::default()],
+            MultiPolicy::default(),
+            |_| {},
+        )
         .unwrap();
     same(&out.particles, &one);
 }
@@ -224,7 +229,12 @@ fn a_device_that_cannot_fit_one_frame_hands_it_to_the_others() {
     let one = det.detect_movie(&m, &open::cpu()).unwrap();
     let full = Flaky::new(Fault::OomAlways, 0);
     let out = det
-        .detect_movie_multi(&m, &[&full, &CpuBackend], MultiPolicy::default(), |_| {})
+        .detect_movie_multi(
+            &m,
+            &[&full, &CpuBackend::default()],
+            MultiPolicy::default(),
+            |_| {},
+        )
         .unwrap();
     same(&out.particles, &one);
     assert_eq!(out.shares[0].frames, 0);
@@ -302,14 +312,19 @@ fn a_panicking_back_end_is_a_failure_not_a_hang() {
     let det = detector(2);
     let bad = Flaky::new(Fault::Panic, 1);
     let err = det
-        .detect_movie_multi(&m, &[&bad, &CpuBackend], MultiPolicy::default(), |_| {})
+        .detect_movie_multi(
+            &m,
+            &[&bad, &CpuBackend::default()],
+            MultiPolicy::default(),
+            |_| {},
+        )
         .unwrap_err();
     assert!(err.to_string().contains("panicked"), "{err}");
     let bad = Flaky::new(Fault::Panic, 1);
     let out = det
         .detect_movie_multi(
             &m,
-            &[&bad, &CpuBackend],
+            &[&bad, &CpuBackend::default()],
             MultiPolicy {
                 requeue_on_failure: true,
             },
@@ -416,7 +431,7 @@ fn locate_on_several_devices_equals_one() {
         let m = spots_movie(13, seed);
         let one = algorithms::detect::locate_movie(&m, &p, &open::open(Device::Cpu)).unwrap();
         assert!(one.iter().map(Vec::len).sum::<usize>() > 0);
-        let (a, b) = (CpuBackend, CpuBackend);
+        let (a, b) = (CpuBackend::default(), CpuBackend::default());
         let out = algorithms::detect::locate_movie_multi(
             &m,
             &p,
@@ -462,7 +477,7 @@ fn locate_faults_stay_local() {
     let out = algorithms::detect::locate_movie_multi(
         &m,
         &p,
-        &[&full, &CpuBackend],
+        &[&full, &CpuBackend::default()],
         3,
         MultiPolicy::default(),
         |_| {},
@@ -513,7 +528,7 @@ fn locate_faults_stay_local() {
         algorithms::detect::locate_movie_multi(
             &m,
             &p,
-            &[&CpuBackend],
+            &[&CpuBackend::default()],
             0,
             MultiPolicy::default(),
             |_| {}
@@ -735,7 +750,8 @@ fn with_peers(
                 up: std::sync::Mutex::new(up_rx),
             });
         }
-        let mut members = vec![DetectMember::Local(&CpuBackend)];
+        let cpu = CpuBackend::default();
+        let mut members = vec![DetectMember::Local(&cpu)];
         members.extend(links.iter().map(|l| DetectMember::Peer(l)));
         det.detect_movie_members(m, &members, policy, |_| {})
     })
@@ -745,7 +761,9 @@ fn with_peers(
 fn peers_in_other_processes_give_the_same_particles() {
     let m = movie(9);
     let det = detector(2);
-    let one = det.detect_movie_with(&m, &CpuBackend, |_| {}).unwrap();
+    let one = det
+        .detect_movie_with(&m, &CpuBackend::default(), |_| {})
+        .unwrap();
     let out = with_peers(
         &det,
         &m,

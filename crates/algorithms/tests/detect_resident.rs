@@ -87,7 +87,7 @@ fn host_movies_on_the_cpu_are_read_in_place() {
     let reg = Registry::new();
     reg.set_observer(Some(rec.clone()));
     let m = movie(3, 48, 1);
-    let want = algorithms::detect::CpuBackend;
+    let want = algorithms::detect::CpuBackend::default();
     let want =
         algorithms::detect::DetectBackend::blob_log_batch(&want, &frames(&m), &params()).unwrap();
     let (got, back) = blob_log_array(
@@ -210,7 +210,7 @@ test_support::device_suite!(resident_locate, registry = registry(), |reg, dev| {
     let m = movie(6, 64, 11);
     let p = LocateParams::new(7);
     let backend = open::detect_backend(dev).unwrap();
-    let cpu = algorithms::detect::CpuBackend;
+    let cpu = algorithms::detect::CpuBackend::default();
     let mf = m.mapv(|v| f32::from(v) / 65535.0);
     let md = m.mapv(|v| f64::from(v) / 65535.0);
     let fp64 = match dev {
@@ -318,7 +318,7 @@ mod torch {
         let m = movie(3, 48, 3).mapv(|v| f32::from(v) / 65535.0);
         let fr: Vec<FrameView<'_>> = m.outer_iter().map(FrameView::F32).collect();
         let want = algorithms::detect::DetectBackend::blob_log_batch(
-            &algorithms::detect::CpuBackend,
+            &algorithms::detect::CpuBackend::default(),
             &fr,
             &params(),
         )

@@ -19,7 +19,7 @@ use bridge_core::{Device, Result};
 use rayon::prelude::*;
 
 use super::FrameView;
-use super::blob_log::{Blob, BlobLogParams, Precision, blob_log_frame, blob_log_frame_acc};
+use super::blob_log::{Blob, BlobLogParams, CpuKnobs, Precision, blob_log_frame_with};
 use super::locate::{Feature, LocateParams, locate};
 
 /// Detection on one device, a batch of frames at a time.
@@ -83,9 +83,33 @@ pub fn scale_space_host_bytes(h: usize, w: usize, num_sigma: usize) -> u64 {
     .unwrap_or(u64::MAX)
 }
 
-/// The CPU back end (ndarray + rayon).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CpuBackend;
+/// The CPU back end (ndarray + rayon), with its [`CpuKnobs`].
+///
+/// `CpuBackend::default()` takes the process's knobs ([`CpuKnobs::process`], as
+/// [`super::GpuDetect`] takes the process's tuning); [`CpuBackend::with_knobs`] sets them by
+/// value. No knob changes a result.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuBackend {
+    knobs: CpuKnobs,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::with_knobs(CpuKnobs::process())
+    }
+}
+
+impl CpuBackend {
+    /// The CPU back end with these knobs.
+    pub fn with_knobs(knobs: CpuKnobs) -> Self {
+        CpuBackend { knobs }
+    }
+
+    /// Its knobs.
+    pub fn knobs(&self) -> &CpuKnobs {
+        &self.knobs
+    }
+}
 
 impl DetectBackend for CpuBackend {
     fn device(&self) -> Device {
@@ -98,7 +122,10 @@ impl DetectBackend for CpuBackend {
         p: &BlobLogParams,
     ) -> Result<Vec<Vec<Blob>>> {
         p.validate()?;
-        frames.par_iter().map(|f| blob_log_frame(*f, p)).collect()
+        frames
+            .par_iter()
+            .map(|f| blob_log_frame_with(*f, p, Precision::F64, &self.knobs))
+            .collect()
     }
 
     fn blob_log_batch_acc(
@@ -110,7 +137,7 @@ impl DetectBackend for CpuBackend {
         p.validate()?;
         frames
             .par_iter()
-            .map(|f| blob_log_frame_acc(*f, p, acc))
+            .map(|f| blob_log_frame_with(*f, p, acc, &self.knobs))
             .collect()
     }
 
@@ -126,7 +153,7 @@ impl DetectBackend for CpuBackend {
     /// The CPU never holds the scale space: the frame, its padded copy, a third image and a
     /// few rows of every scale per part.
     fn blob_log_host_bytes(&self, h: usize, w: usize, num_sigma: usize) -> u64 {
-        super::blob_log::banded_host_bytes(h, w, num_sigma)
+        super::blob_log::banded_host_bytes(h, w, num_sigma, self.knobs.band_rows)
     }
 }
 
@@ -145,7 +172,7 @@ mod tests {
             (2048, 2048, 14),
             (3, 100_000, 30),
         ] {
-            let cpu = CpuBackend.blob_log_host_bytes(h, w, ns);
+            let cpu = CpuBackend::default().blob_log_host_bytes(h, w, ns);
             let whole = scale_space_host_bytes(h, w, ns);
             let own = (h * (w + crate::detect::filters::padded_stride(w)) * 8) as u64;
             assert!(cpu >= own, "{h}x{w} {ns}: {cpu} < {own}");

@@ -12,7 +12,7 @@ use crate::exec::DeviceHandle;
 /// ([`bridge_core::BridgeError::Unsupported`] for torch devices, which have none).
 pub fn backend_for(device: &DeviceHandle) -> Result<Box<dyn DetectBackend>> {
     if device.device() == Device::Cpu {
-        return Ok(Box::new(CpuBackend));
+        return Ok(Box::new(CpuBackend::default()));
     }
     // Exhaustive over the compiled-in executors (no arm at all without a device backend:
     // `executor_for` then only returns its error).

@@ -35,7 +35,7 @@ pub(crate) enum Fused {}
 
 #[cfg(not(target_arch = "x86_64"))]
 impl Fused {
-    pub(crate) fn detect() -> Option<Self> {
+    pub(crate) fn detect(_: crate::detect::blob_log::FusedKernels) -> Option<Self> {
         None
     }
     #[cfg(test)]

@@ -45,7 +45,9 @@ pub fn blob_log_array(
     p.validate()?;
     check_movie(&movie)?;
     if device.device() == Device::Cpu {
-        return via_host(reg, &CpuBackend, movie, &|b, f| b.blob_log_batch(f, p));
+        return via_host(reg, &CpuBackend::default(), movie, &|b, f| {
+            b.blob_log_batch(f, p)
+        });
     }
     match device.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]
@@ -92,11 +94,11 @@ pub fn locate(movie: &Array, p: &LocateParams) -> Result<Vec<Vec<Feature>>> {
 /// The CPU on a host array or a `torch:cpu` tensor, read in place; `None` for other memory.
 fn on_host_in_place<R>(movie: &Array, run: HostRun<'_, R>) -> Result<Option<Vec<Vec<R>>>> {
     #[cfg(feature = "torch")]
-    if let Some(out) = from_torch_cpu(&CpuBackend, movie, run)? {
+    if let Some(out) = from_torch_cpu(&CpuBackend::default(), movie, run)? {
         return Ok(Some(out));
     }
     if movie.memory_type() == MemoryType::Host {
-        return from_host(&CpuBackend, movie, run).map(Some);
+        return from_host(&CpuBackend::default(), movie, run).map(Some);
     }
     Ok(None)
 }
@@ -397,7 +399,9 @@ pub fn locate_array(
     p.validate()?;
     check_movie(&movie)?;
     if device.device() == Device::Cpu {
-        return via_host(reg, &CpuBackend, movie, &|b, f| b.locate_batch(f, p));
+        return via_host(reg, &CpuBackend::default(), movie, &|b, f| {
+            b.locate_batch(f, p)
+        });
     }
     match device.executor_for("particle detection")? {
         #[cfg(feature = "opencl")]

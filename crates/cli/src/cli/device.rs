@@ -400,7 +400,7 @@ pub fn measure_cpu(movie: &Movie, d: &LogDetector) -> Result<(CpuProfile, usize)
         ..d.clone()
     };
     let t = Instant::now();
-    plain.detect_movie_with(&sample, &CpuBackend, |_| {})?;
+    plain.detect_movie_with(&sample, &CpuBackend::default(), |_| {})?;
     let secs = t.elapsed().as_secs_f64().max(1e-6);
     Ok((
         CpuProfile {

@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 use std::hash::BuildHasherDefault;
 
+use super::CpuKnobs;
 use super::params::BlobLogParams;
 use super::scale_space::{
     Banded, Cand, Span, exact_planes, log_peaks_banded_in_f32, pad_frame, threshold_from,
@@ -72,11 +73,10 @@ const U64: f64 = f64::EPSILON / 2.0;
 /// Twice the largest error of an f32 operation with a subnormal result (2⁻¹⁴⁹).
 const TINY32: f64 = 1.401_298_464_324_817e-45;
 
-/// Whether the certified search runs (`ARRAYBRIDGE_DETECT_CERTIFIED`, default 1) on this CPU:
-/// it needs the AVX2 f32 kernels to be faster than the f64 path.
-pub(super) fn enabled() -> bool {
-    Avx2::detect().is_some()
-        && bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_CERTIFIED") != Some(0)
+/// Whether the certified search runs (`knobs.certified`: `ARRAYBRIDGE_DETECT_CERTIFIED`,
+/// default 1) on this CPU: it needs the AVX2 f32 kernels to be faster than the f64 path.
+pub(super) fn enabled(knobs: &CpuKnobs) -> bool {
+    knobs.certified && Avx2::detect().is_some()
 }
 
 /// The scale space whose maxima the certified search reproduces exactly.
@@ -390,19 +390,26 @@ pub(super) fn log_peaks_certified(
     (h, w): (usize, usize),
     sigmas: &[f64],
     p: &BlobLogParams,
-    reference: Reference,
+    (reference, knobs): (Reference, &CpuKnobs),
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
-    log_peaks_certified_with(image, (h, w), sigmas, p, (reference, Fused::detect()))
+    let fused = Fused::detect(knobs.fused);
+    log_peaks_certified_with(
+        image,
+        (h, w),
+        sigmas,
+        p,
+        (reference, fused, knobs.band_rows),
+    )
 }
 
-/// [`log_peaks_certified`] with the f32 cube's kernels chosen: `fused` ones or (`None`) the
-/// exact ones.
+/// [`log_peaks_certified`] with the f32 cube's kernels chosen (`fused` ones or, `None`, the
+/// exact ones) and the search's rows per band (`None`: the default).
 fn log_peaks_certified_with(
     image: &[f64],
     (h, w): (usize, usize),
     sigmas: &[f64],
     p: &BlobLogParams,
-    (reference, fused): (Reference, Option<Fused>),
+    (reference, fused, band): (Reference, Option<Fused>, Option<usize>),
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
     let m = certifiable(image, (h, w), sigmas, p)?;
     let planes: Vec<(LogKernels, f64)> = match reference {
@@ -427,7 +434,7 @@ fn log_peaks_certified_with(
         return None;
     }
     let e = 2.0 * error_bound(&planes, m, reference);
-    let (found, near) = search_f32(image, (h, w), (&planes, fused), p, e);
+    let (found, near) = search_f32(image, (h, w), (&planes, fused, band), p, e);
     let (near_lo, near_hi) = near?;
     let planned: f64 = near_lo
         .iter()
@@ -513,7 +520,7 @@ fn certifiable(
 fn search_f32(
     image: &[f64],
     (h, w): (usize, usize),
-    (planes, fused): (&[(LogKernels, f64)], Option<Fused>),
+    (planes, fused, band): (&[(LogKernels, f64)], Option<Fused>, Option<usize>),
     p: &BlobLogParams,
     e: f64,
 ) -> (Banded<f32>, Option<(Voxels, Voxels)>) {
@@ -523,7 +530,7 @@ fn search_f32(
         .collect();
     // the frame in f32, padded once for the search and for the extrema's rows
     let (img32, stride) = pad_frame::<f64, f32>(image, h, w);
-    let found = log_peaks_banded_in_f32((&img32, stride), (h, w), &planes32, p, (e, fused));
+    let found = log_peaks_banded_in_f32((&img32, stride), (h, w), &planes32, p, (e, fused, band));
     let (lo_a, hi_a) = (f64::from(found.lo), f64::from(found.hi));
     // a backstop of `fits_f32`: a non-finite f32 cube settles nothing
     let near = if found.overflow || !(lo_a.is_finite() && hi_a.is_finite() && e.is_finite()) {

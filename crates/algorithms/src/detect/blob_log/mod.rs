@@ -18,6 +18,7 @@
 
 mod certified;
 mod convert;
+mod knobs;
 pub mod nd;
 mod params;
 mod prune;
@@ -31,6 +32,7 @@ use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from
 
 pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
+pub use knobs::{CpuKnobs, FusedKernels};
 pub use nd::{
     BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_on_device,
     blob_log_nd_prescaled, blob_log_nd_view,
@@ -85,13 +87,25 @@ pub fn blob_log_typed<T: Real>(
     blob_log_typed_acc(image, h, w, p, Precision::F64)
 }
 
-/// [`blob_log_typed`] with a chosen accumulation.
+/// [`blob_log_typed`] with a chosen accumulation (and the process's [`CpuKnobs`]).
 pub fn blob_log_typed_acc<T: Real>(
     image: &[T],
     h: usize,
     w: usize,
     p: &BlobLogParams,
     acc: Precision,
+) -> Result<BlobLogDiag> {
+    blob_log_typed_with(image, (h, w), p, acc, &CpuKnobs::process())
+}
+
+/// [`blob_log_typed`] with a chosen accumulation and knobs (which change the speed, never the
+/// result).
+pub fn blob_log_typed_with<T: Real>(
+    image: &[T],
+    (h, w): (usize, usize),
+    p: &BlobLogParams,
+    acc: Precision,
+    knobs: &CpuKnobs,
 ) -> Result<BlobLogDiag> {
     p.validate()?;
     if h == 0 || w == 0 || image.len() != h * w {
@@ -105,12 +119,16 @@ pub fn blob_log_typed_acc<T: Real>(
     // the maxima above a lower bound of the threshold, without the cube in memory: found in
     // an f32 scale space where its error bound settles them (exact values of the working
     // type's cube where it does not), else in the working type's cube
-    let certified = if acc != Precision::F32 && certified::enabled() {
+    let certified = if acc != Precision::F32 && certified::enabled(knobs) {
         let s64: Vec<f64> = sigmas.iter().map(|s| s.to_f64()).collect();
         match T::as_f64s(image) {
-            Some(img) => {
-                certified::log_peaks_certified(img, (h, w), &s64, p, certified::Reference::F64)
-            }
+            Some(img) => certified::log_peaks_certified(
+                img,
+                (h, w),
+                &s64,
+                p,
+                (certified::Reference::F64, knobs),
+            ),
             None if T::IS_F32 => {
                 // an f32 frame: its pixels in f64 (exact) for the exact voxels
                 let mut img: Vec<f64> = take_buf(image.len());
@@ -122,7 +140,7 @@ pub fn blob_log_typed_acc<T: Real>(
                     (h, w),
                     &s64,
                     p,
-                    certified::Reference::F32,
+                    (certified::Reference::F32, knobs),
                 );
                 give_buf(img);
                 out
@@ -138,7 +156,7 @@ pub fn blob_log_typed_acc<T: Real>(
             T::from_f64(lo),
             T::from_f64(hi),
         ),
-        None => log_peaks_banded(image, h, w, &sigmas, acc, p),
+        None => log_peaks_banded(image, h, w, &sigmas, (acc, knobs.band_rows), p),
     };
     let (thr, lo, hi) = threshold_from((lo, hi), p);
     if degenerate(lo, hi) {
@@ -227,11 +245,22 @@ pub fn blob_log_diag(frame: FrameView<'_>, p: &BlobLogParams) -> Result<BlobLogD
     blob_log_diag_acc(frame, p, Precision::F64)
 }
 
-/// [`blob_log_diag`] with a chosen accumulation.
+/// [`blob_log_diag`] with a chosen accumulation (and the process's [`CpuKnobs`]).
 pub fn blob_log_diag_acc(
     frame: FrameView<'_>,
     p: &BlobLogParams,
     acc: Precision,
+) -> Result<BlobLogDiag> {
+    blob_log_diag_with(frame, p, acc, &CpuKnobs::process())
+}
+
+/// [`blob_log_diag`] with a chosen accumulation and knobs (which change the speed, never the
+/// result).
+pub fn blob_log_diag_with(
+    frame: FrameView<'_>,
+    p: &BlobLogParams,
+    acc: Precision,
+    knobs: &CpuKnobs,
 ) -> Result<BlobLogDiag> {
     p.validate()?;
     frame.validate()?;
@@ -243,25 +272,36 @@ pub fn blob_log_diag_acc(
     // the converted frame goes back to the pool for the next frame
     match convert_frame(&frame, p.prescale)? {
         Converted::F32(v) => {
-            let out = blob_log_typed_acc(&v, h, w, p, acc);
+            let out = blob_log_typed_with(&v, (h, w), p, acc, knobs);
             give_buf(v);
             out
         }
         Converted::F64(v) => {
-            let out = blob_log_typed_acc(&v, h, w, p, acc);
+            let out = blob_log_typed_with(&v, (h, w), p, acc, knobs);
             give_buf(v);
             out
         }
     }
 }
 
-/// [`blob_log_frame`] with a chosen accumulation.
+/// [`blob_log_frame`] with a chosen accumulation (and the process's [`CpuKnobs`]).
 pub fn blob_log_frame_acc(
     frame: FrameView<'_>,
     p: &BlobLogParams,
     acc: Precision,
 ) -> Result<Vec<Blob>> {
     Ok(blob_log_diag_acc(frame, p, acc)?.blobs)
+}
+
+/// [`blob_log_frame`] with a chosen accumulation and knobs (which change the speed, never the
+/// result).
+pub fn blob_log_frame_with(
+    frame: FrameView<'_>,
+    p: &BlobLogParams,
+    acc: Precision,
+    knobs: &CpuKnobs,
+) -> Result<Vec<Blob>> {
+    Ok(blob_log_diag_with(frame, p, acc, knobs)?.blobs)
 }
 
 /// `blob_log` on one frame: the surviving blobs in candidate order.

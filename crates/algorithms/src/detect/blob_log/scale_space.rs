@@ -179,13 +179,12 @@ pub(super) fn threshold_of<T: Real>(cube: &[T], p: &BlobLogParams) -> (T, T, T) 
 /// the y passes' rows and the input rows they read share the rest).
 const BAND_BYTES: usize = 512 << 10;
 
-/// Rows of the cube computed per step of [`log_peaks_banded`]: `ARRAYBRIDGE_DETECT_BAND_ROWS`
-/// when set (a tuning knob), otherwise as many as fit [`BAND_BYTES`] with all `ns` planes, at
-/// least 8 (one row block of the y passes).
-fn band_rows(ns: usize, w: usize, elem: usize) -> usize {
+/// Rows of the cube computed per step of [`log_peaks_banded`]: `knob`
+/// ([`super::CpuKnobs::band_rows`]) when set, otherwise as many as fit [`BAND_BYTES`] with all
+/// `ns` planes, at least 8 (one row block of the y passes).
+fn band_rows(ns: usize, w: usize, elem: usize, knob: Option<usize>) -> usize {
     let fit = BAND_BYTES / (ns.max(1) * w.max(1) * elem).max(1);
-    bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_BAND_ROWS")
-        .filter(|&b| b > 0)
+    knob.filter(|&b| b > 0)
         .unwrap_or_else(|| fit.saturating_sub(2).max(8))
         .min(1 << 16)
 }
@@ -201,13 +200,12 @@ fn band_parts(h: usize, band: usize) -> usize {
 /// ([`band_rows`]) would leave threads without a part: a small frame (64 or 128 rows) then
 /// takes bands of `h / (4·threads)` rows, at least 8 (one row block of the y passes), so that
 /// each thread gets a part (each recomputes the row either side of its ends: 2 rows in 32 at
-/// worst). The values, and so the results, do not depend on the split. A band set by
-/// `ARRAYBRIDGE_DETECT_BAND_ROWS` is kept.
-fn band_split(h: usize, band: usize) -> (usize, usize) {
+/// worst). The values, and so the results, do not depend on the split. A band set by the
+/// knob (`knob`: [`super::CpuKnobs::band_rows`]) is kept.
+fn band_split(h: usize, band: usize, knob: Option<usize>) -> (usize, usize) {
     let threads = rayon::current_num_threads().max(1);
     let parts = band_parts(h, band);
-    let knob = bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_BAND_ROWS").is_some();
-    if parts >= threads || knob {
+    if parts >= threads || knob.is_some_and(|b| b > 0) {
         return (band, parts);
     }
     let small = (h / (4 * threads)).max(8).min(band);
@@ -218,9 +216,9 @@ fn band_split(h: usize, band: usize) -> (usize, usize) {
 /// frame in f64 (the converted frame) and its padded copy, a third image for the candidates
 /// and the rest of the frame's work, and the rings of every part (`band + 2` rows of every
 /// scale, [`band_parts`] parts).
-pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize) -> u64 {
+pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize, knob: Option<usize>) -> u64 {
     let stride = crate::detect::filters::padded_stride(w) as u64;
-    let (band, parts) = band_split(h, band_rows(ns, w, 8));
+    let (band, parts) = band_split(h, band_rows(ns, w, 8, knob), knob);
     // a part's ring holds at most its rows and the one either side, plus two
     let ring = (band.min(h.div_ceil(parts) + 2) + 2) as u64;
     let parts = parts as u64;
@@ -253,10 +251,11 @@ pub(super) fn log_peaks_banded<T: Real>(
     h: usize,
     w: usize,
     sigmas: &[T],
-    acc: Precision,
+    (acc, knob): (Precision, Option<usize>),
     p: &BlobLogParams,
 ) -> (Vec<Cand<T>>, T, T) {
-    let (band, nparts) = band_split(h, band_rows(sigmas.len(), w, std::mem::size_of::<T>()));
+    let elem = std::mem::size_of::<T>();
+    let (band, nparts) = band_split(h, band_rows(sigmas.len(), w, elem, knob), knob);
     let split = (band, nparts, None);
     let planes = exact_planes(sigmas);
     let b = match acc {
@@ -599,9 +598,9 @@ pub(super) fn log_peaks_banded_in_f32(
     (h, w): (usize, usize),
     planes: &[(LogKernels, f32)],
     p: &BlobLogParams,
-    (e, fused): (f64, Option<Fused>),
+    (e, fused, knob): (f64, Option<Fused>, Option<usize>),
 ) -> Banded<f32> {
-    let (band, nparts) = band_split(h, band_rows(planes.len(), w, 4));
+    let (band, nparts) = band_split(h, band_rows(planes.len(), w, 4, knob), knob);
     let split = (band, nparts, None);
     log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, split, (Some(e), fused))
 }

@@ -12,8 +12,8 @@
 //! about half the instructions per tap, or a quarter. Its values differ from the exact kernels'
 //! in the last bits, so a search and the rows it computes again must use the same kernels
 //! (they do: both take them from their [`super::LogScratch`]). `ARRAYBRIDGE_DETECT_FUSED`
-//! chooses: `0` none (the exact kernels), `8` the 8-lane ones, unset or anything else the widest
-//! the CPU has.
+//! ([`FusedKernels`], carried by [`crate::detect::blob_log::CpuKnobs`]) chooses: `0` none (the
+//! exact kernels), `8` the 8-lane ones, unset or anything else the widest the CPU has.
 
 use std::arch::x86_64::{
     __m256, __m512, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_max_ps, _mm256_min_ps,
@@ -22,6 +22,8 @@ use std::arch::x86_64::{
     _mm512_min_ps, _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_storeu_ps,
     _mm512_xor_si512,
 };
+
+use crate::detect::blob_log::FusedKernels;
 
 use super::avx2::{
     Avx2, Lanes, XOut, x_rows_avx2, x_rows_fma8, x_rows_fma16, y_offsets, y_rows_avx2, y_rows_fma8,
@@ -108,15 +110,15 @@ pub(crate) enum Fused {
 }
 
 impl Fused {
-    /// The widest fused kernels the CPU has, as `ARRAYBRIDGE_DETECT_FUSED` allows (`0`: none,
-    /// `8`: the 8-lane ones); `None` without AVX2 and FMA.
-    pub(crate) fn detect() -> Option<Self> {
+    /// The widest fused kernels the CPU has, as `limit` allows (`ARRAYBRIDGE_DETECT_FUSED`);
+    /// `None` without AVX2 and FMA or where `limit` asks for the exact kernels.
+    pub(crate) fn detect(limit: FusedKernels) -> Option<Self> {
         let fma = std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma");
         let wide = fma && std::arch::is_x86_feature_detected!("avx512f");
-        match bridge_core::tuning::usize_knob("ARRAYBRIDGE_DETECT_FUSED") {
-            Some(0) => None,
-            Some(8) => fma.then_some(Fused::Fma8),
+        match limit {
+            FusedKernels::Exact => None,
+            FusedKernels::Eight => fma.then_some(Fused::Fma8),
             _ if wide => Some(Fused::Fma16),
             _ => fma.then_some(Fused::Fma8),
         }

@@ -156,7 +156,7 @@ fn reference_search(
     match reference {
         Reference::F64 => {
             let sigmas = p.sigma_list::<f64>();
-            let (c, lo, hi) = log_peaks_banded(img, h, w, &sigmas, Precision::F64, p);
+            let (c, lo, hi) = log_peaks_banded(img, h, w, &sigmas, (Precision::F64, None), p);
             let (thr, _, _) = threshold_from((lo, hi), p);
             let c = c.into_iter().filter(|c| c.v > thr).collect();
             (c, lo, hi, sigmas, img.to_vec())
@@ -164,7 +164,7 @@ fn reference_search(
         Reference::F32 => {
             let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
             let sig32 = p.sigma_list::<f32>();
-            let (c, lo, hi) = log_peaks_banded(&img32, h, w, &sig32, Precision::F64, p);
+            let (c, lo, hi) = log_peaks_banded(&img32, h, w, &sig32, (Precision::F64, None), p);
             let (thr, _, _) = threshold_from((lo, hi), p);
             let c = c
                 .iter()
@@ -237,7 +237,7 @@ fn certified_search_equals_the_exact_one() {
                         "{reference:?} {fused:?} {h}x{w} levels {levels} {threshold:?} \
                          {threshold_rel:?}"
                     );
-                    let cert = (reference, fused);
+                    let cert = (reference, fused, None);
                     match log_peaks_certified_with(&img, (h, w), &sigmas, &p, cert) {
                         None => declined += 1,
                         Some((got, l, u)) => {
@@ -274,21 +274,93 @@ fn certified_search_equals_the_exact_one() {
         threshold_rel: None,
         ..BlobLogParams::default()
     };
-    assert!(log_peaks_certified(&[0.5; 100], (10, 10), &[1.0], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &[0.5; 100],
+            (10, 10),
+            &[1.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
     let p = BlobLogParams::default();
-    assert!(log_peaks_certified(&[0.0; 100], (10, 10), &[1.0], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &[0.0; 100],
+            (10, 10),
+            &[1.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
     // kernels wider than the frame: exact voxels would cost more than the f64 cube
     let img: Vec<f64> = (0..64 * 64).map(|_| rng.uniform()).collect();
-    assert!(log_peaks_certified(&img, (64, 64), &[100.0], &p, Reference::F64).is_none());
-    assert!(log_peaks_certified(&img, (64, 64), &[2.0], &p, Reference::F64).is_some());
+    assert!(
+        log_peaks_certified(
+            &img,
+            (64, 64),
+            &[100.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
+    assert!(
+        log_peaks_certified(
+            &img,
+            (64, 64),
+            &[2.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_some()
+    );
     // σ so small that the f32 taps overflow; a NaN or infinite pixel
-    assert!(log_peaks_certified(&img, (64, 64), &[1e-20], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &img,
+            (64, 64),
+            &[1e-20],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
     let mut bad = img.clone();
     bad[7] = f64::NAN;
-    assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &bad,
+            (64, 64),
+            &[2.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
     bad[7] = f64::INFINITY;
-    assert!(log_peaks_certified(&bad, (64, 64), &[2.0], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &bad,
+            (64, 64),
+            &[2.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
     // a flat frame: every voxel is within the bound of both extrema, past the cap
     let flat = vec![0.5; 200 * 100];
-    assert!(log_peaks_certified(&flat, (200, 100), &[1.0], &p, Reference::F64).is_none());
+    assert!(
+        log_peaks_certified(
+            &flat,
+            (200, 100),
+            &[1.0],
+            &p,
+            (Reference::F64, &CpuKnobs::default())
+        )
+        .is_none()
+    );
 }
