@@ -1,7 +1,8 @@
 //! The policies every front end shares (the command line, the Python package, the MPI driver),
 //! so that a device list or `all` means the same everywhere: which devices `all` runs on, and
-//! the device lists of a run, and what `auto` chooses; and how a stream of chunks is read ahead
-//! of the device ([`ReadAhead`]).
+//! the device lists of a run, and what `auto` chooses; how a stream of chunks is read ahead
+//! of the device ([`ReadAhead`]); and how a movie run piece by piece numbers its frames and
+//! the errors of each piece in the movie's frames ([`pieces`], from `bridge_core::pieces`).
 
 use std::fmt::Write as _;
 
@@ -12,6 +13,8 @@ use bridge_core::offload::{
 use bridge_core::{BridgeError, Device, Result};
 
 use crate::DeviceHandle;
+
+pub use bridge_core::pieces::{Piece, Pieces, pieces};
 
 /// What `--device all` needs to know of a GPU: its device, where it sits on the PCI bus
 /// (`DOMAIN:BUS:DEVICE` in hex, the domain `?` when the API does not give it), its UUID, and

@@ -424,16 +424,16 @@ fn input_errors_carry_their_frames() {
     assert_eq!(e.frames, Some(4..6), "{e}");
     assert!(e.to_string().starts_with("in frames 4..6: "), "{e}");
     assert!(e.contains("overflow"), "the message reads as itself: {e}");
-    let shifted = algorithms::detect::detector::in_movie_frames(BridgeError::InvalidInput(e), 100);
-    let BridgeError::InvalidInput(s) = shifted else {
-        panic!("still an input error");
+    // in a stream, the second chunk's frames 4..6 are the movie's 7..9
+    let clean = Movie::F64(Array3::from_shape_fn((3, 32, 32), |(t, y, x)| {
+        ((t * 7 + y * 3 + x) % 11) as f64
+    }));
+    let chunks = vec![Ok(clean), Ok(Movie::F64(m))];
+    let cpu = algorithms::detect::CpuBackend::default();
+    let out: Vec<_> = det.detect_stream(chunks, &cpu).collect();
+    assert!(out[0].is_ok());
+    let Err(BridgeError::InvalidInput(s)) = &out[1] else {
+        panic!("still an input error: {:?}", out[1]);
     };
-    assert_eq!(s.frames, Some(104..106));
-    // an input error without frames names its chunk in words
-    let plain =
-        algorithms::detect::detector::in_movie_frames(BridgeError::InvalidInput("bad".into()), 7);
-    assert_eq!(
-        plain.to_string(),
-        "invalid input: in the chunk from frame 7: bad"
-    );
+    assert_eq!(s.frames, Some(7..9), "{s}");
 }

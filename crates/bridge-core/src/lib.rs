@@ -21,6 +21,7 @@ pub mod kernel;
 pub mod memory;
 pub mod offload;
 pub mod oom;
+pub mod pieces;
 mod planner;
 mod registry;
 pub mod stack;

@@ -96,17 +96,10 @@ fn batched<R: Send>(
     f: impl Fn(&[FrameView<'_>]) -> bridge_core::Result<Vec<R>> + Send + Sync,
 ) -> PyResult<Vec<R>> {
     let mut out = Vec::with_capacity(frames.len());
-    let movie = frames.len() > 1;
-    let batch = batch.max(1);
-    for (i, chunk) in frames.chunks(batch).enumerate() {
-        let first = i * batch;
-        let r = py
-            .detach(|| f(chunk))
-            .map_err(|e| match e {
-                e if movie => e.of_batch(first..first + chunk.len()),
-                other => other,
-            })
-            .py_err()?;
+    let batches = frames.chunks(batch.max(1)).map(Ok);
+    for piece in bridge_core::pieces::pieces(batches, |c| c.len()) {
+        let piece = piece.py_err()?;
+        let r = piece.errors(py.detach(|| f(piece.data))).py_err()?;
         out.extend(r);
         py.check_signals()?;
     }

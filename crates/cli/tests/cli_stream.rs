@@ -246,3 +246,42 @@ fn a_movie_larger_than_the_budget_is_detected_chunk_by_chunk() {
         "{err}"
     );
 }
+
+/// An input error of a frame in a later chunk names the movie's frame, not the chunk's: six
+/// f64 frames read two at a time, frame 4 holding ±1e308 (its scale space overflows float64).
+#[test]
+fn a_bad_frame_in_a_later_chunk_is_named_by_its_movie_number() {
+    let d = tmpdir("frame-numbers");
+    let (t, h, w) = (6usize, 24usize, 24usize);
+    let mut px: Vec<f64> = (0..t * h * w).map(|i| ((i * 7919) % 97) as f64).collect();
+    px[4 * h * w + 10 * w + 10] = 1e308;
+    px[4 * h * w + 12 * w + 12] = -1e308;
+    let bytes: Vec<u8> = px.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let input = d.join("bad.npy");
+    std::fs::write(&input, encode_npy("<f8", &[t, h, w], &bytes)).unwrap();
+    let out = d.join("x.csv");
+    let o = Command::new(BIN)
+        .args([
+            "detect",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .args([
+            "--device",
+            "cpu",
+            "--chunk-frames",
+            "2",
+            "--batch-size",
+            "1",
+            "-q",
+        ])
+        .args(["--prescale", "none", "--threshold", "0.1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "should fail");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("in frames 4..5"), "the movie's frame 4: {err}");
+    assert!(!out.exists(), "no partial CSV");
+}

@@ -78,22 +78,6 @@ impl Default for LogDetector {
     }
 }
 
-/// An error of a chunk of a movie with the movie's frame numbers: a detector numbers the frames
-/// of the movie it is given from 0 ([`bridge_core::error::InputError::frames`]); a chunk starting at frame `frame0`
-/// shifts them. An input error without frames says which chunk; other errors are unchanged.
-pub fn in_movie_frames(e: BridgeError, frame0: usize) -> BridgeError {
-    let BridgeError::InvalidInput(m) = e else {
-        return e;
-    };
-    if frame0 == 0 {
-        return BridgeError::InvalidInput(m);
-    }
-    BridgeError::InvalidInput(match m.frames {
-        Some(_) => m.shifted(frame0),
-        None => format!("in the chunk from frame {frame0}: {}", m.message).into(),
-    })
-}
-
 impl LogDetector {
     /// Detect every frame of `movie` on `device` (`DeviceHandle::cpu()`, or an open device).
     pub fn detect_movie(&self, movie: &Movie, device: &DeviceHandle) -> Result<Vec<Particle>> {
@@ -159,22 +143,13 @@ impl LogDetector {
     where
         I: IntoIterator<Item = Result<Movie>> + 'a,
     {
-        let mut frame0: u32 = 0;
-        chunks.into_iter().map(move |chunk| {
-            let chunk = chunk?;
-            let mut ps = self
-                .detect_movie_with(&chunk, backend, |_| {})
-                .map_err(|e| in_movie_frames(e, frame0 as usize))?;
-            let n = u32::try_from(chunk.len())
-                .ok()
-                .and_then(|n| frame0.checked_add(n))
-                .ok_or_else(|| {
-                    BridgeError::InvalidInput("a stream of more than 2^32 frames".into())
-                })?;
+        bridge_core::pieces::pieces(chunks, Movie::len).map(move |piece| {
+            let piece = piece?;
+            let frame0 = piece.first_frame_u32()?;
+            let mut ps = piece.errors(self.detect_movie_with(&piece.data, backend, |_| {}))?;
             for p in &mut ps {
                 p.frame += frame0;
             }
-            frame0 = n;
             Ok(ps)
         })
     }

@@ -10,7 +10,7 @@ use algorithms::detect::{
     DetectBackend, Feature, LocateParams, Movie, MultiPolicy, Prescale, backend_for,
 };
 use arraybridge::io::stream::MovieStream;
-use arraybridge::runtime::ReadAhead;
+use arraybridge::runtime::{Piece, ReadAhead, pieces};
 use bridge_core::{BridgeError, Result};
 use indicatif::ProgressBar;
 
@@ -70,27 +70,19 @@ pub(super) fn detect_frames(
         Method::Locate => Output::locate(output)?,
     };
     // The next chunk is read while this one is detected (one chunk ahead: memory stays bounded).
+    // Each chunk's errors name the movie's frames (`pieces`).
     let ahead = ReadAhead::new(stream, 1)?;
-    let (mut n, mut frame0) = (0usize, 0usize);
-    for chunk in std::iter::once(Ok(first)).chain(ahead) {
-        let chunk = chunk?;
-        let len = chunk.len();
+    let (mut n, mut t) = (0usize, 0usize);
+    for piece in pieces(std::iter::once(Ok(first)).chain(ahead), Movie::len) {
+        let piece = piece?;
         if total.is_none() {
-            progress.set_length((frame0 + len) as u64);
+            progress.set_length(piece.frames.end as u64);
         }
-        n += detect_chunk(
-            job,
-            &mut runner,
-            policy,
-            &progress,
-            &mut out,
-            &chunk,
-            frame0,
-        )?;
-        frame0 += len;
-        progress.set_position(frame0 as u64);
+        let run = &mut runner;
+        n += piece.errors(detect_chunk(job, run, policy, &progress, &mut out, &piece))?;
+        t = piece.frames.end;
+        progress.set_position(t as u64);
     }
-    let t = frame0;
     out.finish()?;
     progress.finish_and_clear();
     if n == 0
@@ -153,17 +145,17 @@ fn runner_for(job: &Job<'_>, first: &Movie, place: Where) -> Result<Runner> {
     Ok(runner)
 }
 
-/// One chunk, whose first frame is the movie's frame `frame0`, detected on `runner` and its
-/// rows written to `out`; returns how many.
+/// One chunk of the movie detected on `runner` and its rows written to `out` (frames numbered
+/// in the movie); returns how many.
 fn detect_chunk(
     job: &Job<'_>,
     runner: &mut Runner,
     policy: MultiPolicy,
     progress: &ProgressBar,
     out: &mut Output,
-    chunk: &Movie,
-    frame0: usize,
+    piece: &Piece<Movie>,
 ) -> Result<usize> {
+    let (chunk, frame0) = (&piece.data, piece.frames.start);
     let det = job.det;
     let batch_size = job.batch_size;
     match job.locate {
@@ -178,10 +170,8 @@ fn detect_chunk(
                 Runner::Several(m) => m.detect(det, chunk, policy, |done| {
                     progress.set_position((frame0 + done) as u64)
                 }),
-            }
-            .map_err(|e| algorithms::detect::detector::in_movie_frames(e, frame0))?;
-            let f0 = u32::try_from(frame0)
-                .map_err(|_| BridgeError::InvalidInput("more than 2^32 frames".into()))?;
+            }?;
+            let f0 = piece.first_frame_u32()?;
             for p in &mut ps {
                 p.frame += f0;
             }

@@ -18,7 +18,7 @@ use arraybridge::io::axes::stack_axes;
 use arraybridge::io::csv::create_writer;
 use arraybridge::io::npy::NpyFrames;
 use arraybridge::io::stream::MovieStream;
-use arraybridge::runtime::ReadAhead;
+use arraybridge::runtime::{ReadAhead, pieces};
 use bridge_core::{BridgeError, Device, Result};
 
 use super::super::device::{Choice, DeviceArg};
@@ -205,8 +205,10 @@ pub(super) fn detect_volumes(
     };
     w.write_record(header(sigma_columns))?;
     let (mut volumes, mut n, mut dims) = (0usize, 0usize, None);
-    for chunk in ReadAhead::new(stream, 1)? {
-        let chunk = chunk?;
+    // one volume per piece: its errors name the volume's number (`pieces`)
+    for piece in pieces(ReadAhead::new(stream, 1)?, |_| 1) {
+        let piece = piece?;
+        let chunk = &piece.data;
         let (d, h, wd) = chunk.dim();
         if z != usize::MAX && d != z {
             return Err(BridgeError::InvalidInput(
@@ -217,14 +219,13 @@ pub(super) fn detect_volumes(
                 .into(),
             ));
         }
-        let view = match &chunk {
+        let view = match chunk {
             Movie::U8(a) => VolumeView::U8(a.view().into_dyn()),
             Movie::U16(a) => VolumeView::U16(a.view().into_dyn()),
             Movie::F32(a) => VolumeView::F32(a.view().into_dyn()),
             Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
         };
-        let blobs = blob_log_nd_on_device(&device, view, args.prescale, &p)
-            .map_err(|e| e.of_batch(volumes..volumes + 1))?;
+        let blobs = piece.errors(blob_log_nd_on_device(&device, view, args.prescale, &p))?;
         write_rows(&mut w, volumes, &blobs)?;
         n += blobs.rows.len();
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
