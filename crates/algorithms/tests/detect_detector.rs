@@ -150,18 +150,26 @@ fn detector_errors() {
         ..Default::default()
     };
     assert!(tiny.detect_movie(&movie(), &open::cpu()).is_err());
-    // 1e200 is fine in float64 on the CPU, not in a device's float32 scale space
+    // 1e200 is fine in float64 on the CPU and on a device with doubles (the default keeps the
+    // CPU's working type there), not in a float32 scale space (`--fast`, or no doubles)
     let mut big = Array3::<f64>::zeros((1, 32, 32));
     big[[0, 10, 10]] = 1e200;
     let big = Movie::F64(big);
-    assert!(none.detect_movie(&big, &open::cpu()).is_ok());
+    let on_cpu = none.detect_movie(&big, &open::cpu()).unwrap();
     #[cfg(feature = "opencl")]
     if let Ok(b) = open::detect_backend(Device::OpenCl(0)) {
-        let err = none.detect_movie_with(&big, b.as_ref(), |_| {});
+        let float32 = |r: &bridge_core::Result<_>| matches!(r, Err(BridgeError::InvalidInput(m)) if m.contains("float32"));
+        let default = none.detect_movie_with(&big, b.as_ref(), |_| {});
         assert!(
-            matches!(&err, Err(BridgeError::InvalidInput(m)) if m.contains("float32")),
-            "{err:?}"
+            default.as_ref().is_ok_and(|ps| *ps == on_cpu) || float32(&default),
+            "{default:?}"
         );
+        let fast = LogDetector {
+            precision: algorithms::Precision::F32,
+            ..none.clone()
+        };
+        let err = fast.detect_movie_with(&big, b.as_ref(), |_| {});
+        assert!(float32(&err), "{err:?}");
     }
 }
 
@@ -418,7 +426,8 @@ fn input_errors_carry_their_frames() {
         batch_size: 2,
         ..Default::default()
     };
-    let Err(BridgeError::InvalidInput(e)) = det.detect_movie(&Movie::F64(m), &open::cpu()) else {
+    let Err(BridgeError::InvalidInput(e)) = det.detect_movie(&Movie::F64(m.clone()), &open::cpu())
+    else {
         panic!("an overflowing frame is an input error");
     };
     assert_eq!(e.frames, Some(4..6), "{e}");

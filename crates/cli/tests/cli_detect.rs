@@ -415,3 +415,131 @@ fn bad_inputs_and_parameters_fail_cleanly() {
         assert!(err.contains("error"), "{c:?}: {err}");
     }
 }
+
+/// A real-like movie: `t` frames of `h × w` on a dim uneven background (a gradient and a few
+/// broad humps), 60 Gaussian spots of σ 1–3 with uneven brightness moving a little, and
+/// shot-like noise, scaled to `max` (255 for u8, 65535 for u16).
+fn real_like(t: usize, h: usize, w: usize, max: f64) -> Vec<f64> {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let spots: Vec<[f64; 4]> = (0..60)
+        .map(|_| {
+            [
+                next() * h as f64,
+                next() * w as f64,
+                1.0 + 2.0 * next(),
+                0.2 + 0.8 * next(),
+            ]
+        })
+        .collect();
+    let mut out = Vec::with_capacity(t * h * w);
+    for k in 0..t {
+        for y in 0..h {
+            for x in 0..w {
+                let (yf, xf) = (y as f64, x as f64);
+                let mut v = 0.08 + 0.05 * (xf / w as f64) + 0.04 * ((yf / 23.0).sin() + 1.0);
+                for &[sy, sx, sg, a] in &spots {
+                    let (dy, dx) = (yf - sy - 0.3 * k as f64, xf - sx + 0.2 * k as f64);
+                    v += a * (-(dy * dy + dx * dx) / (2.0 * sg * sg)).exp();
+                }
+                v += 0.03 * (next() - 0.5) * v.sqrt();
+                out.push((v.clamp(0.0, 1.0) * max).round());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 29: `detect --device opencl:0` (LoG, the default arithmetic) writes the CPU's CSV byte
+/// for byte wherever the device has doubles (PoCL has): on the fixtures (u16 and f32) and on a
+/// u8 and a u16 real-like movie, with relative and absolute thresholds and `--refine`.
+#[test]
+fn log_on_opencl_writes_the_cpus_csv() {
+    if !has_opencl() {
+        return;
+    }
+    let d = tmpdir("log-opencl-bytes");
+    let (t, h, w) = (6, 120, 150);
+    let px = real_like(t, h, w, 255.0);
+    let u8_movie = d.join("real_u8.npy");
+    let bytes: Vec<u8> = px.iter().map(|&v| v as u8).collect();
+    std::fs::write(&u8_movie, encode_npy("|u1", &[t, h, w], &bytes)).unwrap();
+    let u16_movie = d.join("real_u16.npy");
+    let bytes: Vec<u8> = px
+        .iter()
+        .flat_map(|&v| ((v * 257.0) as u16).to_le_bytes())
+        .collect();
+    std::fs::write(&u16_movie, encode_npy("<u2", &[t, h, w], &bytes)).unwrap();
+    let rel: &[&str] = &[
+        "--max-sigma",
+        "3",
+        "--threshold",
+        "none",
+        "--threshold-rel",
+        "0.2",
+    ];
+    let abs: &[&str] = &[
+        "--max-sigma",
+        "5",
+        "--num-sigma",
+        "7",
+        "--threshold",
+        "0.02",
+    ];
+    let runs: [(PathBuf, &[&str]); 7] = [
+        (fixture("movie/movie_u16.npy"), rel),
+        (
+            fixture("blob_log/hisnr_u16.npy"),
+            &[
+                "--max-sigma",
+                "5",
+                "--num-sigma",
+                "7",
+                "--threshold",
+                "0.00012",
+            ],
+        ),
+        (fixture("blob_log/lowsnr_f32.npy"), rel),
+        (u8_movie.clone(), rel),
+        (u8_movie, abs),
+        (u16_movie.clone(), rel),
+        (
+            u16_movie,
+            &["--max-sigma", "3", "--threshold", "0.02", "--refine"],
+        ),
+    ];
+    for (k, (input, flags)) in runs.iter().enumerate() {
+        let mut outs = Vec::new();
+        for device in ["cpu", "opencl:0"] {
+            let o = d.join(format!("{k}-{}.csv", device.replace(':', "")));
+            let mut args = vec![
+                "detect",
+                input.to_str().unwrap(),
+                "-o",
+                o.to_str().unwrap(),
+                "--device",
+                device,
+                "-q",
+            ];
+            args.extend_from_slice(flags);
+            let out = Command::new(BIN).args(&args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            outs.push(std::fs::read(&o).unwrap());
+        }
+        let rows = outs[0].iter().filter(|&&b| b == b'\n').count();
+        assert!(rows > 20, "{input:?} {flags:?}: {rows} rows");
+        assert!(
+            outs[0] == outs[1],
+            "{input:?} {flags:?}: opencl:0 differs from the CPU"
+        );
+    }
+}

@@ -40,8 +40,8 @@
 
 use bridge_core::kernel::KernelSource;
 
-/// Build options: float32 cube, passes accumulated in float64 (the default where the device has
-/// doubles).
+/// Build options: float32 cube, passes accumulated in float64 (float32 frames where the device
+/// has doubles: the CPU's f32 working type bit for bit).
 pub const OPTS_F32_ACC64: &[&str] = &["-DREAL=float", "-DACC=double", "-DACC_DOUBLE=1"];
 /// Build options: float32 cube and float32 accumulation (devices without doubles).
 pub const OPTS_F32_ACC32: &[&str] = &["-DREAL=float", "-DACC=float", "-DACC_DOUBLE=0"];

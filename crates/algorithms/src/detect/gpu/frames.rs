@@ -93,7 +93,7 @@ pub(super) fn run_frames<E: Executor>(
 ) -> Result<RunOut> {
     p.validate()?;
     let f64_cube =
-        cfg.precision == Precision::F64 && cfg.precision.doubles(e.has_fp64(), e.device())?;
+        cfg.precision != Precision::F32 && cfg.precision.doubles(e.has_fp64(), e.device())?;
     for f in frames {
         f.validate()?;
         // float32 frames always get a float32 cube
@@ -245,7 +245,7 @@ pub(super) fn run_resident<E: Executor>(
         }
     };
     let f64_cube =
-        cfg.precision == Precision::F64 && cfg.precision.doubles(e.has_fp64(), e.device())?;
+        cfg.precision != Precision::F32 && cfg.precision.doubles(e.has_fp64(), e.device())?;
     check_range_of(dmax, true, p, !f64_cube)?;
     let mut out = RunOut {
         blobs: Vec::with_capacity(t),

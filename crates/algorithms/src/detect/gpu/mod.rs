@@ -22,16 +22,14 @@
 //!    downloaded; the host restores raster order, applies the CPU's stable sort by descending
 //!    response and the CPU's overlap pruning ([`prune_blobs`](super::blob_log::prune_blobs), pairs in ascending `(i, j)`).
 //!
-//! **Precision.** The cube is float32 ([`Precision::Auto`], the default); each 1-D pass
-//! accumulates in float64 where the device has doubles, in the CPU's order and without FMA
-//! contraction. For float32 frames (working type f32) the device cube is then bit-identical to
-//! the CPU cube and so are the detections. For integer and float64 frames the CPU works in
-//! float64; the float32 cube differs from it by about 1e-7 relative, which can only matter for
-//! peaks within that margin of the threshold or of a neighbour
-//! ([`Precision::F64`] stores the cube in float64 on devices with doubles and is
-//! then identical to the CPU for every input type). Without doubles, or with
-//! [`Precision::F32`], the passes accumulate in float32 (cube within the 1e-4 tolerance;
-//! detections near the threshold may differ).
+//! **Precision.** Where the device has doubles, the default ([`Precision::Auto`], as
+//! [`Precision::F64`]) stores the cube in the CPU's working type (float64 for integer and
+//! float64 frames, float32 for float32 frames) and accumulates each 1-D pass in float64, in the
+//! CPU's order and without FMA contraction: the cube is the CPU's bit for bit, and so are the
+//! detections, for every input type (issue 29: `detect --device opencl:0` writes the CPU's
+//! CSV). Without doubles (`Auto`), or with [`Precision::F32`] (`--fast`), the cube and the
+//! passes are float32 (cube within the 1e-4 tolerance; detections near the threshold may
+//! differ).
 //!
 //! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
 //! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
@@ -69,10 +67,10 @@ pub(crate) use pipeline::to_u32;
 /// Tuning of the device back ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuDetectConfig {
-    /// The arithmetic ([`Precision`]): `Auto` (the default) a float32 cube with the passes
-    /// accumulated in float64 where the device has doubles; `F64` the CPU's working type
-    /// (identical to the CPU for every input type; an error without doubles); `F32` float32
-    /// throughout, faster on GPUs with slow doubles (cube within ~1e-6 relative). For `locate`:
+    /// The arithmetic ([`Precision`]): `Auto` (the default) the CPU's working type where the
+    /// device has doubles (identical to the CPU for every input type), float32 throughout
+    /// without; `F64` the same, an error without doubles; `F32` float32 throughout, faster on
+    /// GPUs with slow doubles (cube within ~1e-6 relative). For `locate`:
     /// float64 where the device has doubles (`Auto`, `F64`) or float32 (`F32`).
     pub precision: Precision,
     /// Upper bound of the device working set of one sub-batch (cube and two pass buffers); at
