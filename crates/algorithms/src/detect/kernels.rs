@@ -60,6 +60,9 @@ pub const OPTS_F32_ACC64_UNBLOCKED: &[&str] = &[
 /// Work-group size of `cube_minmax` (its `LOCAL` arrays have this many entries).
 pub const MINMAX_WG: usize = 256;
 
+/// Work-group size of `locate_percentile` (one group per frame; `PCT_WG` in `locate.cl`).
+pub const PCT_WG: usize = 256;
+
 /// The LoG scale-space cube, its extrema and the peak candidates (see the module docs).
 pub const BLOB_LOG: KernelSource = KernelSource {
     name: "detect_blob_log",

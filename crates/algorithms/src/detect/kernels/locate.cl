@@ -37,6 +37,7 @@
 
 /* Per-run settings, prm[]: 0 threshold of the bandpass, 1 int_max (255 or 65535),
    2 percentile / 100. */
+#define PCT_WG 256
 #define P_THR 0
 #define P_INTMAX 1
 #define P_Q100 2
@@ -254,14 +255,28 @@ KERNEL locate_rescale(GLOBAL const REAL* RESTRICT bp, GLOBAL const REAL* RESTRIC
 
 /* NumPy percentile(img[img != 0], q) with linear interpolation, from the histogram; vmin[f] =
    the smallest integer above it (a maximum must satisfy v > percentile), or 0xFFFFFFFF when
-   every pixel is 0 (no feature). */
+   every pixel is 0 (no feature). One work group of PCT_WG items per frame (global
+   (nf * PCT_WG), local (PCT_WG)): item l sums the bins of its run 1 + l * per .. + per, then
+   item 0 finds the runs that hold ranks pi and ni from the runs' counts and scans only those
+   (at most 2 * per bins instead of 2 * nbins): integer counts, so a and b are the serial
+   scan's. */
 KERNEL locate_percentile(GLOBAL const int* RESTRICT hist, GLOBAL const REAL* RESTRICT prm,
                          GLOBAL uint* RESTRICT vmin, const uint nbins, const uint nf) {
-    size_t f = GID(0);
-    if (f >= nf) return;
+    LOCAL ulong part[PCT_WG];
+    size_t l = LID(0);
+    size_t f = GROUP_ID(0);
+    if (f >= nf) return; /* the whole group: before any barrier */
     GLOBAL const int* hs = hist + f * (size_t)nbins;
+    uint per = (nbins - 1u + PCT_WG - 1u) / PCT_WG;
+    uint lo = 1u + (uint)l * per;
+    uint hi = lo + per < nbins ? lo + per : nbins;
+    ulong s = 0;
+    for (uint v = lo; v < hi; ++v) s += (ulong)hs[v];
+    part[l] = s;
+    BARRIER();
+    if (l != 0) return;
     ulong n = 0;
-    for (uint v = 1; v < nbins; ++v) n += (ulong)hs[v];
+    for (uint k = 0; k < PCT_WG; ++k) n += part[k];
     if (n == 0) {
         vmin[f] = 0xFFFFFFFFu;
         return;
@@ -273,17 +288,39 @@ KERNEL locate_percentile(GLOBAL const int* RESTRICT hist, GLOBAL const REAL* RES
     ulong ni = pi + 1 < n - 1 ? pi + 1 : n - 1;
     REAL a = (REAL)(nbins - 1);
     REAL b = a;
-    int found_a = 0;
-    ulong acc = 0;
-    for (uint v = 1; v < nbins; ++v) {
+    /* the first bin whose cumulative count passes pi, then ni (pi <= ni < n: both exist) */
+    ulong before = 0;
+    uint k = 0;
+    while (before + part[k] <= pi) before += part[k++];
+    ulong acc = before;
+    uint v = 1u + k * per;
+    for (;; ++v) {
         acc += (ulong)hs[v];
-        if (!found_a && acc > pi) {
-            a = (REAL)v;
-            found_a = 1;
+        if (acc > pi) break;
+    }
+    a = (REAL)v;
+    if (acc > ni) {
+        b = (REAL)v;
+    } else {
+        /* ni lies further on: in the rest of this run or in a later one */
+        uint end = 1u + (k + 1u) * per;
+        end = end < nbins ? end : nbins;
+        for (++v; v < end; ++v) {
+            acc += (ulong)hs[v];
+            if (acc > ni) break;
         }
-        if (acc > ni) {
+        if (v < end) {
             b = (REAL)v;
-            break;
+        } else {
+            before = acc;
+            ++k;
+            while (before + part[k] <= ni) before += part[k++];
+            acc = before;
+            for (v = 1u + k * per;; ++v) {
+                acc += (ulong)hs[v];
+                if (acc > ni) break;
+            }
+            b = (REAL)v;
         }
     }
     REAL diff = SUB_RN(b, a);

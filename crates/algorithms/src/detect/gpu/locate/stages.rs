@@ -27,6 +27,7 @@ use super::run::{Batch, Run};
 use super::{LINE_WG, Pixels, Src, upload_frames, widen};
 use crate::detect::gpu::DevReal;
 use crate::detect::gpu::pipeline::{round_up_to, to_u32};
+use crate::detect::kernels::PCT_WG;
 use crate::detect::locate::{Feature, finish, remove_duplicates};
 
 impl<E: Executor, R: DevReal> Run<'_, E, R> {
@@ -187,8 +188,11 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
             )
         })?;
         let vmin = e.alloc_elems::<u32>(nb)?;
+        // one work group per frame
+        let (global, local) = ([nb * PCT_WG], [PCT_WG]);
+        let groups = Grid::new(&global, &local);
         self.k.launch("locate_percentile", |k| {
-            k.locate_percentile(frames, &hist, prm, &vmin, a.nbinsu, b.nbu)
+            k.locate_percentile(groups, &hist, prm, &vmin, a.nbinsu, b.nbu)
         })?;
         drop(hist);
         Ok((scale, img, vmin))
