@@ -166,6 +166,24 @@ fn random_params() -> Vec<(&'static str, BlobLogParams)> {
             },
         ),
         (
+            // the larger of the two thresholds, per frame (on the device)
+            "abs_and_rel",
+            BlobLogParams {
+                threshold: Some(0.01),
+                threshold_rel: Some(0.3),
+                ..base.clone()
+            },
+        ),
+        (
+            // no threshold at all: every maximum above the cube's minimum
+            "no_threshold",
+            BlobLogParams {
+                threshold: None,
+                threshold_rel: None,
+                ..base.clone()
+            },
+        ),
+        (
             "one_scale",
             BlobLogParams {
                 min_sigma: 2.0,

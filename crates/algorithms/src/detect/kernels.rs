@@ -23,7 +23,8 @@
 //!    boundary, the centre tap first and then the mirrored pairs from the outermost inwards,
 //!    each pass rounded to `REAL` when stored;
 //! 3. `cube_minmax`: per-frame partial minima and maxima (for `threshold = None` and
-//!    `threshold_rel`), one pair per work group, reduced on the host;
+//!    `threshold_rel`), one pair per work group; `frame_thresholds` folds them per frame into
+//!    the frame's threshold on the device, with the CPU's arithmetic in `REAL`;
 //! 4. `log_peaks`: 3×3×3 (scale × y × x) maximum filter with `nearest` edges (out-of-range
 //!    neighbours ignored), strict threshold, spatial `exclude_border`; every peak is appended to
 //!    a candidate list through an atomic counter (`index`, `value`); the list order is

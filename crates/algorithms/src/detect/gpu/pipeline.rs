@@ -43,21 +43,6 @@ pub(super) struct RunOut {
     pub(super) kernel_s: f64,
 }
 
-/// Threshold of one frame in the device type (spec §1.5), `+inf` for a constant cube.
-pub(super) fn frame_threshold<R: Real>(lo: R, hi: R, p: &BlobLogParams) -> R {
-    if lo == hi || lo.is_nan() || hi.is_nan() {
-        return R::from_f64(f64::INFINITY);
-    }
-    let mut thr = p.threshold.map(R::from_f64).unwrap_or(lo);
-    if let Some(rel) = p.threshold_rel {
-        let t = R::from_f64(rel) * hi;
-        if t > thr {
-            thr = t;
-        }
-    }
-    thr
-}
-
 /// How raw integer frames are converted on the device.
 pub(super) struct Prescaling {
     /// Per frame `(c, k)`; see the `prescale_*` kernels.

@@ -274,6 +274,38 @@ KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
     }
 }
 
+/* Each frame's threshold (spec 1.5) from cube_minmax's partials, as the CPU computes it in
+   the cube's type: the frame's partials folded in order into (lo, hi); a constant (or NaN)
+   cube gets inf (no peak); otherwise thr = abs_thr (has_abs) or lo, raised to rel * hi
+   (has_rel) where that is larger. Launched over (nb). */
+KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT thr,
+                        const uint groups, const uint nb, const uint has_abs,
+                        const REAL abs_thr, const uint has_rel, const REAL rel,
+                        const REAL inf) {
+    size_t b = GID(0);
+    if (b >= nb) return;
+    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
+    REAL lo = f[0];
+    REAL hi = f[1];
+    for (uint g = 0; g < groups; ++g) {
+        REAL a = f[2 * g];
+        REAL z = f[2 * g + 1];
+        lo = a < lo ? a : lo;
+        hi = z > hi ? z : hi;
+    }
+    REAL t;
+    if (lo == hi || lo != lo || hi != hi) {
+        t = inf;
+    } else {
+        t = has_abs ? abs_thr : lo;
+        if (has_rel) {
+            REAL r = (REAL)MUL_RN(rel, hi);
+            t = r > t ? r : t;
+        }
+    }
+    thr[b] = t;
+}
+
 /* 3x3x3 maxima above thr[frame], 'nearest' edges, spatial border exclusion; appends
    (flat index in the batch cube, value) through the counter; writes only below cap. */
 KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT thr,

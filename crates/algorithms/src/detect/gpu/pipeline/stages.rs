@@ -9,7 +9,7 @@ use bridge_core::exec::{Buffer, Executor, Grid, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
-use super::{Cand, Coeffs, Timed, frame_threshold, order_and_prune, round_up_to, to_u32};
+use super::{Cand, Coeffs, Timed, order_and_prune, round_up_to, to_u32};
 use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
 use crate::detect::gpu::DevReal;
 use crate::detect::kernels::MINMAX_WG;
@@ -212,8 +212,8 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         if self.want_cube {
             self.read_cube(b.nb)?;
         }
-        // per-frame extrema → thresholds (the partials' buffer lives to the batch's end)
-        let (thr, _part) = self.thresholds(&b, timed)?;
+        // per-frame extrema → thresholds, on the device (no read, no upload)
+        let thr = self.thresholds(&b, timed)?;
         let per = self.peaks(&b, &thr, timed)?;
         self.prune(per);
         Ok(b.nb)
@@ -297,10 +297,10 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         Ok(())
     }
 
-    /// Each frame's threshold: `cube_minmax` leaves partial extrema per work group, the host
-    /// folds them per frame into [`frame_threshold`]. Returns the partials' device buffer too,
-    /// for the caller to keep to the batch's end.
-    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<(Vec<R>, Buffer<E, R>)> {
+    /// Each frame's threshold, on the device: `cube_minmax` leaves partial extrema per work
+    /// group, `frame_thresholds` folds them per frame with the CPU's arithmetic in `R`
+    /// (`blob_log::scale_space::threshold_from`; `+inf` for a constant cube).
+    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<Buffer<E, R>> {
         let (e, k, nb, groups) = (self.e, &self.k, b.nb, self.groups);
         let part = e.alloc_elems::<R>(nb * groups * 2)?;
         let (per_frame, groups_u) = (
@@ -317,33 +317,43 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                 groups_u,
             )
         })?;
-        let t = std::time::Instant::now();
-        let partials = e.read_elems(&part, nb * groups * 2)?;
-        self.read_s += t.elapsed().as_secs_f64();
-        let mut thr = Vec::with_capacity(nb);
-        for f in partials.chunks_exact(2 * groups) {
-            let (mut lo, mut hi) = (f[0], f[1]);
-            for g in f.chunks_exact(2) {
-                if g[0] < lo {
-                    lo = g[0];
-                }
-                if g[1] > hi {
-                    hi = g[1];
-                }
-            }
-            thr.push(frame_threshold(lo, hi, self.p));
-        }
-        Ok((thr, part))
+        let thr = e.alloc_elems::<R>(nb)?;
+        let p = self.p;
+        let (has_abs, abs_thr) = (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0));
+        let (has_rel, rel) = (
+            u32::from(p.threshold_rel.is_some()),
+            p.threshold_rel.unwrap_or(0.0),
+        );
+        let (global, local) = ([round_up_to(nb, 64)], [64]);
+        timed(&mut || {
+            k.frame_thresholds(
+                Grid::new(&global, &local),
+                &part,
+                &thr,
+                groups_u,
+                b.nbu,
+                has_abs,
+                R::from_f64(abs_thr),
+                has_rel,
+                R::from_f64(rel),
+                R::from_f64(f64::INFINITY),
+            )
+        })?;
+        Ok(thr)
     }
 
     /// The batch's candidates per frame: none when the border covers the frames, otherwise
     /// the thresholds go up, [`Self::count_peaks`] finds the peaks and
     /// [`Self::read_candidates`] reads them.
-    fn peaks(&mut self, b: &Batch, thr: &[R], timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
+    fn peaks(
+        &mut self,
+        b: &Batch,
+        thr: &Buffer<E, R>,
+        timed: &mut Timed<'_>,
+    ) -> Result<Vec<Vec<Cand<R>>>> {
         let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); b.nb];
         if !self.border_empty {
-            let thr_buf = self.e.upload_slice(thr)?;
-            let count = self.count_peaks(b, &thr_buf, timed)?;
+            let count = self.count_peaks(b, thr, timed)?;
             if count > 0 {
                 self.read_candidates(count, &mut per)?;
             }
