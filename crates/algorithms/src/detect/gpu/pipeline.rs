@@ -266,10 +266,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         cfg.max_device_bytes,
         want_cube,
     )?;
-    let mut frame0 = 0usize;
-    while frame0 < n_frames {
-        frame0 += run.batch(frame0, &mut timed)?;
-    }
+    run.run_all(&mut timed)?;
     let (read_s, prune_s) = (run.read_s, run.prune_s);
     let kernel_s = clock.seconds(e, kernel_s)?;
     trace(|| {

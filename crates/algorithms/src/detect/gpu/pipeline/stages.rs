@@ -1,7 +1,8 @@
 //! The stages of one run of frames on the device, once its frames and coefficients are up
 //! (see [`super::run_typed`]): per batch of frames the two LoG passes into the cube, its
-//! per-frame extrema and thresholds, the 3×3×3 peaks and their reads, then the host's ordering
-//! and overlap pruning.
+//! per-frame extrema and thresholds (on the device), the 3×3×3 peaks and their reads, then the
+//! host's ordering and overlap pruning, which overlaps the device's next batch
+//! ([`LogRun::run_all`]).
 
 use std::marker::PhantomData;
 
@@ -96,6 +97,16 @@ pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     taps: Buffer<E, A>,
     /// The working type.
     _t: PhantomData<T>,
+}
+
+/// A batch whose kernels are enqueued: its grids, its thresholds' buffer (the peaks may run
+/// again on it) and the peaks' counter (`None` when the border covers the frames).
+struct Launched<E: Executor, R: DevReal> {
+    b: Batch,
+    thr: Buffer<E, R>,
+    counter: Option<Buffer<E, i32>>,
+    /// `cube_minmax`'s partials, kept until the batch is read.
+    _part: Buffer<E, R>,
 }
 
 /// One batch of frames: its place in the run and the launch grids of its kernels.
@@ -203,20 +214,60 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         })
     }
 
-    /// The stages on the batch of frames from `frame0` (at most `chunk` frames):
-    /// LoG passes into the cube (read back when asked), thresholds from its extrema, peaks,
-    /// then ordering and pruning on the host. Returns the batch's frame count.
-    pub(super) fn batch(&mut self, frame0: usize, timed: &mut Timed<'_>) -> Result<usize> {
+    /// Every batch of the run, pipelined: batch k's candidates are read (the host waits for
+    /// its kernels), batch k + 1's kernels are enqueued, and batch k is ordered and pruned on
+    /// the host while the device computes batch k + 1. The reads of batch k complete before
+    /// batch k + 1's kernels reuse its buffers (one in-order queue or stream).
+    pub(super) fn run_all(&mut self, timed: &mut Timed<'_>) -> Result<()> {
+        if self.n_frames == 0 {
+            return Ok(());
+        }
+        let mut pending = Some(self.launch(0, timed)?);
+        while let Some(batch) = pending.take() {
+            let next = batch.b.frame0 + batch.b.nb;
+            let per = self.collect(batch, timed)?;
+            if next < self.n_frames {
+                pending = Some(self.launch(next, timed)?);
+            }
+            self.prune(per);
+        }
+        Ok(())
+    }
+
+    /// Enqueues the kernels of the batch of frames from `frame0` (at most `chunk` frames): the
+    /// LoG passes into the cube, the thresholds from its extrema (on the device: no read, no
+    /// upload) and the peaks. Nothing waits for them.
+    fn launch(&mut self, frame0: usize, timed: &mut Timed<'_>) -> Result<Launched<E, R>> {
         let b = self.grids(frame0)?;
         self.log_passes(&b, timed)?;
+        let (thr, part) = self.thresholds(&b, timed)?;
+        let counter = if self.border_empty {
+            None
+        } else {
+            Some(self.enqueue_peaks(&b, &thr, timed)?)
+        };
+        Ok(Launched {
+            b,
+            thr,
+            counter,
+            _part: part,
+        })
+    }
+
+    /// Waits for a launched batch and reads what the host needs: its cube when asked, and its
+    /// candidates per frame (the peaks again on grown buffers when there were more than fit).
+    fn collect(&mut self, l: Launched<E, R>, timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
         if self.want_cube {
-            self.read_cube(b.nb)?;
+            self.read_cube(l.b.nb)?;
         }
-        // per-frame extrema → thresholds, on the device (no read, no upload)
-        let thr = self.thresholds(&b, timed)?;
-        let per = self.peaks(&b, &thr, timed)?;
-        self.prune(per);
-        Ok(b.nb)
+        let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); l.b.nb];
+        if let Some(counter) = l.counter {
+            let count = self.count_peaks(&l.b, &l.thr, counter, timed)?;
+            if count > 0 {
+                self.read_candidates(count, &mut per)?;
+            }
+        }
+        Ok(per)
     }
 
     /// The batch from `frame0` and its launch grids.
@@ -300,7 +351,12 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// Each frame's threshold, on the device: `cube_minmax` leaves partial extrema per work
     /// group, `frame_thresholds` folds them per frame with the CPU's arithmetic in `R`
     /// (`blob_log::scale_space::threshold_from`; `+inf` for a constant cube).
-    fn thresholds(&mut self, b: &Batch, timed: &mut Timed<'_>) -> Result<Buffer<E, R>> {
+    /// Returns the partials' buffer too, for the caller to keep until the batch is read.
+    fn thresholds(
+        &mut self,
+        b: &Batch,
+        timed: &mut Timed<'_>,
+    ) -> Result<(Buffer<E, R>, Buffer<E, R>)> {
         let (e, k, nb, groups) = (self.e, &self.k, b.nb, self.groups);
         let part = e.alloc_elems::<R>(nb * groups * 2)?;
         let (per_frame, groups_u) = (
@@ -339,63 +395,56 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                 R::from_f64(f64::INFINITY),
             )
         })?;
-        Ok(thr)
+        Ok((thr, part))
     }
 
-    /// The batch's candidates per frame: none when the border covers the frames, otherwise
-    /// the thresholds go up, [`Self::count_peaks`] finds the peaks and
-    /// [`Self::read_candidates`] reads them.
-    fn peaks(
-        &mut self,
-        b: &Batch,
-        thr: &Buffer<E, R>,
-        timed: &mut Timed<'_>,
-    ) -> Result<Vec<Vec<Cand<R>>>> {
-        let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); b.nb];
-        if !self.border_empty {
-            let count = self.count_peaks(b, thr, timed)?;
-            if count > 0 {
-                self.read_candidates(count, &mut per)?;
-            }
-        }
-        Ok(per)
-    }
-
-    /// `log_peaks` on the batch: the 3×3×3 maxima over their frame's threshold, outside the
-    /// border, into the candidate buffers; relaunched on buffers grown to fit when there were
-    /// more than `cap`. Returns the count.
-    fn count_peaks(
-        &mut self,
+    /// Enqueues `log_peaks` on the batch: the 3×3×3 maxima over their frame's threshold,
+    /// outside the border, into the candidate buffers (at most `cap`). Returns its counter.
+    fn enqueue_peaks(
+        &self,
         b: &Batch,
         thr_buf: &Buffer<E, R>,
         timed: &mut Timed<'_>,
-    ) -> Result<usize> {
-        let e = self.e;
+    ) -> Result<Buffer<E, i32>> {
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
         let (by, bx) = (
             to_u32(self.by, "exclude_border")?,
             to_u32(self.bx, "exclude_border")?,
         );
+        let counter = self.e.zeroed_elems::<i32>(1)?;
+        let cap = to_u32(self.cap, "candidates")?;
+        timed(&mut || {
+            self.k.log_peaks(
+                Grid::new(&b.global, &b.local),
+                &self.cube,
+                thr_buf,
+                hu,
+                wu,
+                nsu,
+                nbu,
+                by,
+                bx,
+                &counter,
+                &self.idx_buf,
+                &self.val_buf,
+                cap,
+            )
+        })?;
+        Ok(counter)
+    }
+
+    /// The count of [`Self::enqueue_peaks`]' candidates (the host waits for it here), with
+    /// `log_peaks` run again on buffers grown to fit when there were more than `cap`.
+    fn count_peaks(
+        &mut self,
+        b: &Batch,
+        thr_buf: &Buffer<E, R>,
+        first: Buffer<E, i32>,
+        timed: &mut Timed<'_>,
+    ) -> Result<usize> {
+        let e = self.e;
+        let mut counter = first;
         let count = loop {
-            let counter = e.zeroed_elems::<i32>(1)?;
-            let cap = to_u32(self.cap, "candidates")?;
-            timed(&mut || {
-                self.k.log_peaks(
-                    Grid::new(&b.global, &b.local),
-                    &self.cube,
-                    thr_buf,
-                    hu,
-                    wu,
-                    nsu,
-                    nbu,
-                    by,
-                    bx,
-                    &counter,
-                    &self.idx_buf,
-                    &self.val_buf,
-                    cap,
-                )
-            })?;
             let n = e.read_elems(&counter, 1)?.first().copied().unwrap_or(0);
             let n = usize::try_from(n).map_err(|_| {
                 BridgeError::backend("detect", None, "candidate counter overflowed")
@@ -406,6 +455,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
             self.cap = n.next_power_of_two();
             self.idx_buf = e.alloc_elems::<u32>(self.cap)?;
             self.val_buf = e.alloc_elems::<R>(self.cap)?;
+            counter = self.enqueue_peaks(b, thr_buf, timed)?;
         };
         Ok(count)
     }
