@@ -48,15 +48,72 @@ impl Geo {
     }
 }
 
-/// Run `f` compiled for AVX2 where the CPU has it (the generic loops it inlines then vectorise
-/// with 256-bit vectors; Rust never contracts `a * b + c` into an FMA).
-#[inline(always)]
-pub(super) fn with_simd<R>(f: impl FnOnce() -> R) -> R {
-    match Avx2::detect() {
-        Some(t) => t.run(f),
-        None => f(),
+/// The widest vectors the CPU gives the passes: their loops are generic Rust, compiled again
+/// inside a function with AVX-512F or AVX2 enabled ([`simd_fn`]), where they vectorise with
+/// 512- or 256-bit vectors: the same IEEE operations lane by lane, so the same values (Rust
+/// never contracts `a * b + c` into an FMA). A closure handed to such a function would not do:
+/// it stays a function of its own, compiled for the baseline (SSE2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Simd {
+    /// AVX-512F (with AVX2).
+    Avx512,
+    /// AVX2.
+    Avx2,
+    /// The baseline.
+    Plain,
+}
+
+impl Simd {
+    /// What this CPU has.
+    pub(super) fn detect() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Simd::Avx512;
+            }
+            if Avx2::detect().is_some() {
+                return Simd::Avx2;
+            }
+        }
+        Simd::Plain
     }
 }
+
+/// `$name::<generics>(simd, args…)` calls the `#[inline(always)]` function `$body` compiled for
+/// the widest vectors of `simd` ([`Simd`]).
+macro_rules! simd_fn {
+    ($(#[$doc:meta])* $name:ident, $body:ident, <$($g:ident $(: $b:path)?),*>,
+     ($($arg:ident: $ty:ty),*)) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $name<$($g $(: $b)?),*>(simd: Simd, $($arg: $ty),*) {
+            /// # Safety
+            /// The CPU must have AVX-512F.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2")]
+            unsafe fn wide<$($g $(: $b)?),*>($($arg: $ty),*) {
+                $body::<$($g),*>($($arg),*)
+            }
+            /// # Safety
+            /// The CPU must have AVX2.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            unsafe fn avx2<$($g $(: $b)?),*>($($arg: $ty),*) {
+                $body::<$($g),*>($($arg),*)
+            }
+            match simd {
+                // SAFETY: `Simd::detect` found AVX-512F (and AVX2) on this CPU.
+                #[cfg(target_arch = "x86_64")]
+                Simd::Avx512 => unsafe { wide::<$($g),*>($($arg),*) },
+                // SAFETY: `Simd::detect` found AVX2 on this CPU.
+                #[cfg(target_arch = "x86_64")]
+                Simd::Avx2 => unsafe { avx2::<$($g),*>($($arg),*) },
+                _ => $body::<$($g),*>($($arg),*),
+            }
+        }
+    };
+}
+pub(super) use simd_fn;
 
 /// `v` rounded to the working type `T` (and held in f64).
 #[inline(always)]
@@ -83,10 +140,19 @@ fn rows_per_task(rows: usize, inner: usize, min_elems: usize) -> usize {
 /// `inner > 1`: `dst` (rounded to `T`) from `src`, both laid out as `g`.
 pub(super) fn pass_outer<T: Real>(src: &[f64], dst: &mut [f64], g: Geo, half: &[f64]) {
     let rb = rows_per_task(g.outer * g.len, g.inner, 1 << 14);
+    let simd = Simd::detect();
     dst.par_chunks_mut(rb * g.inner)
         .enumerate()
-        .for_each(|(c, out)| with_simd(|| outer_rows::<T>(src, g, c * rb, half, out)));
+        .for_each(|(c, out)| outer_rows_simd::<T>(simd, src, g, c * rb, half, out));
 }
+
+simd_fn!(
+    /// [`outer_rows`] compiled for `simd`.
+    outer_rows_simd,
+    outer_rows,
+    <T: Real>,
+    (src: &[f64], g: Geo, t0: usize, half: &[f64], out: &mut [f64])
+);
 
 /// Rows `t0 ..` (row `t` = step `t mod len` of block `t / len`) of [`pass_outer`] into `out`.
 #[inline(always)]
@@ -152,21 +218,30 @@ pub(super) fn pass_last<O: Send>(
 ) {
     let lines = out.len() / len;
     let lb = rows_per_task(lines, len, 1 << 14);
+    let simd = Simd::detect();
     out.par_chunks_mut(lb * len)
         .enumerate()
         .for_each(|(c, out)| {
-            with_simd(|| last_lines(&src[c * lb * len..], len, half, out, &emit));
+            last_lines_simd(simd, &src[c * lb * len..], len, half, out, &emit);
         });
 }
 
+simd_fn!(
+    /// [`last_lines`] compiled for `simd`.
+    last_lines_simd,
+    last_lines,
+    <O, F: Fn(&mut O, f64)>,
+    (src: &[f64], len: usize, half: &[f64], out: &mut [O], emit: &F)
+);
+
 /// The lines of `out` (from the start of `src`) of [`pass_last`].
 #[inline(always)]
-fn last_lines<O>(
+fn last_lines<O, F: Fn(&mut O, f64)>(
     src: &[f64],
     len: usize,
     half: &[f64],
     out: &mut [O],
-    emit: &impl Fn(&mut O, f64),
+    emit: &F,
 ) {
     let r = half.len() - 1;
     let mut buf = vec![0.0f64; len + 2 * r];

@@ -5,13 +5,15 @@
 //! axis `a`; a constant cube has none. Peaks come in scikit-image's order: descending value,
 //! ties in raster order of `(coordinates…, scale)` (a stable sort of `np.nonzero`).
 //!
-//! The box maximum is separable: each plane's 3^n spatial maximum is computed once (one
-//! 3-wide pass per axis) and a voxel is compared with those of its plane and the planes
-//! either side.
+//! Where few voxels are above the threshold (the usual case), each of them is compared with
+//! its 3^(n+1) − 1 neighbours directly ([`is_peak`]); otherwise the box maximum, which is
+//! separable, is computed for every plane (one 3-wide pass per axis) and a voxel is compared
+//! with those of its plane and the planes either side. Both find the same peaks: a voxel
+//! equals its window's maximum exactly when no neighbour is larger.
 
 use rayon::prelude::*;
 
-use super::laplace::{Geo, with_simd};
+use super::laplace::{Geo, Simd, simd_fn};
 use crate::detect::real::Real;
 
 /// A peak: flat voxel index, scale index and value.
@@ -36,25 +38,37 @@ fn max3_pass<T: Real>(src: &[T], dst: &mut [T], g: Geo) {
         .div_ceil(4 * threads)
         .max((1usize << 14).div_ceil(inner))
         .max(1);
+    let simd = Simd::detect();
     dst.par_chunks_mut(rb * inner)
         .enumerate()
-        .for_each(|(c, out)| {
-            with_simd(|| {
-                for (dt, orow) in out.chunks_mut(inner).enumerate() {
-                    let t = c * rb + dt;
-                    let (base, i) = ((t / len) * len * inner, t % len);
-                    let row = |i: usize| &src[base + i * inner..base + (i + 1) * inner];
-                    let (a, b, d) = (row(i.saturating_sub(1)), row(i), row((i + 1).min(len - 1)));
-                    if inner > 1 {
-                        for (((o, &x), &y), &z) in orow.iter_mut().zip(a).zip(b).zip(d) {
-                            *o = max2(max2(x, y), z);
-                        }
-                    } else {
-                        orow[0] = max2(max2(a[0], b[0]), d[0]);
-                    }
-                }
-            })
-        });
+        .for_each(|(c, out)| max3_rows_simd::<T>(simd, src, out, g, c * rb));
+}
+
+simd_fn!(
+    /// [`max3_rows`] compiled for `simd`.
+    max3_rows_simd,
+    max3_rows,
+    <T: Real>,
+    (src: &[T], out: &mut [T], g: Geo, t0: usize)
+);
+
+/// Rows `t0 ..` of [`max3_pass`] into `out`.
+#[inline(always)]
+fn max3_rows<T: Real>(src: &[T], out: &mut [T], g: Geo, t0: usize) {
+    let (len, inner) = (g.len, g.inner);
+    for (dt, orow) in out.chunks_mut(inner).enumerate() {
+        let t = t0 + dt;
+        let (base, i) = ((t / len) * len * inner, t % len);
+        let row = |i: usize| &src[base + i * inner..base + (i + 1) * inner];
+        let (a, b, d) = (row(i.saturating_sub(1)), row(i), row((i + 1).min(len - 1)));
+        if inner > 1 {
+            for (((o, &x), &y), &z) in orow.iter_mut().zip(a).zip(b).zip(d) {
+                *o = max2(max2(x, y), z);
+            }
+        } else {
+            orow[0] = max2(max2(a[0], b[0]), d[0]);
+        }
+    }
 }
 
 /// The 3^n box maximum of one plane into `out` (`tmp`: a second buffer of the same size).
@@ -100,6 +114,116 @@ pub(super) fn find_peaks_nd<T: Real>(
     if lo == hi || lo.is_nan() || hi.is_nan() || covered || nvox == 0 {
         return Vec::new();
     }
+    // voxels above the threshold: few (direct comparisons) or many (box maxima)
+    let above: usize = cube
+        .par_chunks(1 << 16)
+        .map(|c| c.iter().filter(|&&v| v > thr).count())
+        .sum();
+    let window = 3usize.pow(dims.len() as u32 + 1);
+    // (`is_peak` holds up to 8 axes)
+    let mut cands =
+        if dims.len() <= 8 && above.saturating_mul(window) <= cube.len().saturating_mul(8) {
+            direct_peaks(cube, dims, ns, thr, border)
+        } else {
+            box_peaks(cube, dims, ns, thr, border)
+        };
+    cands.sort_by(|a, b| {
+        b.v.partial_cmp(&a.v)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.idx.cmp(&b.idx))
+            .then(a.s.cmp(&b.s))
+    });
+    cands
+}
+
+/// Whether voxel `k` of plane `s` (value `v`) is at least every one of its neighbours: the
+/// 3^n window of its plane and of the planes either side, clamped at the ends of every axis
+/// (`nearest` edges: a clamped neighbour is a voxel of the window already).
+#[inline]
+fn is_peak<T: Real>(cube: &[T], dims: &[usize], ns: usize, (s, k, v): (usize, usize, T)) -> bool {
+    let nvox: usize = dims.iter().product();
+    let n = dims.len();
+    // the voxel's coordinates and the strides, last axis fastest
+    let mut at = [0usize; 8];
+    let mut stride = [0usize; 8];
+    let (mut rest, mut st) = (k, 1usize);
+    for a in (0..n).rev() {
+        at[a] = rest % dims[a];
+        rest /= dims[a];
+        stride[a] = st;
+        st *= dims[a];
+    }
+    let lo_s = s.saturating_sub(1);
+    let hi_s = (s + 1).min(ns - 1);
+    // an odometer over the offsets −1, 0, +1 of every spatial axis (clamped)
+    let mut off = [0usize; 8];
+    let first = |a: usize| at[a].saturating_sub(1);
+    let last = |a: usize| (at[a] + 1).min(dims[a] - 1);
+    for (a, o) in off.iter_mut().enumerate().take(n) {
+        *o = first(a);
+    }
+    loop {
+        let idx: usize = (0..n).map(|a| off[a] * stride[a]).sum();
+        for t in lo_s..=hi_s {
+            if cube[t * nvox + idx] > v {
+                return false;
+            }
+        }
+        // next offset
+        let mut a = n;
+        loop {
+            if a == 0 {
+                return true;
+            }
+            a -= 1;
+            if off[a] < last(a) {
+                off[a] += 1;
+                break;
+            }
+            off[a] = first(a);
+        }
+    }
+}
+
+/// [`find_peaks_nd`] by direct comparisons ([`is_peak`]), planes in parallel chunks.
+pub(super) fn direct_peaks<T: Real>(
+    cube: &[T],
+    dims: &[usize],
+    ns: usize,
+    thr: T,
+    border: &[usize],
+) -> Vec<Cand<T>> {
+    let nvox: usize = dims.iter().product();
+    let chunk = 1 << 14;
+    let found: Vec<Vec<Cand<T>>> = cube
+        .par_chunks(chunk)
+        .enumerate()
+        .map(|(c, vs)| {
+            let mut out = Vec::new();
+            for (dk, &v) in vs.iter().enumerate() {
+                if v > thr {
+                    let i = c * chunk + dk;
+                    let (s, k) = (i / nvox, i % nvox);
+                    if inside(k, dims, border) && is_peak(cube, dims, ns, (s, k, v)) {
+                        out.push(Cand { idx: k, s, v });
+                    }
+                }
+            }
+            out
+        })
+        .collect();
+    found.into_iter().flatten().collect()
+}
+
+/// [`find_peaks_nd`] by box maxima (every voxel compared with its window's maximum).
+pub(super) fn box_peaks<T: Real>(
+    cube: &[T],
+    dims: &[usize],
+    ns: usize,
+    thr: T,
+    border: &[usize],
+) -> Vec<Cand<T>> {
+    let nvox: usize = dims.iter().product();
     let plane = |s: usize| &cube[s * nvox..(s + 1) * nvox];
     let mut tmp = vec![T::ZERO; nvox];
     let mut maxes: [Vec<T>; 3] = std::array::from_fn(|_| vec![T::ZERO; nvox]);
@@ -141,11 +265,5 @@ pub(super) fn find_peaks_nd<T: Real>(
             .collect();
         cands.extend(found.into_iter().flatten());
     }
-    cands.sort_by(|a, b| {
-        b.v.partial_cmp(&a.v)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.idx.cmp(&b.idx))
-            .then(a.s.cmp(&b.s))
-    });
     cands
 }

@@ -355,3 +355,52 @@ fn prescaled_images_are_converted_as_frames() {
         assert_eq!(got.rows, want, "{prescale:?}");
     }
 }
+
+/// The two peak searches agree (direct comparisons for few voxels above the threshold, box
+/// maxima for many): random cubes of small integers (many ties and plateaus) and of reals,
+/// 1-D to 4-D, 1 to 4 scales, every threshold from "none" to "few", with and without borders.
+#[test]
+fn direct_and_box_peak_searches_agree() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let shapes: [&[usize]; 6] = [&[17], &[5, 7], &[4, 6, 5], &[3, 4, 3, 5], &[1, 9, 2], &[2, 2]];
+    let mut total = 0;
+    for dims in shapes {
+        let nvox: usize = dims.iter().product();
+        for ns in 1..=4 {
+            for ints in [true, false] {
+                let cube: Vec<f64> = (0..nvox * ns)
+                    .map(|_| {
+                        let r = next();
+                        if ints {
+                            (r % 5) as f64
+                        } else {
+                            (r >> 11) as f64 / (1u64 << 53) as f64
+                        }
+                    })
+                    .collect();
+                for thr in [-1.0, 0.5, 2.0, 3.5, 0.9] {
+                    for border in [vec![0; dims.len()], vec![1; dims.len()]] {
+                        let key = |c: &peaks::Cand<f64>| (c.idx, c.s, c.v.to_bits());
+                        let a: Vec<_> = peaks::direct_peaks(&cube, dims, ns, thr, &border)
+                            .iter()
+                            .map(key)
+                            .collect();
+                        let b: Vec<_> = peaks::box_peaks(&cube, dims, ns, thr, &border)
+                            .iter()
+                            .map(key)
+                            .collect();
+                        assert_eq!(a, b, "{dims:?} ns {ns} ints {ints} thr {thr} {border:?}");
+                        total += a.len();
+                    }
+                }
+            }
+        }
+    }
+    assert!(total > 100, "{total} peaks in all");
+}
