@@ -274,93 +274,31 @@ fn certified_search_equals_the_exact_one() {
         threshold_rel: None,
         ..BlobLogParams::default()
     };
-    assert!(
-        log_peaks_certified(
-            &[0.5; 100],
-            (10, 10),
-            &[1.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&[0.5; 100], (10, 10), &[1.0], &p).is_none());
     let p = BlobLogParams::default();
-    assert!(
-        log_peaks_certified(
-            &[0.0; 100],
-            (10, 10),
-            &[1.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&[0.0; 100], (10, 10), &[1.0], &p).is_none());
     // kernels wider than the frame: exact voxels would cost more than the f64 cube
     let img: Vec<f64> = (0..64 * 64).map(|_| rng.uniform()).collect();
-    assert!(
-        log_peaks_certified(
-            &img,
-            (64, 64),
-            &[100.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
-    assert!(
-        log_peaks_certified(
-            &img,
-            (64, 64),
-            &[2.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_some()
-    );
+    assert!(cert64(&img, (64, 64), &[100.0], &p).is_none());
+    assert!(cert64(&img, (64, 64), &[2.0], &p).is_some());
     // σ so small that the f32 taps overflow; a NaN or infinite pixel
-    assert!(
-        log_peaks_certified(
-            &img,
-            (64, 64),
-            &[1e-20],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&img, (64, 64), &[1e-20], &p).is_none());
     let mut bad = img.clone();
     bad[7] = f64::NAN;
-    assert!(
-        log_peaks_certified(
-            &bad,
-            (64, 64),
-            &[2.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&bad, (64, 64), &[2.0], &p).is_none());
     bad[7] = f64::INFINITY;
-    assert!(
-        log_peaks_certified(
-            &bad,
-            (64, 64),
-            &[2.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&bad, (64, 64), &[2.0], &p).is_none());
     // a flat frame: every voxel is within the bound of both extrema, past the cap
     let flat = vec![0.5; 200 * 100];
-    assert!(
-        log_peaks_certified(
-            &flat,
-            (200, 100),
-            &[1.0],
-            &p,
-            (Reference::F64, &CpuKnobs::default())
-        )
-        .is_none()
-    );
+    assert!(cert64(&flat, (200, 100), &[1.0], &p).is_none());
+}
+
+/// [`log_peaks_certified`] against the float64 reference with the default knobs.
+fn cert64(
+    img: &[f64],
+    dims: (usize, usize),
+    sigmas: &[f64],
+    p: &BlobLogParams,
+) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    log_peaks_certified(img, dims, sigmas, p, (Reference::F64, &CpuKnobs::default()))
 }

@@ -368,7 +368,14 @@ fn direct_and_box_peak_searches_agree() {
         seed ^= seed << 17;
         seed
     };
-    let shapes: [&[usize]; 6] = [&[17], &[5, 7], &[4, 6, 5], &[3, 4, 3, 5], &[1, 9, 2], &[2, 2]];
+    let shapes: [&[usize]; 6] = [
+        &[17],
+        &[5, 7],
+        &[4, 6, 5],
+        &[3, 4, 3, 5],
+        &[1, 9, 2],
+        &[2, 2],
+    ];
     let mut total = 0;
     for dims in shapes {
         let nvox: usize = dims.iter().product();
