@@ -19,6 +19,20 @@ use ndarray::{Array2, ArrayView2};
 
 use super::real::Real;
 
+/// Which f32 kernels the certified search of `blob_log` may use
+/// ([`crate::detect::blob_log::CpuKnobs::fused`], `ARRAYBRIDGE_DETECT_FUSED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FusedKernels {
+    /// The widest fused multiply-add kernels the CPU has (16 lanes with AVX-512F, 8 with AVX2
+    /// and FMA, the exact ones otherwise): `auto` or `16`.
+    #[default]
+    Widest,
+    /// At most the 8-lane fused kernels (AVX2 and FMA): `8`.
+    Eight,
+    /// The exact kernels (separate multiplies and adds, 8 lanes): `0`.
+    Exact,
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -35,7 +49,7 @@ pub(crate) enum Fused {}
 
 #[cfg(not(target_arch = "x86_64"))]
 impl Fused {
-    pub(crate) fn detect(_: crate::detect::blob_log::FusedKernels) -> Option<Self> {
+    pub(crate) fn detect(_: FusedKernels) -> Option<Self> {
         None
     }
     #[cfg(test)]

@@ -5,19 +5,7 @@
 
 use bridge_core::tuning::Tuning;
 
-/// Which f32 kernels the certified search of [`CpuKnobs`] may use
-/// (`ARRAYBRIDGE_DETECT_FUSED`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FusedKernels {
-    /// The widest fused multiply-add kernels the CPU has (16 lanes with AVX-512F, 8 with AVX2
-    /// and FMA, the exact ones otherwise): `auto` or `16`.
-    #[default]
-    Widest,
-    /// At most the 8-lane fused kernels (AVX2 and FMA): `8`.
-    Eight,
-    /// The exact kernels (separate multiplies and adds, 8 lanes): `0`.
-    Exact,
-}
+pub use crate::detect::filters::FusedKernels;
 
 /// The knobs of `blob_log` on the CPU, by value: a [`crate::detect::CpuBackend`] carries them
 /// and hands them to every frame it runs.

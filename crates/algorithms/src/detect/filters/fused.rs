@@ -23,7 +23,7 @@ use std::arch::x86_64::{
     _mm512_xor_si512,
 };
 
-use crate::detect::blob_log::FusedKernels;
+use super::FusedKernels;
 
 use super::avx2::{
     Avx2, Lanes, XOut, x_rows_avx2, x_rows_fma8, x_rows_fma16, y_offsets, y_rows_avx2, y_rows_fma8,
