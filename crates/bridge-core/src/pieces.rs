@@ -34,7 +34,6 @@
 //! # Ok::<(), BridgeError>(())
 //! ```
 
-use std::iter::Peekable;
 use std::ops::Range;
 
 use crate::{BridgeError, Result};
@@ -46,15 +45,15 @@ pub struct Piece<P> {
     pub frames: Range<usize>,
     /// The piece.
     pub data: P,
-    /// Whether errors name frames (not for a movie that is one piece of one frame: an image).
+    /// Whether errors name frames (not for a movie of one frame: an image, [`Pieces::of`]).
     numbered: bool,
 }
 
 impl<P> Piece<P> {
     /// `r` with an input error in the movie's frame numbers: one that names frames of the piece
     /// (counted from its first) has them shifted; one that names none is about the whole
-    /// piece. A movie of a single frame in a single piece (an image) keeps its errors as they
-    /// are. Other errors are unchanged.
+    /// piece. An image (a movie of one frame, [`Pieces::of`]) keeps its errors as they are.
+    /// Other errors are unchanged.
     pub fn errors<R>(&self, r: Result<R>) -> Result<R> {
         match r {
             Err(e) if self.numbered => Err(e.of_batch(self.frames.clone())),
@@ -65,31 +64,45 @@ impl<P> Piece<P> {
     /// The piece's first frame as a `u32` frame number (CSV rows, particles), or an error for a
     /// movie past 2³² frames.
     pub fn first_frame_u32(&self) -> Result<u32> {
-        u32::try_from(self.frames.end)
+        // the last frame's number must fit (the first's, for a piece of no frame)
+        let last = self.frames.end.saturating_sub(1).max(self.frames.start);
+        u32::try_from(last)
             .map(|_| self.frames.start as u32)
             .map_err(|_| BridgeError::InvalidInput("a movie of more than 2^32 frames".into()))
     }
 }
 
 /// The pieces of `parts` numbered in the movie's frames (`frames_of` counts a piece's frames);
-/// an error of the source itself (a chunk that could not be read) is passed on as it is.
+/// an error of the source itself (a chunk that could not be read) is passed on as it is. The
+/// source is read one piece at a time, never ahead.
 pub fn pieces<P, I, F>(parts: I, frames_of: F) -> Pieces<I::IntoIter, F>
 where
     I: IntoIterator<Item = Result<P>>,
     F: Fn(&P) -> usize,
 {
     Pieces {
-        inner: parts.into_iter().peekable(),
+        inner: parts.into_iter(),
         frames_of,
         next: 0,
+        image: false,
     }
 }
 
 /// The iterator of [`pieces`].
-pub struct Pieces<I: Iterator, F> {
-    inner: Peekable<I>,
+pub struct Pieces<I, F> {
+    inner: I,
     frames_of: F,
     next: usize,
+    image: bool,
+}
+
+impl<I, F> Pieces<I, F> {
+    /// The same pieces of a movie of `total` frames when known: a movie of one frame is an
+    /// image, whose errors name no frame ([`Piece::errors`]).
+    pub fn of(mut self, total: Option<usize>) -> Self {
+        self.image = total == Some(1);
+        self
+    }
 }
 
 impl<P, I, F> Iterator for Pieces<I, F>
@@ -112,11 +125,10 @@ where
             )));
         };
         self.next = end;
-        let image = start == 0 && n == 1 && self.inner.peek().is_none();
         Some(Ok(Piece {
             frames: start..end,
             data,
-            numbered: !image,
+            numbered: !self.image,
         }))
     }
 }
@@ -159,23 +171,36 @@ mod tests {
         let other = BridgeError::Unsupported("no".into());
         assert_eq!(msg(p.errors(Err(other))), "unsupported: no");
         assert_eq!(p.first_frame_u32().unwrap(), 3);
-        // one image: its errors name no frame
-        let one: Vec<_> = pieces(vec![Ok::<usize, BridgeError>(1)], |&n| n).collect();
+        // one image (a movie of one frame): its errors name no frame
+        let one: Vec<_> = pieces(vec![Ok::<usize, BridgeError>(1)], |&n| n)
+            .of(Some(1))
+            .collect();
         let one = one[0].as_ref().unwrap();
         assert_eq!(msg(one.errors(Err(bad(None)))), "invalid input: bad");
-        // the first of several one-frame pieces is a movie's frame
-        let two: Vec<_> = pieces(vec![Ok::<usize, BridgeError>(1), Ok(1)], |&n| n).collect();
-        let first = two[0].as_ref().unwrap();
-        assert_eq!(
-            msg(first.errors(Err(bad(None)))),
-            "invalid input: in frames 0..1: bad"
-        );
-        // past 2^32 frames, no u32 frame number
-        let big = Piece {
-            frames: (1 << 32)..(1 << 32) + 1,
+        // a one-frame piece of a longer (or unknown) movie is the movie's frame
+        for total in [None, Some(2)] {
+            let two: Vec<_> = pieces(vec![Ok::<usize, BridgeError>(1), Ok(1)], |&n| n)
+                .of(total)
+                .collect();
+            let first = two[0].as_ref().unwrap();
+            let e = msg(first.errors(Err(bad(None))));
+            assert_eq!(e, "invalid input: in frames 0..1: bad");
+        }
+        // frame numbers up to 2^32 - 1 fit a u32, not past
+        let piece = |frames: Range<usize>| Piece {
+            frames,
             data: (),
             numbered: true,
         };
-        assert!(big.first_frame_u32().is_err());
+        assert_eq!(
+            piece((1 << 32) - 2..1 << 32).first_frame_u32().unwrap(),
+            u32::MAX - 1
+        );
+        assert!(
+            piece((1 << 32) - 1..(1 << 32) + 1)
+                .first_frame_u32()
+                .is_err()
+        );
+        assert!(piece(1 << 32..1 << 32).first_frame_u32().is_err());
     }
 }

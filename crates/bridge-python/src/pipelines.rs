@@ -97,7 +97,8 @@ fn batched<R: Send>(
 ) -> PyResult<Vec<R>> {
     let mut out = Vec::with_capacity(frames.len());
     let batches = frames.chunks(batch.max(1)).map(Ok);
-    for piece in bridge_core::pieces::pieces(batches, |c| c.len()) {
+    let total = Some(frames.len());
+    for piece in bridge_core::pieces::pieces(batches, |c| c.len()).of(total) {
         let piece = piece.py_err()?;
         let r = piece.errors(py.detach(|| f(piece.data))).py_err()?;
         out.extend(r);

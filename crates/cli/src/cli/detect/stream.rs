@@ -73,7 +73,7 @@ pub(super) fn detect_frames(
     // Each chunk's errors name the movie's frames (`pieces`).
     let ahead = ReadAhead::new(stream, 1)?;
     let (mut n, mut t) = (0usize, 0usize);
-    for piece in pieces(std::iter::once(Ok(first)).chain(ahead), Movie::len) {
+    for piece in pieces(std::iter::once(Ok(first)).chain(ahead), Movie::len).of(total) {
         let piece = piece?;
         if total.is_none() {
             progress.set_length(piece.frames.end as u64);

@@ -20,7 +20,9 @@
 
 use rayon::prelude::*;
 
-use crate::detect::filters::{Avx2, Boundary, LogKernels, map_index};
+#[cfg(target_arch = "x86_64")]
+use crate::detect::filters::Avx2;
+use crate::detect::filters::{Boundary, LogKernels, map_index};
 use crate::detect::real::Real;
 
 /// Lanes of a register block.
@@ -53,8 +55,16 @@ impl Geo {
 /// 512- or 256-bit vectors: the same IEEE operations lane by lane, so the same values (Rust
 /// never contracts `a * b + c` into an FMA). A closure handed to such a function would not do:
 /// it stays a function of its own, compiled for the baseline (SSE2).
+///
+/// A proof of what the CPU has: made only by [`Simd::detect`] (its field is private), so the
+/// target-feature calls of [`simd_fn`] are sound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Simd {
+pub(super) struct Simd(Level);
+
+/// The vectors of a [`Simd`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) enum Level {
     /// AVX-512F (with AVX2).
     Avx512,
     /// AVX2.
@@ -69,13 +79,18 @@ impl Simd {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                return Simd::Avx512;
+                return Simd(Level::Avx512);
             }
             if Avx2::detect().is_some() {
-                return Simd::Avx2;
+                return Simd(Level::Avx2);
             }
         }
-        Simd::Plain
+        Simd(Level::Plain)
+    }
+
+    /// Its vectors.
+    pub(super) fn level(self) -> Level {
+        self.0
     }
 }
 
@@ -101,13 +116,18 @@ macro_rules! simd_fn {
             unsafe fn avx2<$($g $(: $b)?),*>($($arg: $ty),*) {
                 $body::<$($g),*>($($arg),*)
             }
-            match simd {
-                // SAFETY: `Simd::detect` found AVX-512F (and AVX2) on this CPU.
+            match simd.level() {
+                // SAFETY: `Simd::detect`, the only maker of a `Simd`, found AVX-512F (and
+                // AVX2) on this CPU.
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx512 => unsafe { wide::<$($g),*>($($arg),*) },
-                // SAFETY: `Simd::detect` found AVX2 on this CPU.
+                $crate::detect::blob_log::nd::laplace::Level::Avx512 => unsafe {
+                    wide::<$($g),*>($($arg),*)
+                },
+                // SAFETY: `Simd::detect`, the only maker of a `Simd`, found AVX2 on this CPU.
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx2 => unsafe { avx2::<$($g),*>($($arg),*) },
+                $crate::detect::blob_log::nd::laplace::Level::Avx2 => unsafe {
+                    avx2::<$($g),*>($($arg),*)
+                },
                 _ => $body::<$($g),*>($($arg),*),
             }
         }
