@@ -206,6 +206,24 @@ fn has_opencl() -> bool {
     ok
 }
 
+/// `detect INPUT -o OUT --device DEVICE -q FLAGS…`, which must succeed; its output.
+fn detect_on(input: &Path, out: &Path, device: &str, flags: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "detect",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--device",
+        device,
+        "-q",
+    ];
+    args.extend_from_slice(flags);
+    let o = Command::new(BIN).args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{args:?}: {err}");
+    o
+}
+
 /// `detect --method locate --device opencl:0` on the fixtures of the CPU tests: the same CSV as
 /// the CPU, byte for byte, and trackpy's features; the summary names the device.
 #[test]
@@ -236,22 +254,12 @@ fn locate_on_opencl_matches_cpu_and_trackpy() {
         let mut outs = Vec::new();
         for device in ["cpu", "opencl:0"] {
             let o = d.join(format!("{k}-{}.csv", device.replace(':', "")));
-            let mut args = vec![
-                "detect",
-                inp.to_str().unwrap(),
-                "-o",
-                o.to_str().unwrap(),
-                "--method",
-                "locate",
-                "--device",
+            let out = detect_on(
+                &inp,
+                &o,
                 device,
-                "--json",
-                "-q",
-            ];
-            args.extend_from_slice(flags);
-            let out = Command::new(BIN).args(&args).output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{args:?}: {err}");
+                &[&["--method", "locate", "--json"], *flags].concat(),
+            );
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(
                 v["device"],
@@ -517,22 +525,7 @@ fn log_on_opencl_writes_the_cpus_csv() {
         let mut outs = Vec::new();
         for device in ["cpu", "opencl:0"] {
             let o = d.join(format!("{k}-{}.csv", device.replace(':', "")));
-            let mut args = vec![
-                "detect",
-                input.to_str().unwrap(),
-                "-o",
-                o.to_str().unwrap(),
-                "--device",
-                device,
-                "-q",
-            ];
-            args.extend_from_slice(flags);
-            let out = Command::new(BIN).args(&args).output().unwrap();
-            assert!(
-                out.status.success(),
-                "{args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            detect_on(input, &o, device, flags);
             outs.push(std::fs::read(&o).unwrap());
         }
         let rows = outs[0].iter().filter(|&&b| b == b'\n').count();

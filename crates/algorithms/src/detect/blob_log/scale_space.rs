@@ -196,13 +196,18 @@ fn band_parts(h: usize, band: usize) -> usize {
     (2 * threads).min(h.div_ceil(4 * band.max(1))).max(1)
 }
 
-/// The band (rows per step) and the parts of an `h`-row frame whose bands of `band` rows
-/// ([`band_rows`]) would leave threads without a part: a small frame (64 or 128 rows) then
-/// takes bands of `h / (4·threads)` rows, at least 8 (one row block of the y passes), so that
-/// each thread gets a part (each recomputes the row either side of its ends: 2 rows in 32 at
-/// worst). The values, and so the results, do not depend on the split. A band set by the
-/// knob (`knob`: [`super::CpuKnobs::band_rows`]) is kept.
-fn band_split(h: usize, band: usize, knob: Option<usize>) -> (usize, usize) {
+/// The band (rows per step) and the parts of an `h × w` frame of `ns` planes of `elem`-byte
+/// values: bands of [`band_rows`] rows, unless they would leave threads without a part: a
+/// small frame (64 or 128 rows) then takes bands of `h / (4·threads)` rows, at least 8 (one
+/// row block of the y passes), so that each thread gets a part (each recomputes the row either
+/// side of its ends: 2 rows in 32 at worst). The values, and so the results, do not depend on
+/// the split. A band set by the knob (`knob`: [`super::CpuKnobs::band_rows`]) is kept.
+fn band_split(
+    (h, w): (usize, usize),
+    (ns, elem): (usize, usize),
+    knob: Option<usize>,
+) -> (usize, usize) {
+    let band = band_rows(ns, w, elem, knob);
     let threads = rayon::current_num_threads().max(1);
     let parts = band_parts(h, band);
     if parts >= threads || knob.is_some_and(|b| b > 0) {
@@ -218,7 +223,7 @@ fn band_split(h: usize, band: usize, knob: Option<usize>) -> (usize, usize) {
 /// scale, [`band_parts`] parts).
 pub(crate) fn banded_host_bytes(h: usize, w: usize, ns: usize, knob: Option<usize>) -> u64 {
     let stride = crate::detect::filters::padded_stride(w) as u64;
-    let (band, parts) = band_split(h, band_rows(ns, w, 8, knob), knob);
+    let (band, parts) = band_split((h, w), (ns, 8), knob);
     // a part's ring holds at most its rows and the one either side, plus two
     let ring = (band.min(h.div_ceil(parts) + 2) + 2) as u64;
     let parts = parts as u64;
@@ -255,7 +260,7 @@ pub(super) fn log_peaks_banded<T: Real>(
     p: &BlobLogParams,
 ) -> (Vec<Cand<T>>, T, T) {
     let elem = std::mem::size_of::<T>();
-    let (band, nparts) = band_split(h, band_rows(sigmas.len(), w, elem, knob), knob);
+    let (band, nparts) = band_split((h, w), (sigmas.len(), elem), knob);
     let split = (band, nparts, None);
     let planes = exact_planes(sigmas);
     let b = match acc {
@@ -600,7 +605,7 @@ pub(super) fn log_peaks_banded_in_f32(
     p: &BlobLogParams,
     (e, fused, knob): (f64, Option<Fused>, Option<usize>),
 ) -> Banded<f32> {
-    let (band, nparts) = band_split(h, band_rows(planes.len(), w, 4, knob), knob);
+    let (band, nparts) = band_split((h, w), (planes.len(), 4), knob);
     let split = (band, nparts, None);
     log_peaks_padded::<f32, f32>(padded, (h, w), planes, p, split, (Some(e), fused))
 }

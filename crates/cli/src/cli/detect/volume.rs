@@ -226,10 +226,10 @@ pub(super) fn detect_volumes(
             Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
         };
         let blobs = piece.errors(blob_log_nd_on_device(&device, view, args.prescale, &p))?;
-        write_rows(&mut w, volumes, &blobs)?;
+        write_rows(&mut w, piece.frames.start, &blobs)?;
         n += blobs.rows.len();
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
-        volumes += 1;
+        volumes = piece.frames.end;
     }
     w.finish()?;
     let (d, h, wd, dtype) = dims.ok_or_else(|| {
