@@ -35,7 +35,7 @@ pub use convert::{Converted, convert_frame};
 pub use knobs::{CpuKnobs, FusedKernels};
 pub use nd::{
     BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_on_device,
-    blob_log_nd_prescaled, blob_log_nd_view,
+    blob_log_nd_on_device_with, blob_log_nd_prescaled, blob_log_nd_view,
 };
 // used by the device back end only
 #[cfg(any(feature = "cuda", feature = "opencl"))]

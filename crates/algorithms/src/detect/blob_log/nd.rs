@@ -35,6 +35,13 @@
 //!   `check_scale_space_range`); the cube and work buffers are checked against the host
 //!   memory budget before anything large is allocated.
 //!
+//! **On the CPU**, steps 3 and 4 are by default the certified search (`nd/certified.rs`): the
+//! peaks found in a float32 cube with a proven error bound, every decision the bound leaves
+//! open settled with exact float64 voxels, so the rows, threshold and candidate count are those
+//! of the exact cube bit for bit at about half its cost; [`CpuKnobs::certified`]
+//! (`ARRAYBRIDGE_DETECT_CERTIFIED=0`) turns it off, and it declines (the exact cube runs) where
+//! it cannot settle cheaply.
+//!
 //! **On a device** ([`blob_log_nd_on_device`]): step 3 runs on an OpenCL or CUDA device with
 //! float64 (`nd/device.rs`, the same passes and roundings: the cube bit for bit), steps 4–6 on
 //! the host; the rows are the CPU's.
@@ -42,6 +49,7 @@
 //! For a 2-D image with scalar σ the rows equal those of the 2-D
 //! [`blob_log_frame`](super::blob_log_frame) (tested on its fixtures).
 
+mod certified;
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 mod device;
 mod laplace;
@@ -52,7 +60,7 @@ mod prune;
 use bridge_core::{BridgeError, Device, Result};
 use ndarray::{ArrayView2, ArrayViewD};
 
-use super::{Converted, Prescale, convert_frame};
+use super::{Converted, CpuKnobs, Prescale, convert_frame};
 use crate::detect::FrameView;
 use crate::detect::real::Real;
 use crate::exec::DeviceHandle;
@@ -103,14 +111,15 @@ impl BlobsNd {
 /// `skimage.feature.blob_log(image, …)` on an n-D image already in its working type (`f32`
 /// runs in float32, `f64` in float64); see the module docs.
 pub fn blob_log_nd<T: Real>(image: ArrayViewD<'_, T>, p: &BlobLogNdParams) -> Result<BlobsNd> {
-    blob_log_nd_in(&DeviceHandle::cpu(), image, p)
+    blob_log_nd_in(&DeviceHandle::cpu(), image, p, &CpuKnobs::process())
 }
 
-/// [`blob_log_nd`] with the scale space computed on `device`.
+/// [`blob_log_nd`] with the scale space computed on `device` (`knobs`: the CPU's).
 fn blob_log_nd_in<T: Real>(
     device: &DeviceHandle,
     image: ArrayViewD<'_, T>,
     p: &BlobLogNdParams,
+    knobs: &CpuKnobs,
 ) -> Result<BlobsNd> {
     let shape = image.shape().to_vec();
     let res = p.resolve(&shape)?;
@@ -119,26 +128,27 @@ fn blob_log_nd_in<T: Real>(
     let raw = max_magnitude(image.iter().map(|v| v.to_f64()))?;
     check_range(raw, &res, T::IS_F32)?;
     let img: Vec<f64> = image.iter().map(|v| v.to_f64()).collect();
-    run::<T>(device, &img, &shape, &res, p)
+    run::<T>(device, &img, &shape, &res, p, knobs)
 }
 
 /// [`blob_log_nd`] on raw pixels: `u8`/`u16` go through `img_as_float` (f64 working type),
 /// `f32` and `f64` are used as they are.
 pub fn blob_log_nd_view(image: VolumeView<'_>, p: &BlobLogNdParams) -> Result<BlobsNd> {
-    blob_log_nd_view_in(&DeviceHandle::cpu(), image, p)
+    blob_log_nd_view_in(&DeviceHandle::cpu(), image, p, &CpuKnobs::process())
 }
 
-/// [`blob_log_nd_view`] with the scale space computed on `device`.
+/// [`blob_log_nd_view`] with the scale space computed on `device` (`knobs`: the CPU's).
 fn blob_log_nd_view_in(
     device: &DeviceHandle,
     image: VolumeView<'_>,
     p: &BlobLogNdParams,
+    knobs: &CpuKnobs,
 ) -> Result<BlobsNd> {
     match image {
-        VolumeView::U8(a) => blob_log_nd_uint(device, a, 1.0 / 255.0, p),
-        VolumeView::U16(a) => blob_log_nd_uint(device, a, 1.0 / 65535.0, p),
-        VolumeView::F32(a) => blob_log_nd_in(device, a, p),
-        VolumeView::F64(a) => blob_log_nd_in(device, a, p),
+        VolumeView::U8(a) => blob_log_nd_uint(device, a, 1.0 / 255.0, p, knobs),
+        VolumeView::U16(a) => blob_log_nd_uint(device, a, 1.0 / 65535.0, p, knobs),
+        VolumeView::F32(a) => blob_log_nd_in(device, a, p, knobs),
+        VolumeView::F64(a) => blob_log_nd_in(device, a, p, knobs),
     }
 }
 
@@ -170,12 +180,25 @@ pub fn blob_log_nd_prescaled(
 /// `opencl:N`/`cuda:N` with float64 (the same passes in the same order with the same
 /// roundings, so the rows are the CPU's bit for bit; the peak search and the pruning run on the
 /// host). A device without float64 is refused ([`BridgeError::Unsupported`]), as are torch
-/// devices.
+/// devices. On the CPU it runs with the process's [`CpuKnobs`].
 pub fn blob_log_nd_on_device(
     device: &DeviceHandle,
     image: VolumeView<'_>,
     prescale: Prescale,
     p: &BlobLogNdParams,
+) -> Result<BlobsNd> {
+    blob_log_nd_on_device_with(device, image, prescale, p, &CpuKnobs::process())
+}
+
+/// [`blob_log_nd_on_device`] with the CPU's knobs given by value (they change the speed, never
+/// the rows: with `knobs.certified` the CPU finds the exact cube's peaks in an f32 one,
+/// `nd/certified.rs`).
+pub fn blob_log_nd_on_device_with(
+    device: &DeviceHandle,
+    image: VolumeView<'_>,
+    prescale: Prescale,
+    p: &BlobLogNdParams,
+    knobs: &CpuKnobs,
 ) -> Result<BlobsNd> {
     let shape = image.shape().to_vec();
     let Some(&cols) = shape
@@ -183,7 +206,7 @@ pub fn blob_log_nd_on_device(
         .filter(|&&c| c > 0 && prescale != Prescale::Legacy)
     else {
         // legacy, or an image whose shape `blob_log_nd` refuses in words
-        return blob_log_nd_view_in(device, image, p);
+        return blob_log_nd_view_in(device, image, p, knobs);
     };
     let converted = match &image {
         VolumeView::U8(a) => convert_rows(a, cols, prescale, |r| FrameView::U8(r)),
@@ -193,12 +216,18 @@ pub fn blob_log_nd_on_device(
     }?;
     let err = |e: ndarray::ShapeError| BridgeError::invalid_argument("image", e.to_string());
     match converted {
-        Converted::F32(v) => {
-            blob_log_nd_in(device, ArrayViewD::from_shape(shape, &v).map_err(err)?, p)
-        }
-        Converted::F64(v) => {
-            blob_log_nd_in(device, ArrayViewD::from_shape(shape, &v).map_err(err)?, p)
-        }
+        Converted::F32(v) => blob_log_nd_in(
+            device,
+            ArrayViewD::from_shape(shape, &v).map_err(err)?,
+            p,
+            knobs,
+        ),
+        Converted::F64(v) => blob_log_nd_in(
+            device,
+            ArrayViewD::from_shape(shape, &v).map_err(err)?,
+            p,
+            knobs,
+        ),
     }
 }
 
@@ -223,6 +252,7 @@ fn blob_log_nd_uint<P: Copy + Into<f64>>(
     image: ArrayViewD<'_, P>,
     scale: f64,
     p: &BlobLogNdParams,
+    knobs: &CpuKnobs,
 ) -> Result<BlobsNd> {
     let shape = image.shape().to_vec();
     let res = p.resolve(&shape)?;
@@ -231,7 +261,7 @@ fn blob_log_nd_uint<P: Copy + Into<f64>>(
     check_range(1.0, &res, false)?;
     check_memory::<f64>(nvox, &shape, p.num_sigma)?;
     let img: Vec<f64> = image.iter().map(|&v| v.into() * scale).collect();
-    run::<f64>(device, &img, &shape, &res, p)
+    run::<f64>(device, &img, &shape, &res, p, knobs)
 }
 
 /// The scale-space cube of an n-D image in its working type, plane-major
@@ -351,28 +381,52 @@ fn cube_on<T: Real>(
     }
 }
 
+/// The threshold of the peak search from the cube's extrema, in the working type:
+/// `max(threshold or min(cube), threshold_rel · max(cube))`.
+fn threshold_of<T: Real>(
+    (threshold, threshold_rel): (Option<f64>, Option<f64>),
+    (lo, hi): (T, T),
+) -> T {
+    let mut thr = threshold.map_or(lo, T::from_f64);
+    if let Some(rel) = threshold_rel {
+        let t = T::from_f64(rel) * hi;
+        if t > thr {
+            thr = t;
+        }
+    }
+    thr
+}
+
 /// The pipeline on a validated image (`img`: its values in f64, C order), its scale space
-/// computed on `device`.
+/// computed on `device` (on the CPU, by the certified search where `knobs` allow it and it
+/// applies).
 fn run<T: Real>(
     device: &DeviceHandle,
     img: &[f64],
     shape: &[usize],
     res: &params::Resolved,
     p: &BlobLogNdParams,
+    knobs: &CpuKnobs,
 ) -> Result<BlobsNd> {
     let ndim = shape.len();
     let sigmas = sigma_table::<T>(&res.min_sigma, &res.max_sigma, p.num_sigma, p.log_scale);
     let scales: Vec<T> = sigmas.iter().map(|r| params::scale_factor(r)).collect();
-    let (cube, lo, hi) = cube_on(device, img, shape, &sigmas, &scales)?;
-    let mut thr = p.threshold.map_or(lo, T::from_f64);
-    if let Some(rel) = p.threshold_rel {
-        let t = T::from_f64(rel) * hi;
-        if t > thr {
-            thr = t;
+    let thresholds = (p.threshold, p.threshold_rel);
+    let certified = if device.device() == Device::Cpu && knobs.certified {
+        certified::certified_peaks(img, shape, (&sigmas, &scales), thresholds, &res.border)
+    } else {
+        None
+    };
+    let (cands, thr) = match certified {
+        Some(found) => found,
+        None => {
+            let (cube, lo, hi) = cube_on(device, img, shape, &sigmas, &scales)?;
+            let thr = threshold_of(thresholds, (lo, hi));
+            let ns = sigmas.len();
+            let cands = peaks::find_peaks_nd(&cube, shape, ns, (thr, lo, hi), &res.border);
+            (cands, thr)
         }
-    }
-    let cands = peaks::find_peaks_nd(&cube, shape, sigmas.len(), (thr, lo, hi), &res.border);
-    drop(cube);
+    };
     let sigma_dim = if res.scalar_sigma { 1 } else { ndim };
     let mut coords: Vec<T> = Vec::with_capacity(cands.len() * ndim);
     let mut sig: Vec<T> = Vec::with_capacity(cands.len() * sigma_dim);

@@ -14,9 +14,14 @@
 //! writes (or adds) straight into the cube plane.
 //!
 //! Passes along an outer axis (`inner > 1` elements per step) are vectorised along the
-//! contiguous inner elements, 16 at a time in registers, over strips of columns so that the
-//! lines a strip reads stay in cache; passes along the last axis pad each line and vectorise
-//! over its outputs. Both run on all threads, compiled for AVX2 where the CPU has it.
+//! contiguous inner elements in blocks of 32 (f64) or 64 (f32) lanes, several registers of
+//! independent sums in flight (then blocks of 16, then single columns), over strips of columns
+//! so that the lines a strip reads stay in cache; passes along the last axis pad each line and
+//! vectorise over its outputs the same way. Both run on all threads, compiled for AVX-512F or
+//! AVX2 where the CPU has it.
+//!
+//! The passes are generic over their sum type `A`: f64 for the cube itself (SciPy's sums), f32
+//! for the certified search's approximate cube (`nd/certified.rs`), the same code.
 
 use rayon::prelude::*;
 
@@ -25,8 +30,6 @@ use crate::detect::filters::Avx2;
 use crate::detect::filters::{Boundary, LogKernels, map_index};
 use crate::detect::real::Real;
 
-/// Lanes of a register block.
-const L: usize = 16;
 /// Columns of a strip of an outer-axis pass (2 KiB of f64 per line).
 const STRIP: usize = 256;
 
@@ -135,10 +138,12 @@ macro_rules! simd_fn {
 }
 pub(super) use simd_fn;
 
-/// `v` rounded to the working type `T` (and held in f64).
+/// `v` (a sum in `A`) rounded to the working type `T` and held in `A`: SciPy's store of a pass
+/// output when `A = f64`; nothing when `A = T = f32` (the f32 cube of the certified search,
+/// whose sums are f32 already).
 #[inline(always)]
-fn round<T: Real>(v: f64) -> f64 {
-    T::from_f64(v).to_f64()
+fn round<T: Real, A: Real>(v: A) -> A {
+    A::from_f64(T::from_f64(v.to_f64()).to_f64())
 }
 
 /// SciPy `reflect` index of `j` on a line of `n`.
@@ -157,26 +162,26 @@ fn rows_per_task(rows: usize, inner: usize, min_elems: usize) -> usize {
 }
 
 /// One correlation pass with the symmetric kernel `half` (taps `0..=r`) along an axis with
-/// `inner > 1`: `dst` (rounded to `T`) from `src`, both laid out as `g`.
-pub(super) fn pass_outer<T: Real>(src: &[f64], dst: &mut [f64], g: Geo, half: &[f64]) {
+/// `inner > 1`: `dst` (rounded to `T`) from `src`, both laid out as `g`, summed in `A`.
+pub(super) fn pass_outer<T: Real, A: Real>(src: &[A], dst: &mut [A], g: Geo, half: &[A]) {
     let rb = rows_per_task(g.outer * g.len, g.inner, 1 << 14);
     let simd = Simd::detect();
     dst.par_chunks_mut(rb * g.inner)
         .enumerate()
-        .for_each(|(c, out)| outer_rows_simd::<T>(simd, src, g, c * rb, half, out));
+        .for_each(|(c, out)| outer_rows_simd::<T, A>(simd, src, g, c * rb, half, out));
 }
 
 simd_fn!(
     /// [`outer_rows`] compiled for `simd`.
     outer_rows_simd,
     outer_rows,
-    <T: Real>,
-    (src: &[f64], g: Geo, t0: usize, half: &[f64], out: &mut [f64])
+    <T: Real, A: Real>,
+    (src: &[A], g: Geo, t0: usize, half: &[A], out: &mut [A])
 );
 
 /// Rows `t0 ..` (row `t` = step `t mod len` of block `t / len`) of [`pass_outer`] into `out`.
 #[inline(always)]
-fn outer_rows<T: Real>(src: &[f64], g: Geo, t0: usize, half: &[f64], out: &mut [f64]) {
+fn outer_rows<T: Real, A: Real>(src: &[A], g: Geo, t0: usize, half: &[A], out: &mut [A]) {
     let (len, inner) = (g.len, g.inner);
     let r = half.len() - 1;
     let rows = out.len() / inner;
@@ -195,46 +200,63 @@ fn outer_rows<T: Real>(src: &[f64], g: Geo, t0: usize, half: &[f64], out: &mut [
             }
             let c = base + i * inner;
             let orow = &mut out[dt * inner..(dt + 1) * inner];
+            // wide blocks first (independent sums in flight: 4 vectors of the widest registers),
+            // then blocks of 16, then single columns
             let mut k = cs;
-            while k + L <= ce {
-                let mut acc = [0.0f64; L];
-                for (a, &v) in acc.iter_mut().zip(&src[c + k..c + k + L]) {
-                    *a = v * half[0];
-                }
-                for j in (1..=r).rev() {
-                    let wj = half[j];
-                    let u = &src[up[j] + k..up[j] + k + L];
-                    let d = &src[dn[j] + k..dn[j] + k + L];
-                    for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
-                        *a += (x + y) * wj;
-                    }
-                }
-                for (o, &a) in orow[k..k + L].iter_mut().zip(&acc) {
-                    *o = round::<T>(a);
-                }
-                k += L;
+            if std::mem::size_of::<A>() == 4 {
+                k = outer_blocks::<T, A, 64>(src, (c, &up, &dn), half, (k, ce), orow);
+            } else {
+                k = outer_blocks::<T, A, 32>(src, (c, &up, &dn), half, (k, ce), orow);
             }
-            for k in k..ce {
-                let mut a = src[c + k] * half[0];
-                for j in (1..=r).rev() {
-                    a += (src[up[j] + k] + src[dn[j] + k]) * half[j];
-                }
-                orow[k] = round::<T>(a);
-            }
+            k = outer_blocks::<T, A, 16>(src, (c, &up, &dn), half, (k, ce), orow);
+            outer_blocks::<T, A, 1>(src, (c, &up, &dn), half, (k, ce), orow);
         }
         cs = ce;
     }
 }
 
+/// Columns `k .. ce` of one output row of [`outer_rows`] in blocks of `B` (as many as fit),
+/// from the centre line `c` and the tap lines `up[j]`, `dn[j]` of `src`; returns the first
+/// column not done.
+#[inline(always)]
+fn outer_blocks<T: Real, A: Real, const B: usize>(
+    src: &[A],
+    (c, up, dn): (usize, &[usize], &[usize]),
+    half: &[A],
+    (mut k, ce): (usize, usize),
+    orow: &mut [A],
+) -> usize {
+    let r = half.len() - 1;
+    while k + B <= ce {
+        let mut acc = [A::ZERO; B];
+        for (a, &v) in acc.iter_mut().zip(&src[c + k..c + k + B]) {
+            *a = v * half[0];
+        }
+        for j in (1..=r).rev() {
+            let wj = half[j];
+            let u = &src[up[j] + k..up[j] + k + B];
+            let d = &src[dn[j] + k..dn[j] + k + B];
+            for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
+                *a = *a + (x + y) * wj;
+            }
+        }
+        for (o, &a) in orow[k..k + B].iter_mut().zip(&acc) {
+            *o = round::<T, A>(a);
+        }
+        k += B;
+    }
+    k
+}
+
 /// One correlation pass with the symmetric kernel `half` along the last axis (lines of `len`
-/// contiguous elements): `emit(out, sum)` gets every output's f64 sum (it rounds and stores or
-/// adds).
-pub(super) fn pass_last<O: Send>(
-    src: &[f64],
+/// contiguous elements): `emit(out, sum)` gets every output's sum in `A` (it rounds and stores
+/// or adds).
+pub(super) fn pass_last<A: Real, O: Send>(
+    src: &[A],
     len: usize,
-    half: &[f64],
+    half: &[A],
     out: &mut [O],
-    emit: impl Fn(&mut O, f64) + Sync,
+    emit: impl Fn(&mut O, A) + Sync,
 ) {
     let lines = out.len() / len;
     let lb = rows_per_task(lines, len, 1 << 14);
@@ -250,21 +272,21 @@ simd_fn!(
     /// [`last_lines`] compiled for `simd`.
     last_lines_simd,
     last_lines,
-    <O, F: Fn(&mut O, f64)>,
-    (src: &[f64], len: usize, half: &[f64], out: &mut [O], emit: &F)
+    <A: Real, O, F: Fn(&mut O, A)>,
+    (src: &[A], len: usize, half: &[A], out: &mut [O], emit: &F)
 );
 
 /// The lines of `out` (from the start of `src`) of [`pass_last`].
 #[inline(always)]
-fn last_lines<O, F: Fn(&mut O, f64)>(
-    src: &[f64],
+fn last_lines<A: Real, O, F: Fn(&mut O, A)>(
+    src: &[A],
     len: usize,
-    half: &[f64],
+    half: &[A],
     out: &mut [O],
     emit: &F,
 ) {
     let r = half.len() - 1;
-    let mut buf = vec![0.0f64; len + 2 * r];
+    let mut buf = vec![A::ZERO; len + 2 * r];
     for (line, oline) in src.chunks(len).zip(out.chunks_mut(len)) {
         buf[r..r + len].copy_from_slice(line);
         for k in 0..r {
@@ -272,74 +294,108 @@ fn last_lines<O, F: Fn(&mut O, f64)>(
             buf[r + len + k] = line[reflect((len + k) as isize, len)];
         }
         let mut k = 0;
-        while k + L <= len {
-            let mut acc = [0.0f64; L];
-            for (a, &v) in acc.iter_mut().zip(&buf[r + k..r + k + L]) {
-                *a = v * half[0];
-            }
-            for j in (1..=r).rev() {
-                let wj = half[j];
-                let u = &buf[r + k - j..r + k - j + L];
-                let d = &buf[r + k + j..r + k + j + L];
-                for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
-                    *a += (x + y) * wj;
-                }
-            }
-            for (o, &a) in oline[k..k + L].iter_mut().zip(&acc) {
-                emit(o, a);
-            }
-            k += L;
+        if std::mem::size_of::<A>() == 4 {
+            k = last_blocks::<A, O, F, 64>(&buf, half, (k, len), oline, emit);
+        } else {
+            k = last_blocks::<A, O, F, 32>(&buf, half, (k, len), oline, emit);
         }
-        for k in k..len {
-            let mut a = buf[r + k] * half[0];
-            for j in (1..=r).rev() {
-                a += (buf[r + k - j] + buf[r + k + j]) * half[j];
+        k = last_blocks::<A, O, F, 16>(&buf, half, (k, len), oline, emit);
+        last_blocks::<A, O, F, 1>(&buf, half, (k, len), oline, emit);
+    }
+}
+
+/// Outputs `k .. len` of one line of [`last_lines`] in blocks of `B` (as many as fit), from the
+/// padded line `buf`; returns the first output not done.
+#[inline(always)]
+fn last_blocks<A: Real, O, F: Fn(&mut O, A), const B: usize>(
+    buf: &[A],
+    half: &[A],
+    (mut k, len): (usize, usize),
+    oline: &mut [O],
+    emit: &F,
+) -> usize {
+    let r = half.len() - 1;
+    while k + B <= len {
+        let mut acc = [A::ZERO; B];
+        for (a, &v) in acc.iter_mut().zip(&buf[r + k..r + k + B]) {
+            *a = v * half[0];
+        }
+        for j in (1..=r).rev() {
+            let wj = half[j];
+            let u = &buf[r + k - j..r + k - j + B];
+            let d = &buf[r + k + j..r + k + j + B];
+            for ((a, &x), &y) in acc.iter_mut().zip(u).zip(d) {
+                *a = *a + (x + y) * wj;
             }
-            emit(&mut oline[k], a);
+        }
+        for (o, &a) in oline[k..k + B].iter_mut().zip(&acc) {
+            emit(o, a);
+        }
+        k += B;
+    }
+    k
+}
+
+/// The half kernels of one axis in the sum type `A`: the Gaussian (`g0`) and its second
+/// derivative (`g2`), taps `0..=r`.
+#[derive(Debug, Clone)]
+pub(super) struct Halves<A> {
+    pub(super) g0: Vec<A>,
+    pub(super) g2: Vec<A>,
+}
+
+impl<A: Real> Halves<A> {
+    /// The taps of `k` rounded to `A` (exact for f64).
+    pub(super) fn of(k: &LogKernels) -> Self {
+        let conv = |h: &[f64]| h.iter().map(|&t| A::from_f64(t)).collect();
+        Halves {
+            g0: conv(&k.g0),
+            g2: conv(&k.g2),
         }
     }
 }
 
-/// Work buffers of [`log_plane_nd`]: four f64 volumes.
-pub(super) struct Work {
-    q: Vec<f64>,
-    qn: Vec<f64>,
-    d1: Vec<f64>,
-    d2: Vec<f64>,
+/// Work buffers of [`log_plane_nd`]: four volumes of the sum type `A`.
+pub(super) struct Work<A> {
+    q: Vec<A>,
+    qn: Vec<A>,
+    d1: Vec<A>,
+    d2: Vec<A>,
 }
 
-impl Work {
+impl<A: Real> Work<A> {
     /// Buffers for `n` voxels (those an image with one axis does not use stay empty).
     pub(super) fn new(n: usize, ndim: usize) -> Self {
         let n = if ndim > 1 { n } else { 0 };
         Work {
-            q: vec![0.0; n],
-            qn: vec![0.0; n],
-            d1: vec![0.0; n],
-            d2: vec![0.0; n],
+            q: vec![A::ZERO; n],
+            qn: vec![A::ZERO; n],
+            d1: vec![A::ZERO; n],
+            d2: vec![A::ZERO; n],
         }
     }
 }
 
 /// One plane of the cube: `plane = −gaussian_laplace(img, σ) · scale` in `T`, with the kernels
-/// `kernels[a]` of axis `a` (σ of that axis). `img` holds the image's values in f64 (exact `T`
-/// values), C order, shape `dims`.
-pub(super) fn log_plane_nd<T: Real>(
-    img: &[f64],
+/// `kernels[a]` of axis `a` (σ of that axis), every pass summed in `A` (f64: SciPy's sums;
+/// f32 with `T = f32`: the certified search's f32 cube). `img` holds the image's values in `A`,
+/// C order, shape `dims`.
+pub(super) fn log_plane_nd<T: Real, A: Real>(
+    img: &[A],
     dims: &[usize],
-    kernels: &[LogKernels],
+    kernels: &[Halves<A>],
     scale: T,
-    work: &mut Work,
+    work: &mut Work<A>,
     plane: &mut [T],
 ) {
     let n = dims.len();
     let last = dims[n - 1];
-    let store = |o: &mut T, a: f64| *o = T::from_f64(a);
-    let add = |o: &mut T, a: f64| *o = *o + T::from_f64(a);
+    let store = |o: &mut T, a: A| *o = T::from_f64(a.to_f64());
+    let add = |o: &mut T, a: A| *o = *o + T::from_f64(a.to_f64());
     // Q_a: `img` for a = 0, then `work.q`
     let mut q_is_img = true;
     for a in 0..n {
-        let q: &[f64] = if q_is_img { img } else { &work.q };
+        let q: &[A] = if q_is_img { img } else { &work.q };
         if a == n - 1 {
             if a == 0 {
                 pass_last(q, last, &kernels[a].g2, plane, store);
@@ -349,9 +405,9 @@ pub(super) fn log_plane_nd<T: Real>(
             break;
         }
         // D_a Q_a, then the Gaussian on axes a+1 .. n−2, then the last axis into the plane
-        pass_outer::<T>(q, &mut work.d1, Geo::of(dims, a), &kernels[a].g2);
+        pass_outer::<T, A>(q, &mut work.d1, Geo::of(dims, a), &kernels[a].g2);
         for (b, k) in kernels.iter().enumerate().take(n - 1).skip(a + 1) {
-            pass_outer::<T>(&work.d1, &mut work.d2, Geo::of(dims, b), &k.g0);
+            pass_outer::<T, A>(&work.d1, &mut work.d2, Geo::of(dims, b), &k.g0);
             std::mem::swap(&mut work.d1, &mut work.d2);
         }
         if a == 0 {
@@ -360,8 +416,8 @@ pub(super) fn log_plane_nd<T: Real>(
             pass_last(&work.d1, last, &kernels[n - 1].g0, plane, add);
         }
         // Q_{a+1} = G_a Q_a
-        let q: &[f64] = if q_is_img { img } else { &work.q };
-        pass_outer::<T>(q, &mut work.qn, Geo::of(dims, a), &kernels[a].g0);
+        let q: &[A] = if q_is_img { img } else { &work.q };
+        pass_outer::<T, A>(q, &mut work.qn, Geo::of(dims, a), &kernels[a].g0);
         std::mem::swap(&mut work.q, &mut work.qn);
         q_is_img = false;
     }
@@ -371,6 +427,24 @@ pub(super) fn log_plane_nd<T: Real>(
             *v = -*v * scale;
         }
     });
+}
+
+/// The minimum and maximum of `values` (`(0, 0)` when empty).
+pub(super) fn extrema<T: Real>(values: &[T]) -> (T, T) {
+    values
+        .par_chunks(1 << 16)
+        .map(|c| {
+            c.iter().fold((c[0], c[0]), |(lo, hi), &v| {
+                (if v < lo { v } else { lo }, if v > hi { v } else { hi })
+            })
+        })
+        .reduce_with(|a, b| {
+            (
+                if b.0 < a.0 { b.0 } else { a.0 },
+                if b.1 > a.1 { b.1 } else { a.1 },
+            )
+        })
+        .unwrap_or((T::ZERO, T::ZERO))
 }
 
 /// The whole cube, plane-major (`cube[s·N + voxel]`), and its minimum and maximum.
@@ -384,26 +458,13 @@ pub(super) fn log_cube_nd<T: Real>(
     let mut cube = vec![T::ZERO; nvox * sigmas.len()];
     let mut work = Work::new(nvox, dims.len());
     for ((row, &scale), plane) in sigmas.iter().zip(scales).zip(cube.chunks_mut(nvox)) {
-        let kernels: Vec<LogKernels> = row
+        let kernels: Vec<Halves<f64>> = row
             .iter()
-            .map(|s| LogKernels::new(s.to_f64(), T::IS_F32))
+            .map(|s| Halves::of(&LogKernels::new(s.to_f64(), T::IS_F32)))
             .collect();
         log_plane_nd(img, dims, &kernels, scale, &mut work, plane);
     }
     drop(work);
-    let (lo, hi) = cube
-        .par_chunks(1 << 16)
-        .map(|c| {
-            c.iter().fold((c[0], c[0]), |(lo, hi), &v| {
-                (if v < lo { v } else { lo }, if v > hi { v } else { hi })
-            })
-        })
-        .reduce_with(|a, b| {
-            (
-                if b.0 < a.0 { b.0 } else { a.0 },
-                if b.1 > a.1 { b.1 } else { a.1 },
-            )
-        })
-        .unwrap_or((T::ZERO, T::ZERO));
+    let (lo, hi) = extrema(&cube);
     (cube, lo, hi)
 }

@@ -106,42 +106,108 @@ pub(super) fn find_peaks_nd<T: Real>(
     (thr, lo, hi): (T, T, T),
     border: &[usize],
 ) -> Vec<Cand<T>> {
+    if lo == hi || lo.is_nan() || hi.is_nan() || !searchable(dims, border) {
+        return Vec::new();
+    }
+    let mut cands = select_peaks(cube, dims, ns, thr, border, |v| v);
+    sort_peaks(&mut cands);
+    cands
+}
+
+/// Whether a peak search of a cube of planes `dims` can find anything at all: some voxel, and
+/// a border that leaves some voxel inside.
+pub(super) fn searchable(dims: &[usize], border: &[usize]) -> bool {
     let nvox: usize = dims.iter().product();
     let covered = dims
         .iter()
         .zip(border)
         .any(|(&d, &b)| 2 * (b as u128) >= d as u128);
-    if lo == hi || lo.is_nan() || hi.is_nan() || covered || nvox == 0 {
-        return Vec::new();
-    }
-    // voxels above the threshold: few (direct comparisons) or many (box maxima)
-    let above: usize = cube
-        .par_chunks(1 << 16)
-        .map(|c| c.iter().filter(|&&v| v > thr).count())
-        .sum();
-    let window = 3usize.pow(dims.len() as u32 + 1);
-    // (`is_peak` holds up to 8 axes)
-    let mut cands =
-        if dims.len() <= 8 && above.saturating_mul(window) <= cube.len().saturating_mul(8) {
-            direct_peaks(cube, dims, ns, thr, border)
-        } else {
-            box_peaks(cube, dims, ns, thr, border)
-        };
+    nvox > 0 && !covered
+}
+
+/// scikit-image's order of peaks: descending value, ties in raster order of
+/// `(coordinates…, scale)`.
+pub(super) fn sort_peaks<T: Real>(cands: &mut [Cand<T>]) {
     cands.sort_by(|a, b| {
         b.v.partial_cmp(&a.v)
             .unwrap_or(std::cmp::Ordering::Equal)
             .then(a.idx.cmp(&b.idx))
             .then(a.s.cmp(&b.s))
     });
-    cands
 }
 
-/// Whether voxel `k` of plane `s` (value `v`) is at least every one of its neighbours: the
-/// 3^n window of its plane and of the planes either side, clamped at the ends of every axis
-/// (`nearest` edges: a clamped neighbour is a voxel of the window already).
+/// The voxels of the cube above `thr`, inside the border, with no neighbour above `lim(v)`
+/// (`lim(v) = v`: the maxima; larger: every voxel that may be a maximum when each value is
+/// known to within a bound), in plane-major raster order: by direct comparisons where few
+/// voxels pass the threshold, else by box maxima.
+pub(super) fn select_peaks<T: Real>(
+    cube: &[T],
+    dims: &[usize],
+    ns: usize,
+    thr: T,
+    border: &[usize],
+    lim: impl Fn(T) -> T + Sync,
+) -> Vec<Cand<T>> {
+    let above: usize = cube
+        .par_chunks(1 << 16)
+        .map(|c| c.iter().filter(|&&v| v > thr).count())
+        .sum();
+    let window = 3usize.pow(dims.len() as u32 + 1);
+    // (`is_peak` holds up to 8 axes)
+    if dims.len() <= 8 && above.saturating_mul(window) <= cube.len().saturating_mul(8) {
+        direct_peaks(cube, dims, ns, thr, border, lim)
+    } else {
+        box_peaks(cube, dims, ns, thr, border, lim)
+    }
+}
+
+/// Whether no neighbour of voxel `k` of plane `s` is above `v`: the 3^n window of its plane and
+/// of the planes either side, clamped at the ends of every axis (`nearest` edges: a clamped
+/// neighbour is a voxel of the window already).
 #[inline]
 fn is_peak<T: Real>(cube: &[T], dims: &[usize], ns: usize, (s, k, v): (usize, usize, T)) -> bool {
-    let nvox: usize = dims.iter().product();
+    let nvox = nvox_of(dims);
+    // the neighbours along each axis and scale first: on a slope one of them is larger, and
+    // the whole window need not be read
+    let mut stride = 1usize;
+    for &d in dims.iter().rev() {
+        let i = (k / stride) % d;
+        if (i > 0 && cube[s * nvox + k - stride] > v)
+            || (i + 1 < d && cube[s * nvox + k + stride] > v)
+        {
+            return false;
+        }
+        stride *= d;
+    }
+    if (s > 0 && cube[(s - 1) * nvox + k] > v) || (s + 1 < ns && cube[(s + 1) * nvox + k] > v) {
+        return false;
+    }
+    let mut peak = true;
+    for_window(dims, ns, (s, k), |t, idx| {
+        if cube[t * nvox + idx] > v {
+            peak = false;
+        }
+        peak
+    });
+    peak
+}
+
+/// The number of voxels of a plane.
+#[inline]
+fn nvox_of(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+/// Calls `visit(t, idx)` for every voxel `idx` of plane `t` in the neighbourhood of voxel `k` of
+/// plane `s` (the 3^n window, clamped at the ends of every axis, in the planes `s − 1 ..= s + 1`
+/// that exist), until `visit` returns `false`. At most 8 axes.
+#[inline]
+pub(super) fn for_window(
+    dims: &[usize],
+    ns: usize,
+    (s, k): (usize, usize),
+    mut visit: impl FnMut(usize, usize) -> bool,
+) {
     let n = dims.len();
     // the voxel's coordinates and the strides, last axis fastest
     let mut at = [0usize; 8];
@@ -165,15 +231,15 @@ fn is_peak<T: Real>(cube: &[T], dims: &[usize], ns: usize, (s, k, v): (usize, us
     loop {
         let idx: usize = (0..n).map(|a| off[a] * stride[a]).sum();
         for t in lo_s..=hi_s {
-            if cube[t * nvox + idx] > v {
-                return false;
+            if !visit(t, idx) {
+                return;
             }
         }
         // next offset
         let mut a = n;
         loop {
             if a == 0 {
-                return true;
+                return;
             }
             a -= 1;
             if off[a] < last(a) {
@@ -185,13 +251,14 @@ fn is_peak<T: Real>(cube: &[T], dims: &[usize], ns: usize, (s, k, v): (usize, us
     }
 }
 
-/// [`find_peaks_nd`] by direct comparisons ([`is_peak`]), planes in parallel chunks.
+/// [`select_peaks`] by direct comparisons ([`is_peak`]), planes in parallel chunks.
 pub(super) fn direct_peaks<T: Real>(
     cube: &[T],
     dims: &[usize],
     ns: usize,
     thr: T,
     border: &[usize],
+    lim: impl Fn(T) -> T + Sync,
 ) -> Vec<Cand<T>> {
     let nvox: usize = dims.iter().product();
     let chunk = 1 << 14;
@@ -204,7 +271,7 @@ pub(super) fn direct_peaks<T: Real>(
                 if v > thr {
                     let i = c * chunk + dk;
                     let (s, k) = (i / nvox, i % nvox);
-                    if inside(k, dims, border) && is_peak(cube, dims, ns, (s, k, v)) {
+                    if inside(k, dims, border) && is_peak(cube, dims, ns, (s, k, lim(v))) {
                         out.push(Cand { idx: k, s, v });
                     }
                 }
@@ -215,13 +282,14 @@ pub(super) fn direct_peaks<T: Real>(
     found.into_iter().flatten().collect()
 }
 
-/// [`find_peaks_nd`] by box maxima (every voxel compared with its window's maximum).
+/// [`select_peaks`] by box maxima (every voxel compared with its window's maximum).
 pub(super) fn box_peaks<T: Real>(
     cube: &[T],
     dims: &[usize],
     ns: usize,
     thr: T,
     border: &[usize],
+    lim: impl Fn(T) -> T + Sync,
 ) -> Vec<Cand<T>> {
     let nvox: usize = dims.iter().product();
     let plane = |s: usize| &cube[s * nvox..(s + 1) * nvox];
@@ -255,7 +323,7 @@ pub(super) fn box_peaks<T: Real>(
                     if v > thr {
                         let k = k0 + dk;
                         let m = max2(max2(maxes[0][k], maxes[1][k]), maxes[2][k]);
-                        if v >= m && inside(k, dims, border) {
+                        if m <= lim(v) && inside(k, dims, border) {
                             out.push(Cand { idx: k, s, v });
                         }
                     }

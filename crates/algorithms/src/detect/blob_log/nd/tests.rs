@@ -256,7 +256,7 @@ fn passes_equal_direct_correlation() {
         if axis == 2 {
             laplace::pass_last(&src, g.len, &k.g2, &mut got, |o, a| *o = a);
         } else {
-            laplace::pass_outer::<f64>(&src, &mut got, g, &k.g2);
+            laplace::pass_outer::<f64, f64>(&src, &mut got, g, &k.g2);
         }
         let r = k.g2.len() - 1;
         for o in 0..g.outer {
@@ -394,11 +394,11 @@ fn direct_and_box_peak_searches_agree() {
                 for thr in [-1.0, 0.5, 2.0, 3.5, 0.9] {
                     for border in [vec![0; dims.len()], vec![1; dims.len()]] {
                         let key = |c: &peaks::Cand<f64>| (c.idx, c.s, c.v.to_bits());
-                        let a: Vec<_> = peaks::direct_peaks(&cube, dims, ns, thr, &border)
+                        let a: Vec<_> = peaks::direct_peaks(&cube, dims, ns, thr, &border, |v| v)
                             .iter()
                             .map(key)
                             .collect();
-                        let b: Vec<_> = peaks::box_peaks(&cube, dims, ns, thr, &border)
+                        let b: Vec<_> = peaks::box_peaks(&cube, dims, ns, thr, &border, |v| v)
                             .iter()
                             .map(key)
                             .collect();
