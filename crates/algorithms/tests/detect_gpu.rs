@@ -852,6 +852,85 @@ mod cuda {
         eprintln!("cuda:0 volumes: {rows} rows, all the CPU's");
     }
 
+    /// trackpy's `locate` on volumes and 2-D images with sizes per axis (its bandpass on
+    /// `cuda:0`) gives the CPU's features bit for bit: random real-like images of every pixel
+    /// type, two parameter sets (the fixture cases and more run on OpenCL in
+    /// `tests/detect_locate_nd.rs`; this binary is the one the GPU harness carries).
+    #[test]
+    fn cuda_locate_volumes_equal_the_cpu() {
+        use algorithms::detect::blob_log::nd::VolumeView;
+        use algorithms::detect::locate::{LocateNdParams, locate_nd, locate_nd_on_device};
+        use ndarray::{ArrayD, IxDyn};
+        let exec = match algorithms::exec::CudaExecutor::new(0) {
+            Ok(e) => e,
+            Err(e) => {
+                if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
+                    panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
+                }
+                eprintln!("skipping: no CUDA device ({e})");
+                return;
+            }
+        };
+        let dev = algorithms::exec::DeviceHandle::from_executor(
+            algorithms::exec::AnyExecutor::Cuda(exec),
+        );
+        let mut r = Rng(23);
+        let mut rows = 0;
+        for shape in [vec![14usize, 40, 36], vec![50, 61]] {
+            let n: usize = shape.iter().product();
+            let vals: Vec<f64> = (0..n).map(|_| 0.05 + 0.1 * r.uniform()).collect();
+            let mut img = ArrayD::from_shape_vec(IxDyn(&shape), vals).unwrap();
+            for _ in 0..6 {
+                let c: Vec<f64> = shape.iter().map(|&d| r.uniform() * d as f64).collect();
+                for (idx, v) in img.indexed_iter_mut() {
+                    let d2: f64 = (0..shape.len())
+                        .map(|a| (idx[a] as f64 - c[a]).powi(2))
+                        .sum();
+                    *v += 0.8 * (-d2 / 3.0).exp();
+                }
+            }
+            let d = if shape.len() == 3 {
+                vec![5, 5, 5]
+            } else {
+                vec![7, 5]
+            };
+            let params = [
+                LocateNdParams::new(d.clone()),
+                LocateNdParams {
+                    invert: true,
+                    smoothing_size: Some(vec![9; shape.len()]),
+                    noise_size: (0..shape.len()).map(|a| 1.0 + 0.25 * a as f64).collect(),
+                    ..LocateNdParams::new(d)
+                },
+            ];
+            let top = img.iter().fold(0f64, |m, &v| m.max(v));
+            let f32s = img.mapv(|v| v as f32);
+            let u16s = img.mapv(|v| (v / top * 60000.0) as u16);
+            let u8s = img.mapv(|v| (v / top * 250.0) as u8);
+            for p in &params {
+                for view in [
+                    VolumeView::F64(img.view()),
+                    VolumeView::F32(f32s.view()),
+                    VolumeView::U16(u16s.view()),
+                    VolumeView::U8(u8s.view()),
+                ] {
+                    let cpu = locate_nd(view.clone(), p).unwrap();
+                    let got = locate_nd_on_device(&dev, view, p).unwrap();
+                    let bits = |f: &algorithms::detect::locate::FeaturesNd| -> Vec<Vec<u64>> {
+                        f.rows
+                            .iter()
+                            .map(|row| row.iter().map(|v| v.to_bits()).collect())
+                            .collect()
+                    };
+                    assert_eq!(got.columns, cpu.columns, "{shape:?}");
+                    assert_eq!(bits(&got), bits(&cpu), "{shape:?}");
+                    rows += cpu.rows.len();
+                }
+            }
+        }
+        eprintln!("cuda:0 locate on volumes: {rows} features, all the CPU's");
+    }
+
     fn device() -> Option<CudaDetect> {
         match algorithms::exec::CudaExecutor::new(0).map(CudaDetect::with_executor) {
             Ok(d) => Some(d),

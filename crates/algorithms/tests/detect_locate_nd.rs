@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+mod open;
 
 use algorithms::detect::FrameView;
 use algorithms::detect::blob_log::VolumeView;
@@ -304,4 +306,156 @@ fn why_a_volume_is_empty() {
         ..params(&[5])
     };
     assert_eq!(why(&blob, &heavy), Some(Empty::Filtered));
+}
+
+/// The fixture images and parameter sets of the tests above, and random real-like volumes and
+/// images (Gaussian spots on noise) of every pixel type under varied settings: the inputs the
+/// device path must match the CPU on.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn device_cases() -> Vec<(String, Vec<usize>, Pixels, LocateNdParams)> {
+    let mut out = Vec::new();
+    let fixtures: Vec<(&str, LocateNdParams)> = vec![
+        ("vol_u16", params(&[5])),
+        (
+            "vol_u16",
+            LocateNdParams {
+                invert: true,
+                ..params(&[7])
+            },
+        ),
+        ("vol_u8", params(&[5])),
+        ("vol_f64", params(&[5])),
+        ("vol_f32", params(&[5])),
+        ("aniso_u16", params(&[9, 5, 5])),
+        (
+            "aniso_f64",
+            LocateNdParams {
+                smoothing_size: Some(vec![9, 7, 9]),
+                threshold: Some(0.001),
+                ..params(&[7, 5, 5])
+            },
+        ),
+        (
+            "aniso_u16",
+            LocateNdParams {
+                preprocess: false,
+                ..params(&[7, 5, 5])
+            },
+        ),
+        ("img2_u16", params(&[7, 5])),
+        ("img2_f32", params(&[7, 5])),
+        (
+            "img2_u16",
+            LocateNdParams {
+                noise_size: vec![1.5, 1.0],
+                ..params(&[7, 7])
+            },
+        ),
+    ];
+    for (image, p) in fixtures {
+        let (shape, px) = load(image);
+        out.push((format!("fixture {image}"), shape, px, p));
+    }
+    let mut seed = 0x5eed_1234_abcd_9876u64;
+    let mut uniform = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let shapes: [&[usize]; 3] = [&[14, 40, 36], &[50, 61], &[9, 33, 17]];
+    for (k, &shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let spots: Vec<Vec<f64>> = (0..(n / 400).max(3))
+            .map(|_| shape.iter().map(|&d| uniform() * d as f64).collect())
+            .collect();
+        let vals: Vec<f64> = (0..n)
+            .map(|i| {
+                let mut rem = i;
+                let mut at = vec![0f64; shape.len()];
+                for (a, &d) in shape.iter().enumerate().rev() {
+                    at[a] = (rem % d) as f64;
+                    rem /= d;
+                }
+                let b: f64 = spots
+                    .iter()
+                    .map(|c| {
+                        let d2: f64 = c.iter().zip(&at).map(|(c, x)| (c - x).powi(2)).sum();
+                        (-d2 / 3.0).exp()
+                    })
+                    .sum();
+                0.05 + 0.1 * uniform() + 0.8 * b.min(1.0)
+            })
+            .collect();
+        let d = if shape.len() == 3 {
+            vec![5, 5, 5]
+        } else {
+            vec![7, 5]
+        };
+        let sets = [
+            params(&d),
+            LocateNdParams {
+                invert: k == 1,
+                smoothing_size: Some(vec![9; shape.len()]),
+                noise_size: (0..shape.len()).map(|a| 1.0 + 0.25 * a as f64).collect(),
+                ..params(&d)
+            },
+        ];
+        let pixels = [
+            Pixels::U8(vals.iter().map(|&v| (v * 250.0) as u8).collect()),
+            Pixels::U16(vals.iter().map(|&v| (v * 60000.0) as u16).collect()),
+            Pixels::F32(vals.iter().map(|&v| v as f32).collect()),
+            Pixels::F64(vals.clone()),
+        ];
+        for px in pixels {
+            for (j, p) in sets.iter().enumerate() {
+                let px = match &px {
+                    Pixels::U8(v) => Pixels::U8(v.clone()),
+                    Pixels::U16(v) => Pixels::U16(v.clone()),
+                    Pixels::F32(v) => Pixels::F32(v.clone()),
+                    Pixels::F64(v) => Pixels::F64(v.clone()),
+                };
+                out.push((
+                    format!("random {shape:?} set {j}"),
+                    shape.to_vec(),
+                    px,
+                    p.clone(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `locate_nd` with its preprocessing on `device` gives the CPU's features bit for bit (NaN
+/// where the CPU has NaN) on [`device_cases`].
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn device_equals_the_cpu(device: bridge_core::Device) {
+    use algorithms::detect::locate::locate_nd_on_device;
+    let var = test_support::require::var_for(device).unwrap();
+    let Some(dev) = test_support::or_skip(var, &device.to_string(), open::try_open(device)) else {
+        return;
+    };
+    let (mut cases, mut rows) = (0, 0);
+    for (name, shape, px, p) in device_cases() {
+        let cpu = locate_nd(view(&shape, &px), &p).unwrap();
+        let got = locate_nd_on_device(&dev, view(&shape, &px), &p).unwrap();
+        assert_eq!(got.columns, cpu.columns, "{device} {name}");
+        let bits = |r: &Vec<Vec<f64>>| -> Vec<Vec<u64>> {
+            r.iter()
+                .map(|row| row.iter().map(|v| v.to_bits()).collect())
+                .collect()
+        };
+        assert_eq!(bits(&got.rows), bits(&cpu.rows), "{device} {name}");
+        cases += 1;
+        rows += cpu.rows.len();
+    }
+    eprintln!("{device}: {cases} images, {rows} features, all the CPU's");
+    assert!(rows > 100, "{rows} features in all");
+}
+
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_volumes_equal_the_cpu() {
+    device_equals_the_cpu(bridge_core::Device::OpenCl(0));
 }

@@ -5,7 +5,7 @@
 use algorithms::detect::blob_log::{
     BlobLogNdParams, BlobsNd, Border, Prescale, Sigma, VolumeView, blob_log_nd_on_device,
 };
-use algorithms::detect::locate::{LocateNdParams, locate_nd};
+use algorithms::detect::locate::{LocateNdParams, locate_nd_on_device};
 use bridge_core::DType;
 use ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
@@ -120,13 +120,16 @@ type LocatedNd<'py> = (Vec<String>, Bound<'py, PyArray2<f64>>, Option<&'static s
 
 /// `trackpy.locate(image, diameter, ...)` on one 2-D image or 3-D volume (axes `z, y, x`) of
 /// uint8, uint16, float32 or float64 pixels, with sizes per axis (a list of one value applies
-/// to every axis), on the CPU: [`algorithms::detect::locate::locate_nd`]. Returns trackpy's
+/// to every axis), its bandpass on `device` (`cpu`, or one `opencl:N`/`cuda:N` with float64;
+/// `auto`: the image's device when it lives on one, else the CPU; the maxima, refinement and
+/// characterisation on the host, the features the CPU's bit for bit):
+/// [`algorithms::detect::locate::locate_nd_on_device`]. Returns trackpy's
 /// column names, an `(n, columns)` array, and, when no feature was found, why
 /// ([`algorithms::detect::Empty::as_str`], for trackpy's warnings; `None` otherwise).
 #[pyfunction(name = "locate_nd")]
 #[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
                     smoothing_size, threshold, invert, percentile, topn, preprocess,
-                    characterize))]
+                    characterize, device="cpu"))]
 #[allow(clippy::too_many_arguments)]
 pub fn locate_volume<'py>(
     py: Python<'py>,
@@ -143,6 +146,7 @@ pub fn locate_volume<'py>(
     topn: Option<usize>,
     preprocess: bool,
     characterize: bool,
+    device: &str,
 ) -> PyResult<LocatedNd<'py>> {
     let p = LocateNdParams {
         minmass,
@@ -159,12 +163,13 @@ pub fn locate_volume<'py>(
         ..LocateNdParams::new(diameter)
     };
     let held = import_held(image)?;
+    let device = arraybridge::open_device(resolve(device, &held)?).py_err()?;
     let mut keep = None;
     let src = host_held(&held, &mut keep, "locate")?;
     let view = volume_view(src, "locate")?;
     let (f, why) = py
         .detach(|| -> bridge_core::Result<_> {
-            let f = locate_nd(view.clone(), &p)?;
+            let f = locate_nd_on_device(&device, view.clone(), &p)?;
             let why = if f.rows.is_empty() {
                 algorithms::detect::locate::why_empty_nd(view, &p)?
             } else {

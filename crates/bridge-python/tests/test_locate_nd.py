@@ -92,14 +92,28 @@ def test_batch_of_volumes_and_of_anisotropic_frames():
     same(got2, want2)
 
 
-def test_volumes_run_on_the_cpu_only_and_bad_sizes_are_refused():
+def test_volumes_on_a_device_give_the_cpus_features_and_bad_sizes_are_refused():
+    """A volume's bandpass on OpenCL (float64, the CPU's order): the CPU's features bit for
+    bit, for a host volume, a volume already on the device (``auto`` runs it there), a 2-D image
+    with sizes per axis, u16 and float32 pixels, inverted; more than one device is refused."""
     vol = spots((12, 32, 32), 6, (2.0, 1.3, 1.3), seed=5)
-    for dev in ("opencl:0", "cuda:0"):
-        with pytest.raises(ab.InvalidInput, match="CPU only"):
-            ab.locate(vol, 5, device=dev)
-        with pytest.raises(ab.InvalidInput, match="CPU only"):
-            ab.locate(vol[0], (7, 5), device=dev)
     assert len(ab.locate(vol, 5, device="cpu")) == len(ab.locate(vol, 5))
+    with pytest.raises(ab.ArrayBridgeError, match="device"):
+        ab.locate(vol, 5, device="opencl:0,opencl:1")
+    if "opencl:0" in [d["device"] for d in ab.devices()]:
+        u16 = vol.astype(np.uint16)
+        f32 = (vol / vol.max()).astype(np.float32)
+        for img, d, kw in [
+            (u16, 5, {}),
+            (u16, (7, 5, 5), dict(invert=True, smoothing_size=(9, 7, 7))),
+            (f32, 5, dict(noise_size=(1, 1.5, 1.5))),
+            (u16[0], (7, 5), {}),
+        ]:
+            cpu = ab.locate(img, d, device="cpu", **kw)
+            assert len(cpu) > 0
+            pd.testing.assert_frame_equal(ab.locate(img, d, device="opencl:0", **kw), cpu)
+        on_cl = ab.convert(u16, "opencl:0")
+        pd.testing.assert_frame_equal(ab.locate(on_cl, 5, device="auto"), ab.locate(u16, 5))
     for call, name in [
         (lambda: ab.locate(vol, (5, 5)), "diameter"),
         (lambda: ab.locate(vol, (5, 4, 5)), "diameter"),

@@ -281,8 +281,9 @@ fn what_volumes_cannot_do_is_refused_before_any_output() {
                 "locate",
                 "--diameter",
                 "5",
+                "--refine",
             ],
-            "volumes are detected with --method log",
+            "refinement is for 2-D",
         ),
         (
             vec!["detect", f4, "-o", o, "--refine"],
@@ -397,4 +398,113 @@ fn volumes_on_opencl_write_the_cpus_csv() {
         "all",
     ]);
     assert!(!out.exists(), "{err}");
+}
+
+/// `--method locate` on volumes: trackpy's 3-D `locate` of each volume (the library's
+/// `locate_nd`, itself equal to trackpy's on its fixtures), `frame` then trackpy's columns;
+/// sizes per axis give the anisotropic columns; on OpenCL (the bandpass there) the same CSV
+/// byte for byte; a size per axis on 2-D frames, or of the wrong length, is refused in words
+/// before any output.
+#[test]
+fn locate_on_volumes_writes_the_librarys_features() {
+    use algorithms::detect::locate::{LocateNdParams, locate_nd};
+    let d = tmpdir("locate");
+    let vols = volumes();
+    let input = d.join("movie.npy");
+    write_npy(&input, &vols);
+    let cases = [
+        (vec![5], "frame,z,y,x,mass,size,ecc,signal,raw_mass,ep"),
+        (
+            vec![9, 5, 5],
+            "frame,z,y,x,mass,size_z,size_y,size_x,ecc,signal,raw_mass,ep_z,ep_y,ep_x",
+        ),
+    ];
+    let opencl =
+        test_support::device_or_skip(arraybridge::registry(), bridge_core::Device::OpenCl(0))
+            .is_some();
+    let bits = |rows: &[Vec<f64>]| -> Vec<Vec<u64>> {
+        rows.iter()
+            .map(|r| r.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    for (diameter, header) in cases {
+        let flag = diameter
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let run = |device: &str| {
+            let out = d.join(format!("{flag}-{device}.csv").replace(':', "_"));
+            ok(&[
+                "detect",
+                input.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--method",
+                "locate",
+                "--diameter",
+                &flag,
+                "--device",
+                device,
+            ]);
+            out
+        };
+        let out = run("cpu");
+        let (h, rows) = csv_rows(&out);
+        assert_eq!(h, header);
+        let mut want = Vec::new();
+        for (t, v) in vols.iter().enumerate() {
+            let p = LocateNdParams::new(diameter.clone());
+            let f = locate_nd(VolumeView::U16(v.view().into_dyn()), &p).unwrap();
+            want.extend(f.rows.into_iter().map(|r| {
+                let mut row = vec![t as f64];
+                row.extend(r);
+                row
+            }));
+        }
+        assert_eq!(bits(&rows), bits(&want), "--diameter {flag}");
+        assert!(
+            rows.iter().any(|r| r[0] == 1.0),
+            "both volumes have features"
+        );
+        if opencl {
+            let cl = run("opencl:0");
+            assert_eq!(
+                std::fs::read(cl).unwrap(),
+                std::fs::read(&out).unwrap(),
+                "--diameter {flag} on opencl:0"
+            );
+        }
+    }
+    // a size per axis of the wrong length, or on 2-D frames: refused in words, no output
+    let out = d.join("bad.csv");
+    let err = fails(&[
+        "detect",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--method",
+        "locate",
+        "--diameter",
+        "9,5",
+    ]);
+    assert!(
+        err.contains("diameter") && err.contains("per axis"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let frames = d.join("frames.npy");
+    write_npy(&frames, &vols[..1]);
+    let err = fails(&[
+        "detect",
+        frames.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--method",
+        "locate",
+        "--diameter",
+        "9,5,5",
+    ]);
+    assert!(err.contains("is for volumes"), "{err}");
+    assert!(!out.exists());
 }

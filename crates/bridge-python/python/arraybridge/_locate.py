@@ -45,16 +45,11 @@ def _scalar(v: Any) -> Any:
 
 
 def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0, **kw: Any):
-    """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, on the CPU;
-    trackpy's warning for an empty result pointing ``warn_stacklevel`` frames up from here (0:
-    none)."""
+    """trackpy's ``locate`` on one 2-D image or 3-D volume with sizes per axis, its bandpass
+    on ``device`` (``auto``: the image's device, else the CPU); trackpy's warning for an empty
+    result pointing ``warn_stacklevel`` frames up from here (0: none)."""
     from ._common import _int, _table  # noqa: PLC0415
 
-    if device not in ("auto", "cpu"):
-        raise InvalidInput(
-            f"locate on a 3-D volume or with sizes per axis runs on the CPU only; got "
-            f"device={device!r} (use device='cpu' or 'auto')"
-        )
     if kw["maxsize"] is not None and not _isotropic(diameter):
         raise InvalidInput("Filtering by size is not available for anisotropic features.")
 
@@ -78,6 +73,7 @@ def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0,
         topn=None if kw["topn"] is None else _int("topn", kw["topn"]),
         preprocess=bool(kw["preprocess"]),
         characterize=bool(kw["characterize"]),
+        device=device,
     )
     if why is not None and warn_stacklevel:
         import warnings  # noqa: PLC0415

@@ -120,7 +120,8 @@ pub fn run(a: &VolumeBench, z: u64, g: Global) -> Result<()> {
     if a.method != super::detect::Method::Log {
         return Err(BridgeError::invalid_argument(
             "--method",
-            "volumes are detected with --method log",
+            "bench detect --volume times blob_log (--method log); a 3-D locate is timed by \
+             `detect --method locate` on a z-stack",
         ));
     }
     // one volume in u16, its f64 copy and the scale space of 9 f64 planes, plus four work

@@ -46,7 +46,7 @@ pub enum Command {
     /// PACO exoplanet detection on an ADI cube (FITS in, S/N and flux maps out).
     Paco(paco::Args),
     /// Detect particles in a movie (LoG blob_log or trackpy locate) and write a CSV.
-    Detect(detect::Args),
+    Detect(Box<detect::Args>),
     /// Link detections into trajectories (trackpy link semantics) and add a `particle` column.
     Track(track::Args),
     /// End to end on generated data: detection + tracking and PACO on the best device, figures.
@@ -81,7 +81,7 @@ pub fn run(cli: Cli) -> bridge_core::Result<()> {
         Command::Devices(a) => devices::run(a, g),
         Command::Bench(a) => bench::run(a, g),
         Command::Paco(a) => paco::run(a, g),
-        Command::Detect(a) => detect::run(a, g),
+        Command::Detect(a) => detect::run(*a, g),
         Command::Track(a) => track::run(a, g),
         Command::Demo(a) => demo::run(a, g),
     }

@@ -62,7 +62,7 @@ use super::real::Real;
 mod frames;
 mod locate;
 mod pipeline;
-pub(crate) use pipeline::to_u32;
+pub(crate) use pipeline::{round_up_to, to_u32};
 
 /// Tuning of the device back ends.
 #[derive(Debug, Clone, PartialEq)]

@@ -379,7 +379,7 @@ fn upload_frames<E: Executor, T: Real, R: DevReal, A: DevReal>(
     })
 }
 
-pub(super) fn round_up_to(n: usize, m: usize) -> usize {
+pub(crate) fn round_up_to(n: usize, m: usize) -> usize {
     n.div_ceil(m) * m
 }
 

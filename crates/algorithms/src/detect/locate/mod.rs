@@ -24,7 +24,7 @@ use bandpass::{lowpass_half, prepare};
 use characterize::{mask_geometry, mask_offsets, measure_noise, refine_one};
 use maxima::{dilate_rows, dilation_reach, local_maxima, percentile_nonzero};
 
-pub use nd::{FeaturesNd, LocateNdParams, locate_nd, why_empty_nd};
+pub use nd::{FeaturesNd, LocateNdParams, locate_nd, locate_nd_on_device, why_empty_nd};
 pub use params::{LocateParams, MAX_DIAMETER};
 
 /// One located feature (spec §2.7 columns).

@@ -69,6 +69,48 @@ pub enum Axes {
     Tzyx,
 }
 
+/// `--diameter`, `--separation`, `--noise-size`, `--smoothing-size`: one value, or one per
+/// axis of a volume (`7,5,5` for z, y, x).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerAxis<T>(pub Vec<T>);
+
+impl<T: Copy + std::fmt::Debug> PerAxis<T> {
+    /// The value of 2-D frames: [`BridgeError::InvalidInput`](bridge_core::BridgeError) for one
+    /// per axis.
+    pub fn scalar(&self, flag: &str) -> bridge_core::Result<T> {
+        match self.0.as_slice() {
+            [v] => Ok(*v),
+            _ => Err(bridge_core::BridgeError::invalid_argument(
+                flag,
+                format!(
+                    "a value per axis ({:?}) is for volumes (--axes zyx or tzyx, or a z-stack); \
+                     2-D frames take one value",
+                    self.0
+                ),
+            )),
+        }
+    }
+}
+
+/// One value or several separated by commas (finite numbers, or whole numbers).
+fn parse_per_axis<T: std::str::FromStr + PartialOrd + Default>(
+    s: &str,
+) -> std::result::Result<PerAxis<T>, String> {
+    let v = s
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<T>()
+                .map_err(|_| format!("expected a value or values separated by commas, got {s:?}"))
+        })
+        .collect::<std::result::Result<Vec<T>, String>>()?;
+    // NaN is neither below nor at least the default (0)
+    if v.iter().any(|x| x.partial_cmp(&T::default()).is_none()) {
+        return Err(format!("{s:?} is not finite"));
+    }
+    Ok(PerAxis(v))
+}
+
 /// `--min-sigma`/`--max-sigma`: one σ, or one per axis of a volume (`1,2,2` for z, y, x).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SigmaArg(pub Vec<f64>);
@@ -179,24 +221,25 @@ pub struct Args {
     #[arg(long, hide = true, value_parser = parse_precision)]
     pub precision: Option<String>,
 
-    /// [locate] Feature diameter (odd); required with --method locate.
-    #[arg(long)]
-    pub diameter: Option<usize>,
+    /// [locate] Feature diameter (odd); required with --method locate. For volumes one per
+    /// axis too (`9,5,5`: z, y, x).
+    #[arg(long, value_parser = parse_per_axis::<usize>)]
+    pub diameter: Option<PerAxis<usize>>,
     /// [locate] Minimum integrated brightness (strict `mass > minmass`).
     #[arg(long, default_value_t = 0.0)]
     pub minmass: f64,
     /// [locate] Maximum radius of gyration.
     #[arg(long)]
     pub maxsize: Option<f64>,
-    /// [locate] Minimum separation (default diameter + 1).
-    #[arg(long)]
-    pub separation: Option<f64>,
-    /// [locate] Gaussian lowpass width (default 1).
-    #[arg(long, default_value_t = 1.0)]
-    pub noise_size: f64,
-    /// [locate] Boxcar background width (default diameter).
-    #[arg(long)]
-    pub smoothing_size: Option<usize>,
+    /// [locate] Minimum separation (default diameter + 1); for volumes one per axis too.
+    #[arg(long, value_parser = parse_per_axis::<f64>)]
+    pub separation: Option<PerAxis<f64>>,
+    /// [locate] Gaussian lowpass width (default 1); for volumes one per axis too.
+    #[arg(long, value_parser = parse_per_axis::<f64>, default_value = "1")]
+    pub noise_size: PerAxis<f64>,
+    /// [locate] Boxcar background width (default diameter); for volumes one per axis too.
+    #[arg(long, value_parser = parse_per_axis::<usize>)]
+    pub smoothing_size: Option<PerAxis<usize>>,
     /// [locate] Percentile of non-zero pixels a maximum must exceed (default 64).
     #[arg(long, default_value_t = 64.0)]
     pub percentile: f64,

@@ -44,20 +44,41 @@ fn detect_one(job: &Job<'_>, input: &Path, output: &Path, place: Where) -> Resul
     }
 }
 
+/// Whether a `locate` size flag gives one value per axis (a volume's).
+fn sizes_per_axis(args: &Args) -> bool {
+    let many = |n: Option<usize>| n.is_some_and(|n| n > 1);
+    many(args.diameter.as_ref().map(|d| d.0.len()))
+        || many(args.separation.as_ref().map(|d| d.0.len()))
+        || many(Some(args.noise_size.0.len()))
+        || many(args.smoothing_size.as_ref().map(|d| d.0.len()))
+}
+
 fn locate_params(args: &Args) -> Result<LocateParams> {
-    let diameter = args.diameter.ok_or_else(|| {
-        BridgeError::invalid_argument(
-            "--diameter",
-            "--method locate needs --diameter (an odd integer)",
-        )
-    })?;
+    let diameter = args
+        .diameter
+        .as_ref()
+        .ok_or_else(|| {
+            BridgeError::invalid_argument(
+                "--diameter",
+                "--method locate needs --diameter (an odd integer)",
+            )
+        })?
+        .scalar("--diameter")?;
     let p = LocateParams {
         diameter,
         minmass: args.minmass,
         maxsize: args.maxsize,
-        separation: args.separation,
-        noise_size: args.noise_size,
-        smoothing_size: args.smoothing_size,
+        separation: args
+            .separation
+            .as_ref()
+            .map(|s| s.scalar("--separation"))
+            .transpose()?,
+        noise_size: args.noise_size.scalar("--noise-size")?,
+        smoothing_size: args
+            .smoothing_size
+            .as_ref()
+            .map(|s| s.scalar("--smoothing-size"))
+            .transpose()?,
         threshold: args.locate_threshold,
         invert: args.invert,
         percentile: args.percentile,
@@ -125,6 +146,9 @@ pub fn run(args: Args, g: Global) -> Result<()> {
             det.params.validate()?;
             None
         }
+        // sizes per axis are for volumes: checked per input (`volume.rs`; 2-D frames refuse
+        // them in `detect_frames`)
+        Method::Locate if sizes_per_axis(&args) => None,
         Method::Locate => Some(locate_params(&args)?),
     };
     let chunk_frames = usize::try_from(args.chunk_frames)

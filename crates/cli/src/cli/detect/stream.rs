@@ -42,6 +42,10 @@ pub(super) fn detect_frames(
     let args = job.args;
     args.min_sigma.scalar("--min-sigma")?;
     args.max_sigma.scalar("--max-sigma")?;
+    if args.method == Method::Locate && job.locate.is_none() {
+        // sizes per axis (the only way `locate` has no 2-D parameters): refused in words
+        super::locate_params(args)?;
+    }
     let g = job.g;
     let det = job.det;
     let start = Instant::now();

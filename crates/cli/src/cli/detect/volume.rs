@@ -1,10 +1,15 @@
 //! Volumes: a z-stack (a TIFF whose ImageJ or OME axes declare slices, a 4-D `.npy`, or any
 //! input with `--axes zyx|tzyx`) is detected one volume at a time in 3-D, with scikit-image's
 //! n-dimensional `blob_log` (`algorithms::detect::blob_log::blob_log_nd_on_device`, the
-//! library's; the Python package's `ab.blob_log` of the same volume gives the same rows).
-//! Volumes run on the CPU (`auto`) or on the one device `--device` names (its scale space there,
-//! in float64 with the CPU's arithmetic: the same rows). Rows: `frame,z,y,x,sigma`, or `frame,z,y,x,sigma_z,sigma_y,sigma_x`
-//! with a σ per axis. The planes are read one volume at a time (the next read while this one is
+//! library's; the Python package's `ab.blob_log` of the same volume gives the same rows) or,
+//! with `--method locate`, trackpy's 3-D `locate` (`algorithms::detect::locate::
+//! locate_nd_on_device`; `--diameter`, `--separation`, `--noise-size`, `--smoothing-size` one
+//! value or one per axis). Volumes run on the CPU (`auto`) or on the one device `--device`
+//! names (the scale space, or locate's bandpass, there, in float64 with the CPU's arithmetic:
+//! the same rows). Rows: `frame,z,y,x,sigma`, or `frame,z,y,x,sigma_z,sigma_y,sigma_x` with a
+//! σ per axis; for locate `frame` then trackpy's columns (`z,y,x,mass,size,ecc,signal,
+//! raw_mass,ep`, with `size_*`/`ep_*` per axis for anisotropic sizes; `ecc` is NaN in 3-D, as
+//! trackpy's). The planes are read one volume at a time (the next read while this one is
 //! detected), so memory is bounded by two volumes whatever the number of time points.
 
 use std::path::Path;
@@ -12,8 +17,9 @@ use std::time::Instant;
 
 use algorithms::detect::Movie;
 use algorithms::detect::blob_log::{
-    BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd_on_device,
+    BlobLogNdParams, Border, Sigma, VolumeView, blob_log_nd_on_device,
 };
+use algorithms::detect::locate::{LocateNdParams, locate_nd_on_device};
 use arraybridge::io::axes::stack_axes;
 use arraybridge::io::csv::create_writer;
 use arraybridge::io::npy::NpyFrames;
@@ -72,16 +78,54 @@ pub(super) fn planes_of(args: &Args, input: &Path) -> Result<Option<Planes>> {
     }
 }
 
-/// The n-D parameters of `args` for volumes of `ndim` axes, checked; flags of 2-D frames only
-/// are refused in words.
+/// What volumes are detected with: scikit-image's n-D `blob_log` or trackpy's 3-D `locate`.
+enum VolumeMethod {
+    Log(BlobLogNdParams),
+    Locate(LocateNdParams),
+}
+
+/// The n-D parameters of `args` for volumes, checked; flags of 2-D frames only are refused in
+/// words.
+fn volume_method(args: &Args) -> Result<VolumeMethod> {
+    if args.method == Method::Locate {
+        return locate_nd_params(args).map(VolumeMethod::Locate);
+    }
+    nd_params(args).map(VolumeMethod::Log)
+}
+
+/// trackpy's 3-D `locate` parameters of `args` (sizes per axis or one for all; checked against
+/// the volume by `locate_nd`).
+fn locate_nd_params(args: &Args) -> Result<LocateNdParams> {
+    let diameter = args.diameter.as_ref().ok_or_else(|| {
+        BridgeError::invalid_argument(
+            "--diameter",
+            "--method locate needs --diameter (an odd integer, or one per axis: z,y,x)",
+        )
+    })?;
+    if args.refine {
+        return Err(BridgeError::invalid_argument(
+            "--refine",
+            "refinement is for 2-D frames, not volumes",
+        ));
+    }
+    Ok(LocateNdParams {
+        minmass: args.minmass,
+        maxsize: args.maxsize,
+        separation: args.separation.as_ref().map(|s| s.0.clone()),
+        noise_size: args.noise_size.0.clone(),
+        smoothing_size: args.smoothing_size.as_ref().map(|s| s.0.clone()),
+        threshold: args.locate_threshold,
+        invert: args.invert,
+        percentile: args.percentile,
+        topn: args.topn,
+        preprocess: !args.no_preprocess,
+        ..LocateNdParams::new(diameter.0.clone())
+    })
+}
+
+/// scikit-image's n-D `blob_log` parameters of `args`.
 fn nd_params(args: &Args) -> Result<BlobLogNdParams> {
     let refuse = |flag: &str, why: &str| Err(BridgeError::invalid_argument(flag, why));
-    if args.method == Method::Locate {
-        return refuse(
-            "--method",
-            "volumes are detected with --method log; a 3-D locate is not available yet",
-        );
-    }
     if args.refine {
         return refuse("--refine", "refinement is for 2-D frames, not volumes");
     }
@@ -153,9 +197,13 @@ fn volume_choice(args: &Args, place: &Where) -> Result<Choice> {
     }
 }
 
-/// The rows of one volume's blobs, with the frame first.
-fn write_rows(w: &mut arraybridge::io::csv::TableWriter, frame: usize, b: &BlobsNd) -> Result<()> {
-    w.write_number_rows(&b.rows, |r, row| {
+/// The rows of one volume's blobs or features, with the frame first.
+fn write_rows(
+    w: &mut arraybridge::io::csv::TableWriter,
+    frame: usize,
+    rows: &[Vec<f64>],
+) -> Result<()> {
+    w.write_number_rows(rows, |r, row| {
         row.num(frame);
         for &v in r {
             row.num(v);
@@ -183,7 +231,7 @@ pub(super) fn detect_volumes(
     planes: Planes,
 ) -> Result<Done> {
     let args = job.args;
-    let p = nd_params(args)?;
+    let method = volume_method(args)?;
     let choice = volume_choice(args, place)?;
     let device = arraybridge::open_device(choice.device)?;
     let start = Instant::now();
@@ -199,11 +247,13 @@ pub(super) fn detect_volumes(
     };
     let stream = MovieStream::open_planes(input, z)?;
     let mut w = create_writer(output)?;
-    let sigma_columns = match (&p.min_sigma, &p.max_sigma) {
-        (Sigma::Scalar(_), Sigma::Scalar(_)) => 1,
-        _ => 3,
-    };
-    w.write_record(header(sigma_columns))?;
+    if let VolumeMethod::Log(p) = &method {
+        let sigma_columns = match (&p.min_sigma, &p.max_sigma) {
+            (Sigma::Scalar(_), Sigma::Scalar(_)) => 1,
+            _ => 3,
+        };
+        w.write_record(header(sigma_columns))?;
+    }
     let (mut volumes, mut n, mut dims) = (0usize, 0usize, None);
     // one volume per piece: its errors name the volume's number (`pieces`)
     for piece in pieces(ReadAhead::new(stream, 1)?, |_| 1) {
@@ -225,9 +275,25 @@ pub(super) fn detect_volumes(
             Movie::F32(a) => VolumeView::F32(a.view().into_dyn()),
             Movie::F64(a) => VolumeView::F64(a.view().into_dyn()),
         };
-        let blobs = piece.errors(blob_log_nd_on_device(&device, view, args.prescale, &p))?;
-        write_rows(&mut w, piece.frames.start, &blobs)?;
-        n += blobs.rows.len();
+        let rows = match &method {
+            VolumeMethod::Log(p) => {
+                piece
+                    .errors(blob_log_nd_on_device(&device, view, args.prescale, p))?
+                    .rows
+            }
+            VolumeMethod::Locate(p) => {
+                let f = piece.errors(locate_nd_on_device(&device, view, p))?;
+                if volumes == 0 {
+                    // trackpy's columns (they depend on the parameters only)
+                    let mut h = vec!["frame"];
+                    h.extend(f.columns.iter().map(String::as_str));
+                    w.write_record(h)?;
+                }
+                f.rows
+            }
+        };
+        write_rows(&mut w, piece.frames.start, &rows)?;
+        n += rows.len();
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
         volumes = piece.frames.end;
     }

@@ -18,17 +18,20 @@
 //! filtered table by index (a pandas `concat`), which misplaces them; here every row keeps its
 //! own `ep_*`.
 
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+mod device;
 mod noise;
 mod params;
 mod prep;
 mod refine;
 
-use bridge_core::{BridgeError, Result};
+use bridge_core::{BridgeError, Device, Result};
 
 use crate::detect::blob_log::VolumeView;
 use crate::detect::blob_log::nd::pairs_within_nd;
 use crate::detect::locate::maxima::percentile_nonzero;
 use crate::detect::locate::{Empty, drop_dimmer};
+use crate::exec::DeviceHandle;
 pub use params::LocateNdParams;
 use refine::{Images, Mask, Refined, refine_one};
 
@@ -125,6 +128,20 @@ fn raw_pixels(image: &VolumeView<'_>) -> Result<(Vec<f64>, Kind)> {
 /// sizes per axis; see the module docs. Rows follow the raster order of the maxima (ascending
 /// mass with `topn`).
 pub fn locate_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<FeaturesNd> {
+    locate_nd_on_device(&DeviceHandle::cpu(), image, p)
+}
+
+/// [`locate_nd`] with its preprocessing (the bandpass and the rescale to the integer gamut,
+/// the part that reads every voxel many times) on `device`: the CPU, or an open
+/// `opencl:N`/`cuda:N` with float64, whose passes sum in the CPU's order and round where it
+/// rounds (`nd/device.rs`), so the features are the CPU's bit for bit; the maxima, the
+/// refinement and the characterisation run on the host. A device without float64 is refused
+/// ([`BridgeError::Unsupported`]), as are torch devices.
+pub fn locate_nd_on_device(
+    device: &DeviceHandle,
+    image: VolumeView<'_>,
+    p: &LocateNdParams,
+) -> Result<FeaturesNd> {
     let shape = image.shape().to_vec();
     let ndim = shape.len();
     if !(2..=3).contains(&ndim) {
@@ -150,7 +167,7 @@ pub fn locate_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<FeaturesNd
     if p.invert {
         prep::invert(&mut raw, kind);
     }
-    let (img, scale) = prep::prepare(&raw, &shape, kind, p, &res);
+    let (img, scale) = prepare_on(device, &raw, &shape, kind, p, &res)?;
     let Some(thr) = percentile_nonzero(&img, p.percentile) else {
         return Ok(out);
     };
@@ -209,6 +226,28 @@ pub fn locate_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<FeaturesNd
         out.rows.push(row);
     }
     Ok(out)
+}
+
+/// [`prep::prepare`] on `device` (without preprocessing there is nothing to offload: the
+/// CPU's).
+fn prepare_on(
+    device: &DeviceHandle,
+    raw: &[f64],
+    shape: &[usize],
+    kind: Kind,
+    p: &LocateNdParams,
+    res: &params::Resolved,
+) -> Result<(Vec<u32>, f64)> {
+    if device.device() == Device::Cpu || !p.preprocess {
+        return Ok(prep::prepare(raw, shape, kind, p, res));
+    }
+    // exhaustive over the compiled-in executors (no arm without a device backend)
+    match device.executor_for("locate on a volume")? {
+        #[cfg(feature = "opencl")]
+        crate::exec::AnyExecutor::OpenCl(e) => device::prepare_on(&e, raw, shape, kind, p, res),
+        #[cfg(feature = "cuda")]
+        crate::exec::AnyExecutor::Cuda(e) => device::prepare_on(&e, raw, shape, kind, p, res),
+    }
 }
 
 /// Why [`locate_nd`] finds no feature in `image` (`None`: it finds some), as the 2-D
