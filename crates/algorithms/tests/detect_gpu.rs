@@ -789,19 +789,9 @@ mod cuda {
             BlobLogNdParams, Sigma, VolumeView, blob_log_nd_on_device, blob_log_nd_view,
         };
         use ndarray::{ArrayD, IxDyn};
-        let exec = match algorithms::exec::CudaExecutor::new(0) {
-            Ok(e) => e,
-            Err(e) => {
-                if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
-                    panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
-                }
-                eprintln!("skipping: no CUDA device ({e})");
-                return;
-            }
+        let Some(dev) = handle() else {
+            return;
         };
-        let dev = algorithms::exec::DeviceHandle::from_executor(
-            algorithms::exec::AnyExecutor::Cuda(exec),
-        );
         let mut r = Rng(11);
         let mut rows = 0;
         for shape in [vec![9usize, 23, 31], vec![5, 6, 11, 13], vec![40, 48]] {
@@ -861,19 +851,9 @@ mod cuda {
         use algorithms::detect::blob_log::nd::VolumeView;
         use algorithms::detect::locate::{LocateNdParams, locate_nd, locate_nd_on_device};
         use ndarray::{ArrayD, IxDyn};
-        let exec = match algorithms::exec::CudaExecutor::new(0) {
-            Ok(e) => e,
-            Err(e) => {
-                if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
-                    panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
-                }
-                eprintln!("skipping: no CUDA device ({e})");
-                return;
-            }
+        let Some(dev) = handle() else {
+            return;
         };
-        let dev = algorithms::exec::DeviceHandle::from_executor(
-            algorithms::exec::AnyExecutor::Cuda(exec),
-        );
         let mut r = Rng(23);
         let mut rows = 0;
         for shape in [vec![14usize, 40, 36], vec![50, 61]] {
@@ -932,8 +912,14 @@ mod cuda {
     }
 
     fn device() -> Option<CudaDetect> {
-        match algorithms::exec::CudaExecutor::new(0).map(CudaDetect::with_executor) {
-            Ok(d) => Some(d),
+        executor().map(CudaDetect::with_executor)
+    }
+
+    /// `cuda:0`'s executor; `None` (skip) without a CUDA device unless
+    /// `ARRAYBRIDGE_REQUIRE_GPU=1` (then a failure).
+    fn executor() -> Option<algorithms::exec::CudaExecutor> {
+        match algorithms::exec::CudaExecutor::new(0) {
+            Ok(e) => Some(e),
             Err(e) => {
                 if env_flag("ARRAYBRIDGE_REQUIRE_GPU") {
                     panic!("ARRAYBRIDGE_REQUIRE_GPU=1 but no CUDA device: {e}");
@@ -942,6 +928,13 @@ mod cuda {
                 None
             }
         }
+    }
+
+    /// A handle of `cuda:0` ([`executor`]).
+    fn handle() -> Option<algorithms::exec::DeviceHandle> {
+        executor().map(|e| {
+            algorithms::exec::DeviceHandle::from_executor(algorithms::exec::AnyExecutor::Cuda(e))
+        })
     }
 
     #[test]

@@ -356,37 +356,20 @@ fn device_cases() -> Vec<(String, Vec<usize>, Pixels, LocateNdParams)> {
         let (shape, px) = load(image);
         out.push((format!("fixture {image}"), shape, px, p));
     }
-    let mut seed = 0x5eed_1234_abcd_9876u64;
-    let mut uniform = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = test_support::spots::Rng(0x5eed_1234_abcd_9876);
     let shapes: [&[usize]; 3] = [&[14, 40, 36], &[50, 61], &[9, 33, 17]];
     for (k, &shape) in shapes.iter().enumerate() {
         let n: usize = shape.iter().product();
-        let spots: Vec<Vec<f64>> = (0..(n / 400).max(3))
-            .map(|_| shape.iter().map(|&d| uniform() * d as f64).collect())
-            .collect();
-        let vals: Vec<f64> = (0..n)
-            .map(|i| {
-                let mut rem = i;
-                let mut at = vec![0f64; shape.len()];
-                for (a, &d) in shape.iter().enumerate().rev() {
-                    at[a] = (rem % d) as f64;
-                    rem /= d;
-                }
-                let b: f64 = spots
-                    .iter()
-                    .map(|c| {
-                        let d2: f64 = c.iter().zip(&at).map(|(c, x)| (c - x).powi(2)).sum();
-                        (-d2 / 3.0).exp()
-                    })
-                    .sum();
-                0.05 + 0.1 * uniform() + 0.8 * b.min(1.0)
-            })
-            .collect();
+        let vals = test_support::spots::Spots {
+            count: (n / 400).max(3),
+            amplitude: (0.8, 0.8),
+            width2: 3.0,
+            floor: 0.05,
+            noise: 0.1,
+        }
+        .image(shape, &mut rng);
+        let top = vals.iter().fold(0f64, |m, &v| m.max(v));
+        let vals: Vec<f64> = vals.iter().map(|v| v / top).collect();
         let d = if shape.len() == 3 {
             vec![5, 5, 5]
         } else {

@@ -12,6 +12,7 @@
 //!   writes them;
 //! - [`fake`]: a fake backend (device memory is host memory with a capacity, every action
 //!   logged, deterministic OOM) and a recording observer, for registry and planner tests;
+//! - [`spots`]: real-like n-D images (Gaussian spots on a noisy floor) from a seeded stream;
 //! - [`device_suite!`]: one test body run on `cpu`, `opencl:0` and `cuda:0`, each device
 //!   skipping or failing as [`device_or_skip`] says.
 //!
@@ -37,6 +38,7 @@ pub mod fixtures;
 pub mod npy;
 pub mod require;
 pub mod rerun;
+pub mod spots;
 pub mod tiff;
 
 pub use require::{device_or_skip, env_flag, or_skip};

@@ -10,46 +10,16 @@ use super::super::{
 };
 use super::*;
 use crate::exec::DeviceHandle;
+use test_support::spots::{Rng, Spots};
 
-/// A xorshift stream in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Gaussian spots (amplitudes 0.3–0.9, σ² 2.25) on a floor with noise of `noise`, values in f64.
+/// Gaussian spots (amplitudes 0.3–0.9, σ² 2.25) on a floor of 0.1 with noise of `noise`.
 fn spots(shape: &[usize], count: usize, noise: f64, rng: &mut Rng) -> Vec<f64> {
-    let centres: Vec<(Vec<f64>, f64)> = (0..count)
-        .map(|_| {
-            let c = shape.iter().map(|&d| rng.next() * d as f64).collect();
-            (c, 0.3 + 0.6 * rng.next())
-        })
-        .collect();
-    let n: usize = shape.iter().product();
-    (0..n)
-        .map(|i| {
-            let mut rem = i;
-            let mut at = vec![0f64; shape.len()];
-            for (a, &d) in shape.iter().enumerate().rev() {
-                at[a] = (rem % d) as f64;
-                rem /= d;
-            }
-            let b: f64 = centres
-                .iter()
-                .map(|(c, amp)| {
-                    let d2: f64 = c.iter().zip(&at).map(|(c, x)| (c - x).powi(2)).sum();
-                    amp * (-d2 / 4.5).exp()
-                })
-                .sum();
-            0.1 + noise * rng.next() + b
-        })
-        .collect()
+    Spots {
+        count,
+        noise,
+        ..Spots::default()
+    }
+    .image(shape, rng)
 }
 
 /// The parameter sets every volume runs with.
