@@ -42,6 +42,18 @@ impl AnyExecutor {
             AnyExecutor::Cuda(ref e) => e.device(),
         }
     }
+
+    /// Whether the device computes in float64.
+    pub fn has_fp64(&self) -> bool {
+        #[cfg(any(feature = "opencl", feature = "cuda"))]
+        use bridge_core::exec::Executor;
+        match *self {
+            #[cfg(feature = "opencl")]
+            AnyExecutor::OpenCl(ref e) => e.has_fp64(),
+            #[cfg(feature = "cuda")]
+            AnyExecutor::Cuda(ref e) => e.has_fp64(),
+        }
+    }
 }
 
 /// An open device: `cpu`, a torch device (no executor: algorithms run on the CPU back end or

@@ -375,12 +375,34 @@ fn device_cases() -> Vec<(String, Vec<usize>, Pixels, LocateNdParams)> {
         } else {
             vec![7, 5]
         };
+        let nd = shape.len();
+        // the boxcar only along the last axis, or along every axis but the last; no lowpass
+        // along the first axis
+        let mut last_only = vec![1; nd];
+        last_only[nd - 1] = 9;
+        let mut not_last = vec![9; nd];
+        not_last[nd - 1] = 1;
+        // (trackpy wants the boxcar wider than the lowpass on every axis)
+        let mut no_first = vec![0.5; nd];
+        no_first[0] = 0.0;
+        let mut thin_last = vec![1.0; nd];
+        thin_last[nd - 1] = 0.5;
         let sets = [
             params(&d),
             LocateNdParams {
                 invert: k == 1,
-                smoothing_size: Some(vec![9; shape.len()]),
-                noise_size: (0..shape.len()).map(|a| 1.0 + 0.25 * a as f64).collect(),
+                smoothing_size: Some(vec![9; nd]),
+                noise_size: (0..nd).map(|a| 1.0 + 0.25 * a as f64).collect(),
+                ..params(&d)
+            },
+            LocateNdParams {
+                smoothing_size: Some(last_only),
+                noise_size: no_first,
+                ..params(&d)
+            },
+            LocateNdParams {
+                smoothing_size: Some(not_last),
+                noise_size: thin_last,
                 ..params(&d)
             },
         ];

@@ -455,7 +455,8 @@ def locate(
     anisotropic sizes give trackpy's ``size_z, size_y, size_x`` and ``ep_z, ep_y, ep_x``
     columns, and a volume has ``ecc`` NaN (as trackpy). Volumes and sizes per axis run their
     bandpass (the part that reads every voxel many times) on ``device`` (``"cpu"``, or one
-    ``"opencl:N"``/``"cuda:N"`` with float64; ``"auto"``: the image's device, else the CPU) and
+    ``"opencl:N"``/``"cuda:N"`` with float64; ``"auto"``: the image's device, else the CPU, and
+    an image on a device without float64 is an :class:`ArrayBridgeError`, as for ``blob_log``) and
     the rest on the host, with the CPU's features bit for bit; a 2-D image with one size per
     axis runs where ``device`` says. ``engine`` is trackpy's choice of its own implementation
     (``"auto"``, ``"python"``, ``"numba"``), which gives the same features: accepted and a no-op

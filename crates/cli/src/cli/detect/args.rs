@@ -92,7 +92,8 @@ impl<T: Copy + std::fmt::Debug> PerAxis<T> {
     }
 }
 
-/// One value or several separated by commas (finite numbers, or whole numbers).
+/// One value or several separated by commas (numbers; NaN is refused here, other values
+/// where the algorithm checks its parameters).
 fn parse_per_axis<T: std::str::FromStr + PartialOrd + Default>(
     s: &str,
 ) -> std::result::Result<PerAxis<T>, String> {

@@ -108,7 +108,7 @@ fn locate_nd_params(args: &Args) -> Result<LocateNdParams> {
             "refinement is for 2-D frames, not volumes",
         ));
     }
-    Ok(LocateNdParams {
+    let p = LocateNdParams {
         minmass: args.minmass,
         maxsize: args.maxsize,
         separation: args.separation.as_ref().map(|s| s.0.clone()),
@@ -120,7 +120,10 @@ fn locate_nd_params(args: &Args) -> Result<LocateNdParams> {
         topn: args.topn,
         preprocess: !args.no_preprocess,
         ..LocateNdParams::new(diameter.0.clone())
-    })
+    };
+    // volumes are 3-D: checked before any input is read
+    p.validate(3)?;
+    Ok(p)
 }
 
 /// scikit-image's n-D `blob_log` parameters of `args`.
@@ -297,10 +300,10 @@ pub(super) fn detect_volumes(
         dims.get_or_insert((d, h, wd, chunk.dtype_name()));
         volumes = piece.frames.end;
     }
-    w.finish()?;
     let (d, h, wd, dtype) = dims.ok_or_else(|| {
         BridgeError::InvalidInput(format!("{name}: the stack has no plane").into())
     })?;
+    w.finish()?;
     job.g.note(format!(
         "detect: {volumes} volume(s) of {d}x{h}x{wd} (z, y, x) from {name}"
     ));

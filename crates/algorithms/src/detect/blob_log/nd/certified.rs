@@ -17,7 +17,8 @@
 //!   `ṽ_q + e > ṽₚ` has a larger exact value (the others are certainly not larger).
 //!
 //! The peaks, their values (hence their order), the threshold and the candidate count are
-//! those of the exact path bit for bit (`tests/blob_log_nd.rs::certified_search_equals_the_exact_one`).
+//! those of the exact path bit for bit
+//! (`nd/certified/tests.rs::certified_search_equals_the_exact_one`).
 //! Where the bound leaves too much open (a flat cube, no threshold, kernels as wide as the
 //! image) [`certified_peaks`] says so and the caller computes the exact cube.
 //!
@@ -39,6 +40,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
@@ -170,6 +172,8 @@ struct ExactNd<'a, T> {
     nvox: usize,
     planes: &'a [PlaneKernels<T>],
     known: HashMap<(usize, usize), T, BuildHasherDefault<CellHasher>>,
+    /// Voxels computed per plane since the last [`ExactNd::take_cost`].
+    computed: Vec<usize>,
 }
 
 impl<'a, T: Real> ExactNd<'a, T> {
@@ -185,6 +189,7 @@ impl<'a, T: Real> ExactNd<'a, T> {
             nvox: dims.iter().product(),
             planes,
             known: HashMap::default(),
+            computed: vec![0; planes.len()],
         }
     }
 
@@ -194,8 +199,22 @@ impl<'a, T: Real> ExactNd<'a, T> {
             return v;
         }
         let v = self.compute(s, idx);
+        self.computed[s] += 1;
         self.known.insert((s, idx), v);
         v
+    }
+
+    /// The multiply-adds of the voxels computed since the last call (`costs`: per voxel of
+    /// each plane, [`voxel_cost`]).
+    fn take_cost(&mut self, costs: &[f64]) -> f64 {
+        let c = self
+            .computed
+            .iter()
+            .zip(costs)
+            .map(|(&n, c)| n as f64 * c)
+            .sum();
+        self.computed.iter_mut().for_each(|n| *n = 0);
+        c
     }
 
     /// The flat cube index `i` (`s · N + idx`).
@@ -468,10 +487,17 @@ pub(super) fn certified_peaks<T: Real>(
         return None;
     }
     let ns = sigmas.len();
+    // what the exact voxels cost so far (the candidates' and their open neighbours'), in
+    // multiply-adds: past the budget the search gives up (the exact cube is cheaper)
+    let spent = AtomicU64::new(0);
+    let over = AtomicBool::new(false);
     let settle = |chunk: &[Cand<f32>]| {
         let mut exact = ExactNd::new(img, dims, &planes);
         let mut out = Vec::new();
         for c in chunk {
+            if over.load(Ordering::Relaxed) {
+                break;
+            }
             let v = exact.get(c.s, c.idx);
             if v <= thr {
                 continue;
@@ -494,6 +520,10 @@ pub(super) fn certified_peaks<T: Real>(
                     v,
                 });
             }
+            let cost = exact.take_cost(&costs) as u64;
+            if spent.fetch_add(cost, Ordering::Relaxed) + cost > budget as u64 {
+                over.store(true, Ordering::Relaxed);
+            }
         }
         out
     };
@@ -501,6 +531,9 @@ pub(super) fn certified_peaks<T: Real>(
         .par_chunks(SETTLE_CHUNK)
         .flat_map_iter(settle)
         .collect();
+    if over.load(Ordering::Relaxed) {
+        return None;
+    }
     peaks::sort_peaks(&mut out);
     Some((out, thr))
 }

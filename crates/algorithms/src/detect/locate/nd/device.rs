@@ -14,7 +14,7 @@
 //! float64 (8 bytes a voxel; the 2-D pipeline uploads frames as stored, a later step here).
 
 use bridge_core::exec::{Buffer, Executor, Grid, TypedExecutor};
-use bridge_core::{BridgeError, Result};
+use bridge_core::{BridgeError, Device, Result};
 
 use super::params::Resolved;
 use super::{Kind, LocateNdParams, prep::split};
@@ -41,25 +41,45 @@ impl Frames {
     /// Along outer axis `axis` (`inner > 1`): `outer` frames of `n` rows of `inner`.
     fn outer(shape: &[usize], axis: usize) -> Result<Self> {
         let (outer, n, inner) = split(shape, axis);
-        Ok(Frames {
+        Frames {
             h: to_u32(n, "axis length")?,
             w: to_u32(inner, "voxels per step")?,
             nf: to_u32(outer, "lines")?,
-        })
+        }
+        .checked()
+    }
+
+    /// The kernels index in `int`: every extent below 2³¹.
+    fn checked(self) -> Result<Self> {
+        if [self.h, self.w, self.nf]
+            .iter()
+            .any(|&v| v > i32::MAX as u32)
+        {
+            return Err(BridgeError::invalid_argument(
+                "image",
+                format!(
+                    "an extent of {} × {} × {} does not fit the device kernels' 32-bit signed \
+                     indices; run locate on the CPU",
+                    self.nf, self.h, self.w
+                ),
+            ));
+        }
+        Ok(self)
     }
 
     /// Along the last axis: rows of `shape[ndim − 1]` values, grouped as frames of the
-    /// second-last axis (so that no grid axis but the first grows with the volume).
+    /// second-last axis.
     fn rows(shape: &[usize]) -> Result<Self> {
         let nd = shape.len();
         let w = shape[nd - 1];
         let h = if nd > 1 { shape[nd - 2] } else { 1 };
         let nf = shape[..nd.saturating_sub(2)].iter().product::<usize>();
-        Ok(Frames {
+        Frames {
             h: to_u32(h, "rows")?,
             w: to_u32(w, "row length")?,
             nf: to_u32(nf, "planes")?,
-        })
+        }
+        .checked()
     }
 
     /// One work item per value: `(x, y, frame)`.
@@ -91,6 +111,30 @@ impl Frames {
     }
 }
 
+/// CUDA's grid has at most 65 535 blocks along its y and z axes, where these launches put an
+/// axis's length (`h`) and the number of lines or planes (`nf`): a volume or image beyond that
+/// is refused in words (OpenCL has no such limit).
+fn check_cuda_grid<E: Executor>(e: &E, shape: &[usize]) -> Result<()> {
+    const MAX: usize = 65_535;
+    if !matches!(e.device(), Device::Cuda(_)) {
+        return Ok(());
+    }
+    let nd = shape.len();
+    // grid y/z: every axis but the last as `h`; the outer product of each outer axis and the
+    // planes before the last two as `nf`
+    let too_big = shape[..nd - 1].iter().any(|&d| d > MAX)
+        || (0..nd - 1).any(|a| shape[..a].iter().product::<usize>() > MAX)
+        || shape[..nd.saturating_sub(2)].iter().product::<usize>() > MAX;
+    if too_big {
+        return Err(BridgeError::Unsupported(format!(
+            "locate on an image of shape {shape:?} on {}: its kernels put an axis of more than \
+             {MAX} along CUDA's grid y or z; run it on the CPU or on OpenCL",
+            e.device()
+        )));
+    }
+    Ok(())
+}
+
 /// [`super::prep::prepare`] with `preprocess` on executor `e`: the bandpass of `raw` (the
 /// inverted pixels in f64, C order, shape `shape`) rescaled to the integer gamut, and the
 /// factor of that rescaling — the CPU's bit for bit.
@@ -112,6 +156,7 @@ pub(super) fn prepare_on<E: Executor>(
     let nd = shape.len();
     let nvox = raw.len();
     let plane = to_u32(nvox, "voxels")?;
+    check_cuda_grid(e, shape)?;
     let k = Kernels::new(e, LOCATE_OPTS_F64);
     let int = matches!(kind, Kind::U8 | Kind::U16);
     let int_max = kind.int_max();

@@ -154,6 +154,7 @@ pub fn locate_nd_on_device(
         ));
     }
     let res = p.resolve(ndim)?;
+    check_device(device)?;
     let (mut raw, kind) = raw_pixels(&image)?;
     let ep_iso = res.isotropic && res.noise.windows(2).all(|w| w[0] == w[1]);
     let mut out = FeaturesNd {
@@ -226,6 +227,24 @@ pub fn locate_nd_on_device(
         out.rows.push(row);
     }
     Ok(out)
+}
+
+/// A device `locate_nd_on_device` can run on: the CPU, or an OpenCL or CUDA device with
+/// float64 (checked before any early return, so that a device that cannot run it is refused
+/// whatever the image).
+fn check_device(device: &DeviceHandle) -> Result<()> {
+    if device.device() == Device::Cpu {
+        return Ok(());
+    }
+    let e = device.executor_for("locate on a volume")?;
+    if !e.has_fp64() {
+        return Err(BridgeError::Unsupported(format!(
+            "locate on a volume needs float64 on the device ({} has none): its bandpass sums in \
+             float64 as trackpy does; run it on the CPU",
+            e.device()
+        )));
+    }
+    Ok(())
 }
 
 /// [`prep::prepare`] on `device` (without preprocessing there is nothing to offload: the

@@ -59,6 +59,12 @@ impl LocateNdParams {
         }
     }
 
+    /// Checks every setting for an image of `ndim` axes as trackpy checks them (what
+    /// [`locate_nd`](super::locate_nd) does first), without an image.
+    pub fn validate(&self, ndim: usize) -> Result<()> {
+        self.resolve(ndim).map(|_| ())
+    }
+
     /// The per-axis settings for an image of `ndim` axes, checked as trackpy checks them.
     pub(super) fn resolve(&self, ndim: usize) -> Result<Resolved> {
         let diameter = per_axis("diameter", &self.diameter, ndim)?;

@@ -51,6 +51,21 @@ fn param_sets(ndim: usize) -> Vec<BlobLogNdParams> {
             threshold_rel: Some(0.3),
             ..BlobLogNdParams::default()
         },
+        // a relative threshold above 1 (no peak) and a negative absolute one
+        BlobLogNdParams {
+            num_sigma: 3,
+            max_sigma: Sigma::Scalar(2.0),
+            threshold: None,
+            threshold_rel: Some(1.5),
+            ..BlobLogNdParams::default()
+        },
+        BlobLogNdParams {
+            num_sigma: 3,
+            max_sigma: Sigma::Scalar(2.0),
+            threshold: Some(-0.02),
+            threshold_rel: Some(-0.5),
+            ..BlobLogNdParams::default()
+        },
     ]
 }
 
