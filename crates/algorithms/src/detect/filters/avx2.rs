@@ -764,6 +764,160 @@ macro_rules! pass_kernels {
     };
 }
 
+/// The y pass of the `pass_kernels!` y kernels for wide kernels (`$yt`): strips of one vector
+/// of columns, [`TALL`] output rows at a time, so that the 2r + [`TALL`] input rows a strip
+/// reads stay in L1 however wide the kernel (the 16-vector strips of `y_rows_*` read 2r + 1
+/// rows of 16 vectors per output row: from L2 once 2r + 1 passes a hundred or so). Every output
+/// is the same operations in the same order as there, so the values are the same bit for bit
+/// (`filters::tests::tall_y_passes_equal_the_strips`).
+macro_rules! tall_kernels {
+    ($feat:literal, $yt:ident, $blk:ident) => {
+        /// [`TALL`] (or `T`) output rows from `y` of the vector of columns from `x` of the tall y
+        /// pass (see the macro).
+        ///
+        /// # Safety
+        /// As the y kernels of `pass_kernels!`, for the rows `y .. y + T` and columns
+        /// `x .. x + L`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $blk<V: Lanes, const ROUND: bool, const T: usize>(
+            ip: *const V::E,
+            (stride, r, pw): (usize, usize, usize),
+            (x, y, y0): (usize, usize, usize),
+            (g2, g0): (&[V::E], &[V::E]),
+            offs: &[(usize, usize)],
+            (o2, o0): (*mut V::E, *mut V::E),
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let round = |v: V| if ROUND { V::round_f32(v) } else { v };
+                let (c2, c0) = (V::splat(g2[0]), V::splat(g0[0]));
+                let v: [V; T] = std::array::from_fn(|k| V::load(ip.add((y + k) * stride + x)));
+                let mut s2: [V; T] = std::array::from_fn(|k| V::mul(v[k], c2));
+                let mut s0: [V; T] = std::array::from_fn(|k| V::mul(v[k], c0));
+                // rows whose taps are all inside the frame: consecutive rows, no table
+                let interior = y >= r && {
+                    let (_, d) = *offs.get_unchecked((y + T - 1 - y0) * r + r - 1);
+                    d == (y + T - 1 + r) * stride
+                };
+                if interior {
+                    for j in (1..=r).rev() {
+                        let (w2, w0) = (
+                            V::splat(*g2.get_unchecked(j)),
+                            V::splat(*g0.get_unchecked(j)),
+                        );
+                        let (pu, pd) = (ip.add((y - j) * stride + x), ip.add((y + j) * stride + x));
+                        for k in 0..T {
+                            let t =
+                                V::add(V::load(pu.add(k * stride)), V::load(pd.add(k * stride)));
+                            s2[k] = V::mul_add(t, w2, s2[k]);
+                            s0[k] = V::mul_add(t, w0, s0[k]);
+                        }
+                    }
+                } else {
+                    for j in (1..=r).rev() {
+                        let (w2, w0) = (
+                            V::splat(*g2.get_unchecked(j)),
+                            V::splat(*g0.get_unchecked(j)),
+                        );
+                        for k in 0..T {
+                            let (u, d) = *offs.get_unchecked((y + k - y0) * r + j - 1);
+                            let t = V::add(V::load(ip.add(u + x)), V::load(ip.add(d + x)));
+                            s2[k] = V::mul_add(t, w2, s2[k]);
+                            s0[k] = V::mul_add(t, w0, s0[k]);
+                        }
+                    }
+                }
+                for k in 0..T {
+                    let orow = (y + k - y0) * pw + r + x;
+                    V::store(o2.add(orow), round(s2[k]));
+                    V::store(o0.add(orow), round(s0[k]));
+                }
+            }
+        }
+
+        /// The tall y pass (see the macro): the arguments and contract of the y kernels of
+        /// `pass_kernels!`.
+        ///
+        /// # Safety
+        /// As the y kernels of `pass_kernels!`.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments, dead_code)]
+        pub(super) unsafe fn $yt<V: Lanes, const ROUND: bool>(
+            img: &[V::E],
+            stride: usize,
+            w: usize,
+            (y0, y1): (usize, usize),
+            (g2, g0): (&[V::E], &[V::E]),
+            offs: &[(usize, usize)],
+            a2: &mut [V::E],
+            a0: &mut [V::E],
+        ) {
+            let l = V::L;
+            let r = g0.len() - 1;
+            let pw = w + 2 * r;
+            let ip = img.as_ptr();
+            let round1 = |v: V::E| if ROUND { V::round1_f32(v) } else { v };
+            let (o2, o0) = (a2.as_mut_ptr(), a0.as_mut_ptr());
+            let mut x = 0;
+            // SAFETY: the caller's contract: every read is at columns below w of rows inside
+            // the image (`offs`), every write below (y1 − y0)·pw.
+            unsafe {
+                while x + l <= w {
+                    let mut y = y0;
+                    while y + TALL <= y1 {
+                        $blk::<V, ROUND, TALL>(
+                            ip,
+                            (stride, r, pw),
+                            (x, y, y0),
+                            (g2, g0),
+                            offs,
+                            (o2, o0),
+                        );
+                        y += TALL;
+                    }
+                    while y < y1 {
+                        $blk::<V, ROUND, 1>(
+                            ip,
+                            (stride, r, pw),
+                            (x, y, y0),
+                            (g2, g0),
+                            offs,
+                            (o2, o0),
+                        );
+                        y += 1;
+                    }
+                    x += l;
+                }
+            }
+            // the last columns, one at a time (as `pass_kernels!`'s y kernels)
+            for y in y0..y1 {
+                let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
+                let (centre, orow) = (y * stride, (y - y0) * pw + r);
+                for x in x..w {
+                    let c = img[centre + x];
+                    let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
+                    for j in (1..=r).rev() {
+                        let (u, d) = off[j - 1];
+                        let t = img[u + x] + img[d + x];
+                        s2 = s2 + t * g2[j];
+                        s0 = s0 + t * g0[j];
+                    }
+                    a2[orow + x] = round1(s2);
+                    a0[orow + x] = round1(s0);
+                }
+            }
+        }
+    };
+}
+
+/// Output rows per block of the tall y kernels.
+const TALL: usize = 4;
+
+tall_kernels!("avx2,fma", y_tall_fma8, y_tall_block_fma8);
+tall_kernels!("avx512f,avx2,fma", y_tall_fma16, y_tall_block_fma16);
+
 pass_kernels!("avx2", y_rows_avx2, x_block_avx2, x_rows_avx2);
 pass_kernels!("avx2,fma", y_rows_fma8, x_block_fma8, x_rows_fma8);
 pass_kernels!(

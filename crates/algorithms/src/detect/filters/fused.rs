@@ -27,8 +27,15 @@ use super::FusedKernels;
 
 use super::avx2::{
     Avx2, Lanes, XOut, x_rows_avx2, x_rows_fma8, x_rows_fma16, y_offsets, y_rows_avx2, y_rows_fma8,
-    y_rows_fma16,
+    y_rows_fma16, y_tall_fma8, y_tall_fma16,
 };
+
+/// The kernel radius from which the y pass runs the tall kernels (`avx2.rs`'s
+/// `tall_kernels!`: one vector of columns, four output rows at a time, the rows a strip reads
+/// kept in L1) instead of 16-vector strips (whose 2r + 1 rows of 1 KiB come from L2 once r
+/// passes a few dozen). Both give the same values bit for bit. Measured (docs/perf.md, issue
+/// 34): 13 % less CPU time at σ up to 30 (r 120), 8 % at σ up to 10, no change at σ up to 3.
+const TALL_FROM_RADIUS: usize = 16;
 
 /// Checks of an x pass: `out` holds `w` values, the rows `w + 2r`, 8 extrema lanes.
 ///
@@ -152,12 +159,24 @@ impl Fused {
     ) {
         let offs = y_offsets(img, (stride, h, w), (y0, y1), (g2, g0), (a2, a0));
         let (ys, g) = ((y0, y1), (g2, g0));
+        // wide kernels: the tall y pass (the same values)
+        let tall = g0.len() > TALL_FROM_RADIUS;
         // SAFETY: the variant proves its instruction set (`detect`); every read and write is
         // in bounds (checked by `y_offsets`).
         unsafe {
-            match self {
-                Fused::Fma8 => y_rows_fma8::<Fma8, false>(img, stride, w, ys, g, &offs, a2, a0),
-                Fused::Fma16 => y_rows_fma16::<Fma16, false>(img, stride, w, ys, g, &offs, a2, a0),
+            match (self, tall) {
+                (Fused::Fma8, false) => {
+                    y_rows_fma8::<Fma8, false>(img, stride, w, ys, g, &offs, a2, a0)
+                }
+                (Fused::Fma16, false) => {
+                    y_rows_fma16::<Fma16, false>(img, stride, w, ys, g, &offs, a2, a0)
+                }
+                (Fused::Fma8, true) => {
+                    y_tall_fma8::<Fma8, false>(img, stride, w, ys, g, &offs, a2, a0)
+                }
+                (Fused::Fma16, true) => {
+                    y_tall_fma16::<Fma16, false>(img, stride, w, ys, g, &offs, a2, a0)
+                }
             }
         }
     }
@@ -222,7 +241,7 @@ macro_rules! fused_lanes {
      $load:ident, $store:ident, $set1:ident, $add:ident, $mul:ident, $fma:ident,
      $min:ident, $max:ident, |$x:ident| $neg:expr) => {
         #[derive(Clone, Copy)]
-        struct $name($v);
+        pub(super) struct $name($v);
 
         impl Lanes for $name {
             type E = f32;

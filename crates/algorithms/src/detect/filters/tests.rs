@@ -235,3 +235,88 @@ fn bands_of_rows_equal_the_rows_of_the_plane() {
         }
     }
 }
+
+/// The tall y kernels (strips of one vector, four output rows at a time: for wide kernels)
+/// give the strip kernels' values bit for bit: every fused kernel set, radii from 1 to past the
+/// frame's height (rows reflected more than once), widths around the vector and strip sizes,
+/// row ranges that are not whole blocks of four.
+#[test]
+fn tall_y_passes_equal_the_strips() {
+    use super::avx2::{y_offsets, y_rows_fma8, y_rows_fma16, y_tall_fma8, y_tall_fma16};
+    use super::fused::{Fma8, Fma16};
+    let mut rng = SplitMix::new(41);
+    let mut checked = 0;
+    for fused in Fused::available() {
+        for (h, w) in [(1, 7), (5, 16), (9, 33), (23, 64), (40, 259), (70, 17)] {
+            let stride = padded_stride(w);
+            let img: Vec<f32> = (0..h * stride).map(|_| rng.uniform() as f32).collect();
+            for r in [1usize, 3, 8, 21, 60] {
+                let g2: Vec<f32> = (0..=r).map(|_| rng.uniform() as f32 - 0.5).collect();
+                let g0: Vec<f32> = (0..=r).map(|_| rng.uniform() as f32).collect();
+                for (y0, y1) in [(0, h), (h / 3, h), (h / 2, (h / 2 + 5).min(h))] {
+                    let n = (y1 - y0) * (w + 2 * r);
+                    let (mut a2, mut a0) = (vec![0f32; n], vec![0f32; n]);
+                    let (mut b2, mut b0) = (vec![0f32; n], vec![0f32; n]);
+                    let offs = y_offsets(&img, (stride, h, w), (y0, y1), (&g2, &g0), (&a2, &a0));
+                    let g = (&g2[..], &g0[..]);
+                    // SAFETY: the instruction sets are present (`Fused::available`); the
+                    // geometry is checked by `y_offsets`.
+                    unsafe {
+                        match fused {
+                            Fused::Fma8 => {
+                                y_rows_fma8::<Fma8, false>(
+                                    &img,
+                                    stride,
+                                    w,
+                                    (y0, y1),
+                                    g,
+                                    &offs,
+                                    &mut a2,
+                                    &mut a0,
+                                );
+                                y_tall_fma8::<Fma8, false>(
+                                    &img,
+                                    stride,
+                                    w,
+                                    (y0, y1),
+                                    g,
+                                    &offs,
+                                    &mut b2,
+                                    &mut b0,
+                                );
+                            }
+                            Fused::Fma16 => {
+                                y_rows_fma16::<Fma16, false>(
+                                    &img,
+                                    stride,
+                                    w,
+                                    (y0, y1),
+                                    g,
+                                    &offs,
+                                    &mut a2,
+                                    &mut a0,
+                                );
+                                y_tall_fma16::<Fma16, false>(
+                                    &img,
+                                    stride,
+                                    w,
+                                    (y0, y1),
+                                    g,
+                                    &offs,
+                                    &mut b2,
+                                    &mut b0,
+                                );
+                            }
+                        }
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let what = format!("{fused:?} {h}x{w} r {r} rows {y0}..{y1}");
+                    assert_eq!(bits(&a2), bits(&b2), "{what}: g2");
+                    assert_eq!(bits(&a0), bits(&b0), "{what}: g0");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{checked} tall y passes, all the strips' values");
+}
