@@ -177,8 +177,9 @@ pub struct Args {
     /// How planes group: `auto` (a TIFF's OME axes or ImageJ hyperstack axes, a 4-D .npy as
     /// T, Z, Y, X; an ImageJ stack of slices only stays a movie), `tyx` (a
     /// movie of frames), `zyx` (one volume), `tzyx` (volumes). Volumes are detected in 3-D
-    /// (scikit-image's n-D blob_log, on the CPU) and written as `frame,z,y,x,sigma` rows
-    /// (`sigma_z,sigma_y,sigma_x` with a σ per axis).
+    /// (scikit-image's n-D blob_log, or trackpy's 3-D locate with `--method locate`; on the CPU
+    /// or the one device `--device` names) and written as `frame,z,y,x,sigma` rows
+    /// (`sigma_z,sigma_y,sigma_x` with a σ per axis), or `frame` and trackpy's columns.
     #[arg(long, value_enum, default_value_t = Axes::Auto)]
     pub axes: Axes,
 
