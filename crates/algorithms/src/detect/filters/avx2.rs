@@ -508,6 +508,30 @@ pub(super) enum XOut<'a, E> {
     Scaled(&'a mut [E], E, (&'a mut [E], &'a mut [E])),
 }
 
+/// One output column `x` of a y pass, both kernels, one value at a time (the y kernels' last
+/// columns): the centre tap, then the pairs `off[j − 1]` (rows y − j, y + j) from the outermost
+/// in, separate multiplications and additions.
+#[inline(always)]
+fn y_column<E>(
+    img: &[E],
+    (centre, off): (usize, &[(usize, usize)]),
+    x: usize,
+    (g2, g0): (&[E], &[E]),
+) -> (E, E)
+where
+    E: Copy + std::ops::Add<Output = E> + std::ops::Mul<Output = E>,
+{
+    let c = img[centre + x];
+    let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
+    for j in (1..g0.len()).rev() {
+        let (u, d) = off[j - 1];
+        let t = img[u + x] + img[d + x];
+        s2 = s2 + t * g2[j];
+        s0 = s0 + t * g0[j];
+    }
+    (s2, s0)
+}
+
 /// The pass kernels, compiled for one instruction set (`$feat`) and written once for every
 /// [`Lanes`] type: [`y_rows_avx2`], [`x_rows_avx2`] for AVX2, and the same for the fused
 /// multiply-add lanes of `filters/fused.rs` (`y_rows_fma8`, `y_rows_fma16`…). Each is a
@@ -600,14 +624,7 @@ macro_rules! pass_kernels {
                         }
                         // the last columns, one at a time
                         while x < xe {
-                            let c = img[centre + x];
-                            let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
-                            for j in (1..=r).rev() {
-                                let (u, d) = off[j - 1];
-                                let t = img[u + x] + img[d + x];
-                                s2 = s2 + t * g2[j];
-                                s0 = s0 + t * g0[j];
-                            }
+                            let (s2, s0) = y_column(img, (centre, off), x, (g2, g0));
                             a2[orow + x] = round1(s2);
                             a0[orow + x] = round1(s0);
                             x += 1;
@@ -896,14 +913,7 @@ macro_rules! tall_kernels {
                 let off = &offs[(y - y0) * r..(y - y0 + 1) * r];
                 let (centre, orow) = (y * stride, (y - y0) * pw + r);
                 for x in x..w {
-                    let c = img[centre + x];
-                    let (mut s2, mut s0) = (c * g2[0], c * g0[0]);
-                    for j in (1..=r).rev() {
-                        let (u, d) = off[j - 1];
-                        let t = img[u + x] + img[d + x];
-                        s2 = s2 + t * g2[j];
-                        s0 = s0 + t * g0[j];
-                    }
+                    let (s2, s0) = y_column(img, (centre, off), x, (g2, g0));
                     a2[orow + x] = round1(s2);
                     a0[orow + x] = round1(s0);
                 }
