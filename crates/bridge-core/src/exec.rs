@@ -12,6 +12,10 @@
 //! stream and may return before the kernel has run (OpenCL always, CUDA by default:
 //! [`Executor::launches_are_async`]); [`Executor::read`], [`Executor::read_at`] and
 //! [`Executor::synchronize`] return after every launch enqueued before them has completed.
+//! [`Executor::upload`] fills a new buffer, which no launch uses yet: it may run beside the
+//! launches in flight instead of after them, and every launch enqueued after it sees its bytes
+//! (OpenCL writes it on a transfer queue of the device and returns once they are there; CUDA
+//! queues it on the executor's stream, before the launches that follow).
 //! A kernel that fails after its launch returned is reported as an error by such a wait (on
 //! OpenCL, also by a later launch that waits for the oldest of too many in flight), never
 //! dropped. Buffers are freed when dropped (back to the device pools), after the work using

@@ -141,6 +141,8 @@ impl Inner {
         log::debug!("opencl: opened {device} ({})", entry.info.name);
         let queue = raw::create_queue(&context, entry.id.id())
             .map_err(|c| cl_error(device, "clCreateCommandQueue", c, 0))?;
+        let transfer = raw::create_queue(&context, entry.id.id())
+            .map_err(|c| cl_error(device, "clCreateCommandQueue", c, 0))?;
         let pool = CachingPool::new(ClAllocator::new(
             device,
             Arc::clone(&context),
@@ -151,6 +153,7 @@ impl Inner {
             entry,
             context,
             queue,
+            transfer,
             pool,
             backend: self.me.clone() as std::sync::Weak<dyn std::any::Any + Send + Sync>,
         });

@@ -169,6 +169,16 @@ impl ClBuffer {
             .map_err(|c| self.err("clEnqueueWriteBuffer", c, data.len()))
     }
 
+    /// [`Self::write`] on the device's transfer queue instead of its kernel queue: the copy
+    /// does not wait for the kernels queued before it. Only for a buffer no queued command uses
+    /// (a fresh allocation: [`Executor::upload`](bridge_core::exec::Executor::upload)); returns
+    /// when the copy is complete, so commands enqueued afterwards on any queue see the bytes.
+    pub(crate) fn write_fresh(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len(), "write")?;
+        raw::write_blocking(&self.state.transfer, self.as_raw(), offset, data)
+            .map_err(|c| self.err("clEnqueueWriteBuffer", c, data.len()))
+    }
+
     /// Copy bytes from the buffer at `offset` into `out`; returns when the copy is complete.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len(), "read")?;

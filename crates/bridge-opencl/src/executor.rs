@@ -15,8 +15,11 @@
 //! * an allocation that runs out of device memory waits for them all, which gives their
 //!   buffers back to the pool, and tries once more.
 //!
-//! Uploads, fills and reads are blocking commands on the same in-order queue, so they run
-//! after the launches enqueued before them. A buffer the algorithm drops while a queued kernel
+//! Fills and reads are blocking commands on the same in-order queue, so they run after the
+//! launches enqueued before them. [`Executor::upload`] writes its fresh buffer on a second
+//! queue of the device (the transfer queue), blocking too: an upload does not wait for the
+//! kernels in flight (another thread's batch computes while this one's frames go up), and the
+//! launches that use the buffer, enqueued after it returns, see its bytes. A buffer the algorithm drops while a queued kernel
 //! uses it stays alive in the launch's token, so the device's pool cannot hand its memory to
 //! another allocation (whatever queue would use it) before the kernel has run.
 //!
@@ -152,7 +155,8 @@ impl Executor for OpenClExecutor {
     fn upload(&self, bytes: &[u8]) -> Result<ClBuffer> {
         let buf = self.retry_oom(|| self.cl.alloc(self.device, bytes.len().max(4)))?;
         if !bytes.is_empty() {
-            buf.write(0, bytes)?;
+            // a fresh buffer: on the transfer queue, not behind the kernels in flight
+            buf.write_fresh(0, bytes)?;
         }
         self.cl.count_upload(self.device, bytes.len());
         Ok(buf)

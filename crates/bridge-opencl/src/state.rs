@@ -85,6 +85,11 @@ pub(crate) struct DeviceState {
     pub(crate) entry: DeviceEntry,
     pub(crate) context: Arc<Context>,
     pub(crate) queue: CommandQueue,
+    /// A second in-order queue for [`Executor::upload`](bridge_core::exec::Executor::upload)s
+    /// into fresh buffers: an upload from one thread then runs while the kernels another thread
+    /// enqueued on `queue` run, instead of waiting behind them (a fresh buffer is used by no
+    /// queued command: the pool holds back the memory of buffers queued kernels still use).
+    pub(crate) transfer: CommandQueue,
     pub(crate) pool: CachingPool<ClAllocator>,
     /// The backend instance that opened the device (weak: the backend owns its states), so that
     /// an array on the device reaches the device's executor without a process-wide lookup.
