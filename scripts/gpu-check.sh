@@ -48,7 +48,7 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [rows 1 and 4, PACO groups 128 and 32]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [x interior 0, 2 in flight, tile 8, both, PACO groups 128]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
@@ -433,9 +433,12 @@ phase_identity() {
       "$SCRATCH/identity-$label-cuda.csv" "$WORK/identity-$label-compare.txt")"
     info_row "identity $label cpu vs cuda:0" "$(echo "$line" | cut -d'|' -f3-5 | tr '|' ' ')" "$(($(date +%s) - t0))"
   done
-  # the pass knobs must not change a byte: the default (8 rows on CUDA) against 1 row, 1 column
+  # the pass knobs must not change a byte: the default (8 rows on CUDA) against 1 row, 1 column,
+  # the per-tap edge handling of log_pass_x and two batches in flight (the fused pass against
+  # the two passes: detect_gpu's cuda_tiled_pass_gives_the_two_passes_cube)
   run_binary "identity movie_log cuda:0 rows 1 cols 1" "$WORK/identity-movie_log-rows1.log" \
-    env ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 \
+    env ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 ARRAYBRIDGE_DETECT_X_INTERIOR=0 \
+    ARRAYBRIDGE_DETECT_IN_FLIGHT=2 \
     "$cli" --quiet detect "$(movie_npy)" --device cuda:0 "${log_args[@]}" -o "$SCRATCH/identity-movie_log-rows1.csv"
   line="$(compare_csvs "movie_log, cuda:0 default vs rows 1 cols 1" "$SCRATCH/identity-movie_log-cuda.csv" \
     "$SCRATCH/identity-movie_log-rows1.csv" "$WORK/identity-movie_log-rows1-compare.txt")"
@@ -555,7 +558,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_ROWS=1;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_PACO_STATS_WG=128;ARRAYBRIDGE_PACO_STATS_WG=32}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_X_INTERIOR=0;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_TILE=8;ARRAYBRIDGE_DETECT_TILE=8,ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_PACO_STATS_WG=128}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

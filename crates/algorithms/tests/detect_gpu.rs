@@ -495,6 +495,75 @@ fn kernels_compile_with_nvrtc() {
 // ------------------------------------------------------------------------------------------
 // OpenCL
 
+/// The fused pass (`log_pass_tile`, tiles of 1, 3 and 8 rows, 16 or 32 columns) gives
+/// the two passes' cube bit for bit, in float64 and float32: frames narrower and shorter
+/// than a kernel (edges reflected more than once), a tile's rows past the frame, a scale
+/// wider than the tile (the run takes the two passes), u16 and f32 frames.
+fn check_tiled_pass<E: bridge_core::exec::Executor>(
+    base: &algorithms::detect::GpuDetect<E>,
+    name: &str,
+) {
+    use bridge_core::tuning::Tuning;
+    let with = |tile: &str, wg: &str, precision: Precision| {
+        let tuning = Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_TILE", tile)
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_WG_X", wg))
+            .unwrap();
+        base.clone().with_config(GpuDetectConfig {
+            tuning,
+            precision,
+            ..base.config().clone()
+        })
+    };
+    let mut frames = Vec::new();
+    for (k, &(h, w)) in [(5, 7), (19, 64), (64, 19), (70, 33), (41, 130)]
+        .iter()
+        .enumerate()
+    {
+        let f = spots(h, w, 1 + h * w / 200, 70 + k as u64);
+        frames.push(Frame::F32(f.mapv(|v| v as f32)));
+        frames.push(Frame::U16(f.mapv(|v| (v * 3000.0) as u16)));
+    }
+    let sets = [
+        BlobLogParams {
+            min_sigma: 1.0,
+            max_sigma: 3.0,
+            num_sigma: 6,
+            ..BlobLogParams::default()
+        },
+        BlobLogParams {
+            min_sigma: 0.5,
+            max_sigma: 7.5,
+            num_sigma: 4,
+            ..BlobLogParams::default()
+        },
+    ];
+    let mut compared = 0;
+    for precision in [Precision::F64, Precision::F32] {
+        for p in &sets {
+            for f in &frames {
+                let one = [f.view()];
+                let two = with("0", "32", precision).log_cubes(&one, p).unwrap();
+                for (tile, wg) in [("1", "16"), ("3", "32"), ("8", "32"), ("8", "16")] {
+                    let fused = with(tile, wg, precision).log_cubes(&one, p).unwrap();
+                    let bits = |c: &[Vec<f64>]| -> Vec<u64> {
+                        c.iter().flatten().map(|v| v.to_bits()).collect()
+                    };
+                    assert_eq!(
+                        bits(&fused),
+                        bits(&two),
+                        "tile {tile} wg {wg} {precision:?} {:?} sigma {}",
+                        f.view().dim(),
+                        p.max_sigma
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    eprintln!("[{name}] fused pass == two passes on {compared} cubes");
+}
+
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::*;
@@ -600,6 +669,13 @@ mod opencl {
                 (a, b) => assert_eq!(a.is_err(), b.is_err(), "{name}"),
             }
         }
+    }
+
+    /// See [`super::check_tiled_pass`].
+    #[test]
+    fn tiled_pass_gives_the_two_passes_cube() {
+        let Some(base) = device() else { return };
+        super::check_tiled_pass(&base, "opencl");
     }
 
     #[test]
@@ -728,6 +804,77 @@ mod opencl {
             assert!((a.response - b.response).abs() <= 1e-6 * a.response.abs().max(1e-3));
         }
         eprintln!("[opencl] LogDetector movie: {} particles == CPU", cpu.len());
+    }
+
+    /// `detect_movie_with` with 1, 2 and 3 batches in flight (`ARRAYBRIDGE_DETECT_IN_FLIGHT`,
+    /// set by value) on a u16 movie in batches of 2 (a partial last one), with refinement:
+    /// the CPU's particles, every field; progress in order up to every frame. A batch that
+    /// fails (minmax prescale on a constant frame) is the call's error, naming its frames, the
+    /// same whatever the batches in flight, and no progress is reported past it.
+    #[test]
+    fn opencl_batches_in_flight_give_the_cpus_particles() {
+        use algorithms::detect::{LogDetector, Movie, RefineParams};
+        use bridge_core::tuning::Tuning;
+        let Some(base) = device() else { return };
+        let (t, h, w) = (13, 96, 88);
+        let mut movie = ndarray::Array3::<u16>::zeros((t, h, w));
+        for k in 0..t {
+            let f = spots(h, w, 30, 900 + k as u64);
+            movie
+                .index_axis_mut(ndarray::Axis(0), k)
+                .assign(&f.mapv(|v| (v * 4000.0) as u16));
+        }
+        let det = LogDetector {
+            batch_size: 2,
+            refine: Some(RefineParams::default()),
+            ..LogDetector::default()
+        };
+        let with = |n: &str| {
+            let tuning = Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_IN_FLIGHT", n)
+                .unwrap();
+            base.clone().with_config(GpuDetectConfig {
+                tuning,
+                ..base.config().clone()
+            })
+        };
+        let good = Movie::U16(movie.clone());
+        let cpu = det
+            .detect_movie_with(&good, &algorithms::detect::CpuBackend::default(), |_| {})
+            .unwrap();
+        assert!(cpu.len() > 100, "{}", cpu.len());
+        let mut bad = movie;
+        bad.index_axis_mut(ndarray::Axis(0), 7).fill(500);
+        let bad = Movie::U16(bad);
+        let minmax = LogDetector {
+            params: BlobLogParams {
+                prescale: Prescale::MinMax,
+                ..det.params.clone()
+            },
+            ..det.clone()
+        };
+        let mut errors = Vec::new();
+        for n in ["1", "2", "3"] {
+            let b = with(n);
+            assert_eq!(b.batches_in_flight(), n.parse::<usize>().unwrap());
+            let mut seen = Vec::new();
+            let dev = det.detect_movie_with(&good, &b, |d| seen.push(d)).unwrap();
+            assert_eq!(dev, cpu, "{n} in flight");
+            assert_eq!(seen, vec![2, 4, 6, 8, 10, 12, 13], "{n} in flight");
+            let mut seen = Vec::new();
+            let err = minmax
+                .detect_movie_with(&bad, &b, |d| seen.push(d))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("6..8") && err.contains("constant"), "{err}");
+            assert!(seen.iter().all(|&d| d <= 6), "{seen:?}");
+            errors.push(err);
+        }
+        assert!(errors.windows(2).all(|e| e[0] == e[1]), "{errors:?}");
+        eprintln!(
+            "[opencl] 1/2/3 batches in flight: {} particles == CPU",
+            cpu.len()
+        );
     }
 
     /// Timing on a 512×512 frame (reported, not asserted): a batch of 8 copies of hisnr_f32.
@@ -935,6 +1082,13 @@ mod cuda {
         executor().map(|e| {
             algorithms::exec::DeviceHandle::from_executor(algorithms::exec::AnyExecutor::Cuda(e))
         })
+    }
+
+    /// See [`super::check_tiled_pass`].
+    #[test]
+    fn cuda_tiled_pass_gives_the_two_passes_cube() {
+        let Some(base) = device() else { return };
+        super::check_tiled_pass(&base, "cuda");
     }
 
     #[test]

@@ -117,6 +117,32 @@ pub const KNOBS: &[Knob] = &[
               results",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_X_INTERIOR",
+        default: "1",
+        accepts: Accepts::Int(0, 1),
+        doc: "1: log_pass_x slides its window without edge handling where a column's taps are \
+              inside the row, also with one column per work-item (0: edge handling at every \
+              tap, as before 2026-11-27); does not change results",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_DETECT_TILE",
+        default: "auto",
+        accepts: Accepts::Int(0, 64),
+        doc: "rows of a tile of the fused LoG pass (log_pass_tile: both passes of a tile in \
+              local memory, no scratch cubes); 0: the two passes log_pass_y and log_pass_x \
+              (auto: 8 on OpenCL, 0 on CUDA); scales wider than the tile's local memory take \
+              the two passes; does not change results",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_DETECT_IN_FLIGHT",
+        default: "auto",
+        accepts: Accepts::Int(1, 4),
+        doc: "batches a device's LogDetector detects at once, from as many threads: the next \
+              batch is packed and uploaded while the current one computes, the last one's \
+              particles are finished on the host meanwhile (auto: 2 on OpenCL, 1 on CUDA); \
+              does not change results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_PREP_WG",
         default: "256",
         accepts: Accepts::Int(1, 1024),

@@ -536,3 +536,114 @@ fn log_on_opencl_writes_the_cpus_csv() {
         );
     }
 }
+
+/// One `[trace] +a..b s [thread] text` line of `ARRAYBRIDGE_TRACE=1`: its span, thread and text.
+fn trace_spans(stderr: &str) -> Vec<(f64, f64, String, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("[trace] +")?;
+            let (span, rest) = rest.split_once(" s [")?;
+            let (a, b) = span.split_once("..")?;
+            let (thread, text) = rest.split_once("] ")?;
+            Some((a.parse().ok()?, b.parse().ok()?, thread.into(), text.into()))
+        })
+        .collect()
+}
+
+/// `detect --device opencl:0` with two batches in flight (the OpenCL default): the CPU's CSV
+/// byte for byte (as with one batch in flight, `ARRAYBRIDGE_DETECT_IN_FLIGHT=1`), and
+/// `ARRAYBRIDGE_TRACE=1` shows the two workers' stages overlapping: a batch's upload while
+/// another batch's kernels run on the device, and a batch's host work (noise, refinement,
+/// particles) while another's kernels run.
+#[test]
+fn log_on_opencl_overlaps_batches_with_the_cpus_csv() {
+    if !has_opencl() {
+        return;
+    }
+    let d = tmpdir("log-opencl-overlap");
+    let (t, h, w) = (20, 160, 192);
+    let px = real_like(t, h, w, 255.0);
+    let movie = d.join("real_u16.npy");
+    let bytes: Vec<u8> = px
+        .iter()
+        .flat_map(|&v| ((v * 257.0) as u16).to_le_bytes())
+        .collect();
+    std::fs::write(&movie, encode_npy("<u2", &[t, h, w], &bytes)).unwrap();
+    let flags = [
+        "--max-sigma",
+        "5",
+        "--num-sigma",
+        "10",
+        "--threshold",
+        "none",
+        "--threshold-rel",
+        "0.2",
+        "--refine",
+        "--batch-size",
+        "2",
+    ];
+    let cpu = d.join("cpu.csv");
+    detect_on(&movie, &cpu, "cpu", &flags);
+    let args: Vec<String> = ["detect", movie.to_str().unwrap(), "--device", "opencl:0"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(flags.iter().map(|s| s.to_string()))
+        .collect();
+    for in_flight in ["1", "auto"] {
+        let out = d.join(format!("opencl-{in_flight}.csv"));
+        let mut a = args.clone();
+        a.extend(["-o".into(), out.to_str().unwrap().into()]);
+        let o = Command::new(BIN)
+            .args(&a)
+            .env("ARRAYBRIDGE_TRACE", "1")
+            .env("ARRAYBRIDGE_DETECT_IN_FLIGHT", in_flight)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&cpu).unwrap(),
+            "in flight {in_flight}: opencl:0 differs from the CPU"
+        );
+        let spans = trace_spans(&err);
+        let of = |what: &str| -> Vec<&(f64, f64, String, String)> {
+            spans.iter().filter(|s| s.3.contains(what)).collect()
+        };
+        let (uploads, devices, hosts) = (
+            of("detect: upload"),
+            of("detect: device"),
+            of("noise/refine/particles"),
+        );
+        // (the CLI may run a frame first: the first chunk's sample)
+        assert!(devices.len() >= t / 2, "{err}");
+        assert!(hosts.len() >= t / 2, "{err}");
+        // the device runs one batch at a time, whatever the workers
+        let mut dev: Vec<(f64, f64)> = devices.iter().map(|s| (s.0, s.1)).collect();
+        dev.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(dev.windows(2).all(|p| p[1].0 >= p[0].1 - 1e-4), "{dev:?}");
+        let overlaps = |a: &[&(f64, f64, String, String)]| {
+            a.iter()
+                .any(|x| devices.iter().any(|d| d.2 != x.2 && x.0 < d.1 && d.0 < x.1))
+        };
+        if in_flight == "1" {
+            assert!(spans.iter().all(|s| s.2 == "main"), "{err}");
+        } else {
+            // (a chunk of one batch runs on the calling thread)
+            let threads: BTreeSet<&str> = devices.iter().map(|s| s.2.as_str()).collect();
+            assert!(
+                threads.is_superset(&BTreeSet::from(["detect-0", "detect-1"])),
+                "{err}"
+            );
+            assert!(
+                overlaps(&uploads),
+                "no upload during another batch's kernels: {err}"
+            );
+            assert!(
+                overlaps(&hosts),
+                "no host work during another batch's kernels: {err}"
+            );
+        }
+    }
+}

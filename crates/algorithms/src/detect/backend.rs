@@ -63,6 +63,22 @@ pub trait DetectBackend: Send + Sync {
         None
     }
 
+    /// Device time spent in kernels by every batch call so far (a running total: difference
+    /// it around a run), where [`Self::last_kernel_seconds`] is measured; unlike the last
+    /// call's, it stays right when several threads call the back end at once
+    /// ([`Self::batches_in_flight`]). `None` by default.
+    fn kernel_seconds_total(&self) -> Option<f64> {
+        None
+    }
+
+    /// How many batches [`crate::detect::LogDetector::detect_movie_with`] gives this back end
+    /// at once, from as many threads: 1 by default (one after the other). A device back end
+    /// that takes 2 uploads the next batch while the current one computes, and the host
+    /// finishes the previous batch's particles meanwhile.
+    fn batches_in_flight(&self) -> usize {
+        1
+    }
+
     /// How many times the back end halved a batch that ran out of memory since this was last
     /// asked (a device back end splits its own batches; the CPU never does), for the
     /// several-device queue's accounting ([`super::DeviceShare::splits`]).

@@ -154,7 +154,18 @@ impl LogDetector {
         })
     }
 
-    /// Detect with an explicit back end; `progress(frames_done)` is called after each batch.
+    /// Detect with an explicit back end; `progress(frames_done)` is called after each batch, in
+    /// order, on the calling thread.
+    ///
+    /// Where the back end takes several batches at once ([`DetectBackend::batches_in_flight`]:
+    /// 2 on OpenCL by default, `ARRAYBRIDGE_DETECT_IN_FLIGHT`), that many worker threads
+    /// (`detect-0`, `detect-1`, …) take the batches in turn: while one batch's kernels run, the
+    /// next batch is packed and uploaded and the previous one's noise, refinement and particles
+    /// are computed on the host (the device runs one batch's kernels and reads at a time, in
+    /// the order the workers reach it). `ARRAYBRIDGE_TRACE=1` prints when each stage ran.
+    /// The particles are the same, in the same order: a frame's detections do not depend on
+    /// its batch. On an error the workers stop taking batches, and the error of the first
+    /// failed batch is returned.
     pub fn detect_movie_with(
         &self,
         movie: &Movie,
@@ -162,14 +173,111 @@ impl LogDetector {
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Particle>> {
         let (p, frames) = self.prepare(movie, &[backend])?;
+        let batches: Vec<&[FrameView<'_>]> = frames.chunks(self.batch_size).collect();
+        let workers = backend.batches_in_flight().clamp(1, 4).min(batches.len());
+        if workers > 1 {
+            return self.detect_batches_overlapped(&batches, backend, &p, workers, progress);
+        }
         let mut out = Vec::new();
         let mut done = 0usize;
-        for (bi, batch) in frames.chunks(self.batch_size).enumerate() {
+        for (bi, batch) in batches.iter().enumerate() {
             out.extend(self.detect_batch(batch, bi * self.batch_size, backend, &p)?);
             done += batch.len();
             progress(done);
         }
         Ok(out)
+    }
+
+    /// [`Self::detect_movie_with`]'s batches on `workers` threads that take the next batch as
+    /// they finish one; the calling thread puts the results in order and reports progress.
+    fn detect_batches_overlapped(
+        &self,
+        batches: &[&[FrameView<'_>]],
+        backend: &dyn DetectBackend,
+        p: &BlobLogParams,
+        workers: usize,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<Particle>> {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<Particle>>)>();
+        std::thread::scope(|s| {
+            for w in 0..workers {
+                let (tx, next, stop) = (tx.clone(), &next, &stop);
+                let work = move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let bi = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(batch) = batches.get(bi) else { break };
+                        let first = bi * self.batch_size;
+                        // a panic in a back end is this call's error, never a hang of the
+                        // calling thread waiting for the batch
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.detect_batch(batch, first, backend, p)
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(BridgeError::backend(
+                                backend.device().to_string(),
+                                None,
+                                format!(
+                                    "the back end panicked on frames {first}..{}",
+                                    first + batch.len()
+                                ),
+                            ))
+                        });
+                        let failed = r.is_err();
+                        if tx.send((bi, r)).is_err() || failed {
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                };
+                let spawned = std::thread::Builder::new()
+                    .name(format!("detect-{w}"))
+                    .spawn_scoped(s, work);
+                if let Err(e) = spawned {
+                    // the workers already started finish the movie
+                    log::warn!("detect: could not start worker {w}: {e}");
+                    if w == 0 {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(BridgeError::backend(
+                            "detect",
+                            None,
+                            format!("could not start a worker thread: {e}"),
+                        ));
+                    }
+                }
+            }
+            drop(tx);
+            let mut ready: std::collections::BTreeMap<usize, Vec<Particle>> = Default::default();
+            let (mut out, mut in_order, mut done) = (Vec::new(), 0usize, 0usize);
+            let mut failed: Option<(usize, BridgeError)> = None;
+            for (bi, r) in rx {
+                match r {
+                    Ok(ps) => {
+                        ready.insert(bi, ps);
+                    }
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        if failed.as_ref().is_none_or(|(f, _)| bi < *f) {
+                            failed = Some((bi, e));
+                        }
+                    }
+                }
+                while let Some(ps) = ready.remove(&in_order) {
+                    out.extend(ps);
+                    done += batches[in_order].len();
+                    in_order += 1;
+                    if failed.is_none() {
+                        progress(done);
+                    }
+                }
+            }
+            match failed {
+                Some((_, e)) => Err(e),
+                None => Ok(out),
+            }
+        })
     }
 
     /// The checked parameters and the frames of `movie`: valid `blob_log` parameters, a
@@ -271,16 +379,18 @@ impl LogDetector {
                 });
             }
         }
-        super::trace(|| {
+        let t_end = std::time::Instant::now();
+        super::trace_span(t_host, t_end, || {
             format!(
-                "detect batch of {}: blob_log {blob_s:.3} s{}, noise/refine/particles {:.3} s",
-                batch.len(),
+                "detect batch of frames {first}..{}: blob_log {blob_s:.3} s{}, then \
+                 noise/refine/particles {:.3} s",
+                first + batch.len(),
                 if alongside {
                     " (the noise alongside)"
                 } else {
                     ""
                 },
-                t_host.elapsed().as_secs_f64()
+                t_end.duration_since(t_host).as_secs_f64()
             )
         });
         Ok(out)

@@ -219,6 +219,31 @@ pub(crate) fn trace(msg: impl FnOnce() -> String) {
     }
 }
 
+/// [`trace`] for a stage that ran from `start` to `end`: the line begins with both instants,
+/// in seconds since the process's first traced stage, and the name of the thread that ran
+/// it (`detect-0`, `detect-1`: the workers of [`LogDetector::detect_movie_with`]), so the
+/// stages of consecutive batches show where they overlap.
+pub(crate) fn trace_span(
+    start: std::time::Instant,
+    end: std::time::Instant,
+    msg: impl FnOnce() -> String,
+) {
+    if !trace_enabled() {
+        return;
+    }
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| start);
+    let at = |t: std::time::Instant| t.saturating_duration_since(epoch).as_secs_f64();
+    let me = std::thread::current();
+    eprintln!(
+        "[trace] +{:.4}..{:.4} s [{}] {}",
+        at(start),
+        at(end),
+        me.name().unwrap_or("main"),
+        msg()
+    );
+}
+
 /// Whether `ARRAYBRIDGE_TRACE` asks for the breakdown (a [`bridge_core::tuning`] knob).
 pub(crate) fn trace_enabled() -> bool {
     matches!(

@@ -11,8 +11,8 @@ use super::super::blob_log::{
     BlobLogParams, Converted, Prescale, check_range_of, check_scale_space_range, convert_frame,
 };
 use super::super::real::{give_buf, take_buf};
-use super::super::trace;
-use super::pipeline::{Input, Prescaling, RawFrames, RunOut, run_typed};
+use super::super::trace_span;
+use super::pipeline::{Input, Prescaling, RawFrames, RunOut, Turn, run_typed};
 use super::{GpuDetectConfig, Precision};
 
 /// How a frame reaches the device.
@@ -90,6 +90,7 @@ pub(super) fn run_frames<E: Executor>(
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
     want_cube: bool,
+    turn: &Turn,
 ) -> Result<RunOut> {
     p.validate()?;
     let f64_cube =
@@ -134,7 +135,17 @@ pub(super) fn run_frames<E: Executor>(
                             Converted::F64(v) => v.iter().map(|&x| x as f32).collect(),
                         })
                         .collect();
-                    run_typed::<E, f32, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                    run_typed::<E, f32, f32>(
+                        e,
+                        Input::Host(&imgs),
+                        n,
+                        h,
+                        w,
+                        p,
+                        cfg,
+                        want_cube,
+                        turn,
+                    )?
                 } else {
                     let imgs: Vec<Vec<f64>> = converted
                         .into_iter()
@@ -144,9 +155,29 @@ pub(super) fn run_frames<E: Executor>(
                         })
                         .collect();
                     if f64_cube {
-                        run_typed::<E, f64, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                        run_typed::<E, f64, f64>(
+                            e,
+                            Input::Host(&imgs),
+                            n,
+                            h,
+                            w,
+                            p,
+                            cfg,
+                            want_cube,
+                            turn,
+                        )?
                     } else {
-                        run_typed::<E, f64, f32>(e, Input::Host(&imgs), n, h, w, p, cfg, want_cube)?
+                        run_typed::<E, f64, f32>(
+                            e,
+                            Input::Host(&imgs),
+                            n,
+                            h,
+                            w,
+                            p,
+                            cfg,
+                            want_cube,
+                            turn,
+                        )?
                     }
                 }
             }
@@ -168,18 +199,15 @@ pub(super) fn run_frames<E: Executor>(
                     .par_chunks_mut(fb.max(1))
                     .zip(run.par_iter())
                     .for_each(|(dst, f)| pack_ne(f, dst));
-                trace(|| {
-                    format!(
-                        "detect: pack {n} raw frames {:.3} s",
-                        t_pack.elapsed().as_secs_f64()
-                    )
+                trace_span(t_pack, std::time::Instant::now(), || {
+                    format!("detect: pack {n} raw frames")
                 });
                 let pre = Prescaling { params, mode };
                 let input = Input::Raw(&bytes, kind != Kind::RawU8, pre);
                 let res = if f64_cube {
-                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube)
+                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube, turn)
                 } else {
-                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube)
+                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube, turn)
                 };
                 give_buf(bytes);
                 res?
@@ -227,6 +255,7 @@ pub(super) fn run_resident<E: Executor>(
     (t, h, w): (usize, usize, usize),
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
+    turn: &Turn,
     mut progress: impl FnMut(usize),
 ) -> Result<RunOut> {
     p.validate()?;
@@ -262,9 +291,9 @@ pub(super) fn run_resident<E: Executor>(
         };
         let input = Input::Device(raw, frame0, pre);
         let res = if f64_cube {
-            run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, false)?
+            run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, false, turn)?
         } else {
-            run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, false)?
+            run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, false, turn)?
         };
         out.blobs.extend(res.blobs);
         out.kernel_s += res.kernel_s;

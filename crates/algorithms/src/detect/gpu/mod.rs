@@ -16,11 +16,19 @@
 //!    ([`convert_frame`](super::blob_log::convert_frame): `v · (1/max)` or `(v − c)/(d − c)` in float64 where the device has
 //!    doubles); float frames converted on the host exactly as on the CPU;
 //! 2. the LoG cube, its per-frame extrema, the 3×3×3 maxima, the threshold and `exclude_border`
-//!    are evaluated on the device, in sub-batches that keep the device working set (cube plus
-//!    two pass buffers) under [`GpuDetectConfig::max_device_bytes`];
-//! 3. only the candidates (flat index and cube value) and the per-work-group extrema are
+//!    are evaluated on the device, in sub-batches that keep the device working set (the cube,
+//!    plus two pass buffers where the passes are not fused) under
+//!    [`GpuDetectConfig::max_device_bytes`]; the two passes of a scale run as one tiled kernel
+//!    in local memory (`log_pass_tile`, `ARRAYBRIDGE_DETECT_TILE`: OpenCL's default) or as
+//!    `log_pass_y` then `log_pass_x` through two scratch cubes, the same cube bit for bit;
+//! 3. only the candidates (flat index and cube value) and their count are
 //!    downloaded; the host restores raster order, applies the CPU's stable sort by descending
 //!    response and the CPU's overlap pruning ([`prune_blobs`](super::blob_log::prune_blobs), pairs in ascending `(i, j)`).
+//!
+//! Several threads may call one back end (and its clones) at once
+//! ([`DetectBackend::batches_in_flight`]): each packs and uploads its frames without waiting for
+//! the others' kernels (OpenCL uploads on a transfer queue), then takes the device's turn for its
+//! kernels and reads, so a read waits only for its own batch's kernels.
 //!
 //! **Precision.** Where the device has doubles, the default ([`Precision::Auto`], as
 //! [`Precision::F64`]) stores the cube in the CPU's working type (float64 for integer and
@@ -109,17 +117,23 @@ impl DevReal for f64 {
     const SIZE: usize = 8;
 }
 
-/// Kernel time of the last batch, shared by clones of a back end.
+/// Kernel time of the last batch and of every batch so far, shared by clones of a back end.
 #[derive(Debug, Clone, Default)]
-struct LastKernel(std::sync::Arc<std::sync::Mutex<Option<f64>>>);
+struct LastKernel(std::sync::Arc<std::sync::Mutex<(Option<f64>, f64)>>);
 
 impl LastKernel {
     fn set(&self, v: f64) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        let mut k = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        k.0 = Some(v);
+        k.1 += v;
     }
 
     fn get(&self) -> Option<f64> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    fn total(&self) -> f64 {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).1
     }
 }
 
@@ -132,6 +146,8 @@ pub struct GpuDetect<E: Executor> {
     last_kernel: LastKernel,
     /// Batches halved on out of memory, not yet reported ([`DetectBackend::take_splits`]).
     splits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The device's turn between threads (kernels and reads of one run at a time).
+    turn: std::sync::Arc<pipeline::Turn>,
 }
 
 /// [`GpuDetect`] on an OpenCL device.
@@ -150,6 +166,7 @@ impl<E: Executor> GpuDetect<E> {
             config: GpuDetectConfig::default(),
             last_kernel: LastKernel::default(),
             splits: std::sync::Arc::default(),
+            turn: std::sync::Arc::default(),
         }
     }
 
@@ -177,7 +194,7 @@ impl<E: Executor> GpuDetect<E> {
     /// Diagnostic: the device LoG cube of every frame (`[scale][y][x]`, widened to f64), as
     /// `blob_log_batch` computes it (a full download; not for production use).
     pub fn log_cubes(&self, frames: &[FrameView<'_>], p: &BlobLogParams) -> Result<Vec<Vec<f64>>> {
-        let out = frames::run_frames(&self.exec, frames, p, &self.config, true)?;
+        let out = frames::run_frames(&self.exec, frames, p, &self.config, true, &self.turn)?;
         out.cubes.ok_or_else(|| {
             BridgeError::backend(self.exec.device().to_string(), None, "no cube was computed")
         })
@@ -213,7 +230,8 @@ impl<E: Executor> GpuDetect<E> {
             return Ok(None);
         }
         let dims = resident_dims(movie, "blob_log")?;
-        let out = frames::run_resident(&self.exec, raw, dims, p, &self.config, progress)?;
+        let out =
+            frames::run_resident(&self.exec, raw, dims, p, &self.config, &self.turn, progress)?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.blobs))
     }
@@ -284,7 +302,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         p: &BlobLogParams,
     ) -> Result<Vec<Vec<Blob>>> {
         self.split_on_oom(frames, |f| {
-            let out = frames::run_frames(&self.exec, f, p, &self.config, false)?;
+            let out = frames::run_frames(&self.exec, f, p, &self.config, false, &self.turn)?;
             Ok((out.blobs, out.kernel_s))
         })
     }
@@ -306,7 +324,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
             ..self.config.clone()
         };
         self.split_on_oom(frames, |f| {
-            let out = frames::run_frames(&self.exec, f, p, &cfg, false)?;
+            let out = frames::run_frames(&self.exec, f, p, &cfg, false, &self.turn)?;
             Ok((out.blobs, out.kernel_s))
         })
     }
@@ -328,6 +346,27 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
 
     fn take_splits(&self) -> usize {
         self.splits.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The kernel seconds of every call so far, measured as [`Self::last_kernel_seconds`] is.
+    fn kernel_seconds_total(&self) -> Option<f64> {
+        self.last_kernel_seconds()?;
+        Some(self.last_kernel.total())
+    }
+
+    /// `ARRAYBRIDGE_DETECT_IN_FLIGHT` of the configuration's tuning; `auto`: 2 on OpenCL,
+    /// where uploads go on a queue of their own and overlap the kernels (see
+    /// [`LogDetector::detect_movie_with`](super::LogDetector::detect_movie_with)), 1 on CUDA,
+    /// whose uploads share the kernels' stream (the GPU run compares 2 there: docs/gpu.md).
+    fn batches_in_flight(&self) -> usize {
+        self.config
+            .tuning
+            .usize_knob("ARRAYBRIDGE_DETECT_IN_FLIGHT")
+            .unwrap_or(if matches!(self.exec.device(), Device::OpenCl(_)) {
+                2
+            } else {
+                1
+            })
     }
 
     /// trackpy's `locate` on the device (see the [module docs](self)); the kernel time is

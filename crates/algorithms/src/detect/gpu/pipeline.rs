@@ -136,9 +136,11 @@ pub(super) fn local_xy<E: Executor>(e: &E, t: &Tuning) -> (usize, usize) {
 /// Outputs per work-item of `log_pass_y` (rows) and `log_pass_x` (columns):
 /// `ARRAYBRIDGE_DETECT_ROWS` (auto: 8 on CUDA, where the H200 run of 2026-11-26 timed 1000×512²
 /// frames 8 % faster than with 1; 1 on OpenCL, where more is slower on PoCL) and
-/// `ARRAYBRIDGE_DETECT_COLS` (1: 2 and 4 were slower on the H200). They are build options of
-/// the kernels (`-DLOG_ROWS`, `-DLOG_COLS`); results do not depend on them.
-pub(super) fn pass_blocking<E: Executor>(e: &E, t: &Tuning) -> (usize, usize) {
+/// `ARRAYBRIDGE_DETECT_COLS` (1: 2 and 4 were slower on the H200), and whether `log_pass_x`
+/// skips the edge handling of interior columns with one column per work-item
+/// (`ARRAYBRIDGE_DETECT_X_INTERIOR`, default 1). They are build options of the kernels
+/// (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`); results do not depend on them.
+pub(super) fn pass_blocking<E: Executor>(e: &E, t: &Tuning) -> (usize, usize, usize) {
     let rows = t.usize_knob("ARRAYBRIDGE_DETECT_ROWS").unwrap_or(
         if matches!(e.device(), Device::Cuda(_)) {
             8
@@ -146,8 +148,38 @@ pub(super) fn pass_blocking<E: Executor>(e: &E, t: &Tuning) -> (usize, usize) {
             1
         },
     );
-    (rows, t.usize_or("ARRAYBRIDGE_DETECT_COLS", 1))
+    (
+        rows,
+        t.usize_or("ARRAYBRIDGE_DETECT_COLS", 1),
+        t.usize_or("ARRAYBRIDGE_DETECT_X_INTERIOR", 1),
+    )
 }
+
+/// Rows of a tile of the fused pass `log_pass_tile` (`ARRAYBRIDGE_DETECT_TILE` of `t`; auto: 8
+/// on OpenCL, 0 on CUDA, where the GPU run is to compare it), 0 for the two passes. The tile is
+/// used where its local memory, `2 · rows · (wg_x + 2 · rmax)` values of `bytes` each, fits in
+/// [`TILE_LOCAL_BYTES`] and the widest kernel's radius `rmax` is at most the tile's width (the
+/// y pass's halo costs up to three times the tile's own work); else the two passes run.
+pub(super) fn tile_rows<E: Executor>(
+    e: &E,
+    t: &Tuning,
+    wg_x: usize,
+    rmax: usize,
+    bytes: usize,
+) -> Option<usize> {
+    let rows = t.usize_knob("ARRAYBRIDGE_DETECT_TILE").unwrap_or(
+        if matches!(e.device(), Device::OpenCl(_)) {
+            8
+        } else {
+            0
+        },
+    );
+    let local = 2 * rows * (wg_x + 2 * rmax) * bytes;
+    (rows > 0 && rmax <= wg_x && local <= TILE_LOCAL_BYTES).then_some(rows)
+}
+
+/// Local memory a tile of `log_pass_tile` may take (CUDA's static limit is 48 KiB).
+pub(super) const TILE_LOCAL_BYTES: usize = 32 << 10;
 
 /// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG` of `t`, default 256).
 pub(super) fn prep_wg(t: &Tuning) -> usize {
@@ -167,12 +199,13 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
     want_cube: bool,
+    turn: &Turn,
 ) -> Result<RunOut> {
     let dims = (n_frames, h, w);
     if e.has_fp64() && (cfg.precision != Precision::F32 || R::SIZE == 8) {
-        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, want_cube)
+        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, want_cube, turn)
     } else {
-        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, want_cube)
+        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, want_cube, turn)
     }
 }
 
@@ -212,9 +245,11 @@ impl KernelClock {
 /// [`run_typed`] with the passes accumulated in `A`.
 ///
 /// Setup: the kernels' build options, the LoG coefficients ([`upload_coefficients`]) and the
-/// frames ([`upload_frames`]) go up, and [`LogRun::new`] sizes the batches and allocates the
-/// cube. Then each batch of frames runs the stages of [`LogRun::batch`]: the two LoG passes,
-/// the per-frame thresholds, the peaks and the host's ordering and pruning.
+/// frames ([`stage_frames`]) go up; nothing waits for the device's kernels so far, so another
+/// thread's batch may be computing meanwhile. Then, holding the device's [`Turn`], the raw
+/// frames are converted ([`convert_staged`]), [`LogRun::new`] sizes the batches and allocates
+/// the cube, and [`LogRun::run_all`] runs every batch of frames: the two LoG passes, the
+/// per-frame thresholds, the peaks and the host's ordering and pruning.
 fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     e: &E,
     input: Input<'_, T, E>,
@@ -222,14 +257,10 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
     want_cube: bool,
+    turn: &Turn,
 ) -> Result<RunOut> {
     let t_all = std::time::Instant::now();
-    let mut up_s = 0.0f64;
     let mut kernel_s = 0.0f64;
-    // The device's account of the kernels where it keeps one; else the host time around the
-    // launches, exact with ARRAYBRIDGE_TRACE=1, which waits for each kernel (launches are
-    // asynchronous otherwise, and their time shows up in the next read).
-    let clock = KernelClock::start(e);
     let tracing = super::super::trace_enabled();
     let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         let t = std::time::Instant::now();
@@ -240,22 +271,34 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         kernel_s += t.elapsed().as_secs_f64();
         Ok(())
     };
-    let (rows, cols) = pass_blocking(e, &cfg.tuning);
+    let (rows, cols, interior) = pass_blocking(e, &cfg.tuning);
     let (lx, ly) = local_xy(e, &cfg.tuning);
-    let blocking = [format!("-DLOG_ROWS={rows}"), format!("-DLOG_COLS={cols}")];
-    let opts_v = kernel_options::<R, A>(&blocking)?;
-    let k = Kernels::new(e, &opts_v);
     let sigmas = p.sigma_list::<T>();
     let coeffs = upload_coefficients::<E, T, R, A>(e, &sigmas)?;
-    let img = upload_frames::<E, T, R, A>(
-        &k,
-        input,
-        n_frames,
-        h * w,
-        prep_wg(&cfg.tuning),
-        &mut up_s,
-        &mut timed,
-    )?;
+    let tile = tile_rows(e, &cfg.tuning, lx, coeffs.rmax, R::SIZE);
+    let blocking = [
+        format!("-DLOG_ROWS={rows}"),
+        format!("-DLOG_COLS={cols}"),
+        format!("-DLOG_X_INTERIOR={interior}"),
+        format!("-DTILE_ROWS={}", tile.unwrap_or(1)),
+    ];
+    let opts_v = kernel_options::<R, A>(&blocking)?;
+    let k = Kernels::new(e, &opts_v);
+    let staged = stage_frames::<E, T, R>(e, input, n_frames * h * w)?;
+    let t_up = std::time::Instant::now();
+    let up_s = t_up.duration_since(t_all).as_secs_f64();
+    super::super::trace_span(t_all, t_up, || {
+        format!("detect: upload {n_frames} frames {h}x{w}")
+    });
+    // The device is this run's from here to its last read: another thread's batch uploads
+    // meanwhile, and launches its kernels once this one is done.
+    let held = turn.hold();
+    let t_dev = std::time::Instant::now();
+    // The device's account of the kernels where it keeps one; else the host time around the
+    // launches, exact with ARRAYBRIDGE_TRACE=1, which waits for each kernel (launches are
+    // asynchronous otherwise, and their time shows up in the next read).
+    let clock = KernelClock::start(e);
+    let img = convert_staged::<E, R, A>(&k, staged, n_frames, h * w, &cfg.tuning, &mut timed)?;
     let mut run = LogRun::<E, T, R, A>::new(
         k,
         p,
@@ -263,17 +306,28 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         coeffs,
         img,
         (n_frames, h, w, rows, cols, lx, ly),
+        tile,
         cfg.max_device_bytes,
         want_cube,
     )?;
     run.run_all(&mut timed)?;
     let (read_s, prune_s) = (run.read_s, run.prune_s);
     let kernel_s = clock.seconds(e, kernel_s)?;
+    // (taken before the turn passes: the next run's device span begins after this one's end)
+    let t_end = std::time::Instant::now();
+    drop(held);
+    super::super::trace_span(t_dev, t_end, || {
+        format!(
+            "detect: device {n_frames} frames (waited {:.3} s for it): kernels {kernel_s:.3} + \
+             reads {read_s:.3} + host prune {prune_s:.3}",
+            t_dev.duration_since(t_up).as_secs_f64()
+        )
+    });
     trace(|| {
         format!(
             "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \
              {kernel_s:.3} + reads {read_s:.3} + host prune {prune_s:.3} + other",
-            t_all.elapsed().as_secs_f64()
+            t_end.duration_since(t_all).as_secs_f64()
         )
     });
     Ok(RunOut {
@@ -285,8 +339,8 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
 
 /// The kernels' build options: the precision set of the cube type `R` and the accumulation
 /// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by the pass blocking
-/// (`-DLOG_ROWS`, `-DLOG_COLS`).
-fn kernel_options<R: DevReal, A: DevReal>(blocking: &[String; 2]) -> Result<Vec<&str>> {
+/// and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`).
+fn kernel_options<R: DevReal, A: DevReal>(blocking: &[String]) -> Result<Vec<&str>> {
     let base: &[&str] = match (R::SIZE, A::SIZE) {
         (8, 8) => OPTS_F64,
         (4, 8) => OPTS_F32_ACC64,
@@ -312,6 +366,8 @@ pub(super) struct Coeffs<E: Executor, R: DevReal, A: DevReal> {
     pub(super) meta: Buffer<E, u32>,
     /// Per scale σ² (working type, stored as `R`).
     pub(super) s2: Buffer<E, R>,
+    /// The largest radius of the scales' kernels.
+    pub(super) rmax: usize,
 }
 
 /// Builds the LoG kernels of `sigmas` and uploads their taps, their `(offset, radius)` and σ².
@@ -322,8 +378,10 @@ fn upload_coefficients<E: Executor, T: Real, R: DevReal, A: DevReal>(
     let ns = sigmas.len();
     let mut taps: Vec<A> = Vec::new();
     let mut meta: Vec<u32> = Vec::with_capacity(2 * ns);
+    let mut rmax = 0;
     for &s in sigmas {
         let k = LogKernels::new(s.to_f64(), T::IS_F32);
+        rmax = rmax.max(k.radius());
         meta.push(to_u32(taps.len(), "kernel taps")?);
         meta.push(to_u32(k.radius(), "kernel radius")?);
         taps.extend(k.g0.iter().chain(&k.g2).map(|&v| A::from_f64(v)));
@@ -336,47 +394,89 @@ fn upload_coefficients<E: Executor, T: Real, R: DevReal, A: DevReal>(
         taps: e.upload_slice(&taps)?,
         meta: e.upload_slice(&meta)?,
         s2: e.upload_slice(&s2)?,
+        rmax,
     })
 }
 
-/// The whole run in one transfer: host frames converted to `R` and uploaded, or raw integers
-/// (uploaded, or already on the device) converted by [`prescale`]. The upload of raw frames
-/// counts in `up_s`, the prescale kernel in `timed`.
-fn upload_frames<E: Executor, T: Real, R: DevReal, A: DevReal>(
-    k: &Kernels<'_, E>,
-    input: Input<'_, T, E>,
-    n_frames: usize,
-    plane: usize,
-    wg: usize,
-    up_s: &mut f64,
-    timed: &mut Timed<'_>,
-) -> Result<Buffer<E, R>> {
-    let e = k.program().executor();
+/// A run's frames once uploaded, before any kernel ([`stage_frames`]).
+enum Staged<'a, E: Executor, R: DevReal> {
+    /// In the device type, ready.
+    Ready(Buffer<E, R>),
+    /// Raw integers and their conversion, for [`prescale`].
+    Raw(RawBuf<E>, Prescaling),
+    /// Raw integers already on the device, from frame `.1`.
+    Device(RawFrames<'a, E>, usize, Prescaling),
+}
+
+/// An uploaded buffer of raw integer frames.
+enum RawBuf<E: Executor> {
+    /// `u8` pixels.
+    U8(Buffer<E, u8>),
+    /// `u16` pixels.
+    U16(Buffer<E, u16>),
+}
+
+/// The whole run in one transfer, without launching anything (the upload does not wait for
+/// the kernels in flight where the backend can: OpenCL's transfer queue): host frames
+/// converted to `R`, or raw integers as they are; a device-resident movie stays where it is.
+fn stage_frames<'a, E: Executor, T: Real, R: DevReal>(
+    e: &E,
+    input: Input<'a, T, E>,
+    values: usize,
+) -> Result<Staged<'a, E, R>> {
     Ok(match input {
         Input::Host(images) => {
-            let mut img: Vec<R> = Vec::with_capacity(n_frames * plane);
+            let mut img: Vec<R> = Vec::with_capacity(values);
             for im in images {
                 img.extend(im.iter().map(|&v| R::from_f64(v.to_f64())));
             }
-            e.upload_slice(&img)?
+            Staged::Ready(e.upload_slice(&img)?)
         }
-        Input::Raw(bytes, u16_pixels, pre) => {
-            let t = std::time::Instant::now();
-            let (b8, b16);
-            let raw = if u16_pixels {
-                b16 = e.upload_bytes::<u16>(bytes)?;
-                RawFrames::U16(b16.view())
-            } else {
-                b8 = e.upload_bytes::<u8>(bytes)?;
-                RawFrames::U8(b8.view())
+        Input::Raw(bytes, true, pre) => Staged::Raw(RawBuf::U16(e.upload_bytes(bytes)?), pre),
+        Input::Raw(bytes, false, pre) => Staged::Raw(RawBuf::U8(e.upload_bytes(bytes)?), pre),
+        Input::Device(raw, frame0, pre) => Staged::Device(raw, frame0, pre),
+    })
+}
+
+/// The run's frames in the device type: staged raw integers converted by [`prescale`] (work
+/// group `ARRAYBRIDGE_DETECT_PREP_WG` of `tuning`), counted in `timed`.
+fn convert_staged<E: Executor, R: DevReal, A: DevReal>(
+    k: &Kernels<'_, E>,
+    staged: Staged<'_, E, R>,
+    n_frames: usize,
+    plane: usize,
+    tuning: &Tuning,
+    timed: &mut Timed<'_>,
+) -> Result<Buffer<E, R>> {
+    let wg = prep_wg(tuning);
+    Ok(match staged {
+        Staged::Ready(img) => img,
+        Staged::Raw(buf, pre) => {
+            let raw = match &buf {
+                RawBuf::U8(b) => RawFrames::U8(b.view()),
+                RawBuf::U16(b) => RawFrames::U16(b.view()),
             };
-            *up_s += t.elapsed().as_secs_f64();
             prescale::<E, R, A>(k, &raw, 0, &pre, n_frames, plane, wg, timed)?
         }
-        Input::Device(raw, frame0, pre) => {
+        Staged::Device(raw, frame0, pre) => {
             prescale::<E, R, A>(k, &raw, frame0, &pre, n_frames, plane, wg, timed)?
         }
     })
+}
+
+/// The device's turn, one per back end (shared by its clones): a thread holds it from its
+/// run's first kernel to its last read, so the kernels and reads of two threads' runs never
+/// interleave on the device's in-order queue (each run's reads would otherwise wait for the
+/// other's kernels), while a waiting thread's packing and upload go on (see
+/// [`super::super::LogDetector::detect_movie_with`]).
+#[derive(Debug, Default)]
+pub(crate) struct Turn(std::sync::Mutex<()>);
+
+impl Turn {
+    /// Waits for the device and holds it until the guard drops.
+    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub(crate) fn round_up_to(n: usize, m: usize) -> usize {

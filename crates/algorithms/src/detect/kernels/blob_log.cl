@@ -72,6 +72,12 @@ DEVICE_FN int reflect_near(int j, int n) {
 #ifndef LOG_COLS
 #define LOG_COLS 4
 #endif
+/* -DLOG_X_INTERIOR=1 (the knob ARRAYBRIDGE_DETECT_X_INTERIOR, the pipeline's default): with one
+   column per work-item too, log_pass_x takes the sliding-window path (no edge handling) where
+   the column's taps are inside the row; the same operations in the same order as pass_x_one. */
+#ifndef LOG_X_INTERIOR
+#define LOG_X_INTERIOR 1
+#endif
 
 /* One output of corr_y at row y: centre tap, then the mirrored pairs from the outermost in. */
 DEVICE_FN void pass_y_one(GLOBAL const REAL* RESTRICT im, GLOBAL const ACC* RESTRICT g0,
@@ -192,7 +198,7 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
     GLOBAL const REAL* r2 = a2 + row;
     GLOBAL const REAL* r0 = a0 + row;
     REAL sig2 = sigma2[s];
-#if LOG_COLS > 1
+#if LOG_COLS > 1 || LOG_X_INTERIOR
     if ((int)x0 >= r && (long)x0 + (LOG_COLS - 1) + r < (long)w) {
         GLOBAL const REAL* p2 = r2 + x0;
         GLOBAL const REAL* p0 = r0 + x0;
@@ -238,6 +244,88 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
 #endif
     for (int k = 0; k < LOG_COLS && x0 + (size_t)k < w; ++k) {
         cube[row + x0 + (size_t)k] = pass_x_one(r2, r0, g0, g2, r, (int)(x0 + (size_t)k), w, sig2);
+    }
+}
+
+/* Rows of a tile of log_pass_tile (build option -DTILE_ROWS=n: the knob ARRAYBRIDGE_DETECT_TILE). */
+#ifndef TILE_ROWS
+#define TILE_ROWS 8
+#endif
+
+/* The two passes fused: one work group of TX = LOCAL_SIZE(0) work items computes the cube of a
+   tile of TILE_ROWS rows by TX columns of one (frame, scale) plane. First the y pass (g0, g2) of
+   the tile's rows over the columns x0 - r .. x0 + TX + r - 1, each column taken at its SciPy
+   'reflect' index, rounded to REAL into local memory exactly as log_pass_y stores a2 and a0;
+   then the x pass out of local memory, as log_pass_x computes it. The same operations in the same
+   order as the two kernels, so the cube is theirs bit for bit, without the two scratch cubes'
+   round trip through global memory. Launched over (ceil(w / TX) * TX, ceil(h / TILE_ROWS),
+   nb * ns) with local (TX, 1, 1) and 2 * TILE_ROWS * (TX + 2 * rmax) REAL of local memory, rmax
+   the largest radius of the scales. */
+KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
+                     GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
+                     GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
+                     const uint h, const uint w, const uint ns, const uint rmax,
+                     LOCAL_ARG(REAL, tile)) {
+    DYN_LOCAL(REAL, tile);
+    size_t tx = LID(0);
+    size_t lw = LOCAL_SIZE(0);
+    size_t x0 = GROUP_ID(0) * lw;
+    size_t y0 = GROUP_ID(1) * TILE_ROWS;
+    size_t bs = GID(2);
+    uint b = (uint)(bs / ns);
+    uint s = (uint)(bs % ns);
+    uint off = meta[2 * s];
+    int r = (int)meta[2 * s + 1];
+    GLOBAL const ACC* g0 = taps + off;
+    GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
+    GLOBAL const REAL* im = img + (size_t)(frame0 + b) * h * w;
+    size_t span = lw + 2 * (size_t)r;
+    size_t stride = lw + 2 * (size_t)rmax;
+    LOCAL_PTR REAL* l2 = tile;
+    LOCAL_PTR REAL* l0 = tile + (size_t)TILE_ROWS * stride;
+    for (size_t i = tx; i < (size_t)TILE_ROWS * span; i += lw) {
+        size_t ty = i / span;
+        size_t c = i % span;
+        size_t y = y0 + ty;
+        if (y < h) {
+            int xr = reflect_index((int)((long)x0 + (long)c - r), (int)w);
+            ACC s2, s0;
+            if ((int)y >= r && (long)y + r < (long)h) {
+                /* the rows of every tap inside the frame: pass_y_one without edge handling */
+                GLOBAL const REAL* col = im + y * w + (size_t)xr;
+                long lw2 = (long)w;
+                ACC cv = (ACC)col[0];
+                s2 = MUL_RN(cv, g2[0]);
+                s0 = MUL_RN(cv, g0[0]);
+                for (int j = r; j >= 1; --j) {
+                    ACC t = ADD_RN((ACC)col[-j * lw2], (ACC)col[j * lw2]);
+                    s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
+                    s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+                }
+            } else {
+                pass_y_one(im, g0, g2, r, (int)y, h, w, (size_t)xr, &s2, &s0);
+            }
+            l2[ty * stride + c] = (REAL)s2;
+            l0[ty * stride + c] = (REAL)s0;
+        }
+    }
+    BARRIER();
+    size_t x = x0 + tx;
+    if (x >= w) return;
+    REAL sig2 = sigma2[s];
+    for (size_t ty = 0; ty < TILE_ROWS && y0 + ty < h; ++ty) {
+        LOCAL_PTR const REAL* p2 = l2 + ty * stride + tx + (size_t)r;
+        LOCAL_PTR const REAL* p0 = l0 + ty * stride + tx + (size_t)r;
+        ACC ly = MUL_RN((ACC)p2[0], g0[0]);
+        ACC lx = MUL_RN((ACC)p0[0], g2[0]);
+        for (int j = r; j >= 1; --j) {
+            ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)p2[-j], (ACC)p2[j]), g0[j]));
+            lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)p0[-j], (ACC)p0[j]), g2[j]));
+        }
+        REAL lyy = (REAL)ly;
+        REAL lxx = (REAL)lx;
+        REAL sum = lyy + lxx;
+        cube[bs * h * w + (y0 + ty) * w + x] = (-sum) * sig2;
     }
 }
 

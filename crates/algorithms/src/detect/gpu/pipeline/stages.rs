@@ -6,7 +6,7 @@
 
 use std::marker::PhantomData;
 
-use bridge_core::exec::{Buffer, Executor, Grid, TypedExecutor};
+use bridge_core::exec::{Buffer, Executor, Grid, Local, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
@@ -49,6 +49,11 @@ pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     cols: usize,
     /// Work-group shape of the per-voxel kernels ([`super::local_xy`]).
     local: (usize, usize),
+    /// Rows of a tile of the fused pass `log_pass_tile` ([`super::tile_rows`]); `None`: the
+    /// two passes, through the scratch cubes `a0`, `a2`.
+    tile: Option<usize>,
+    /// The largest kernel radius (the tile's halo).
+    rmax: usize,
     /// Frames per batch: what `max_device_bytes`, the 32-bit index and CUDA's grid allow.
     chunk: usize,
     /// `h`, `w` and `ns` as kernel arguments.
@@ -139,6 +144,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         coeffs: Coeffs<E, R, A>,
         img: Buffer<E, R>,
         dims: (usize, usize, usize, usize, usize, usize, usize),
+        tile: Option<usize>,
         max_device_bytes: usize,
         want_cube: bool,
     ) -> Result<Self> {
@@ -147,7 +153,9 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         let ns = sigmas.len();
         let plane = h * w;
         let per_frame = ns * plane;
-        let frame_bytes = 3 * per_frame * R::SIZE;
+        // the cube, and the two scratch cubes of the unfused passes
+        let cubes = if tile.is_some() { 1 } else { 3 };
+        let frame_bytes = cubes * per_frame * R::SIZE;
         let mut chunk = (max_device_bytes / frame_bytes.max(1)).clamp(1, n_frames.max(1));
         let idx_limit = (u32::MAX as usize) / per_frame.max(1);
         if idx_limit == 0 {
@@ -159,8 +167,9 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         // CUDA grids hold at most 65535 blocks along y and z (frames × scales along z)
         chunk = chunk.min(idx_limit).min((65_535 / ns.max(1)).max(1));
         let cube_len = chunk * per_frame;
-        let a2 = e.alloc_elems::<R>(cube_len)?;
-        let a0 = e.alloc_elems::<R>(cube_len)?;
+        let scratch = if tile.is_some() { 1 } else { cube_len };
+        let a2 = e.alloc_elems::<R>(scratch)?;
+        let a0 = e.alloc_elems::<R>(scratch)?;
         let cube = e.alloc_elems::<R>(cube_len)?;
         let (hu, wu, nsu) = (
             to_u32(h, "rows")?,
@@ -187,6 +196,8 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
             rows,
             cols,
             local: (lx, ly),
+            tile,
+            rmax: coeffs.rmax,
             chunk,
             hu,
             wu,
@@ -299,12 +310,40 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         })
     }
 
-    /// The separable LoG of the batch's frames at every scale: `log_pass_y` (the `g0` and
-    /// `g2` passes along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
+    /// The separable LoG of the batch's frames at every scale: `log_pass_tile` (both passes
+    /// of a tile in local memory) where [`Self::tile`] says so, else `log_pass_y` (the `g0`
+    /// and `g2` passes along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
     fn log_passes(&self, b: &Batch, timed: &mut Timed<'_>) -> Result<()> {
         let k = &self.k;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
         let frame0 = to_u32(b.frame0, "frame")?;
+        if let Some(rows) = self.tile {
+            let lx = self.local.0;
+            let global = [
+                round_up_to(self.w, lx),
+                self.h.div_ceil(rows),
+                b.nb * self.ns,
+            ];
+            let local = [lx, 1, 1];
+            let rmax = to_u32(self.rmax, "kernel radius")?;
+            let tile = 2 * rows * (lx + 2 * self.rmax);
+            return timed(&mut || {
+                k.log_pass_tile(
+                    Grid::new(&global, &local),
+                    &self.img,
+                    frame0,
+                    &self.taps,
+                    &self.meta,
+                    &self.s2,
+                    &self.cube,
+                    hu,
+                    wu,
+                    nsu,
+                    rmax,
+                    Local::<R>::elems(tile),
+                )
+            });
+        }
         timed(&mut || {
             k.log_pass_y(
                 Grid::new(&b.global_y, &b.local),
