@@ -49,8 +49,10 @@ impl Mem {
 ///
 /// Cloning is cheap and shares the memory (like an `Arc`); the memory returns to the device's
 /// pool when the last clone (and every sub-region) is dropped. Contents of a fresh buffer are
-/// unspecified. All transfers go through the device's single in-order queue, so commands issued
-/// from one thread execute in order; the blocking methods return when the data is complete.
+/// unspecified. Its transfers go through the device's in-order queue, so commands issued from
+/// one thread execute in order (except the executor's uploads into fresh buffers, written on
+/// the device's transfer queue: [`crate::OpenClExecutor`]); the blocking methods return when
+/// the data is complete.
 #[derive(Clone)]
 pub struct ClBuffer {
     mem: Arc<Mem>,

@@ -310,16 +310,18 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         cfg.max_device_bytes,
         want_cube,
     )?;
-    run.run_all(&mut timed)?;
-    let (read_s, prune_s) = (run.read_s, run.prune_s);
+    let last = run.run_all(&mut timed)?;
     let kernel_s = clock.seconds(e, kernel_s)?;
     // (taken before the turn passes: the next run's device span begins after this one's end)
     let t_end = std::time::Instant::now();
     drop(held);
+    // the last sub-batch's host pruning while the next run computes
+    run.prune(last);
+    let (read_s, prune_s) = (run.read_s, run.prune_s);
     super::super::trace_span(t_dev, t_end, || {
         format!(
             "detect: device {n_frames} frames (waited {:.3} s for it): kernels {kernel_s:.3} + \
-             reads {read_s:.3} + host prune {prune_s:.3}",
+             reads {read_s:.3}; host prune {prune_s:.3} (the last sub-batch's after the span)",
             t_dev.duration_since(t_up).as_secs_f64()
         )
     });
@@ -465,7 +467,7 @@ fn convert_staged<E: Executor, R: DevReal, A: DevReal>(
 }
 
 /// The device's turn, one per back end (shared by its clones): a thread holds it from its
-/// run's first kernel to its last read, so the kernels and reads of two threads' runs never
+/// run's first kernel (and the cube's allocation) to its last read, so the kernels and reads of two threads' runs never
 /// interleave on the device's in-order queue (each run's reads would otherwise wait for the
 /// other's kernels), while a waiting thread's packing and upload go on (see
 /// [`super::super::LogDetector::detect_movie_with`]).

@@ -134,8 +134,8 @@ struct Batch {
 
 impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// Sizes the batches (device memory, 32-bit cube index, CUDA's grid) and allocates the
-    /// cube, its two scratch buffers and the candidate buffers. `dims` is
-    /// `(n_frames, h, w, rows, cols)`.
+    /// cube, its two scratch buffers (one element each where the passes are fused: `tile`) and
+    /// the candidate buffers. `dims` is `(n_frames, h, w, rows, cols, lx, ly)`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         k: Kernels<'a, E>,
@@ -228,21 +228,24 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// Every batch of the run, pipelined: batch k's candidates are read (the host waits for
     /// its kernels), batch k + 1's kernels are enqueued, and batch k is ordered and pruned on
     /// the host while the device computes batch k + 1. The reads of batch k complete before
-    /// batch k + 1's kernels reuse its buffers (one in-order queue or stream).
-    pub(super) fn run_all(&mut self, timed: &mut Timed<'_>) -> Result<()> {
+    /// batch k + 1's kernels reuse its buffers (one in-order queue or stream). The last
+    /// batch's candidates are returned unpruned: the caller prunes them ([`Self::prune`])
+    /// once the device is another thread's (its [`super::Turn`] passed on).
+    pub(super) fn run_all(&mut self, timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
         if self.n_frames == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut pending = Some(self.launch(0, timed)?);
         while let Some(batch) = pending.take() {
             let next = batch.b.frame0 + batch.b.nb;
             let per = self.collect(batch, timed)?;
-            if next < self.n_frames {
-                pending = Some(self.launch(next, timed)?);
+            if next >= self.n_frames {
+                return Ok(per);
             }
+            pending = Some(self.launch(next, timed)?);
             self.prune(per);
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Enqueues the kernels of the batch of frames from `frame0` (at most `chunk` frames): the
@@ -526,7 +529,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
 
     /// The CPU's ordering and overlap pruning of each frame's candidates, frames in parallel
     /// ([`order_and_prune`]); the survivors join the run's results.
-    fn prune(&mut self, per: Vec<Vec<Cand<R>>>) {
+    pub(super) fn prune(&mut self, per: Vec<Vec<Cand<R>>>) {
         let (sigmas, p) = (&self.sigmas, self.p);
         let t = std::time::Instant::now();
         let done: Vec<Vec<Blob>> = per
