@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bridge_core::exec::{Executor, KernelArg, sealed};
 use bridge_core::kernel::KernelSource;
-use bridge_core::{Array, Device, Result};
+use bridge_core::{Array, BridgeError, Device, Result};
 
 use crate::backend::OpenClBackend;
 use crate::buffer::{ClBuffer, ClStorage};
@@ -123,11 +123,25 @@ impl OpenClExecutor {
     }
 
     /// `f`, and once more after every launch in flight was collected (their buffers back in
-    /// the pool) when it runs out of device memory.
+    /// the pool) when it runs out of device memory. A launch that failed, found while
+    /// collecting them (perhaps another thread's), is this call's error, never an
+    /// out-of-memory one: whoever retries out-of-memory by splitting its work must not take
+    /// a kernel's failure for its own (a wait that reports a failed kernel as
+    /// `CL_OUT_OF_RESOURCES`, as NVIDIA's OpenCL does for an illegal address, reads as out of
+    /// memory).
     fn retry_oom<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
         match f() {
             Err(e) if e.is_oom() && self.launches.len() > 0 => {
-                self.launches.drain()?;
+                self.launches.drain().map_err(|k| {
+                    BridgeError::backend(
+                        self.device.to_string(),
+                        None,
+                        format!(
+                            "a kernel launched earlier on this device failed (found while an \
+                             allocation waited for the launches in flight): {k}"
+                        ),
+                    )
+                })?;
                 f()
             }
             r => r,
@@ -260,7 +274,6 @@ impl Executor for OpenClExecutor {
 mod tests {
     use std::sync::atomic::AtomicU64;
 
-    use bridge_core::BridgeError;
     use bridge_core::backend::Backend;
     use bridge_core::exec::{Executor, KernelArg};
     use test_support::require::{OPENCL, or_skip};
@@ -293,15 +306,50 @@ mod tests {
     /// A launch in flight whose command has failed (a user event set to an error status): what
     /// a kernel failing on the device after its launch returned looks like to the executor.
     fn failed_launch(e: &OpenClExecutor, name: &str) -> Launch {
+        failed_launch_with(e, name, opencl3::error_codes::CL_INVALID_OPERATION)
+    }
+
+    /// [`failed_launch`] with the status `code`.
+    fn failed_launch_with(e: &OpenClExecutor, name: &str, code: i32) -> Launch {
         let state = e.cl.inner.state(e.device).expect("the device state");
         let ev = raw::user_event(&state.context).expect("a user event");
-        raw::set_user_event_status(&ev, opencl3::error_codes::CL_INVALID_OPERATION)
-            .expect("a failed status");
+        raw::set_user_event_status(&ev, code).expect("a failed status");
         Launch {
             pending: Pending::new(raw::InFlight::from_event(ev), None, e.device, |_| Ok(())),
             kernel: name.to_owned(),
             clock: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// An allocation out of device memory waits for the launches in flight and tries again; a
+    /// launch it finds failed (another thread's kernel, say) is the allocation's error, naming
+    /// the kernel, and not an out-of-memory error (which a caller would answer by splitting its
+    /// own work, losing the kernel's failure). A user event's failure reaches the wait as
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` whatever its status, so this cannot
+    /// inject the case the wrapping is for: a driver whose wait reports a failed kernel as
+    /// `CL_OUT_OF_RESOURCES` (NVIDIA's OpenCL does so for an illegal address), which alone
+    /// would read as out of memory.
+    #[test]
+    fn a_failed_kernel_found_by_an_allocation_is_not_out_of_memory() {
+        use bridge_core::memory::{MemoryInfo, MemoryLimit};
+        let Some(e) = executor() else { return };
+        e.cl.set_memory_limit(e.device, Some(MemoryLimit::fraction(1e-9).unwrap()))
+            .unwrap();
+        assert!(e.upload(&[0u8; 1 << 20]).unwrap_err().is_oom());
+        e.launches.lock().push_back(failed_launch_with(
+            &e,
+            "injected_oor",
+            opencl3::error_codes::CL_OUT_OF_RESOURCES,
+        ));
+        let err = e.upload(&[0u8; 1 << 20]).unwrap_err();
+        assert!(!err.is_oom(), "{err:?}");
+        assert!(err.to_string().contains("injected_oor"), "{err}");
+        assert_eq!(e.launches_in_flight(), 0);
+        e.cl.set_memory_limit(e.device, None).unwrap();
+        assert_eq!(
+            e.read(&e.upload(&[7u8; 8]).unwrap(), 8).unwrap(),
+            vec![7u8; 8]
+        );
     }
 
     /// A kernel that fails after its launch returned is the error of the next wait (read,
