@@ -646,6 +646,7 @@ mod opencl {
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_ROWS", "3"))
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_COLS", "5"))
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_PREP_WG", "64"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_MAX_MB", "1"))
             .unwrap();
         let tuned = base.clone().with_config(GpuDetectConfig {
             tuning: t.clone(),
@@ -669,6 +670,41 @@ mod opencl {
                 (a, b) => assert_eq!(a.is_err(), b.is_err(), "{name}"),
             }
         }
+    }
+
+    /// The sub-batch budget: an explicit `max_device_bytes` wins, then
+    /// `ARRAYBRIDGE_DETECT_MAX_MB`, then the device's (512 MiB on a CPU device such as PoCL;
+    /// a quarter of what a GPU could allocate, 64 MiB to 8 GiB).
+    #[test]
+    fn the_sub_batch_budget_comes_from_the_config_the_knob_or_the_device() {
+        use bridge_core::exec::Executor;
+        use bridge_core::tuning::Tuning;
+        let Some(base) = device() else { return };
+        let e = base.executor();
+        let auto = GpuDetectConfig::default();
+        assert_eq!(auto.max_device_bytes, 0);
+        let stats = e.memory_stats().expect("OpenCL reports its memory");
+        assert!(stats.total > 0 && stats.available() <= stats.total + stats.pool_cached);
+        let want = if e.is_cpu() {
+            512 << 20
+        } else {
+            usize::try_from(stats.available() / 4)
+                .unwrap()
+                .clamp(64 << 20, 8192 << 20)
+        };
+        assert_eq!(auto.device_budget(e), want);
+        let knob = GpuDetectConfig {
+            tuning: Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_MAX_MB", "3")
+                .unwrap(),
+            ..GpuDetectConfig::default()
+        };
+        assert_eq!(knob.device_budget(e), 3 << 20);
+        let explicit = GpuDetectConfig {
+            max_device_bytes: 12345,
+            ..knob
+        };
+        assert_eq!(explicit.device_budget(e), 12345);
     }
 
     /// See [`super::check_tiled_pass`].

@@ -130,6 +130,12 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
     fn kernel_seconds(&self) -> Option<f64> {
         None
     }
+    /// The device's memory figures now (total, free where the driver says, the pool's), for
+    /// sizing work to what the device has ([`crate::memory::MemoryStats::available`]); `None`
+    /// where the backend cannot say (the default).
+    fn memory_stats(&self) -> Option<crate::memory::MemoryStats> {
+        None
+    }
     /// The raw buffer of `array` when it lives on this executor's device in this backend's
     /// memory (zero-copy access for device-resident inputs); `None` otherwise.
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a Self::Buffer>;

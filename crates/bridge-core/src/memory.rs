@@ -76,6 +76,20 @@ impl MemoryStats {
             cache_hits: p.cache_hits,
         }
     }
+
+    /// Bytes a new allocation could take now: the device's free memory (where the driver does
+    /// not say, the total less what the pool holds) plus the pool's cached blocks, within the
+    /// pool's limit less what it has handed out.
+    pub fn available(&self) -> u64 {
+        let device = self
+            .free
+            .unwrap_or_else(|| self.total.saturating_sub(self.pool_reserved));
+        let avail = device.saturating_add(self.pool_cached);
+        match self.pool_limit {
+            Some(limit) => avail.min(limit.saturating_sub(self.pool_in_use)),
+            None => avail,
+        }
+    }
 }
 
 /// A memory limit as a fraction of a device's total memory, in `(0, 1]`.
@@ -448,6 +462,40 @@ impl<A: RawAllocator> Drop for PoolBlock<A> {
 
 #[cfg(test)]
 mod tests {
+    /// What a new allocation could take: the driver's free memory (or the total less the
+    /// pool's) plus the pool's cache, within its limit.
+    #[test]
+    fn available_counts_free_cache_and_limit() {
+        let p = PoolStats {
+            reserved: 300,
+            in_use: 200,
+            cached: 100,
+            ..PoolStats::default()
+        };
+        assert_eq!(MemoryStats::from_pool(1000, Some(500), &p).available(), 600);
+        assert_eq!(MemoryStats::from_pool(1000, None, &p).available(), 800);
+        let limited = PoolStats {
+            limit: Some(450),
+            ..p
+        };
+        assert_eq!(
+            MemoryStats::from_pool(1000, None, &limited).available(),
+            250
+        );
+        let over = PoolStats {
+            limit: Some(100),
+            ..p
+        };
+        assert_eq!(
+            MemoryStats::from_pool(1000, Some(500), &over).available(),
+            0
+        );
+        assert_eq!(
+            MemoryStats::from_pool(100, None, &PoolStats { reserved: 300, ..p }).available(),
+            100
+        );
+    }
+
     use std::sync::mpsc;
     use std::time::Duration;
 

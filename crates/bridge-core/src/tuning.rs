@@ -134,6 +134,15 @@ pub const KNOBS: &[Knob] = &[
               the two passes; does not change results",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_MAX_MB",
+        default: "auto",
+        accepts: Accepts::Int(1, 1 << 20),
+        doc: "device working set of one sub-batch of detection (blob_log's cube and scratch, \
+              locate's images), in MiB, where GpuDetectConfig::max_device_bytes is 0 (its \
+              default); auto: a quarter of what the GPU could allocate when the run starts, \
+              64 MiB to 8 GiB, and 512 on a CPU device; does not change results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_IN_FLIGHT",
         default: "auto",
         accepts: Accepts::Int(1, 4),

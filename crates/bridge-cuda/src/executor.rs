@@ -350,6 +350,11 @@ impl Executor for CudaExecutor {
         self.shared.mode == LaunchMode::Stream
     }
 
+    /// The driver's free and total memory (`cuMemGetInfo`) and the pool's figures.
+    fn memory_stats(&self) -> Option<bridge_core::memory::MemoryStats> {
+        self.gpu.memory_stats().ok()
+    }
+
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a CudaStorage> {
         storage_of(array)
             .ok()

@@ -262,6 +262,11 @@ impl Executor for OpenClExecutor {
         Some(self.clock.load(Ordering::Relaxed) as f64 * 1e-9)
     }
 
+    /// The device's global memory and the pool's figures (OpenCL has no free-memory query).
+    fn memory_stats(&self) -> Option<bridge_core::memory::MemoryStats> {
+        bridge_core::memory::MemoryInfo::memory_stats(self.cl.as_ref(), self.device).ok()
+    }
+
     fn buffer_of<'a>(&self, array: &'a Array) -> Option<&'a ClBuffer> {
         if array.device() != self.device {
             return None;

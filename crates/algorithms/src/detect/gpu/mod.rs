@@ -81,8 +81,10 @@ pub struct GpuDetectConfig {
     /// GPUs with slow doubles (cube within ~1e-6 relative). For `locate`:
     /// float64 where the device has doubles (`Auto`, `F64`) or float32 (`F32`).
     pub precision: Precision,
-    /// Upper bound of the device working set of one sub-batch (cube and two pass buffers); at
-    /// least one frame is always processed at a time.
+    /// Upper bound of the device working set of one sub-batch (the cube, and two pass buffers
+    /// where the passes are not fused); at least one frame is always processed at a time.
+    /// `0` (the default): `ARRAYBRIDGE_DETECT_MAX_MB` of [`Self::tuning`] where set, else from
+    /// the device when the run starts ([`GpuDetectConfig::device_budget`]).
     pub max_device_bytes: usize,
     /// The knobs of the device pipeline (work-group shapes, pass blocking: `ARRAYBRIDGE_DETECT_*`,
     /// docs/gpu.md); results do not depend on them. Default: the process's
@@ -94,8 +96,33 @@ impl Default for GpuDetectConfig {
     fn default() -> Self {
         GpuDetectConfig {
             precision: Precision::Auto,
-            max_device_bytes: 512 << 20,
+            max_device_bytes: 0,
             tuning: bridge_core::tuning::process().clone(),
+        }
+    }
+}
+
+impl GpuDetectConfig {
+    /// The working set one sub-batch may take on `e`: [`Self::max_device_bytes`] where set;
+    /// else `ARRAYBRIDGE_DETECT_MAX_MB` of [`Self::tuning`]; else, on a GPU, a quarter of what
+    /// a new allocation could take now ([`bridge_core::memory::MemoryStats::available`]: the
+    /// driver's free memory and the pool's cache, within its limit), between 64 MiB and 8 GiB;
+    /// on a CPU device (PoCL: the host's memory, shared with everything else) or where the
+    /// backend cannot say, 512 MiB.
+    pub fn device_budget<E: Executor>(&self, e: &E) -> usize {
+        const MIB: usize = 1 << 20;
+        if self.max_device_bytes > 0 {
+            return self.max_device_bytes;
+        }
+        if let Some(mb) = self.tuning.usize_knob("ARRAYBRIDGE_DETECT_MAX_MB") {
+            return mb.saturating_mul(MIB);
+        }
+        match e.memory_stats() {
+            Some(m) if !e.is_cpu() => {
+                let quarter = usize::try_from(m.available() / 4).unwrap_or(usize::MAX);
+                quarter.clamp(64 * MIB, 8192 * MIB)
+            }
+            _ => 512 * MIB,
         }
     }
 }

@@ -307,7 +307,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         img,
         (n_frames, h, w, rows, cols, lx, ly),
         tile,
-        cfg.max_device_bytes,
+        cfg.device_budget(e),
         want_cube,
     )?;
     let last = run.run_all(&mut timed)?;

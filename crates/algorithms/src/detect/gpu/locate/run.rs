@@ -358,7 +358,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             Kind::F64 => R::SIZE,
         };
         let per_frame = plane * (px_in + 4 * R::SIZE + 4) + nbins * 4 + 4 * h * R::SIZE;
-        let chunk = (cfg.max_device_bytes / per_frame.max(1))
+        let chunk = (cfg.device_budget(e) / per_frame.max(1))
             .clamp(1, n_frames.max(1))
             .min((u32::MAX as usize / plane).max(1))
             .min(65_535);
