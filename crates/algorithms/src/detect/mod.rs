@@ -213,6 +213,7 @@ impl Movie {
 /// When `ARRAYBRIDGE_TRACE` is `1`/`true`/`yes` (read once), print `msg()` on stderr as a
 /// `[trace]` line: the per-stage time breakdown of the detection pipelines. `msg` is only
 /// evaluated when tracing.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
 pub(crate) fn trace(msg: impl FnOnce() -> String) {
     if trace_enabled() {
         eprintln!("[trace] {}", msg());
