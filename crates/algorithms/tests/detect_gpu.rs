@@ -496,7 +496,8 @@ fn kernels_compile_with_nvrtc() {
 // OpenCL
 
 /// The fused pass (`log_pass_tile`, tiles of 1, 3 and 8 rows, 16 or 32 columns) gives
-/// the two passes' cube bit for bit, in float64 and float32: frames narrower and shorter
+/// the two passes' cube bit for bit, and the blobs of thresholds from its tiles' extrema (no
+/// `cube_minmax`) are the two passes', in float64 and float32: frames narrower and shorter
 /// than a kernel (edges reflected more than once), a tile's rows past the frame, a scale
 /// wider than the tile (the run takes the two passes), u16 and f32 frames.
 fn check_tiled_pass<E: bridge_core::exec::Executor>(
@@ -544,6 +545,21 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
             for f in &frames {
                 let one = [f.view()];
                 let two = with("0", "32", precision).log_cubes(&one, p).unwrap();
+                // the thresholds from the tiles' extrema: the same blobs
+                let rel = BlobLogParams {
+                    threshold: None,
+                    threshold_rel: Some(0.1),
+                    ..p.clone()
+                };
+                let blobs = with("0", "32", precision)
+                    .blob_log_batch(&one, &rel)
+                    .unwrap();
+                for (tile, wg) in [("3", "32"), ("8", "16")] {
+                    let tiled = with(tile, wg, precision)
+                        .blob_log_batch(&one, &rel)
+                        .unwrap();
+                    assert_eq!(tiled, blobs, "tile {tile} wg {wg} {precision:?}");
+                }
                 for (tile, wg) in [("1", "16"), ("3", "32"), ("8", "32"), ("8", "16")] {
                     let fused = with(tile, wg, precision).log_cubes(&one, p).unwrap();
                     let bits = |c: &[Vec<f64>]| -> Vec<u64> {

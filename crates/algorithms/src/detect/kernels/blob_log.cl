@@ -258,14 +258,17 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
    'reflect' index, rounded to REAL into local memory exactly as log_pass_y stores a2 and a0;
    then the x pass out of local memory, as log_pass_x computes it. The same operations in the same
    order as the two kernels, so the cube is theirs bit for bit, without the two scratch cubes'
-   round trip through global memory. Launched over (ceil(w / TX) * TX, ceil(h / TILE_ROWS),
-   nb * ns) with local (TX, 1, 1) and 2 * TILE_ROWS * (TX + 2 * rmax) REAL of local memory, rmax
-   the largest radius of the scales. */
+   round trip through global memory. The tile's extrema are folded too (as cube_minmax would
+   find them: the cube is not read again): part[2 * (b * G + g)] = min, [... + 1] = max, with
+   G = ns * tiles_y * tiles_x tiles per frame and g = (s * tiles_y + ty) * tiles_x + tx, for
+   frame_thresholds. Launched over (ceil(w / TX) * TX, ceil(h / TILE_ROWS), nb * ns) with local
+   (TX, 1, 1) and 2 * TILE_ROWS * (TX + 2 * rmax) REAL of local memory, rmax the largest radius
+   of the scales; inf is +infinity. */
 KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
                      GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
                      GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
-                     const uint h, const uint w, const uint ns, const uint rmax,
-                     LOCAL_ARG(REAL, tile)) {
+                     GLOBAL REAL* RESTRICT part, const uint h, const uint w, const uint ns,
+                     const uint rmax, const REAL inf, LOCAL_ARG(REAL, tile)) {
     DYN_LOCAL(REAL, tile);
     size_t tx = LID(0);
     size_t lw = LOCAL_SIZE(0);
@@ -311,9 +314,10 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
     }
     BARRIER();
     size_t x = x0 + tx;
-    if (x >= w) return;
     REAL sig2 = sigma2[s];
-    for (size_t ty = 0; ty < TILE_ROWS && y0 + ty < h; ++ty) {
+    REAL lo = inf;
+    REAL hi = -inf;
+    for (size_t ty = 0; ty < TILE_ROWS && y0 + ty < h && x < w; ++ty) {
         LOCAL_PTR const REAL* p2 = l2 + ty * stride + tx + (size_t)r;
         LOCAL_PTR const REAL* p0 = l0 + ty * stride + tx + (size_t)r;
         ACC ly = MUL_RN((ACC)p2[0], g0[0]);
@@ -325,7 +329,28 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
         REAL lyy = (REAL)ly;
         REAL lxx = (REAL)lx;
         REAL sum = lyy + lxx;
-        cube[bs * h * w + (y0 + ty) * w + x] = (-sum) * sig2;
+        REAL v = (-sum) * sig2;
+        cube[bs * h * w + (y0 + ty) * w + x] = v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    /* the tile's extrema: every work item's folded in local memory (the tile's rows are read) */
+    BARRIER();
+    tile[tx] = lo;
+    tile[lw + tx] = hi;
+    BARRIER();
+    for (size_t st = 1; st < lw; st <<= 1) {
+        if (tx % (2 * st) == 0 && tx + st < lw) {
+            tile[tx] = tile[tx + st] < tile[tx] ? tile[tx + st] : tile[tx];
+            tile[lw + tx] = tile[lw + tx + st] > tile[lw + tx] ? tile[lw + tx + st] : tile[lw + tx];
+        }
+        BARRIER();
+    }
+    if (tx == 0) {
+        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
+        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
+        part[2 * at] = tile[0];
+        part[2 * at + 1] = tile[lw];
     }
 }
 

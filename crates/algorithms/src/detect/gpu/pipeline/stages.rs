@@ -68,7 +68,7 @@ pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     bx: usize,
     /// Whether the excluded border covers the whole frame (no peaks to look for).
     border_empty: bool,
-    /// Work groups per frame of `cube_minmax`.
+    /// Work groups per frame of `cube_minmax` (the two passes).
     groups: usize,
     /// Capacity of the candidate buffers, grown when a batch has more.
     cap: usize,
@@ -253,8 +253,11 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// upload) and the peaks. Nothing waits for them.
     fn launch(&mut self, frame0: usize, timed: &mut Timed<'_>) -> Result<Launched<E, R>> {
         let b = self.grids(frame0)?;
-        self.log_passes(&b, timed)?;
-        let (thr, part) = self.thresholds(&b, timed)?;
+        // per frame, the partial extrema: the fused pass folds its tiles', else cube_minmax
+        // its work groups'
+        let part = self.e.alloc_elems::<R>(b.nb * self.partials() * 2)?;
+        self.log_passes(&b, &part, timed)?;
+        let thr = self.thresholds(&b, &part, timed)?;
         let counter = if self.border_empty {
             None
         } else {
@@ -314,9 +317,10 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     }
 
     /// The separable LoG of the batch's frames at every scale: `log_pass_tile` (both passes
-    /// of a tile in local memory) where [`Self::tile`] says so, else `log_pass_y` (the `g0`
-    /// and `g2` passes along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
-    fn log_passes(&self, b: &Batch, timed: &mut Timed<'_>) -> Result<()> {
+    /// of a tile in local memory, its extrema folded into `part`) where [`Self::tile`] says
+    /// so, else `log_pass_y` (the `g0` and `g2` passes along y into `a0`, `a2`) then
+    /// `log_pass_x` (the cube, scaled by σ²).
+    fn log_passes(&self, b: &Batch, part: &Buffer<E, R>, timed: &mut Timed<'_>) -> Result<()> {
         let k = &self.k;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
         let frame0 = to_u32(b.frame0, "frame")?;
@@ -339,10 +343,12 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                     &self.meta,
                     &self.s2,
                     &self.cube,
+                    part,
                     hu,
                     wu,
                     nsu,
                     rmax,
+                    R::from_f64(f64::INFINITY),
                     Local::<R>::elems(tile),
                 )
             });
@@ -390,31 +396,40 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         Ok(())
     }
 
-    /// Each frame's threshold, on the device: `cube_minmax` leaves partial extrema per work
-    /// group, `frame_thresholds` folds them per frame with the CPU's arithmetic in `R`
+    /// Partial extrema per frame: the fused pass's tiles (scales × tile rows × tile columns),
+    /// else `cube_minmax`'s work groups.
+    fn partials(&self) -> usize {
+        match self.tile {
+            Some(rows) => self.ns * self.h.div_ceil(rows) * self.w.div_ceil(self.local.0),
+            None => self.groups,
+        }
+    }
+
+    /// Each frame's threshold, on the device: the partial extrema in `part` (the fused pass
+    /// left them; else `cube_minmax` finds them per work group), which `frame_thresholds`
+    /// folds per frame with the CPU's arithmetic in `R`
     /// (`blob_log::scale_space::threshold_from`; `+inf` for a constant cube).
-    /// Returns the partials' buffer too, for the caller to keep until the batch is read.
     fn thresholds(
         &mut self,
         b: &Batch,
+        part: &Buffer<E, R>,
         timed: &mut Timed<'_>,
-    ) -> Result<(Buffer<E, R>, Buffer<E, R>)> {
-        let (e, k, nb, groups) = (self.e, &self.k, b.nb, self.groups);
-        let part = e.alloc_elems::<R>(nb * groups * 2)?;
-        let (per_frame, groups_u) = (
-            to_u32(self.per_frame, "cube size")?,
-            to_u32(groups, "groups")?,
-        );
-        let (global, local) = ([groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
-        timed(&mut || {
-            k.cube_minmax(
-                Grid::new(&global, &local),
-                &self.cube,
-                &part,
-                per_frame,
-                groups_u,
-            )
-        })?;
+    ) -> Result<Buffer<E, R>> {
+        let (e, k, nb) = (self.e, &self.k, b.nb);
+        let groups_u = to_u32(self.partials(), "groups")?;
+        if self.tile.is_none() {
+            let per_frame = to_u32(self.per_frame, "cube size")?;
+            let (global, local) = ([self.groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
+            timed(&mut || {
+                k.cube_minmax(
+                    Grid::new(&global, &local),
+                    &self.cube,
+                    part,
+                    per_frame,
+                    groups_u,
+                )
+            })?;
+        }
         let thr = e.alloc_elems::<R>(nb)?;
         let p = self.p;
         let (has_abs, abs_thr) = (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0));
@@ -426,7 +441,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         timed(&mut || {
             k.frame_thresholds(
                 Grid::new(&global, &local),
-                &part,
+                part,
                 &thr,
                 groups_u,
                 b.nbu,
@@ -437,7 +452,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                 R::from_f64(f64::INFINITY),
             )
         })?;
-        Ok((thr, part))
+        Ok(thr)
     }
 
     /// Enqueues `log_peaks` on the batch: the 3×3×3 maxima over their frame's threshold,
