@@ -632,6 +632,47 @@ mod opencl {
         check_batch("opencl", &d, &small);
     }
 
+    /// `locate_batches` with 1, 2 and 3 batches in flight (`ARRAYBRIDGE_DETECT_IN_FLIGHT` set
+    /// by value), batches of 2 frames (a partial last one), u16 and f32 frames: the CPU's
+    /// features, every bit; progress in order; the kernel time counted once (the device's
+    /// account of each sub-batch taken while it holds the device).
+    #[test]
+    fn opencl_locate_batches_in_flight_give_the_cpus_features() {
+        use algorithms::detect::{CpuBackend, locate_batches};
+        use bridge_core::tuning::Tuning;
+        let Some(d) = device() else { return };
+        let mut frames = Vec::new();
+        for k in 0..9u64 {
+            let img = spots(72, 66, 25, 40 + k);
+            frames.push(if k % 3 == 2 {
+                Frame::F32(img.mapv(|v| (v * 300.0) as f32))
+            } else {
+                Frame::U16(img.mapv(|v| (v * 20000.0) as u16))
+            });
+        }
+        let views: Vec<FrameView<'_>> = frames.iter().map(Frame::view).collect();
+        let p = LocateParams::new(7);
+        let cpu = locate_batches(&views, &p, 2, &CpuBackend::default(), |_| {}).unwrap();
+        assert!(cpu.iter().map(Vec::len).sum::<usize>() > 50);
+        for n in ["1", "2", "3"] {
+            let b = d.clone().with_config(GpuDetectConfig {
+                tuning: Tuning::default()
+                    .with("ARRAYBRIDGE_DETECT_IN_FLIGHT", n)
+                    .unwrap(),
+                ..d.config().clone()
+            });
+            let mut seen = Vec::new();
+            let k0 = b.kernel_seconds_total().unwrap();
+            let dev = locate_batches(&views, &p, 2, &b, |f| seen.push(f)).unwrap();
+            let k = b.kernel_seconds_total().unwrap() - k0;
+            assert_eq!(dev, cpu, "{n} in flight");
+            assert_eq!(seen, vec![2, 4, 6, 8, 9], "{n} in flight");
+            assert!(k > 0.0, "{n} in flight: kernel time {k}");
+        }
+        let err = locate_batches(&views, &p, 0, &d, |_| {}).unwrap_err();
+        assert!(err.to_string().contains("batch_size"), "{err}");
+    }
+
     #[test]
     fn opencl_locate_errors_and_dispatch() {
         let Some(d) = device() else { return };

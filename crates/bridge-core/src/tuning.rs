@@ -146,10 +146,10 @@ pub const KNOBS: &[Knob] = &[
         name: "ARRAYBRIDGE_DETECT_IN_FLIGHT",
         default: "auto",
         accepts: Accepts::Int(1, 4),
-        doc: "batches a device's LogDetector detects at once, from as many threads: the next \
-              batch is packed and uploaded while the current one computes, the last one's \
-              particles are finished on the host meanwhile (auto: 2 on OpenCL, 1 on CUDA); \
-              does not change results",
+        doc: "batches a device detects at once (LogDetector, locate_batches), from as many \
+              threads: the next batch is packed and uploaded while the current one computes, \
+              the last one's particles or features are finished on the host meanwhile (auto: \
+              2 on OpenCL, 1 on CUDA); does not change results",
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_PREP_WG",

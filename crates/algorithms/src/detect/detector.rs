@@ -189,7 +189,8 @@ impl LogDetector {
     }
 
     /// [`Self::detect_movie_with`]'s batches on `workers` threads that take the next batch as
-    /// they finish one; the calling thread puts the results in order and reports progress.
+    /// they finish one ([`super::in_flight::in_order`]); the calling thread puts the results in
+    /// order and reports progress.
     fn detect_batches_overlapped(
         &self,
         batches: &[&[FrameView<'_>]],
@@ -198,86 +199,30 @@ impl LogDetector {
         workers: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Particle>> {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<Particle>>)>();
-        std::thread::scope(|s| {
-            for w in 0..workers {
-                let (tx, next, stop) = (tx.clone(), &next, &stop);
-                let work = move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let bi = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(batch) = batches.get(bi) else { break };
-                        let first = bi * self.batch_size;
-                        // a panic in a back end is this call's error, never a hang of the
-                        // calling thread waiting for the batch
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            self.detect_batch(batch, first, backend, p)
-                        }))
-                        .unwrap_or_else(|_| {
-                            Err(BridgeError::backend(
-                                backend.device().to_string(),
-                                None,
-                                format!(
-                                    "the back end panicked on frames {first}..{}",
-                                    first + batch.len()
-                                ),
-                            ))
-                        });
-                        let failed = r.is_err();
-                        if tx.send((bi, r)).is_err() || failed {
-                            stop.store(true, Ordering::Relaxed);
-                            break;
-                        }
-                    }
-                };
-                let spawned = std::thread::Builder::new()
-                    .name(format!("detect-{w}"))
-                    .spawn_scoped(s, work);
-                if let Err(e) = spawned {
-                    // the workers already started finish the movie
-                    log::warn!("detect: could not start worker {w}: {e}");
-                    if w == 0 {
-                        stop.store(true, Ordering::Relaxed);
-                        return Err(BridgeError::backend(
-                            "detect",
-                            None,
-                            format!("could not start a worker thread: {e}"),
-                        ));
-                    }
-                }
-            }
-            drop(tx);
-            let mut ready: std::collections::BTreeMap<usize, Vec<Particle>> = Default::default();
-            let (mut out, mut in_order, mut done) = (Vec::new(), 0usize, 0usize);
-            let mut failed: Option<(usize, BridgeError)> = None;
-            for (bi, r) in rx {
-                match r {
-                    Ok(ps) => {
-                        ready.insert(bi, ps);
-                    }
-                    Err(e) => {
-                        stop.store(true, Ordering::Relaxed);
-                        if failed.as_ref().is_none_or(|(f, _)| bi < *f) {
-                            failed = Some((bi, e));
-                        }
-                    }
-                }
-                while let Some(ps) = ready.remove(&in_order) {
-                    out.extend(ps);
-                    done += batches[in_order].len();
-                    in_order += 1;
-                    if failed.is_none() {
-                        progress(done);
-                    }
-                }
-            }
-            match failed {
-                Some((_, e)) => Err(e),
-                None => Ok(out),
-            }
-        })
+        let (mut out, mut done) = (Vec::new(), 0usize);
+        super::in_flight::in_order(
+            batches.len(),
+            workers,
+            "detect",
+            |bi| self.detect_batch(batches[bi], bi * self.batch_size, backend, p),
+            |bi| {
+                let first = bi * self.batch_size;
+                BridgeError::backend(
+                    backend.device().to_string(),
+                    None,
+                    format!(
+                        "the back end panicked on frames {first}..{}",
+                        first + batches[bi].len()
+                    ),
+                )
+            },
+            |bi, ps| {
+                out.extend(ps);
+                done += batches[bi].len();
+                progress(done);
+            },
+        )?;
+        Ok(out)
     }
 
     /// The checked parameters and the frames of `movie`: valid `blob_log` parameters, a

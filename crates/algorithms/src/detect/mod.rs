@@ -21,6 +21,7 @@ pub mod dispatch;
 pub mod filters;
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 pub mod gpu;
+mod in_flight;
 pub mod input;
 pub mod kernels;
 pub mod locate;
@@ -42,7 +43,7 @@ pub use gpu::OpenClDetect;
 pub use input::{
     blob_log, blob_log_array, blob_log_in_place, locate, locate_array, locate_in_place,
 };
-pub use locate::{Empty, Feature, LocateParams, locate_movie, why_empty};
+pub use locate::{Empty, Feature, LocateParams, locate_batches, locate_movie, why_empty};
 pub use multi::{
     DetectMember, DeviceShare, FramePeer, FrameServer, LocateOutcome, MultiOutcome, MultiPolicy,
     blob_log_frames_multi, locate_frames_multi, locate_movie_members, locate_movie_multi,

@@ -164,7 +164,9 @@ pub fn benchmark_detect(
 }
 
 /// [`benchmark_detect`] for trackpy's `locate`: `movie` located once per batch size with `p` on
-/// `backend` (batches of frames handed to [`DetectBackend::locate_batch`](super::DetectBackend::locate_batch)),
+/// `backend` ([`locate_batches`](super::locate_batches): batches of frames handed to
+/// [`DetectBackend::locate_batch`](super::DetectBackend::locate_batch), several at once where
+/// the back end takes them),
 /// every run scored against the truth.
 pub fn benchmark_locate(
     movie: &SyntheticMovie,
@@ -186,20 +188,17 @@ pub fn benchmark_locate(
     }
     let mut rows = Vec::new();
     for &bs in batch_sizes {
-        let mut kernel = None::<f64>;
-        let mut pts: Vec<(u32, f64, f64)> = Vec::new();
+        // a running total: batches may be in flight on several threads at once
+        let k0 = backend.kernel_seconds_total();
         let t0 = std::time::Instant::now();
-        for (bi, batch) in frames.chunks(bs).enumerate() {
-            let feats = backend.locate_batch(batch, p)?;
-            if let Some(k) = backend.last_kernel_seconds() {
-                *kernel.get_or_insert(0.0) += k;
-            }
-            for (k, fs) in feats.iter().enumerate() {
-                let t = u32::try_from(bi * bs + k).unwrap_or(u32::MAX);
-                pts.extend(fs.iter().map(|f| (t, f.y, f.x)));
-            }
-        }
+        let feats = super::locate::locate_batches(&frames, p, bs, backend, |_| {})?;
         let secs = t0.elapsed().as_secs_f64();
+        let kernel = k0.zip(backend.kernel_seconds_total()).map(|(a, b)| b - a);
+        let mut pts: Vec<(u32, f64, f64)> = Vec::new();
+        for (k, fs) in feats.iter().enumerate() {
+            let t = u32::try_from(k).unwrap_or(u32::MAX);
+            pts.extend(fs.iter().map(|f| (t, f.y, f.x)));
+        }
         let n = frames.len();
         rows.push(BenchRow {
             batch_size: bs,

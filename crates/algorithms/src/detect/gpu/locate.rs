@@ -47,6 +47,7 @@ use rayon::prelude::*;
 
 use super::super::FrameView;
 use super::super::locate::{Feature, LocateParams, Plan};
+use super::pipeline::Turn;
 use super::{DevReal, GpuDetectConfig};
 use run::run_typed;
 
@@ -97,6 +98,7 @@ pub(super) fn locate_frames<E: Executor>(
     frames: &[FrameView<'_>],
     p: &LocateParams,
     cfg: &GpuDetectConfig,
+    turn: &Turn,
 ) -> Result<LocateOut> {
     p.validate()?;
     for f in frames {
@@ -121,9 +123,9 @@ pub(super) fn locate_frames<E: Executor>(
         if !plan.fits(h, w) {
             out.features.extend(run.iter().map(|_| Vec::new()));
         } else if f64_dev {
-            run_typed::<E, f64>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out)?;
+            run_typed::<E, f64>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out, turn)?;
         } else {
-            run_typed::<E, f32>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out)?;
+            run_typed::<E, f32>(e, Src::Host(run), kind, h, w, p, &plan, cfg, &mut out, turn)?;
         }
         i = j;
     }
@@ -176,6 +178,7 @@ pub(super) fn locate_resident<E: Executor>(
     (t, h, w): (usize, usize, usize),
     p: &LocateParams,
     cfg: &GpuDetectConfig,
+    turn: &Turn,
     progress: &mut dyn FnMut(usize),
 ) -> Result<LocateOut> {
     p.validate()?;
@@ -197,9 +200,9 @@ pub(super) fn locate_resident<E: Executor>(
     };
     // a resident f64 movie is only accepted where the device computes in float64
     if cfg.precision.doubles(e.has_fp64(), e.device())? {
-        run_typed::<E, f64>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;
+        run_typed::<E, f64>(e, src, kind, h, w, p, &plan, cfg, &mut out, turn)?;
     } else {
-        run_typed::<E, f32>(e, src, kind, h, w, p, &plan, cfg, &mut out)?;
+        run_typed::<E, f32>(e, src, kind, h, w, p, &plan, cfg, &mut out, turn)?;
     }
     Ok(out)
 }

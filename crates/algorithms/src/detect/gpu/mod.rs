@@ -291,8 +291,15 @@ impl<E: Executor> GpuDetect<E> {
             return Ok(None);
         }
         let dims = resident_dims(movie, "locate")?;
-        let out =
-            locate::locate_resident(&self.exec, pixels, dims, p, &self.config, &mut progress)?;
+        let out = locate::locate_resident(
+            &self.exec,
+            pixels,
+            dims,
+            p,
+            &self.config,
+            &self.turn,
+            &mut progress,
+        )?;
         self.last_kernel.set(out.kernel_s);
         Ok(Some(out.features))
     }
@@ -364,10 +371,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
     /// launches; `None` where launches are asynchronous without a device account (CUDA's
     /// default `ARRAYBRIDGE_CUDA_LAUNCH=stream`) unless `ARRAYBRIDGE_TRACE=1` waits for each.
     fn last_kernel_seconds(&self) -> Option<f64> {
-        if self.exec.launches_are_async()
-            && self.exec.kernel_seconds().is_none()
-            && !super::trace_enabled()
-        {
+        if !self.kernels_measured() {
             return None;
         }
         self.last_kernel.get()
@@ -379,8 +383,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
 
     /// The kernel seconds of every call so far, measured as [`Self::last_kernel_seconds`] is.
     fn kernel_seconds_total(&self) -> Option<f64> {
-        self.last_kernel_seconds()?;
-        Some(self.last_kernel.total())
+        self.kernels_measured().then(|| self.last_kernel.total())
     }
 
     /// `ARRAYBRIDGE_DETECT_IN_FLIGHT` of the configuration's tuning; `auto`: 2 on OpenCL,
@@ -406,13 +409,21 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
         self.split_on_oom(frames, |f| {
-            let out = locate::locate_frames(&self.exec, f, p, &self.config)?;
+            let out = locate::locate_frames(&self.exec, f, p, &self.config, &self.turn)?;
             Ok((out.features, out.kernel_s))
         })
     }
 }
 
 impl<E: Executor> GpuDetect<E> {
+    /// Whether the kernel time is known: the device keeps an account, launches block, or
+    /// `ARRAYBRIDGE_TRACE=1` waits for each.
+    fn kernels_measured(&self) -> bool {
+        !self.exec.launches_are_async()
+            || self.exec.kernel_seconds().is_some()
+            || super::trace_enabled()
+    }
+
     /// `run` on `frames`, halving the batch when the device is out of memory (a pool limit or
     /// the device itself; recursively, down to one frame, whose failure is the error). Each
     /// frame's result does not depend on the frames it is run with, so the results are the

@@ -260,6 +260,57 @@ pub fn locate_movie(
     backend.locate_batch(&movie.frames(), p)
 }
 
+/// `locate` on `frames` in batches of `batch_size` frames on `backend` (its
+/// [`DetectBackend::locate_batch`](super::DetectBackend::locate_batch)): one feature list per
+/// frame, in order; `progress(frames_done)` after each batch, in order, on the calling thread.
+/// Where the back end takes several batches at once
+/// ([`DetectBackend::batches_in_flight`](super::DetectBackend::batches_in_flight): 2 on OpenCL
+/// by default), that many worker threads (`locate-0`, `locate-1`) take the batches in turn: a
+/// batch uploads while another's kernels run, and the host finishes a batch's features while
+/// the next one computes. The features do not depend on the batches; the first failed batch's
+/// error is returned.
+pub fn locate_batches(
+    frames: &[FrameView<'_>],
+    p: &LocateParams,
+    batch_size: usize,
+    backend: &dyn super::DetectBackend,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<Vec<Feature>>> {
+    p.validate()?;
+    if batch_size == 0 {
+        return Err(bridge_core::BridgeError::invalid_argument(
+            "batch_size",
+            "must be at least 1",
+        ));
+    }
+    let batches: Vec<&[FrameView<'_>]> = frames.chunks(batch_size).collect();
+    let workers = backend.batches_in_flight().clamp(1, 4).min(batches.len());
+    let (mut out, mut done) = (Vec::with_capacity(frames.len()), 0usize);
+    super::in_flight::in_order(
+        batches.len(),
+        workers,
+        "locate",
+        |bi| backend.locate_batch(batches[bi], p),
+        |bi| {
+            let first = bi * batch_size;
+            bridge_core::BridgeError::backend(
+                backend.device().to_string(),
+                None,
+                format!(
+                    "the back end panicked on frames {first}..{}",
+                    first + batches[bi].len()
+                ),
+            )
+        },
+        |bi, feats| {
+            out.extend(feats);
+            done += batches[bi].len();
+            progress(done);
+        },
+    )?;
+    Ok(out)
+}
+
 /// `trackpy.locate` on one 2-D frame. Rows follow the raster order of the maxima (or ascending
 /// mass with `topn`).
 pub fn locate(frame: FrameView<'_>, p: &LocateParams) -> Result<Vec<Feature>> {

@@ -206,12 +206,10 @@ fn run_locate(
     backend: &dyn DetectBackend,
 ) -> Result<Vec<(usize, Feature)>> {
     let frames = movie.frames();
-    let mut out = Vec::new();
-    for (bi, batch) in frames.chunks(batch_size).enumerate() {
-        let res = backend.locate_batch(batch, p)?;
-        for (k, feats) in res.into_iter().enumerate() {
-            out.extend(feats.into_iter().map(|f| (frame0 + bi * batch_size + k, f)));
-        }
-    }
-    Ok(out)
+    let per_frame = algorithms::detect::locate_batches(&frames, p, batch_size, backend, |_| {})?;
+    Ok(per_frame
+        .into_iter()
+        .enumerate()
+        .flat_map(|(k, feats)| feats.into_iter().map(move |f| (frame0 + k, f)))
+        .collect())
 }

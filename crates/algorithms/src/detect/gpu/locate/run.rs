@@ -9,7 +9,7 @@ use bridge_core::exec::{Buffer, Executor, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 
 use super::{Kind, LINE_WG, LocateOut, Src, reals, widen};
-use crate::detect::gpu::pipeline::{KernelClock, local_xy, prep_wg, round_up_to, to_u32};
+use crate::detect::gpu::pipeline::{KernelClock, Turn, local_xy, prep_wg, round_up_to, to_u32};
 use crate::detect::gpu::{DevReal, GpuDetectConfig};
 use crate::detect::kernels::locate_kernels::Kernels;
 use crate::detect::kernels::{LOCATE_OPTS_F32, LOCATE_OPTS_F64};
@@ -17,15 +17,15 @@ use crate::detect::locate::{Feature, LocateParams, Plan, lowpass_taps, mask, mas
 use crate::detect::{trace, trace_enabled};
 
 /// The kernel launches of a run and their time: the device's account where the executor keeps
-/// one ([`KernelClock`]), else the host time around the launches (traced: each waited for).
+/// one ([`KernelClock`], per sub-batch), else the host time around the launches (traced: each
+/// waited for).
 pub(super) struct Launcher<'a, E: Executor> {
     /// The typed launchers of the `LOCATE` kernels, built for the device type.
     k: Kernels<'a, E>,
     /// Whether `ARRAYBRIDGE_TRACE` is on.
     tracing: bool,
-    /// The run's kernel clock (begun with the launcher).
-    clock: KernelClock,
-    /// Seconds spent in launches (host time; the device's once [`Launcher::finish`] ran).
+    /// Seconds spent in launches (host time; the device's account of each sub-batch where it
+    /// keeps one, taken while the sub-batch holds the device's turn: `Run::batch`).
     kernel_s: f64,
     /// Seconds per kernel (traced only; the device's time where it keeps an account).
     per_kernel: Vec<(&'static str, f64)>,
@@ -43,7 +43,6 @@ impl<'a, E: Executor> Launcher<'a, E> {
         Launcher {
             k: Kernels::new(e, opts),
             tracing,
-            clock: KernelClock::start(e),
             kernel_s: 0.0,
             per_kernel: Vec::new(),
         }
@@ -74,17 +73,6 @@ impl<'a, E: Executor> Launcher<'a, E> {
                 Some(k) => k.1 += dt,
                 None => self.per_kernel.push((name, dt)),
             }
-        }
-        Ok(())
-    }
-
-    /// Close the run's kernel time: the device's account since the launcher began where the
-    /// executor keeps one (every launch collected first), else the host time summed.
-    fn finish(&mut self) -> Result<()> {
-        if self.clock.on_device() {
-            self.kernel_s = self
-                .clock
-                .seconds(self.k.program().executor(), self.kernel_s)?;
         }
         Ok(())
     }
@@ -413,9 +401,24 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
 
     /// One sub-batch of `nb` frames from frame `f0` of `src`, the stages in order; the
     /// features of its frames.
-    fn batch(&mut self, src: &Src<'_, '_, E>, f0: usize, nb: usize) -> Result<Vec<Vec<Feature>>> {
+    ///
+    /// The upload comes first, without the device's `turn`; the kernels and reads hold it (so
+    /// another thread's sub-batch uploads meanwhile, and each read waits for its own kernels
+    /// only), their time from the device's account within it; the host's finish follows once
+    /// the turn has passed on.
+    fn batch(
+        &mut self,
+        src: &Src<'_, '_, E>,
+        f0: usize,
+        nb: usize,
+        turn: &Turn,
+    ) -> Result<Vec<Vec<Feature>>> {
         let b = self.grid(nb)?;
-        let raw = self.load(src, f0, &b)?;
+        let staged = self.stage(src, f0, nb)?;
+        let held = turn.hold();
+        let e = self.e;
+        let (k0, clock) = (self.k.kernel_s, KernelClock::start(e));
+        let raw = self.load(src, staged, f0, &b)?;
         // work images: t1 (lowpass y pass, column boxcar, then the row dilation), bp (the
         // bandpass, then the row distances of the noise)
         let t1 = self.e.alloc_elems::<R>(b.img_len)?;
@@ -434,6 +437,11 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         let t = Instant::now();
         let scales = widen(self.e.read_elems(&scale, nb)?);
         self.read_s += t.elapsed().as_secs_f64();
+        if clock.on_device() {
+            // every launch of this sub-batch, and no other thread's (the turn is held)
+            self.k.kernel_s = k0 + clock.seconds(e, 0.0)?;
+        }
+        drop(held);
         Ok(self.host_finish(nb, &cand, &refined, stats.as_deref(), &scales))
     }
 
@@ -474,20 +482,20 @@ pub(super) fn run_typed<E: Executor, R: DevReal>(
     plan: &Plan,
     cfg: &GpuDetectConfig,
     out: &mut LocateOut,
+    turn: &Turn,
 ) -> Result<()> {
     let t_all = Instant::now();
     let mut run = Run::<E, R>::new(e, kind, (h, w), p, plan, cfg, src.len())?;
     let mut f0 = 0usize;
     while f0 < run.n_frames {
         let nb = run.chunk.min(run.n_frames - f0);
-        let done = run.batch(&src, f0, nb)?;
+        let done = run.batch(&src, f0, nb, turn)?;
         out.features.extend(done);
         f0 += nb;
         if let Src::Device { progress, .. } = &mut src {
             progress(f0);
         }
     }
-    run.k.finish()?;
     out.kernel_s += run.k.kernel_s;
     run.trace(t_all);
     Ok(())

@@ -1,8 +1,9 @@
 //! The stages of one sub-batch of [`Run`], in the order `Run::batch` calls
 //! them:
 //!
-//! * [`Run::load`]: the frames uploaded as stored (or a resident movie read in place),
-//!   converted to the device type and inverted if asked (`raw`);
+//! * [`Run::stage`] (before the device's turn): host frames uploaded as stored;
+//! * [`Run::load`]: those (or a resident movie read in place) converted to the device type
+//!   and inverted if asked (`raw`);
 //! * [`Run::lowpass`]: trackpy's Gaussian lowpass, along y then along x (with `preprocess`);
 //! * [`Run::bandpass`]: the boxcar background (columns, then rows) subtracted from the lowpass
 //!   and clipped, with each row's maximum;
@@ -24,42 +25,61 @@ use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::run::{Batch, Run};
-use super::{LINE_WG, Pixels, Src, upload_frames, widen};
+use super::{LINE_WG, Pixels, Src, Uploaded, upload_frames, widen};
 use crate::detect::gpu::DevReal;
 use crate::detect::gpu::pipeline::{round_up_to, to_u32};
 use crate::detect::kernels::PCT_WG;
 use crate::detect::locate::{Feature, finish, remove_duplicates};
 
 impl<E: Executor, R: DevReal> Run<'_, E, R> {
-    /// Load: the frames `f0..f0 + nb` of `src` in the device type, inverted if asked (`raw`).
-    /// Host frames are uploaded as stored; a resident movie is read in place from frame `f0`.
-    pub(super) fn load(
+    /// The upload of a sub-batch, before any kernel (it need not wait for the kernels in
+    /// flight): host frames `f0..f0 + nb` of `src` packed and uploaded as stored; `None` for a
+    /// resident movie (read in place by [`Self::load`]).
+    pub(super) fn stage(
         &mut self,
         src: &Src<'_, '_, E>,
         f0: usize,
+        nb: usize,
+    ) -> Result<Option<Uploaded<E, R>>> {
+        let t = Instant::now();
+        let staged = match src {
+            Src::Host(run) => Some(upload_frames::<E, R>(
+                self.e,
+                &run[f0..f0 + nb],
+                self.kind,
+                self.plane,
+            )?),
+            Src::Device { .. } => None,
+        };
+        self.up_s += t.elapsed().as_secs_f64();
+        Ok(staged)
+    }
+
+    /// Load: the frames `f0..f0 + nb` of `src` in the device type, inverted if asked (`raw`):
+    /// the `staged` upload of host frames ([`Self::stage`]), or a resident movie read in
+    /// place from frame `f0`.
+    pub(super) fn load(
+        &mut self,
+        src: &Src<'_, '_, E>,
+        staged: Option<Uploaded<E, R>>,
+        f0: usize,
         b: &Batch,
     ) -> Result<Buffer<E, R>> {
-        let (e, nb, plane) = (self.e, b.nb, self.plane);
-        let t = Instant::now();
-        match src {
-            // host frames: this sub-batch uploaded as stored
-            Src::Host(run) => {
-                let uploaded = upload_frames::<E, R>(e, &run[f0..f0 + nb], self.kind, plane)?;
-                self.up_s += t.elapsed().as_secs_f64();
-                let raw = e.alloc_elems::<R>(b.img_len)?;
-                self.load_kernel(&uploaded.view(), &raw, b, 0)?;
-                drop(uploaded);
-                Ok(raw)
+        let raw = self.e.alloc_elems::<R>(b.img_len)?;
+        match (src, staged) {
+            (_, Some(uploaded)) => self.load_kernel(&uploaded.view(), &raw, b, 0)?,
+            (Src::Device { movie, .. }, None) => {
+                self.load_kernel(movie, &raw, b, to_u32(f0, "frame")?)?;
             }
-            // a resident movie: read in place from its frame f0
-            Src::Device { movie, .. } => {
-                let first = to_u32(f0, "frame")?;
-                self.up_s += t.elapsed().as_secs_f64();
-                let raw = e.alloc_elems::<R>(b.img_len)?;
-                self.load_kernel(movie, &raw, b, first)?;
-                Ok(raw)
+            (Src::Host(_), None) => {
+                return Err(BridgeError::backend(
+                    "locate",
+                    None,
+                    "host frames reached the load kernel without their upload",
+                ));
             }
         }
+        Ok(raw)
     }
 
     /// The load kernel of the pixel type of `input` on its frames `first..first + nb` into
