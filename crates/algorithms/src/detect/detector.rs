@@ -174,48 +174,17 @@ impl LogDetector {
     ) -> Result<Vec<Particle>> {
         let (p, frames) = self.prepare(movie, &[backend])?;
         let batches: Vec<&[FrameView<'_>]> = frames.chunks(self.batch_size).collect();
-        let workers = backend.batches_in_flight().clamp(1, 4).min(batches.len());
-        if workers > 1 {
-            return self.detect_batches_overlapped(&batches, backend, &p, workers, progress);
-        }
-        let mut out = Vec::new();
-        let mut done = 0usize;
-        for (bi, batch) in batches.iter().enumerate() {
-            out.extend(self.detect_batch(batch, bi * self.batch_size, backend, &p)?);
-            done += batch.len();
-            progress(done);
-        }
-        Ok(out)
-    }
-
-    /// [`Self::detect_movie_with`]'s batches on `workers` threads that take the next batch as
-    /// they finish one ([`super::in_flight::in_order`]); the calling thread puts the results in
-    /// order and reports progress.
-    fn detect_batches_overlapped(
-        &self,
-        batches: &[&[FrameView<'_>]],
-        backend: &dyn DetectBackend,
-        p: &BlobLogParams,
-        workers: usize,
-        mut progress: impl FnMut(usize),
-    ) -> Result<Vec<Particle>> {
+        // the workers take the batches in turn ([`super::in_flight::in_order`]); the calling
+        // thread puts the results in order and reports progress
+        let workers = backend.batches_in_flight().clamp(1, 4);
         let (mut out, mut done) = (Vec::new(), 0usize);
+        let bs = self.batch_size;
         super::in_flight::in_order(
             batches.len(),
             workers,
             "detect",
-            |bi| self.detect_batch(batches[bi], bi * self.batch_size, backend, p),
-            |bi| {
-                let first = bi * self.batch_size;
-                BridgeError::backend(
-                    backend.device().to_string(),
-                    None,
-                    format!(
-                        "the back end panicked on frames {first}..{}",
-                        first + batches[bi].len()
-                    ),
-                )
-            },
+            |bi| self.detect_batch(batches[bi], bi * bs, backend, &p),
+            |bi| super::in_flight::panicked_on(backend.device(), bi * bs, batches[bi].len()),
             |bi, ps| {
                 out.extend(ps);
                 done += batches[bi].len();

@@ -13,6 +13,7 @@ use bridge_core::{BridgeError, Result};
 /// more indices, `done` is called for no index after it, and the error of the lowest failed
 /// index is returned (the one a loop in order would have returned: every lower index was
 /// taken before it). A panic in `work` is the error `panicked(i)` of its index, never a hang.
+/// With one worker (or one index) it is that loop, on the calling thread (a panic unwinds).
 pub(crate) fn in_order<T: Send>(
     n: usize,
     workers: usize,
@@ -21,6 +22,12 @@ pub(crate) fn in_order<T: Send>(
     panicked: impl Fn(usize) -> BridgeError + Sync,
     mut done: impl FnMut(usize, T),
 ) -> Result<()> {
+    if workers <= 1 || n <= 1 {
+        for i in 0..n {
+            done(i, work(i)?);
+        }
+        return Ok(());
+    }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<T>)>();
@@ -88,6 +95,19 @@ pub(crate) fn in_order<T: Send>(
     })
 }
 
+/// The error of a batch of `frames` frames from frame `first` whose back end on `device`
+/// panicked (see [`in_order`]).
+pub(crate) fn panicked_on(device: bridge_core::Device, first: usize, frames: usize) -> BridgeError {
+    BridgeError::backend(
+        device.to_string(),
+        None,
+        format!(
+            "the back end panicked on frames {first}..{}",
+            first + frames
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +157,10 @@ mod tests {
             .to_string();
             assert!(err.contains("bad 7"), "{workers}: {err}");
             assert_eq!(seen, (0..7).collect::<Vec<_>>(), "{workers}");
+            if workers == 1 {
+                // on the calling thread: a panic unwinds
+                continue;
+            }
             let err = in_order(
                 3,
                 workers,

@@ -284,24 +284,14 @@ pub fn locate_batches(
         ));
     }
     let batches: Vec<&[FrameView<'_>]> = frames.chunks(batch_size).collect();
-    let workers = backend.batches_in_flight().clamp(1, 4).min(batches.len());
+    let workers = backend.batches_in_flight().clamp(1, 4);
     let (mut out, mut done) = (Vec::with_capacity(frames.len()), 0usize);
     super::in_flight::in_order(
         batches.len(),
         workers,
         "locate",
         |bi| backend.locate_batch(batches[bi], p),
-        |bi| {
-            let first = bi * batch_size;
-            bridge_core::BridgeError::backend(
-                backend.device().to_string(),
-                None,
-                format!(
-                    "the back end panicked on frames {first}..{}",
-                    first + batches[bi].len()
-                ),
-            )
-        },
+        |bi| super::in_flight::panicked_on(backend.device(), bi * batch_size, batches[bi].len()),
         |bi, feats| {
             out.extend(feats);
             done += batches[bi].len();

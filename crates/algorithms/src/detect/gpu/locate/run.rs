@@ -416,24 +416,42 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         let b = self.grid(nb)?;
         let staged = self.stage(src, f0, nb)?;
         let held = turn.hold();
-        let e = self.e;
+        let (cand, refined, stats, scales) = self.on_device(src, staged, f0, &b)?;
+        drop(held);
+        Ok(self.host_finish(nb, &cand, &refined, stats.as_deref(), &scales))
+    }
+
+    /// The device's part of [`Self::batch`], its turn held: the kernels and reads of the
+    /// sub-batch `b` (frames from `f0`), their device time, and every device buffer of the
+    /// sub-batch freed before it returns (so the next turn's sub-batch has the device's
+    /// memory). Returns the candidates, their refinement, the noise statistics and the
+    /// per-frame scales, on the host.
+    #[allow(clippy::type_complexity)]
+    fn on_device(
+        &mut self,
+        src: &Src<'_, '_, E>,
+        staged: Option<super::Uploaded<E, R>>,
+        f0: usize,
+        b: &Batch,
+    ) -> Result<(Vec<u32>, Vec<f64>, Option<Vec<f64>>, Vec<f64>)> {
+        let (e, nb) = (self.e, b.nb);
         let (k0, clock) = (self.k.kernel_s, KernelClock::start(e));
-        let raw = self.load(src, staged, f0, &b)?;
+        let raw = self.load(src, staged, f0, b)?;
         // work images: t1 (lowpass y pass, column boxcar, then the row dilation), bp (the
         // bandpass, then the row distances of the noise)
         let t1 = self.e.alloc_elems::<R>(b.img_len)?;
         let bp = self.e.alloc_elems::<R>(b.img_len)?;
         let rowmax = self.e.alloc_elems::<R>(nb * self.h)?;
-        let low = self.lowpass(&b, &raw, &t1)?;
-        self.bandpass(&b, &raw, low.as_ref().unwrap_or(&raw), &t1, &bp, &rowmax)?;
+        let low = self.lowpass(b, &raw, &t1)?;
+        self.bandpass(b, &raw, low.as_ref().unwrap_or(&raw), &t1, &bp, &rowmax)?;
         drop(low);
-        let (scale, img, vmin) = self.threshold(&b, &bp, &rowmax)?;
+        let (scale, img, vmin) = self.threshold(b, &bp, &rowmax)?;
         // work images of `R` reused for u32 data: the grey dilation, the row distances
         let dil = t1.reinterpret::<u32>();
-        let n_cand = self.maxima(&b, &img, &dil, &vmin)?;
+        let n_cand = self.maxima(b, &img, &dil, &vmin)?;
         let (refined, cand) = self.refine(&img, &raw, n_cand)?;
         let dist = bp.reinterpret::<u32>();
-        let stats = self.noise(&b, &img, &dist, &raw, n_cand)?;
+        let stats = self.noise(b, &img, &dist, &raw, n_cand)?;
         let t = Instant::now();
         let scales = widen(self.e.read_elems(&scale, nb)?);
         self.read_s += t.elapsed().as_secs_f64();
@@ -441,8 +459,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             // every launch of this sub-batch, and no other thread's (the turn is held)
             self.k.kernel_s = k0 + clock.seconds(e, 0.0)?;
         }
-        drop(held);
-        Ok(self.host_finish(nb, &cand, &refined, stats.as_deref(), &scales))
+        Ok((cand, refined, stats, scales))
     }
 
     /// The `ARRAYBRIDGE_TRACE` line of the run begun at `t_all`.
