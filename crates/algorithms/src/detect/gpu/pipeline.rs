@@ -467,10 +467,10 @@ fn convert_staged<E: Executor, R: DevReal, A: DevReal>(
 }
 
 /// The device's turn, one per back end (shared by its clones): a thread holds it from its
-/// run's first kernel (and the cube's allocation) to its last read, so the kernels and reads of two threads' runs never
-/// interleave on the device's in-order queue (each run's reads would otherwise wait for the
-/// other's kernels), while a waiting thread's packing and upload go on (see
-/// [`super::super::LogDetector::detect_movie_with`]).
+/// run's first kernel (and the cube's allocation) to its last read, so the kernels and reads
+/// of two threads' runs never interleave on the device's in-order queue (each run's reads
+/// would otherwise wait for the other's kernels), while a waiting thread's packing and upload
+/// go on (see [`super::super::LogDetector::detect_movie_with`]).
 #[derive(Debug, Default)]
 pub(crate) struct Turn(std::sync::Mutex<()>);
 

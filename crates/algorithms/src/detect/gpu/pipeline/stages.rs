@@ -235,17 +235,16 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         if self.n_frames == 0 {
             return Ok(Vec::new());
         }
-        let mut pending = Some(self.launch(0, timed)?);
-        while let Some(batch) = pending.take() {
+        let mut batch = self.launch(0, timed)?;
+        loop {
             let next = batch.b.frame0 + batch.b.nb;
             let per = self.collect(batch, timed)?;
             if next >= self.n_frames {
                 return Ok(per);
             }
-            pending = Some(self.launch(next, timed)?);
+            batch = self.launch(next, timed)?;
             self.prune(per);
         }
-        Ok(Vec::new())
     }
 
     /// Enqueues the kernels of the batch of frames from `frame0` (at most `chunk` frames): the
