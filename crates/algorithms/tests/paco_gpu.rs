@@ -532,6 +532,83 @@ macro_rules! paco_device_suite {
                 }
             }
 
+            /// `ARRAYBRIDGE_PACO_COV`: the covariances read from `paco_lag`'s lag table (auto
+            /// and `lag`, in one table, in tables of a few rows under a small
+            /// `max_tile_bytes`, one row at a time under a 1-byte budget; read from the
+            /// frame-major and the pixel-major cube, `ARRAYBRIDGE_PACO_LAG_LAYOUT`) and computed directly
+            /// give the same bits, without and with templates, R = 4 and R = 5 (`COV_GLOBAL`),
+            /// in double and in float, maps and `ab_at`.
+            #[test]
+            fn covariance_modes_give_the_same_bits() {
+                use bridge_core::tuning::Tuning;
+                let Some(dev) = $ctor(Precision::Auto) else {
+                    return;
+                };
+                let mode = |m: &str, layout: &str| {
+                    dev.clone().with_tuning(
+                        Tuning::default()
+                            .with("ARRAYBRIDGE_PACO_COV", m)
+                            .and_then(|t| t.with("ARRAYBRIDGE_PACO_LAG_LAYOUT", layout))
+                            .unwrap(),
+                    )
+                };
+                let (cube, angles, psf) = (cube(), angles(), psf());
+                let cube = cube.slice(ndarray::s![.., 10..54, 10..54]).to_owned();
+                let same = |x: &[f64], y: &[f64], what: &str| {
+                    assert_eq!(x.len(), y.len());
+                    for (i, (a, b)) in x.iter().zip(y).enumerate() {
+                        assert!(
+                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                            "{what}: element {i}: {a:e} vs {b:e}"
+                        );
+                    }
+                };
+                let mut precisions = vec![Precision::F32];
+                if dev.has_fp64() {
+                    precisions.push(Precision::F64);
+                }
+                for prec in precisions {
+                    for (r, sub) in [
+                        (4usize, SubPixel::Off),
+                        (4, SubPixel::Table { q: 8 }),
+                        (5, SubPixel::Off),
+                    ] {
+                        let mut p = params_sub(Variant::Vip, sub);
+                        p.psf_rad = r;
+                        let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+                        let direct = mode("direct", "auto").with_precision(prec);
+                        let (da, db) = direct.ab_maps(&job).unwrap();
+                        let phi0s = [(20, 27), (8, 18), (30, 14), (0, 0), (20, 27)];
+                        let (pa, pb) = direct.ab_at(&job, &phi0s).unwrap();
+                        assert!(da.iter().filter(|v| v.is_finite()).count() > 200);
+                        for (m, layout, budget) in [
+                            ("auto", "frame", 256usize << 20),
+                            ("auto", "pixel", 256 << 20),
+                            ("auto", "frame", 24 << 10),
+                            ("lag", "pixel", 24 << 10),
+                            ("lag", "frame", 1),
+                            ("lag", "pixel", 1),
+                        ] {
+                            {
+                                let mut p = p.clone();
+                                p.max_tile_bytes = budget;
+                                let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p)
+                                    .unwrap();
+                                let dev = mode(m, layout).with_precision(prec);
+                                let what =
+                                    format!("{prec:?} R={r} {sub:?} {m} {layout} {budget} B");
+                                let (a, b) = dev.ab_maps(&job).unwrap();
+                                same(a.as_slice().unwrap(), da.as_slice().unwrap(), &what);
+                                same(b.as_slice().unwrap(), db.as_slice().unwrap(), &what);
+                                let (qa, qb) = dev.ab_at(&job, &phi0s).unwrap();
+                                same(&qa, &pa, &what);
+                                same(&qb, &pb, &what);
+                            }
+                        }
+                    }
+                }
+            }
+
             #[test]
             fn f32_matches_cpu() {
                 let Some(dev) = $ctor(Precision::F32) else {
@@ -762,6 +839,7 @@ fn maps_do_not_depend_on_the_knobs() {
             ("ARRAYBRIDGE_PACO_DEVICE_BATCH", "257"),
             ("ARRAYBRIDGE_CUDA_LAUNCH", "sync"),
             ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
+            ("ARRAYBRIDGE_PACO_COV", "direct"),
         ],
         &tests,
     );

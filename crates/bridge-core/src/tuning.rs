@@ -203,6 +203,24 @@ pub const KNOBS: &[Knob] = &[
               trajectories are computed on the host while the device runs this one)",
     },
     Knob {
+        name: "ARRAYBRIDGE_PACO_COV",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "lag", "direct"]),
+        doc: "how paco_stats gets the sample covariance on a device: lag reads a lag table \
+              computed by paco_lag (the CPU's, ~13x fewer dot products at radius 4), direct \
+              computes K(K+1)/2 dot products per pixel; auto takes whichever computes fewer \
+              (the same numbers either way)",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_PACO_LAG_LAYOUT",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "frame", "pixel"]),
+        doc: "what paco_lag reads: frame, the frame-major centred cube, a thread per pixel and \
+              lag (neighbouring threads read neighbouring pixels); pixel, the pixel-major one, a \
+              thread per pixel over all lags (contiguous columns, cached); auto: pixel on CPU \
+              devices, frame on GPUs (the same numbers either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_TRACE",
         default: "0",
         accepts: Accepts::Choice(&["0", "1", "true", "yes", "false", "no"]),

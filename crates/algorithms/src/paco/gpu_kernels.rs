@@ -23,22 +23,29 @@
 //!
 //! 1. `paco_centre`: `cen[p][t] = r_t[p] − μ[p]`, the cube centred per pixel and transposed to
 //!    pixel-major (one thread per pixel; the mean is the sequential sum over frames / T, as on
-//!    the CPU);
-//! 2. `paco_stats` with `sub = 0`: one work group per statistics pixel θ of a band of rows
+//!    the CPU); the uploaded cube is centred in place as well (frame-major);
+//! 2. `paco_lag` (when the run's `ARRAYBRIDGE_PACO_COV` mode takes it: by default whenever it
+//!    computes fewer dot products, ~13× fewer at radius 4): the CPU's lag table
+//!    `G_δ[p] = Σ_t c_t[p]·c_t[p+δ]` of the rows the next launches' patches cover, one thread
+//!    per (pixel, lag), reading the frame-major centred cube (neighbouring threads, neighbouring
+//!    pixels), stored lag-major;
+//! 3. `paco_stats` with `sub = 0`: one work group per statistics pixel θ of a band of rows
 //!    (rows from `y0`, columns `[x_lo, x_lo + nx)`: the edge rule's ranges, computed on the
 //!    host; any `LOCAL_SIZE(0)`: [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):
-//!    the sample covariance `S_ij = (1/T)·Σ_t cen[θ+d_i][t]·cen[θ+d_j][t]` (upper triangle, one
-//!    entry per thread, the CPU's four-accumulator order), the shrinkage ρ (paper or VIP
-//!    numerator, `variant` 0 / 1; the rows' sums of squares in parallel), `C = (1−ρ)·S + ρ·diag
-//!    S` (×½ for VIP), the right-looking Cholesky factor in place (the trailing updates spread
-//!    over the group), `w = C⁻¹h0` (the forward solve column by column over the group, the
+//!    the sample covariance `S_ij = (1/T)·G_{d_j−d_i}[θ+d_i]` read from the lag table (`nl ≠ 0`)
+//!    or `(1/T)·Σ_t cen[θ+d_i][t]·cen[θ+d_j][t]` computed here (upper triangle, a row at a time
+//!    over the group, the CPU's four-accumulator order either way: the same bits), the
+//!    shrinkage ρ (paper or VIP numerator, `variant` 0 / 1; the rows' sums of squares in
+//!    parallel), `C = (1−ρ)·S + ρ·diag S` (×½ for VIP), the right-looking Cholesky factor in
+//!    place (two barriers a column; the trailing updates a row at a time over the group),
+//!    `w = C⁻¹h0` (the forward solve column by column over the group, the
 //!    backward solve with the four accumulators of each row's dot product on four threads;
 //!    stored per pixel of the band in `wb`) and `q[θ] = h0·w`. Every parallel step keeps the
 //!    CPU's rounding sequence element by element. Degenerate pixels (`S_ii ≤ 0`, non-finite, not
 //!    positive definite) get NaN;
-//! 3. `paco_z`: the whitened matched-filter cube `z[θ][t] = w(θ)·cen_t(θ)` (disk order), one
+//! 4. `paco_z`: the whitened matched-filter cube `z[θ][t] = w(θ)·cen_t(θ)` (disk order), one
 //!    thread per (pixel, frame);
-//! 4. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
+//! 5. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
 //!    `traj[i][ℓ]` (computed on the host with the CPU's bit-exact geometry, −1 when `[φ_ℓ]`
 //!    fails the edge rule): `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an
 //!    invalid trajectory.
@@ -85,9 +92,10 @@ pub const KMAX_BIG: usize = 128;
 /// size (it reads `LOCAL_SIZE(0)`).
 pub const STATS_WG: usize = 64;
 
-/// Work-group size of `paco_stats` on CPU OpenCL devices (PoCL): fewer work items per barrier
-/// region (≈ 25 % faster there than [`STATS_WG`]).
-pub const STATS_WG_CPU: usize = 32;
+/// Work-group size of `paco_stats` on CPU OpenCL devices (PoCL): one work item, so a pixel runs
+/// as serial code with no barrier regions (PoCL, 61×100² VIP: 0.053 s against 0.156 s with 32
+/// and 0.248 s with 64, `docs/perf.md`).
+pub const STATS_WG_CPU: usize = 1;
 
 /// Work-group size of the per-pixel kernels `paco_centre` and `paco_accumulate`.
 pub const LINE_WG: usize = 64;

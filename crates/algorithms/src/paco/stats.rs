@@ -69,6 +69,29 @@ pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
     s
 }
 
+/// The distinct lags `d_j − d_i` (j ≥ i) of a patch's offsets, in order of first appearance,
+/// and `lag_idx[i·K + j]` (i ≤ j, 0 below the diagonal): the index of `d_j − d_i` among them.
+/// The CPU's lag table and the device's (`paco_lag`) use the same tables.
+pub(crate) fn lag_tables(disk: &[(isize, isize)]) -> (Vec<(isize, isize)>, Vec<u32>) {
+    let k = disk.len();
+    let mut lags: Vec<(isize, isize)> = Vec::new();
+    let mut lag_idx = vec![0u32; k * k];
+    for i in 0..k {
+        for j in i..k {
+            let d = (disk[j].0 - disk[i].0, disk[j].1 - disk[i].1);
+            let idx = match lags.iter().position(|&l| l == d) {
+                Some(p) => p,
+                None => {
+                    lags.push(d);
+                    lags.len() - 1
+                }
+            };
+            lag_idx[i * k + j] = idx as u32;
+        }
+    }
+    (lags, lag_idx)
+}
+
 impl Prepared {
     /// Centre the cube per pixel and build the lag tables.
     pub(crate) fn new(cube: ArrayView3<'_, f64>, disk: Vec<(isize, isize)>) -> Result<Self> {
@@ -88,22 +111,7 @@ impl Prepared {
                     }
                 }
             });
-        let k = disk.len();
-        let mut lags: Vec<(isize, isize)> = Vec::new();
-        let mut lag_idx = vec![0u32; k * k];
-        for i in 0..k {
-            for j in i..k {
-                let d = (disk[j].0 - disk[i].0, disk[j].1 - disk[i].1);
-                let idx = match lags.iter().position(|&l| l == d) {
-                    Some(p) => p,
-                    None => {
-                        lags.push(d);
-                        lags.len() - 1
-                    }
-                };
-                lag_idx[i * k + j] = idx as u32;
-            }
-        }
+        let (lags, lag_idx) = lag_tables(&disk);
         let offs = disk.iter().map(|&(dy, dx)| dy * w as isize + dx).collect();
         Ok(Prepared {
             h,

@@ -34,6 +34,21 @@ pub(super) fn device_batch(t: &Tuning) -> usize {
     t.usize_or("ARRAYBRIDGE_PACO_DEVICE_BATCH", super::DEVICE_BATCH)
 }
 
+/// When tracing (`ARRAYBRIDGE_TRACE`), waits for `e`'s device and prints the stage begun at
+/// `t0` as a `[trace]` span (so the span is device time, not enqueue time; tracing serialises
+/// the pipeline).
+pub(super) fn trace_stage<E: Executor>(
+    e: &E,
+    t0: std::time::Instant,
+    msg: impl FnOnce() -> String,
+) -> Result<()> {
+    if crate::detect::trace_enabled() {
+        e.synchronize()?;
+        crate::detect::trace_span(t0, std::time::Instant::now(), msg);
+    }
+    Ok(())
+}
+
 /// The launch shapes of one run, from the tuning of its back end (results do not depend on
 /// them).
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +59,48 @@ pub(super) struct Shapes {
     pub(super) line_wg: usize,
     /// Output positions per `paco_accumulate` launch ([`device_batch`], at least 1).
     pub(super) batch: usize,
+    /// Where `paco_stats` gets the sample covariance ([`CovMode::of`]).
+    pub(super) cov: CovMode,
+    /// `paco_lag` reads the pixel-major centred cube, a thread per pixel over every lag (CPU
+    /// devices), rather than the frame-major one, a thread per pixel and lag (GPUs):
+    /// `ARRAYBRIDGE_PACO_LAG_LAYOUT`.
+    pub(super) lag_pixel_major: bool,
+}
+
+/// Where `paco_stats` gets the sample covariance (`ARRAYBRIDGE_PACO_COV`); the numbers are the
+/// same either way (the same dot products in the same order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CovMode {
+    /// Whichever of the two computes fewer dot products for a launch.
+    Auto,
+    /// The lag table of `paco_lag` whenever it fits the byte budget.
+    Lag,
+    /// `K(K+1)/2` dot products per pixel in `paco_stats`.
+    Direct,
+}
+
+impl CovMode {
+    /// The mode of `t`'s `ARRAYBRIDGE_PACO_COV`.
+    pub(super) fn of(t: &Tuning) -> CovMode {
+        match t.choice("ARRAYBRIDGE_PACO_COV").as_str() {
+            "lag" => CovMode::Lag,
+            "direct" => CovMode::Direct,
+            _ => CovMode::Auto,
+        }
+    }
+
+    /// Whether a launch over `pixels` statistics pixels reads a lag table of `lag_pixels`
+    /// pixels × `nl` lags rather than computing `K(K+1)/2` dot products per pixel.
+    pub(super) fn use_lag(self, pixels: usize, k: usize, lag_pixels: usize, nl: usize) -> bool {
+        match self {
+            CovMode::Direct => false,
+            CovMode::Lag => true,
+            CovMode::Auto => {
+                (lag_pixels as u128) * (nl as u128)
+                    < (pixels as u128) * (k as u128 * (k as u128 + 1) / 2)
+            }
+        }
+    }
 }
 
 impl Shapes {
@@ -52,6 +109,12 @@ impl Shapes {
             stats_wg: stats_wg(e, t),
             line_wg: line_wg(t),
             batch: device_batch(t).max(1),
+            cov: CovMode::of(t),
+            lag_pixel_major: match t.choice("ARRAYBRIDGE_PACO_LAG_LAYOUT").as_str() {
+                "pixel" => true,
+                "frame" => false,
+                _ => e.is_cpu(),
+            },
         }
     }
 }

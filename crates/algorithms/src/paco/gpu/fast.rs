@@ -16,11 +16,12 @@ use super::super::templates::Templates;
 use super::STATS_GROUPS_PER_LAUNCH;
 use super::common::{
     DevReal, PairTemplates, Shapes, bytes_of, is_double, resolve_precision, to_f64s, to_reals,
-    to_reals_scaled, to_u32,
+    to_reals_scaled, to_u32, trace_stage,
 };
 use super::pairs::ab_pairs;
-use super::stats::{StatsCtx, StatsLaunch, launch_stats};
+use super::stats::{LagTable, StatsCtx, StatsLaunch, launch_stats};
 use crate::Precision;
+use crate::paco::stats::lag_tables;
 
 /// What a run decides before any device work: the arithmetic type, the build options and the
 /// templates (a mode the CPU does not implement is its typed error here).
@@ -76,10 +77,17 @@ impl Plan {
 /// shares.
 pub(super) struct DeviceJob<E: Executor, R: DevReal> {
     pub(super) plan: Plan,
-    /// The raw cube, kept until the run ends (launches may still read it).
-    _cube: Buffer<E, R>,
+    /// The cube, centred in place by `paco_centre` (frame-major: `paco_lag`'s input).
+    cenf: Buffer<E, R>,
     cen: Buffer<E, R>,
     offs: Buffer<E, i32>,
+    /// The patch's lags, flattened `(dy, dx)`, and `lag_idx` (K×K).
+    lags: Buffer<E, i32>,
+    lidx: Buffer<E, u32>,
+    nl: usize,
+    /// The smallest and the largest `dy` of the patch.
+    dy: (isize, isize),
+    hu: u32,
     h0: Buffer<E, R>,
     dummy: Buffer<E, R>,
     dummy_u32: Buffer<E, u32>,
@@ -117,6 +125,7 @@ impl<E: Executor, R: DevReal> DeviceJob<E, R> {
         // backend's pool, so every buffer a queued kernel reads stays alive until the blocking
         // downloads at the end.
         // in float, scaled into [0.5, 1) on the way (exact; see PacoJob::device_scale)
+        let t0 = std::time::Instant::now();
         let s = job.device_scale(is_double::<R>());
         let cube_vals: Vec<R> = match job.cube.as_slice() {
             Some(c) => to_reals_scaled(c, s),
@@ -134,6 +143,9 @@ impl<E: Executor, R: DevReal> DeviceJob<E, R> {
             npu,
             tu,
         )?;
+        trace_stage(e, t0, || {
+            format!("paco cube {t}x{h}x{w} converted, uploaded and centred")
+        })?;
         // 2. per-pixel inputs
         let offs: Vec<i32> = job
             .disk
@@ -142,18 +154,41 @@ impl<E: Executor, R: DevReal> DeviceJob<E, R> {
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| BridgeError::invalid_argument("frame", "patch offsets overflow i32"))?;
         let h0: Vec<R> = to_reals(job.centred_template()?.iter().copied());
-        uploaded += bytes_of::<i32>(offs.len()) + bytes_of::<R>(h0.len());
+        let (lag_list, lag_idx) = lag_tables(&job.disk);
+        let lags: Vec<i32> = lag_list
+            .iter()
+            .flat_map(|&(dy, dx)| [dy, dx])
+            .map(i32::try_from)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| BridgeError::invalid_argument("patch", "lags overflow i32"))?;
+        let dy = job
+            .disk
+            .iter()
+            .fold((0isize, 0isize), |(lo, hi), &(dy, _)| {
+                (lo.min(dy), hi.max(dy))
+            });
+        uploaded += bytes_of::<i32>(offs.len() + lags.len())
+            + bytes_of::<u32>(lag_idx.len())
+            + bytes_of::<R>(h0.len());
         let offs = e.upload_slice(&offs)?;
         let h0 = e.upload_slice(&h0)?;
+        let nl = lag_list.len();
+        let lags = e.upload_slice(&lags)?;
+        let lidx = e.upload_slice(&lag_idx)?;
         let variant = match job.params.variant {
             Variant::Paper => 0u32,
             Variant::Vip => 1u32,
         };
         Ok(DeviceJob {
             plan,
-            _cube: cube,
+            cenf: cube,
             cen,
             offs,
+            lags,
+            lidx,
+            nl,
+            dy,
+            hu: to_u32(h, "rows")?,
             h0,
             dummy: e.alloc_elems(1)?,
             dummy_u32: e.alloc_elems(1)?,
@@ -169,8 +204,15 @@ impl<E: Executor, R: DevReal> DeviceJob<E, R> {
     pub(super) fn ctx<'a>(&'a self, e: &'a E) -> StatsCtx<'a, E, R> {
         let k = self.ku as usize;
         StatsCtx {
+            exec: e,
             kern: Kernels::new(e, self.plan.opts),
             cen: &self.cen,
+            cenf: &self.cenf,
+            lags: &self.lags,
+            lidx: &self.lidx,
+            nl: self.nl,
+            dy: self.dy,
+            hu: self.hu,
             offs: &self.offs,
             h0: &self.h0,
             dummy: &self.dummy,
@@ -282,7 +324,9 @@ pub(super) fn band_buffers<E: Executor, R: DevReal>(
 
 /// q and z of the statistics rows `[ya, yb)` (columns of the edge rule), written into the
 /// full-frame buffers `q` and `z`, in launches of at most `band` rows (`wb` and `scr` sized for
-/// `band` rows by [`band_buffers`]).
+/// `band` rows by [`band_buffers`]). The rows go in chunks that share one lag table
+/// ([`StatsCtx::lag_table`]; within `max_tile_bytes`, halved on out-of-memory down to one row,
+/// then computed directly) when the run's [`CovMode`](super::common::CovMode) takes it.
 pub(super) fn stats_rows<E: Executor, R: DevReal>(
     c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
@@ -290,6 +334,66 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     (wb, scr): (&Buffer<E, R>, Option<&Buffer<E, R>>),
     (ya, yb): (usize, usize),
     band: usize,
+) -> Result<()> {
+    let (_, (x_lo, x_hi)) = job.geom.stats_ranges();
+    let nx = x_hi - x_lo;
+    let budget = job.params.max_tile_bytes;
+    // statistics rows per lag table: its rows (theirs and the patch's) within the budget
+    let span = (c.dy.1 - c.dy.0).max(0) as usize;
+    let per_row = c.lag_bytes(1).max(1);
+    let mut chunk = (budget / per_row).saturating_sub(span).max(1);
+    let mut y = ya;
+    while y < yb {
+        job.params.control.check("PACO")?;
+        let yc = (y + chunk).min(yb);
+        let rows = c.lag_rows((y, yc));
+        let lag = if c.wants_lag((yc - y) * nx, rows, budget) {
+            let t0 = std::time::Instant::now();
+            match c.lag_table(rows) {
+                Ok(g) => {
+                    trace_stage(c.exec, t0, || {
+                        format!("paco lag table rows {}..{}", rows.0, rows.1)
+                    })?;
+                    Some(g)
+                }
+                Err(BridgeError::OutOfMemory { .. }) if chunk > 1 => {
+                    chunk = chunk.div_ceil(2);
+                    log::info!(
+                        "paco: no device memory for a lag table; retrying with {chunk} rows"
+                    );
+                    continue;
+                }
+                Err(BridgeError::OutOfMemory { .. }) => {
+                    log::info!(
+                        "paco: no device memory for a one-row lag table; direct covariances"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        stats_band_rows(c, job, (q, z), (wb, scr), (y, yc), band, lag.as_ref())?;
+        if lag.is_some() && c.exec.launches_are_async() {
+            // the table's memory may go back to the pool at once: its readers finish first
+            c.exec.synchronize()?;
+        }
+        drop(lag);
+        y = yc;
+    }
+    Ok(())
+}
+
+/// [`stats_rows`] of one chunk `[ya, yb)`, its covariances from `lag` (or computed directly).
+fn stats_band_rows<E: Executor, R: DevReal>(
+    c: &StatsCtx<'_, E, R>,
+    job: &PacoJob<'_>,
+    (q, z): (&Buffer<E, R>, &Buffer<E, R>),
+    (wb, scr): (&Buffer<E, R>, Option<&Buffer<E, R>>),
+    (ya, yb): (usize, usize),
+    band: usize,
+    lag: Option<&LagTable<E, R>>,
 ) -> Result<()> {
     let t = job.cube.dim().0;
     let (_, (x_lo, x_hi)) = job.geom.stats_ranges();
@@ -300,6 +404,7 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     let control = &job.params.control;
     for ya in (ya..yb).step_by(band.max(1)) {
         control.check("PACO")?;
+        let t0 = std::time::Instant::now();
         let yb = (ya + band).min(yb);
         let groups = (yb - ya) * nx;
         if groups == 0 {
@@ -314,6 +419,7 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
             nx: nxu,
             groups,
             pairs: None,
+            lag,
         };
         launch_stats(c, &l)?;
         // launches are ordered (OpenCL waits for each, CUDA uses one stream), so the next
@@ -332,6 +438,12 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
             nxu,
             to_u32(groups, "pixels")?,
         )?;
+        trace_stage(c.exec, t0, || {
+            format!(
+                "paco stats + z rows {ya}..{yb} ({})",
+                if lag.is_some() { "lag table" } else { "direct" }
+            )
+        })?;
         control.advance((yb - ya) as u64);
     }
     Ok(())
@@ -394,13 +506,17 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
             let (lo, hi) = (start + range.start, start + range.end);
             let n = hi - lo;
+            let t0 = std::time::Instant::now();
             let traj = match ahead.take() {
                 Some((first, traj)) if first == lo && traj.len() == n * t => traj,
                 other => {
                     ahead = other;
-                    trajectories(lo, hi)
+                    let traj = trajectories(lo, hi);
+                    trace_stage(e, t0, || format!("paco trajectories {lo}..{hi} (host)"))?;
+                    traj
                 }
             };
+            let t0 = std::time::Instant::now();
             let traj_buf = e.upload_slice(&traj)?;
             drop(traj);
             let a = e.alloc_elems::<R>(n)?;
@@ -418,10 +534,17 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
             // the whole batch in one piece: prepare the next while the device runs this one
             if hi == next && range.start == 0 && next < n0 && ahead.is_none() {
                 let nhi = (next + batch).min(n0);
+                let t1 = std::time::Instant::now();
                 ahead = Some((next, trajectories(next, nhi)));
+                crate::detect::trace_span(t1, std::time::Instant::now(), || {
+                    format!("paco trajectories {next}..{nhi} (host, beside the device)")
+                });
             }
             let av = to_f64s(e.read_elems(&a, n)?);
             let bv = to_f64s(e.read_elems(&b, n)?);
+            crate::detect::trace_span(t0, std::time::Instant::now(), || {
+                format!("paco upload, sums and read of positions {lo}..{hi}")
+            });
             Ok(av.into_iter().zip(bv).collect())
         };
         let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;

@@ -4,8 +4,16 @@
 //! Data flow of [`PacoBackend::ab_maps`] / [`PacoBackend::ab_at`] without sub-pixel templates:
 //!
 //! 1. the cube is uploaded **once** (in `REAL`), centred per pixel and transposed to
-//!    pixel-major on the device (`paco_centre`);
-//! 2. per band of statistics rows (at most [`STATS_GROUPS_PER_LAUNCH`] pixels; the rows and
+//!    pixel-major on the device (`paco_centre`; the uploaded cube is centred in place,
+//!    frame-major);
+//! 2. per chunk of statistics rows whose lag table fits
+//!    [`PacoParams::max_tile_bytes`](super::PacoParams::max_tile_bytes), `paco_lag` computes
+//!    the CPU's lag table of the rows their patches cover (`ARRAYBRIDGE_PACO_COV`: `auto`, the
+//!    default, when that computes fewer dot products than the covariances themselves; `lag`
+//!    always; `direct` never: `paco_stats` then computes its `K(K+1)/2` dot products; the same
+//!    bits either way). An out-of-memory error halves the chunk, down to one row, then the
+//!    covariances are computed directly. Per band of statistics rows of a chunk (at most
+//!    [`STATS_GROUPS_PER_LAUNCH`] pixels; the rows and
 //!    columns of the edge rule, [`EdgeRule::Box`](super::EdgeRule::Box) or
 //!    [`EdgeRule::Disk`](super::EdgeRule::Disk), from [`super::Geometry::stats_ranges`]),
 //!    `paco_stats` (one work group per pixel: covariance, shrinkage, Cholesky, `w = C⁻¹h0`,
@@ -35,7 +43,9 @@
 //!   `Templates::fill`, so a mode the CPU gains runs on the device with no kernel change (and a
 //!   mode the CPU reports `Unsupported` is the same error here, before any device work).
 //!
-//! `paco_stats` evaluates all pairs of its pixel right after the Cholesky factorisation
+//! A batch reads a lag table of the rows from its first pixel's to its last's (and their
+//! patches') when that computes fewer dot products and fits `max_tile_bytes` (any batch in
+//! `lag` mode). `paco_stats` evaluates all pairs of its pixel right after the Cholesky factorisation
 //! (`L⁻¹[h | c]`) and writes one (a, b) contribution per slot; the host downloads them and adds
 //! them to a(φ0), b(φ0) in slot order, which is exactly the CPU's summation order (no float
 //! atomics, nothing per pair left on the device after its batch).
@@ -52,6 +62,8 @@
 //! (`2T·H·W·s` bytes; the raw cube is kept until the end because launches may be asynchronous),
 //! plus
 //!
+//! - the lag table of a chunk of rows (or of a batch of pixels): `rows·W·L·s` bytes for `L`
+//!   lags (91 at radius 4), within `max_tile_bytes` (any size in `lag` mode);
 //! - without sub-pixel templates: `q` and `z` (`(T + 1)·H·W·s`), `w` for one band of rows
 //!   (≤ 2¹⁶·K·s), the `COV_GLOBAL` scratch of one band (`rows·nx·K²·s`, ≤ `max_tile_bytes`
 //!   unless one row exceeds it), and `(4T + 2s)` bytes per output position of a batch;
@@ -73,6 +85,11 @@
 //! The `Strategy` switch does not matter on the device (Full and Fast give identical numbers).
 //! `ab_at` without templates computes the statistics of the whole field and then sums only the
 //! requested trajectories; with templates, only the pixels its trajectories visit.
+//!
+//! **Trace.** With `ARRAYBRIDGE_TRACE=1` each stage (upload and centring, each lag table, each
+//! band's statistics, the trajectories and sums of each batch, each batch of pairs) waits for
+//! the device and prints a `[trace]` span (`detect`'s format), so `bench paco` shows where the
+//! time goes; tracing serialises what would overlap.
 //!
 //! Files: `common` (the device arithmetic `R` and its conversions, precision, OOM policy),
 //! `fast` (the entry point, which dispatches once to `R = f64` or `R = f32`, and the path

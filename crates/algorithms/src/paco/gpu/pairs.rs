@@ -290,6 +290,25 @@ pub(super) fn pair_batch<E: Executor, R: DevReal>(
     } else {
         None
     };
+    // the covariances from a lag table of the batch's rows when that computes fewer dot
+    // products (pixels are ascending: the rows from the first pixel's to the last's)
+    let w = job.geom.width;
+    let rows = match (plist.first(), plist.last()) {
+        (Some(&first), Some(&last)) => c.lag_rows((first as usize / w, last as usize / w + 1)),
+        _ => (0, 0),
+    };
+    let lag = if !plist.is_empty() && c.wants_lag(pb - pa, rows, job.params.max_tile_bytes) {
+        match c.lag_table(rows) {
+            Ok(g) => Some(g),
+            Err(BridgeError::OutOfMemory { .. }) => {
+                log::info!("paco: no device memory for a lag table; direct covariances");
+                None
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
     let pairs = PairArgs {
         sub,
         plist: &plist_b,
@@ -311,10 +330,11 @@ pub(super) fn pair_batch<E: Executor, R: DevReal>(
         nx: 1,
         groups: pb - pa,
         pairs: Some(pairs),
+        lag: lag.as_ref(),
     };
     launch_stats(c, &l)?;
     let contrib = to_f64s(e.read_elems(&cab, 2 * ns)?);
-    drop((plist_b, pstart_b, pfr_b, pfy_b, pfx_b, tpl_b, cab, scr));
+    drop((plist_b, pstart_b, pfr_b, pfy_b, pfx_b, tpl_b, cab, scr, lag));
     Ok((contrib, up))
 }
 
@@ -331,7 +351,15 @@ pub(super) fn ab_pairs<E: Executor, R: DevReal>(
     big: bool,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let t = job.cube.dim().0;
+    let t0 = std::time::Instant::now();
     let plan = PairPlan::new(job, pos, n0)?;
+    crate::detect::trace_span(t0, std::time::Instant::now(), || {
+        format!(
+            "paco pairs bucketed by pixel (host): {} pixels, {} pairs",
+            plan.pixels(),
+            plan.ppid.len()
+        )
+    });
     // templates on the device: the table once; per-pair templates with their batch
     let (sub, tq, tbl) = upload_table::<E, R>(e, tpl)?;
     let run = PairRun {
@@ -348,7 +376,14 @@ pub(super) fn ab_pairs<E: Executor, R: DevReal>(
         job.params.control.check("PACO")?;
         let mut op = |range: std::ops::Range<usize>| -> Result<Vec<()>> {
             let (pa, pb) = (ga + range.start, ga + range.end);
+            let t0 = std::time::Instant::now();
             let (contrib, _) = pair_batch(e, c, job, &run, (pa, pb))?;
+            crate::detect::trace_span(t0, std::time::Instant::now(), || {
+                format!(
+                    "paco pairs of pixels {pa}..{pb} ({} slots): templates, upload, statistics, read",
+                    plan.pstart[pb] - plan.pstart[pa]
+                )
+            });
             plan.add((pa, pb), &contrib, t, &mut a, &mut b);
             Ok(vec![(); pb - pa])
         };

@@ -1,7 +1,7 @@
 //! One `paco_stats` launch (shrinkage covariance, Cholesky, and either the matched filter or the
 //! pair contributions) and the full-grid maps from the flat outputs.
 
-use bridge_core::exec::{Buffer, Executor, Grid, Local};
+use bridge_core::exec::{Buffer, Executor, Grid, Local, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use ndarray::Array2;
 
@@ -11,9 +11,23 @@ use super::common::{DevReal, to_u32};
 
 /// Buffers and sizes shared by every `paco_stats` launch of a run (arithmetic `R`).
 pub(super) struct StatsCtx<'a, E: Executor, R: DevReal> {
+    /// The executor of the run.
+    pub(super) exec: &'a E,
     /// The typed launchers of the run's program (its build options).
     pub(super) kern: Kernels<'a, E>,
     pub(super) cen: &'a Buffer<E, R>,
+    /// The centred cube frame-major (`paco_lag`'s input).
+    pub(super) cenf: &'a Buffer<E, R>,
+    /// The patch's lags `(dy, dx)` flattened, `2·nl` values ([`crate::paco::stats::lag_tables`]).
+    pub(super) lags: &'a Buffer<E, i32>,
+    /// `lag_idx[i·K + j]`: the lag of `d_j − d_i` (K×K).
+    pub(super) lidx: &'a Buffer<E, u32>,
+    /// Number of lags.
+    pub(super) nl: usize,
+    /// The patch's row offsets: the smallest and the largest `dy`.
+    pub(super) dy: (isize, isize),
+    /// Frame height.
+    pub(super) hu: u32,
     pub(super) offs: &'a Buffer<E, i32>,
     pub(super) h0: &'a Buffer<E, R>,
     /// A one-element buffer for the `REAL` arguments a launch never reads or writes (distinct
@@ -59,6 +73,90 @@ pub(super) struct StatsLaunch<'a, E: Executor, R: DevReal> {
     pub(super) nx: u32,
     pub(super) groups: usize,
     pub(super) pairs: Option<PairArgs<'a, E, R>>,
+    /// The lag table the covariances are read from (`None`: computed directly).
+    pub(super) lag: Option<&'a LagTable<E, R>>,
+}
+
+/// A lag table of `paco_lag` on the device: pixels from `base` (whole rows), lag `l` of pixel
+/// `p` at `g[l·gl + (p − base)·gp]` (lag-major on GPUs, pixel-major on CPU devices).
+pub(super) struct LagTable<E: Executor, R: DevReal> {
+    g: Buffer<E, R>,
+    base: u32,
+    gl: u32,
+    gp: u32,
+}
+
+impl<E: Executor, R: DevReal> StatsCtx<'_, E, R> {
+    /// The rows of the lag table that the statistics pixels of rows `[ya, yb)` read (their
+    /// patches' rows), clamped to the frame.
+    pub(super) fn lag_rows(&self, (ya, yb): (usize, usize)) -> (usize, usize) {
+        let h = self.hu as usize;
+        let lo = (ya as isize + self.dy.0).clamp(0, h as isize) as usize;
+        let hi = ((yb as isize - 1 + self.dy.1 + 1).clamp(0, h as isize) as usize).max(lo);
+        (lo, hi)
+    }
+
+    /// Device bytes of the lag table of `rows` whole rows.
+    pub(super) fn lag_bytes(&self, rows: usize) -> usize {
+        rows * (self.wu as usize) * self.nl * std::mem::size_of::<R>()
+    }
+
+    /// Whether a launch over `pixels` statistics pixels whose patches cover the rows
+    /// `[ra, rb)` should read a lag table (the mode of the run's shapes; never beyond
+    /// `budget` bytes, except in `lag` mode).
+    pub(super) fn wants_lag(&self, pixels: usize, (ra, rb): (usize, usize), budget: usize) -> bool {
+        let rows = rb - ra;
+        let lag_pixels = rows * self.wu as usize;
+        let fits = self.lag_bytes(rows) <= budget;
+        let mode = self.shapes.cov;
+        (fits || mode == super::common::CovMode::Lag)
+            && mode.use_lag(pixels, self.ku as usize, lag_pixels, self.nl)
+    }
+
+    /// The lag table of the pixel rows `[ra, rb)`, computed by `paco_lag` (an out-of-memory
+    /// error when the device has no room for it).
+    pub(super) fn lag_table(&self, (ra, rb): (usize, usize)) -> Result<LagTable<E, R>> {
+        let w = self.wu as usize;
+        let np = (rb - ra) * w;
+        let g = self.exec.alloc_elems::<R>(np * self.nl)?;
+        let lw = self.shapes.line_wg;
+        let nl = to_u32(self.nl, "lags")?;
+        // (source, pixel stride, frame stride, lags per thread)
+        // and the table's (lag, pixel) strides
+        let npu = to_u32(np, "pixels")?;
+        let (src, ps, fs, lpi, gl, gp) = if self.shapes.lag_pixel_major {
+            (self.cen, self.tu, 1, nl, 1, nl)
+        } else {
+            let npix = to_u32(self.hu as usize * w, "pixels")?;
+            (self.cenf, 1, npix, 1, npu, 1)
+        };
+        self.kern.paco_lag(
+            Grid::new(
+                &[np.div_ceil(lw) * lw, self.nl.div_ceil(lpi as usize)],
+                &[lw, 1],
+            ),
+            src,
+            self.lags,
+            &g,
+            self.hu,
+            self.wu,
+            self.tu,
+            nl,
+            to_u32(ra * w, "pixel")?,
+            npu,
+            ps,
+            fs,
+            lpi,
+            gl,
+            gp,
+        )?;
+        Ok(LagTable {
+            g,
+            base: to_u32(ra * w, "pixel")?,
+            gl,
+            gp,
+        })
+    }
 }
 
 /// Launches `paco_stats` for `l` (nothing when it has no pixel); the dummy buffers of `c`
@@ -98,6 +196,12 @@ pub(super) fn launch_stats<E: Executor, R: DevReal>(
         p.map_or(1, |p| p.tq),
         p.map_or(0, |p| p.nearest),
         p.map_or(d, |p| p.cab),
+        l.lag.map_or(d, |g| &g.g),
+        c.lidx,
+        l.lag.map_or(Ok(0), |_| to_u32(c.nl, "lags"))?,
+        l.lag.map_or(0, |g| g.base),
+        l.lag.map_or(1, |g| g.gl),
+        l.lag.map_or(1, |g| g.gp),
         c.local,
     )
 }

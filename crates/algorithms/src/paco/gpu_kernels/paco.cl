@@ -60,15 +60,67 @@ DEF_DOT4(dot4_g, GLOBAL, GLOBAL)
 DEF_DOT4(dot4_ss, SMEM, SMEM)
 DEF_DOT4(dot4_ll, LOCAL_PTR, LOCAL_PTR)
 
-/* cube [t][p] -> cen [p][t], centred per pixel. */
-KERNEL paco_centre(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen,
-                   const uint npix, const uint t) {
+/* cube [t][p] -> cen [p][t], centred per pixel; the cube is centred in place too (frame-major,
+   the input of paco_lag). */
+KERNEL paco_centre(GLOBAL REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen, const uint npix,
+                   const uint t) {
     size_t p = GID(0);
     if (p >= npix) return;
     REAL s = 0;
     for (uint f = 0; f < t; ++f) s += cube[(size_t)f * npix + p];
     REAL mean = s / (REAL)t;
-    for (uint f = 0; f < t; ++f) cen[p * t + f] = cube[(size_t)f * npix + p] - mean;
+    for (uint f = 0; f < t; ++f) {
+        REAL c = cube[(size_t)f * npix + p] - mean;
+        cen[p * t + f] = c;
+        cube[(size_t)f * npix + p] = c;
+    }
+}
+
+/* The lag table of the pixels [p0, p0 + np): g[l gl + (p - p0) gp] = sum_t c_t[p] c_t[p + lag_l]
+   in the CPU's `dot` order (four accumulators over blocks of 4, then the remainder), NaN where
+   p + lag_l leaves the frame (the CPU's `Prepared::lag_table`; lag-major with gl = np, gp = 1,
+   pixel-major with gl = 1, gp = nl). One thread per pixel
+   (dimension 0) and run of `lpi` lags from GID(1) * lpi (dimension 1). c_t[p] is read at
+   src[p ps + t fs]: the frame-major centred cube (ps = 1, fs = H W: neighbouring threads read
+   neighbouring pixels, for GPUs) or the pixel-major one (ps = T, fs = 1: a thread reads
+   contiguous columns and keeps its own in cache over all its lags, for CPU devices). */
+KERNEL paco_lag(GLOBAL const REAL* RESTRICT src, GLOBAL const int* RESTRICT lags,
+                GLOBAL REAL* RESTRICT g, const uint h, const uint w, const uint t,
+                const uint nl, const uint p0, const uint np, const uint ps, const uint fs,
+                const uint lpi, const uint gl, const uint gp) {
+    size_t i = GID(0);
+    if (i >= np) return;
+    size_t p = (size_t)p0 + i;
+    long y = (long)(p / w);
+    long x = (long)(p % w);
+    uint l0 = (uint)GID(1) * lpi;
+    uint l1 = l0 + lpi < nl ? l0 + lpi : nl;
+    GLOBAL const REAL* a = src + p * ps;
+    uint t4 = t & ~3u;
+    for (uint l = l0; l < l1; ++l) {
+        long qy = y + lags[2 * l];
+        long qx = x + lags[2 * l + 1];
+        REAL out = REAL_NAN;
+        if (qy >= 0 && qx >= 0 && qy < (long)h && qx < (long)w) {
+            GLOBAL const REAL* b = src + ((size_t)qy * w + (size_t)qx) * ps;
+            REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            size_t o = 0;
+            for (uint f = 0; f < t4; f += 4) {
+                s0 += MUL(a[o], b[o]);
+                s1 += MUL(a[o + fs], b[o + fs]);
+                s2 += MUL(a[o + 2 * (size_t)fs], b[o + 2 * (size_t)fs]);
+                s3 += MUL(a[o + 3 * (size_t)fs], b[o + 3 * (size_t)fs]);
+                o += 4 * (size_t)fs;
+            }
+            REAL sum = (s0 + s1) + (s2 + s3);
+            for (uint f = t4; f < t; ++f) {
+                sum += MUL(a[o], b[o]);
+                o += fs;
+            }
+            out = sum;
+        }
+        g[(size_t)l * gl + i * gp] = out;
+    }
 }
 
 /* One work group per pixel theta: with sub == 0 the statistics pixels of rows
@@ -82,6 +134,8 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                   GLOBAL const uint* RESTRICT pfr, GLOBAL const REAL* RESTRICT pfy,
                   GLOBAL const REAL* RESTRICT pfx, GLOBAL const REAL* RESTRICT tbl,
                   const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab,
+                  GLOBAL const REAL* RESTRICT lagt, GLOBAL const uint* RESTRICT lidx,
+                  const uint nl, const uint lbase, const uint gl, const uint gp,
                   LOCAL_ARG(REAL, sdyn)) {
     DYN_LOCAL(REAL, sdyn);
 #if defined(COV_GLOBAL)
@@ -108,15 +162,26 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         hl[i] = h0[i];
     }
     SBARRIER();
-    /* 1. sample covariance, upper triangle */
+    /* 1. sample covariance, upper triangle: from the lag table of paco_lag when nl != 0
+       (S_ij = G[lidx[i k + j]][theta + d_i - lbase] / T, at lagt[l gl + p gp], the CPU's
+       `load_cov`), else the
+       same dot products computed here */
     REAL inv_t = (REAL)1 / (REAL)t;
-    for (uint idx = tid; idx < k * k; idx += nt) {
-        uint i = idx / k;
-        uint j = idx % k;
-        if (j < i) continue;
-        GLOBAL const REAL* ci = cen + (size_t)((long)theta + ol[i]) * t;
-        GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
-        S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
+    if (nl != 0u) {
+        for (uint i = 0; i < k; ++i) {
+            GLOBAL const REAL* gi = lagt + ((size_t)((long)theta + ol[i]) - lbase) * gp;
+            for (uint j = i + tid; j < k; j += nt) {
+                S[i * k + j] = MUL(gi[(size_t)lidx[i * k + j] * gl], inv_t);
+            }
+        }
+    } else {
+        for (uint i = 0; i < k; ++i) {
+            GLOBAL const REAL* ci = cen + (size_t)((long)theta + ol[i]) * t;
+            for (uint j = i + tid; j < k; j += nt) {
+                GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
+                S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
+            }
+        }
     }
     SBARRIER();
     /* 2. validity and shrinkage: the squared norms of the rows' off-diagonal parts in
@@ -161,45 +226,46 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
     if (ok) {
         REAL dg = v[0];
         REAL of = v[1];
-        for (uint idx = tid; idx < k * k; idx += nt) {
-            uint i = idx / k;
-            uint j = idx % k;
-            if (j < i) continue;
-            S[idx] = MUL(S[idx], j == i ? dg : of);
+        for (uint i = 0; i < k; ++i) {
+            for (uint j = i + tid; j < k; j += nt) S[i * k + j] = MUL(S[i * k + j], j == i ? dg : of);
         }
     }
     SBARRIER();
-    /* 3. right-looking Cholesky, R = L^T in the upper triangle. Every barrier is reached by
-       the whole group (no early exit): `flag` only guards the work. */
+    /* 3. right-looking Cholesky, R = L^T in the upper triangle, two barriers a column: every
+       thread reads the pivot and computes the same L_jj and 1/L_jj (so `ok` stays the same in
+       every thread), the group scales row j; then thread 0 stores the pivot (no thread reads
+       S_jj any more) while the group updates the trailing rows row by row (the columns
+       c >= kk over the group: no index division, no idle lower half; each element is updated
+       once, as on the CPU). Every barrier is reached by the whole group (no early exit): `ok`
+       only guards the work. */
     for (uint j = 0; j < k; ++j) {
-        if (tid == 0 && flag[0]) {
+        REAL ljj = (REAL)1;
+        REAL inv = (REAL)1;
+        if (ok) {
             REAL d = S[j * k + j];
             if (!POS_FINITE(d)) {
-                flag[0] = 0;
+                ok = 0;
             } else {
-                REAL ljj = sqrt(d);
-                S[j * k + j] = ljj;
-                invd[j] = (REAL)1 / ljj;
+                ljj = sqrt(d);
+                inv = (REAL)1 / ljj;
+                for (uint n = j + 1 + tid; n < k; n += nt) {
+                    S[j * k + n] = MUL(S[j * k + n], inv);
+                }
             }
         }
         SBARRIER();
-        if (flag[0]) {
-            REAL inv = invd[j];
-            for (uint n = j + 1 + tid; n < k; n += nt) S[j * k + n] = MUL(S[j * k + n], inv);
-        }
-        SBARRIER();
-        if (flag[0]) {
-            uint m = k - j - 1;
-            for (uint idx = tid; idx < m * m; idx += nt) {
-                uint kk = j + 1 + idx / m;
-                uint c = j + 1 + idx % m;
-                if (c < kk) continue;
-                S[kk * k + c] -= MUL(S[j * k + kk], S[j * k + c]);
+        if (ok) {
+            if (tid == 0) {
+                S[j * k + j] = ljj;
+                invd[j] = inv;
+            }
+            for (uint kk = j + 1; kk < k; ++kk) {
+                REAL f = S[j * k + kk];
+                for (uint c = kk + tid; c < k; c += nt) S[kk * k + c] -= MUL(f, S[j * k + c]);
             }
         }
         SBARRIER();
     }
-    ok = flag[0];
     if (sub) {
         /* 4'. sub-pixel templates: the pairs of slots [pstart[g], pstart[g + 1]) land on theta,
            one per thread (frame pfr[p]). h_l is blended from the (tq+1)^2 template table tbl
