@@ -471,6 +471,11 @@ bench_once() { # tag: one pass of every measurement, under the current environme
     env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --method locate --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
   run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
     "$cli" bench transfer --device cuda:0 --sizes-mb "$sizes" --reps "$reps"
+  # the transfer knobs against the row above: host ranges page-locked in place, whole chunks
+  run_binary "bench $tag transfer registered" "$WORK/bench-$tag-transfer-registered.md" \
+    env ARRAYBRIDGE_HOST_REGISTER_MB=1 "$cli" bench transfer --device cuda:0 --sizes-mb 64,1024 --reps "$reps"
+  run_binary "bench $tag transfer whole chunks" "$WORK/bench-$tag-transfer-whole.md" \
+    env ARRAYBRIDGE_STAGING_ADAPT=0 "$cli" bench transfer --device cuda:0 --sizes-mb 64,1024 --reps "$reps"
   if [ "${GPU_CHECK_PACO_BIG:-1}" = 1 ]; then
     run_binary "bench $tag paco 100x1024" "$WORK/bench-$tag-paco1024.md" \
       "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1

@@ -77,6 +77,21 @@ pub const KNOBS: &[Knob] = &[
         doc: "pinned staging chunks in flight",
     },
     Knob {
+        name: "ARRAYBRIDGE_STAGING_ADAPT",
+        default: "1",
+        accepts: Accepts::Int(0, 1),
+        doc: "1 cuts a staged copy into chunks of about an eighth of its size (1 MiB up to the \
+              chunk size), so copies under 8 chunks overlap the host's copying with the DMA; \
+              0 always uses whole chunks",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_HOST_REGISTER_MB",
+        default: "0",
+        accepts: Accepts::Int(0, 1 << 20),
+        doc: "host ranges of at least this many MiB are page-locked in place \
+              (cuMemHostRegister) and copied to or from a CUDA device with no staging; 0 never",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DIRECT_COPY_KB",
         default: "1024",
         accepts: Accepts::Int(0, 1 << 20),

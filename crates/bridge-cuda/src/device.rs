@@ -221,23 +221,38 @@ pub const STAGING_BUFFERS: usize = 4;
 /// Staging buffers kept per device for reuse.
 const STAGING_KEEP: usize = 8;
 
-/// How staged host↔device copies are cut: chunks of `chunk` bytes through `buffers` pinned
-/// buffers in flight. Read once per process from `ARRAYBRIDGE_STAGING_CHUNK_MB` (1–1024,
-/// default 64) and `ARRAYBRIDGE_STAGING_BUFFERS` (2–8, default 4); values out of range fall
-/// back to the defaults with a warning.
+/// Smallest chunk of a staged copy cut to its size ([`Staging::plan`]).
+pub const STAGING_MIN_CHUNK: usize = 1 << 20;
+
+/// How staged host↔device copies are cut: chunks of at most `chunk` bytes through `buffers`
+/// pinned buffers in flight ([`Staging::plan`]). Read once per process from
+/// `ARRAYBRIDGE_STAGING_CHUNK_MB` (1–1024, default 64), `ARRAYBRIDGE_STAGING_BUFFERS` (2–8,
+/// default 4), `ARRAYBRIDGE_STAGING_ADAPT` (0/1, default 1) and
+/// `ARRAYBRIDGE_HOST_REGISTER_MB` (default 0); values out of range fall back to the defaults
+/// with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Staging {
-    /// Bytes per chunk.
+    /// Bytes per chunk (the size of each pinned staging buffer).
     pub chunk: usize,
     /// Buffers in flight.
     pub buffers: usize,
+    /// Cut a copy into chunks of about an eighth of its size (at least
+    /// [`STAGING_MIN_CHUNK`], at most `chunk`), so that copies under 8 chunks still overlap the
+    /// host's part with the DMA engine's.
+    pub adapt: bool,
+    /// Host ranges of at least this many bytes are page-locked in place
+    /// (`cuMemHostRegister`) and copied with no staging; 0: never.
+    pub register_min: usize,
 }
 
 impl Staging {
-    /// The defaults: [`STAGING_CHUNK`] bytes, [`STAGING_BUFFERS`] buffers.
+    /// The defaults: [`STAGING_CHUNK`] bytes, [`STAGING_BUFFERS`] buffers, adapted chunks, no
+    /// registration.
     pub const DEFAULT: Staging = Staging {
         chunk: STAGING_CHUNK,
         buffers: STAGING_BUFFERS,
+        adapt: true,
+        register_min: 0,
     };
 
     /// The process's setting (environment, read once).
@@ -245,11 +260,32 @@ impl Staging {
         static S: OnceLock<Staging> = OnceLock::new();
         *S.get_or_init(|| {
             // read through the tuning knobs (one reading of the environment per process)
-            Staging::parse(
+            let mut s = Staging::parse(
                 bridge_core::tuning::raw("ARRAYBRIDGE_STAGING_CHUNK_MB").as_deref(),
                 bridge_core::tuning::raw("ARRAYBRIDGE_STAGING_BUFFERS").as_deref(),
-            )
+            );
+            s.adapt = bridge_core::tuning::usize_or("ARRAYBRIDGE_STAGING_ADAPT", 1) != 0;
+            s.register_min = bridge_core::tuning::usize_or("ARRAYBRIDGE_HOST_REGISTER_MB", 0) << 20;
+            s
         })
+    }
+
+    /// How a staged copy of `len` bytes is cut: the chunk size and the buffers in flight. With
+    /// [`Staging::adapt`], chunks of `len / 8` rounded up to 64 KiB, within
+    /// [`STAGING_MIN_CHUNK`]..=`chunk` (a 64 MiB copy goes in 8 chunks of 8 MiB, not one of
+    /// 64 MiB that the host fills before the DMA engine starts); otherwise `chunk`.
+    pub fn plan(&self, len: usize) -> (usize, usize) {
+        let chunk = if self.adapt {
+            len.div_ceil(8)
+                .next_multiple_of(64 << 10)
+                .max(STAGING_MIN_CHUNK)
+                .min(self.chunk)
+        } else {
+            self.chunk
+        }
+        .max(1);
+        let n = len.div_ceil(chunk).max(1);
+        (chunk, self.buffers.min(n).max(1))
     }
 
     /// The setting for the two variables' values (`None`: unset).
@@ -610,7 +646,8 @@ mod tests {
             Staging::parse(Some("16"), Some("2")),
             Staging {
                 chunk: 16 << 20,
-                buffers: 2
+                buffers: 2,
+                ..Staging::DEFAULT
             }
         );
         assert_eq!(Staging::parse(Some(" 1024 "), None).chunk, 1024 << 20);
@@ -627,6 +664,36 @@ mod tests {
                 STAGING_BUFFERS,
                 "{bad}"
             );
+        }
+    }
+
+    /// Adapted chunks: about an eighth of the copy, whole 64 KiB, at least 1 MiB, at most the
+    /// configured chunk; every byte covered; never more buffers than chunks.
+    #[test]
+    fn staged_copies_are_cut_to_their_size() {
+        let s = Staging::DEFAULT;
+        const MB: usize = 1 << 20;
+        assert_eq!(s.plan(64 * MB), (8 * MB, 4));
+        assert_eq!(s.plan(1024 * MB), (64 * MB, 4));
+        assert_eq!(s.plan(2 * MB), (MB, 2));
+        assert_eq!(s.plan(MB + 1), (MB, 2));
+        assert_eq!(s.plan(1), (MB, 1));
+        assert_eq!(s.plan(0), (MB, 1));
+        let fixed = Staging {
+            adapt: false,
+            ..Staging::DEFAULT
+        };
+        assert_eq!(fixed.plan(64 * MB), (64 * MB, 1));
+        let small = Staging {
+            chunk: MB / 2,
+            ..Staging::DEFAULT
+        };
+        assert_eq!(small.plan(64 * MB), (MB / 2, 4));
+        for len in [1usize, 4095, 3 * MB + 17, 100 * MB - 3, 513 * MB] {
+            let (chunk, nbuf) = s.plan(len);
+            assert!(chunk <= s.chunk && chunk % (64 << 10) == 0, "{len}");
+            assert!(len.div_ceil(chunk) <= 8 || chunk == s.chunk, "{len}");
+            assert!(nbuf >= 1 && nbuf <= s.buffers && nbuf <= len.div_ceil(chunk).max(1));
         }
     }
 }

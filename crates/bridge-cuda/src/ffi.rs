@@ -298,6 +298,64 @@ pub(crate) unsafe fn dtoh_async(
         .map_err(error::op(src.device, "cuMemcpyDtoHAsync"))
 }
 
+/// Alignment of the ranges [`with_registered`] page-locks: 64 KiB, a multiple of the host's
+/// page size on x86-64 (4 KiB) and on ARM hosts with 64 KiB pages.
+pub(crate) const REGISTER_ALIGN: usize = 64 << 10;
+
+/// The page-aligned interior `[a, b)` of `len` bytes at `addr` ([`REGISTER_ALIGN`]): whole
+/// pages of that range only, so two disjoint ranges never share a registered page. `a == b`
+/// when there is none.
+pub(crate) fn aligned_interior(addr: usize, len: usize) -> (usize, usize) {
+    let start = addr.next_multiple_of(REGISTER_ALIGN);
+    let end = (addr + len) / REGISTER_ALIGN * REGISTER_ALIGN;
+    if end <= start {
+        (0, 0)
+    } else {
+        (start - addr, end - addr)
+    }
+}
+
+/// Runs `f` with the host range `ptr..ptr + len` page-locked by `cuMemHostRegister` (so
+/// copies to and from it go at DMA speed with no staging), then unregisters it, whatever `f`
+/// returned. The range must be [`REGISTER_ALIGN`]-aligned in address and length (see
+/// [`aligned_interior`]); `f` must have completed every copy that uses it before returning
+/// (synchronise its stream). Returns `Ok(None)` without calling `f` when the range is not
+/// aligned or the driver refuses the registration (memory it cannot lock, a range already
+/// registered by another copy): the caller then copies another way.
+///
+/// # Safety
+/// `ptr..ptr + len` must be memory of this process that stays allocated until this returns
+/// (a live borrow the caller holds).
+pub(crate) unsafe fn with_registered<T>(
+    ctx: &Arc<CudaContext>,
+    device: Device,
+    (ptr, len): (*const u8, usize),
+    f: impl FnOnce() -> Result<T>,
+) -> Result<Option<T>> {
+    let addr = ptr as usize;
+    if len == 0 || !addr.is_multiple_of(REGISTER_ALIGN) || !len.is_multiple_of(REGISTER_ALIGN) {
+        return Ok(None);
+    }
+    ctx.bind_to_thread()
+        .map_err(error::op(device, "cuCtxSetCurrent"))?;
+    let p = ptr.cast_mut().cast::<c_void>();
+    // SAFETY: the range is live memory of this process (the caller's contract); registration
+    // only page-locks it (no access through `p`) and is undone below before this returns.
+    let r = unsafe { sys::cuMemHostRegister_v2(p, len, sys::CU_MEMHOSTREGISTER_PORTABLE) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        log::debug!("cuMemHostRegister of {len} bytes refused ({r:?}); staging instead");
+        return Ok(None);
+    }
+    let out = f();
+    // SAFETY: `p` was registered just above and every copy using it has completed (`f`'s
+    // contract).
+    let u = unsafe { sys::cuMemHostUnregister(p) };
+    if u != sys::CUresult::CUDA_SUCCESS {
+        log::warn!("cuMemHostUnregister failed: {u:?}");
+    }
+    out.map(Some)
+}
+
 /// Initialised bytes seen as possibly-uninitialised ones, as copy destinations: writing
 /// initialised bytes through the view keeps them initialised.
 pub(crate) fn as_uninit(bytes: &mut [u8]) -> &mut [MaybeUninit<u8>] {
@@ -488,4 +546,26 @@ pub(crate) fn param_sizes(func: &CudaFunction) -> Option<Vec<usize>> {
     }))
     .ok()
     .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{REGISTER_ALIGN, aligned_interior};
+
+    /// The registered interior: whole aligned pages inside the range, none when it has none.
+    #[test]
+    fn aligned_interior_is_whole_pages_inside_the_range() {
+        const A: usize = REGISTER_ALIGN;
+        assert_eq!(aligned_interior(A, 4 * A), (0, 4 * A));
+        assert_eq!(aligned_interior(A + 1, 4 * A), (A - 1, 4 * A - 1));
+        assert_eq!(aligned_interior(A + 1, 2 * A - 2), (0, 0));
+        assert_eq!(aligned_interior(3, 0), (0, 0));
+        for (addr, len) in [(17usize, 10 * A + 5), (A - 1, 3 * A), (5 * A, A)] {
+            let (a, b) = aligned_interior(addr, len);
+            assert!(a < b && b <= len, "{addr} {len}");
+            assert_eq!((addr + a) % A, 0);
+            assert_eq!((b - a) % A, 0);
+            assert!(a < A && len - b < A);
+        }
+    }
 }

@@ -2,9 +2,15 @@
 //!
 //! - *Pageable*: one `cuMemcpyHtoD`/`DtoH` straight from/to the ndarray's memory.
 //! - *Pinned-staged*: the bytes go through reusable pinned chunks ([`crate::device::Staging`]:
-//!   64 MiB, four buffers by default; `ARRAYBRIDGE_STAGING_CHUNK_MB` and
+//!   up to 64 MiB, four buffers by default; `ARRAYBRIDGE_STAGING_CHUNK_MB` and
 //!   `ARRAYBRIDGE_STAGING_BUFFERS` change them): while the DMA engine copies one chunk, the
-//!   host (in parallel threads) fills or drains another.
+//!   host (in parallel threads) fills or drains another. A copy is cut into chunks of about an
+//!   eighth of its size (at least 1 MiB; [`Staging::plan`], `ARRAYBRIDGE_STAGING_ADAPT`), so a
+//!   64 MiB copy overlaps too. With `ARRAYBRIDGE_HOST_REGISTER_MB` set (0, never, by default),
+//!   a host range at least that large is page-locked in place (`cuMemHostRegister`, its
+//!   64 KiB-aligned interior; the bytes around it are plain copies) and copied by the DMA
+//!   engine straight from or into it: no staging copy, and a download lands in the caller's
+//!   (or the new array's) memory directly. A range the driver refuses to lock is staged.
 //! - *Peer*: `cuMemcpyPeerAsync` between devices with peer access enabled; otherwise
 //!   *pinned-staged* through host memory, device→pinned on the source stream and pinned→device on
 //!   the destination stream, chained by events.
@@ -86,6 +92,67 @@ impl Gpu {
             .map_err(error::op(self.device, "cuStreamSynchronize"))
     }
 
+    /// Copy `src` (host bytes) to `dst[0..]` with its page-aligned interior page-locked in
+    /// place ([`ffi::with_registered`]) and sent by the DMA engine straight from there, the
+    /// few bytes before and after it as plain copies (blocking), when `src` has at least
+    /// [`Staging::register_min`] bytes (`ARRAYBRIDGE_HOST_REGISTER_MB`; 0: never). `false`:
+    /// not done (too small, or the driver refused to lock the range): stage it instead.
+    fn h2d_registered(&self, dst: &DeviceMem, src: &[u8], stream: &CudaStream) -> Result<bool> {
+        let min = Staging::get().register_min;
+        if min == 0 || src.len() < min {
+            return Ok(false);
+        }
+        let (a, b) = ffi::aligned_interior(src.as_ptr() as usize, src.len());
+        if a == b {
+            return Ok(false);
+        }
+        // SAFETY: `src` is borrowed for this whole call, so its interior stays allocated.
+        let done = unsafe {
+            ffi::with_registered(&self.ctx, self.device, (src.as_ptr().add(a), b - a), || {
+                ffi::htod_sync(dst, 0, &src[..a], stream)?;
+                // SAFETY: the source is page-locked until `with_registered` returns, and the
+                // stream is synchronised before that (by the last copy).
+                ffi::htod_async(dst, a, &src[a..b], stream)?;
+                ffi::htod_sync(dst, b, &src[b..], stream)
+            })?
+        };
+        Ok(done.is_some())
+    }
+
+    /// Copy `src[0..dst.len()]` into `dst` with `dst`'s page-aligned interior page-locked in
+    /// place and written by the DMA engine straight there (no staging, no second copy), the
+    /// few bytes before and after it as plain copies (blocking), when `dst` has at least
+    /// [`Staging::register_min`] bytes. `false`: not done; stage it instead.
+    fn d2h_registered(
+        &self,
+        dst: &mut [MaybeUninit<u8>],
+        src: &DeviceMem,
+        stream: &CudaStream,
+    ) -> Result<bool> {
+        let min = Staging::get().register_min;
+        if min == 0 || dst.len() < min {
+            return Ok(false);
+        }
+        let (a, b) = ffi::aligned_interior(dst.as_ptr() as usize, dst.len());
+        if a == b {
+            return Ok(false);
+        }
+        let (head, rest) = dst.split_at_mut(a);
+        let (interior, tail) = rest.split_at_mut(b - a);
+        let range = (interior.as_ptr().cast::<u8>(), interior.len());
+        // SAFETY: `dst` is borrowed for this whole call, so its interior stays allocated.
+        let done = unsafe {
+            ffi::with_registered(&self.ctx, self.device, range, || {
+                // SAFETY: `interior` is page-locked and exclusively borrowed until
+                // `with_registered` returns; the stream is synchronised by the last copy.
+                ffi::dtoh_async(interior, src, a, stream)?;
+                ffi::dtoh_sync(head, src, 0, stream)?;
+                ffi::dtoh_sync(tail, src, b, stream)
+            })?
+        };
+        Ok(done.is_some())
+    }
+
     /// Copy host bytes to `dst[0..]` through the staging chunks (blocking): chunk `i` is
     /// copied into pinned buffer `i % buffers` while the DMA engine sends the chunks before it.
     pub(crate) fn h2d_staged(
@@ -97,8 +164,10 @@ impl Gpu {
         if src.is_empty() {
             return Ok(());
         }
-        let Staging { chunk, buffers } = Staging::get();
-        let nbuf = buffers.min(src.len().div_ceil(chunk)).max(1);
+        if self.h2d_registered(dst, src, stream)? {
+            return Ok(());
+        }
+        let (chunk, nbuf) = Staging::get().plan(src.len());
         let mut bufs = self.take_staging(nbuf)?;
         let run = |bufs: &mut Vec<PinnedMem>| -> Result<()> {
             let mut events: Vec<Option<Ready>> = (0..nbuf).map(|_| None).collect();
@@ -134,8 +203,10 @@ impl Gpu {
         if dst.is_empty() {
             return Ok(());
         }
-        let Staging { chunk, buffers } = Staging::get();
-        let nbuf = buffers.min(dst.len().div_ceil(chunk)).max(1);
+        if self.d2h_registered(dst, src, stream)? {
+            return Ok(());
+        }
+        let (chunk, nbuf) = Staging::get().plan(dst.len());
         let mut bufs = self.take_staging(nbuf)?;
         let run = |bufs: &mut Vec<PinnedMem>, dst: &mut [MaybeUninit<u8>]| -> Result<()> {
             let chunks: Vec<&mut [MaybeUninit<u8>]> = dst.chunks_mut(chunk).collect();

@@ -137,6 +137,24 @@ fn round_trip_every_dtype_both_paths() {
     assert!(short.iter().all(|&b| b == 1));
 }
 
+/// The transfer knobs, each in a run of its own (they are read once per process): host ranges
+/// page-locked in place (`ARRAYBRIDGE_HOST_REGISTER_MB=1`: every copy of at least 1 MiB, its
+/// 64 KiB-aligned interior registered, the bytes around it plain copies, eight threads at once)
+/// and whole staging chunks (`ARRAYBRIDGE_STAGING_ADAPT=0`, the old cut) give every byte back.
+#[test]
+fn transfer_knobs_give_every_byte_back() {
+    let Some(_g) = gpu_or_skip() else { return };
+    for env in [
+        ("ARRAYBRIDGE_HOST_REGISTER_MB", "1"),
+        ("ARRAYBRIDGE_STAGING_ADAPT", "0"),
+    ] {
+        test_support::rerun_with_env(
+            &[env],
+            &["round_trip_every_dtype_both_paths", "eight_threads"],
+        );
+    }
+}
+
 #[test]
 fn non_contiguous_views() {
     let _s = shared();
