@@ -840,6 +840,7 @@ fn maps_do_not_depend_on_the_knobs() {
             ("ARRAYBRIDGE_CUDA_LAUNCH", "sync"),
             ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
             ("ARRAYBRIDGE_PACO_COV", "direct"),
+            ("ARRAYBRIDGE_CUDA_UPLOAD", "shared"),
         ],
         &tests,
     );

@@ -65,6 +65,14 @@ pub const KNOBS: &[Knob] = &[
               reads; sync: every launch waits for its kernel (the old behaviour, for A/B tests)",
     },
     Knob {
+        name: "ARRAYBRIDGE_CUDA_UPLOAD",
+        default: "own",
+        accepts: Accepts::Choice(&["own", "shared"]),
+        doc: "own: a CUDA executor's large uploads (fresh buffers) go on a stream of their own, \
+              beside the kernels in flight; shared: behind them on the executor's stream (the \
+              old behaviour, for A/B tests)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_STAGING_CHUNK_MB",
         default: "64",
         accepts: Accepts::Int(1, 1024),

@@ -3,7 +3,10 @@
 //! **One stream per executor.** Every upload, fill, launch and read of an executor is queued on
 //! its own stream, in order, and the host waits only where it must: [`Executor::read`] (the
 //! bytes are needed), [`Executor::synchronize`], a large upload (its borrowed source must be
-//! consumed before the call returns) and a buffer dropped while a kernel still uses it. Small
+//! consumed before the call returns) and a buffer dropped while a kernel still uses it. A large
+//! upload fills a fresh buffer, so it goes on a stream of its own (`ARRAYBRIDGE_CUDA_UPLOAD=own`,
+//! the default; `shared` queues it behind the kernels as before) and runs beside the kernels in
+//! flight: one worker's upload overlaps another's kernels (detection's batches in flight). Small
 //! uploads (up to `ARRAYBRIDGE_DIRECT_COPY_KB`, 1 MiB by default) are copied into a ring of
 //! pinned host buffers and sent asynchronously; a ring buffer is reused only once its copy has
 //! completed (the `pending` module's ring). Each launch records one event, shared by its buffer
@@ -230,6 +233,12 @@ impl CudaExecutor {
     }
 }
 
+/// Whether large uploads go on a stream of their own (`ARRAYBRIDGE_CUDA_UPLOAD=own`, the
+/// default) or behind the executor's kernels (`shared`, the behaviour before).
+fn upload_on_own_stream() -> bool {
+    bridge_core::tuning::choice("ARRAYBRIDGE_CUDA_UPLOAD") != "shared"
+}
+
 impl sealed::Sealed for CudaExecutor {}
 
 impl Executor for CudaExecutor {
@@ -255,8 +264,16 @@ impl Executor for CudaExecutor {
         if bytes.len() <= direct_copy_max() {
             self.upload_small(&st, bytes)?;
             self.settle()?;
+        } else if upload_on_own_stream() {
+            // a fresh buffer (its memory idle: a dropped buffer waits for its last use) staged
+            // on a stream of its own, so the copy runs beside the kernels queued on the
+            // executor's stream; it returns once the copy has completed, so later launches see
+            // the bytes
+            let s = self.gpu.stream()?;
+            self.gpu.h2d_staged(st.mem(), bytes, &s)?;
         } else {
-            // staged through the pinned chunks; returns once `bytes` has been consumed
+            // staged through the pinned chunks behind the queued kernels; returns once `bytes`
+            // has been consumed
             self.gpu.h2d_staged(st.mem(), bytes, &self.shared.stream)?;
         }
         Ok(st)
