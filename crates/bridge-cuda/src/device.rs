@@ -273,7 +273,9 @@ impl Staging {
     /// How a staged copy of `len` bytes is cut: the chunk size and the buffers in flight. With
     /// [`Staging::adapt`], chunks of `len / 8` rounded up to 64 KiB, within
     /// [`STAGING_MIN_CHUNK`]..=`chunk` (a 64 MiB copy goes in 8 chunks of 8 MiB, not one of
-    /// 64 MiB that the host fills before the DMA engine starts); otherwise `chunk`.
+    /// 64 MiB that the host fills before the DMA engine starts); otherwise `chunk`. A copy of
+    /// at most `chunk` bytes takes at most two buffers (double-buffered), a larger one up to
+    /// `buffers`.
     pub fn plan(&self, len: usize) -> (usize, usize) {
         let chunk = if self.adapt {
             len.div_ceil(8)
@@ -285,7 +287,14 @@ impl Staging {
         }
         .max(1);
         let n = len.div_ceil(chunk).max(1);
-        (chunk, self.buffers.min(n).max(1))
+        // a copy of at most one whole chunk is double-buffered (two pinned buffers, each of
+        // `chunk` bytes); a larger one takes every buffer in flight
+        let buffers = if len <= self.chunk {
+            self.buffers.min(2)
+        } else {
+            self.buffers
+        };
+        (chunk, buffers.min(n).max(1))
     }
 
     /// The setting for the two variables' values (`None`: unset).
@@ -673,7 +682,8 @@ mod tests {
     fn staged_copies_are_cut_to_their_size() {
         let s = Staging::DEFAULT;
         const MB: usize = 1 << 20;
-        assert_eq!(s.plan(64 * MB), (8 * MB, 4));
+        assert_eq!(s.plan(64 * MB), (8 * MB, 2));
+        assert_eq!(s.plan(65 * MB), (65 * MB / 8, 4));
         assert_eq!(s.plan(1024 * MB), (64 * MB, 4));
         assert_eq!(s.plan(2 * MB), (MB, 2));
         assert_eq!(s.plan(MB + 1), (MB, 2));
@@ -694,6 +704,7 @@ mod tests {
             assert!(chunk <= s.chunk && chunk % (64 << 10) == 0, "{len}");
             assert!(len.div_ceil(chunk) <= 8 || chunk == s.chunk, "{len}");
             assert!(nbuf >= 1 && nbuf <= s.buffers && nbuf <= len.div_ceil(chunk).max(1));
+            assert!(len > s.chunk || nbuf <= 2, "{len}");
         }
     }
 }

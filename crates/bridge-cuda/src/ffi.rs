@@ -316,20 +316,24 @@ pub(crate) fn aligned_interior(addr: usize, len: usize) -> (usize, usize) {
 }
 
 /// Runs `f` with the host range `ptr..ptr + len` page-locked by `cuMemHostRegister` (so
-/// copies to and from it go at DMA speed with no staging), then unregisters it, whatever `f`
-/// returned. The range must be [`REGISTER_ALIGN`]-aligned in address and length (see
-/// [`aligned_interior`]); `f` must have completed every copy that uses it before returning
-/// (synchronise its stream). Returns `Ok(None)` without calling `f` when the range is not
-/// aligned or the driver refuses the registration (memory it cannot lock, a range already
-/// registered by another copy): the caller then copies another way.
+/// copies to and from it go at DMA speed with no staging), then waits for `stream` and
+/// unregisters the range, whatever `f` returned (a copy `f` queued on `stream` before failing
+/// has completed before the range is unregistered and the caller's borrow ends). `f` must
+/// queue every copy that uses the range on `stream`. `read_only`: the device only reads the
+/// range (a host→device copy): registered with `CU_MEMHOSTREGISTER_READ_ONLY` where the driver
+/// takes it (no write access is asked of a read-only or copy-on-write mapping), else plainly.
+/// The range must be [`REGISTER_ALIGN`]-aligned in address and length (see
+/// [`aligned_interior`]). Returns `Ok(None)` without calling `f` when the range is not aligned
+/// or the driver refuses the registration (memory it cannot lock, a range already registered
+/// by another copy): the caller then copies another way.
 ///
 /// # Safety
 /// `ptr..ptr + len` must be memory of this process that stays allocated until this returns
 /// (a live borrow the caller holds).
 pub(crate) unsafe fn with_registered<T>(
-    ctx: &Arc<CudaContext>,
-    device: Device,
+    (ctx, device, stream): (&Arc<CudaContext>, Device, &CudaStream),
     (ptr, len): (*const u8, usize),
+    read_only: bool,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<Option<T>> {
     let addr = ptr as usize;
@@ -339,21 +343,37 @@ pub(crate) unsafe fn with_registered<T>(
     ctx.bind_to_thread()
         .map_err(error::op(device, "cuCtxSetCurrent"))?;
     let p = ptr.cast_mut().cast::<c_void>();
-    // SAFETY: the range is live memory of this process (the caller's contract); registration
-    // only page-locks it (no access through `p`) and is undone below before this returns.
-    let r = unsafe { sys::cuMemHostRegister_v2(p, len, sys::CU_MEMHOSTREGISTER_PORTABLE) };
+    let register = |flags: u32| {
+        // SAFETY: the range is live memory of this process (the caller's contract);
+        // registration only page-locks it (no access through `p`) and is undone below before
+        // this returns.
+        unsafe { sys::cuMemHostRegister_v2(p, len, flags) }
+    };
+    let mut r = if read_only {
+        register(sys::CU_MEMHOSTREGISTER_READ_ONLY)
+    } else {
+        register(0)
+    };
+    if read_only && r != sys::CUresult::CUDA_SUCCESS {
+        r = register(0);
+    }
     if r != sys::CUresult::CUDA_SUCCESS {
         log::debug!("cuMemHostRegister of {len} bytes refused ({r:?}); staging instead");
         return Ok(None);
     }
     let out = f();
-    // SAFETY: `p` was registered just above and every copy using it has completed (`f`'s
-    // contract).
+    // every copy `f` queued has completed before the range is unregistered, on error too
+    let waited = stream
+        .synchronize()
+        .map_err(error::op(device, "cuStreamSynchronize"));
+    // SAFETY: `p` was registered just above and the stream that used it has drained.
     let u = unsafe { sys::cuMemHostUnregister(p) };
     if u != sys::CUresult::CUDA_SUCCESS {
         log::warn!("cuMemHostUnregister failed: {u:?}");
     }
-    out.map(Some)
+    let out = out?;
+    waited?;
+    Ok(Some(out))
 }
 
 /// Initialised bytes seen as possibly-uninitialised ones, as copy destinations: writing

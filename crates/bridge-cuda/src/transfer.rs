@@ -108,13 +108,18 @@ impl Gpu {
         }
         // SAFETY: `src` is borrowed for this whole call, so its interior stays allocated.
         let done = unsafe {
-            ffi::with_registered(&self.ctx, self.device, (src.as_ptr().add(a), b - a), || {
-                ffi::htod_sync(dst, 0, &src[..a], stream)?;
-                // SAFETY: the source is page-locked until `with_registered` returns, and the
-                // stream is synchronised before that (by the last copy).
-                ffi::htod_async(dst, a, &src[a..b], stream)?;
-                ffi::htod_sync(dst, b, &src[b..], stream)
-            })?
+            ffi::with_registered(
+                (&self.ctx, self.device, stream),
+                (src.as_ptr().add(a), b - a),
+                true,
+                || {
+                    ffi::htod_sync(dst, 0, &src[..a], stream)?;
+                    // SAFETY: the source is page-locked until `with_registered` returns, which
+                    // synchronises the stream first (on error too).
+                    ffi::htod_async(dst, a, &src[a..b], stream)?;
+                    ffi::htod_sync(dst, b, &src[b..], stream)
+                },
+            )?
         };
         Ok(done.is_some())
     }
@@ -142,9 +147,10 @@ impl Gpu {
         let range = (interior.as_ptr().cast::<u8>(), interior.len());
         // SAFETY: `dst` is borrowed for this whole call, so its interior stays allocated.
         let done = unsafe {
-            ffi::with_registered(&self.ctx, self.device, range, || {
+            ffi::with_registered((&self.ctx, self.device, stream), range, false, || {
                 // SAFETY: `interior` is page-locked and exclusively borrowed until
-                // `with_registered` returns; the stream is synchronised by the last copy.
+                // `with_registered` returns, which synchronises the stream first (on error
+                // too).
                 ffi::dtoh_async(interior, src, a, stream)?;
                 ffi::dtoh_sync(head, src, 0, stream)?;
                 ffi::dtoh_sync(tail, src, b, stream)

@@ -26,9 +26,10 @@
 //!    the CPU); the uploaded cube is centred in place as well (frame-major);
 //! 2. `paco_lag` (when the run's `ARRAYBRIDGE_PACO_COV` mode takes it: by default whenever it
 //!    computes fewer dot products, ~13× fewer at radius 4): the CPU's lag table
-//!    `G_δ[p] = Σ_t c_t[p]·c_t[p+δ]` of the rows the next launches' patches cover, one thread
-//!    per (pixel, lag), reading the frame-major centred cube (neighbouring threads, neighbouring
-//!    pixels), stored lag-major;
+//!    `G_δ[p] = Σ_t c_t[p]·c_t[p+δ]` of the rows the next launches' patches cover: on GPUs one
+//!    thread per (pixel, lag) reading the frame-major centred cube (neighbouring threads,
+//!    neighbouring pixels), stored lag-major; on CPU devices one thread per pixel over all its
+//!    lags reading the pixel-major cube, stored pixel-major (`ARRAYBRIDGE_PACO_LAG_LAYOUT`);
 //! 3. `paco_stats` with `sub = 0`: one work group per statistics pixel θ of a band of rows
 //!    (rows from `y0`, columns `[x_lo, x_lo + nx)`: the edge rule's ranges, computed on the
 //!    host; any `LOCAL_SIZE(0)`: [`STATS_WG`] on GPUs, [`STATS_WG_CPU`] on CPU devices):

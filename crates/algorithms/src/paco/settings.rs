@@ -127,8 +127,9 @@ pub struct PacoParams {
     /// trajectory pass. Never changes results.
     pub batch_size: usize,
     /// Memory budget of one tile, in bytes: the CPU's lag-table band, and on devices the
-    /// per-batch template/pair buffers and the covariance scratch of large patches (see
-    /// `paco/gpu.rs`). Never changes results.
+    /// lag table of a chunk of rows or of a batch of pixels, the per-batch template/pair
+    /// buffers and the covariance scratch of large patches (see the `paco::gpu` module docs).
+    /// Never changes results.
     pub max_tile_bytes: usize,
     /// Cancellation and progress, shared with the caller (not a setting: never changes
     /// results, and any two compare equal). The run checks it between bands of statistics

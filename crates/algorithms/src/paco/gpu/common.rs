@@ -73,7 +73,8 @@ pub(super) struct Shapes {
 pub(super) enum CovMode {
     /// Whichever of the two computes fewer dot products for a launch.
     Auto,
-    /// The lag table of `paco_lag` whenever it fits the byte budget.
+    /// The lag table of `paco_lag` always, at any size (out of device memory: computed
+    /// directly).
     Lag,
     /// `K(K+1)/2` dot products per pixel in `paco_stats`.
     Direct,

@@ -72,7 +72,8 @@ impl Plan {
     }
 }
 
-/// A run's inputs on one device, in arithmetic `R`: the raw and centred cube (uploaded once),
+/// A run's inputs on one device, in arithmetic `R`: the centred cube in both layouts (uploaded
+/// once, centred in place frame-major, and transposed pixel-major),
 /// the patch offsets and the centred template; [`Self::ctx`] is what every `paco_stats` launch
 /// shares.
 pub(super) struct DeviceJob<E: Executor, R: DevReal> {
@@ -329,7 +330,8 @@ pub(super) fn band_buffers<E: Executor, R: DevReal>(
 /// full-frame buffers `q` and `z`, in launches of at most `band` rows (`wb` and `scr` sized for
 /// `band` rows by [`band_buffers`]). The rows go in chunks that share one lag table
 /// ([`StatsCtx::lag_table`]; within `max_tile_bytes`, halved on out-of-memory down to one row,
-/// then computed directly) when the run's [`CovMode`](super::common::CovMode) takes it.
+/// then computed directly for the remaining rows) when the run's
+/// [`CovMode`](super::common::CovMode) takes it.
 pub(super) fn stats_rows<E: Executor, R: DevReal>(
     c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
@@ -345,12 +347,14 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     let span = (c.dy.1 - c.dy.0).max(0) as usize;
     let per_row = c.lag_bytes(1).max(1);
     let mut chunk = (budget / per_row).saturating_sub(span).max(1);
+    // set once even a one-row table did not fit: the rest is computed directly
+    let mut direct = false;
     let mut y = ya;
     while y < yb {
         job.params.control.check("PACO")?;
         let yc = (y + chunk).min(yb);
         let rows = c.lag_rows((y, yc));
-        let lag = if c.wants_lag((yc - y) * nx, rows, budget) {
+        let lag = if !direct && c.wants_lag((yc - y) * nx, rows, budget) {
             let t0 = std::time::Instant::now();
             match c.lag_table(rows) {
                 Ok(g) => {
@@ -368,8 +372,10 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
                 }
                 Err(BridgeError::OutOfMemory { .. }) => {
                     log::info!(
-                        "paco: no device memory for a one-row lag table; direct covariances"
+                        "paco: no device memory for a one-row lag table; direct covariances \
+                         for the remaining rows"
                     );
+                    direct = true;
                     None
                 }
                 Err(e) => return Err(e),
@@ -378,10 +384,8 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
             None
         };
         stats_band_rows(c, job, (q, z), (wb, scr), (y, yc), band, lag.as_ref())?;
-        if lag.is_some() && c.exec.launches_are_async() {
-            // the table's memory may go back to the pool at once: its readers finish first
-            c.exec.synchronize()?;
-        }
+        // a buffer dropped while a launch still reads it stays alive until that launch is done
+        // (OpenCL: the launch holds it; CUDA: the drop waits for its last use)
         drop(lag);
         y = yc;
     }

@@ -58,12 +58,13 @@
 //! counts `K²·s` bytes per pixel against its budget. Larger patches return
 //! [`BridgeError::Unsupported`](bridge_core::BridgeError::Unsupported) (use the `cpu` device).
 //!
-//! **Memory** on the device (`s` = 8 in double, 4 in float): the raw cube and its centred copy
-//! (`2T·H·W·s` bytes; the raw cube is kept until the end because launches may be asynchronous),
-//! plus
+//! **Memory** on the device (`s` = 8 in double, 4 in float): the cube, centred in place
+//! (frame-major, `paco_lag`'s input), and its pixel-major copy (`2T·H·W·s` bytes), plus
 //!
 //! - the lag table of a chunk of rows (or of a batch of pixels): `rows·W·L·s` bytes for `L`
-//!   lags (91 at radius 4), within `max_tile_bytes` (any size in `lag` mode);
+//!   lags (91 at radius 4), within `max_tile_bytes` (any size in `lag` mode): with sub-pixel
+//!   templates on top of the batch's own bytes, so a batch's peak is up to twice
+//!   `max_tile_bytes`;
 //! - without sub-pixel templates: `q` and `z` (`(T + 1)·H·W·s`), `w` for one band of rows
 //!   (≤ 2¹⁶·K·s), the `COV_GLOBAL` scratch of one band (`rows·nx·K²·s`, ≤ `max_tile_bytes`
 //!   unless one row exceeds it), and `(4T + 2s)` bytes per output position of a batch;
