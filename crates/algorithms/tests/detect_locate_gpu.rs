@@ -764,14 +764,16 @@ mod cuda {
 }
 
 /// The same checks again in a child process with every detection knob moved off its default
-/// (odd work-group shapes, small load groups, traced kernels; on CUDA also synchronous
-/// launches and every upload staged): results are independent of the knobs.
+/// (odd work-group shapes, small load groups, traced kernels, the rows' boxcar a work item per
+/// row; on CUDA also synchronous launches, every upload staged and behind the kernels): results
+/// are independent of the knobs.
 #[test]
 fn locate_does_not_depend_on_the_knobs() {
     let mut tests = Vec::new();
     if cfg!(feature = "opencl") {
         tests.extend([
             "opencl::opencl_locate_matches_cpu_on_fixtures",
+            "opencl::opencl_locate_matches_cpu_on_random_frames",
             "opencl::opencl_locate_batch_equals_single_frames",
         ]);
     }
@@ -789,6 +791,9 @@ fn locate_does_not_depend_on_the_knobs() {
             ("ARRAYBRIDGE_TRACE", "1"),
             ("ARRAYBRIDGE_CUDA_LAUNCH", "sync"),
             ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
+            ("ARRAYBRIDGE_CUDA_UPLOAD", "shared"),
+            // the rows' boxcar one work item per row, as before
+            ("ARRAYBRIDGE_LOCATE_ROWS", "line"),
         ],
         &tests,
     );

@@ -226,6 +226,15 @@ pub const KNOBS: &[Knob] = &[
               trajectories are computed on the host while the device runs this one)",
     },
     Knob {
+        name: "ARRAYBRIDGE_LOCATE_ROWS",
+        default: "pixel",
+        accepts: Accepts::Choice(&["pixel", "line"]),
+        doc: "locate's boxcar along rows: pixel, one work item per pixel (reads coalesced) where \
+              the sum is exact in any order (integer frames, no boxcar or no preprocessing), the \
+              rows' maxima by a reduction; line, one work item per row (the running sum) always \
+              (the same numbers either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_PACO_COV",
         default: "auto",
         accepts: Accepts::Choice(&["auto", "lag", "direct"]),

@@ -64,6 +64,9 @@ pub const MINMAX_WG: usize = 256;
 /// Work-group size of `locate_percentile` (one group per frame; `PCT_WG` in `locate.cl`).
 pub const PCT_WG: usize = 256;
 
+/// Work-group size of `locate_row_max` (one group per row; a power of two).
+pub const ROW_MAX_WG: usize = 64;
+
 /// The LoG scale-space cube, its extrema and the peak candidates (see the module docs).
 pub const BLOB_LOG: KernelSource = KernelSource {
     name: "detect_blob_log",

@@ -212,6 +212,63 @@ KERNEL locate_box_rows(GLOBAL const REAL* RESTRICT src, GLOBAL const REAL* RESTR
     rowmax[f * h + y] = mx;
 }
 
+/* locate_box_rows one work item per pixel (x, y, f), where the row's boxcar is exact in any
+   order: integer frames (mode 2: the integer window sum, the value of the CPU's running sum of
+   integers, truncated mean), no boxcar (mode 3) or no preprocessing (pre == 0). Neighbouring
+   work items read neighbouring pixels; the rows' maxima come from locate_row_max. */
+KERNEL locate_box_rows_px(GLOBAL const REAL* RESTRICT src, GLOBAL const REAL* RESTRICT low,
+                          GLOBAL REAL* RESTRICT bp, GLOBAL const REAL* RESTRICT prm,
+                          const uint h, const uint w, const uint nf, const uint size,
+                          const uint mode, const uint pre) {
+    size_t x = GID(0);
+    size_t y = GID(1);
+    size_t f = GID(2);
+    if (x >= w || y >= h || f >= nf) return;
+    size_t row = f * h * w + y * w;
+    GLOBAL const REAL* s = src + row;
+    REAL v = s[x];
+    if (pre != 0) {
+        if (mode == 2) {
+            int s1 = (int)size / 2;
+            uint t = 0;
+            for (int k = 0; k < (int)size; ++k) t += (uint)box_at(s, (int)x - s1 + k, (int)w, 1);
+            v = (REAL)(t / size);
+        }
+        v = SUB_RN(low[row + x], v);
+        v = v >= prm[P_THR] ? v : (REAL)0;
+    }
+    bp[row + x] = v;
+}
+
+/* rowmax[g] = the maximum of bp over row g (of all frames' rows), as locate_box_rows computes
+   it (a NaN is never taken), one work group per row; LOCAL_SIZE(0) a power of two. The maximum
+   does not depend on the order (up to the sign of a zero maximum, which locate_scale does not
+   see: it only takes a positive maximum). */
+KERNEL locate_row_max(GLOBAL const REAL* RESTRICT bp, GLOBAL REAL* RESTRICT rowmax,
+                      const uint w, const uint rows, LOCAL_ARG(REAL, red)) {
+    DYN_LOCAL(REAL, red);
+    size_t g = GROUP_ID(0);
+    uint tid = (uint)LID(0);
+    uint nt = (uint)LOCAL_SIZE(0);
+    if (g >= rows) return; /* uniform per group */
+    GLOBAL const REAL* r = bp + g * w;
+    REAL mx = -(REAL)1 / (REAL)0;
+    for (uint x = tid; x < w; x += nt) {
+        REAL v = r[x];
+        mx = v > mx ? v : mx;
+    }
+    red[tid] = mx;
+    BARRIER();
+    for (uint span = nt / 2; span > 0; span >>= 1) {
+        if (tid < span) {
+            REAL o = red[tid + span];
+            red[tid] = o > red[tid] ? o : red[tid];
+        }
+        BARRIER();
+    }
+    if (tid == 0) rowmax[g] = red[0];
+}
+
 /* The frame's maximum and the rescale factor: scale[f] = int_max / max when max is positive
    and finite, else 1; identity != 0 (integer frames without preprocessing): 1. */
 KERNEL locate_scale(GLOBAL const REAL* RESTRICT rowmax, GLOBAL REAL* RESTRICT scale,

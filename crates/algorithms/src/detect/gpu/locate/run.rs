@@ -300,6 +300,9 @@ pub(super) struct Run<'a, E: Executor, R: DevReal> {
     ly: usize,
     /// Work-group size of the flat per-pixel kernels.
     pwg: usize,
+    /// The rows' boxcar one work item per pixel where it is exact in any order
+    /// (`ARRAYBRIDGE_LOCATE_ROWS=pixel`, the default), rather than one per row.
+    pub(super) rows_px: bool,
     /// Capacity of [`Run::cand_buf`] in candidates.
     pub(super) cap: usize,
     /// The candidates' flat indices.
@@ -352,6 +355,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             .min(65_535);
         let (lx, ly) = local_xy(e, &cfg.tuning);
         let pwg = prep_wg(&cfg.tuning);
+        let rows_px = cfg.tuning.choice("ARRAYBRIDGE_LOCATE_ROWS") != "line";
 
         let cap = 1024usize;
         let cand_buf = e.alloc_elems::<u32>(cap)?;
@@ -373,6 +377,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             lx,
             ly,
             pwg,
+            rows_px,
             cap,
             cand_buf,
             up_s: 0.0,

@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use bridge_core::exec::{Buffer, DeviceElement, DeviceSlice, Executor, Grid, TypedExecutor};
+use bridge_core::exec::{Buffer, DeviceElement, DeviceSlice, Executor, Grid, Local, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
@@ -28,7 +28,7 @@ use super::run::{Batch, Run};
 use super::{LINE_WG, Pixels, Src, Uploaded, upload_frames, widen};
 use crate::detect::gpu::DevReal;
 use crate::detect::gpu::pipeline::{round_up_to, to_u32};
-use crate::detect::kernels::PCT_WG;
+use crate::detect::kernels::{PCT_WG, ROW_MAX_WG};
 use crate::detect::locate::{Feature, finish, remove_duplicates};
 
 impl<E: Executor, R: DevReal> Run<'_, E, R> {
@@ -171,9 +171,27 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
         } else {
             raw
         };
+        let (prm, pre) = (&self.tb.prm, u32::from(p.preprocess));
+        if self.rows_px && (pre == 0 || a.mode == 2 || a.mode == 3) {
+            // exact in any order: a work item per pixel (reads coalesced), then the rows'
+            // maxima one work group a row
+            let grid = Grid::new(&b.g3, &b.l3);
+            self.k.launch("locate_box_rows_px", |k| {
+                k.locate_box_rows_px(
+                    grid, bg_src, low, bp, prm, a.hu, a.wu, b.nbu, a.smu, a.mode, pre,
+                )
+            })?;
+            let rows = b.nb * self.h;
+            let (global, local) = ([rows * ROW_MAX_WG], [ROW_MAX_WG]);
+            let groups = Grid::new(&global, &local);
+            let rows_u = to_u32(rows, "rows")?;
+            self.k.launch("locate_row_max", |k| {
+                k.locate_row_max(groups, bp, rowmax, a.wu, rows_u, Local::elems(ROW_MAX_WG))
+            })?;
+            return Ok(());
+        }
         let g = b.lines(self.h);
         let grid = Grid::new(&g, &b.l2);
-        let (prm, pre) = (&self.tb.prm, u32::from(p.preprocess));
         self.k.launch("locate_box_rows", |k| {
             k.locate_box_rows(
                 grid, bg_src, low, bp, rowmax, prm, a.hu, a.wu, b.nbu, a.smu, a.mode, pre,
