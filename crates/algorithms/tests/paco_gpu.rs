@@ -535,8 +535,8 @@ macro_rules! paco_device_suite {
             /// `ARRAYBRIDGE_PACO_COV`: the covariances read from `paco_lag`'s lag table (auto
             /// and `lag`, in one table, in tables of a few rows under a small
             /// `max_tile_bytes` (R = 4: 4 and 23 rows a table, R = 5: 8), one row at a time
-            /// under a 24 KiB or 1-byte budget; read from the
-            /// frame-major and the pixel-major cube, `ARRAYBRIDGE_PACO_LAG_LAYOUT`) and computed directly
+            /// under a 24 KiB or 1-byte budget; every `ARRAYBRIDGE_PACO_LAG_LAYOUT`: the
+            /// frame-major or pixel-major cube, the table lag-major or pixel-major) and computed directly
             /// give the same bits, without and with templates, R = 4 and R = 5 (`COV_GLOBAL`),
             /// in double and in float, maps and `ab_at`.
             #[test]
@@ -590,6 +590,8 @@ macro_rules! paco_device_suite {
                             // chunks of several rows, fewer than the frame's
                             ("auto", "frame", 400_000),
                             ("auto", "pixel", 1_000_000),
+                            ("auto", "mixed", 256 << 20),
+                            ("lag", "mixed", 400_000),
                             ("lag", "frame", 1),
                             ("lag", "pixel", 1),
                         ] {

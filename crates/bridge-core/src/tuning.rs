@@ -246,11 +246,13 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "ARRAYBRIDGE_PACO_LAG_LAYOUT",
         default: "auto",
-        accepts: Accepts::Choice(&["auto", "frame", "pixel"]),
-        doc: "what paco_lag reads: frame, the frame-major centred cube, a thread per pixel and \
-              lag (neighbouring threads read neighbouring pixels); pixel, the pixel-major one, a \
-              thread per pixel over all lags (contiguous columns, cached); auto: pixel on CPU \
-              devices, frame on GPUs (the same numbers either way)",
+        accepts: Accepts::Choice(&["auto", "frame", "pixel", "mixed"]),
+        doc: "what paco_lag reads and writes: frame, the frame-major centred cube, a thread per \
+              pixel and lag (neighbouring threads read neighbouring pixels), the table \
+              lag-major; pixel, the pixel-major cube, a thread per pixel over all lags \
+              (contiguous columns, cached), the table pixel-major; mixed, the frame-major cube \
+              and a pixel-major table (paco_stats reads each patch pixel's lags from one short \
+              row); auto: pixel on CPU devices, frame on GPUs (the same numbers either way)",
     },
     Knob {
         name: "ARRAYBRIDGE_TRACE",

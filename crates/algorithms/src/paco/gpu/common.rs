@@ -61,10 +61,24 @@ pub(super) struct Shapes {
     pub(super) batch: usize,
     /// Where `paco_stats` gets the sample covariance ([`CovMode::of`]).
     pub(super) cov: CovMode,
-    /// `paco_lag` reads the pixel-major centred cube, a thread per pixel over every lag (CPU
-    /// devices), rather than the frame-major one, a thread per pixel and lag (GPUs):
-    /// `ARRAYBRIDGE_PACO_LAG_LAYOUT`.
-    pub(super) lag_pixel_major: bool,
+    /// What `paco_lag` reads and writes (`ARRAYBRIDGE_PACO_LAG_LAYOUT`).
+    pub(super) lag_layout: LagLayout,
+}
+
+/// What `paco_lag` reads and how its table is laid out (`ARRAYBRIDGE_PACO_LAG_LAYOUT`); the
+/// numbers are the same in every layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LagLayout {
+    /// The frame-major cube, a thread per pixel and lag (neighbouring threads read and write
+    /// neighbouring pixels); the table lag-major. GPUs' default.
+    Frame,
+    /// The pixel-major cube, a thread per pixel over all its lags (its column stays in
+    /// cache); the table pixel-major, as the CPU's. CPU devices' default.
+    Pixel,
+    /// The frame-major cube, a thread per pixel and lag, the table pixel-major: the reads of
+    /// `paco_lag` coalesced, and `paco_stats` reads each patch pixel's lags from one short
+    /// row of the table instead of across it.
+    Mixed,
 }
 
 /// Where `paco_stats` gets the sample covariance (`ARRAYBRIDGE_PACO_COV`); the numbers are the
@@ -111,10 +125,12 @@ impl Shapes {
             line_wg: line_wg(t),
             batch: device_batch(t).max(1),
             cov: CovMode::of(t),
-            lag_pixel_major: match t.choice("ARRAYBRIDGE_PACO_LAG_LAYOUT").as_str() {
-                "pixel" => true,
-                "frame" => false,
-                _ => e.is_cpu(),
+            lag_layout: match t.choice("ARRAYBRIDGE_PACO_LAG_LAYOUT").as_str() {
+                "pixel" => LagLayout::Pixel,
+                "frame" => LagLayout::Frame,
+                "mixed" => LagLayout::Mixed,
+                _ if e.is_cpu() => LagLayout::Pixel,
+                _ => LagLayout::Frame,
             },
         }
     }

@@ -7,7 +7,7 @@ use ndarray::Array2;
 
 use super::super::gpu_kernels::paco_kernels::Kernels;
 use super::super::job::PacoJob;
-use super::common::{DevReal, to_u32};
+use super::common::{DevReal, LagLayout, to_u32};
 
 /// Buffers and sizes shared by every `paco_stats` launch of a run (arithmetic `R`).
 pub(super) struct StatsCtx<'a, E: Executor, R: DevReal> {
@@ -124,11 +124,11 @@ impl<E: Executor, R: DevReal> StatsCtx<'_, E, R> {
         // (source, pixel stride, frame stride, lags per thread)
         // and the table's (lag, pixel) strides
         let npu = to_u32(np, "pixels")?;
-        let (src, ps, fs, lpi, gl, gp) = if self.shapes.lag_pixel_major {
-            (self.cen, self.tu, 1, nl, 1, nl)
-        } else {
-            let npix = to_u32(self.hu as usize * w, "pixels")?;
-            (self.cenf, 1, npix, 1, npu, 1)
+        let npix = to_u32(self.hu as usize * w, "pixels")?;
+        let (src, ps, fs, lpi, gl, gp) = match self.shapes.lag_layout {
+            LagLayout::Pixel => (self.cen, self.tu, 1, nl, 1, nl),
+            LagLayout::Frame => (self.cenf, 1, npix, 1, npu, 1),
+            LagLayout::Mixed => (self.cenf, 1, npix, 1, 1, nl),
         };
         self.kern.paco_lag(
             Grid::new(
