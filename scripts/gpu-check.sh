@@ -607,7 +607,7 @@ run() {
       plan)
         # the one budgeted call (docs/gpu.md): the most valuable rows first
         export GPU_CHECK_QUICK="${GPU_CHECK_QUICK:-1}"
-        phases+=(correctness python identity headline sanitize cpu peers ceilings ab profile criterion) ;;
+        phases+=(correctness python identity headline sanitize ab cpu peers ceilings profile criterion) ;;
       *)
         case " $PHASES " in
           *" $p "*) phases+=("$p") ;;
