@@ -8,11 +8,12 @@
 //!
 //! **Patch size.** With the default options the patch area is bounded by `KMAX` ([`KMAX`] =
 //! 64, patch radii up to 4) and the K×K matrix of one pixel lives in local (shared) memory
-//! sized at launch: `K²·s` bytes (`LOCAL_ARG`/`DYN_LOCAL` of [`bridge_core::kernel`]), so a
-//! radius-2 patch (K = 13) takes 1.3 KiB in double instead of a fixed 32 KiB and many more
-//! groups fit on a multiprocessor. Larger
+//! sized at launch, its upper triangle packed by rows ([`tri`]: `K(K+1)/2·s` bytes;
+//! `LOCAL_ARG`/`DYN_LOCAL` of [`bridge_core::kernel`]), so a radius-4 patch (K = 49) takes
+//! 9.6 KiB in double (19.2 KiB as a full K×K matrix, 32 KiB fixed before that) and more groups
+//! fit on a multiprocessor. Larger
 //! patches use the `-DKMAX=128 -DCOV_GLOBAL` variants ([`OPTS_F64_BIG`], [`OPTS_F32_BIG`]; K ≤
-//! [`KMAX_BIG`] = 128, radii up to 6): the matrix lives in a slice `K²` of a global scratch
+//! [`KMAX_BIG`] = 128, radii up to 6): the matrix lives in a slice `K(K+1)/2` of a global scratch
 //! buffer per work group (`scr`, indexed by the group id of the launch, so the host bounds the
 //! groups per launch by the scratch it allocates), and the group's barriers also fence global
 //! memory. Everything else (the K-vectors in local memory, the per-thread K-vectors of the
@@ -100,6 +101,12 @@ pub const STATS_WG_CPU: usize = 1;
 
 /// Work-group size of the per-pixel kernels `paco_centre` and `paco_accumulate`.
 pub const LINE_WG: usize = 64;
+
+/// Values of a pixel's K×K matrix in `paco_stats`: its upper triangle packed by rows,
+/// `K(K+1)/2` (in local memory, or per work group of the `COV_GLOBAL` scratch).
+pub fn tri(k: usize) -> usize {
+    k * (k + 1) / 2
+}
 
 /// The option set for a run: precision and patch area K (`None` when K > [`KMAX_BIG`]).
 pub fn options(f64_real: bool, k: usize) -> Option<&'static [&'static str]> {

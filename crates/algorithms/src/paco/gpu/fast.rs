@@ -225,11 +225,11 @@ impl<E: Executor, R: DevReal> DeviceJob<E, R> {
             tu: self.tu,
             ku: self.ku,
             variant: self.variant,
-            // with COV_GLOBAL a token 8 bytes
+            // the packed upper triangle, K(K+1)/2 values; with COV_GLOBAL a token 8 bytes
             local: Local::elems(if self.plan.big {
                 8 / std::mem::size_of::<R>()
             } else {
-                k * k
+                gpu_kernels::tri(k)
             }),
             shapes: self.plan.shapes,
         }
@@ -296,8 +296,8 @@ pub(super) fn fast_band<R: DevReal>(job: &PacoJob<'_>, big: bool) -> usize {
         .checked_div(nx)
         .map_or(1, |b| b.clamp(1, y_hi.saturating_sub(y_lo).max(1)));
     if big {
-        // one K×K scratch matrix per work group of a launch
-        let per_row = (nx * k * k * rs).max(1);
+        // one packed K×K scratch matrix per work group of a launch
+        let per_row = (nx * gpu_kernels::tri(k) * rs).max(1);
         band = band.min((job.params.max_tile_bytes / per_row).max(1));
     }
     band
@@ -319,7 +319,7 @@ pub(super) fn band_buffers<E: Executor, R: DevReal>(
     let nx = (x_hi - x_lo).max(1);
     let wb = e.alloc_elems::<R>(rows * nx * k)?;
     let scr = if big {
-        Some(e.alloc_elems::<R>(rows * nx * k * k)?)
+        Some(e.alloc_elems::<R>(rows * nx * gpu_kernels::tri(k))?)
     } else {
         None
     };

@@ -17,7 +17,7 @@
 //!    columns of the edge rule, [`EdgeRule::Box`](super::EdgeRule::Box) or
 //!    [`EdgeRule::Disk`](super::EdgeRule::Disk), from [`super::Geometry::stats_ranges`]),
 //!    `paco_stats` (one work group per pixel: covariance, shrinkage, Cholesky, `w = C⁻¹h0`,
-//!    `q = h0·w`; nothing K×K leaves the work group) and `paco_z` (the whitened matched-filter
+//!    `q = h0·w`; nothing K×K leaves the work group, which keeps the matrix's packed upper triangle) and `paco_z` (the whitened matched-filter
 //!    cube `z_t = w·c_t`, one thread per pixel and frame);
 //! 3. the trajectory pixels `[φ_ℓ]` of a batch of [`DEVICE_BATCH`] output positions (the
 //!    `ARRAYBRIDGE_PACO_DEVICE_BATCH` knob) are computed on the host with the CPU's bit-exact
@@ -53,9 +53,9 @@
 //! **Patch size.** K ≤ [`KMAX`](super::gpu_kernels::KMAX) = 64 (radius ≤ 4): the K×K matrix of
 //! a work group in local (shared) memory. 64 < K ≤ [`KMAX_BIG`](super::gpu_kernels::KMAX_BIG) = 128 (radius 5: K = 81,
 //! radius 6: K = 113): the `COV_GLOBAL` kernel variant keeps it in a global scratch buffer of
-//! `K²·s` bytes per work group of a launch, so launches are bounded: a band of rows holds at
-//! most `max(1, max_tile_bytes / (nx·K²·s))` rows (nx statistics columns), a batch of pairs
-//! counts `K²·s` bytes per pixel against its budget. Larger patches return
+//! `K(K+1)/2·s` bytes per work group of a launch (the packed upper triangle), so launches are
+//! bounded: a band of rows holds at most `max(1, max_tile_bytes / (nx·K(K+1)/2·s))` rows (nx
+//! statistics columns), a batch of pairs counts `K(K+1)/2·s` bytes per pixel against its budget. Larger patches return
 //! [`BridgeError::Unsupported`](bridge_core::BridgeError::Unsupported) (use the `cpu` device).
 //!
 //! **Memory** on the device (`s` = 8 in double, 4 in float): the cube, centred in place
@@ -66,9 +66,9 @@
 //!   templates on top of the batch's own bytes, so a batch's peak is up to twice
 //!   `max_tile_bytes`;
 //! - without sub-pixel templates: `q` and `z` (`(T + 1)·H·W·s`), `w` for one band of rows
-//!   (≤ 2¹⁶·K·s), the `COV_GLOBAL` scratch of one band (`rows·nx·K²·s`, ≤ `max_tile_bytes`
+//!   (≤ 2¹⁶·K·s), the `COV_GLOBAL` scratch of one band (`rows·nx·K(K+1)/2·s`, ≤ `max_tile_bytes`
 //!   unless one row exceeds it), and `(4T + 2s)` bytes per output position of a batch;
-//! - with sub-pixel templates, per batch: `8` bytes per pixel (+ `K²·s` with `COV_GLOBAL`) and
+//! - with sub-pixel templates, per batch: `8` bytes per pixel (+ `K(K+1)/2·s` with `COV_GLOBAL`) and
 //!   per pair `4 + 2s` bytes (frame, contribution) + `2s` (table offsets) or `K·s` (per-pair
 //!   template), bounded by `max_tile_bytes` (default 256 MiB) unless one pixel alone exceeds
 //!   it; the table, `(q+1)²·K·s`, once. On the host: 4 bytes per (φ0, ℓ) pair (trajectory

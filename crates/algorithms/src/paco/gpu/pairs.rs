@@ -118,7 +118,11 @@ impl PairPlan {
             super::super::settings::SubPixel::Table { .. }
         );
         // device bytes per pixel and per pair of a batch
-        let per_pixel = 8 + if big { k * k * rs } else { 0 };
+        let per_pixel = 8 + if big {
+            super::super::gpu_kernels::tri(k) * rs
+        } else {
+            0
+        };
         let per_pair = 4 + 2 * rs + if table { 2 * rs } else { k * rs };
         let budget = job.params.max_tile_bytes;
         let nact = self.pixels();
@@ -286,7 +290,7 @@ pub(super) fn pair_batch<E: Executor, R: DevReal>(
     let (pfy_b, pfx_b, tpl_b) = slot_inputs::<E, R>(e, r.tpl, k, slots, &frac, &mut up)?;
     let cab = e.alloc_elems::<R>(2 * ns)?;
     let scr = if r.big {
-        Some(e.alloc_elems::<R>((pb - pa) * k * k)?)
+        Some(e.alloc_elems::<R>((pb - pa) * super::super::gpu_kernels::tri(k))?)
     } else {
         None
     };

@@ -39,7 +39,8 @@ pub(super) struct StatsCtx<'a, E: Executor, R: DevReal> {
     pub(super) tu: u32,
     pub(super) ku: u32,
     pub(super) variant: u32,
-    /// The `LOCAL_ARG` of `paco_stats`: the K×K matrix (`K²` values), or a token 8 bytes with
+    /// The `LOCAL_ARG` of `paco_stats`: the K×K matrix's packed upper triangle (`K(K+1)/2`
+    /// values), or a token 8 bytes with
     /// `COV_GLOBAL` (the matrix is in `scr` then).
     pub(super) local: Local<R>,
     /// The run's launch shapes.
@@ -66,7 +67,7 @@ pub(super) struct PairArgs<'a, E: Executor, R: DevReal> {
 pub(super) struct StatsLaunch<'a, E: Executor, R: DevReal> {
     pub(super) q: &'a Buffer<E, R>,
     pub(super) wb: &'a Buffer<E, R>,
-    /// The K×K scratch matrices of the `COV_GLOBAL` variant (`groups·K²` values).
+    /// The packed K×K scratch matrices of the `COV_GLOBAL` variant (`groups·K(K+1)/2` values).
     pub(super) scr: Option<&'a Buffer<E, R>>,
     pub(super) y0: u32,
     pub(super) x_lo: u32,

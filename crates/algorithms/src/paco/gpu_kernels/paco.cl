@@ -28,6 +28,11 @@
 #define SBARRIER() BARRIER()
 #endif
 
+/* The K x K matrix of a pixel is kept as its upper triangle, packed by rows (K(K+1)/2 values:
+   half the shared memory, so twice the groups fit on a multiprocessor): element (i, j), j >= i,
+   at PK(i, j); row i is contiguous from PK(i, i). Every access of the kernel is to j >= i. */
+#define PK(i, j) ((i) * (2 * k - (i) - 1) / 2 + (j))
+
 /* a*b rounded (no fused multiply-add). */
 #if defined(__CUDACC__)
 DEVICE_FN double pmul(double a, double b) { return __dmul_rn(a, b); }
@@ -139,9 +144,9 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                   LOCAL_ARG(REAL, sdyn)) {
     DYN_LOCAL(REAL, sdyn);
 #if defined(COV_GLOBAL)
-    GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * k * k;
+    GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * (k * (k + 1) / 2);
 #else
-    /* k * k values of local memory sized by the launch */
+    /* K(K+1)/2 values of local memory sized by the launch */
     SMEM REAL* S = sdyn;
 #endif
     LOCAL REAL v[KMAX];
@@ -171,7 +176,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         for (uint i = 0; i < k; ++i) {
             GLOBAL const REAL* gi = lagt + ((size_t)((long)theta + ol[i]) - lbase) * gp;
             for (uint j = i + tid; j < k; j += nt) {
-                S[i * k + j] = MUL(gi[(size_t)lidx[i * k + j] * gl], inv_t);
+                S[PK(i, j)] = MUL(gi[(size_t)lidx[i * k + j] * gl], inv_t);
             }
         }
     } else {
@@ -179,7 +184,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
             GLOBAL const REAL* ci = cen + (size_t)((long)theta + ol[i]) * t;
             for (uint j = i + tid; j < k; j += nt) {
                 GLOBAL const REAL* cj = cen + (size_t)((long)theta + ol[j]) * t;
-                S[i * k + j] = MUL(dot4_g(ci, cj, t), inv_t);
+                S[PK(i, j)] = MUL(dot4_g(ci, cj, t), inv_t);
             }
         }
     }
@@ -187,19 +192,19 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
     /* 2. validity and shrinkage: the squared norms of the rows' off-diagonal parts in
        parallel (one row per thread), then one thread sums them in the CPU's order */
     for (uint i = tid; i < k; i += nt) {
-        xs[i] = dot4_ss(S + i * k + i + 1, S + i * k + i + 1, k - i - 1);
+        xs[i] = dot4_ss(S + PK(i, i) + 1, S + PK(i, i) + 1, k - i - 1);
     }
     SBARRIER();
     if (tid == 0) {
         int ok = 1;
         for (uint i = 0; i < k; ++i) {
-            REAL d = S[i * k + i];
+            REAL d = S[PK(i, i)];
             if (!POS_FINITE(d)) ok = 0;
         }
         if (ok) {
             REAL tr = 0, dsq = 0, off = 0;
             for (uint i = 0; i < k; ++i) {
-                REAL d = S[i * k + i];
+                REAL d = S[PK(i, i)];
                 tr += d;
                 dsq += MUL(d, d);
                 off += xs[i];
@@ -227,7 +232,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         REAL dg = v[0];
         REAL of = v[1];
         for (uint i = 0; i < k; ++i) {
-            for (uint j = i + tid; j < k; j += nt) S[i * k + j] = MUL(S[i * k + j], j == i ? dg : of);
+            for (uint j = i + tid; j < k; j += nt) S[PK(i, j)] = MUL(S[PK(i, j)], j == i ? dg : of);
         }
     }
     SBARRIER();
@@ -242,26 +247,26 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         REAL ljj = (REAL)1;
         REAL inv = (REAL)1;
         if (ok) {
-            REAL d = S[j * k + j];
+            REAL d = S[PK(j, j)];
             if (!POS_FINITE(d)) {
                 ok = 0;
             } else {
                 ljj = sqrt(d);
                 inv = (REAL)1 / ljj;
                 for (uint n = j + 1 + tid; n < k; n += nt) {
-                    S[j * k + n] = MUL(S[j * k + n], inv);
+                    S[PK(j, n)] = MUL(S[PK(j, n)], inv);
                 }
             }
         }
         SBARRIER();
         if (ok) {
             if (tid == 0) {
-                S[j * k + j] = ljj;
+                S[PK(j, j)] = ljj;
                 invd[j] = inv;
             }
             for (uint kk = j + 1; kk < k; ++kk) {
-                REAL f = S[j * k + kk];
-                for (uint c = kk + tid; c < k; c += nt) S[kk * k + c] -= MUL(f, S[j * k + c]);
+                REAL f = S[PK(j, kk)];
+                for (uint c = kk + tid; c < k; c += nt) S[PK(kk, c)] -= MUL(f, S[PK(j, c)]);
             }
         }
         SBARRIER();
@@ -314,23 +319,23 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 for (uint i = 0; i < k; ++i) {
                     xv[i] = cen[(size_t)((long)theta + ol[i]) * t + l];
                 }
-                /* L[i][j] is stored at S[j k + i] */
+                /* L[i][j] is stored at S[PK(j, i)] */
                 for (uint i = 0; i < k; ++i) {
                     REAL rh = hv[i];
                     REAL rx = xv[i];
                     uint j = 0;
                     for (; j + 4 <= i; j += 4) {
-                        REAL l0 = S[j * k + i];
-                        REAL l1 = S[(j + 1) * k + i];
-                        REAL l2 = S[(j + 2) * k + i];
-                        REAL l3 = S[(j + 3) * k + i];
+                        REAL l0 = S[PK(j, i)];
+                        REAL l1 = S[PK(j + 1, i)];
+                        REAL l2 = S[PK(j + 2, i)];
+                        REAL l3 = S[PK(j + 3, i)];
                         rh -= (MUL(l0, hv[j]) + MUL(l1, hv[j + 1]))
                               + (MUL(l2, hv[j + 2]) + MUL(l3, hv[j + 3]));
                         rx -= (MUL(l0, xv[j]) + MUL(l1, xv[j + 1]))
                               + (MUL(l2, xv[j + 2]) + MUL(l3, xv[j + 3]));
                     }
                     for (; j < i; ++j) {
-                        REAL lj = S[j * k + i];
+                        REAL lj = S[PK(j, i)];
                         rh -= MUL(lj, hv[j]);
                         rx -= MUL(lj, xv[j]);
                     }
@@ -365,7 +370,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         if (ok) {
             REAL vj = MUL(v[j], invd[j]);
             if (tid == 0) xs[j] = vj;
-            for (uint n = j + 1 + tid; n < k; n += nt) v[n] -= MUL(vj, S[j * k + n]);
+            for (uint n = j + 1 + tid; n < k; n += nt) v[n] -= MUL(vj, S[PK(j, n)]);
         }
         SBARRIER();
     }
@@ -373,7 +378,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
         uint i = ii - 1;
         uint n = k - i - 1;
         uint n4 = n & ~3u;
-        SMEM const REAL* a = S + i * k + i + 1;
+        SMEM const REAL* a = S + PK(i, i) + 1;
         LOCAL_PTR const REAL* b = xs + i + 1;
         if (ok) {
             for (uint r = tid; r < 4u; r += nt) {
