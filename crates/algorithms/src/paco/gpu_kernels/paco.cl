@@ -319,23 +319,30 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 for (uint i = 0; i < k; ++i) {
                     xv[i] = cen[(size_t)((long)theta + ol[i]) * t + l];
                 }
-                /* L[i][j] is stored at S[PK(j, i)] */
+                /* L[i][j] is stored at S[PK(j, i)]; PK(j + 1, i) = PK(j, i) + k - j - 1, so
+                   the column of L is walked with a running offset `o` */
                 for (uint i = 0; i < k; ++i) {
                     REAL rh = hv[i];
                     REAL rx = xv[i];
                     uint j = 0;
+                    uint o = i; /* PK(0, i) */
                     for (; j + 4 <= i; j += 4) {
-                        REAL l0 = S[PK(j, i)];
-                        REAL l1 = S[PK(j + 1, i)];
-                        REAL l2 = S[PK(j + 2, i)];
-                        REAL l3 = S[PK(j + 3, i)];
+                        REAL l0 = S[o];
+                        o += k - j - 1;
+                        REAL l1 = S[o];
+                        o += k - j - 2;
+                        REAL l2 = S[o];
+                        o += k - j - 3;
+                        REAL l3 = S[o];
+                        o += k - j - 4;
                         rh -= (MUL(l0, hv[j]) + MUL(l1, hv[j + 1]))
                               + (MUL(l2, hv[j + 2]) + MUL(l3, hv[j + 3]));
                         rx -= (MUL(l0, xv[j]) + MUL(l1, xv[j + 1]))
                               + (MUL(l2, xv[j + 2]) + MUL(l3, xv[j + 3]));
                     }
                     for (; j < i; ++j) {
-                        REAL lj = S[PK(j, i)];
+                        REAL lj = S[o];
+                        o += k - j - 1;
                         rh -= MUL(lj, hv[j]);
                         rx -= MUL(lj, xv[j]);
                     }
