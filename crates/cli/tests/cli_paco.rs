@@ -618,3 +618,59 @@ fn a_full_disk_is_said_in_words_and_leaves_nothing() {
     assert!(left.iter().all(|n| n == "out"), "{left:?}");
     assert_eq!(std::fs::read_dir(&out).map(|d| d.count()).unwrap_or(0), 0);
 }
+
+/// `ARRAYBRIDGE_TRACE=1 arraybridge bench paco --device opencl:0` prints each device stage as a
+/// `[trace]` span (`detect`'s format): the upload and centring, the lag tables, the statistics
+/// bands, the trajectories and sums without sub-pixel templates, the bucketing and the pair
+/// batches with them; with `ARRAYBRIDGE_PACO_COV=direct` no lag table, the bands say `direct`.
+#[test]
+fn bench_paco_on_opencl_traces_its_stages() {
+    let devices = Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+        .arg("devices")
+        .output()
+        .unwrap();
+    if !String::from_utf8_lossy(&devices.stdout)
+        .lines()
+        .any(|l| l.starts_with("opencl:0"))
+    {
+        assert!(
+            std::env::var("ARRAYBRIDGE_REQUIRE_OPENCL").as_deref() != Ok("1"),
+            "ARRAYBRIDGE_REQUIRE_OPENCL=1 but no OpenCL device"
+        );
+        eprintln!("skipping: no OpenCL device");
+        return;
+    }
+    for cov in ["auto", "direct"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+            .args(["bench", "paco", "--device", "opencl:0", "--frames", "12"])
+            .args(["--size", "40", "--reps", "1"])
+            .env("ARRAYBRIDGE_TRACE", "1")
+            .env("ARRAYBRIDGE_PACO_COV", cov)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let spans: Vec<&str> = err
+            .lines()
+            .filter_map(|l| l.strip_prefix("[trace] +"))
+            .filter(|l| l.contains(" s [") && l.contains("..") && l.contains("paco "))
+            .collect();
+        let has = |what: &str| spans.iter().any(|l| l.contains(what));
+        for what in [
+            "paco cube 12x40x40 converted, uploaded and centred",
+            "paco trajectories 0..1600 (host)",
+            "paco upload, sums and read of positions 0..1600",
+            "paco pairs bucketed by pixel (host)",
+            "paco pairs of pixels 0..",
+        ] {
+            assert!(has(what), "{cov}: no span \"{what}\" in\n{err}");
+        }
+        if cov == "auto" {
+            assert!(has("paco lag table rows"), "{err}");
+            assert!(has("(lag table)"), "{err}");
+        } else {
+            assert!(!has("paco lag table rows"), "{err}");
+            assert!(has("(direct)") && !has("(lag table)"), "{err}");
+        }
+    }
+}
