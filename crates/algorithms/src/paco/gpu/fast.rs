@@ -331,7 +331,9 @@ pub(super) fn band_buffers<E: Executor, R: DevReal>(
 /// `band` rows by [`band_buffers`]). The rows go in chunks that share one lag table
 /// ([`StatsCtx::lag_table`]; within `max_tile_bytes`, halved on out-of-memory down to one row,
 /// then computed directly for the remaining rows) when the run's
-/// [`CovMode`](super::common::CovMode) takes it.
+/// [`CovMode`](super::common::CovMode) takes it. Returns the last chunk's table, which its
+/// launches may still be reading: dropping it waits for them on CUDA, so the caller drops it
+/// once it has host work of its own done (the first trajectories).
 pub(super) fn stats_rows<E: Executor, R: DevReal>(
     c: &StatsCtx<'_, E, R>,
     job: &PacoJob<'_>,
@@ -339,7 +341,7 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     (wb, scr): (&Buffer<E, R>, Option<&Buffer<E, R>>),
     (ya, yb): (usize, usize),
     band: usize,
-) -> Result<()> {
+) -> Result<Option<LagTable<E, R>>> {
     let (_, (x_lo, x_hi)) = job.geom.stats_ranges();
     let nx = x_hi - x_lo;
     let budget = job.params.max_tile_bytes;
@@ -349,6 +351,7 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
     let mut chunk = (budget / per_row).saturating_sub(span).max(1);
     // set once even a one-row table did not fit: the rest is computed directly
     let mut direct = false;
+    let mut last: Option<LagTable<E, R>> = None;
     let mut y = ya;
     while y < yb {
         job.params.control.check("PACO")?;
@@ -385,11 +388,12 @@ pub(super) fn stats_rows<E: Executor, R: DevReal>(
         };
         stats_band_rows(c, job, (q, z), (wb, scr), (y, yc), band, lag.as_ref())?;
         // a buffer dropped while a launch still reads it stays alive until that launch is done
-        // (OpenCL: the launch holds it; CUDA: the drop waits for its last use)
-        drop(lag);
+        // (OpenCL: the launch holds it; CUDA: the drop waits for its last use): the previous
+        // chunk's table goes now, behind this chunk's launches
+        drop(std::mem::replace(&mut last, lag));
         y = yc;
     }
-    Ok(())
+    Ok(last)
 }
 
 /// [`stats_rows`] of one chunk `[ya, yb)`, its covariances from `lag` (or computed directly).
@@ -474,7 +478,9 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     let z = e.alloc_elems::<R>(npix * t)?;
     let (wb, scr) = band_buffers::<E, R>(e, job, band, big)?;
     job.params.control.set_total((y_hi - y_lo) as u64);
-    stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
+    // (the last lag table is dropped after the first trajectories, which the host computes
+    // while the device still runs the statistics)
+    let mut last_lag = stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
     let lw = c.shapes.line_wg;
 
     // trajectory sums, in batches of output positions; the next batch's trajectories are
@@ -523,6 +529,8 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
                     traj
                 }
             };
+            // the statistics' last lag table, once the host has its first trajectories
+            drop(last_lag.take());
             let t0 = std::time::Instant::now();
             let traj_buf = e.upload_slice(&traj)?;
             drop(traj);

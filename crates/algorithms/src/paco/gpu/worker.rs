@@ -110,7 +110,15 @@ impl<'j, E: Executor, R: DevReal> Worker<'j, E, R> {
                 let (t, _, w) = job.cube.dim();
                 let rows = b - a;
                 let (wb, scr) = band_buffers::<E, R>(e, job, rows, big)?;
-                stats_rows(&c, job, (q, z), (&wb, scr.as_ref()), (a, b), rows)?;
+                // (its last lag table dropped at once: the reads below wait anyway)
+                drop(stats_rows(
+                    &c,
+                    job,
+                    (q, z),
+                    (&wb, scr.as_ref()),
+                    (a, b),
+                    rows,
+                )?);
                 let qv = e.read_elems_at(q, a * w, rows * w)?;
                 let zv = e.read_elems_at(z, a * w * t, rows * w * t)?;
                 drop((wb, scr));
