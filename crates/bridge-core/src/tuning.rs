@@ -216,7 +216,7 @@ pub const KNOBS: &[Knob] = &[
         name: "ARRAYBRIDGE_PACO_LINE_WG",
         default: "64",
         accepts: Accepts::Int(1, 1024),
-        doc: "work-group size of paco_centre, paco_z and paco_accumulate",
+        doc: "work-group size of paco_centre, paco_lag, paco_z and paco_accumulate",
     },
     Knob {
         name: "ARRAYBRIDGE_PACO_DEVICE_BATCH",

@@ -99,7 +99,7 @@ pub const STATS_WG: usize = 64;
 /// and 0.248 s with 64, `docs/perf.md`).
 pub const STATS_WG_CPU: usize = 1;
 
-/// Work-group size of the per-pixel kernels `paco_centre` and `paco_accumulate`.
+/// Work-group size of the per-pixel kernels `paco_centre`, `paco_lag`, `paco_z` and `paco_accumulate`.
 pub const LINE_WG: usize = 64;
 
 /// Values of a pixel's K×K matrix in `paco_stats`: its upper triangle packed by rows,
