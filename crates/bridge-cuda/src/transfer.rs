@@ -85,6 +85,19 @@ fn par_fill(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
     }
 }
 
+/// The part `[a, b)` of a host range of `len` bytes at `addr` that a copy page-locks in place:
+/// its aligned interior ([`ffi::aligned_interior`]), when the range has at least
+/// [`Staging::register_min`] bytes (`ARRAYBRIDGE_HOST_REGISTER_MB`; 0: never) and a whole
+/// aligned page; `None`: stage the copy.
+fn registered_part(addr: usize, len: usize) -> Option<(usize, usize)> {
+    let min = Staging::get().register_min;
+    if min == 0 || len < min {
+        return None;
+    }
+    let (a, b) = ffi::aligned_interior(addr, len);
+    (a < b).then_some((a, b))
+}
+
 impl Gpu {
     fn sync(&self, stream: &CudaStream) -> Result<()> {
         stream
@@ -98,14 +111,9 @@ impl Gpu {
     /// [`Staging::register_min`] bytes (`ARRAYBRIDGE_HOST_REGISTER_MB`; 0: never). `false`:
     /// not done (too small, or the driver refused to lock the range): stage it instead.
     fn h2d_registered(&self, dst: &DeviceMem, src: &[u8], stream: &CudaStream) -> Result<bool> {
-        let min = Staging::get().register_min;
-        if min == 0 || src.len() < min {
+        let Some((a, b)) = registered_part(src.as_ptr() as usize, src.len()) else {
             return Ok(false);
-        }
-        let (a, b) = ffi::aligned_interior(src.as_ptr() as usize, src.len());
-        if a == b {
-            return Ok(false);
-        }
+        };
         // SAFETY: `src` is borrowed for this whole call, so its interior stays allocated.
         let done = unsafe {
             ffi::with_registered(
@@ -134,14 +142,9 @@ impl Gpu {
         src: &DeviceMem,
         stream: &CudaStream,
     ) -> Result<bool> {
-        let min = Staging::get().register_min;
-        if min == 0 || dst.len() < min {
+        let Some((a, b)) = registered_part(dst.as_ptr() as usize, dst.len()) else {
             return Ok(false);
-        }
-        let (a, b) = ffi::aligned_interior(dst.as_ptr() as usize, dst.len());
-        if a == b {
-            return Ok(false);
-        }
+        };
         let (head, rest) = dst.split_at_mut(a);
         let (interior, tail) = rest.split_at_mut(b - a);
         let range = (interior.as_ptr().cast::<u8>(), interior.len());

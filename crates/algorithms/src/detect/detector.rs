@@ -170,28 +170,19 @@ impl LogDetector {
         &self,
         movie: &Movie,
         backend: &dyn DetectBackend,
-        mut progress: impl FnMut(usize),
+        progress: impl FnMut(usize),
     ) -> Result<Vec<Particle>> {
         let (p, frames) = self.prepare(movie, &[backend])?;
-        let batches: Vec<&[FrameView<'_>]> = frames.chunks(self.batch_size).collect();
-        // the workers take the batches in turn ([`super::in_flight::in_order`]); the calling
-        // thread puts the results in order and reports progress
+        // the workers take the batches in turn ([`super::in_flight::frame_batches`]); the
+        // calling thread puts the results in order and reports progress
         let workers = backend.batches_in_flight().clamp(1, 4);
-        let (mut out, mut done) = (Vec::new(), 0usize);
-        let bs = self.batch_size;
-        super::in_flight::in_order(
-            batches.len(),
-            workers,
-            "detect",
-            |bi| self.detect_batch(batches[bi], bi * bs, backend, &p),
-            |bi| super::in_flight::panicked_on(backend.device(), bi * bs, batches[bi].len()),
-            |bi, ps| {
-                out.extend(ps);
-                done += batches[bi].len();
-                progress(done);
-            },
-        )?;
-        Ok(out)
+        super::in_flight::frame_batches(
+            &frames,
+            self.batch_size,
+            (workers, "detect", backend.device()),
+            |batch, first| self.detect_batch(batch, first, backend, &p),
+            progress,
+        )
     }
 
     /// The checked parameters and the frames of `movie`: valid `blob_log` parameters, a

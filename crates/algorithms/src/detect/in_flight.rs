@@ -95,6 +95,35 @@ pub(crate) fn in_order<T: Send>(
     })
 }
 
+/// `frames` in batches of `batch_size` (at least 1), each given to `work(batch, first frame)`
+/// by `workers` threads named `{name}-…` ([`in_order`]; a panic is [`panicked_on`] `device`);
+/// the results concatenated in frame order, `progress(frames done)` after each batch, in
+/// order, on the calling thread.
+pub(crate) fn frame_batches<V: Sync, T: Send>(
+    frames: &[V],
+    batch_size: usize,
+    (workers, name, device): (usize, &str, bridge_core::Device),
+    work: impl Fn(&[V], usize) -> Result<Vec<T>> + Sync,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<T>> {
+    let bs = batch_size.max(1);
+    let batches: Vec<&[V]> = frames.chunks(bs).collect();
+    let (mut out, mut done) = (Vec::with_capacity(frames.len()), 0usize);
+    in_order(
+        batches.len(),
+        workers,
+        name,
+        |bi| work(batches[bi], bi * bs),
+        |bi| panicked_on(device, bi * bs, batches[bi].len()),
+        |bi, items| {
+            out.extend(items);
+            done += batches[bi].len();
+            progress(done);
+        },
+    )?;
+    Ok(out)
+}
+
 /// The error of a batch of `frames` frames from frame `first` whose back end on `device`
 /// panicked (see [`in_order`]).
 pub(crate) fn panicked_on(device: bridge_core::Device, first: usize, frames: usize) -> BridgeError {

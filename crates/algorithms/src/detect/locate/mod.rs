@@ -274,7 +274,7 @@ pub fn locate_batches(
     p: &LocateParams,
     batch_size: usize,
     backend: &dyn super::DetectBackend,
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Result<Vec<Vec<Feature>>> {
     p.validate()?;
     if batch_size == 0 {
@@ -283,22 +283,14 @@ pub fn locate_batches(
             "must be at least 1",
         ));
     }
-    let batches: Vec<&[FrameView<'_>]> = frames.chunks(batch_size).collect();
     let workers = backend.batches_in_flight().clamp(1, 4);
-    let (mut out, mut done) = (Vec::with_capacity(frames.len()), 0usize);
-    super::in_flight::in_order(
-        batches.len(),
-        workers,
-        "locate",
-        |bi| backend.locate_batch(batches[bi], p),
-        |bi| super::in_flight::panicked_on(backend.device(), bi * batch_size, batches[bi].len()),
-        |bi, feats| {
-            out.extend(feats);
-            done += batches[bi].len();
-            progress(done);
-        },
-    )?;
-    Ok(out)
+    super::in_flight::frame_batches(
+        frames,
+        batch_size,
+        (workers, "locate", backend.device()),
+        |batch, _| backend.locate_batch(batch, p),
+        progress,
+    )
 }
 
 /// `trackpy.locate` on one 2-D frame. Rows follow the raster order of the maxima (or ascending

@@ -525,7 +525,10 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
                 other => {
                     ahead = other;
                     let traj = trajectories(lo, hi);
-                    trace_stage(e, t0, || format!("paco trajectories {lo}..{hi} (host)"))?;
+                    // host work: its span, with no wait for the device
+                    crate::detect::trace_span(t0, std::time::Instant::now(), || {
+                        format!("paco trajectories {lo}..{hi} (host)")
+                    });
                     traj
                 }
             };

@@ -301,7 +301,7 @@ pub(super) fn pair_batch<E: Executor, R: DevReal>(
         (Some(&first), Some(&last)) => c.lag_rows((first as usize / w, last as usize / w + 1)),
         _ => (0, 0),
     };
-    let lag = if !plist.is_empty() && c.wants_lag(pb - pa, rows, job.params.max_tile_bytes) {
+    let lag = if c.wants_lag(pb - pa, rows, job.params.max_tile_bytes) {
         match c.lag_table(rows) {
             Ok(g) => Some(g),
             Err(BridgeError::OutOfMemory { .. }) => {

@@ -104,8 +104,11 @@ impl<E: Executor, R: DevReal> StatsCtx<'_, E, R> {
 
     /// Whether a launch over `pixels` statistics pixels whose patches cover the rows
     /// `[ra, rb)` should read a lag table (the mode of the run's shapes; never beyond
-    /// `budget` bytes, except in `lag` mode).
+    /// `budget` bytes, except in `lag` mode; never for no pixels or no rows).
     pub(super) fn wants_lag(&self, pixels: usize, (ra, rb): (usize, usize), budget: usize) -> bool {
+        if pixels == 0 || rb <= ra {
+            return false;
+        }
         let rows = rb - ra;
         let lag_pixels = rows * self.wu as usize;
         let fits = self.lag_bytes(rows) <= budget;
