@@ -750,12 +750,89 @@ mod opencl {
         let (rows, diff) = check_fixture_detections("opencl default", &d, want);
         assert!(diff * 100 <= rows, "{diff} of {rows}");
         if d.has_fp64() {
-            let m = d.clone().with_config(GpuDetectConfig {
-                precision: Precision::F64,
-                ..GpuDetectConfig::default()
-            });
-            check_fixture_detections("opencl match-cpu", &m, Expect::AllExact);
+            check_fixture_detections("opencl match-cpu", &working_type_cube(&d), Expect::AllExact);
         }
+    }
+
+    /// The back end with [`Precision::F64`] and the cube in the working type (not the
+    /// certified f32 search, the default).
+    fn working_type_cube(d: &OpenClDetect) -> OpenClDetect {
+        use bridge_core::tuning::Tuning;
+        d.clone().with_config(GpuDetectConfig {
+            precision: Precision::F64,
+            tuning: Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
+                .unwrap(),
+            ..GpuDetectConfig::default()
+        })
+    }
+
+    /// Issue 29: the certified search (an f32 cube on the device with the CPU's proven error
+    /// bound, settled with exact f64 voxels on the host) gives the CPU's blobs bit for bit, and
+    /// says which frames it searched and which it left to the CPU: spot frames of every pixel
+    /// type are certified on the device; a constant frame, or a frame of a NaN, is computed on
+    /// the CPU (the same blobs, none); without a threshold, or with the knob at 0, nothing is
+    /// searched that way.
+    #[test]
+    fn certified_search_gives_the_cpus_blobs_and_counts_its_frames() {
+        use bridge_core::tuning::Tuning;
+        let Some(d) = device() else { return };
+        if !d.has_fp64() {
+            return;
+        }
+        d.take_certified();
+        let img = spots(96, 80, 40, 11);
+        let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+        let frames = [
+            Frame::F64(img.clone()),
+            Frame::F32(img.mapv(|v| v as f32)),
+            Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
+            Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
+        ];
+        let params = random_params();
+        for (pname, p) in &params {
+            for f in &frames {
+                let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
+                let dev = d.blob_log_batch(&[f.view()], p).unwrap().remove_first();
+                assert_eq!(dev, cpu, "{pname}");
+            }
+            let (n, on_cpu) = d.take_certified();
+            if *pname == "no_threshold" {
+                assert_eq!((n, on_cpu), (0, 0), "{pname}");
+            } else {
+                assert_eq!((n, on_cpu), (4, 0), "{pname}");
+            }
+        }
+        let p = &params[1].1;
+        let flat = Frame::F32(Array2::from_elem((40, 40), 0.5f32));
+        let mut nan = img.mapv(|v| v as f32);
+        nan[[7, 9]] = f32::NAN;
+        for f in [flat, Frame::F32(nan)] {
+            let cpu = blob_log_diag(f.view(), p).map(|d| d.blobs);
+            let dev = d.blob_log_batch(&[f.view()], p).map(|b| b.remove_first());
+            match (cpu, dev) {
+                (Ok(c), Ok(v)) => {
+                    assert_eq!(v, c);
+                    assert_eq!(d.take_certified(), (1, 1));
+                }
+                (Err(_), Err(_)) => {}
+                (c, v) => panic!("cpu {c:?} vs device {v:?}"),
+            }
+        }
+        let off = d.clone().with_config(GpuDetectConfig {
+            tuning: Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
+                .unwrap(),
+            ..GpuDetectConfig::default()
+        });
+        let f = frames[2].view();
+        assert_eq!(
+            off.blob_log_batch(&[f], p).unwrap(),
+            d.blob_log_batch(&[f], p).unwrap()
+        );
+        assert_eq!(off.take_certified(), (1, 0), "clones share the count");
+        off.blob_log_batch(&[f], p).unwrap();
+        assert_eq!(off.take_certified(), (0, 0));
     }
 
     #[test]
@@ -769,11 +846,7 @@ mod opencl {
         let (rows, diff) = check_random("opencl default", &d, want);
         assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
         if d.has_fp64() {
-            let m = d.clone().with_config(GpuDetectConfig {
-                precision: Precision::F64,
-                ..GpuDetectConfig::default()
-            });
-            check_random("opencl match-cpu", &m, Expect::AllExact);
+            check_random("opencl match-cpu", &working_type_cube(&d), Expect::AllExact);
         }
     }
 

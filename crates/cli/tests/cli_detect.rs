@@ -465,7 +465,9 @@ fn real_like(t: usize, h: usize, w: usize, max: f64) -> Vec<f64> {
 
 /// Issue 29: `detect --device opencl:0` (LoG, the default arithmetic) writes the CPU's CSV byte
 /// for byte wherever the device has doubles (PoCL has): on the fixtures (u16 and f32) and on a
-/// u8 and a u16 real-like movie, with relative and absolute thresholds and `--refine`.
+/// u8 and a u16 real-like movie, with relative and absolute thresholds and `--refine`; both with
+/// the certified f32 search (the default) and with the cube in the working type
+/// (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0`).
 #[test]
 fn log_on_opencl_writes_the_cpus_csv() {
     if !has_opencl() {
@@ -523,16 +525,37 @@ fn log_on_opencl_writes_the_cpus_csv() {
     ];
     for (k, (input, flags)) in runs.iter().enumerate() {
         let mut outs = Vec::new();
-        for device in ["cpu", "opencl:0"] {
-            let o = d.join(format!("{k}-{}.csv", device.replace(':', "")));
-            detect_on(input, &o, device, flags);
+        // the certified f32 search (the default) and the cube in the working type
+        for (device, certified) in [("cpu", "auto"), ("opencl:0", "auto"), ("opencl:0", "0")] {
+            let o = d.join(format!("{k}-{}-{certified}.csv", device.replace(':', "")));
+            let mut args = vec![
+                "detect",
+                input.to_str().unwrap(),
+                "-o",
+                o.to_str().unwrap(),
+                "--device",
+                device,
+                "-q",
+            ];
+            args.extend_from_slice(flags);
+            let run = Command::new(BIN)
+                .args(&args)
+                .env("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", certified)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(run.status.success(), "{args:?}: {err}");
             outs.push(std::fs::read(&o).unwrap());
         }
         let rows = outs[0].iter().filter(|&&b| b == b'\n').count();
         assert!(rows > 20, "{input:?} {flags:?}: {rows} rows");
         assert!(
             outs[0] == outs[1],
-            "{input:?} {flags:?}: opencl:0 differs from the CPU"
+            "{input:?} {flags:?}: opencl:0 (certified search) differs from the CPU"
+        );
+        assert!(
+            outs[0] == outs[2],
+            "{input:?} {flags:?}: opencl:0 (working-type cube) differs from the CPU"
         );
     }
 }

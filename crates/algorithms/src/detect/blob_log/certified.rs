@@ -90,26 +90,50 @@ pub(super) enum Reference {
 }
 
 /// `|ṽ − v| ≤ bound` for every voxel of the f32 cube of `planes` against the `reference`
-/// one, for inputs of magnitude at most `m` (see the module documentation).
+/// one, for inputs of magnitude at most `m` (see the module documentation), where an f32
+/// operation with a subnormal result errs by at most `tiny / 2` ([`TINY32`] with gradual
+/// underflow, [`ftz_tiny`] where a device may flush to zero).
 fn error_bound(planes: &[(LogKernels, f64)], m: f64, reference: Reference) -> f64 {
+    bound_parts(planes, reference, |_| TINY32)
+        .iter()
+        .map(|&(c, u)| c * m + u)
+        .fold(0.0, f64::max)
+}
+
+/// Per plane of [`error_bound`] `(c, u)`, the bound being `c·m + u`: `c` from the roundings of
+/// every operation, `u` from f32 underflow with `tiny(plane)` per operation.
+fn bound_parts(
+    planes: &[(LogKernels, f64)],
+    reference: Reference,
+    tiny: impl Fn(&LogKernels) -> f64,
+) -> Vec<(f64, f64)> {
     planes
         .iter()
         .map(|(k, sc)| {
             let r = k.radius() as f64;
             let (s0, s2) = (sum_abs(&k.g0), sum_abs(&k.g2));
-            let size = sc.abs() * s0 * s2 * m;
-            // f32 underflow: an absolute error ≤ 2⁻¹⁵⁰ per operation whose result is
+            let size = sc.abs() * s0 * s2;
+            // f32 underflow: an absolute error ≤ tiny/2 per operation whose result is
             // subnormal (2r + 2 per 1-D pass), carried through the x pass and the scale
-            let underflow = (sc.abs() * (s0 + s2 + 2.0) * (2.0 * r + 3.0) + 1.0) * TINY32;
+            let underflow = (sc.abs() * (s0 + s2 + 2.0) * (2.0 * r + 3.0) + 1.0) * tiny(k);
             match reference {
-                Reference::F64 => 1.5 * size * (4.0 * r + 24.0) * (U32 + U64) + underflow,
+                Reference::F64 => (1.5 * size * (4.0 * r + 24.0) * (U32 + U64), underflow),
                 Reference::F32 => {
                     let rounding = (4.0 * r + 32.0) * U32 + (4.0 * r + 24.0) * U64;
-                    1.5 * size * rounding + 2.0 * underflow
+                    (1.5 * size * rounding, 2.0 * underflow)
                 }
             }
         })
-        .fold(0.0, f64::max)
+        .collect()
+}
+
+/// The `tiny` of [`bound_parts`] on a device that may flush f32 subnormals to zero (OpenCL
+/// does not require them; CUDA's `-ftz`): a result below 2⁻¹²⁶ may become 0 (an error below
+/// 2⁻¹²⁶), and a subnormal operand may be read as 0 (an error below 2⁻¹²⁶ times the other
+/// factor, a tap of `k` at most): twice 2⁻¹²⁶ times the largest tap magnitude, at least 1.
+fn ftz_tiny(k: &LogKernels) -> f64 {
+    let tap = k.g0.iter().chain(&k.g2).fold(1.0f64, |a, t| a.max(t.abs()));
+    2.0 * f64::from(f32::MIN_POSITIVE) * tap
 }
 
 /// The largest magnitude of `image`, `None` when a value is NaN or infinite (lane-wise, so
@@ -412,39 +436,71 @@ fn log_peaks_certified_with(
     (reference, fused, band): (Reference, Option<Fused>, Option<usize>),
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
     let m = certifiable(image, (h, w), sigmas, p)?;
-    let planes: Vec<(LogKernels, f64)> = match reference {
-        Reference::F64 => exact_planes(sigmas),
-        Reference::F32 => {
-            let s32: Vec<f32> = sigmas.iter().map(|&s| s as f32).collect();
-            exact_planes(&s32)
-                .into_iter()
-                .map(|(k, sc)| (k, f64::from(sc)))
-                .collect()
-        }
-    };
-    if !fits_f32(&planes, m) {
-        return None;
-    }
-    // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
-    // the f64 cube (kernels as wide as the frame)
-    let budget = 0.25 * f64_cube_cost(&planes, h * w);
-    // and their memory (a hash map entry each) within a few bytes per pixel
-    let max_voxels = (h * w / 4).max(64);
-    if 16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) > budget {
+    let planes = reference_planes(sigmas, reference);
+    if !fits_f32(&planes, m) || !voxels_affordable(&planes, (h, w)) {
         return None;
     }
     let e = 2.0 * error_bound(&planes, m, reference);
     let (found, near) = search_f32(image, (h, w), (&planes, fused, band), p, e);
     let (near_lo, near_hi) = near?;
+    let found = Found {
+        cands: &found.cands,
+        near_lo: &near_lo,
+        near_hi: &near_hi,
+        e,
+    };
+    settle_found(image, (h, w), (&planes, reference), p, found)
+}
+
+/// What an f32 search relaxed by `e` found in a frame (the CPU's [`search_f32`] or a device's
+/// `cert_peaks`): every voxel that can be a maximum of the exact cube above its threshold, with
+/// the neighbours its f32 value leaves open ([`Cand::near`]), and every voxel that can hold the
+/// exact cube's minimum (`near_lo`: `ṽ ≤ min ṽ + e`) or maximum (`near_hi`: `ṽ ≥ max ṽ − e`).
+pub(crate) struct Found<'a> {
+    /// The candidates, in any order.
+    pub(crate) cands: &'a [Cand<f32>],
+    /// Voxels that can hold the exact minimum.
+    pub(crate) near_lo: &'a [Voxel],
+    /// Voxels that can hold the exact maximum.
+    pub(crate) near_hi: &'a [Voxel],
+    /// The margin of every test: twice the bound of the f32 cube's error.
+    pub(crate) e: f64,
+}
+
+/// The second half of [`log_peaks_certified`], shared by the CPU and the devices: from what
+/// the f32 search `found`, the exact extrema (the exact values of the voxels near the f32
+/// ones), the threshold in the reference's working type, and the candidates' exact values
+/// settled against it and against their open neighbours. `None` where the exact voxels would
+/// cost more than a quarter of the f64 cube, or an extremum is zero or not finite.
+fn settle_found(
+    image: &[f64],
+    (h, w): (usize, usize),
+    (planes, reference): (&[(LogKernels, f64)], Reference),
+    p: &BlobLogParams,
+    found: Found<'_>,
+) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    let Found {
+        cands,
+        near_lo,
+        near_hi,
+        e,
+    } = found;
+    // exact voxels cost O(r²) each: within a quarter of what the f64 cube would cost, or
+    // the f64 cube; and their memory (a hash map entry each) within a few bytes per pixel
+    let budget = 0.25 * f64_cube_cost(planes, h * w);
+    let max_voxels = (h * w / 4).max(64);
+    if near_lo.len() > NEAR_CAP || near_hi.len() > NEAR_CAP {
+        return None;
+    }
     let planned: f64 = near_lo
         .iter()
-        .chain(&near_hi)
+        .chain(near_hi)
         .map(|&(s, _, _)| voxel_cost(&planes[s]))
         .sum();
     if planned > budget || near_lo.len() + near_hi.len() > max_voxels {
         return None;
     }
-    let (lo, hi) = exact_extrema(image, (h, w), &planes, (&near_lo, &near_hi), reference);
+    let (lo, hi) = exact_extrema(image, (h, w), planes, (near_lo, near_hi), reference);
     if !lo.is_finite() || !hi.is_finite() || lo == 0.0 || hi == 0.0 {
         return None;
     }
@@ -457,14 +513,12 @@ fn log_peaks_certified_with(
         }
     };
     let open = |c: &&Cand<f32>| f64::from(c.v) + e > thr;
-    let planned: f64 = found
-        .cands
+    let planned: f64 = cands
         .iter()
         .filter(open)
         .map(|c| f64::from(1 + c.near.count_ones()) * voxel_cost(&planes[c.s]))
         .sum();
-    let count: usize = found
-        .cands
+    let count: usize = cands
         .iter()
         .filter(open)
         .map(|c| 1 + c.near.count_ones() as usize)
@@ -474,9 +528,9 @@ fn log_peaks_certified_with(
     }
     // the candidates' exact values, in parallel chunks (each with its own memo; dense frames
     // have hundreds of thousands), in order
-    let open: Vec<&Cand<f32>> = found.cands.iter().filter(open).collect();
+    let open: Vec<&Cand<f32>> = cands.iter().filter(open).collect();
     let settle =
-        |chunk: &[&Cand<f32>]| settle_chunk(image, (h, w), (&planes, reference), thr, chunk);
+        |chunk: &[&Cand<f32>]| settle_chunk(image, (h, w), (planes, reference), thr, chunk);
     let out: Vec<Cand<f64>> = if open.len() < 2 * SETTLE_CHUNK {
         settle(&open)
     } else {
@@ -485,6 +539,132 @@ fn log_peaks_certified_with(
             .collect()
     };
     Some((out, lo, hi))
+}
+
+/// The certified search of a device (issue 29), planned once per run of frames: the planes of
+/// the reference cube and the margin per unit of pixel magnitude that the device's f32 cube
+/// is searched with ([`DevicePlan::margin`]). The device computes an f32 cube with f32 sums (no
+/// contraction needed; FMA keeps the bound, see the module documentation; flushed subnormals
+/// too: [`ftz_tiny`]), the frame's largest magnitude `m₃₂` of its f32 pixels and the margin
+/// `e = e₁·m₃₂ + e₀`, then the relaxed maxima and the voxels near the extrema; the host
+/// settles them with [`settle_device`], which checks every premise again on the exact frame.
+#[derive(Debug, Clone)]
+pub(crate) struct DevicePlan {
+    planes: Vec<(LogKernels, f64)>,
+    reference: Reference,
+    /// `(e₁, e₀)` as f32 values rounded up.
+    margin: (f32, f32),
+}
+
+impl DevicePlan {
+    /// The plan for frames whose working type is f32 (`f32_frames`: the reference is SciPy's
+    /// f32 cube) or f64, with the σ list `sigmas` (as computed in the working type, held in
+    /// f64); `None` where no frame could be certified: no threshold, a `threshold_rel` outside
+    /// [0, 1], no scales, kernels whose exact voxels are too costly for any frame of `h × w`.
+    pub(crate) fn new(
+        sigmas: &[f64],
+        p: &BlobLogParams,
+        f32_frames: bool,
+        (h, w): (usize, usize),
+    ) -> Option<DevicePlan> {
+        if sigmas.is_empty() || h == 0 || w == 0 {
+            return None;
+        }
+        if p.threshold.is_none() && p.threshold_rel.is_none() {
+            return None;
+        }
+        if p.threshold_rel.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+            return None;
+        }
+        let reference = if f32_frames {
+            Reference::F32
+        } else {
+            Reference::F64
+        };
+        let planes = reference_planes(sigmas, reference);
+        if !voxels_affordable(&planes, (h, w)) {
+            return None;
+        }
+        // e ≥ 2·max_s(c_s·m + u_s), m ≤ m₃₂·(1 + u₃₂) + 2⁻¹²⁶ (a flushed pixel), and the
+        // device's two f32 operations lose at most 2u₃₂: 2⁻¹⁶ of slack covers all of it
+        let parts = bound_parts(&planes, reference, ftz_tiny);
+        let c = parts.iter().map(|p| p.0).fold(0.0, f64::max);
+        let u = parts.iter().map(|p| p.1).fold(0.0, f64::max);
+        let slack = 1.0 + 2f64.powi(-16);
+        let e1 = 2.0 * c * slack;
+        let e0 = (2.0 * u + e1 * f64::from(f32::MIN_POSITIVE)) * slack;
+        let margin = (f32_up(e1)?, f32_up(e0)?);
+        Some(DevicePlan {
+            planes,
+            reference,
+            margin,
+        })
+    }
+
+    /// `(e₁, e₀)`: the device's margin of a frame is `e₁·m₃₂ + e₀` in f32, `m₃₂` the largest
+    /// magnitude of its f32 pixels.
+    pub(crate) fn margin(&self) -> (f32, f32) {
+        self.margin
+    }
+}
+
+/// The smallest f32 at least `x` (a finite, non-negative `x`); `None` past `f32::MAX`.
+fn f32_up(x: f64) -> Option<f32> {
+    let f = x as f32;
+    let up = if f64::from(f) < x { f.next_up() } else { f };
+    up.is_finite().then_some(up)
+}
+
+/// The kernels and scales of the `reference` cube of `sigmas` (computed in the working type,
+/// held in f64).
+fn reference_planes(sigmas: &[f64], reference: Reference) -> Vec<(LogKernels, f64)> {
+    match reference {
+        Reference::F64 => exact_planes(sigmas),
+        Reference::F32 => {
+            let s32: Vec<f32> = sigmas.iter().map(|&s| s as f32).collect();
+            exact_planes(&s32)
+                .into_iter()
+                .map(|(k, sc)| (k, f64::from(sc)))
+                .collect()
+        }
+    }
+}
+
+/// Whether exact voxels can pay on a frame of `h × w`: they cost O(r²) each, and the settling
+/// may spend a quarter of what the f64 cube would cost ([`settle_found`]); kernels about as
+/// wide as the frame leave room for too few.
+fn voxels_affordable(planes: &[(LogKernels, f64)], (h, w): (usize, usize)) -> bool {
+    let budget = 0.25 * f64_cube_cost(planes, h * w);
+    16.0 * planes.iter().map(voxel_cost).fold(0.0, f64::max) <= budget
+}
+
+/// The exact candidates and extrema of a frame from a device's certified search (`found`,
+/// its `e` the device's margin for the frame): those of [`log_peaks_certified`] bit for bit,
+/// or `None` where the frame cannot be certified — its pixels (the exact frame in f64, or the
+/// f32 frame held in f64 for [`Reference::F32`]) not finite or beyond 10^±20, the f32 cube
+/// possibly not finite ([`fits_f32`]), the device's margin below twice the bound of the exact
+/// frame's magnitude, or the settling too costly ([`settle_found`]). The caller then computes
+/// the frame on the CPU.
+pub(crate) fn settle_device(
+    plan: &DevicePlan,
+    image: &[f64],
+    (h, w): (usize, usize),
+    p: &BlobLogParams,
+    found: Found<'_>,
+) -> Option<(Vec<Cand<f64>>, f64, f64)> {
+    let planes = &plan.planes;
+    let m = certifiable(image, (h, w), &[1.0], p)?;
+    if !fits_f32(planes, m) {
+        return None;
+    }
+    let need = bound_parts(planes, plan.reference, ftz_tiny)
+        .iter()
+        .map(|&(c, u)| 2.0 * (c * m + u))
+        .fold(0.0, f64::max);
+    if !(found.e >= need && found.e.is_finite()) {
+        return None;
+    }
+    settle_found(image, (h, w), (planes, plan.reference), p, found)
 }
 
 /// The first checks of [`log_peaks_certified`], on the frame and the parameters alone: a

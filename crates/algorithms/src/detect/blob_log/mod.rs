@@ -30,6 +30,7 @@ use super::FrameView;
 use super::real::{Real, give_buf, take_buf};
 use scale_space::{Cand, degenerate, find_peaks, log_peaks_banded, threshold_from, threshold_of};
 
+pub(crate) use certified::{DevicePlan, Found as DeviceFound};
 pub(crate) use convert::check_scale_space_range;
 pub use convert::{Converted, convert_frame};
 pub use knobs::{CpuKnobs, FusedKernels};
@@ -37,6 +38,7 @@ pub use nd::{
     BlobLogNdParams, BlobsNd, Border, Sigma, VolumeView, blob_log_nd, blob_log_nd_on_device,
     blob_log_nd_on_device_with, blob_log_nd_prescaled, blob_log_nd_view,
 };
+pub(crate) use scale_space::Cand as SearchCand;
 // used by the device back end only
 #[cfg(any(feature = "cuda", feature = "opencl"))]
 pub(crate) use convert::check_range_of;
@@ -150,7 +152,7 @@ pub fn blob_log_typed_with<T: Real>(
     } else {
         None
     };
-    let (mut cands, lo, hi) = match certified {
+    let (cands, lo, hi) = match certified {
         Some((cands, lo, hi)) => (
             cands.iter().map(|c| c.map(T::from_f64)).collect(),
             T::from_f64(lo),
@@ -158,12 +160,56 @@ pub fn blob_log_typed_with<T: Real>(
         ),
         None => log_peaks_banded(image, h, w, &sigmas, (acc, knobs.band_rows), p),
     };
+    Ok(threshold_order_and_prune(cands, &sigmas, p, (lo, hi)))
+}
+
+/// The threshold from the cube's extrema `(lo, hi)`, the maxima (in raster order of
+/// (y, x, scale)) above it, sorted by descending response (stable) and pruned.
+fn threshold_order_and_prune<T: Real>(
+    mut cands: Vec<Cand<T>>,
+    sigmas: &[T],
+    p: &BlobLogParams,
+    (lo, hi): (T, T),
+) -> BlobLogDiag {
     let (thr, lo, hi) = threshold_from((lo, hi), p);
     if degenerate(lo, hi) {
         cands.clear();
     }
     cands.retain(|c| c.v > thr);
-    Ok(order_and_prune(cands, &sigmas, p, (thr, lo, hi)))
+    order_and_prune(cands, sigmas, p, (thr, lo, hi))
+}
+
+/// `blob_log` of one frame from a device's certified search (issue 29): `found` is what the
+/// device's f32 search of the frame found, `image` the frame in the working type held in f64
+/// (f32 pixels exactly for a float32 frame). The host settles it with the exact voxels of
+/// [`certified::settle_device`], so the blobs are those of [`blob_log_typed_with`] bit for bit;
+/// where the frame cannot be certified (see there) it is computed on the CPU (`.1` true).
+pub(crate) fn blobs_of_device_search<T: Real>(
+    image: &[f64],
+    (h, w): (usize, usize),
+    p: &BlobLogParams,
+    plan: &DevicePlan,
+    found: certified::Found<'_>,
+) -> Result<(Vec<Blob>, bool)> {
+    let sigmas = p.sigma_list::<T>();
+    match certified::settle_device(plan, image, (h, w), p, found) {
+        Some((mut cands, lo, hi)) => {
+            // the device's candidates come in any order
+            cands.sort_unstable_by_key(|c| (c.y, c.x, c.s));
+            let cands = cands.iter().map(|c| c.map(T::from_f64)).collect();
+            let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
+            Ok((
+                threshold_order_and_prune(cands, &sigmas, p, (lo, hi)).blobs,
+                false,
+            ))
+        }
+        None => {
+            let img: Vec<T> = image.iter().map(|&v| T::from_f64(v)).collect();
+            let knobs = CpuKnobs::process();
+            let diag = blob_log_typed_with(&img, (h, w), p, Precision::F64, &knobs)?;
+            Ok((diag.blobs, true))
+        }
+    }
 }
 
 /// The post-cube part of the pipeline (threshold, peaks, order, pruning); shared with device

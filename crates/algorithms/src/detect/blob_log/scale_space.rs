@@ -99,16 +99,16 @@ pub(super) fn pad_frame<S: Real, A: Real>(image: &[S], h: usize, w: usize) -> (V
 
 /// A candidate peak before pruning.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Cand<T> {
-    pub(super) y: usize,
-    pub(super) x: usize,
-    pub(super) s: usize,
-    pub(super) v: T,
+pub(crate) struct Cand<T> {
+    pub(crate) y: usize,
+    pub(crate) x: usize,
+    pub(crate) s: usize,
+    pub(crate) v: T,
     /// With a search margin (the certified f32 search, [`log_peaks_banded_in`]'s `relax`): bit
     /// `9·(ds + 1) + 3·(dy + 1) + (dx + 1)` set where the neighbour at (s + ds, y + dy, x + dx)
     /// (clamped to the cube, never the voxel itself) is within the margin of this value, so
     /// only exact values can tell which is larger; 0 otherwise.
-    pub(super) near: u32,
+    pub(crate) near: u32,
 }
 
 impl<T: Copy> Cand<T> {

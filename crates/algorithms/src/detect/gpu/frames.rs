@@ -8,11 +8,14 @@ use rayon::prelude::*;
 
 use super::super::FrameView;
 use super::super::blob_log::{
-    BlobLogParams, Converted, Prescale, check_range_of, check_scale_space_range, convert_frame,
+    BlobLogParams, Converted, DevicePlan, Prescale, border_covers, check_range_of,
+    check_scale_space_range, convert_frame,
 };
 use super::super::real::{give_buf, take_buf};
 use super::super::trace_span;
-use super::pipeline::{Input, Prescaling, RawFrames, RunOut, Turn, run_typed};
+use super::pipeline::{
+    Certify, HostFrames, Input, Prescaling, RawFrames, RunOut, Turn, run_certified, run_typed,
+};
 use super::{GpuDetectConfig, Precision};
 
 /// How a frame reaches the device.
@@ -104,6 +107,23 @@ pub(super) fn run_frames<E: Executor>(
         blobs: Vec::with_capacity(frames.len()),
         cubes: want_cube.then(Vec::new),
         kernel_s: 0.0,
+        certified: (0, 0),
+    };
+    // the certified search where the CPU's results are asked for (not the cube)
+    let certify = f64_cube && !want_cube && certified_search(cfg);
+    let plan = |f32_frames: bool, (h, w): (usize, usize)| {
+        if !certify || border_covers(p.exclude_border, h, w) {
+            return None;
+        }
+        let sigmas: Vec<f64> = if f32_frames {
+            p.sigma_list::<f32>()
+                .iter()
+                .map(|&s| f64::from(s))
+                .collect()
+        } else {
+            p.sigma_list::<f64>()
+        };
+        DevicePlan::new(&sigmas, p, f32_frames, (h, w))
     };
     let mut i = 0;
     while i < frames.len() {
@@ -135,17 +155,26 @@ pub(super) fn run_frames<E: Executor>(
                             Converted::F64(v) => v.iter().map(|&x| x as f32).collect(),
                         })
                         .collect();
-                    run_typed::<E, f32, f32>(
-                        e,
-                        Input::Host(&imgs),
-                        n,
-                        h,
-                        w,
-                        p,
-                        cfg,
-                        want_cube,
-                        turn,
-                    )?
+                    if let Some(plan) = plan(true, dim) {
+                        let cert = Certify {
+                            plan,
+                            frames: HostFrames::Typed(&imgs),
+                        };
+                        let input = Input::Host(&imgs);
+                        run_certified::<E, f32>(e, input, n, h, w, p, cfg, cert, turn)?
+                    } else {
+                        run_typed::<E, f32, f32>(
+                            e,
+                            Input::Host(&imgs),
+                            n,
+                            h,
+                            w,
+                            p,
+                            cfg,
+                            want_cube,
+                            turn,
+                        )?
+                    }
                 } else {
                     let imgs: Vec<Vec<f64>> = converted
                         .into_iter()
@@ -154,7 +183,14 @@ pub(super) fn run_frames<E: Executor>(
                             Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
                         })
                         .collect();
-                    if f64_cube {
+                    if let Some(plan) = plan(false, dim) {
+                        let cert = Certify {
+                            plan,
+                            frames: HostFrames::Typed(&imgs),
+                        };
+                        let input = Input::Host(&imgs);
+                        run_certified::<E, f64>(e, input, n, h, w, p, cfg, cert, turn)?
+                    } else if f64_cube {
                         run_typed::<E, f64, f64>(
                             e,
                             Input::Host(&imgs),
@@ -204,7 +240,22 @@ pub(super) fn run_frames<E: Executor>(
                 });
                 let pre = Prescaling { params, mode };
                 let input = Input::Raw(&bytes, kind != Kind::RawU8, pre);
-                let res = if f64_cube {
+                let convert = |i: usize| -> Result<Vec<f64>> {
+                    let f = run.get(i).ok_or_else(|| {
+                        BridgeError::backend("detect", None, format!("no frame {i} in the run"))
+                    })?;
+                    Ok(match convert_frame(f, p.prescale)? {
+                        Converted::F64(v) => v,
+                        Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                    })
+                };
+                let res = if let Some(plan) = plan(false, dim) {
+                    let cert = Certify {
+                        plan,
+                        frames: HostFrames::Convert(&convert),
+                    };
+                    run_certified::<E, f64>(e, input, n, h, w, p, cfg, cert, turn)
+                } else if f64_cube {
                     run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube, turn)
                 } else {
                     run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube, turn)
@@ -215,12 +266,22 @@ pub(super) fn run_frames<E: Executor>(
         };
         out.blobs.extend(res.blobs);
         out.kernel_s += res.kernel_s;
+        out.certified.0 += res.certified.0;
+        out.certified.1 += res.certified.1;
         if let (Some(all), Some(c)) = (out.cubes.as_mut(), res.cubes) {
             all.extend(c);
         }
         i = j;
     }
     Ok(out)
+}
+
+/// Whether the certified search runs (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED` of the
+/// configuration's tuning; auto: on every device with doubles).
+fn certified_search(cfg: &GpuDetectConfig) -> bool {
+    cfg.tuning
+        .usize_knob("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED")
+        .is_none_or(|v| v == 1)
 }
 
 /// A frame's pixels as their bytes in the host's order (the order of typed device buffers,
@@ -280,6 +341,7 @@ pub(super) fn run_resident<E: Executor>(
         blobs: Vec::with_capacity(t),
         cubes: None,
         kernel_s: 0.0,
+        certified: (0, 0),
     };
     let mut frame0 = 0;
     while frame0 < t {

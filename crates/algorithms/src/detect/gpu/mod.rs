@@ -37,9 +37,16 @@
 //! float64 frames, float32 for float32 frames) and accumulates each 1-D pass in float64, in the
 //! CPU's order and without FMA contraction: the cube is the CPU's bit for bit, and so are the
 //! detections, for every input type (issue 29: `detect --device opencl:0` writes the CPU's
-//! CSV). Without doubles (`Auto`), or with [`Precision::F32`] (`--fast`), the cube and the
-//! passes are float32 (cube within the 1e-4 tolerance; detections near the threshold may
-//! differ).
+//! CSV). By default that exactness comes from the **certified search**
+//! (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED`, wherever there is a threshold and the cube is not
+//! asked for): the device computes a float32 cube with float32 sums, the margin of the CPU's
+//! proven error bound per frame and, with it, every voxel that can be an exact maximum above
+//! the threshold (`cert_frames`, `cert_peaks`); the host settles each frame with exact
+//! float64 voxels in SciPy's order (the CPU's own code, `blob_log/certified.rs`, which checks
+//! every premise again on the exact frame) and computes on the CPU the rare frame the bound
+//! cannot certify ([`GpuDetect::take_certified`] counts both). Without doubles (`Auto`), or
+//! with [`Precision::F32`] (`--fast`), the cube and the passes are float32 (cube within the
+//! 1e-4 tolerance; detections near the threshold may differ).
 //!
 //! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
 //! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
@@ -177,6 +184,9 @@ pub struct GpuDetect<E: Executor> {
     splits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// The device's turn between threads (kernels and reads of one run at a time).
     turn: std::sync::Arc<pipeline::Turn>,
+    /// Frames of the certified search and those it left to the CPU, not yet reported
+    /// ([`GpuDetect::take_certified`]).
+    certified: std::sync::Arc<std::sync::Mutex<(usize, usize)>>,
 }
 
 /// [`GpuDetect`] on an OpenCL device.
@@ -196,7 +206,26 @@ impl<E: Executor> GpuDetect<E> {
             last_kernel: LastKernel::default(),
             splits: std::sync::Arc::default(),
             turn: std::sync::Arc::default(),
+            certified: std::sync::Arc::default(),
         }
+    }
+
+    /// Frames detected by the certified search since the last call (an f32 scale space on
+    /// the device with a proven error bound, settled with exact float64 voxels on the host:
+    /// `ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED`), and how many of them it computed on the CPU
+    /// instead (frames the bound cannot certify: constant or nearly so, NaN or infinite
+    /// pixels, magnitudes beyond 10^±20, or too many decisions left open). Clones share the
+    /// count.
+    pub fn take_certified(&self) -> (usize, usize) {
+        let mut c = self.certified.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *c)
+    }
+
+    /// Adds a run's certified frames to [`Self::take_certified`]'s count.
+    fn count_certified(&self, (n, cpu): (usize, usize)) {
+        let mut c = self.certified.lock().unwrap_or_else(|e| e.into_inner());
+        c.0 += n;
+        c.1 += cpu;
     }
 
     /// The executor.
@@ -339,6 +368,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
     ) -> Result<Vec<Vec<Blob>>> {
         self.split_on_oom(frames, |f| {
             let out = frames::run_frames(&self.exec, f, p, &self.config, false, &self.turn)?;
+            self.count_certified(out.certified);
             Ok((out.blobs, out.kernel_s))
         })
     }
@@ -361,6 +391,7 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
         };
         self.split_on_oom(frames, |f| {
             let out = frames::run_frames(&self.exec, f, p, &cfg, false, &self.turn)?;
+            self.count_certified(out.certified);
             Ok((out.blobs, out.kernel_s))
         })
     }

@@ -7,7 +7,7 @@ use bridge_core::exec::{Buffer, BufferRef, Executor, Grid, TypedExecutor};
 use bridge_core::tuning::Tuning;
 use bridge_core::{BridgeError, Device, Result};
 
-use super::super::blob_log::{Blob, BlobLogParams, prune_blobs};
+use super::super::blob_log::{Blob, BlobLogParams, DevicePlan, prune_blobs};
 use super::super::filters::LogKernels;
 use super::super::kernels::blob_log_kernels::Kernels;
 use super::super::kernels::{OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
@@ -41,6 +41,8 @@ pub(super) struct RunOut {
     pub(super) cubes: Option<Vec<Vec<f64>>>,
     /// Seconds spent in the pipeline's kernels (launches are blocking).
     pub(super) kernel_s: f64,
+    /// Frames of the certified search, and how many of them it left to the CPU.
+    pub(super) certified: (usize, usize),
 }
 
 /// How raw integer frames are converted on the device.
@@ -203,9 +205,65 @@ pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
 ) -> Result<RunOut> {
     let dims = (n_frames, h, w);
     if e.has_fp64() && (cfg.precision != Precision::F32 || R::SIZE == 8) {
-        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, want_cube, turn)
+        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, (want_cube, None), turn)
     } else {
-        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, want_cube, turn)
+        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, (want_cube, None), turn)
+    }
+}
+
+/// The certified search of a run on the device (issue 29; [`DevicePlan`]): an f32 cube with
+/// f32 sums searched with a proven margin, each frame settled on the host with exact voxels of
+/// the frame (`cert.frames`), so that the blobs are the CPU's bit for bit. Raw integer frames
+/// are converted on the device in float64 (the device must have doubles).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_certified<E: Executor, T: Real>(
+    e: &E,
+    input: Input<'_, T, E>,
+    n_frames: usize,
+    h: usize,
+    w: usize,
+    p: &BlobLogParams,
+    cfg: &GpuDetectConfig,
+    cert: Certify<'_, T>,
+    turn: &Turn,
+) -> Result<RunOut> {
+    let dims = (n_frames, h, w);
+    run_acc::<E, T, f32, f32>(e, input, dims, p, cfg, (false, Some(cert)), turn)
+}
+
+/// The certified search's part of a run: its plan and the frames on the host.
+pub(super) struct Certify<'a, T> {
+    /// The margins and the reference cube.
+    pub(super) plan: DevicePlan,
+    /// The run's frames on the host, for the exact voxels.
+    pub(super) frames: HostFrames<'a, T>,
+}
+
+/// A run's frames on the host in the working type, held in f64, for the exact voxels of the
+/// certified search.
+pub(super) enum HostFrames<'a, T> {
+    /// Frames already converted to the working type.
+    Typed(&'a [Vec<T>]),
+    /// Frame `i` in the working type, held in f64 (raw integers converted as the CPU
+    /// converts them).
+    Convert(&'a (dyn Fn(usize) -> Result<Vec<f64>> + Sync + 'a)),
+}
+
+impl<T: Real> HostFrames<'_, T> {
+    /// Frame `i` of the run in the working type, held in f64.
+    pub(super) fn frame(&self, i: usize) -> Result<std::borrow::Cow<'_, [f64]>> {
+        use std::borrow::Cow;
+        let missing = || BridgeError::backend("detect", None, format!("no frame {i} on the host"));
+        Ok(match self {
+            HostFrames::Typed(v) => {
+                let f = v.get(i).ok_or_else(missing)?;
+                match T::as_f64s(f) {
+                    Some(s) => Cow::Borrowed(s),
+                    None => Cow::Owned(f.iter().map(|x| x.to_f64()).collect()),
+                }
+            }
+            HostFrames::Convert(f) => Cow::Owned(f(i)?),
+        })
     }
 }
 
@@ -256,7 +314,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     (n_frames, h, w): (usize, usize, usize),
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
-    want_cube: bool,
+    (want_cube, cert): (bool, Option<Certify<'_, T>>),
     turn: &Turn,
 ) -> Result<RunOut> {
     let t_all = std::time::Instant::now();
@@ -284,6 +342,14 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     ];
     let opts_v = kernel_options::<R, A>(&blocking)?;
     let k = Kernels::new(e, &opts_v);
+    // the certified search's f32 image of raw integers: converted in f64, then rounded
+    let certified = cert.is_some();
+    let opts_prep = if certified && A::SIZE == 4 {
+        kernel_options::<R, f64>(&blocking)?
+    } else {
+        Vec::new()
+    };
+    let k_prep = Kernels::new(e, &opts_prep);
     let staged = stage_frames::<E, T, R>(e, input, n_frames * h * w)?;
     let t_up = std::time::Instant::now();
     let up_s = t_up.duration_since(t_all).as_secs_f64();
@@ -298,7 +364,11 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     // launches, exact with ARRAYBRIDGE_TRACE=1, which waits for each kernel (launches are
     // asynchronous otherwise, and their time shows up in the next read).
     let clock = KernelClock::start(e);
-    let img = convert_staged::<E, R, A>(&k, staged, n_frames, h * w, &cfg.tuning, &mut timed)?;
+    let img = if opts_prep.is_empty() {
+        convert_staged::<E, R, A>(&k, staged, n_frames, h * w, &cfg.tuning, &mut timed)?
+    } else {
+        convert_staged::<E, R, f64>(&k_prep, staged, n_frames, h * w, &cfg.tuning, &mut timed)?
+    };
     let mut run = LogRun::<E, T, R, A>::new(
         k,
         p,
@@ -309,6 +379,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         tile,
         cfg.device_budget(e),
         want_cube,
+        cert,
     )?;
     let last = run.run_all(&mut timed)?;
     let kernel_s = clock.seconds(e, kernel_s)?;
@@ -316,8 +387,16 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     let t_end = std::time::Instant::now();
     drop(held);
     // the last sub-batch's host pruning while the next run computes
-    run.prune(last);
+    run.prune(last)?;
     let (read_s, prune_s) = (run.read_s, run.prune_s);
+    if certified {
+        trace(|| {
+            format!(
+                "detect: certified search, {} of {n_frames} frames computed on the CPU",
+                run.host_frames
+            )
+        });
+    }
     super::super::trace_span(t_dev, t_end, || {
         format!(
             "detect: device {n_frames} frames (waited {:.3} s for it): kernels {kernel_s:.3} + \
@@ -336,6 +415,11 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         blobs: run.blobs,
         cubes: want_cube.then_some(run.cubes),
         kernel_s,
+        certified: if certified {
+            (n_frames, run.host_frames)
+        } else {
+            (0, 0)
+        },
     })
 }
 

@@ -458,6 +458,135 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
     }
 }
 
+/* The certified search (issue 29; blob_log/certified.rs, whose DevicePlan and settle_device
+   hold the proof): an f32 cube (REAL = ACC = float) searched with a margin e per frame, the
+   host settling every decision the margin leaves open with exact float64 voxels.
+   cert_frames: one work group of MINMAX_WG per frame of the batch. m = the largest |pixel| of
+   the frame's f32 image (+inf where a pixel is NaN or infinite), e = e1 * m + e0, the partial
+   extrema (as frame_thresholds reads them) folded into (lo, hi), and thr_c, a lower bound of
+   every exact threshold the frame can have, less e: max(abs_thr, rel * (hi - e)) - e, lowered
+   by 2^-20 of its magnitude for the roundings. fr[4b .. 4b + 4] = (lo, hi, e, thr_c); thr_c
+   = +inf where anything is not finite (the host then computes the frame itself). */
+KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
+                   GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT fr,
+                   const uint plane, const uint groups, const REAL e1, const REAL e0,
+                   const uint has_abs, const REAL abs_thr, const uint has_rel, const REAL rel,
+                   const REAL inf) {
+    LOCAL REAL mx[MINMAX_WG];
+    size_t l = LID(0);
+    size_t b = GROUP_ID(0);
+    GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
+    REAL m = 0;
+    int bad = 0;
+    for (size_t i = l; i < plane; i += MINMAX_WG) {
+        REAL v = im[i];
+        REAL a = v < 0 ? -v : v;
+        bad |= (a != a) | (a == inf);
+        m = a > m ? a : m;
+    }
+    mx[l] = bad ? inf : m;
+    BARRIER();
+    for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
+        if (l < st) mx[l] = mx[l + st] > mx[l] ? mx[l + st] : mx[l];
+        BARRIER();
+    }
+    if (l != 0) return;
+    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
+    REAL lo = f[0];
+    REAL hi = f[1];
+    for (uint g = 0; g < groups; ++g) {
+        REAL a = f[2 * g];
+        REAL z = f[2 * g + 1];
+        lo = a < lo ? a : lo;
+        hi = z > hi ? z : hi;
+    }
+    m = mx[0];
+    REAL e = e1 * m + e0;
+    REAL base = has_abs ? abs_thr : -inf;
+    if (has_rel) {
+        REAL t = rel * (hi - e);
+        base = t > base ? t : base;
+    }
+    REAL mag = base < 0 ? -base : base;
+    REAL t = base - e - mag * (REAL)9.5367431640625e-07;
+    int ok = m < inf && e < inf && lo > -inf && hi < inf && lo == lo && hi == hi;
+    fr[4 * b] = lo;
+    fr[4 * b + 1] = hi;
+    fr[4 * b + 2] = e;
+    fr[4 * b + 3] = ok ? t : inf;
+}
+
+/* The relaxed search of the f32 cube, one work item per voxel, with the margins of cert_frames
+   (fr). Every voxel with v <= lo + e (kind 1) or v >= hi - e (kind 2) may hold the exact cube's
+   minimum or maximum: counted per frame in ncount[1 + b] and, while that count is at most
+   near_cap, appended through ncount[0] as (cube index, kind) to near (written below ncap).
+   Outside the spatial border (when peaks), every voxel above thr_c that is within e of the
+   largest of its 3x3x3 neighbourhood ('nearest' edges: the neighbours clamped to the cube) may
+   be an exact maximum above the threshold: appended through count[0] as (cube index, value,
+   near) below cap, bit 9 * (ds + 1) + 3 * (dy + 1) + (dx + 1) of near set where that clamped
+   neighbour (never the voxel itself) is within e of the voxel's value or above it. Frames
+   with thr_c = +inf are skipped. */
+KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT fr,
+                  const uint h, const uint w, const uint ns, const uint nb, const uint by,
+                  const uint bx, const uint peaks, GLOBAL int* count,
+                  GLOBAL uint* RESTRICT cand_idx, GLOBAL REAL* RESTRICT cand_val,
+                  GLOBAL uint* RESTRICT cand_near, const uint cap, GLOBAL int* ncount,
+                  GLOBAL uint* RESTRICT near, const uint ncap, const uint near_cap,
+                  const REAL inf) {
+    size_t x = GID(0);
+    size_t y = GID(1);
+    size_t bs = GID(2);
+    if (x >= w || y >= h || bs >= (size_t)nb * ns) return;
+    uint b = (uint)(bs / ns);
+    int s = (int)(bs % ns);
+    REAL lo = fr[4 * b];
+    REAL hi = fr[4 * b + 1];
+    REAL e = fr[4 * b + 2];
+    REAL thr = fr[4 * b + 3];
+    if (!(thr < inf)) return;
+    size_t plane = (size_t)h * w;
+    size_t o = bs * plane + y * w + x;
+    REAL v = cube[o];
+    uint kind = (v <= lo + e ? 1u : 0u) | (v >= hi - e ? 2u : 0u);
+    if (kind != 0) {
+        int kf = ATOMIC_ADD_INT(&ncount[1 + b], 1);
+        if (kf < (int)near_cap) {
+            int k = ATOMIC_ADD_INT(&ncount[0], 1);
+            if (k < (int)ncap) {
+                near[2 * (size_t)k] = (uint)o;
+                near[2 * (size_t)k + 1] = kind;
+            }
+        }
+    }
+    if (!peaks || y < by || y + by >= h || x < bx || x + bx >= w) return;
+    if (!(v > thr)) return;
+    REAL ve = v + e;
+    uint bits = 0;
+    for (int a = 0; a < 3; ++a) {
+        int sn = s + a - 1;
+        sn = sn < 0 ? 0 : (sn >= (int)ns ? (int)ns - 1 : sn);
+        GLOBAL const REAL* pl = cube + ((size_t)b * ns + (size_t)sn) * plane;
+        for (int c = 0; c < 3; ++c) {
+            int yn = (int)y + c - 1;
+            yn = yn < 0 ? 0 : (yn >= (int)h ? (int)h - 1 : yn);
+            for (int d = 0; d < 3; ++d) {
+                int xn = (int)x + d - 1;
+                xn = xn < 0 ? 0 : (xn >= (int)w ? (int)w - 1 : xn);
+                if (sn == s && yn == (int)y && xn == (int)x) continue;
+                REAL q = pl[(size_t)yn * w + (size_t)xn];
+                if (q > ve) return;
+                if (q + e > v) bits |= 1u << (9 * a + 3 * c + d);
+            }
+        }
+    }
+    int k = ATOMIC_ADD_INT(count, 1);
+    if (k < (int)cap) {
+        cand_idx[k] = (uint)o;
+        cand_val[k] = v;
+        cand_near[k] = bits;
+    }
+}
+
 /* Volumes: the n-D scale space of blob_log (blob_log/nd/laplace.rs on the device). One
    correlation pass with the symmetric kernel taps[0..=r] along one axis of a C-order array seen
    as (outer, len, inner): SciPy 'reflect' edges, the centre tap, then the mirrored pairs from the

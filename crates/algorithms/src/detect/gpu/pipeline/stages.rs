@@ -10,8 +10,10 @@ use bridge_core::exec::{Buffer, Executor, Grid, Local, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
-use super::{Cand, Coeffs, Timed, order_and_prune, round_up_to, to_u32};
-use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
+use super::{Cand, Certify, Coeffs, Timed, order_and_prune, round_up_to, to_u32};
+use crate::detect::blob_log::{
+    Blob, BlobLogParams, DeviceFound, SearchCand, blobs_of_device_search, border_covers,
+};
 use crate::detect::gpu::DevReal;
 use crate::detect::kernels::MINMAX_WG;
 use crate::detect::kernels::blob_log_kernels::Kernels;
@@ -22,7 +24,7 @@ use crate::detect::real::Real;
 ///
 /// The device buffers are the last fields, in the reverse order of their allocation: fields
 /// drop in declaration order, so the last allocated is freed first, as for locals.
-pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
+pub(super) struct LogRun<'a, 'c, E: Executor, T, R: DevReal, A: DevReal> {
     /// The device.
     e: &'a E,
     /// The program's typed launchers, built with the options of [`super::kernel_options`].
@@ -80,6 +82,11 @@ pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     pub(super) prune_s: f64,
     /// Survivors per frame so far.
     pub(super) blobs: Vec<Vec<Blob>>,
+    /// The certified search ([`Certify`]), with its buffers; `None`: the cube in the working
+    /// type, searched exactly.
+    cert: Option<CertRun<'c, E, T>>,
+    /// Frames the certified search left to the CPU ([`blobs_of_device_search`]).
+    pub(super) host_frames: usize,
     /// Cube per frame so far (when `want_cube`).
     pub(super) cubes: Vec<Vec<f64>>,
     /// Candidate values (`cap`).
@@ -104,12 +111,51 @@ pub(super) struct LogRun<'a, E: Executor, T, R: DevReal, A: DevReal> {
     _t: PhantomData<T>,
 }
 
+/// The certified search of a run ([`Certify`]) and its buffers beyond the plain search's.
+struct CertRun<'a, E: Executor, T> {
+    /// The plan and the host's frames.
+    c: Certify<'a, T>,
+    /// Each candidate's open neighbours (`cap`, beside `idx_buf` and `val_buf`).
+    near_bits: Buffer<E, u32>,
+    /// The voxels near the extrema: (cube index, kind) pairs, `ncap` of them.
+    near: Buffer<E, u32>,
+    /// Capacity of `near`, grown when a batch has more.
+    ncap: usize,
+}
+
+/// Voxels near a frame's extrema past which the certified search gives it to the CPU (twice
+/// the CPU search's cap per extremum: the host checks each).
+const NEAR_CAP_FRAME: usize = 2 << 14;
+
+/// What a batch's kernels found, read back: per frame the candidates, or with the certified
+/// search per frame what the f32 search found.
+pub(super) enum Collected<R> {
+    /// Per frame the maxima above the threshold.
+    Plain(Vec<Vec<Cand<R>>>),
+    /// Per frame what the certified search found, from frame `.0` of the run.
+    Cert(usize, Vec<CertFound>),
+}
+
+/// What the certified search found in one frame (see [`DeviceFound`]); `e` is NaN where the
+/// device could not search it (a pixel or the f32 cube not finite) or found too many voxels
+/// near its extrema.
+pub(super) struct CertFound {
+    cands: Vec<SearchCand<f32>>,
+    near_lo: Vec<(usize, usize, usize)>,
+    near_hi: Vec<(usize, usize, usize)>,
+    e: f64,
+}
+
 /// A batch whose kernels are enqueued: its grids, its thresholds' buffer (the peaks may run
-/// again on it) and the peaks' counter (`None` when the border covers the frames).
+/// again on it; with the certified search each frame's margins) and the peaks' counter
+/// (`None` when the border covers the frames).
 struct Launched<E: Executor, R: DevReal> {
     b: Batch,
     thr: Buffer<E, R>,
     counter: Option<Buffer<E, i32>>,
+    /// With the certified search: the counters of the voxels near the extrema (all, then per
+    /// frame).
+    ncount: Option<Buffer<E, i32>>,
     /// `cube_minmax`'s partials, kept until the batch is read.
     _part: Buffer<E, R>,
 }
@@ -132,7 +178,7 @@ struct Batch {
     global_x: [usize; 3],
 }
 
-impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
+impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, R, A> {
     /// Sizes the batches (device memory, 32-bit cube index, CUDA's grid) and allocates the
     /// cube, its two scratch buffers (one element each where the passes are fused: `tile`) and
     /// the candidate buffers. `dims` is `(n_frames, h, w, rows, cols, lx, ly)`.
@@ -147,6 +193,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         tile: Option<usize>,
         max_device_bytes: usize,
         want_cube: bool,
+        cert: Option<Certify<'c, T>>,
     ) -> Result<Self> {
         let (n_frames, h, w, rows, cols, lx, ly) = dims;
         let e = k.program().executor();
@@ -182,6 +229,18 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         let cap = (chunk * plane / 32).max(1024);
         let idx_buf = e.alloc_elems::<u32>(cap)?;
         let val_buf = e.alloc_elems::<R>(cap)?;
+        let cert = match cert {
+            Some(c) => {
+                let ncap = (chunk * 64).max(1024);
+                Some(CertRun {
+                    c,
+                    near_bits: e.alloc_elems::<u32>(cap)?,
+                    near: e.alloc_elems::<u32>(2 * ncap)?,
+                    ncap,
+                })
+            }
+            None => None,
+        };
         Ok(Self {
             e,
             k,
@@ -211,6 +270,8 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
             read_s: 0.0,
             prune_s: 0.0,
             blobs: Vec::with_capacity(n_frames),
+            cert,
+            host_frames: 0,
             cubes: Vec::new(),
             val_buf,
             idx_buf,
@@ -231,9 +292,9 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     /// batch k + 1's kernels reuse its buffers (one in-order queue or stream). The last
     /// batch's candidates are returned unpruned: the caller prunes them ([`Self::prune`])
     /// once the device is another thread's (its [`super::Turn`] passed on).
-    pub(super) fn run_all(&mut self, timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
+    pub(super) fn run_all(&mut self, timed: &mut Timed<'_>) -> Result<Collected<R>> {
         if self.n_frames == 0 {
-            return Ok(Vec::new());
+            return Ok(Collected::Plain(Vec::new()));
         }
         let mut batch = self.launch(0, timed)?;
         loop {
@@ -243,7 +304,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                 return Ok(per);
             }
             batch = self.launch(next, timed)?;
-            self.prune(per);
+            self.prune(per)?;
         }
     }
 
@@ -256,6 +317,17 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
         // its work groups'
         let part = self.e.alloc_elems::<R>(b.nb * self.partials() * 2)?;
         self.log_passes(&b, &part, timed)?;
+        if self.cert.is_some() {
+            let fr = self.cert_frames(&b, &part, timed)?;
+            let (counter, ncount) = self.enqueue_cert_peaks(&b, &fr, timed)?;
+            return Ok(Launched {
+                b,
+                thr: fr,
+                counter: Some(counter),
+                ncount: Some(ncount),
+                _part: part,
+            });
+        }
         let thr = self.thresholds(&b, &part, timed)?;
         let counter = if self.border_empty {
             None
@@ -266,15 +338,19 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
             b,
             thr,
             counter,
+            ncount: None,
             _part: part,
         })
     }
 
     /// Waits for a launched batch and reads what the host needs: its cube when asked, and its
     /// candidates per frame (the peaks again on grown buffers when there were more than fit).
-    fn collect(&mut self, l: Launched<E, R>, timed: &mut Timed<'_>) -> Result<Vec<Vec<Cand<R>>>> {
+    fn collect(&mut self, l: Launched<E, R>, timed: &mut Timed<'_>) -> Result<Collected<R>> {
         if self.want_cube {
             self.read_cube(l.b.nb)?;
+        }
+        if let (Some(counter), Some(ncount)) = (l.counter.as_ref(), l.ncount.as_ref()) {
+            return self.collect_cert(&l, (counter, ncount), timed);
         }
         let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); l.b.nb];
         if let Some(counter) = l.counter {
@@ -283,7 +359,7 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
                 self.read_candidates(count, &mut per)?;
             }
         }
-        Ok(per)
+        Ok(Collected::Plain(per))
     }
 
     /// The batch from `frame0` and its launch grids.
@@ -542,15 +618,267 @@ impl<'a, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, E, T, R, A> {
     }
 
     /// The CPU's ordering and overlap pruning of each frame's candidates, frames in parallel
-    /// ([`order_and_prune`]); the survivors join the run's results.
-    pub(super) fn prune(&mut self, per: Vec<Vec<Cand<R>>>) {
+    /// ([`order_and_prune`]); with the certified search, each frame settled with exact voxels
+    /// first ([`blobs_of_device_search`]). The survivors join the run's results.
+    pub(super) fn prune(&mut self, per: Collected<R>) -> Result<()> {
         let (sigmas, p) = (&self.sigmas, self.p);
         let t = std::time::Instant::now();
-        let done: Vec<Vec<Blob>> = per
-            .into_par_iter()
-            .map(|c| order_and_prune::<T, R>(c, sigmas, p.overlap))
-            .collect();
+        let done: Vec<Vec<Blob>> = match per {
+            Collected::Plain(per) => per
+                .into_par_iter()
+                .map(|c| order_and_prune::<T, R>(c, sigmas, p.overlap))
+                .collect(),
+            Collected::Cert(frame0, found) => {
+                let c = &self
+                    .cert
+                    .as_ref()
+                    .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?
+                    .c;
+                let dims = (self.h, self.w);
+                let out: Vec<(Vec<Blob>, bool)> = found
+                    .into_par_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let image = c.frames.frame(frame0 + i)?;
+                        let found = DeviceFound {
+                            cands: &f.cands,
+                            near_lo: &f.near_lo,
+                            near_hi: &f.near_hi,
+                            e: f.e,
+                        };
+                        blobs_of_device_search::<T>(&image, dims, p, &c.plan, found)
+                    })
+                    .collect::<Result<_>>()?;
+                let on_host = out.iter().filter(|o| o.1).count();
+                if on_host > 0 {
+                    log::debug!(
+                        "detect: the certified search left {on_host} of {} frames to the CPU",
+                        out.len()
+                    );
+                }
+                self.host_frames += on_host;
+                out.into_iter().map(|o| o.0).collect()
+            }
+        };
         self.prune_s += t.elapsed().as_secs_f64();
         self.blobs.extend(done);
+        Ok(())
+    }
+
+    /// Each frame's margins of the certified search, on the device (`cert_frames`): its
+    /// extrema from the partials in `part` (the fused pass left them; else `cube_minmax` finds
+    /// them), the largest magnitude of its pixels, the margin `e` and the lower bound of its
+    /// threshold.
+    fn cert_frames(
+        &mut self,
+        b: &Batch,
+        part: &Buffer<E, R>,
+        timed: &mut Timed<'_>,
+    ) -> Result<Buffer<E, R>> {
+        let (e, k, nb) = (self.e, &self.k, b.nb);
+        let groups_u = to_u32(self.partials(), "groups")?;
+        if self.tile.is_none() {
+            let per_frame = to_u32(self.per_frame, "cube size")?;
+            let (global, local) = ([self.groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
+            timed(&mut || {
+                k.cube_minmax(
+                    Grid::new(&global, &local),
+                    &self.cube,
+                    part,
+                    per_frame,
+                    groups_u,
+                )
+            })?;
+        }
+        let (e1, e0) = match &self.cert {
+            Some(c) => c.c.plan.margin(),
+            None => return Err(BridgeError::backend("detect", None, "no certified search")),
+        };
+        let fr = e.alloc_elems::<R>(4 * nb)?;
+        let p = self.p;
+        let (has_abs, abs_thr) = (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0));
+        let (has_rel, rel) = (
+            u32::from(p.threshold_rel.is_some()),
+            p.threshold_rel.unwrap_or(0.0),
+        );
+        let plane = to_u32(self.plane, "frame size")?;
+        let frame0 = to_u32(b.frame0, "frame")?;
+        let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
+        timed(&mut || {
+            k.cert_frames(
+                Grid::new(&global, &local),
+                &self.img,
+                frame0,
+                part,
+                &fr,
+                plane,
+                groups_u,
+                R::from_f64(f64::from(e1)),
+                R::from_f64(f64::from(e0)),
+                has_abs,
+                R::from_f64(abs_thr),
+                has_rel,
+                R::from_f64(rel),
+                R::from_f64(f64::INFINITY),
+            )
+        })?;
+        Ok(fr)
+    }
+
+    /// Enqueues `cert_peaks` on the batch (the margins `fr` of [`Self::cert_frames`]): the
+    /// relaxed maxima with their open neighbours, and the voxels near each frame's extrema.
+    /// Returns the counters: candidates, and voxels near the extrema (all, then per frame).
+    fn enqueue_cert_peaks(
+        &self,
+        b: &Batch,
+        fr: &Buffer<E, R>,
+        timed: &mut Timed<'_>,
+    ) -> Result<(Buffer<E, i32>, Buffer<E, i32>)> {
+        let c = self
+            .cert
+            .as_ref()
+            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
+        let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
+        let (by, bx) = (
+            to_u32(self.by, "exclude_border")?,
+            to_u32(self.bx, "exclude_border")?,
+        );
+        let counter = self.e.zeroed_elems::<i32>(1)?;
+        let ncount = self.e.zeroed_elems::<i32>(1 + b.nb)?;
+        let cap = to_u32(self.cap, "candidates")?;
+        let ncap = to_u32(c.ncap, "voxels near the extrema")?;
+        let near_cap = to_u32(NEAR_CAP_FRAME, "voxels near the extrema")?;
+        let peaks = u32::from(!self.border_empty);
+        timed(&mut || {
+            self.k.cert_peaks(
+                Grid::new(&b.global, &b.local),
+                &self.cube,
+                fr,
+                hu,
+                wu,
+                nsu,
+                nbu,
+                by,
+                bx,
+                peaks,
+                &counter,
+                &self.idx_buf,
+                &self.val_buf,
+                &c.near_bits,
+                cap,
+                &ncount,
+                &c.near,
+                ncap,
+                near_cap,
+                R::from_f64(f64::INFINITY),
+            )
+        })?;
+        Ok((counter, ncount))
+    }
+
+    /// Reads what the certified search found in a launched batch: the counts (the search runs
+    /// again on grown buffers when there were more than fit), the candidates with their open
+    /// neighbours, the voxels near the extrema and each frame's margin, decoded per frame.
+    fn collect_cert(
+        &mut self,
+        l: &Launched<E, R>,
+        (counter, ncount): (&Buffer<E, i32>, &Buffer<E, i32>),
+        timed: &mut Timed<'_>,
+    ) -> Result<Collected<R>> {
+        let e = self.e;
+        let (nb, per_frame, plane, w) = (l.b.nb, self.per_frame, self.plane, self.w);
+        let count_of = |v: i32| {
+            usize::try_from(v)
+                .map_err(|_| BridgeError::backend("detect", None, "candidate counter overflowed"))
+        };
+        let t = std::time::Instant::now();
+        let mut grown: Option<(Buffer<E, i32>, Buffer<E, i32>)> = None;
+        let (count, counts) = loop {
+            let (c_buf, n_buf) = match &grown {
+                Some((a, b)) => (a, b),
+                None => (counter, ncount),
+            };
+            let count = count_of(e.read_elems(c_buf, 1)?.first().copied().unwrap_or(0))?;
+            let counts = e
+                .read_elems(n_buf, 1 + nb)?
+                .into_iter()
+                .map(count_of)
+                .collect::<Result<Vec<usize>>>()?;
+            let near = counts.first().copied().unwrap_or(0);
+            let Some(c) = self.cert.as_mut() else {
+                return Err(BridgeError::backend("detect", None, "no certified search"));
+            };
+            if count <= self.cap && near <= c.ncap {
+                break (count, counts);
+            }
+            if count > self.cap {
+                self.cap = count.next_power_of_two();
+                self.idx_buf = e.alloc_elems::<u32>(self.cap)?;
+                self.val_buf = e.alloc_elems::<R>(self.cap)?;
+                c.near_bits = e.alloc_elems::<u32>(self.cap)?;
+            }
+            if near > c.ncap {
+                c.ncap = near.next_power_of_two();
+                c.near = e.alloc_elems::<u32>(2 * c.ncap)?;
+            }
+            grown = Some(self.enqueue_cert_peaks(&l.b, &l.thr, timed)?);
+        };
+        let c = self
+            .cert
+            .as_ref()
+            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
+        let near_n = counts.first().copied().unwrap_or(0);
+        let (idx, val, bits) = if count > 0 {
+            (
+                e.read_elems(&self.idx_buf, count)?,
+                e.read_elems(&self.val_buf, count)?,
+                e.read_elems(&c.near_bits, count)?,
+            )
+        } else {
+            (Vec::new(), Vec::new(), Vec::new())
+        };
+        let near = if near_n > 0 {
+            e.read_elems(&c.near, 2 * near_n)?
+        } else {
+            Vec::new()
+        };
+        let fr = e.read_elems(&l.thr, 4 * nb)?;
+        self.read_s += t.elapsed().as_secs_f64();
+        let mut found: Vec<CertFound> = (0..nb)
+            .map(|b| {
+                let margin = Real::to_f64(fr[4 * b + 2]);
+                let searched = Real::to_f64(fr[4 * b + 3]) < f64::INFINITY;
+                let few = counts.get(1 + b).is_some_and(|&n| n <= NEAR_CAP_FRAME);
+                CertFound {
+                    cands: Vec::new(),
+                    near_lo: Vec::new(),
+                    near_hi: Vec::new(),
+                    e: if searched && few { margin } else { f64::NAN },
+                }
+            })
+            .collect();
+        let at = |o: usize| {
+            let rem = o % per_frame;
+            (o / per_frame, rem / plane, (rem % plane) / w, rem % w)
+        };
+        for ((&o, &v), &near) in idx.iter().zip(&val).zip(&bits) {
+            let (b, s, y, x) = at(o as usize);
+            if let Some(f) = found.get_mut(b) {
+                let v = Real::to_f64(v) as f32;
+                f.cands.push(SearchCand { y, x, s, v, near });
+            }
+        }
+        for pair in near.chunks_exact(2) {
+            let (b, s, y, x) = at(pair[0] as usize);
+            if let Some(f) = found.get_mut(b) {
+                if pair[1] & 1 != 0 {
+                    f.near_lo.push((s, y, x));
+                }
+                if pair[1] & 2 != 0 {
+                    f.near_hi.push((s, y, x));
+                }
+            }
+        }
+        Ok(Collected::Cert(l.b.frame0, found))
     }
 }
