@@ -4,8 +4,8 @@
 ///
 /// | | CPU `blob_log` | device `blob_log` | device `locate` | device PACO |
 /// |---|---|---|---|---|
-/// | `Auto` | float64 passes (SciPy's cube bit for bit) | where the device has doubles, as `F64` (the CPU's blobs bit for bit); without, float32 cube and passes | float64 where the device has doubles, else float32 | double where the device has doubles, else float |
-/// | `F64` | as `Auto` | the cube in the CPU's working type (float64 for integer and float64 frames, float32 for float32 frames), passes accumulated in float64: the CPU's blobs bit for bit | float64: the CPU's features bit for bit | double |
+/// | `Auto` | float64 passes (SciPy's cube bit for bit) | the CPU's blobs bit for bit: a float32 cube searched with the CPU's proven bound and settled with exact float64 voxels on the host (the certified search, wherever a threshold is set; no doubles needed on the device), else where the device has doubles as `F64`; without doubles and without a threshold, float32 cube and passes | float64 where the device has doubles, else float32 | double where the device has doubles, else float |
+/// | `F64` | as `Auto` | the certified search as `Auto`, or the cube in the CPU's working type (float64 for integer and float64 frames, float32 for float32 frames), passes accumulated in float64: the CPU's blobs bit for bit | float64: the CPU's features bit for bit | double |
 /// | `F32` | float32 passes (about twice as fast; spec §1.4: a candidate within ~1e-7 of the threshold may flip) | float32 cube and passes | float32 | float |
 ///
 /// `F64` on a device without doubles is an error ([`bridge_core::BridgeError::Unsupported`]),

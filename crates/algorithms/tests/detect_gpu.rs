@@ -767,6 +767,53 @@ mod opencl {
         })
     }
 
+    /// A device without doubles (PoCL told so: `OpenClExecutor::without_fp64`) gives the
+    /// CPU's blobs bit for bit too wherever the certified search applies (a threshold; u8 and
+    /// u16 frames then converted on the host), with float32 kernels only; without a threshold
+    /// it takes the float32 cube (within tolerance, counted); `Precision::F64` is refused.
+    #[test]
+    fn a_device_without_doubles_gives_the_cpus_blobs_with_a_threshold() {
+        let Some(d) = device() else { return };
+        let exec = d.executor().clone().without_fp64();
+        let d32 = OpenClDetect::with_executor(exec);
+        assert!(!d32.has_fp64());
+        let img = spots(70, 90, 30, 23);
+        let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+        let frames = [
+            Frame::F64(img.clone()),
+            Frame::F32(img.mapv(|v| v as f32)),
+            Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
+            Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
+        ];
+        d32.take_certified();
+        for (pname, p) in random_params() {
+            let views: Vec<_> = frames.iter().map(Frame::view).collect();
+            let dev = d32.blob_log_batch(&views, &p).unwrap();
+            let (n, on_cpu) = d32.take_certified();
+            for (f, got) in frames.iter().zip(&dev) {
+                let cpu = blob_log_diag(f.view(), &p).unwrap().blobs;
+                if pname == "no_threshold" {
+                    assert!(
+                        diff_rows(got, &cpu, true) * 10 <= cpu.len().max(10),
+                        "{pname}"
+                    );
+                } else {
+                    assert_eq!(got, &cpu, "{pname}");
+                }
+            }
+            let want = if pname == "no_threshold" { 0 } else { 4 };
+            assert_eq!((n, on_cpu), (want, 0), "{pname}");
+        }
+        let f64_only = d32.clone().with_config(GpuDetectConfig {
+            precision: Precision::F64,
+            ..GpuDetectConfig::default()
+        });
+        let e = f64_only
+            .blob_log_batch(&[frames[0].view()], &random_params()[0].1)
+            .unwrap_err();
+        assert!(e.to_string().contains("no doubles"), "{e}");
+    }
+
     /// Issue 29: the certified search (an f32 cube on the device with the CPU's proven error
     /// bound, settled with exact f64 voxels on the host) gives the CPU's blobs bit for bit, and
     /// says which frames it searched and which it left to the CPU: spot frames of every pixel

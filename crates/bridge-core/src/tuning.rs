@@ -193,10 +193,11 @@ pub const KNOBS: &[Knob] = &[
         name: "ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED",
         default: "auto",
         accepts: Accepts::Int(0, 1),
-        doc: "1: exact blob_log on a device (with doubles) searches an f32 scale space with \
-              the CPU's proven error bound and settles what the bound leaves open with exact \
-              f64 voxels on the host (the CPU's results); 0: the whole scale space in the \
-              working type on the device (also the CPU's results)",
+        doc: "1: exact blob_log on a device (with a threshold) searches an f32 scale space \
+              with the CPU's proven error bound and settles what the bound leaves open with \
+              exact f64 voxels on the host (the CPU's results, also without doubles); 0: the \
+              whole scale space in the working type on the device (the CPU's results where \
+              the device has doubles)",
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_FUSED",

@@ -82,6 +82,15 @@ impl OpenClExecutor {
         })
     }
 
+    /// The same executor, telling its users that the device has no doubles
+    /// ([`Executor::has_fp64`] false): the float32 paths that devices without `cl_khr_fp64`
+    /// take, run on one that has it (to test and compare them). Kernels that need doubles are
+    /// still built if asked for; the algorithms then choose their float32 ones.
+    pub fn without_fp64(mut self) -> Self {
+        self.fp64 = false;
+        self
+    }
+
     /// The executor of the device `buffer` lives on, on the backend instance that allocated it
     /// (the array carries its device: no process-wide lookup).
     /// [`bridge_core::BridgeError::BackendUnavailable`] when that backend instance has been

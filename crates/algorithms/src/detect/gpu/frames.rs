@@ -109,8 +109,9 @@ pub(super) fn run_frames<E: Executor>(
         kernel_s: 0.0,
         certified: (0, 0),
     };
-    // the certified search where the CPU's results are asked for (not the cube)
-    let certify = f64_cube && !want_cube && certified_search(cfg);
+    // the certified search where the CPU's results are asked for (not the cube); it needs no
+    // doubles on the device
+    let certify = cfg.precision != Precision::F32 && !want_cube && certified_search(cfg);
     let plan = |f32_frames: bool, (h, w): (usize, usize)| {
         if !certify || border_covers(p.exclude_border, h, w) {
             return None;
@@ -217,6 +218,28 @@ pub(super) fn run_frames<E: Executor>(
                     }
                 }
             }
+            Kind::RawU8 | Kind::RawU16 if !e.has_fp64() && plan(false, dim).is_some() => {
+                // no doubles to convert them on the device as the CPU does: the certified
+                // search gets them converted on the host (its f32 image must be the exact
+                // pixels rounded once)
+                let imgs: Vec<Vec<f64>> = run
+                    .par_iter()
+                    .map(|f| {
+                        Ok(match convert_frame(f, p.prescale)? {
+                            Converted::F64(v) => v,
+                            Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let plan = plan(false, dim).ok_or_else(|| {
+                    BridgeError::backend("detect", None, "the certified search has no plan")
+                })?;
+                let cert = Certify {
+                    plan,
+                    frames: HostFrames::Typed(&imgs),
+                };
+                run_certified::<E, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, cert, turn)?
+            }
             Kind::RawU8 | Kind::RawU16 => {
                 let t_pack = std::time::Instant::now();
                 let px = if kind == Kind::RawU8 { 1 } else { 2 };
@@ -277,7 +300,7 @@ pub(super) fn run_frames<E: Executor>(
 }
 
 /// Whether the certified search runs (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED` of the
-/// configuration's tuning; auto: on every device with doubles).
+/// configuration's tuning; auto: on every device).
 fn certified_search(cfg: &GpuDetectConfig) -> bool {
     cfg.tuning
         .usize_knob("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED")

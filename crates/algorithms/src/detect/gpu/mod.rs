@@ -44,9 +44,12 @@
 //! the threshold (`cert_frames`, `cert_peaks`); the host settles each frame with exact
 //! float64 voxels in SciPy's order (the CPU's own code, `blob_log/certified.rs`, which checks
 //! every premise again on the exact frame) and computes on the CPU the rare frame the bound
-//! cannot certify ([`GpuDetect::take_certified`] counts both). Without doubles (`Auto`), or
-//! with [`Precision::F32`] (`--fast`), the cube and the passes are float32 (cube within the
-//! 1e-4 tolerance; detections near the threshold may differ).
+//! cannot certify ([`GpuDetect::take_certified`] counts both). The certified search needs no
+//! doubles on the device (u8 and u16 frames are then converted on the host), so a device
+//! without them gives the CPU's results too wherever a threshold is set. Without doubles and
+//! without a threshold (`Auto`), or with [`Precision::F32`] (`--fast`), the cube and the
+//! passes are float32 (cube within the 1e-4 tolerance; detections near the threshold may
+//! differ).
 //!
 //! [`DetectBackend::blob_log_batch_acc`] selects the accumulation per call and
 //! [`DetectBackend::last_kernel_seconds`] reports the kernel time of the last batch.
@@ -84,9 +87,11 @@ pub(crate) use pipeline::{round_up_to, to_u32};
 /// Tuning of the device back ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuDetectConfig {
-    /// The arithmetic ([`Precision`]): `Auto` (the default) the CPU's working type where the
-    /// device has doubles (identical to the CPU for every input type), float32 throughout
-    /// without; `F64` the same, an error without doubles; `F32` float32 throughout, faster on
+    /// The arithmetic ([`Precision`]): `Auto` (the default) the CPU's results for every input
+    /// type (the certified search wherever a threshold is set, else the CPU's working type
+    /// where the device has doubles), float32 throughout on a device without doubles when no
+    /// threshold is set;
+    /// `F64` the same, an error without doubles; `F32` float32 throughout, faster on
     /// GPUs with slow doubles (cube within ~1e-6 relative). For `locate`:
     /// float64 where the device has doubles (`Auto`, `F64`) or float32 (`F32`).
     pub precision: Precision,

@@ -302,3 +302,88 @@ fn cert64(
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
     log_peaks_certified(img, dims, sigmas, p, (Reference::F64, &CpuKnobs::default()))
 }
+
+/// A device's margin (`DevicePlan`: `e₁·m₃₂ + e₀` in f32 from the largest |f32 pixel|) is at
+/// least twice the bound of the exact frame, flushed subnormals included, over magnitudes
+/// from 10⁻²⁰ to 10²⁰ and tiny to wide kernels; and what an f32 search with that margin finds
+/// (the CPU's search here, as the device's `cert_peaks` would), settled by `settle_device`,
+/// is the exact search's result, for f64 and f32 frames.
+#[test]
+fn device_margin_covers_the_bound_and_settles_like_the_cpu() {
+    let mut rng = SplitMix::new(2911);
+    let mut settled = 0;
+    for (min_sigma, max_sigma, num_sigma) in [(1.0, 3.0, 10), (0.3, 0.3, 1), (2.0, 9.0, 4)] {
+        let p = BlobLogParams {
+            min_sigma,
+            max_sigma,
+            num_sigma,
+            threshold: Some(0.02),
+            ..BlobLogParams::default()
+        };
+        for f32_frames in [false, true] {
+            let sigmas: Vec<f64> = if f32_frames {
+                widen(&p.sigma_list::<f32>())
+            } else {
+                p.sigma_list::<f64>()
+            };
+            let plan = DevicePlan::new(&sigmas, &p, f32_frames, (512, 512)).unwrap();
+            let (e1, e0) = plan.margin();
+            for k in -20..=20 {
+                let m = 10f64.powi(k) * (1.0 + rng.uniform());
+                let m32 = m as f32;
+                // the device's two f32 operations
+                let e = f64::from(e1 * m32 + e0);
+                let need = bound_parts(&plan.planes, plan.reference, ftz_tiny)
+                    .iter()
+                    .map(|&(c, u)| 2.0 * (c * m + u))
+                    .fold(0.0, f64::max);
+                assert!(e >= need && e < 1.01 * need, "{k}: {e} vs {need}");
+                // and at least the CPU's own margin (gradual underflow)
+                assert!(e >= 2.0 * error_bound(&plan.planes, m, plan.reference));
+            }
+        }
+        // settled like the exact search
+        for (h, w) in [(40, 52), (7, 90)] {
+            let img = blobs(&mut rng, h, w);
+            for reference in [Reference::F64, Reference::F32] {
+                let f32_frames = reference == Reference::F32;
+                let (want, lo, hi, sigmas, img) = reference_search(&img, (h, w), &p, reference);
+                // kernels too wide for the frame: no plan (the CPU declines them too)
+                let Some(plan) = DevicePlan::new(&sigmas, &p, f32_frames, (h, w)) else {
+                    assert!(max_sigma > 3.0);
+                    continue;
+                };
+                settled += 1;
+                let (e1, e0) = plan.margin();
+                let m32 = img.iter().fold(0.0f32, |a, &v| a.max((v as f32).abs()));
+                let e = f64::from(e1 * m32 + e0);
+                let (found, near) = search_f32(&img, (h, w), (&plan.planes, None, None), &p, e);
+                let (near_lo, near_hi) = near.unwrap();
+                let found = Found {
+                    cands: &found.cands,
+                    near_lo: &near_lo,
+                    near_hi: &near_hi,
+                    e,
+                };
+                let (got, glo, ghi) = settle_device(&plan, &img, (h, w), &p, found).unwrap();
+                assert_eq!((glo.to_bits(), ghi.to_bits()), (lo.to_bits(), hi.to_bits()));
+                let key = |c: &Cand<f64>| (c.y, c.x, c.s, c.v.to_bits());
+                let mut got: Vec<_> = got.iter().map(key).collect();
+                let mut want: Vec<_> = want.iter().map(key).collect();
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "{h}x{w} {reference:?}");
+                // a margin below the bound is refused (the CPU computes the frame)
+                let (found, _) = search_f32(&img, (h, w), (&plan.planes, None, None), &p, e);
+                let small = Found {
+                    cands: &found.cands,
+                    near_lo: &near_lo,
+                    near_hi: &near_hi,
+                    e: e / 4.0,
+                };
+                assert!(settle_device(&plan, &img, (h, w), &p, small).is_none());
+            }
+        }
+    }
+    assert!(settled >= 8, "{settled}");
+}
