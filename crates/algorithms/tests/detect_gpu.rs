@@ -850,6 +850,30 @@ mod opencl {
                 assert_eq!((n, on_cpu), (4, 0), "{pname}");
             }
         }
+        // a blank movie with a relative threshold (every voxel within the margin of the
+        // threshold) and an absolute threshold beyond f32's range: the CPU's blobs (none), the
+        // blank frames computed on the CPU without reading their voxels back, the others
+        // searched on the device
+        let blank: Vec<Frame> = (0..3)
+            .map(|_| Frame::U16(Array2::from_elem((64, 64), 0u16)))
+            .collect();
+        let views: Vec<_> = blank.iter().map(Frame::view).collect();
+        let rel = &params[0].1;
+        assert!(rel.threshold_rel.is_some());
+        for (f, got) in blank.iter().zip(d.blob_log_batch(&views, rel).unwrap()) {
+            assert_eq!(got, blob_log_diag(f.view(), rel).unwrap().blobs);
+        }
+        assert_eq!(d.take_certified(), (3, 3));
+        let huge = BlobLogParams {
+            threshold: Some(1e39),
+            threshold_rel: None,
+            ..rel.clone()
+        };
+        let views: Vec<_> = frames.iter().map(Frame::view).collect();
+        for (f, got) in frames.iter().zip(d.blob_log_batch(&views, &huge).unwrap()) {
+            assert_eq!(got, blob_log_diag(f.view(), &huge).unwrap().blobs);
+        }
+        assert_eq!(d.take_certified(), (4, 0));
         let p = &params[1].1;
         let flat = Frame::F32(Array2::from_elem((40, 40), 0.5f32));
         let mut nan = img.mapv(|v| v as f32);

@@ -585,8 +585,10 @@ impl DevicePlan {
         if !voxels_affordable(&planes, (h, w)) {
             return None;
         }
-        // e ≥ 2·max_s(c_s·m + u_s), m ≤ m₃₂·(1 + u₃₂) + 2⁻¹²⁶ (a flushed pixel), and the
-        // device's two f32 operations lose at most 2u₃₂: 2⁻¹⁶ of slack covers all of it
+        // e ≥ 2·max_s(c_s·m + u_s), m ≤ m₃₂/(1 − u₃₂) + 2⁻¹²⁶ (a flushed pixel), and the
+        // device's two f32 operations lose at most 2u₃₂: 2⁻¹⁶ of slack covers all of it (the
+        // product e₁·m₃₂ is far above the subnormals: the device searches only frames with
+        // m₃₂ ≥ 10⁻²⁰, and e₁ ≳ 10⁻⁶)
         let parts = bound_parts(&planes, reference, ftz_tiny);
         let c = parts.iter().map(|p| p.0).fold(0.0, f64::max);
         let u = parts.iter().map(|p| p.1).fold(0.0, f64::max);

@@ -452,7 +452,7 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
         }
     }
     int k = ATOMIC_ADD_INT(count, 1);
-    if (k < (int)cap) {
+    if (k >= 0 && (uint)k < cap) {
         cand_idx[k] = (uint)o;
         cand_val[k] = v;
     }
@@ -509,7 +509,10 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
     }
     REAL mag = base < 0 ? -base : base;
     REAL t = base - e - mag * (REAL)9.5367431640625e-07;
-    int ok = m < inf && e < inf && lo > -inf && hi < inf && lo == lo && hi == hi;
+    /* frames the host cannot certify anyway (blank, or magnitudes beyond 10^+-20: every
+       voxel would be a candidate) are not searched */
+    int ok = m < inf && e < inf && lo > -inf && hi < inf && lo == lo && hi == hi && t == t &&
+             m >= (REAL)0.99e-20 && m <= (REAL)1.01e20;
     fr[4 * b] = lo;
     fr[4 * b + 1] = hi;
     fr[4 * b + 2] = e;
@@ -518,20 +521,22 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
 
 /* The relaxed search of the f32 cube, one work item per voxel, with the margins of cert_frames
    (fr). Every voxel with v <= lo + e (kind 1) or v >= hi - e (kind 2) may hold the exact cube's
-   minimum or maximum: counted per frame in ncount[1 + b] and, while that count is at most
+   minimum or maximum: counted per frame in ncount[1 + b] and, while that count is below
    near_cap, appended through ncount[0] as (cube index, kind) to near (written below ncap).
    Outside the spatial border (when peaks), every voxel above thr_c that is within e of the
    largest of its 3x3x3 neighbourhood ('nearest' edges: the neighbours clamped to the cube) may
-   be an exact maximum above the threshold: appended through count[0] as (cube index, value,
-   near) below cap, bit 9 * (ds + 1) + 3 * (dy + 1) + (dx + 1) of near set where that clamped
+   be an exact maximum above the threshold: counted per frame in ncount[1 + nb + b] and, while
+   that count is below cand_cap, appended through count[0] as (cube index, value, near) below
+   cap, bit 9 * (ds + 1) + 3 * (dy + 1) + (dx + 1) of near set where that clamped
    neighbour (never the voxel itself) is within e of the voxel's value or above it. Frames
    with thr_c = +inf are skipped. */
 KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT fr,
                   const uint h, const uint w, const uint ns, const uint nb, const uint by,
                   const uint bx, const uint peaks, GLOBAL int* count,
                   GLOBAL uint* RESTRICT cand_idx, GLOBAL REAL* RESTRICT cand_val,
-                  GLOBAL uint* RESTRICT cand_near, const uint cap, GLOBAL int* ncount,
-                  GLOBAL uint* RESTRICT near, const uint ncap, const uint near_cap,
+                  GLOBAL uint* RESTRICT cand_near, const uint cap, const uint cand_cap,
+                  GLOBAL int* ncount, GLOBAL uint* RESTRICT near, const uint ncap,
+                  const uint near_cap,
                   const REAL inf) {
     size_t x = GID(0);
     size_t y = GID(1);
@@ -550,9 +555,9 @@ KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT 
     uint kind = (v <= lo + e ? 1u : 0u) | (v >= hi - e ? 2u : 0u);
     if (kind != 0) {
         int kf = ATOMIC_ADD_INT(&ncount[1 + b], 1);
-        if (kf < (int)near_cap) {
+        if (kf >= 0 && (uint)kf < near_cap) {
             int k = ATOMIC_ADD_INT(&ncount[0], 1);
-            if (k < (int)ncap) {
+            if (k >= 0 && (uint)k < ncap) {
                 near[2 * (size_t)k] = (uint)o;
                 near[2 * (size_t)k + 1] = kind;
             }
@@ -579,8 +584,10 @@ KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT 
             }
         }
     }
+    int kf = ATOMIC_ADD_INT(&ncount[1 + nb + b], 1);
+    if (kf < 0 || (uint)kf >= cand_cap) return;
     int k = ATOMIC_ADD_INT(count, 1);
-    if (k < (int)cap) {
+    if (k >= 0 && (uint)k < cap) {
         cand_idx[k] = (uint)o;
         cand_val[k] = v;
         cand_near[k] = bits;

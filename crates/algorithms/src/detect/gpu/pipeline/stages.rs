@@ -127,6 +127,13 @@ struct CertRun<'a, E: Executor, T> {
 /// the CPU search's cap per extremum: the host checks each).
 const NEAR_CAP_FRAME: usize = 2 << 14;
 
+/// Candidates of a frame of `plane` pixels past which the certified search gives it to the
+/// CPU (as the CPU's own search declines a frame whose relaxed maxima overflow about a fifth
+/// of its pixels): a blank or flat frame is not read back voxel by voxel.
+fn cand_cap_frame(plane: usize) -> usize {
+    (plane / 4).max(4096)
+}
+
 /// What a batch's kernels found, read back: per frame the candidates, or with the certified
 /// search per frame what the f32 search found.
 pub(super) enum Collected<R> {
@@ -696,7 +703,13 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         };
         let fr = e.alloc_elems::<R>(4 * nb)?;
         let p = self.p;
-        let (has_abs, abs_thr) = (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0));
+        // an absolute threshold beyond f32's range, clamped: still a lower bound of the
+        // threshold where it matters (the certified cube stays far below f32::MAX)
+        let big = f64::from(f32::MAX);
+        let (has_abs, abs_thr) = (
+            u32::from(p.threshold.is_some()),
+            p.threshold.unwrap_or(0.0).clamp(-big, big),
+        );
         let (has_rel, rel) = (
             u32::from(p.threshold_rel.is_some()),
             p.threshold_rel.unwrap_or(0.0),
@@ -744,8 +757,10 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             to_u32(self.bx, "exclude_border")?,
         );
         let counter = self.e.zeroed_elems::<i32>(1)?;
-        let ncount = self.e.zeroed_elems::<i32>(1 + b.nb)?;
+        // voxels near the extrema (all, then per frame), then candidates per frame
+        let ncount = self.e.zeroed_elems::<i32>(1 + 2 * b.nb)?;
         let cap = to_u32(self.cap, "candidates")?;
+        let cand_cap = to_u32(cand_cap_frame(self.plane), "candidates")?;
         let ncap = to_u32(c.ncap, "voxels near the extrema")?;
         let near_cap = to_u32(NEAR_CAP_FRAME, "voxels near the extrema")?;
         let peaks = u32::from(!self.border_empty);
@@ -766,6 +781,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 &self.val_buf,
                 &c.near_bits,
                 cap,
+                cand_cap,
                 &ncount,
                 &c.near,
                 ncap,
@@ -799,11 +815,12 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 None => (counter, ncount),
             };
             let count = count_of(e.read_elems(c_buf, 1)?.first().copied().unwrap_or(0))?;
-            let counts = e
-                .read_elems(n_buf, 1 + nb)?
+            // per-frame counts count every voxel (past i32::MAX they wrap: read unsigned)
+            let counts: Vec<usize> = e
+                .read_elems(n_buf, 1 + 2 * nb)?
                 .into_iter()
-                .map(count_of)
-                .collect::<Result<Vec<usize>>>()?;
+                .map(|v| v as u32 as usize)
+                .collect();
             let near = counts.first().copied().unwrap_or(0);
             let Some(c) = self.cert.as_mut() else {
                 return Err(BridgeError::backend("detect", None, "no certified search"));
@@ -848,7 +865,10 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             .map(|b| {
                 let margin = Real::to_f64(fr[4 * b + 2]);
                 let searched = Real::to_f64(fr[4 * b + 3]) < f64::INFINITY;
-                let few = counts.get(1 + b).is_some_and(|&n| n <= NEAR_CAP_FRAME);
+                let few = counts.get(1 + b).is_some_and(|&n| n <= NEAR_CAP_FRAME)
+                    && counts
+                        .get(1 + nb + b)
+                        .is_some_and(|&n| n <= cand_cap_frame(plane));
                 CertFound {
                     cands: Vec::new(),
                     near_lo: Vec::new(),
