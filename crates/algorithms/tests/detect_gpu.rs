@@ -580,6 +580,96 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
     eprintln!("[{name}] fused pass == two passes on {compared} cubes");
 }
 
+/// Issue 29: the certified search (an f32 cube on the device with the CPU's proven error
+/// bound, settled with exact f64 voxels on the host) gives the CPU's blobs bit for bit, and
+/// says which frames it searched and which it left to the CPU: spot frames of every pixel
+/// type are certified on the device; a constant frame, or a frame of a NaN, is computed on
+/// the CPU (the same blobs, none); without a threshold, or with the knob at 0, nothing is
+/// searched that way.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn check_certified_search<E: bridge_core::exec::Executor>(
+    d: &algorithms::detect::gpu::GpuDetect<E>,
+) {
+    use bridge_core::tuning::Tuning;
+    d.take_certified();
+    let img = spots(96, 80, 40, 11);
+    let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+    let frames = [
+        Frame::F64(img.clone()),
+        Frame::F32(img.mapv(|v| v as f32)),
+        Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
+        Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
+    ];
+    let params = random_params();
+    for (pname, p) in &params {
+        for f in &frames {
+            let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
+            let dev = d.blob_log_batch(&[f.view()], p).unwrap().remove_first();
+            assert_eq!(dev, cpu, "{pname}");
+        }
+        let (n, on_cpu) = d.take_certified();
+        if *pname == "no_threshold" {
+            assert_eq!((n, on_cpu), (0, 0), "{pname}");
+        } else {
+            assert_eq!((n, on_cpu), (4, 0), "{pname}");
+        }
+    }
+    // a blank movie with a relative threshold (every voxel within the margin of the
+    // threshold) and an absolute threshold beyond f32's range: the CPU's blobs (none), the
+    // blank frames computed on the CPU without reading their voxels back, the others
+    // searched on the device
+    let blank: Vec<Frame> = (0..3)
+        .map(|_| Frame::U16(Array2::from_elem((64, 64), 0u16)))
+        .collect();
+    let views: Vec<_> = blank.iter().map(Frame::view).collect();
+    let rel = &params[0].1;
+    assert!(rel.threshold_rel.is_some());
+    for (f, got) in blank.iter().zip(d.blob_log_batch(&views, rel).unwrap()) {
+        assert_eq!(got, blob_log_diag(f.view(), rel).unwrap().blobs);
+    }
+    assert_eq!(d.take_certified(), (3, 3));
+    let huge = BlobLogParams {
+        threshold: Some(1e39),
+        threshold_rel: None,
+        ..rel.clone()
+    };
+    let views: Vec<_> = frames.iter().map(Frame::view).collect();
+    for (f, got) in frames.iter().zip(d.blob_log_batch(&views, &huge).unwrap()) {
+        assert_eq!(got, blob_log_diag(f.view(), &huge).unwrap().blobs);
+    }
+    assert_eq!(d.take_certified(), (4, 0));
+    let p = &params[1].1;
+    let flat = Frame::F32(Array2::from_elem((40, 40), 0.5f32));
+    let mut nan = img.mapv(|v| v as f32);
+    nan[[7, 9]] = f32::NAN;
+    for f in [flat, Frame::F32(nan)] {
+        let cpu = blob_log_diag(f.view(), p).map(|d| d.blobs);
+        let dev = d.blob_log_batch(&[f.view()], p).map(|b| b.remove_first());
+        match (cpu, dev) {
+            (Ok(c), Ok(v)) => {
+                assert_eq!(v, c);
+                assert_eq!(d.take_certified(), (1, 1));
+            }
+            (Err(_), Err(_)) => {}
+            (c, v) => panic!("cpu {c:?} vs device {v:?}"),
+        }
+    }
+    let off = d.clone().with_config(GpuDetectConfig {
+        tuning: Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
+            .unwrap(),
+        ..GpuDetectConfig::default()
+    });
+    let f = frames[2].view();
+    assert_eq!(
+        off.blob_log_batch(&[f], p).unwrap(),
+        d.blob_log_batch(&[f], p).unwrap()
+    );
+    assert_eq!(off.take_certified(), (1, 0), "clones share the count");
+    off.blob_log_batch(&[f], p).unwrap();
+    assert_eq!(off.take_certified(), (0, 0));
+}
+
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::*;
@@ -814,96 +904,13 @@ mod opencl {
         assert!(e.to_string().contains("no doubles"), "{e}");
     }
 
-    /// Issue 29: the certified search (an f32 cube on the device with the CPU's proven error
-    /// bound, settled with exact f64 voxels on the host) gives the CPU's blobs bit for bit, and
-    /// says which frames it searched and which it left to the CPU: spot frames of every pixel
-    /// type are certified on the device; a constant frame, or a frame of a NaN, is computed on
-    /// the CPU (the same blobs, none); without a threshold, or with the knob at 0, nothing is
-    /// searched that way.
+    /// See [`super::check_certified_search`].
     #[test]
     fn certified_search_gives_the_cpus_blobs_and_counts_its_frames() {
-        use bridge_core::tuning::Tuning;
         let Some(d) = device() else { return };
-        if !d.has_fp64() {
-            return;
+        if d.has_fp64() {
+            super::check_certified_search(&d);
         }
-        d.take_certified();
-        let img = spots(96, 80, 40, 11);
-        let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
-        let frames = [
-            Frame::F64(img.clone()),
-            Frame::F32(img.mapv(|v| v as f32)),
-            Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
-            Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
-        ];
-        let params = random_params();
-        for (pname, p) in &params {
-            for f in &frames {
-                let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
-                let dev = d.blob_log_batch(&[f.view()], p).unwrap().remove_first();
-                assert_eq!(dev, cpu, "{pname}");
-            }
-            let (n, on_cpu) = d.take_certified();
-            if *pname == "no_threshold" {
-                assert_eq!((n, on_cpu), (0, 0), "{pname}");
-            } else {
-                assert_eq!((n, on_cpu), (4, 0), "{pname}");
-            }
-        }
-        // a blank movie with a relative threshold (every voxel within the margin of the
-        // threshold) and an absolute threshold beyond f32's range: the CPU's blobs (none), the
-        // blank frames computed on the CPU without reading their voxels back, the others
-        // searched on the device
-        let blank: Vec<Frame> = (0..3)
-            .map(|_| Frame::U16(Array2::from_elem((64, 64), 0u16)))
-            .collect();
-        let views: Vec<_> = blank.iter().map(Frame::view).collect();
-        let rel = &params[0].1;
-        assert!(rel.threshold_rel.is_some());
-        for (f, got) in blank.iter().zip(d.blob_log_batch(&views, rel).unwrap()) {
-            assert_eq!(got, blob_log_diag(f.view(), rel).unwrap().blobs);
-        }
-        assert_eq!(d.take_certified(), (3, 3));
-        let huge = BlobLogParams {
-            threshold: Some(1e39),
-            threshold_rel: None,
-            ..rel.clone()
-        };
-        let views: Vec<_> = frames.iter().map(Frame::view).collect();
-        for (f, got) in frames.iter().zip(d.blob_log_batch(&views, &huge).unwrap()) {
-            assert_eq!(got, blob_log_diag(f.view(), &huge).unwrap().blobs);
-        }
-        assert_eq!(d.take_certified(), (4, 0));
-        let p = &params[1].1;
-        let flat = Frame::F32(Array2::from_elem((40, 40), 0.5f32));
-        let mut nan = img.mapv(|v| v as f32);
-        nan[[7, 9]] = f32::NAN;
-        for f in [flat, Frame::F32(nan)] {
-            let cpu = blob_log_diag(f.view(), p).map(|d| d.blobs);
-            let dev = d.blob_log_batch(&[f.view()], p).map(|b| b.remove_first());
-            match (cpu, dev) {
-                (Ok(c), Ok(v)) => {
-                    assert_eq!(v, c);
-                    assert_eq!(d.take_certified(), (1, 1));
-                }
-                (Err(_), Err(_)) => {}
-                (c, v) => panic!("cpu {c:?} vs device {v:?}"),
-            }
-        }
-        let off = d.clone().with_config(GpuDetectConfig {
-            tuning: Tuning::default()
-                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
-                .unwrap(),
-            ..GpuDetectConfig::default()
-        });
-        let f = frames[2].view();
-        assert_eq!(
-            off.blob_log_batch(&[f], p).unwrap(),
-            d.blob_log_batch(&[f], p).unwrap()
-        );
-        assert_eq!(off.take_certified(), (1, 0), "clones share the count");
-        off.blob_log_batch(&[f], p).unwrap();
-        assert_eq!(off.take_certified(), (0, 0));
     }
 
     #[test]
@@ -1305,12 +1312,23 @@ mod cuda {
         // the default (Auto): every row the CPU's on a GPU with doubles (all NVIDIA GPUs)
         check_fixture_detections("cuda default", &d, Expect::AllExact);
         check_random("cuda default", &d, Expect::AllExact);
+        // the cube in the working type (not the certified search)
         let m = d.clone().with_config(GpuDetectConfig {
             precision: Precision::F64,
+            tuning: bridge_core::tuning::Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
+                .unwrap(),
             ..GpuDetectConfig::default()
         });
         check_fixture_detections("cuda match-cpu", &m, Expect::AllExact);
         check_random("cuda match-cpu", &m, Expect::AllExact);
+    }
+
+    /// See [`super::check_certified_search`].
+    #[test]
+    fn cuda_certified_search_gives_the_cpus_blobs_and_counts_its_frames() {
+        let Some(d) = device() else { return };
+        super::check_certified_search(&d);
     }
 
     #[test]
