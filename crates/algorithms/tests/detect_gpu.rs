@@ -642,9 +642,18 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
     let flat = Frame::F32(Array2::from_elem((40, 40), 0.5f32));
     let mut nan = img.mapv(|v| v as f32);
     nan[[7, 9]] = f32::NAN;
-    for f in [flat, Frame::F32(nan)] {
-        let cpu = blob_log_diag(f.view(), p).map(|d| d.blobs);
-        let dev = d.blob_log_batch(&[f.view()], p).map(|b| b.remove_first());
+    // magnitudes beyond 10^±20 (the bound's range; the CPU's own certified search declines
+    // them too) with thresholds scaled alike: the CPU computes them, with the CPU's blobs
+    let scaled = |k: f64| BlobLogParams {
+        threshold: p.threshold.map(|t| t * k),
+        ..p.clone()
+    };
+    let huge = (Frame::F64(img.mapv(|v| v * 1e25)), scaled(1e25));
+    let tiny = (Frame::F64(img.mapv(|v| v * 1e-25)), scaled(1e-25));
+    let cases = [(flat, p.clone()), (Frame::F32(nan), p.clone()), huge, tiny];
+    for (f, q) in &cases {
+        let cpu = blob_log_diag(f.view(), q).map(|d| d.blobs);
+        let dev = d.blob_log_batch(&[f.view()], q).map(|b| b.remove_first());
         match (cpu, dev) {
             (Ok(c), Ok(v)) => {
                 assert_eq!(v, c);
@@ -654,6 +663,19 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
             (c, v) => panic!("cpu {c:?} vs device {v:?}"),
         }
     }
+    let (huge, tiny) = (&cases[2], &cases[3]);
+    assert!(
+        !blob_log_diag(huge.0.view(), &huge.1)
+            .unwrap()
+            .blobs
+            .is_empty()
+    );
+    assert!(
+        !blob_log_diag(tiny.0.view(), &tiny.1)
+            .unwrap()
+            .blobs
+            .is_empty()
+    );
     let off = d.clone().with_config(GpuDetectConfig {
         tuning: Tuning::default()
             .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
