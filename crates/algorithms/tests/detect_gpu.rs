@@ -580,6 +580,19 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
     eprintln!("[{name}] fused pass == two passes on {compared} cubes");
 }
 
+/// [`Precision::F64`] with the cube in the working type (not the certified search, the
+/// default).
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn working_type_cube() -> GpuDetectConfig {
+    GpuDetectConfig {
+        precision: Precision::F64,
+        tuning: bridge_core::tuning::Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
+            .unwrap(),
+        ..GpuDetectConfig::default()
+    }
+}
+
 /// Issue 29: the certified search (an f32 cube on the device with the CPU's proven error
 /// bound, settled with exact f64 voxels on the host) gives the CPU's blobs bit for bit, and
 /// says which frames it searched and which it left to the CPU: spot frames of every pixel
@@ -590,7 +603,6 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
 fn check_certified_search<E: bridge_core::exec::Executor>(
     d: &algorithms::detect::gpu::GpuDetect<E>,
 ) {
-    use bridge_core::tuning::Tuning;
     d.take_certified();
     let img = spots(96, 80, 40, 11);
     let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
@@ -676,12 +688,7 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
             .blobs
             .is_empty()
     );
-    let off = d.clone().with_config(GpuDetectConfig {
-        tuning: Tuning::default()
-            .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
-            .unwrap(),
-        ..GpuDetectConfig::default()
-    });
+    let off = d.clone().with_config(working_type_cube());
     let f = frames[2].view();
     assert_eq!(
         off.blob_log_batch(&[f], p).unwrap(),
@@ -862,21 +869,12 @@ mod opencl {
         let (rows, diff) = check_fixture_detections("opencl default", &d, want);
         assert!(diff * 100 <= rows, "{diff} of {rows}");
         if d.has_fp64() {
-            check_fixture_detections("opencl match-cpu", &working_type_cube(&d), Expect::AllExact);
+            check_fixture_detections(
+                "opencl match-cpu",
+                &d.clone().with_config(working_type_cube()),
+                Expect::AllExact,
+            );
         }
-    }
-
-    /// The back end with [`Precision::F64`] and the cube in the working type (not the
-    /// certified f32 search, the default).
-    fn working_type_cube(d: &OpenClDetect) -> OpenClDetect {
-        use bridge_core::tuning::Tuning;
-        d.clone().with_config(GpuDetectConfig {
-            precision: Precision::F64,
-            tuning: Tuning::default()
-                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
-                .unwrap(),
-            ..GpuDetectConfig::default()
-        })
     }
 
     /// A device without doubles (PoCL told so: `OpenClExecutor::without_fp64`) gives the
@@ -946,7 +944,11 @@ mod opencl {
         let (rows, diff) = check_random("opencl default", &d, want);
         assert!(diff * 100 <= rows.max(100), "{diff} of {rows}");
         if d.has_fp64() {
-            check_random("opencl match-cpu", &working_type_cube(&d), Expect::AllExact);
+            check_random(
+                "opencl match-cpu",
+                &d.clone().with_config(working_type_cube()),
+                Expect::AllExact,
+            );
         }
     }
 
@@ -1335,13 +1337,7 @@ mod cuda {
         check_fixture_detections("cuda default", &d, Expect::AllExact);
         check_random("cuda default", &d, Expect::AllExact);
         // the cube in the working type (not the certified search)
-        let m = d.clone().with_config(GpuDetectConfig {
-            precision: Precision::F64,
-            tuning: bridge_core::tuning::Tuning::default()
-                .with("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", "0")
-                .unwrap(),
-            ..GpuDetectConfig::default()
-        });
+        let m = d.clone().with_config(working_type_cube());
         check_fixture_detections("cuda match-cpu", &m, Expect::AllExact);
         check_random("cuda match-cpu", &m, Expect::AllExact);
     }

@@ -11,10 +11,10 @@ use super::super::blob_log::{
     BlobLogParams, Converted, DevicePlan, Prescale, border_covers, check_range_of,
     check_scale_space_range, convert_frame,
 };
-use super::super::real::{give_buf, take_buf};
+use super::super::real::{Real, give_buf, take_buf};
 use super::super::trace_span;
 use super::pipeline::{
-    Certify, HostFrames, Input, Prescaling, RawFrames, RunOut, Turn, run_certified, run_typed,
+    Certify, HostFrames, Input, Mode, Prescaling, RawFrames, RunOut, Turn, run_typed,
 };
 use super::{GpuDetectConfig, Precision};
 
@@ -142,105 +142,34 @@ pub(super) fn run_frames<E: Executor>(
         let run = &frames[i..j];
         let (h, w) = dim;
         let n = run.len();
+        let dims = (n, h, w);
+        // no doubles to convert raw integers on the device as the CPU does: the certified
+        // search gets them converted on the host (its f32 image must be the exact pixels
+        // rounded once)
+        let on_host = kind == Kind::HostF64 || (!e.has_fp64() && plan(false, dim).is_some());
         let res = match kind {
-            Kind::HostF32 | Kind::HostF64 => {
-                let converted: Vec<Converted> = run
-                    .par_iter()
-                    .map(|f| convert_frame(f, p.prescale))
-                    .collect::<Result<_>>()?;
-                if kind == Kind::HostF32 {
-                    let imgs: Vec<Vec<f32>> = converted
-                        .into_iter()
-                        .map(|c| match c {
-                            Converted::F32(v) => v,
-                            Converted::F64(v) => v.iter().map(|&x| x as f32).collect(),
-                        })
-                        .collect();
-                    if let Some(plan) = plan(true, dim) {
-                        let cert = Certify {
-                            plan,
-                            frames: HostFrames::Typed(&imgs),
-                        };
-                        let input = Input::Host(&imgs);
-                        run_certified::<E, f32>(e, input, n, h, w, p, cfg, cert, turn)?
-                    } else {
-                        run_typed::<E, f32, f32>(
-                            e,
-                            Input::Host(&imgs),
-                            n,
-                            h,
-                            w,
-                            p,
-                            cfg,
-                            want_cube,
-                            turn,
-                        )?
-                    }
-                } else {
-                    let imgs: Vec<Vec<f64>> = converted
-                        .into_iter()
-                        .map(|c| match c {
-                            Converted::F64(v) => v,
-                            Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                        })
-                        .collect();
-                    if let Some(plan) = plan(false, dim) {
-                        let cert = Certify {
-                            plan,
-                            frames: HostFrames::Typed(&imgs),
-                        };
-                        let input = Input::Host(&imgs);
-                        run_certified::<E, f64>(e, input, n, h, w, p, cfg, cert, turn)?
-                    } else if f64_cube {
-                        run_typed::<E, f64, f64>(
-                            e,
-                            Input::Host(&imgs),
-                            n,
-                            h,
-                            w,
-                            p,
-                            cfg,
-                            want_cube,
-                            turn,
-                        )?
-                    } else {
-                        run_typed::<E, f64, f32>(
-                            e,
-                            Input::Host(&imgs),
-                            n,
-                            h,
-                            w,
-                            p,
-                            cfg,
-                            want_cube,
-                            turn,
-                        )?
-                    }
-                }
-            }
-            Kind::RawU8 | Kind::RawU16 if !e.has_fp64() && plan(false, dim).is_some() => {
-                // no doubles to convert them on the device as the CPU does: the certified
-                // search gets them converted on the host (its f32 image must be the exact
-                // pixels rounded once)
-                let imgs: Vec<Vec<f64>> = run
+            Kind::HostF32 => {
+                let imgs: Vec<Vec<f32>> = run
                     .par_iter()
                     .map(|f| {
                         Ok(match convert_frame(f, p.prescale)? {
-                            Converted::F64(v) => v,
-                            Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+                            Converted::F32(v) => v,
+                            Converted::F64(v) => v.iter().map(|&x| x as f32).collect(),
                         })
                     })
                     .collect::<Result<_>>()?;
-                let plan = plan(false, dim).ok_or_else(|| {
-                    BridgeError::backend("detect", None, "the certified search has no plan")
-                })?;
-                let cert = Certify {
-                    plan,
-                    frames: HostFrames::Typed(&imgs),
-                };
-                run_certified::<E, f64>(e, Input::Host(&imgs), n, h, w, p, cfg, cert, turn)?
+                let plan = plan(true, dim);
+                run_host(e, &imgs, dims, p, cfg, (want_cube, f64_cube, plan), turn)?
             }
-            Kind::RawU8 | Kind::RawU16 => {
+            Kind::HostF64 | Kind::RawU8 | Kind::RawU16 if on_host => {
+                let imgs: Vec<Vec<f64>> = run
+                    .par_iter()
+                    .map(|f| frame_f64(f, p.prescale))
+                    .collect::<Result<_>>()?;
+                let plan = plan(false, dim);
+                run_host(e, &imgs, dims, p, cfg, (want_cube, f64_cube, plan), turn)?
+            }
+            Kind::HostF64 | Kind::RawU8 | Kind::RawU16 => {
                 let t_pack = std::time::Instant::now();
                 let px = if kind == Kind::RawU8 { 1 } else { 2 };
                 let fb = h * w * px;
@@ -267,21 +196,18 @@ pub(super) fn run_frames<E: Executor>(
                     let f = run.get(i).ok_or_else(|| {
                         BridgeError::backend("detect", None, format!("no frame {i} in the run"))
                     })?;
-                    Ok(match convert_frame(f, p.prescale)? {
-                        Converted::F64(v) => v,
-                        Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-                    })
+                    frame_f64(f, p.prescale)
                 };
                 let res = if let Some(plan) = plan(false, dim) {
                     let cert = Certify {
                         plan,
                         frames: HostFrames::Convert(&convert),
                     };
-                    run_certified::<E, f64>(e, input, n, h, w, p, cfg, cert, turn)
+                    run_typed::<E, f64, f32>(e, input, dims, p, cfg, Mode::Certified(cert), turn)
                 } else if f64_cube {
-                    run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, want_cube, turn)
+                    run_typed::<E, f64, f64>(e, input, dims, p, cfg, Mode::Cube(want_cube), turn)
                 } else {
-                    run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, want_cube, turn)
+                    run_typed::<E, f64, f32>(e, input, dims, p, cfg, Mode::Cube(want_cube), turn)
                 };
                 give_buf(bytes);
                 res?
@@ -297,6 +223,42 @@ pub(super) fn run_frames<E: Executor>(
         i = j;
     }
     Ok(out)
+}
+
+/// A frame in its working type held in f64, converted as the CPU converts it.
+fn frame_f64(f: &FrameView<'_>, prescale: Prescale) -> Result<Vec<f64>> {
+    Ok(match convert_frame(f, prescale)? {
+        Converted::F64(v) => v,
+        Converted::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+    })
+}
+
+/// A run of frames converted on the host (working type `T`) on the device: the certified
+/// search where it has a `plan`, else the cube in the working type where the device computes
+/// in float64 (`f64_cube`; f32 frames always get an f32 cube), else in float32.
+fn run_host<E: Executor, T: Real>(
+    e: &E,
+    imgs: &[Vec<T>],
+    dims: (usize, usize, usize),
+    p: &BlobLogParams,
+    cfg: &GpuDetectConfig,
+    (want_cube, f64_cube, plan): (bool, bool, Option<DevicePlan>),
+    turn: &Turn,
+) -> Result<RunOut> {
+    let input = Input::Host(imgs);
+    match plan {
+        Some(plan) => {
+            let cert = Certify {
+                plan,
+                frames: HostFrames::Typed(imgs),
+            };
+            run_typed::<E, T, f32>(e, input, dims, p, cfg, Mode::Certified(cert), turn)
+        }
+        None if f64_cube && !T::IS_F32 => {
+            run_typed::<E, T, f64>(e, input, dims, p, cfg, Mode::Cube(want_cube), turn)
+        }
+        None => run_typed::<E, T, f32>(e, input, dims, p, cfg, Mode::Cube(want_cube), turn),
+    }
 }
 
 /// Whether the certified search runs (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED` of the
@@ -375,10 +337,11 @@ pub(super) fn run_resident<E: Executor>(
             mode,
         };
         let input = Input::Device(raw, frame0, pre);
+        let dims = (n, h, w);
         let res = if f64_cube {
-            run_typed::<E, f64, f64>(e, input, n, h, w, p, cfg, false, turn)?
+            run_typed::<E, f64, f64>(e, input, dims, p, cfg, Mode::Cube(false), turn)?
         } else {
-            run_typed::<E, f64, f32>(e, input, n, h, w, p, cfg, false, turn)?
+            run_typed::<E, f64, f32>(e, input, dims, p, cfg, Mode::Cube(false), turn)?
         };
         out.blobs.extend(res.blobs);
         out.kernel_s += res.kernel_s;

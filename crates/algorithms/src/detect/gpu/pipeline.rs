@@ -188,47 +188,43 @@ pub(super) fn prep_wg(t: &Tuning) -> usize {
     t.usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
 }
 
+/// What a run computes: the cube in the device type (and reads it back when `.0`), or the
+/// certified search (an f32 cube: `R = f32`).
+pub(super) enum Mode<'a, T> {
+    /// The cube in the device type `R`, searched exactly; read back when asked.
+    Cube(bool),
+    /// The certified search (issue 29; [`DevicePlan`]): an f32 cube with f32 sums searched
+    /// with a proven margin, each frame settled on the host with exact voxels of the frame
+    /// (`Certify::frames`), so that the blobs are the CPU's bit for bit. Raw integer frames are
+    /// converted on the device in float64 (the device must have doubles).
+    Certified(Certify<'a, T>),
+}
+
 /// The device pipeline on one run of frames (working type `T`, cube in the device type `R`):
 /// the passes accumulate in `f64` where the device has doubles and [`GpuDetectConfig`] asks for
-/// it (always for an `f64` cube), else in `f32` ([`run_acc`]).
-#[allow(clippy::too_many_arguments)]
+/// it (always for an `f64` cube), else in `f32` ([`run_acc`]); the certified search in `f32`
+/// (`R` must be `f32`).
 pub(super) fn run_typed<E: Executor, T: Real, R: DevReal>(
     e: &E,
     input: Input<'_, T, E>,
-    n_frames: usize,
-    h: usize,
-    w: usize,
+    dims: (usize, usize, usize),
     p: &BlobLogParams,
     cfg: &GpuDetectConfig,
-    want_cube: bool,
+    mode: Mode<'_, T>,
     turn: &Turn,
 ) -> Result<RunOut> {
-    let dims = (n_frames, h, w);
-    if e.has_fp64() && (cfg.precision != Precision::F32 || R::SIZE == 8) {
-        run_acc::<E, T, R, f64>(e, input, dims, p, cfg, (want_cube, None), turn)
-    } else {
-        run_acc::<E, T, R, f32>(e, input, dims, p, cfg, (want_cube, None), turn)
+    match mode {
+        Mode::Certified(_) if R::SIZE != 4 => Err(BridgeError::Unsupported(
+            "the certified search with a float64 cube".into(),
+        )),
+        Mode::Certified(c) => {
+            run_acc::<E, T, R, f32>(e, input, dims, p, cfg, (false, Some(c)), turn)
+        }
+        Mode::Cube(want) if e.has_fp64() && (cfg.precision != Precision::F32 || R::SIZE == 8) => {
+            run_acc::<E, T, R, f64>(e, input, dims, p, cfg, (want, None), turn)
+        }
+        Mode::Cube(want) => run_acc::<E, T, R, f32>(e, input, dims, p, cfg, (want, None), turn),
     }
-}
-
-/// The certified search of a run on the device (issue 29; [`DevicePlan`]): an f32 cube with
-/// f32 sums searched with a proven margin, each frame settled on the host with exact voxels of
-/// the frame (`cert.frames`), so that the blobs are the CPU's bit for bit. Raw integer frames
-/// are converted on the device in float64 (the device must have doubles).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_certified<E: Executor, T: Real>(
-    e: &E,
-    input: Input<'_, T, E>,
-    n_frames: usize,
-    h: usize,
-    w: usize,
-    p: &BlobLogParams,
-    cfg: &GpuDetectConfig,
-    cert: Certify<'_, T>,
-    turn: &Turn,
-) -> Result<RunOut> {
-    let dims = (n_frames, h, w);
-    run_acc::<E, T, f32, f32>(e, input, dims, p, cfg, (false, Some(cert)), turn)
 }
 
 /// The certified search's part of a run: its plan and the frames on the host.

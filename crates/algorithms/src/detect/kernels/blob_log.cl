@@ -387,6 +387,20 @@ KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
     }
 }
 
+/* A frame's groups partial (min, max) pairs f[2g], f[2g + 1] folded in order. */
+DEVICE_FN void fold_partials(GLOBAL const REAL* RESTRICT f, uint groups, REAL* lo, REAL* hi) {
+    REAL a0 = f[0];
+    REAL z0 = f[1];
+    for (uint g = 0; g < groups; ++g) {
+        REAL a = f[2 * g];
+        REAL z = f[2 * g + 1];
+        a0 = a < a0 ? a : a0;
+        z0 = z > z0 ? z : z0;
+    }
+    *lo = a0;
+    *hi = z0;
+}
+
 /* Each frame's threshold (spec 1.5) from cube_minmax's partials, as the CPU computes it in
    the cube's type: the frame's partials folded in order into (lo, hi); a constant (or NaN)
    cube gets inf (no peak); otherwise thr = abs_thr (has_abs) or lo, raised to rel * hi
@@ -397,15 +411,8 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
                         const REAL inf) {
     size_t b = GID(0);
     if (b >= nb) return;
-    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
-    REAL lo = f[0];
-    REAL hi = f[1];
-    for (uint g = 0; g < groups; ++g) {
-        REAL a = f[2 * g];
-        REAL z = f[2 * g + 1];
-        lo = a < lo ? a : lo;
-        hi = z > hi ? z : hi;
-    }
+    REAL lo, hi;
+    fold_partials(part + 2 * (size_t)groups * b, groups, &lo, &hi);
     REAL t;
     if (lo == hi || lo != lo || hi != hi) {
         t = inf;
@@ -491,15 +498,8 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
         BARRIER();
     }
     if (l != 0) return;
-    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
-    REAL lo = f[0];
-    REAL hi = f[1];
-    for (uint g = 0; g < groups; ++g) {
-        REAL a = f[2 * g];
-        REAL z = f[2 * g + 1];
-        lo = a < lo ? a : lo;
-        hi = z > hi ? z : hi;
-    }
+    REAL lo, hi;
+    fold_partials(part + 2 * (size_t)groups * b, groups, &lo, &hi);
     m = mx[0];
     REAL e = e1 * m + e0;
     REAL base = has_abs ? abs_thr : -inf;

@@ -487,6 +487,43 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         }
     }
 
+    /// The batch's partial extrema per frame in `part`: the fused pass left them; else
+    /// `cube_minmax` finds them per work group. Returns their number per frame.
+    fn partial_extrema(
+        &self,
+        b: &Batch,
+        part: &Buffer<E, R>,
+        timed: &mut Timed<'_>,
+    ) -> Result<u32> {
+        let groups_u = to_u32(self.partials(), "groups")?;
+        if self.tile.is_none() {
+            let per_frame = to_u32(self.per_frame, "cube size")?;
+            let (global, local) = ([self.groups * MINMAX_WG, b.nb], [MINMAX_WG, 1]);
+            timed(&mut || {
+                self.k.cube_minmax(
+                    Grid::new(&global, &local),
+                    &self.cube,
+                    part,
+                    per_frame,
+                    groups_u,
+                )
+            })?;
+        }
+        Ok(groups_u)
+    }
+
+    /// The thresholds as kernel arguments: `(has_abs, abs)`, `(has_rel, rel)`.
+    fn threshold_args(&self) -> ((u32, f64), (u32, f64)) {
+        let p = self.p;
+        (
+            (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0)),
+            (
+                u32::from(p.threshold_rel.is_some()),
+                p.threshold_rel.unwrap_or(0.0),
+            ),
+        )
+    }
+
     /// Each frame's threshold, on the device: the partial extrema in `part` (the fused pass
     /// left them; else `cube_minmax` finds them per work group), which `frame_thresholds`
     /// folds per frame with the CPU's arithmetic in `R`
@@ -498,27 +535,9 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         timed: &mut Timed<'_>,
     ) -> Result<Buffer<E, R>> {
         let (e, k, nb) = (self.e, &self.k, b.nb);
-        let groups_u = to_u32(self.partials(), "groups")?;
-        if self.tile.is_none() {
-            let per_frame = to_u32(self.per_frame, "cube size")?;
-            let (global, local) = ([self.groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
-            timed(&mut || {
-                k.cube_minmax(
-                    Grid::new(&global, &local),
-                    &self.cube,
-                    part,
-                    per_frame,
-                    groups_u,
-                )
-            })?;
-        }
+        let groups_u = self.partial_extrema(b, part, timed)?;
         let thr = e.alloc_elems::<R>(nb)?;
-        let p = self.p;
-        let (has_abs, abs_thr) = (u32::from(p.threshold.is_some()), p.threshold.unwrap_or(0.0));
-        let (has_rel, rel) = (
-            u32::from(p.threshold_rel.is_some()),
-            p.threshold_rel.unwrap_or(0.0),
-        );
+        let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
         let (global, local) = ([round_up_to(nb, 64)], [64]);
         timed(&mut || {
             k.frame_thresholds(
@@ -683,37 +702,17 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         timed: &mut Timed<'_>,
     ) -> Result<Buffer<E, R>> {
         let (e, k, nb) = (self.e, &self.k, b.nb);
-        let groups_u = to_u32(self.partials(), "groups")?;
-        if self.tile.is_none() {
-            let per_frame = to_u32(self.per_frame, "cube size")?;
-            let (global, local) = ([self.groups * MINMAX_WG, nb], [MINMAX_WG, 1]);
-            timed(&mut || {
-                k.cube_minmax(
-                    Grid::new(&global, &local),
-                    &self.cube,
-                    part,
-                    per_frame,
-                    groups_u,
-                )
-            })?;
-        }
+        let groups_u = self.partial_extrema(b, part, timed)?;
         let (e1, e0) = match &self.cert {
             Some(c) => c.c.plan.margin(),
             None => return Err(BridgeError::backend("detect", None, "no certified search")),
         };
         let fr = e.alloc_elems::<R>(4 * nb)?;
-        let p = self.p;
+        let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
         // an absolute threshold beyond f32's range, clamped: still a lower bound of the
         // threshold where it matters (the certified cube stays far below f32::MAX)
         let big = f64::from(f32::MAX);
-        let (has_abs, abs_thr) = (
-            u32::from(p.threshold.is_some()),
-            p.threshold.unwrap_or(0.0).clamp(-big, big),
-        );
-        let (has_rel, rel) = (
-            u32::from(p.threshold_rel.is_some()),
-            p.threshold_rel.unwrap_or(0.0),
-        );
+        let abs_thr = abs_thr.clamp(-big, big);
         let plane = to_u32(self.plane, "frame size")?;
         let frame0 = to_u32(b.frame0, "frame")?;
         let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
