@@ -469,8 +469,9 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
    hold the proof): an f32 cube (REAL = ACC = float) searched with a margin e per frame, the
    host settling every decision the margin leaves open with exact float64 voxels.
    cert_frames: one work group of MINMAX_WG per frame of the batch. m = the largest |pixel| of
-   the frame's f32 image (+inf where a pixel is NaN or infinite), e = e1 * m + e0, the partial
-   extrema (as frame_thresholds reads them) folded into (lo, hi), and thr_c, a lower bound of
+   the frame's f32 image (+inf where a pixel or a partial extremum is NaN, or a pixel is
+   infinite), e = e1 * m + e0, the partial extrema (as frame_thresholds reads them) folded in
+   parallel into (lo, hi), and thr_c, a lower bound of
    every exact threshold the frame can have, less e: max(abs_thr, rel * (hi - e)) - e, lowered
    by 2^-20 of its magnitude for the roundings. fr[4b .. 4b + 4] = (lo, hi, e, thr_c); thr_c
    = +inf where anything is not finite (the host then computes the frame itself). */
@@ -480,6 +481,8 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
                    const uint has_abs, const REAL abs_thr, const uint has_rel, const REAL rel,
                    const REAL inf) {
     LOCAL REAL mx[MINMAX_WG];
+    LOCAL REAL lw[MINMAX_WG];
+    LOCAL REAL hw[MINMAX_WG];
     size_t l = LID(0);
     size_t b = GROUP_ID(0);
     GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
@@ -491,15 +494,32 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
         bad |= (a != a) | (a == inf);
         m = a > m ? a : m;
     }
+    /* the partial extrema, folded by every work item (a NaN makes the frame unsearched) */
+    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
+    REAL lo = inf;
+    REAL hi = -inf;
+    for (size_t g = l; g < groups; g += MINMAX_WG) {
+        REAL a = f[2 * g];
+        REAL z = f[2 * g + 1];
+        bad |= (a != a) | (z != z);
+        lo = a < lo ? a : lo;
+        hi = z > hi ? z : hi;
+    }
     mx[l] = bad ? inf : m;
+    lw[l] = lo;
+    hw[l] = hi;
     BARRIER();
     for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
-        if (l < st) mx[l] = mx[l + st] > mx[l] ? mx[l + st] : mx[l];
+        if (l < st) {
+            mx[l] = mx[l + st] > mx[l] ? mx[l + st] : mx[l];
+            lw[l] = lw[l + st] < lw[l] ? lw[l + st] : lw[l];
+            hw[l] = hw[l + st] > hw[l] ? hw[l + st] : hw[l];
+        }
         BARRIER();
     }
     if (l != 0) return;
-    REAL lo, hi;
-    fold_partials(part + 2 * (size_t)groups * b, groups, &lo, &hi);
+    lo = lw[0];
+    hi = hw[0];
     m = mx[0];
     REAL e = e1 * m + e0;
     REAL base = has_abs ? abs_thr : -inf;
