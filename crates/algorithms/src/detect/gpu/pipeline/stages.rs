@@ -2,7 +2,8 @@
 //! (see [`super::run_typed`]): per batch of frames the two LoG passes into the cube, its
 //! per-frame extrema and thresholds (on the device), the 3×3×3 peaks and their reads, then the
 //! host's ordering and overlap pruning, which overlaps the device's next batch
-//! ([`LogRun::run_all`]).
+//! ([`LogRun::run_all`]); `cert`: the certified search's stages instead of the thresholds and
+//! the peaks.
 
 use std::marker::PhantomData;
 
@@ -11,13 +12,15 @@ use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::{Cand, Certify, Coeffs, Timed, order_and_prune, round_up_to, to_u32};
-use crate::detect::blob_log::{
-    Blob, BlobLogParams, DeviceFound, SearchCand, blobs_of_device_search, border_covers,
-};
+use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
 use crate::detect::gpu::DevReal;
 use crate::detect::kernels::MINMAX_WG;
 use crate::detect::kernels::blob_log_kernels::Kernels;
 use crate::detect::real::Real;
+
+mod cert;
+
+use cert::{CertFound, CertRun};
 
 /// One run of frames on the device once its frames and coefficients are up: the sizes,
 /// options and buffers every batch of frames uses, the host's timings and the results so far.
@@ -111,29 +114,6 @@ pub(super) struct LogRun<'a, 'c, E: Executor, T, R: DevReal, A: DevReal> {
     _t: PhantomData<T>,
 }
 
-/// The certified search of a run ([`Certify`]) and its buffers beyond the plain search's.
-struct CertRun<'a, E: Executor, T> {
-    /// The plan and the host's frames.
-    c: Certify<'a, T>,
-    /// Each candidate's open neighbours (`cap`, beside `idx_buf` and `val_buf`).
-    near_bits: Buffer<E, u32>,
-    /// The voxels near the extrema: (cube index, kind) pairs, `ncap` of them.
-    near: Buffer<E, u32>,
-    /// Capacity of `near`, grown when a batch has more.
-    ncap: usize,
-}
-
-/// Voxels near a frame's extrema past which the certified search gives it to the CPU (twice
-/// the CPU search's cap per extremum: the host checks each).
-const NEAR_CAP_FRAME: usize = 2 << 14;
-
-/// Candidates of a frame of `plane` pixels past which the certified search gives it to the
-/// CPU (as the CPU's own search declines a frame whose relaxed maxima overflow about a fifth
-/// of its pixels): a blank or flat frame is not read back voxel by voxel.
-fn cand_cap_frame(plane: usize) -> usize {
-    (plane / 4).max(4096)
-}
-
 /// What a batch's kernels found, read back: per frame the candidates, or with the certified
 /// search per frame what the f32 search found.
 pub(super) enum Collected<R> {
@@ -141,16 +121,6 @@ pub(super) enum Collected<R> {
     Plain(Vec<Vec<Cand<R>>>),
     /// Per frame what the certified search found, from frame `.0` of the run.
     Cert(usize, Vec<CertFound>),
-}
-
-/// What the certified search found in one frame (see [`DeviceFound`]); `e` is NaN where the
-/// device could not search it (a pixel or the f32 cube not finite) or found too many voxels
-/// near its extrema.
-pub(super) struct CertFound {
-    cands: Vec<SearchCand<f32>>,
-    near_lo: Vec<(usize, usize, usize)>,
-    near_hi: Vec<(usize, usize, usize)>,
-    e: f64,
 }
 
 /// A batch whose kernels are enqueued: its grids, its thresholds' buffer (the peaks may run
@@ -237,15 +207,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let idx_buf = e.alloc_elems::<u32>(cap)?;
         let val_buf = e.alloc_elems::<R>(cap)?;
         let cert = match cert {
-            Some(c) => {
-                let ncap = (chunk * 64).max(1024);
-                Some(CertRun {
-                    c,
-                    near_bits: e.alloc_elems::<u32>(cap)?,
-                    near: e.alloc_elems::<u32>(2 * ncap)?,
-                    ncap,
-                })
-            }
+            Some(c) => Some(CertRun::new(e, c, cap, chunk)?),
             None => None,
         };
         Ok(Self {
@@ -654,250 +616,10 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 .into_par_iter()
                 .map(|c| order_and_prune::<T, R>(c, sigmas, p.overlap))
                 .collect(),
-            Collected::Cert(frame0, found) => {
-                let c = &self
-                    .cert
-                    .as_ref()
-                    .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?
-                    .c;
-                let dims = (self.h, self.w);
-                let out: Vec<(Vec<Blob>, bool)> = found
-                    .into_par_iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        let image = c.frames.frame(frame0 + i)?;
-                        let found = DeviceFound {
-                            cands: &f.cands,
-                            near_lo: &f.near_lo,
-                            near_hi: &f.near_hi,
-                            e: f.e,
-                        };
-                        blobs_of_device_search::<T>(&image, dims, p, &c.plan, found)
-                    })
-                    .collect::<Result<_>>()?;
-                let on_host = out.iter().filter(|o| o.1).count();
-                if on_host > 0 {
-                    log::debug!(
-                        "detect: the certified search left {on_host} of {} frames to the CPU",
-                        out.len()
-                    );
-                }
-                self.host_frames += on_host;
-                out.into_iter().map(|o| o.0).collect()
-            }
+            Collected::Cert(frame0, found) => self.settle(frame0, found)?,
         };
         self.prune_s += t.elapsed().as_secs_f64();
         self.blobs.extend(done);
         Ok(())
-    }
-
-    /// Each frame's margins of the certified search, on the device (`cert_frames`): its
-    /// extrema from the partials in `part` (the fused pass left them; else `cube_minmax` finds
-    /// them), the largest magnitude of its pixels, the margin `e` and the lower bound of its
-    /// threshold.
-    fn cert_frames(
-        &mut self,
-        b: &Batch,
-        part: &Buffer<E, R>,
-        timed: &mut Timed<'_>,
-    ) -> Result<Buffer<E, R>> {
-        let (e, k, nb) = (self.e, &self.k, b.nb);
-        let groups_u = self.partial_extrema(b, part, timed)?;
-        let (e1, e0) = match &self.cert {
-            Some(c) => c.c.plan.margin(),
-            None => return Err(BridgeError::backend("detect", None, "no certified search")),
-        };
-        let fr = e.alloc_elems::<R>(4 * nb)?;
-        let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
-        // an absolute threshold beyond f32's range, clamped: still a lower bound of the
-        // threshold where it matters (the certified cube stays far below f32::MAX)
-        let big = f64::from(f32::MAX);
-        let abs_thr = abs_thr.clamp(-big, big);
-        let plane = to_u32(self.plane, "frame size")?;
-        let frame0 = to_u32(b.frame0, "frame")?;
-        let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
-        timed(&mut || {
-            k.cert_frames(
-                Grid::new(&global, &local),
-                &self.img,
-                frame0,
-                part,
-                &fr,
-                plane,
-                groups_u,
-                R::from_f64(f64::from(e1)),
-                R::from_f64(f64::from(e0)),
-                has_abs,
-                R::from_f64(abs_thr),
-                has_rel,
-                R::from_f64(rel),
-                R::from_f64(f64::INFINITY),
-            )
-        })?;
-        Ok(fr)
-    }
-
-    /// Enqueues `cert_peaks` on the batch (the margins `fr` of [`Self::cert_frames`]): the
-    /// relaxed maxima with their open neighbours, and the voxels near each frame's extrema.
-    /// Returns the counters: candidates, and voxels near the extrema (all, then per frame).
-    fn enqueue_cert_peaks(
-        &self,
-        b: &Batch,
-        fr: &Buffer<E, R>,
-        timed: &mut Timed<'_>,
-    ) -> Result<(Buffer<E, i32>, Buffer<E, i32>)> {
-        let c = self
-            .cert
-            .as_ref()
-            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
-        let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
-        let (by, bx) = (
-            to_u32(self.by, "exclude_border")?,
-            to_u32(self.bx, "exclude_border")?,
-        );
-        let counter = self.e.zeroed_elems::<i32>(1)?;
-        // voxels near the extrema (all, then per frame), then candidates per frame
-        let ncount = self.e.zeroed_elems::<i32>(1 + 2 * b.nb)?;
-        let cap = to_u32(self.cap, "candidates")?;
-        let cand_cap = to_u32(cand_cap_frame(self.plane), "candidates")?;
-        let ncap = to_u32(c.ncap, "voxels near the extrema")?;
-        let near_cap = to_u32(NEAR_CAP_FRAME, "voxels near the extrema")?;
-        let peaks = u32::from(!self.border_empty);
-        timed(&mut || {
-            self.k.cert_peaks(
-                Grid::new(&b.global, &b.local),
-                &self.cube,
-                fr,
-                hu,
-                wu,
-                nsu,
-                nbu,
-                by,
-                bx,
-                peaks,
-                &counter,
-                &self.idx_buf,
-                &self.val_buf,
-                &c.near_bits,
-                cap,
-                cand_cap,
-                &ncount,
-                &c.near,
-                ncap,
-                near_cap,
-                R::from_f64(f64::INFINITY),
-            )
-        })?;
-        Ok((counter, ncount))
-    }
-
-    /// Reads what the certified search found in a launched batch: the counts (the search runs
-    /// again on grown buffers when there were more than fit), the candidates with their open
-    /// neighbours, the voxels near the extrema and each frame's margin, decoded per frame.
-    fn collect_cert(
-        &mut self,
-        l: &Launched<E, R>,
-        (counter, ncount): (&Buffer<E, i32>, &Buffer<E, i32>),
-        timed: &mut Timed<'_>,
-    ) -> Result<Collected<R>> {
-        let e = self.e;
-        let (nb, per_frame, plane, w) = (l.b.nb, self.per_frame, self.plane, self.w);
-        let count_of = |v: i32| {
-            usize::try_from(v)
-                .map_err(|_| BridgeError::backend("detect", None, "candidate counter overflowed"))
-        };
-        let t = std::time::Instant::now();
-        let mut grown: Option<(Buffer<E, i32>, Buffer<E, i32>)> = None;
-        let (count, counts) = loop {
-            let (c_buf, n_buf) = match &grown {
-                Some((a, b)) => (a, b),
-                None => (counter, ncount),
-            };
-            let count = count_of(e.read_elems(c_buf, 1)?.first().copied().unwrap_or(0))?;
-            // per-frame counts count every voxel (past i32::MAX they wrap: read unsigned)
-            let counts: Vec<usize> = e
-                .read_elems(n_buf, 1 + 2 * nb)?
-                .into_iter()
-                .map(|v| v as u32 as usize)
-                .collect();
-            let near = counts.first().copied().unwrap_or(0);
-            let Some(c) = self.cert.as_mut() else {
-                return Err(BridgeError::backend("detect", None, "no certified search"));
-            };
-            if count <= self.cap && near <= c.ncap {
-                break (count, counts);
-            }
-            if count > self.cap {
-                self.cap = count.next_power_of_two();
-                self.idx_buf = e.alloc_elems::<u32>(self.cap)?;
-                self.val_buf = e.alloc_elems::<R>(self.cap)?;
-                c.near_bits = e.alloc_elems::<u32>(self.cap)?;
-            }
-            if near > c.ncap {
-                c.ncap = near.next_power_of_two();
-                c.near = e.alloc_elems::<u32>(2 * c.ncap)?;
-            }
-            grown = Some(self.enqueue_cert_peaks(&l.b, &l.thr, timed)?);
-        };
-        let c = self
-            .cert
-            .as_ref()
-            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
-        let near_n = counts.first().copied().unwrap_or(0);
-        let (idx, val, bits) = if count > 0 {
-            (
-                e.read_elems(&self.idx_buf, count)?,
-                e.read_elems(&self.val_buf, count)?,
-                e.read_elems(&c.near_bits, count)?,
-            )
-        } else {
-            (Vec::new(), Vec::new(), Vec::new())
-        };
-        let near = if near_n > 0 {
-            e.read_elems(&c.near, 2 * near_n)?
-        } else {
-            Vec::new()
-        };
-        let fr = e.read_elems(&l.thr, 4 * nb)?;
-        self.read_s += t.elapsed().as_secs_f64();
-        let mut found: Vec<CertFound> = (0..nb)
-            .map(|b| {
-                let margin = Real::to_f64(fr[4 * b + 2]);
-                let searched = Real::to_f64(fr[4 * b + 3]) < f64::INFINITY;
-                let few = counts.get(1 + b).is_some_and(|&n| n <= NEAR_CAP_FRAME)
-                    && counts
-                        .get(1 + nb + b)
-                        .is_some_and(|&n| n <= cand_cap_frame(plane));
-                CertFound {
-                    cands: Vec::new(),
-                    near_lo: Vec::new(),
-                    near_hi: Vec::new(),
-                    e: if searched && few { margin } else { f64::NAN },
-                }
-            })
-            .collect();
-        let at = |o: usize| {
-            let rem = o % per_frame;
-            (o / per_frame, rem / plane, (rem % plane) / w, rem % w)
-        };
-        for ((&o, &v), &near) in idx.iter().zip(&val).zip(&bits) {
-            let (b, s, y, x) = at(o as usize);
-            if let Some(f) = found.get_mut(b) {
-                let v = Real::to_f64(v) as f32;
-                f.cands.push(SearchCand { y, x, s, v, near });
-            }
-        }
-        for pair in near.chunks_exact(2) {
-            let (b, s, y, x) = at(pair[0] as usize);
-            if let Some(f) = found.get_mut(b) {
-                if pair[1] & 1 != 0 {
-                    f.near_lo.push((s, y, x));
-                }
-                if pair[1] & 2 != 0 {
-                    f.near_hi.push((s, y, x));
-                }
-            }
-        }
-        Ok(Collected::Cert(l.b.frame0, found))
     }
 }
