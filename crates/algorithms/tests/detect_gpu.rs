@@ -598,7 +598,8 @@ fn working_type_cube() -> GpuDetectConfig {
 /// says which frames it searched and which it left to the CPU: spot frames of every pixel
 /// type are certified on the device; a constant frame, or a frame of a NaN, is computed on
 /// the CPU (the same blobs, none); without a threshold, or with the knob at 0, nothing is
-/// searched that way.
+/// searched that way. The passes' multiply-adds fused (`ARRAYBRIDGE_DETECT_PASS_FMA=1`) or
+/// not give the same blobs.
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 fn check_certified_search<E: bridge_core::exec::Executor>(
     d: &algorithms::detect::gpu::GpuDetect<E>,
@@ -613,17 +614,28 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
         Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
     ];
     let params = random_params();
-    for (pname, p) in &params {
-        for f in &frames {
-            let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
-            let dev = d.blob_log_batch(&[f.view()], p).unwrap().remove_first();
-            assert_eq!(dev, cpu, "{pname}");
-        }
-        let (n, on_cpu) = d.take_certified();
-        if *pname == "no_threshold" {
-            assert_eq!((n, on_cpu), (0, 0), "{pname}");
-        } else {
-            assert_eq!((n, on_cpu), (4, 0), "{pname}");
+    // the float32 passes' multiply-adds fused and not (within the same bound)
+    let fused = |v: &str| {
+        d.clone().with_config(GpuDetectConfig {
+            tuning: bridge_core::tuning::Tuning::default()
+                .with("ARRAYBRIDGE_DETECT_PASS_FMA", v)
+                .unwrap(),
+            ..d.config().clone()
+        })
+    };
+    for dev in [fused("0"), fused("1")] {
+        for (pname, p) in &params {
+            for f in &frames {
+                let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
+                let got = dev.blob_log_batch(&[f.view()], p).unwrap().remove_first();
+                assert_eq!(got, cpu, "{pname}");
+            }
+            let (n, on_cpu) = d.take_certified();
+            if *pname == "no_threshold" {
+                assert_eq!((n, on_cpu), (0, 0), "{pname}");
+            } else {
+                assert_eq!((n, on_cpu), (4, 0), "{pname}");
+            }
         }
     }
     // a blank movie with a relative threshold (every voxel within the margin of the

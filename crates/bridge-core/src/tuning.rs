@@ -200,6 +200,14 @@ pub const KNOBS: &[Knob] = &[
               the device has doubles)",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_PASS_FMA",
+        default: "auto",
+        accepts: Accepts::Int(0, 1),
+        doc: "1: the certified search's float32 LoG passes on a device fuse each multiply-add \
+              (one rounding, within the same proven bound; auto: on CUDA, off on OpenCL); \
+              does not change results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_FUSED",
         default: "auto",
         accepts: Accepts::Int(0, 16),

@@ -465,8 +465,9 @@ fn real_like(t: usize, h: usize, w: usize, max: f64) -> Vec<f64> {
 
 /// Issue 29: `detect --device opencl:0` (LoG, the default arithmetic) writes the CPU's CSV byte
 /// for byte wherever the device has doubles (PoCL has): on the fixtures (u16 and f32) and on a
-/// u8 and a u16 real-like movie, with relative and absolute thresholds and `--refine`; both with
-/// the certified f32 search (the default) and with the cube in the working type
+/// u8 and a u16 real-like movie, with relative and absolute thresholds and `--refine`; with the
+/// certified f32 search (the default; also with its passes' multiply-adds fused,
+/// `ARRAYBRIDGE_DETECT_PASS_FMA=1`) and with the cube in the working type
 /// (`ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0`).
 #[test]
 fn log_on_opencl_writes_the_cpus_csv() {
@@ -525,9 +526,17 @@ fn log_on_opencl_writes_the_cpus_csv() {
     ];
     for (k, (input, flags)) in runs.iter().enumerate() {
         let mut outs = Vec::new();
-        // the certified f32 search (the default) and the cube in the working type
-        for (device, certified) in [("cpu", "auto"), ("opencl:0", "auto"), ("opencl:0", "0")] {
-            let o = d.join(format!("{k}-{}-{certified}.csv", device.replace(':', "")));
+        // the certified f32 search (the default; its passes' multiply-adds fused or not) and
+        // the cube in the working type
+        let runs = [
+            ("cpu", "auto", "auto"),
+            ("opencl:0", "auto", "auto"),
+            ("opencl:0", "0", "auto"),
+            ("opencl:0", "auto", "1"),
+        ];
+        for (device, certified, fma) in runs {
+            let name = format!("{k}-{}-{certified}-{fma}.csv", device.replace(':', ""));
+            let o = d.join(name);
             let mut args = vec![
                 "detect",
                 input.to_str().unwrap(),
@@ -541,6 +550,7 @@ fn log_on_opencl_writes_the_cpus_csv() {
             let run = Command::new(BIN)
                 .args(&args)
                 .env("ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED", certified)
+                .env("ARRAYBRIDGE_DETECT_PASS_FMA", fma)
                 .output()
                 .unwrap();
             let err = String::from_utf8_lossy(&run.stderr);
@@ -556,6 +566,10 @@ fn log_on_opencl_writes_the_cpus_csv() {
         assert!(
             outs[0] == outs[2],
             "{input:?} {flags:?}: opencl:0 (working-type cube) differs from the CPU"
+        );
+        assert!(
+            outs[0] == outs[3],
+            "{input:?} {flags:?}: opencl:0 (certified search, fused passes) differs from the CPU"
         );
     }
 }

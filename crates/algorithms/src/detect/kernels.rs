@@ -38,7 +38,9 @@
 //!    the host settles them with exact float64 voxels.
 //!
 //! Floating-point contraction (FMA) is disabled (`FP_CONTRACT OFF` on OpenCL, `__dmul_rn` /
-//! `__dadd_rn` on CUDA) so that with `ACC = double` the passes round exactly like the CPU code.
+//! `__dadd_rn` on CUDA) so that with `ACC = double` the passes round exactly like the CPU code;
+//! the certified search's float32 passes may fuse their multiply-adds explicitly
+//! (`-DPASS_FMA=1`, [`OPTS_F32_ACC32_FMA`]: its error bound holds either way).
 //!
 //! Build options beyond the types: `LOG_ROWS` / `LOG_COLS`, the outputs per work-item of the
 //! two passes (`ARRAYBRIDGE_DETECT_ROWS` / `_COLS`; the pipeline always sets both). The cube
@@ -52,6 +54,14 @@ use bridge_core::kernel::KernelSource;
 pub const OPTS_F32_ACC64: &[&str] = &["-DREAL=float", "-DACC=double", "-DACC_DOUBLE=1"];
 /// Build options: float32 cube and float32 accumulation (devices without doubles).
 pub const OPTS_F32_ACC32: &[&str] = &["-DREAL=float", "-DACC=float", "-DACC_DOUBLE=0"];
+/// [`OPTS_F32_ACC32`] with the passes' multiply-adds fused (the certified search's float32
+/// passes, `ARRAYBRIDGE_DETECT_PASS_FMA`).
+pub const OPTS_F32_ACC32_FMA: &[&str] = &[
+    "-DREAL=float",
+    "-DACC=float",
+    "-DACC_DOUBLE=0",
+    "-DPASS_FMA=1",
+];
 /// Build options: float64 cube (matches the CPU's f64 working type bit for bit).
 pub const OPTS_F64: &[&str] = &["-DREAL=double", "-DACC=double", "-DACC_DOUBLE=1"];
 /// [`OPTS_F32_ACC64`] with one output per work-item in both passes, as the pipeline builds it
@@ -81,6 +91,7 @@ pub const BLOB_LOG: KernelSource = KernelSource {
     option_sets: &[
         OPTS_F32_ACC64,
         OPTS_F32_ACC32,
+        OPTS_F32_ACC32_FMA,
         OPTS_F64,
         OPTS_F32_ACC64_UNBLOCKED,
     ],

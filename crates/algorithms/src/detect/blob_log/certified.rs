@@ -38,6 +38,8 @@
 //! the default where the CPU has FMA): `s + t·w` then rounds once instead of twice, so every
 //! step of the bound above still holds (`the_bound_holds_with_room` checks each kernel set).
 //! The search and the rows it computes again use the same kernels, so they agree bit for bit.
+//! A device's float32 passes ([`DevicePlan`]) fuse their multiply-adds or not
+//! (`ARRAYBRIDGE_DETECT_PASS_FMA`) under the same bound.
 //!
 //! **Float32 frames** ([`Reference::F32`]). scikit-image keeps float32 as the working type of a
 //! float32 image: SciPy sums every pass in f64 and rounds its output to f32, and the sum

@@ -183,6 +183,16 @@ pub(super) fn tile_rows<E: Executor>(
 /// Local memory a tile of `log_pass_tile` may take (CUDA's static limit is 48 KiB).
 pub(super) const TILE_LOCAL_BYTES: usize = 32 << 10;
 
+/// Whether the certified search's float32 passes fuse their multiply-adds (one rounding
+/// instead of two, within the same error bound: `blob_log/certified.rs`):
+/// `ARRAYBRIDGE_DETECT_PASS_FMA` of `t` (auto: on CUDA, whose `__fmaf_rn` is one instruction;
+/// off on OpenCL, whose `fma` may be a slow emulation on a device without the instruction).
+/// Results do not depend on it.
+pub(super) fn pass_fma<E: Executor>(e: &E, t: &Tuning) -> bool {
+    t.usize_knob("ARRAYBRIDGE_DETECT_PASS_FMA")
+        .map_or(matches!(e.device(), Device::Cuda(_)), |v| v == 1)
+}
+
 /// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG` of `t`, default 256).
 pub(super) fn prep_wg(t: &Tuning) -> usize {
     t.usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
@@ -336,10 +346,17 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         format!("-DLOG_X_INTERIOR={interior}"),
         format!("-DTILE_ROWS={}", tile.unwrap_or(1)),
     ];
-    let opts_v = kernel_options::<R, A>(&blocking)?;
+    // the certified search's float32 passes may fuse their multiply-adds
+    let certified = cert.is_some();
+    let fma = certified && A::SIZE == 4 && pass_fma(e, &cfg.tuning);
+    let passes: Vec<String> = fma
+        .then(|| "-DPASS_FMA=1".to_owned())
+        .into_iter()
+        .chain(blocking.iter().cloned())
+        .collect();
+    let opts_v = kernel_options::<R, A>(&passes)?;
     let k = Kernels::new(e, &opts_v);
     // the certified search's f32 image of raw integers: converted in f64, then rounded
-    let certified = cert.is_some();
     let opts_prep = if certified && A::SIZE == 4 {
         kernel_options::<R, f64>(&blocking)?
     } else {

@@ -27,6 +27,26 @@
 #define DIV_RN(a, b) ((a) / (b))
 #endif
 
+/* One multiply-add of a LoG pass, acc + x * w: rounded twice (the CPU's order: exact with ACC =
+   double), or with -DPASS_FMA=1 (the knob ARRAYBRIDGE_DETECT_PASS_FMA) fused, rounded once: the
+   certified search's float32 passes only, whose error bound holds either way
+   (blob_log/certified.rs). */
+#ifndef PASS_FMA
+#define PASS_FMA 0
+#endif
+#if PASS_FMA && ACC_DOUBLE
+#error "PASS_FMA is for the float32 passes of the certified search"
+#endif
+#if PASS_FMA
+#if defined(__CUDACC__)
+#define MAC(acc, x, w) __fmaf_rn((x), (w), (acc))
+#else
+#define MAC(acc, x, w) fma((x), (w), (acc))
+#endif
+#else
+#define MAC(acc, x, w) ADD_RN((acc), MUL_RN((x), (w)))
+#endif
+
 /* Input conversion of raw integer frames (spec 1.2/1.3), in ACC as the CPU does it in f64:
    mode 0: v * k (Legacy: k = 1/dtype_max; None: k = 1); mode 1: (v - c) / k (MinMax, Range;
    k = d - c). pp[2f] = c, pp[2f + 1] = k for frame f. Launched over (plane, frames); frame f
@@ -90,8 +110,8 @@ DEVICE_FN void pass_y_one(GLOBAL const REAL* RESTRICT im, GLOBAL const ACC* REST
         int u = reflect_index(y - j, (int)h);
         int d = reflect_index(y + j, (int)h);
         ACC t = ADD_RN((ACC)im[(size_t)u * w + x], (ACC)im[(size_t)d * w + x]);
-        s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
-        s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+        s2 = MAC(s2, t, g2[j]);
+        s0 = MAC(s0, t, g0[j]);
     }
     *s2out = s2;
     *s0out = s0;
@@ -135,8 +155,8 @@ KERNEL log_pass_y(GLOBAL const REAL* RESTRICT img, const uint frame0,
             ACC t0 = g0[j];
             for (int k = 0; k < LOG_ROWS; ++k) {
                 ACC t = ADD_RN(up[k], dn[k]);
-                s2[k] = ADD_RN(s2[k], MUL_RN(t, t2));
-                s0[k] = ADD_RN(s0[k], MUL_RN(t, t0));
+                s2[k] = MAC(s2[k], t, t2);
+                s0[k] = MAC(s0[k], t, t0);
             }
             if (j > 1) {
                 for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
@@ -169,8 +189,8 @@ DEVICE_FN REAL pass_x_one(GLOBAL const REAL* RESTRICT r2, GLOBAL const REAL* RES
     for (int j = r; j >= 1; --j) {
         int lft = near ? reflect_near(x - j, (int)w) : reflect_index(x - j, (int)w);
         int rgt = near ? reflect_near(x + j, (int)w) : reflect_index(x + j, (int)w);
-        ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)r2[lft], (ACC)r2[rgt]), g0[j]));
-        lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)r0[lft], (ACC)r0[rgt]), g2[j]));
+        ly = MAC(ly, ADD_RN((ACC)r2[lft], (ACC)r2[rgt]), g0[j]);
+        lx = MAC(lx, ADD_RN((ACC)r0[lft], (ACC)r0[rgt]), g2[j]);
     }
     REAL lyy = (REAL)ly;
     REAL lxx = (REAL)lx;
@@ -215,8 +235,8 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
             ACC t0 = g0[j];
             ACC t2 = g2[j];
             for (int k = 0; k < LOG_COLS; ++k) {
-                ly[k] = ADD_RN(ly[k], MUL_RN(ADD_RN(u2[k], d2[k]), t0));
-                lx[k] = ADD_RN(lx[k], MUL_RN(ADD_RN(u0[k], d0[k]), t2));
+                ly[k] = MAC(ly[k], ADD_RN(u2[k], d2[k]), t0);
+                lx[k] = MAC(lx[k], ADD_RN(u0[k], d0[k]), t2);
             }
             if (j > 1) {
                 for (int k = 0; k + 1 < LOG_COLS; ++k) {
@@ -302,8 +322,8 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
                 s0 = MUL_RN(cv, g0[0]);
                 for (int j = r; j >= 1; --j) {
                     ACC t = ADD_RN((ACC)col[-j * lw2], (ACC)col[j * lw2]);
-                    s2 = ADD_RN(s2, MUL_RN(t, g2[j]));
-                    s0 = ADD_RN(s0, MUL_RN(t, g0[j]));
+                    s2 = MAC(s2, t, g2[j]);
+                    s0 = MAC(s0, t, g0[j]);
                 }
             } else {
                 pass_y_one(im, g0, g2, r, (int)y, h, w, (size_t)xr, &s2, &s0);
@@ -323,8 +343,8 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
         ACC ly = MUL_RN((ACC)p2[0], g0[0]);
         ACC lx = MUL_RN((ACC)p0[0], g2[0]);
         for (int j = r; j >= 1; --j) {
-            ly = ADD_RN(ly, MUL_RN(ADD_RN((ACC)p2[-j], (ACC)p2[j]), g0[j]));
-            lx = ADD_RN(lx, MUL_RN(ADD_RN((ACC)p0[-j], (ACC)p0[j]), g2[j]));
+            ly = MAC(ly, ADD_RN((ACC)p2[-j], (ACC)p2[j]), g0[j]);
+            lx = MAC(lx, ADD_RN((ACC)p0[-j], (ACC)p0[j]), g2[j]);
         }
         REAL lyy = (REAL)ly;
         REAL lxx = (REAL)lx;
