@@ -51,8 +51,9 @@ impl<'a, E: Executor, T> CertRun<'a, E, T> {
 }
 
 /// What the certified search found in one frame (see [`DeviceFound`]); `e` is NaN where the
-/// device could not search it (a pixel or the f32 cube not finite) or found too many voxels
-/// near its extrema.
+/// device did not search it (a pixel or the f32 cube's extrema not finite, a blank frame,
+/// magnitudes beyond 10^±20) or found too many voxels near its extrema or too many candidates:
+/// the frame is then computed on the CPU.
 pub(crate) struct CertFound {
     cands: Vec<SearchCand<f32>>,
     near_lo: Vec<(usize, usize, usize)>,
