@@ -25,9 +25,10 @@ enum Kind {
     HostF32,
     /// Converted on the host, working type f64.
     HostF64,
-    /// Raw u8, converted on the device (working type f64).
+    /// Raw u8, converted on the device (working type f64); on the host where the device has
+    /// no doubles and the certified search runs.
     RawU8,
-    /// Raw u16, converted on the device (working type f64).
+    /// Raw u16, as [`Kind::RawU8`].
     RawU16,
 }
 
@@ -143,10 +144,21 @@ pub(super) fn run_frames<E: Executor>(
         let (h, w) = dim;
         let n = run.len();
         let dims = (n, h, w);
+        // the run converted on the host to f64 (working type), then on the device
+        let host_f64 = |plan: Option<DevicePlan>| -> Result<RunOut> {
+            let imgs: Vec<Vec<f64>> = run
+                .par_iter()
+                .map(|f| frame_f64(f, p.prescale))
+                .collect::<Result<_>>()?;
+            run_host(e, &imgs, dims, p, cfg, (want_cube, f64_cube, plan), turn)
+        };
         // no doubles to convert raw integers on the device as the CPU does: the certified
         // search gets them converted on the host (its f32 image must be the exact pixels
         // rounded once)
-        let on_host = kind == Kind::HostF64 || (!e.has_fp64() && plan(false, dim).is_some());
+        let raw_on_host = match kind {
+            Kind::RawU8 | Kind::RawU16 if !e.has_fp64() => plan(false, dim),
+            _ => None,
+        };
         let res = match kind {
             Kind::HostF32 => {
                 let imgs: Vec<Vec<f32>> = run
@@ -161,15 +173,9 @@ pub(super) fn run_frames<E: Executor>(
                 let plan = plan(true, dim);
                 run_host(e, &imgs, dims, p, cfg, (want_cube, f64_cube, plan), turn)?
             }
-            Kind::HostF64 | Kind::RawU8 | Kind::RawU16 if on_host => {
-                let imgs: Vec<Vec<f64>> = run
-                    .par_iter()
-                    .map(|f| frame_f64(f, p.prescale))
-                    .collect::<Result<_>>()?;
-                let plan = plan(false, dim);
-                run_host(e, &imgs, dims, p, cfg, (want_cube, f64_cube, plan), turn)?
-            }
-            Kind::HostF64 | Kind::RawU8 | Kind::RawU16 => {
+            Kind::HostF64 => host_f64(plan(false, dim))?,
+            Kind::RawU8 | Kind::RawU16 if raw_on_host.is_some() => host_f64(raw_on_host)?,
+            Kind::RawU8 | Kind::RawU16 => {
                 let t_pack = std::time::Instant::now();
                 let px = if kind == Kind::RawU8 { 1 } else { 2 };
                 let fb = h * w * px;

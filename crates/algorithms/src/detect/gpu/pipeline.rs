@@ -437,9 +437,10 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
 }
 
 /// The kernels' build options: the precision set of the cube type `R` and the accumulation
-/// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by the pass blocking
-/// and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`).
-fn kernel_options<R: DevReal, A: DevReal>(blocking: &[String]) -> Result<Vec<&str>> {
+/// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by `extra`: the fused
+/// multiply-adds of the certified search's passes (`-DPASS_FMA=1`, where asked), the pass
+/// blocking and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`).
+fn kernel_options<R: DevReal, A: DevReal>(extra: &[String]) -> Result<Vec<&str>> {
     let base: &[&str] = match (R::SIZE, A::SIZE) {
         (8, 8) => OPTS_F64,
         (4, 8) => OPTS_F32_ACC64,
@@ -453,7 +454,7 @@ fn kernel_options<R: DevReal, A: DevReal>(blocking: &[String]) -> Result<Vec<&st
     Ok(base
         .iter()
         .copied()
-        .chain(blocking.iter().map(String::as_str))
+        .chain(extra.iter().map(String::as_str))
         .collect())
 }
 
