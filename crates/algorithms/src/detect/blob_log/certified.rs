@@ -569,13 +569,7 @@ impl DevicePlan {
         f32_frames: bool,
         (h, w): (usize, usize),
     ) -> Option<DevicePlan> {
-        if sigmas.is_empty() || h == 0 || w == 0 {
-            return None;
-        }
-        if p.threshold.is_none() && p.threshold_rel.is_none() {
-            return None;
-        }
-        if p.threshold_rel.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+        if !params_certifiable(sigmas, p, (h, w)) {
             return None;
         }
         let reference = if f32_frames {
@@ -657,7 +651,7 @@ pub(crate) fn settle_device(
     found: Found<'_>,
 ) -> Option<(Vec<Cand<f64>>, f64, f64)> {
     let planes = &plan.planes;
-    let m = certifiable(image, (h, w), &[1.0], p)?;
+    let m = frame_magnitude(image, (h, w))?;
     if !fits_f32(planes, m) {
         return None;
     }
@@ -671,9 +665,8 @@ pub(crate) fn settle_device(
     settle_found(image, (h, w), (planes, plan.reference), p, found)
 }
 
-/// The first checks of [`log_peaks_certified`], on the frame and the parameters alone: a
-/// non-empty frame of `h × w` pixels and scales, a threshold, a `threshold_rel` within [0, 1],
-/// finite pixels whose largest magnitude (returned) lies within 10^±20; `None` otherwise.
+/// The first checks of [`log_peaks_certified`], on the frame and the parameters alone
+/// ([`params_certifiable`], [`frame_magnitude`]): the frame's largest magnitude, or `None`.
 #[inline]
 fn certifiable(
     image: &[f64],
@@ -681,21 +674,31 @@ fn certifiable(
     sigmas: &[f64],
     p: &BlobLogParams,
 ) -> Option<f64> {
-    if h == 0 || w == 0 || sigmas.is_empty() || image.len() != h * w {
+    if !params_certifiable(sigmas, p, (h, w)) {
         return None;
     }
-    if p.threshold.is_none() && p.threshold_rel.is_none() {
+    frame_magnitude(image, (h, w))
+}
+
+/// Whether the parameters leave anything to certify on frames of `h × w`: a non-empty frame,
+/// scales, a threshold, a `threshold_rel` within [0, 1].
+fn params_certifiable(sigmas: &[f64], p: &BlobLogParams, (h, w): (usize, usize)) -> bool {
+    h > 0
+        && w > 0
+        && !sigmas.is_empty()
+        && (p.threshold.is_some() || p.threshold_rel.is_some())
+        && p.threshold_rel.is_none_or(|r| (0.0..=1.0).contains(&r))
+}
+
+/// The largest magnitude of a frame of `h × w` pixels, where the bound holds: finite pixels
+/// (the public `blob_log_typed` does not validate them) of largest magnitude within 10^±20;
+/// `None` otherwise.
+fn frame_magnitude(image: &[f64], (h, w): (usize, usize)) -> Option<f64> {
+    if image.len() != h * w {
         return None;
     }
-    if p.threshold_rel.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
-        return None;
-    }
-    // finite (the public `blob_log_typed` does not validate pixels)
     let m = max_abs_finite(image)?;
-    if !(1e-20..=1e20).contains(&m) {
-        return None;
-    }
-    Some(m)
+    (1e-20..=1e20).contains(&m).then_some(m)
 }
 
 /// The f32 search relaxed by `e` ([`log_peaks_banded_in_f32`]) and the voxels near the f32

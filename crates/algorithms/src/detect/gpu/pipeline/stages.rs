@@ -67,10 +67,9 @@ pub(super) struct LogRun<'a, 'c, E: Executor, T, R: DevReal, A: DevReal> {
     wu: u32,
     /// See `hu`.
     nsu: u32,
-    /// `exclude_border` along y.
-    by: usize,
-    /// `exclude_border` along x.
-    bx: usize,
+    /// `exclude_border` (y, x) as kernel arguments, at most the frame's size (a border as
+    /// wide as the frame excludes it all, as any wider one does).
+    border: (u32, u32),
     /// Whether the excluded border covers the whole frame (no peaks to look for).
     border_empty: bool,
     /// Work groups per frame of `cube_minmax` (the two passes).
@@ -201,6 +200,10 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             to_u32(ns, "num_sigma")?,
         );
         let (by, bx) = p.exclude_border;
+        let border = (
+            to_u32(by.min(h), "exclude_border")?,
+            to_u32(bx.min(w), "exclude_border")?,
+        );
         let border_empty = border_covers(p.exclude_border, h, w);
         let groups = per_frame.div_ceil(MINMAX_WG).clamp(1, 64);
         let cap = (chunk * plane / 32).max(1024);
@@ -230,8 +233,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             hu,
             wu,
             nsu,
-            by,
-            bx,
+            border,
             border_empty,
             groups,
             cap,
@@ -527,10 +529,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         timed: &mut Timed<'_>,
     ) -> Result<Buffer<E, i32>> {
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
-        let (by, bx) = (
-            to_u32(self.by, "exclude_border")?,
-            to_u32(self.bx, "exclude_border")?,
-        );
+        let (by, bx) = self.border;
         let counter = self.e.zeroed_elems::<i32>(1)?;
         let cap = to_u32(self.cap, "candidates")?;
         timed(&mut || {
@@ -583,26 +582,30 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
     /// Reads the first `count` candidates and decodes each cube index into its frame of the
     /// batch, scale and raster position, appending it to that frame's list in `per`.
     fn read_candidates(&mut self, count: usize, per: &mut [Vec<Cand<R>>]) -> Result<()> {
-        let (per_frame, plane, w) = (self.per_frame, self.plane, self.w);
         let t = std::time::Instant::now();
         let idx = self.e.read_elems(&self.idx_buf, count)?;
         let val = self.e.read_elems(&self.val_buf, count)?;
         self.read_s += t.elapsed().as_secs_f64();
         for (&o, &v) in idx.iter().zip(&val) {
-            let o = o as usize;
-            let b = o / per_frame;
-            let rem = o % per_frame;
-            let (s, yx) = (rem / plane, rem % plane);
+            let (b, s, y, x) = self.voxel_at(o);
             if let Some(list) = per.get_mut(b) {
-                list.push(Cand {
-                    y: yx / w,
-                    x: yx % w,
-                    s,
-                    v,
-                });
+                list.push(Cand { y, x, s, v });
             }
         }
         Ok(())
+    }
+
+    /// The frame of the batch, scale, row and column of the batch cube's flat index `o`.
+    fn voxel_at(&self, o: u32) -> (usize, usize, usize, usize) {
+        let o = o as usize;
+        let rem = o % self.per_frame;
+        let yx = rem % self.plane;
+        (
+            o / self.per_frame,
+            rem / self.plane,
+            yx / self.w,
+            yx % self.w,
+        )
     }
 
     /// The CPU's ordering and overlap pruning of each frame's candidates, frames in parallel

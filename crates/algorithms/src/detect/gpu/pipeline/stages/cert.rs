@@ -61,7 +61,17 @@ pub(crate) struct CertFound {
     e: f64,
 }
 
+/// The error of a certified stage on a run without the certified search (a bug).
+fn no_search() -> BridgeError {
+    BridgeError::backend("detect", None, "no certified search")
+}
+
 impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, R, A> {
+    /// The run's certified search.
+    fn cert(&self) -> Result<&CertRun<'c, E, T>> {
+        self.cert.as_ref().ok_or_else(no_search)
+    }
+
     /// The blobs of each frame of a batch of the certified search (from frame `frame0` of the
     /// run), frames in parallel: settled with exact voxels of the host's frame
     /// ([`blobs_of_device_search`]), or computed on the CPU where the bound cannot certify it.
@@ -71,11 +81,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         found: Vec<CertFound>,
     ) -> Result<Vec<Vec<Blob>>> {
         let p = self.p;
-        let c = &self
-            .cert
-            .as_ref()
-            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?
-            .c;
+        let c = &self.cert()?.c;
         let dims = (self.h, self.w);
         let out: Vec<(Vec<Blob>, bool)> = found
             .into_par_iter()
@@ -114,10 +120,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
     ) -> Result<Buffer<E, R>> {
         let (e, k, nb) = (self.e, &self.k, b.nb);
         let groups_u = self.partial_extrema(b, part, timed)?;
-        let (e1, e0) = match &self.cert {
-            Some(c) => c.c.plan.margin(),
-            None => return Err(BridgeError::backend("detect", None, "no certified search")),
-        };
+        let (e1, e0) = self.cert()?.c.plan.margin();
         let fr = e.alloc_elems::<R>(4 * nb)?;
         let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
         // an absolute threshold beyond f32's range, clamped: still a lower bound of the
@@ -157,15 +160,9 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         fr: &Buffer<E, R>,
         timed: &mut Timed<'_>,
     ) -> Result<(Buffer<E, i32>, Buffer<E, i32>)> {
-        let c = self
-            .cert
-            .as_ref()
-            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
+        let c = self.cert()?;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
-        let (by, bx) = (
-            to_u32(self.by, "exclude_border")?,
-            to_u32(self.bx, "exclude_border")?,
-        );
+        let (by, bx) = self.border;
         let counter = self.e.zeroed_elems::<i32>(1)?;
         // voxels near the extrema (all, then per frame), then candidates per frame
         let ncount = self.e.zeroed_elems::<i32>(1 + 2 * b.nb)?;
@@ -212,7 +209,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         timed: &mut Timed<'_>,
     ) -> Result<Collected<R>> {
         let e = self.e;
-        let (nb, per_frame, plane, w) = (l.b.nb, self.per_frame, self.plane, self.w);
+        let (nb, plane) = (l.b.nb, self.plane);
         let count_of = |v: i32| {
             usize::try_from(v)
                 .map_err(|_| BridgeError::backend("detect", None, "candidate counter overflowed"))
@@ -232,9 +229,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 .map(|v| v as u32 as usize)
                 .collect();
             let near = counts.first().copied().unwrap_or(0);
-            let Some(c) = self.cert.as_mut() else {
-                return Err(BridgeError::backend("detect", None, "no certified search"));
-            };
+            let c = self.cert.as_mut().ok_or_else(no_search)?;
             if count <= self.cap && near <= c.ncap {
                 break (count, counts);
             }
@@ -250,10 +245,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             }
             grown = Some(self.enqueue_cert_peaks(&l.b, &l.thr, timed)?);
         };
-        let c = self
-            .cert
-            .as_ref()
-            .ok_or_else(|| BridgeError::backend("detect", None, "no certified search"))?;
+        let c = self.cert()?;
         let near_n = counts.first().copied().unwrap_or(0);
         let (idx, val, bits) = if count > 0 {
             (
@@ -287,19 +279,15 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 }
             })
             .collect();
-        let at = |o: usize| {
-            let rem = o % per_frame;
-            (o / per_frame, rem / plane, (rem % plane) / w, rem % w)
-        };
         for ((&o, &v), &near) in idx.iter().zip(&val).zip(&bits) {
-            let (b, s, y, x) = at(o as usize);
+            let (b, s, y, x) = self.voxel_at(o);
             if let Some(f) = found.get_mut(b) {
                 let v = Real::to_f64(v) as f32;
                 f.cands.push(SearchCand { y, x, s, v, near });
             }
         }
         for pair in near.chunks_exact(2) {
-            let (b, s, y, x) = at(pair[0] as usize);
+            let (b, s, y, x) = self.voxel_at(pair[0]);
             if let Some(f) = found.get_mut(b) {
                 if pair[1] & 1 != 0 {
                     f.near_lo.push((s, y, x));
