@@ -464,3 +464,9 @@ fn device_equals_the_cpu(device: bridge_core::Device) {
 fn opencl_volumes_equal_the_cpu() {
     device_equals_the_cpu(bridge_core::Device::OpenCl(0));
 }
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_volumes_equal_the_cpu() {
+    device_equals_the_cpu(bridge_core::Device::Cuda(0));
+}

@@ -74,18 +74,44 @@ const SWAPPED: u8 = if cfg!(target_endian = "little") {
     b'<'
 };
 
-/// What keeps a NumPy array alive inside a tensor read in place. Its release attaches to the
-/// interpreter, as NumPy's own DLPack deleter does, so the array is freed at once from any
-/// drop (a DLPack consumer's deleter included, which runs outside PyO3's calls) instead of
-/// waiting in PyO3's pool of deferred releases; while the interpreter shuts down it is left
-/// to that pool.
+/// What keeps a NumPy array alive inside a tensor read in place. Its release takes the GIL
+/// itself (`release`), as NumPy's own DLPack deleter does, so the array is freed at once from
+/// any drop: a DLPack consumer's deleter included, which runs on any thread, and also on the
+/// thread of an arraybridge call inside a consumer that released the GIL.
 struct Keep(Option<Py<PyAny>>);
 
 impl Drop for Keep {
     fn drop(&mut self) {
         if let Some(obj) = self.0.take() {
-            let _ = Python::try_attach(move |_| drop(obj));
+            release(obj);
         }
+    }
+}
+
+/// Drops the reference `obj` from any thread, whether or not it holds the GIL.
+///
+/// `Python::attach` is not enough here: it trusts PyO3's count of the thread's attachments,
+/// which stays positive inside an arraybridge call while a consumer it called has released
+/// the GIL in C++ (XLA frees an older imported buffer there: `ab.convert(x, to="jax")` on the
+/// GPU machine's JAX 0.11 freed a NumPy array without the GIL, and the process crashed in
+/// `array_dealloc`). `PyGILState_Ensure` asks the interpreter whether this thread holds the
+/// GIL and takes it when not. With no interpreter left the reference is leaked, as PyO3
+/// does.
+fn release(obj: Py<PyAny>) {
+    // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
+    if unsafe { ffi::Py_IsInitialized() } == 0 {
+        std::mem::forget(obj);
+        return;
+    }
+    let ptr = obj.into_ptr();
+    // SAFETY: the interpreter is initialized; `PyGILState_Ensure` gives this thread the GIL
+    // whether or not it held it, and `PyGILState_Release` restores that state; `ptr` is a
+    // strong reference this function owns (`into_ptr` gave it up without a decrement), so
+    // decrementing it once under the GIL is exactly `obj`'s drop.
+    unsafe {
+        let state = ffi::PyGILState_Ensure();
+        ffi::Py_DecRef(ptr);
+        ffi::PyGILState_Release(state);
     }
 }
 

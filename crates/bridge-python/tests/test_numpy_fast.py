@@ -252,3 +252,53 @@ def test_the_wrapper_keeps_its_signature_and_errors():
         except Exception as e:  # noqa: BLE001
             got = (type(e), str(e))
         assert got == expected, (args, kwargs)
+
+
+_DELETER_WITHOUT_THE_GIL = r"""
+import ctypes, numpy as np, arraybridge as ab
+
+api = ctypes.pythonapi
+api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+x = np.arange(1000.0)
+cap = ab.convert(x, "cpu").__dlpack__()  # legacy: a DLManagedTensor holding the ndarray
+tensor = api.PyCapsule_GetPointer(cap, b"dltensor")
+USED = b"used_dltensor"  # the capsule keeps a pointer to its name: kept alive
+api.PyCapsule_SetName(cap, USED)  # consumed: the deleter is ours to call
+# DLManagedTensor: a 48-byte DLTensor, manager_ctx, then the deleter
+deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(tensor + 56).value)
+del x  # the tensor holds the last reference: the deleter frees the ndarray
+
+
+def consumer(obj, device, to, copy):
+    # a consumer called by arraybridge (here through ab.convert's Rust frame, as JAX's
+    # from_dlpack is for to="jax") that releases the GIL and drops an older import on the way
+    # (ctypes releases the GIL around a foreign call), as XLA frees a buffer
+    deleter(tensor)
+    return obj
+
+
+ab._convert_py = consumer
+ab.convert(np.ones(2), "cpu", to="numpy")
+print("OK")
+"""
+
+
+def test_the_deleter_takes_the_gil_when_a_consumer_released_it():
+    """A DLPack consumer may call the deleter of an ndarray read in place on any thread, with
+    the GIL released, also from inside a call of arraybridge that released it in C++ (JAX 0.11
+    on the GPU machine, 2026-11-27: a segfault in ``array_dealloc``, the array freed without
+    the GIL). ``PYTHONMALLOC=debug`` makes a free without the GIL a fatal error."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    r = subprocess.run(
+        [sys.executable, "-c", _DELETER_WITHOUT_THE_GIL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "OK" and not r.stderr, r.stdout + r.stderr
