@@ -49,7 +49,7 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [device certified search 0, unfused certified passes, x interior 0, 2 in flight, tile 8, both, max 512 MB, PACO groups 128 and 32, PACO direct covariances, PACO pixel-major and mixed lag tables, 2 in flight with uploads behind the kernels, locate's rows a work item per row]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [frames packed into pageable memory, 2 in flight, both, tile 8 with 2 in flight, device certified search 0, unfused certified passes, max 512 MB]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
@@ -595,7 +595,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_X_INTERIOR=0;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_TILE=8;ARRAYBRIDGE_DETECT_TILE=8,ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_STATS_WG=128;ARRAYBRIDGE_PACO_STATS_WG=32;ARRAYBRIDGE_PACO_COV=direct;ARRAYBRIDGE_PACO_LAG_LAYOUT=pixel;ARRAYBRIDGE_PACO_LAG_LAYOUT=mixed;ARRAYBRIDGE_CUDA_UPLOAD=shared,ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_LOCATE_ROWS=line}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_IN_FLIGHT=2,ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_TILE=8,ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

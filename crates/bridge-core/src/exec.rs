@@ -73,6 +73,16 @@ pub enum KernelArg<'a, B> {
     Local(usize),
 }
 
+/// The first `bytes` bytes of `scratch`, which grows (zero-filled) to hold them: the host
+/// memory of [`Executor::upload_filled`]'s default, 8-byte aligned.
+pub fn scratch_bytes(scratch: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
+    let words = bytes.div_ceil(8);
+    if scratch.len() < words {
+        scratch.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut::<u64, u8>(scratch)[..bytes]
+}
+
 /// Device buffers, uploads, downloads, launches of portable kernels and synchronisation on one
 /// device. See the [module docs](self) for the completion contract.
 pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'static {
@@ -87,6 +97,23 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
     fn is_cpu(&self) -> bool;
     /// A buffer holding `bytes` (one transfer; at least 4 bytes are allocated).
     fn upload(&self, bytes: &[u8]) -> Result<Self::Buffer>;
+    /// A buffer of `bytes` bytes that `fill` writes on the host (every byte), in one transfer.
+    /// An executor may hand `fill` memory its device reads directly (CUDA: a page-locked buffer
+    /// reused once its copy has completed, so the upload is one DMA instead of a copy into
+    /// staging chunks and their DMAs); the default fills the front of `scratch` (grown as
+    /// needed: a caller that keeps it pays its page faults once) and calls
+    /// [`Executor::upload`]. The memory `fill` gets is 8-byte aligned, so it may be cast to
+    /// any device element type.
+    fn upload_filled(
+        &self,
+        bytes: usize,
+        scratch: &mut Vec<u64>,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<Self::Buffer> {
+        let host = scratch_bytes(scratch, bytes);
+        fill(host)?;
+        self.upload(host)
+    }
     /// An uninitialised buffer of `bytes` bytes (at least 4).
     fn alloc(&self, bytes: usize) -> Result<Self::Buffer>;
     /// A zeroed buffer of `bytes` bytes (at least 4).

@@ -73,6 +73,14 @@ pub const KNOBS: &[Knob] = &[
               old behaviour, for A/B tests)",
     },
     Knob {
+        name: "ARRAYBRIDGE_CUDA_PACK",
+        default: "pinned",
+        accepts: Accepts::Choice(&["pinned", "pageable"]),
+        doc: "pinned: frames packed for an upload (detection, locate) are written into a \
+              page-locked buffer and sent by one DMA; pageable: into a host vector sent by the \
+              staged copy (the old behaviour, for A/B tests)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_STAGING_CHUNK_MB",
         default: "64",
         accepts: Accepts::Int(1, 1024),

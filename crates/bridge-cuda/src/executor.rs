@@ -9,7 +9,11 @@
 //! flight: one worker's upload overlaps another's kernels (detection's batches in flight). Small
 //! uploads (up to `ARRAYBRIDGE_DIRECT_COPY_KB`, 1 MiB by default) are copied into a ring of
 //! pinned host buffers and sent asynchronously; a ring buffer is reused only once its copy has
-//! completed (the `pending` module's ring). Each launch records one event, shared by its buffer
+//! completed (the `pending` module's ring). A buffer filled in place
+//! ([`Executor::upload_filled`]: detection's and `locate`'s packed frames) is written straight
+//! into a page-locked buffer of a second ring and sent by one asynchronous DMA, on a stream of
+//! its own under `ARRAYBRIDGE_CUDA_UPLOAD=own` (`ARRAYBRIDGE_CUDA_PACK=pageable`: a host vector
+//! and the staged copy, as before). Each launch records one event, shared by its buffer
 //! arguments as their last use (the `pending` module), so the device pool never hands out
 //! memory a queued kernel still reads.
 //!
@@ -71,6 +75,10 @@ impl LaunchMode {
 /// Pinned buffers of the small-upload ring in flight at most.
 const RING_BUFFERS: usize = 16;
 
+/// Page-locked buffers of uploads filled in place in flight at most (a batch being packed
+/// while two earlier ones are still being copied: detection's two workers).
+const FILL_BUFFERS: usize = 3;
+
 /// Program-cache key of an executor ([`bridge_core::kernel::launch_key`]); the entry keeps the
 /// options themselves, compared on every hit.
 type ExecKey = (usize, usize, u64);
@@ -84,6 +92,8 @@ struct Shared {
     mode: LaunchMode,
     programs: Mutex<HashMap<ExecKey, Kept>>,
     ring: Mutex<Ring<Ready, PinnedMem>>,
+    /// Page-locked buffers that uploads filled in place are written into.
+    fills: Mutex<Ring<Ready, PinnedMem>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,6 +175,7 @@ impl CudaExecutor {
             mode,
             programs: Mutex::new(HashMap::new()),
             ring: Mutex::new(Ring::new(RING_BUFFERS)),
+            fills: Mutex::new(Ring::new(FILL_BUFFERS)),
         }))
     }
 
@@ -233,6 +244,13 @@ impl CudaExecutor {
     }
 }
 
+/// Whether uploads filled in place are packed into page-locked memory
+/// (`ARRAYBRIDGE_CUDA_PACK=pinned`, the default) or into a host vector that the staged copy
+/// sends (`pageable`, the behaviour before).
+fn pack_pinned() -> bool {
+    bridge_core::tuning::choice("ARRAYBRIDGE_CUDA_PACK") != "pageable"
+}
+
 /// Whether large uploads go on a stream of their own (`ARRAYBRIDGE_CUDA_UPLOAD=own`, the
 /// default) or behind the executor's kernels (`shared`, the behaviour before).
 fn upload_on_own_stream() -> bool {
@@ -275,6 +293,47 @@ impl Executor for CudaExecutor {
             // staged through the pinned chunks behind the queued kernels; returns once `bytes`
             // has been consumed
             self.gpu.h2d_staged(st.mem(), bytes, &self.shared.stream)?;
+        }
+        Ok(st)
+    }
+
+    fn upload_filled(
+        &self,
+        bytes: usize,
+        scratch: &mut Vec<u64>,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<CudaStorage> {
+        if bytes <= direct_copy_max() || !pack_pinned() {
+            let host = bridge_core::exec::scratch_bytes(scratch, bytes);
+            fill(host)?;
+            return self.upload(host);
+        }
+        let st = CudaStorage::alloc(&self.gpu, bytes)?;
+        let alloc = || PinnedMem::alloc(self.gpu.context(), self.gpu.device(), bytes);
+        // the ring's lock is held only to take and to hand back a buffer, not while packing
+        let taken = lock(&self.shared.fills).take(alloc);
+        let mut buf = taken?;
+        if buf.len() < bytes {
+            buf = alloc()?;
+        }
+        fill(&mut buf.as_mut_slice()[..bytes])?;
+        let lease;
+        let s: &CudaStream = if upload_on_own_stream() {
+            lease = self.gpu.stream()?;
+            &lease
+        } else {
+            &self.shared.stream
+        };
+        // SAFETY: `buf` goes back to the ring with the event recorded right after this copy and
+        // is handed out again only once that event has completed (`Ring::take`); `st` is a
+        // fresh buffer, and its pending event makes every later use wait for the copy.
+        unsafe { ffi::htod_async(st.mem(), 0, &buf.as_slice()[..bytes], s)? };
+        let ready = Arc::new(self.gpu.record(s)?);
+        st.set_pending(Arc::clone(&ready));
+        lock(&self.shared.fills).retire(Arc::clone(&ready), buf);
+        if self.shared.mode == LaunchMode::Sync {
+            // the copy's own completion (it may be on another stream than the executor's)
+            ready.synchronize()?;
         }
         Ok(st)
     }

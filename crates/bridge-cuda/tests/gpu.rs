@@ -482,3 +482,59 @@ fn foreign_owner_can_be_taken_back() {
     let back = owner.downcast::<bridge_cuda::CudaStorage>().unwrap();
     assert_eq!(back.device_ptr(), ptr);
 }
+
+/// Uploads filled in place (`Executor::upload_filled`, detection's and `locate`'s packed
+/// frames): page-locked buffers from a ring of three, sent asynchronously; more uploads than
+/// the ring holds (it must wait for a copy before reusing a buffer), sizes above and below the
+/// direct-copy limit and a larger one after smaller ones (a buffer too small is replaced), read
+/// back byte for byte while the earlier buffers are still alive; a failing `fill` uploads
+/// nothing and leaves the ring usable.
+#[test]
+fn uploads_filled_in_place_arrive_whole() {
+    use bridge_core::exec::{Executor, TypedExecutor};
+    let _s = shared();
+    let Some(g) = gpu_or_skip() else { return };
+    let e = bridge_cuda::CudaExecutor::from_gpu(g).unwrap();
+    let mut scratch = Vec::new();
+    let mut kept = Vec::new();
+    for (i, n) in [
+        3_000_000usize,
+        5_000_000,
+        100,
+        4_000_000,
+        7_000_001,
+        2_500_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let want: Vec<u16> = (0..n)
+            .map(|j| (j as u64 * 2_654_435_761 + i as u64) as u16)
+            .collect();
+        let buf = e
+            .upload_filled_elems(n, &mut scratch, |d: &mut [u16]| {
+                d.copy_from_slice(&want);
+                Ok(())
+            })
+            .unwrap();
+        kept.push((buf, want));
+    }
+    for (buf, want) in &kept {
+        let got = e.read(buf.raw(), want.len() * 2).unwrap();
+        assert_eq!(got, bytemuck::cast_slice::<u16, u8>(want));
+    }
+    let err = e
+        .upload_filled_elems::<f32>(1 << 20, &mut scratch, |_| {
+            Err(BridgeError::invalid_argument("fill", "refused"))
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("refused"), "{err}");
+    let again = e
+        .upload_filled_elems(1 << 20, &mut scratch, |d: &mut [f32]| {
+            d.iter_mut().enumerate().for_each(|(j, v)| *v = j as f32);
+            Ok(())
+        })
+        .unwrap();
+    let got = e.read(again.raw(), 4 << 20).unwrap();
+    assert_eq!(bytemuck::cast_slice::<u8, f32>(&got)[12_345], 12_345.0);
+}

@@ -248,3 +248,42 @@ fn executor_passes_scalars_by_value_and_keeps_kernels() {
     );
     assert_eq!(backend.executors_created(dev), 1);
 }
+
+/// `upload_filled` (the default: the front of the caller's scratch, grown as needed, then one
+/// upload): every element arrives, a smaller upload reuses the scratch without growing it, and
+/// a failing `fill` is the caller's error with nothing uploaded.
+#[test]
+fn uploads_filled_in_place_arrive_whole() {
+    use bridge_core::exec::{Executor, TypedExecutor};
+    let Some((backend, dev)) = common::device() else {
+        return;
+    };
+    let e = bridge_opencl::OpenClExecutor::new(backend.clone(), dev).unwrap();
+    let mut scratch = Vec::new();
+    for (n, seed) in [(300_001usize, 1u64), (1000, 2)] {
+        let want: Vec<u16> = (0..n)
+            .map(|j| (j as u64 * 2_654_435_761 + seed) as u16)
+            .collect();
+        let buf = e
+            .upload_filled_elems(n, &mut scratch, |d: &mut [u16]| {
+                d.copy_from_slice(&want);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            e.read(buf.raw(), n * 2).unwrap(),
+            bytemuck::cast_slice::<u16, u8>(&want)
+        );
+        assert_eq!(
+            scratch.len(),
+            300_001usize.div_ceil(4),
+            "grown once, then reused"
+        );
+    }
+    let err = e
+        .upload_filled_elems::<f32>(10, &mut scratch, |_| {
+            Err(BridgeError::invalid_argument("fill", "refused"))
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("refused"), "{err}");
+}

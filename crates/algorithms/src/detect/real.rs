@@ -68,6 +68,7 @@ thread_local! {
     static POOL_F32: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
     static POOL_F64: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
     static POOL_U8: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static POOL_U64: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
 }
 
 macro_rules! pooled {
@@ -83,6 +84,7 @@ macro_rules! pooled {
 pooled!(f32, 0.0, POOL_F32);
 pooled!(f64, 0.0, POOL_F64);
 pooled!(u8, 0, POOL_U8);
+pooled!(u64, 0, POOL_U64);
 
 /// Bytes kept for reuse per thread and type, and buffers. A 2048² frame's f64 cube (14 scales)
 /// is 470 MB: bounded by buffer length instead (8 M elements, as before), it was allocated

@@ -179,6 +179,42 @@ pub trait TypedExecutor: Executor {
         })
     }
 
+    /// A buffer of `len` elements that `fill` writes on the host (every element), in one
+    /// transfer: the host memory is the executor's where it has memory its device reads
+    /// directly ([`Executor::upload_filled`]), else the front of `scratch`.
+    fn upload_filled_elems<T: DeviceElement>(
+        &self,
+        len: usize,
+        scratch: &mut Vec<u64>,
+        fill: impl FnOnce(&mut [T]) -> Result<()>,
+    ) -> Result<Buffer<Self, T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            BridgeError::invalid_argument("upload", format!("{len} elements overflow"))
+        })?;
+        let mut fill = Some(fill);
+        let raw = self.upload_filled(bytes, scratch, &mut |b: &mut [u8]| {
+            let elems = bytemuck::try_cast_slice_mut::<u8, T>(b).map_err(|e| {
+                BridgeError::backend(
+                    "upload",
+                    None,
+                    format!(
+                        "{}: the executor's host memory cannot hold the elements: {e}",
+                        self.device()
+                    ),
+                )
+            })?;
+            match fill.take() {
+                Some(f) => f(elems),
+                None => Ok(()),
+            }
+        })?;
+        Ok(Buffer {
+            raw,
+            len,
+            _t: PhantomData,
+        })
+    }
+
     /// A buffer of the elements whose bytes (in the host's order) are `bytes`: for data that
     /// is already packed as bytes (one transfer, no copy); an error when `bytes` is not a whole
     /// number of elements.

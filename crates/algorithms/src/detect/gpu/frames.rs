@@ -11,10 +11,10 @@ use super::super::blob_log::{
     BlobLogParams, Converted, DevicePlan, Prescale, border_covers, check_range_of,
     check_scale_space_range, convert_frame,
 };
-use super::super::real::{Real, give_buf, take_buf};
+use super::super::real::Real;
 use super::super::trace_span;
 use super::pipeline::{
-    Certify, HostFrames, Input, Mode, Prescaling, RawFrames, RunOut, Turn, run_typed,
+    Certify, HostFrames, Input, Mode, Prescaling, RawFrames, RawPack, RunOut, Turn, run_typed,
 };
 use super::{GpuDetectConfig, Precision};
 
@@ -186,18 +186,30 @@ pub(super) fn run_frames<E: Executor>(
                     .collect::<Result<_>>()?;
                 let mode = pr.last().map_or(0, |r| r.0);
                 let params: Vec<(f64, f64)> = pr.iter().map(|r| (r.1, r.2)).collect();
-                // a pooled buffer: a new one would fault in every page again (64 frames of
-                // 512² u16 are 33.5 MB)
-                let mut bytes: Vec<u8> = take_buf(n * fb);
-                bytes
-                    .par_chunks_mut(fb.max(1))
-                    .zip(run.par_iter())
-                    .for_each(|(dst, f)| pack_ne(f, dst));
+                // written straight into the upload's memory (page-locked on CUDA; elsewhere a
+                // pooled buffer: a new one would fault in every page again, 64 frames of 512²
+                // u16 are 33.5 MB), in parallel, when the run is staged
+                let fill = |bytes: &mut [u8]| -> Result<()> {
+                    let t = std::time::Instant::now();
+                    bytes
+                        .par_chunks_mut(fb.max(1))
+                        .zip(run.par_iter())
+                        .for_each(|(dst, f)| pack_ne(f, dst));
+                    trace_span(t, std::time::Instant::now(), || {
+                        format!("detect: pack {n} raw frames")
+                    });
+                    Ok(())
+                };
                 trace_span(t_pack, std::time::Instant::now(), || {
-                    format!("detect: pack {n} raw frames")
+                    format!("detect: prescale parameters of {n} raw frames")
                 });
                 let pre = Prescaling { params, mode };
-                let input = Input::Raw(&bytes, kind != Kind::RawU8, pre);
+                let raw = RawPack {
+                    bytes: n * fb,
+                    u16: kind != Kind::RawU8,
+                    fill: &fill,
+                };
+                let input = Input::Raw(raw, pre);
                 let convert = |i: usize| -> Result<Vec<f64>> {
                     let f = run.get(i).ok_or_else(|| {
                         BridgeError::backend("detect", None, format!("no frame {i} in the run"))
@@ -215,7 +227,6 @@ pub(super) fn run_frames<E: Executor>(
                 } else {
                     run_typed::<E, f64, f32>(e, input, dims, p, cfg, Mode::Cube(want_cube), turn)
                 };
-                give_buf(bytes);
                 res?
             }
         };

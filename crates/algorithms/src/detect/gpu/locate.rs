@@ -47,6 +47,7 @@ use rayon::prelude::*;
 
 use super::super::FrameView;
 use super::super::locate::{Feature, LocateParams, Plan};
+use super::super::real::{give_buf, take_buf};
 use super::pipeline::Turn;
 use super::{DevReal, GpuDetectConfig};
 use run::run_typed;
@@ -281,51 +282,94 @@ impl<E: Executor> Src<'_, '_, E> {
 
 /// `frames` (all of pixel type `kind`, `plane` pixels each) uploaded in one transfer as the
 /// load kernel reads them: as stored, float64 frames in the device type `R`; packed in
-/// parallel.
+/// parallel straight into the upload's memory (`Executor::upload_filled`: page-locked on CUDA,
+/// so the frames cross in one DMA; elsewhere a pooled buffer).
 fn upload_frames<E: Executor, R: DevReal>(
     e: &E,
     frames: &[FrameView<'_>],
     kind: Kind,
     plane: usize,
 ) -> Result<Uploaded<E, R>> {
-    Ok(match kind {
-        Kind::U8 => Uploaded::U8(e.upload_slice(&pack(frames, plane, |f, d: &mut [u8]| {
-            if let FrameView::U8(a) = f {
-                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-            }
-        }))?),
-        Kind::U16 => Uploaded::U16(e.upload_slice(&pack(frames, plane, |f, d: &mut [u16]| {
-            if let FrameView::U16(a) = f {
-                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-            }
-        }))?),
-        Kind::F32 => Uploaded::F32(e.upload_slice(&pack(frames, plane, |f, d: &mut [f32]| {
-            if let FrameView::F32(a) = f {
-                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-            }
-        }))?),
-        Kind::F64 => Uploaded::F64(e.upload_slice(&pack(frames, plane, |f, d: &mut [R]| {
-            if let FrameView::F64(a) = f {
-                d.iter_mut()
-                    .zip(a.iter())
-                    .for_each(|(d, &v)| *d = R::from_f64(v));
-            }
-        }))?),
-    })
+    let len = frames.len() * plane;
+    let elem = match kind {
+        Kind::U8 => 1,
+        Kind::U16 => 2,
+        Kind::F32 => 4,
+        Kind::F64 => std::mem::size_of::<R>(),
+    };
+    let mut scratch = take_buf::<u64>((len * elem).div_ceil(8));
+    let out = match kind {
+        Kind::U8 => Uploaded::U8(upload_packed(
+            e,
+            len,
+            &mut scratch,
+            frames,
+            plane,
+            |f, d| {
+                if let FrameView::U8(a) = f {
+                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+                }
+            },
+        )?),
+        Kind::U16 => Uploaded::U16(upload_packed(
+            e,
+            len,
+            &mut scratch,
+            frames,
+            plane,
+            |f, d| {
+                if let FrameView::U16(a) = f {
+                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+                }
+            },
+        )?),
+        Kind::F32 => Uploaded::F32(upload_packed(
+            e,
+            len,
+            &mut scratch,
+            frames,
+            plane,
+            |f, d| {
+                if let FrameView::F32(a) = f {
+                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+                }
+            },
+        )?),
+        Kind::F64 => Uploaded::F64(upload_packed(
+            e,
+            len,
+            &mut scratch,
+            frames,
+            plane,
+            |f, d: &mut [R]| {
+                if let FrameView::F64(a) = f {
+                    d.iter_mut()
+                        .zip(a.iter())
+                        .for_each(|(d, &v)| *d = R::from_f64(v));
+                }
+            },
+        )?),
+    };
+    give_buf(scratch);
+    Ok(out)
 }
 
-/// The pixels of `frames`, `plane` per frame, frame after frame, each frame written by `fill`
-/// (in parallel).
-fn pack<T: DeviceElement>(
+/// A buffer of the pixels of `frames`, `plane` per frame, frame after frame, each frame written
+/// by `fill` (in parallel) into the upload's memory.
+fn upload_packed<E: Executor, T: DeviceElement>(
+    e: &E,
+    len: usize,
+    scratch: &mut Vec<u64>,
     frames: &[FrameView<'_>],
     plane: usize,
     fill: impl Fn(&FrameView<'_>, &mut [T]) + Sync,
-) -> Vec<T> {
-    let mut px = vec![T::zeroed(); frames.len() * plane];
-    px.par_chunks_mut(plane.max(1))
-        .zip(frames.par_iter())
-        .for_each(|(dst, f)| fill(f, dst));
-    px
+) -> Result<Buffer<E, T>> {
+    e.upload_filled_elems(len, scratch, |px: &mut [T]| {
+        px.par_chunks_mut(plane.max(1))
+            .zip(frames.par_iter())
+            .for_each(|(dst, f)| fill(f, dst));
+        Ok(())
+    })
 }
 
 /// `v` in the device type `R`.

@@ -11,7 +11,7 @@ use super::super::blob_log::{Blob, BlobLogParams, DevicePlan, prune_blobs};
 use super::super::filters::LogKernels;
 use super::super::kernels::blob_log_kernels::Kernels;
 use super::super::kernels::{OPTS_F32_ACC32, OPTS_F32_ACC64, OPTS_F64};
-use super::super::real::Real;
+use super::super::real::{Real, give_buf, take_buf};
 use super::super::trace;
 use super::{DevReal, GpuDetectConfig};
 
@@ -73,13 +73,23 @@ impl<E: Executor> Copy for RawFrames<'_, E> {}
 pub(super) enum Input<'a, T, E: Executor> {
     /// Converted on the host to the working type `T`.
     Host(&'a [Vec<T>]),
-    /// Raw integers (working type f64) from the host, in the host's byte order, frame after
-    /// frame, `u16` pixels when `.1` (else `u8`): uploaded as they are and converted on the
-    /// device.
-    Raw(&'a [u8], bool, Prescaling),
+    /// Raw integers (working type f64) from the host, packed in the host's byte order frame
+    /// after frame into the upload's own memory ([`RawPack`]) and converted on the device.
+    Raw(RawPack<'a>, Prescaling),
     /// Raw integers (working type f64) already on the device (a caller's array, read in place),
     /// from frame `.1` of the buffer.
     Device(RawFrames<'a, E>, usize, Prescaling),
+}
+
+/// Raw integer frames of the host, written by `fill` straight into the memory the upload sends
+/// (`Executor::upload_filled`: page-locked on CUDA, so the frames cross in one DMA).
+pub(super) struct RawPack<'a> {
+    /// Bytes of the whole run.
+    pub bytes: usize,
+    /// `u16` pixels (else `u8`).
+    pub u16: bool,
+    /// Writes every byte of the run, frame after frame.
+    pub fill: &'a (dyn Fn(&mut [u8]) -> Result<()> + Sync),
 }
 
 /// Runs a launch and adds its wall time to the run's kernel time.
@@ -532,8 +542,22 @@ fn stage_frames<'a, E: Executor, T: Real, R: DevReal>(
             }
             Staged::Ready(e.upload_slice(&img)?)
         }
-        Input::Raw(bytes, true, pre) => Staged::Raw(RawBuf::U16(e.upload_bytes(bytes)?), pre),
-        Input::Raw(bytes, false, pre) => Staged::Raw(RawBuf::U8(e.upload_bytes(bytes)?), pre),
+        Input::Raw(raw, pre) => {
+            let px = if raw.u16 { 2 } else { 1 };
+            let mut scratch = take_buf::<u64>(raw.bytes.div_ceil(8));
+            let fill = |b: &mut [u8]| (raw.fill)(b);
+            let staged = if raw.u16 {
+                RawBuf::U16(e.upload_filled_elems(
+                    raw.bytes / px,
+                    &mut scratch,
+                    |d: &mut [u16]| fill(bytemuck::cast_slice_mut(d)),
+                )?)
+            } else {
+                RawBuf::U8(e.upload_filled_elems(raw.bytes, &mut scratch, |d: &mut [u8]| fill(d))?)
+            };
+            give_buf(scratch);
+            Staged::Raw(staged, pre)
+        }
         Input::Device(raw, frame0, pre) => Staged::Device(raw, frame0, pre),
     })
 }
