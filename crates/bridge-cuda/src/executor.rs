@@ -79,6 +79,10 @@ const RING_BUFFERS: usize = 16;
 /// while two earlier ones are still being copied: detection's two workers).
 const FILL_BUFFERS: usize = 3;
 
+/// The largest upload filled in place into page-locked memory (three such buffers stay
+/// locked); a larger one is packed into host memory and sent by the staged copy.
+const FILL_MAX: usize = 256 << 20;
+
 /// Program-cache key of an executor ([`bridge_core::kernel::launch_key`]); the entry keeps the
 /// options themselves, compared on every hit.
 type ExecKey = (usize, usize, u64);
@@ -303,20 +307,34 @@ impl Executor for CudaExecutor {
         scratch: &mut Vec<u64>,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<CudaStorage> {
-        if bytes <= direct_copy_max() || !pack_pinned() {
+        let pageable = |scratch: &mut Vec<u64>, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>| {
             let host = bridge_core::exec::scratch_bytes(scratch, bytes);
             fill(host)?;
-            return self.upload(host);
+            self.upload(host)
+        };
+        if bytes <= direct_copy_max() || bytes > FILL_MAX || !pack_pinned() {
+            return pageable(scratch, fill);
         }
-        let st = CudaStorage::alloc(&self.gpu, bytes)?;
-        let alloc = || PinnedMem::alloc(self.gpu.context(), self.gpu.device(), bytes);
+        let refused = std::cell::Cell::new(false);
+        let alloc = || {
+            PinnedMem::alloc(self.gpu.context(), self.gpu.device(), bytes)
+                .inspect_err(|_| refused.set(true))
+        };
         // the ring's lock is held only to take and to hand back a buffer, not while packing
         let taken = lock(&self.shared.fills).take(alloc);
-        let mut buf = taken?;
-        if buf.len() < bytes {
-            buf = alloc()?;
-        }
+        let buf = match taken {
+            Ok(b) if b.len() >= bytes => Ok(b),
+            Ok(_) => alloc(),
+            Err(e) => Err(e),
+        };
+        let mut buf = match buf {
+            Ok(b) => b,
+            // page-locked memory is the host's to refuse: without it, the staged copy as before
+            Err(_) if refused.get() => return pageable(scratch, fill),
+            Err(e) => return Err(e),
+        };
         fill(&mut buf.as_mut_slice()[..bytes])?;
+        let st = CudaStorage::alloc(&self.gpu, bytes)?;
         let lease;
         let s: &CudaStream = if upload_on_own_stream() {
             lease = self.gpu.stream()?;
@@ -328,7 +346,14 @@ impl Executor for CudaExecutor {
         // is handed out again only once that event has completed (`Ring::take`); `st` is a
         // fresh buffer, and its pending event makes every later use wait for the copy.
         unsafe { ffi::htod_async(st.mem(), 0, &buf.as_slice()[..bytes], s)? };
-        let ready = Arc::new(self.gpu.record(s)?);
+        let ready = match self.gpu.record(s) {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                // no event to hand the buffer to: it is freed only once the copy has ended
+                let _ = s.synchronize();
+                return Err(e);
+            }
+        };
         st.set_pending(Arc::clone(&ready));
         lock(&self.shared.fills).retire(Arc::clone(&ready), buf);
         if self.shared.mode == LaunchMode::Sync {
