@@ -179,8 +179,10 @@ build() {
   # `run` unpacks when the folder is not there
   local archive="$root/.carry/gpu-check.tar.xz" kib arch_kib repo_kib max
   echo "gpu-check: packing $carry into $archive" >&2
-  tar -C "$root/.carry" -cf - gpu-check | xz -T0 -6 >"$archive.tmp" && mv "$archive.tmp" "$archive" ||
+  if ! tar -C "$root/.carry" -cf - gpu-check | xz -T0 -6 >"$archive.tmp"; then
     die "could not pack $carry"
+  fi
+  mv "$archive.tmp" "$archive"
   kib=$(du -sk "$carry" | cut -f1)
   arch_kib=$(du -k "$archive" | cut -f1)
   repo_kib=$(git -C "$root" ls-files -z --cached --others --exclude-standard |
@@ -607,7 +609,7 @@ phase_ab() {
     # shellcheck disable=SC2086,SC2016
     run_binary "ab $i $tag" "$WORK/ab-$i.md" env ${v//,/ } sh -c \
       '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256,64 --movie-cache "$3" &&
-       "$1" bench detect --method locate --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64 --movie-cache "$3" &&
+       "$1" bench detect --method locate --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256 --movie-cache "$3" &&
        "$1" bench paco --device cuda:0 --frames 61 --size 100 --reps 10' sh "$cli" "$frames" "$(movies_dir)"
     { echo "## $i: $tag"; cat "$WORK/ab-$i.md"; echo; } >>"$WORK/ab.md"
   done
