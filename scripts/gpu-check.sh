@@ -489,8 +489,8 @@ bench_once() { # tag: one pass of every measurement, under the current environme
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
   wait_movies
   mc=(--movie-cache "$(movies_dir)")
-  local sizes=1,4,16,64,256,1024 reps=10 batches=16,64,256 big=1,4
-  if quick; then sizes=1,64,1024; reps=5; batches=64,256; big=4; fi
+  local sizes=1,4,16,64,256,1024 reps=10 batches=4,16,64,256 big=1,4
+  if quick; then sizes=1,64,1024; reps=5; batches=4,64,256; big=4; fi
   env | grep -E '^ARRAYBRIDGE_' | sort >"$WORK/bench-$tag-env.txt"
   run_binary "bench $tag detect ${frames}x512" "$WORK/bench-$tag-detect512.md" \
     "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes "$batches" "${mc[@]}"

@@ -11,9 +11,11 @@
 //! pinned host buffers and sent asynchronously; a ring buffer is reused only once its copy has
 //! completed (the `pending` module's ring). A buffer filled in place
 //! ([`Executor::upload_filled`]: detection's and `locate`'s packed frames) is written straight
-//! into a page-locked buffer of a second ring and sent by one asynchronous DMA, on a stream of
-//! its own under `ARRAYBRIDGE_CUDA_UPLOAD=own` (`ARRAYBRIDGE_CUDA_PACK=pageable`: a host vector
-//! and the staged copy, as before). Each launch records one event, shared by its buffer
+//! into a page-locked buffer of a second ring and sent by one DMA: on a stream of its own under
+//! `ARRAYBRIDGE_CUDA_UPLOAD=own`, the call returning once the copy has completed (as the
+//! staged upload does: the leased stream is synchronised when it goes back to the device's
+//! pool), else queued behind the kernels and asynchronous (`ARRAYBRIDGE_CUDA_PACK=pageable`: a
+//! host vector and the staged copy, as before). Each launch records one event, shared by its buffer
 //! arguments as their last use (the `pending` module), so the device pool never hands out
 //! memory a queued kernel still reads.
 //!
@@ -75,8 +77,8 @@ impl LaunchMode {
 /// Pinned buffers of the small-upload ring in flight at most.
 const RING_BUFFERS: usize = 16;
 
-/// Page-locked buffers of uploads filled in place in flight at most (a batch being packed
-/// while two earlier ones are still being copied: detection's two workers).
+/// Page-locked buffers of uploads filled in place kept at most (more exist only while several
+/// threads fill at once: detection's workers; the ring frees the extra ones as they retire).
 const FILL_BUFFERS: usize = 3;
 
 /// The largest upload filled in place into page-locked memory (three such buffers stay
@@ -349,8 +351,11 @@ impl Executor for CudaExecutor {
         let ready = match self.gpu.record(s) {
             Ok(r) => Arc::new(r),
             Err(e) => {
-                // no event to hand the buffer to: it is freed only once the copy has ended
-                let _ = s.synchronize();
+                // no event to hand the buffer to: it is freed only once the copy has ended, and
+                // leaked where even that cannot be known
+                if s.synchronize().is_err() {
+                    std::mem::forget(buf);
+                }
                 return Err(e);
             }
         };

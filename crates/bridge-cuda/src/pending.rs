@@ -140,9 +140,11 @@ impl<E: Completion, T> Ring<E, T> {
         }
     }
 
-    /// Hand a filled buffer to the copy marked by `event`.
+    /// Hand a filled buffer to the copy marked by `event`. Where several threads filled
+    /// buffers at once, more than `cap` may exist: idle ones are freed down to `cap`.
     pub(crate) fn retire(&mut self, event: Arc<E>, t: T) {
         self.busy.push_back((event, t));
+        while self.free.len() + self.busy.len() > self.cap && self.free.pop().is_some() {}
     }
 
     /// Buffers in flight.
@@ -293,5 +295,32 @@ mod tests {
         assert_eq!(r.in_flight(), 0);
         assert_eq!(r.take(&mut mk).unwrap(), c, "reused, not made");
         assert_eq!((made, wb.get()), (2, 0));
+    }
+
+    #[test]
+    fn buffers_filled_at_once_are_trimmed_to_the_cap() {
+        let mut r: Ring<Fake, u32> = Ring::new(2);
+        let mut made = 0;
+        let mut mk = || -> Result<u32> {
+            made += 1;
+            Ok(made)
+        };
+        // three threads take a buffer before any retires: three exist
+        let (a, b, c) = (
+            r.take(&mut mk).unwrap(),
+            r.take(&mut mk).unwrap(),
+            r.take(&mut mk).unwrap(),
+        );
+        let (ea, da, _) = fake(1);
+        let (eb, db, _) = fake(1);
+        let (ec, _, _) = fake(1);
+        r.retire(ea, a);
+        r.retire(eb, b);
+        da.set(true);
+        db.set(true);
+        r.reclaim();
+        r.retire(ec, c);
+        // c in flight, and one of the two idle ones kept
+        assert_eq!((r.in_flight(), r.free.len()), (1, 1));
     }
 }
