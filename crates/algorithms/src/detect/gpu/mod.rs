@@ -424,8 +424,9 @@ impl<E: Executor> DetectBackend for GpuDetect<E> {
 
     /// `ARRAYBRIDGE_DETECT_IN_FLIGHT` of the configuration's tuning; `auto`: 2 on OpenCL,
     /// where uploads go on a queue of their own and overlap the kernels (see
-    /// [`LogDetector::detect_movie_with`](super::LogDetector::detect_movie_with)), 1 on CUDA,
-    /// whose uploads share the kernels' stream (the GPU run compares 2 there: docs/gpu.md).
+    /// [`LogDetector::detect_movie_with`](super::LogDetector::detect_movie_with)), 1 on CUDA
+    /// until a GPU run settles it: on the H200 (2026-11-27, `docs/perf.md`) 2 won at 64 frames
+    /// a batch (`blob_log` and `locate`) and lost at 256.
     fn batches_in_flight(&self) -> usize {
         self.config
             .tuning
