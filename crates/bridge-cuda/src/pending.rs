@@ -87,8 +87,9 @@ impl<E: Completion, K> Pending<E, K> {
     }
 }
 
-/// Reusable host buffers whose last copy must complete before reuse.
-pub(crate) struct Ring<E, T> {
+/// Reusable host buffers whose last copy must complete before reuse (or before they are freed:
+/// a ring dropped with copies in flight waits for them).
+pub(crate) struct Ring<E: Completion, T> {
     free: Vec<T>,
     busy: VecDeque<(Arc<E>, T)>,
     cap: usize,
@@ -151,6 +152,20 @@ impl<E: Completion, T> Ring<E, T> {
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         self.busy.len()
+    }
+}
+
+impl<E: Completion, T> Drop for Ring<E, T> {
+    fn drop(&mut self) {
+        // a buffer a copy may still read is freed once the copy has ended; one whose copy's end
+        // cannot be known (a failed wait) is leaked rather than freed under the DMA
+        for (e, t) in self.busy.drain(..) {
+            if e.is_complete() || e.synchronize().is_ok() {
+                drop(t);
+            } else {
+                std::mem::forget(t);
+            }
+        }
     }
 }
 
@@ -295,6 +310,29 @@ mod tests {
         assert_eq!(r.in_flight(), 0);
         assert_eq!(r.take(&mut mk).unwrap(), c, "reused, not made");
         assert_eq!((made, wb.get()), (2, 0));
+    }
+
+    /// A buffer that raises its flag when freed.
+    struct Freed(Flag);
+    impl Drop for Freed {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+
+    #[test]
+    fn a_ring_dropped_mid_copy_waits_before_freeing() {
+        let mut r: Ring<Fake, Freed> = Ring::new(2);
+        let (running, done) = (Flag::default(), Flag::default());
+        let (e1, _, w1) = fake(1);
+        let (e2, d2, w2) = fake(1);
+        d2.set(true);
+        r.retire(e1, Freed(running.clone()));
+        r.retire(e2, Freed(done.clone()));
+        drop(r);
+        // the running copy was waited for once, the finished one not at all; both freed
+        assert_eq!((w1.get(), w2.get()), (1, 0));
+        assert!(running.get() && done.get());
     }
 
     #[test]
