@@ -66,6 +66,17 @@ fn spots(h: usize, w: usize, n: usize, seed: u64) -> Array2<f64> {
     img
 }
 
+/// `img` as an f64, an f32, a u16 (scaled to 60000 at its maximum) and a u8 frame (250).
+fn every_dtype(img: &Array2<f64>) -> [Frame; 4] {
+    let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
+    [
+        Frame::F64(img.clone()),
+        Frame::F32(img.mapv(|v| v as f32)),
+        Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
+        Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
+    ]
+}
+
 fn random_frames(seed: u64) -> Vec<(String, Frame)> {
     let mut out = Vec::new();
     for (k, &(h, w)) in [(64usize, 48usize), (37, 91), (5, 7), (1, 12), (128, 128)]
@@ -606,13 +617,7 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
 ) {
     d.take_certified();
     let img = spots(96, 80, 40, 11);
-    let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
-    let frames = [
-        Frame::F64(img.clone()),
-        Frame::F32(img.mapv(|v| v as f32)),
-        Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
-        Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
-    ];
+    let frames = every_dtype(&img);
     let params = random_params();
     // the float32 passes' multiply-adds fused and not (within the same bound)
     let fused = |v: &str| {
@@ -899,14 +904,7 @@ mod opencl {
         let exec = d.executor().clone().without_fp64();
         let d32 = OpenClDetect::with_executor(exec);
         assert!(!d32.has_fp64());
-        let img = spots(70, 90, 30, 23);
-        let max = img.iter().fold(0.0f64, |m, v| m.max(*v));
-        let frames = [
-            Frame::F64(img.clone()),
-            Frame::F32(img.mapv(|v| v as f32)),
-            Frame::U16(img.mapv(|v| (v / max * 60000.0).round() as u16)),
-            Frame::U8(img.mapv(|v| (v / max * 250.0).round() as u8)),
-        ];
+        let frames = every_dtype(&spots(70, 90, 30, 23));
         d32.take_certified();
         for (pname, p) in random_params() {
             let views: Vec<_> = frames.iter().map(Frame::view).collect();

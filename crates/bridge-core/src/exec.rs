@@ -75,12 +75,26 @@ pub enum KernelArg<'a, B> {
 
 /// The first `bytes` bytes of `scratch`, which grows (zero-filled) to hold them: the host
 /// memory of [`Executor::upload_filled`]'s default, 8-byte aligned.
-pub fn scratch_bytes(scratch: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
+fn scratch_bytes(scratch: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
     let words = bytes.div_ceil(8);
     if scratch.len() < words {
         scratch.resize(words, 0);
     }
     &mut bytemuck::cast_slice_mut::<u64, u8>(scratch)[..bytes]
+}
+
+/// [`Executor::upload_filled`]'s default, for executors that override it only for some
+/// uploads: `fill` writes the front of `scratch` ([`scratch_bytes`]), then one
+/// [`Executor::upload`].
+pub fn upload_through_scratch<E: Executor>(
+    e: &E,
+    bytes: usize,
+    scratch: &mut Vec<u64>,
+    fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+) -> Result<E::Buffer> {
+    let host = scratch_bytes(scratch, bytes);
+    fill(host)?;
+    e.upload(host)
 }
 
 /// Device buffers, uploads, downloads, launches of portable kernels and synchronisation on one
@@ -110,9 +124,7 @@ pub trait Executor: sealed::Sealed + Clone + std::fmt::Debug + Send + Sync + 'st
         scratch: &mut Vec<u64>,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<Self::Buffer> {
-        let host = scratch_bytes(scratch, bytes);
-        fill(host)?;
-        self.upload(host)
+        upload_through_scratch(self, bytes, scratch, fill)
     }
     /// An uninitialised buffer of `bytes` bytes (at least 4).
     fn alloc(&self, bytes: usize) -> Result<Self::Buffer>;

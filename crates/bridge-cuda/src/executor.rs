@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bridge_core::exec::{Executor, KernelArg as ExecArg, sealed};
+use bridge_core::exec::{Executor, KernelArg as ExecArg, sealed, upload_through_scratch};
 use bridge_core::kernel::KernelSource;
 use bridge_core::{Array, BridgeError, Device, Result};
 use cudarc::driver::CudaStream;
@@ -309,13 +309,8 @@ impl Executor for CudaExecutor {
         scratch: &mut Vec<u64>,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<CudaStorage> {
-        let pageable = |scratch: &mut Vec<u64>, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>| {
-            let host = bridge_core::exec::scratch_bytes(scratch, bytes);
-            fill(host)?;
-            self.upload(host)
-        };
         if bytes <= direct_copy_max() || bytes > FILL_MAX || !pack_pinned() {
-            return pageable(scratch, fill);
+            return upload_through_scratch(self, bytes, scratch, fill);
         }
         let refused = std::cell::Cell::new(false);
         let alloc = || {
@@ -332,7 +327,7 @@ impl Executor for CudaExecutor {
         let mut buf = match buf {
             Ok(b) => b,
             // page-locked memory is the host's to refuse: without it, the staged copy as before
-            Err(_) if refused.get() => return pageable(scratch, fill),
+            Err(_) if refused.get() => return upload_through_scratch(self, bytes, scratch, fill),
             Err(e) => return Err(e),
         };
         fill(&mut buf.as_mut_slice()[..bytes])?;

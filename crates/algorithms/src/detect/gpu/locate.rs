@@ -290,86 +290,51 @@ fn upload_frames<E: Executor, R: DevReal>(
     kind: Kind,
     plane: usize,
 ) -> Result<Uploaded<E, R>> {
-    let len = frames.len() * plane;
-    let elem = match kind {
-        Kind::U8 => 1,
-        Kind::U16 => 2,
-        Kind::F32 => 4,
-        Kind::F64 => std::mem::size_of::<R>(),
-    };
-    let mut scratch = take_buf::<u64>((len * elem).div_ceil(8));
-    let out = match kind {
-        Kind::U8 => Uploaded::U8(upload_packed(
-            e,
-            len,
-            &mut scratch,
-            frames,
-            plane,
-            |f, d| {
-                if let FrameView::U8(a) = f {
-                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-                }
-            },
-        )?),
-        Kind::U16 => Uploaded::U16(upload_packed(
-            e,
-            len,
-            &mut scratch,
-            frames,
-            plane,
-            |f, d| {
-                if let FrameView::U16(a) = f {
-                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-                }
-            },
-        )?),
-        Kind::F32 => Uploaded::F32(upload_packed(
-            e,
-            len,
-            &mut scratch,
-            frames,
-            plane,
-            |f, d| {
-                if let FrameView::F32(a) = f {
-                    d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
-                }
-            },
-        )?),
-        Kind::F64 => Uploaded::F64(upload_packed(
-            e,
-            len,
-            &mut scratch,
-            frames,
-            plane,
-            |f, d: &mut [R]| {
-                if let FrameView::F64(a) = f {
-                    d.iter_mut()
-                        .zip(a.iter())
-                        .for_each(|(d, &v)| *d = R::from_f64(v));
-                }
-            },
-        )?),
-    };
-    give_buf(scratch);
-    Ok(out)
+    Ok(match kind {
+        Kind::U8 => Uploaded::U8(upload_packed(e, frames, plane, |f, d| {
+            if let FrameView::U8(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        })?),
+        Kind::U16 => Uploaded::U16(upload_packed(e, frames, plane, |f, d| {
+            if let FrameView::U16(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        })?),
+        Kind::F32 => Uploaded::F32(upload_packed(e, frames, plane, |f, d| {
+            if let FrameView::F32(a) = f {
+                d.iter_mut().zip(a.iter()).for_each(|(d, &v)| *d = v);
+            }
+        })?),
+        Kind::F64 => Uploaded::F64(upload_packed(e, frames, plane, |f, d: &mut [R]| {
+            if let FrameView::F64(a) = f {
+                d.iter_mut()
+                    .zip(a.iter())
+                    .for_each(|(d, &v)| *d = R::from_f64(v));
+            }
+        })?),
+    })
 }
 
 /// A buffer of the pixels of `frames`, `plane` per frame, frame after frame, each frame written
-/// by `fill` (in parallel) into the upload's memory.
+/// by `fill` (in parallel) into the upload's memory (where that is not the executor's own, a
+/// pooled buffer of this thread's).
 fn upload_packed<E: Executor, T: DeviceElement>(
     e: &E,
-    len: usize,
-    scratch: &mut Vec<u64>,
     frames: &[FrameView<'_>],
     plane: usize,
     fill: impl Fn(&FrameView<'_>, &mut [T]) + Sync,
 ) -> Result<Buffer<E, T>> {
-    e.upload_filled_elems(len, scratch, |px: &mut [T]| {
+    let len = frames.len() * plane;
+    let mut scratch = take_buf::<u64>((len * std::mem::size_of::<T>()).div_ceil(8));
+    let out = e.upload_filled_elems(len, &mut scratch, |px: &mut [T]| {
         px.par_chunks_mut(plane.max(1))
             .zip(frames.par_iter())
             .for_each(|(dst, f)| fill(f, dst));
         Ok(())
-    })
+    });
+    give_buf(scratch);
+    out
 }
 
 /// `v` in the device type `R`.

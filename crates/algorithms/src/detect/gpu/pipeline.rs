@@ -543,17 +543,15 @@ fn stage_frames<'a, E: Executor, T: Real, R: DevReal>(
             Staged::Ready(e.upload_slice(&img)?)
         }
         Input::Raw(raw, pre) => {
-            let px = if raw.u16 { 2 } else { 1 };
             let mut scratch = take_buf::<u64>(raw.bytes.div_ceil(8));
-            let fill = |b: &mut [u8]| (raw.fill)(b);
             let staged = if raw.u16 {
                 RawBuf::U16(e.upload_filled_elems(
-                    raw.bytes / px,
+                    raw.bytes / 2,
                     &mut scratch,
-                    |d: &mut [u16]| fill(bytemuck::cast_slice_mut(d)),
+                    |d: &mut [u16]| (raw.fill)(bytemuck::cast_slice_mut(d)),
                 )?)
             } else {
-                RawBuf::U8(e.upload_filled_elems(raw.bytes, &mut scratch, |d: &mut [u8]| fill(d))?)
+                RawBuf::U8(e.upload_filled_elems(raw.bytes, &mut scratch, raw.fill)?)
             };
             give_buf(scratch);
             Staged::Raw(staged, pre)
