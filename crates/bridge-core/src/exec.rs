@@ -84,7 +84,7 @@ fn scratch_bytes(scratch: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
 }
 
 /// [`Executor::upload_filled`]'s default, for executors that override it only for some
-/// uploads: `fill` writes the front of `scratch` ([`scratch_bytes`]), then one
+/// uploads: `fill` writes the front of `scratch` (grown as needed, 8-byte aligned), then one
 /// [`Executor::upload`].
 pub fn upload_through_scratch<E: Executor>(
     e: &E,
