@@ -25,8 +25,8 @@
 #                                             #                bench profile, in that order
 #                                             #   plan         the one budgeted call of docs/gpu.md:
 #                                             #                correctness python identity headline
-#                                             #                sanitize cpu peers ceilings ab
-#                                             #                profile criterion (GPU_CHECK_QUICK=1)
+#                                             #                sanitize ab profile cpu peers
+#                                             #                ceilings criterion (GPU_CHECK_QUICK=1)
 #   bash scripts/gpu-check.sh dry-run         # HERE: `run correctness` on a machine without a GPU;
 #                                             # every GPU test must report itself skipped
 #
@@ -454,12 +454,12 @@ phase_identity() {
       "$SCRATCH/identity-$label-cuda.csv" "$WORK/identity-$label-compare.txt")"
     info_row "identity $label cpu vs cuda:0" "$(echo "$line" | cut -d'|' -f3-5 | tr '|' ' ')" "$(($(date +%s) - t0))"
   done
-  # the pass knobs must not change a byte: the default (8 rows on CUDA) against 1 row, 1 column,
-  # the per-tap edge handling of log_pass_x and two batches in flight (the fused pass against
-  # the two passes: detect_gpu's cuda_tiled_pass_gives_the_two_passes_cube)
+  # the pass knobs must not change a byte: the default (the fused log_pass_block, 8 rows a work
+  # item on CUDA) against the two passes with 1 row, 1 column, the per-tap edge handling of
+  # log_pass_x and two batches in flight (also detect_gpu's cuda_tiled_pass_gives_the_two_passes_cube)
   run_binary "identity movie_log cuda:0 rows 1 cols 1" "$WORK/identity-movie_log-rows1.log" \
-    env ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 ARRAYBRIDGE_DETECT_X_INTERIOR=0 \
-    ARRAYBRIDGE_DETECT_IN_FLIGHT=2 \
+    env ARRAYBRIDGE_DETECT_BLOCK=0 ARRAYBRIDGE_DETECT_ROWS=1 ARRAYBRIDGE_DETECT_COLS=1 \
+    ARRAYBRIDGE_DETECT_X_INTERIOR=0 ARRAYBRIDGE_DETECT_IN_FLIGHT=2 \
     "$cli" --quiet detect "$(movie_npy)" --device cuda:0 "${log_args[@]}" -o "$SCRATCH/identity-movie_log-rows1.csv"
   line="$(compare_csvs "movie_log, cuda:0 default vs rows 1 cols 1" "$SCRATCH/identity-movie_log-cuda.csv" \
     "$SCRATCH/identity-movie_log-rows1.csv" "$WORK/identity-movie_log-rows1-compare.txt")"
@@ -597,7 +597,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_IN_FLIGHT=2,ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_TILE=8,ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"
@@ -624,6 +624,11 @@ phase_profile() {
     "$ncu" --clock-control none --launch-skip 4 --launch-count 40 --section SpeedOfLight \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     "$cli" bench detect --device cuda:0 --frames 32 --size 512 --batch-sizes 16
+  # the two passes (the default until 2026-11-28) for the kernel-level comparison
+  run_binary "profile detect 32x512 two passes" "$WORK/profile-detect-two-passes.txt" \
+    env ARRAYBRIDGE_DETECT_BLOCK=0 "$ncu" --clock-control none --launch-skip 4 --launch-count 40 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    "$cli" bench detect --device cuda:0 --frames 32 --size 512 --batch-sizes 16
   run_binary "profile paco 61x100" "$WORK/profile-paco.txt" \
     "$ncu" --clock-control none --launch-count 30 --section SpeedOfLight --section LaunchStats \
     --section Occupancy --section MemoryWorkloadAnalysis \
@@ -644,7 +649,7 @@ run() {
       plan)
         # the one budgeted call (docs/gpu.md): the most valuable rows first
         export GPU_CHECK_QUICK="${GPU_CHECK_QUICK:-1}"
-        phases+=(correctness python identity headline sanitize ab cpu peers ceilings profile criterion) ;;
+        phases+=(correctness python identity headline sanitize ab profile cpu peers ceilings criterion) ;;
       *)
         case " $PHASES " in
           *" $p "*) phases+=("$p") ;;

@@ -506,27 +506,64 @@ fn kernels_compile_with_nvrtc() {
 // ------------------------------------------------------------------------------------------
 // OpenCL
 
-/// The fused pass (`log_pass_tile`, tiles of 1, 3 and 8 rows, 16 or 32 columns) gives
-/// the two passes' cube bit for bit, and the blobs of thresholds from its tiles' extrema (no
-/// `cube_minmax`) are the two passes', in float64 and float32: frames narrower and shorter
-/// than a kernel (edges reflected more than once), a tile's rows past the frame, a scale
-/// wider than the tile (the run takes the two passes), u16 and f32 frames.
+/// The fused passes give the two passes' cube bit for bit, and the blobs of thresholds from
+/// their regions' extrema (no `cube_minmax`) are the two passes', in float64 and float32 (the
+/// blobs also with the certified search, `Precision::Auto`): `log_pass_tile` (tiles of 1, 3 and
+/// 8 rows, 16 or 32 columns) and `log_pass_block` (blocks of 1 to 16 rows, 1 to 5 columns a
+/// work item, work groups of 8 to 32 by 1 to 4, 1 to 8 rows a work item in its y pass, odd and
+/// even); frames narrower and shorter than a kernel (edges reflected more than once), a
+/// region's rows and columns past the frame, a scale wider than the region (the run takes the
+/// two passes), u16 and f32 frames.
 fn check_tiled_pass<E: bridge_core::exec::Executor>(
     base: &algorithms::detect::GpuDetect<E>,
     name: &str,
 ) {
     use bridge_core::tuning::Tuning;
-    let with = |tile: &str, wg: &str, precision: Precision| {
-        let tuning = Tuning::default()
-            .with("ARRAYBRIDGE_DETECT_TILE", tile)
-            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_WG_X", wg))
+    // (fused pass, WG_X, WG_Y, ROWS) as knobs
+    let with = |knobs: &[(&str, &str)], precision: Precision| {
+        let mut tuning = Tuning::default()
+            .with("ARRAYBRIDGE_DETECT_TILE", "0")
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_BLOCK", "0"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_WG_X", "32"))
             .unwrap();
+        for &(k, v) in knobs {
+            tuning = tuning.with(&format!("ARRAYBRIDGE_DETECT_{k}"), v).unwrap();
+        }
         base.clone().with_config(GpuDetectConfig {
             tuning,
             precision,
             ..base.config().clone()
         })
     };
+    let tile = |rows: &'static str, wg: &'static str| vec![("TILE", rows), ("WG_X", wg)];
+    let block = |rows: &'static str,
+                 cols: &'static str,
+                 wg: (&'static str, &'static str),
+                 y: &'static str| {
+        vec![
+            ("BLOCK", rows),
+            ("BLOCK_COLS", cols),
+            ("WG_X", wg.0),
+            ("WG_Y", wg.1),
+            ("ROWS", y),
+        ]
+    };
+    let for_blobs = [
+        tile("3", "32"),
+        tile("8", "16"),
+        block("16", "3", ("32", "4"), "8"),
+        block("3", "2", ("16", "1"), "1"),
+    ];
+    let for_cubes = [
+        tile("1", "16"),
+        tile("3", "32"),
+        tile("8", "32"),
+        tile("8", "16"),
+        block("16", "3", ("32", "4"), "8"),
+        block("3", "2", ("16", "1"), "1"),
+        block("1", "5", ("8", "2"), "4"),
+        block("5", "1", ("16", "4"), "3"),
+    ];
     let mut frames = Vec::new();
     for (k, &(h, w)) in [(5, 7), (19, 64), (64, 19), (70, 33), (41, 130)]
         .iter()
@@ -550,36 +587,37 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
             ..BlobLogParams::default()
         },
     ];
-    let mut compared = 0;
-    for precision in [Precision::F64, Precision::F32] {
+    let (mut compared, mut blob_sets) = (0, 0);
+    for precision in [Precision::F64, Precision::F32, Precision::Auto] {
         for p in &sets {
             for f in &frames {
                 let one = [f.view()];
-                let two = with("0", "32", precision).log_cubes(&one, p).unwrap();
-                // the thresholds from the tiles' extrema: the same blobs
+                // the thresholds from the regions' extrema: the same blobs
                 let rel = BlobLogParams {
                     threshold: None,
                     threshold_rel: Some(0.1),
                     ..p.clone()
                 };
-                let blobs = with("0", "32", precision)
-                    .blob_log_batch(&one, &rel)
-                    .unwrap();
-                for (tile, wg) in [("3", "32"), ("8", "16")] {
-                    let tiled = with(tile, wg, precision)
-                        .blob_log_batch(&one, &rel)
-                        .unwrap();
-                    assert_eq!(tiled, blobs, "tile {tile} wg {wg} {precision:?}");
+                let blobs = with(&[], precision).blob_log_batch(&one, &rel).unwrap();
+                for knobs in &for_blobs {
+                    let fused = with(knobs, precision).blob_log_batch(&one, &rel).unwrap();
+                    assert_eq!(fused, blobs, "{knobs:?} {precision:?}");
+                    blob_sets += 1;
                 }
-                for (tile, wg) in [("1", "16"), ("3", "32"), ("8", "32"), ("8", "16")] {
-                    let fused = with(tile, wg, precision).log_cubes(&one, p).unwrap();
-                    let bits = |c: &[Vec<f64>]| -> Vec<u64> {
-                        c.iter().flatten().map(|v| v.to_bits()).collect()
-                    };
+                if precision == Precision::Auto {
+                    // the certified search reads no cube back
+                    continue;
+                }
+                let two = with(&[], precision).log_cubes(&one, p).unwrap();
+                let bits = |c: &[Vec<f64>]| -> Vec<u64> {
+                    c.iter().flatten().map(|v| v.to_bits()).collect()
+                };
+                for knobs in &for_cubes {
+                    let fused = with(knobs, precision).log_cubes(&one, p).unwrap();
                     assert_eq!(
                         bits(&fused),
                         bits(&two),
-                        "tile {tile} wg {wg} {precision:?} {:?} sigma {}",
+                        "{knobs:?} {precision:?} {:?} sigma {}",
                         f.view().dim(),
                         p.max_sigma
                     );
@@ -588,7 +626,7 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
             }
         }
     }
-    eprintln!("[{name}] fused pass == two passes on {compared} cubes");
+    eprintln!("[{name}] fused passes == two passes on {compared} cubes and {blob_sets} blob sets");
 }
 
 /// [`Precision::F64`] with the cube in the working type (not the certified search, the

@@ -165,6 +165,26 @@ pub const KNOBS: &[Knob] = &[
               the two passes; does not change results",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_BLOCK",
+        default: "auto",
+        accepts: Accepts::Int(0, 64),
+        doc: "rows of a block of the register-blocked fused LoG pass (log_pass_block: the y \
+              pass of a block and its halo into local memory with ARRAYBRIDGE_DETECT_ROWS rows \
+              per work item, then the x pass from there with ARRAYBRIDGE_DETECT_BLOCK_COLS \
+              columns per work item; no scratch cubes, no cube_minmax); it takes precedence over \
+              ARRAYBRIDGE_DETECT_TILE; 0: off (auto: 16 on CUDA, 0 on OpenCL); scales wider \
+              than the block's local memory take the tile or the two passes; does not change \
+              results",
+    },
+    Knob {
+        name: "ARRAYBRIDGE_DETECT_BLOCK_COLS",
+        default: "3",
+        accepts: Accepts::Int(1, 15),
+        doc: "consecutive columns of each work item in log_pass_block's x pass (the block is \
+              ARRAYBRIDGE_DETECT_WG_X times as wide); odd values read local memory without \
+              bank conflicts; does not change results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_MAX_MB",
         default: "auto",
         accepts: Accepts::Int(1, 1 << 20),

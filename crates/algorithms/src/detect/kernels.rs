@@ -22,6 +22,12 @@
 //!    CPU's order of operations ([`crate::detect::filters::log_plane`]): SciPy `reflect`
 //!    boundary, the centre tap first and then the mirrored pairs from the outermost inwards,
 //!    each pass rounded to `REAL` when stored;
+//!    The two passes fused (no scratch cubes; each region's extrema folded into the partials
+//!    of step 3, so `cube_minmax` does not run): `log_pass_tile` (a tile of rows by the work
+//!    group's width; OpenCL's default) or `log_pass_block` (a block of rows by `BLOCK_COLS`
+//!    times the work group's width, the y pass with `LOG_ROWS` rows and the x pass with
+//!    `BLOCK_COLS` columns a work item, sliding windows in registers; CUDA's default), the same
+//!    operations in the same order, so the cube is the two passes' bit for bit;
 //! 3. `cube_minmax`: per-frame partial minima and maxima (for `threshold = None` and
 //!    `threshold_rel`), one pair per work group; `frame_thresholds` folds them per frame into
 //!    the frame's threshold on the device, with the CPU's arithmetic in `REAL`;
@@ -43,8 +49,9 @@
 //! (`-DPASS_FMA=1`, [`OPTS_F32_ACC32_FMA`]: its error bound holds either way).
 //!
 //! Build options beyond the types: `LOG_ROWS` / `LOG_COLS`, the outputs per work-item of the
-//! two passes (`ARRAYBRIDGE_DETECT_ROWS` / `_COLS`; the pipeline always sets both). The cube
-//! does not depend on them. CI builds every option set with the source's defaults (4 and 4,
+//! two passes (`ARRAYBRIDGE_DETECT_ROWS` / `_COLS`; the pipeline always sets both), and the
+//! fused passes' `TILE_ROWS`, `BLOCK_ROWS`, `BLOCK_COLS` (`ARRAYBRIDGE_DETECT_TILE`, `_BLOCK`,
+//! `_BLOCK_COLS`). The cube does not depend on them. CI builds every option set with the source's defaults (4 and 4,
 //! the blocked code) and [`OPTS_F32_ACC64_UNBLOCKED`] with 1 and 1 (the shipped default).
 
 use bridge_core::kernel::KernelSource;
@@ -74,6 +81,20 @@ pub const OPTS_F32_ACC64_UNBLOCKED: &[&str] = &[
     "-DLOG_COLS=1",
 ];
 
+/// [`OPTS_F32_ACC32_FMA`] as the pipeline builds it on CUDA by default: the certified search's
+/// float32 passes fused in `log_pass_block` (blocks of 16 rows, 3 columns a work item in its x
+/// pass, 8 rows a work item in its y pass; listed so that CI compiles that build too).
+pub const OPTS_F32_ACC32_FMA_BLOCKED: &[&str] = &[
+    "-DREAL=float",
+    "-DACC=float",
+    "-DACC_DOUBLE=0",
+    "-DPASS_FMA=1",
+    "-DLOG_ROWS=8",
+    "-DLOG_COLS=1",
+    "-DBLOCK_ROWS=16",
+    "-DBLOCK_COLS=3",
+];
+
 /// Work-group size of `cube_minmax` (its `LOCAL` arrays have this many entries).
 pub const MINMAX_WG: usize = 256;
 
@@ -94,6 +115,7 @@ pub const BLOB_LOG: KernelSource = KernelSource {
         OPTS_F32_ACC32_FMA,
         OPTS_F64,
         OPTS_F32_ACC64_UNBLOCKED,
+        OPTS_F32_ACC32_FMA_BLOCKED,
     ],
 };
 

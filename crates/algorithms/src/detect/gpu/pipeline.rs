@@ -167,30 +167,95 @@ pub(super) fn pass_blocking<E: Executor>(e: &E, t: &Tuning) -> (usize, usize, us
     )
 }
 
-/// Rows of a tile of the fused pass `log_pass_tile` (`ARRAYBRIDGE_DETECT_TILE` of `t`; auto: 8
-/// on OpenCL, 0 on CUDA, where the GPU run is to compare it), 0 for the two passes. The tile is
-/// used where its local memory, `2 · rows · (wg_x + 2 · rmax)` values of `bytes` each, fits in
-/// [`TILE_LOCAL_BYTES`] and the widest kernel's radius `rmax` is at most the tile's width (the
-/// y pass's halo costs up to three times the tile's own work); else the two passes run.
-pub(super) fn tile_rows<E: Executor>(
-    e: &E,
-    t: &Tuning,
-    wg_x: usize,
-    rmax: usize,
-    bytes: usize,
-) -> Option<usize> {
-    let rows = t.usize_knob("ARRAYBRIDGE_DETECT_TILE").unwrap_or(
-        if matches!(e.device(), Device::OpenCl(_)) {
-            8
-        } else {
-            0
-        },
-    );
-    let local = 2 * rows * (wg_x + 2 * rmax) * bytes;
-    (rows > 0 && rmax <= wg_x && local <= TILE_LOCAL_BYTES).then_some(rows)
+/// How a run computes the LoG passes ([`fused_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fused {
+    /// `log_pass_y` then `log_pass_x`, through the two scratch cubes `a2`, `a0`.
+    Off,
+    /// `log_pass_tile`: tiles of `rows` rows by the work group's width.
+    Tile(usize),
+    /// `log_pass_block`: blocks of `rows` rows by `cols` times the work group's width, both
+    /// passes register-blocked.
+    Block {
+        /// Rows of a block.
+        rows: usize,
+        /// Consecutive columns of a work item in the x pass.
+        cols: usize,
+    },
 }
 
-/// Local memory a tile of `log_pass_tile` may take (CUDA's static limit is 48 KiB).
+impl Fused {
+    /// Whether the passes skip the scratch cubes.
+    pub(super) fn fused(self) -> bool {
+        self != Fused::Off
+    }
+
+    /// Rows and columns of the region one work group of shape `(lx, ly)` computes.
+    pub(super) fn region(self, lx: usize, ly: usize) -> (usize, usize) {
+        match self {
+            Fused::Off => (ly, lx),
+            Fused::Tile(rows) => (rows, lx),
+            Fused::Block { rows, cols } => (rows, lx * cols),
+        }
+    }
+
+    /// The build options of the fused kernels (set whichever runs).
+    pub(super) fn options(self) -> [String; 3] {
+        let tile = match self {
+            Fused::Tile(rows) => rows,
+            _ => 1,
+        };
+        let (rows, cols) = match self {
+            Fused::Block { rows, cols } => (rows, cols),
+            _ => (1, 1),
+        };
+        [
+            format!("-DTILE_ROWS={tile}"),
+            format!("-DBLOCK_ROWS={rows}"),
+            format!("-DBLOCK_COLS={cols}"),
+        ]
+    }
+}
+
+/// How the LoG passes run on `e` under `t`, for work groups of `(lx, ly)` and kernels of
+/// radius at most `rmax` with `bytes`-byte values:
+/// - `log_pass_block` with blocks of `ARRAYBRIDGE_DETECT_BLOCK` rows (auto: 16 on CUDA, 0 on
+///   OpenCL) by `ARRAYBRIDGE_DETECT_BLOCK_COLS` (3) times `lx` columns, where its local memory,
+///   `2 · rows · (lx · cols + 2 · rmax)` values, fits in [`TILE_LOCAL_BYTES`], `rmax` is at most
+///   the block's width (the y pass's halo costs up to three times the block's own work) and
+///   `rows · cols ≥ ly` (room for the fold of the extrema);
+/// - else `log_pass_tile` with tiles of `ARRAYBRIDGE_DETECT_TILE` rows (auto: 8 on OpenCL, 0 on
+///   CUDA) by `lx` columns, where `2 · rows · (lx + 2 · rmax)` values fit and `rmax ≤ lx`;
+/// - else the two passes.
+pub(super) fn fused_pass<E: Executor>(
+    e: &E,
+    t: &Tuning,
+    (lx, ly): (usize, usize),
+    rmax: usize,
+    bytes: usize,
+) -> Fused {
+    let cuda = matches!(e.device(), Device::Cuda(_));
+    let rows = t
+        .usize_knob("ARRAYBRIDGE_DETECT_BLOCK")
+        .unwrap_or(if cuda { 16 } else { 0 });
+    let cols = t.usize_or("ARRAYBRIDGE_DETECT_BLOCK_COLS", 3).max(1);
+    let width = lx * cols;
+    let local = 2 * rows * (width + 2 * rmax) * bytes;
+    if rows > 0 && rmax <= width && rows * cols >= ly && local <= TILE_LOCAL_BYTES {
+        return Fused::Block { rows, cols };
+    }
+    let rows = t
+        .usize_knob("ARRAYBRIDGE_DETECT_TILE")
+        .unwrap_or(if cuda { 0 } else { 8 });
+    let local = 2 * rows * (lx + 2 * rmax) * bytes;
+    if rows > 0 && rmax <= lx && local <= TILE_LOCAL_BYTES {
+        return Fused::Tile(rows);
+    }
+    Fused::Off
+}
+
+/// Local memory a tile of `log_pass_tile` or a block of `log_pass_block` may take (CUDA's
+/// static limit is 48 KiB).
 pub(super) const TILE_LOCAL_BYTES: usize = 32 << 10;
 
 /// Whether the certified search's float32 passes fuse their multiply-adds (one rounding
@@ -349,13 +414,15 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     let (lx, ly) = local_xy(e, &cfg.tuning);
     let sigmas = p.sigma_list::<T>();
     let coeffs = upload_coefficients::<E, T, R, A>(e, &sigmas)?;
-    let tile = tile_rows(e, &cfg.tuning, lx, coeffs.rmax, R::SIZE);
-    let blocking = [
+    let fused = fused_pass(e, &cfg.tuning, (lx, ly), coeffs.rmax, R::SIZE);
+    let blocking: Vec<String> = [
         format!("-DLOG_ROWS={rows}"),
         format!("-DLOG_COLS={cols}"),
         format!("-DLOG_X_INTERIOR={interior}"),
-        format!("-DTILE_ROWS={}", tile.unwrap_or(1)),
-    ];
+    ]
+    .into_iter()
+    .chain(fused.options())
+    .collect();
     // the certified search's float32 passes may fuse their multiply-adds
     let certified = cert.is_some();
     let fma = certified && A::SIZE == 4 && pass_fma(e, &cfg.tuning);
@@ -399,7 +466,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         coeffs,
         img,
         (n_frames, h, w, rows, cols, lx, ly),
-        tile,
+        fused,
         cfg.device_budget(e),
         want_cube,
         cert,
@@ -449,7 +516,8 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
 /// The kernels' build options: the precision set of the cube type `R` and the accumulation
 /// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by `extra`: the fused
 /// multiply-adds of the certified search's passes (`-DPASS_FMA=1`, where asked), the pass
-/// blocking and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`).
+/// blocking and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`,
+/// `-DBLOCK_ROWS`, `-DBLOCK_COLS`).
 fn kernel_options<R: DevReal, A: DevReal>(extra: &[String]) -> Result<Vec<&str>> {
     let base: &[&str] = match (R::SIZE, A::SIZE) {
         (8, 8) => OPTS_F64,

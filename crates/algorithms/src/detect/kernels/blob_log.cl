@@ -374,6 +374,189 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
     }
 }
 
+/* Rows of a block of log_pass_block (build option -DBLOCK_ROWS=n: the knob
+   ARRAYBRIDGE_DETECT_BLOCK) and the consecutive columns of one work item in its x pass
+   (-DBLOCK_COLS=n: ARRAYBRIDGE_DETECT_BLOCK_COLS; odd, so that the work items of a warp read
+   local memory at a stride prime to the banks' count: no bank conflicts). */
+#ifndef BLOCK_ROWS
+#define BLOCK_ROWS 16
+#endif
+#ifndef BLOCK_COLS
+#define BLOCK_COLS 3
+#endif
+
+/* The two passes fused, both register-blocked (issue 29: log_pass_x loads four values per tap
+   and output, and was half the LoG's kernel time on the H200). One work group of (LX, LY) work
+   items computes the cube of a block of BLOCK_ROWS rows by TW = LX * BLOCK_COLS columns of one
+   (frame, scale) plane. The y pass first: work item t of the group (t = LID(0) + LX * LID(1))
+   takes columns c = t, t + LX * LY, ... of the block's span (its TW columns, or the frame's last
+   ones, plus r on either side, each at its SciPy 'reflect' index) and, per column, the block's
+   rows in runs of LOG_ROWS with log_pass_y's sliding window (two loads a tap for LOG_ROWS
+   outputs), rounded to REAL into local memory exactly as log_pass_y stores a2 and a0. Then the
+   x pass out of local memory: work item (i, j) computes columns i * BLOCK_COLS ..
+   i * BLOCK_COLS + BLOCK_COLS - 1 of rows j, j + LY, ... with log_pass_x's sliding window (four
+   loads a tap for BLOCK_COLS outputs). The same operations in the same order as log_pass_y +
+   log_pass_x, so the cube is theirs bit for bit; no scratch cube is written or read. The
+   block's extrema are folded as log_pass_tile folds a tile's: part[2 * (b * G + g)] = min,
+   [... + 1] = max, G = ns * blocks_y * blocks_x blocks per frame and
+   g = (s * blocks_y + by) * blocks_x + bx. Launched over (blocks_x * LX, blocks_y * LY, nb * ns)
+   with local (LX, LY, 1) and 2 * BLOCK_ROWS * (TW + 2 * rmax) REAL of local memory (at least
+   2 * LX * LY), rmax the largest radius of the scales; inf is +infinity. */
+KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
+                      GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
+                      GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
+                      GLOBAL REAL* RESTRICT part, const uint h, const uint w, const uint ns,
+                      const uint rmax, const REAL inf, LOCAL_ARG(REAL, tile)) {
+    DYN_LOCAL(REAL, tile);
+    size_t lx = LOCAL_SIZE(0);
+    size_t ly = LOCAL_SIZE(1);
+    size_t t = LID(0) + lx * LID(1);
+    size_t nt = lx * ly;
+    size_t tw = lx * BLOCK_COLS;
+    size_t x0 = GROUP_ID(0) * tw;
+    size_t y0 = GROUP_ID(1) * BLOCK_ROWS;
+    size_t bs = GROUP_ID(2);
+    uint b = (uint)(bs / ns);
+    uint s = (uint)(bs % ns);
+    uint off = meta[2 * s];
+    int r = (int)meta[2 * s + 1];
+    GLOBAL const ACC* g0 = taps + off;
+    GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
+    GLOBAL const REAL* im = img + (size_t)(frame0 + b) * h * w;
+    /* the block's columns inside the frame, and its rows */
+    size_t nx = x0 < w ? ((size_t)w - x0 < tw ? (size_t)w - x0 : tw) : 0;
+    size_t ny = y0 < h ? ((size_t)h - y0 < BLOCK_ROWS ? (size_t)h - y0 : BLOCK_ROWS) : 0;
+    size_t span = nx + 2 * (size_t)r;
+    size_t stride = tw + 2 * (size_t)rmax;
+    LOCAL_PTR REAL* l2 = tile;
+    LOCAL_PTR REAL* l0 = tile + (size_t)BLOCK_ROWS * stride;
+    size_t runs = (ny + LOG_ROWS - 1) / LOG_ROWS;
+    for (size_t i = t; i < span * runs; i += nt) {
+        size_t c = i % span;
+        size_t ya = y0 + (i / span) * LOG_ROWS;
+        size_t n = y0 + ny - ya < LOG_ROWS ? y0 + ny - ya : LOG_ROWS;
+        int xr = reflect_index((int)((long)x0 + (long)c - r), (int)w);
+        LOCAL_PTR REAL* o2 = l2 + (ya - y0) * stride + c;
+        LOCAL_PTR REAL* o0 = l0 + (ya - y0) * stride + c;
+        if (n == LOG_ROWS && (int)ya >= r && (long)ya + (LOG_ROWS - 1) + r < (long)h) {
+            /* log_pass_y's interior block */
+            GLOBAL const REAL* col = im + ya * w + (size_t)xr;
+            long lw = (long)w;
+            ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
+            for (int k = 0; k < LOG_ROWS; ++k) {
+                ACC cv = (ACC)col[k * lw];
+                s2[k] = MUL_RN(cv, g2[0]);
+                s0[k] = MUL_RN(cv, g0[0]);
+                up[k] = (ACC)col[(k - r) * lw];
+                dn[k] = (ACC)col[(k + r) * lw];
+            }
+            for (int j = r; j >= 1; --j) {
+                ACC t2 = g2[j];
+                ACC t0 = g0[j];
+                for (int k = 0; k < LOG_ROWS; ++k) {
+                    ACC tv = ADD_RN(up[k], dn[k]);
+                    s2[k] = MAC(s2[k], tv, t2);
+                    s0[k] = MAC(s0[k], tv, t0);
+                }
+                if (j > 1) {
+                    for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
+                    up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
+                    for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
+                    dn[0] = (ACC)col[(j - 1) * lw];
+                }
+            }
+            for (int k = 0; k < LOG_ROWS; ++k) {
+                o2[(size_t)k * stride] = (REAL)s2[k];
+                o0[(size_t)k * stride] = (REAL)s0[k];
+            }
+        } else {
+            for (size_t k = 0; k < n; ++k) {
+                ACC s2, s0;
+                pass_y_one(im, g0, g2, r, (int)(ya + k), h, w, (size_t)xr, &s2, &s0);
+                o2[k * stride] = (REAL)s2;
+                o0[k * stride] = (REAL)s0;
+            }
+        }
+    }
+    BARRIER();
+    REAL sig2 = sigma2[s];
+    REAL lo = inf;
+    REAL hi = -inf;
+    size_t cx = LID(0) * BLOCK_COLS;
+    for (size_t t0 = 0; t0 < ny; t0 += ly) {
+        /* a work item past the block's rows or columns computes its first output, stores
+           nothing (no branch around the taps' loop: PoCL 3.1 hangs on one here) */
+        size_t ty = t0 + LID(1);
+        int in = cx < nx && ty < ny;
+        {
+            LOCAL_PTR const REAL* p2 = l2 + (in ? ty : 0) * stride + (size_t)r + (in ? cx : 0);
+            LOCAL_PTR const REAL* p0 = l0 + (in ? ty : 0) * stride + (size_t)r + (in ? cx : 0);
+            ACC cy[BLOCK_COLS], cxx[BLOCK_COLS], u2[BLOCK_COLS], d2[BLOCK_COLS],
+                u0[BLOCK_COLS], d0[BLOCK_COLS];
+            for (int k = 0; k < BLOCK_COLS; ++k) {
+                cy[k] = MUL_RN((ACC)p2[k], g0[0]);
+                cxx[k] = MUL_RN((ACC)p0[k], g2[0]);
+                u2[k] = (ACC)p2[k - r];
+                d2[k] = (ACC)p2[k + r];
+                u0[k] = (ACC)p0[k - r];
+                d0[k] = (ACC)p0[k + r];
+            }
+            for (int j = r; j >= 1; --j) {
+                ACC t0 = g0[j];
+                ACC t2 = g2[j];
+                for (int k = 0; k < BLOCK_COLS; ++k) {
+                    cy[k] = MAC(cy[k], ADD_RN(u2[k], d2[k]), t0);
+                    cxx[k] = MAC(cxx[k], ADD_RN(u0[k], d0[k]), t2);
+                }
+                if (j > 1) {
+                    for (int k = 0; k + 1 < BLOCK_COLS; ++k) {
+                        u2[k] = u2[k + 1];
+                        u0[k] = u0[k + 1];
+                    }
+                    u2[BLOCK_COLS - 1] = (ACC)p2[BLOCK_COLS - j];
+                    u0[BLOCK_COLS - 1] = (ACC)p0[BLOCK_COLS - j];
+                    for (int k = BLOCK_COLS - 1; k > 0; --k) {
+                        d2[k] = d2[k - 1];
+                        d0[k] = d0[k - 1];
+                    }
+                    d2[0] = (ACC)p2[j - 1];
+                    d0[0] = (ACC)p0[j - 1];
+                }
+            }
+            size_t out = bs * h * w + (y0 + ty) * w + x0 + cx;
+            for (int k = 0; k < BLOCK_COLS; ++k) {
+                if (in && cx + (size_t)k < nx) {
+                    REAL lyy = (REAL)cy[k];
+                    REAL lxx = (REAL)cxx[k];
+                    REAL sum = lyy + lxx;
+                    REAL v = (-sum) * sig2;
+                    cube[out + (size_t)k] = v;
+                    lo = v < lo ? v : lo;
+                    hi = v > hi ? v : hi;
+                }
+            }
+        }
+    }
+    /* the block's extrema: every work item's folded in local memory (the block's rows are read) */
+    BARRIER();
+    tile[t] = lo;
+    tile[nt + t] = hi;
+    BARRIER();
+    for (size_t st = 1; st < nt; st <<= 1) {
+        if (t % (2 * st) == 0 && t + st < nt) {
+            tile[t] = tile[t + st] < tile[t] ? tile[t + st] : tile[t];
+            tile[nt + t] = tile[nt + t + st] > tile[nt + t] ? tile[nt + t + st] : tile[nt + t];
+        }
+        BARRIER();
+    }
+    if (t == 0) {
+        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
+        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
+        part[2 * at] = tile[0];
+        part[2 * at + 1] = tile[nt];
+    }
+}
+
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);
    part[2 * (b * groups + g)] = min, part[... + 1] = max. */
 KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,

@@ -11,7 +11,7 @@ use bridge_core::exec::{Buffer, Executor, Grid, Local, TypedExecutor};
 use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
-use super::{Cand, Certify, Coeffs, Timed, order_and_prune, round_up_to, to_u32};
+use super::{Cand, Certify, Coeffs, Fused, Timed, order_and_prune, round_up_to, to_u32};
 use crate::detect::blob_log::{Blob, BlobLogParams, border_covers};
 use crate::detect::gpu::DevReal;
 use crate::detect::kernels::MINMAX_WG;
@@ -54,9 +54,9 @@ pub(super) struct LogRun<'a, 'c, E: Executor, T, R: DevReal, A: DevReal> {
     cols: usize,
     /// Work-group shape of the per-voxel kernels ([`super::local_xy`]).
     local: (usize, usize),
-    /// Rows of a tile of the fused pass `log_pass_tile` ([`super::tile_rows`]); `None`: the
-    /// two passes, through the scratch cubes `a0`, `a2`.
-    tile: Option<usize>,
+    /// How the LoG passes run ([`super::fused_pass`]): fused in `log_pass_block` or
+    /// `log_pass_tile`, or the two passes through the scratch cubes `a0`, `a2`.
+    fused: Fused,
     /// The largest kernel radius (the tile's halo).
     rmax: usize,
     /// Frames per batch: what `max_device_bytes`, the 32-bit index and CUDA's grid allow.
@@ -156,7 +156,7 @@ struct Batch {
 
 impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, R, A> {
     /// Sizes the batches (device memory, 32-bit cube index, CUDA's grid) and allocates the
-    /// cube, its two scratch buffers (one element each where the passes are fused: `tile`) and
+    /// cube, its two scratch buffers (one element each where the passes are fused) and
     /// the candidate buffers. `dims` is `(n_frames, h, w, rows, cols, lx, ly)`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -166,7 +166,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         coeffs: Coeffs<E, R, A>,
         img: Buffer<E, R>,
         dims: (usize, usize, usize, usize, usize, usize, usize),
-        tile: Option<usize>,
+        fused: Fused,
         max_device_bytes: usize,
         want_cube: bool,
         cert: Option<Certify<'c, T>>,
@@ -177,7 +177,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let plane = h * w;
         let per_frame = ns * plane;
         // the cube, and the two scratch cubes of the unfused passes
-        let cubes = if tile.is_some() { 1 } else { 3 };
+        let cubes = if fused.fused() { 1 } else { 3 };
         let frame_bytes = cubes * per_frame * R::SIZE;
         let mut chunk = (max_device_bytes / frame_bytes.max(1)).clamp(1, n_frames.max(1));
         let idx_limit = (u32::MAX as usize) / per_frame.max(1);
@@ -190,7 +190,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         // CUDA grids hold at most 65535 blocks along y and z (frames × scales along z)
         chunk = chunk.min(idx_limit).min((65_535 / ns.max(1)).max(1));
         let cube_len = chunk * per_frame;
-        let scratch = if tile.is_some() { 1 } else { cube_len };
+        let scratch = if fused.fused() { 1 } else { cube_len };
         let a2 = e.alloc_elems::<R>(scratch)?;
         let a0 = e.alloc_elems::<R>(scratch)?;
         let cube = e.alloc_elems::<R>(cube_len)?;
@@ -227,7 +227,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             rows,
             cols,
             local: (lx, ly),
-            tile,
+            fused,
             rmax: coeffs.rmax,
             chunk,
             hu,
@@ -362,15 +362,46 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         })
     }
 
-    /// The separable LoG of the batch's frames at every scale: `log_pass_tile` (both passes
-    /// of a tile in local memory, its extrema folded into `part`) where [`Self::tile`] says
-    /// so, else `log_pass_y` (the `g0` and `g2` passes along y into `a0`, `a2`) then
-    /// `log_pass_x` (the cube, scaled by σ²).
+    /// The separable LoG of the batch's frames at every scale: `log_pass_block` or
+    /// `log_pass_tile` (both passes of a region in local memory, its extrema folded into
+    /// `part`) where [`Self::fused`] says so, else `log_pass_y` (the `g0` and `g2` passes
+    /// along y into `a0`, `a2`) then `log_pass_x` (the cube, scaled by σ²).
     fn log_passes(&self, b: &Batch, part: &Buffer<E, R>, timed: &mut Timed<'_>) -> Result<()> {
         let k = &self.k;
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
         let frame0 = to_u32(b.frame0, "frame")?;
-        if let Some(rows) = self.tile {
+        let rmax = to_u32(self.rmax, "kernel radius")?;
+        let inf = R::from_f64(f64::INFINITY);
+        if let Fused::Block { rows, .. } = self.fused {
+            let (lx, ly) = self.local;
+            let (_, width) = self.fused.region(lx, ly);
+            let global = [
+                self.w.div_ceil(width) * lx,
+                self.h.div_ceil(rows) * ly,
+                b.nb * self.ns,
+            ];
+            let local = [lx, ly, 1];
+            let tile = 2 * rows * (width + 2 * self.rmax);
+            return timed(&mut || {
+                k.log_pass_block(
+                    Grid::new(&global, &local),
+                    &self.img,
+                    frame0,
+                    &self.taps,
+                    &self.meta,
+                    &self.s2,
+                    &self.cube,
+                    part,
+                    hu,
+                    wu,
+                    nsu,
+                    rmax,
+                    inf,
+                    Local::<R>::elems(tile),
+                )
+            });
+        }
+        if let Fused::Tile(rows) = self.fused {
             let lx = self.local.0;
             let global = [
                 round_up_to(self.w, lx),
@@ -378,7 +409,6 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 b.nb * self.ns,
             ];
             let local = [lx, 1, 1];
-            let rmax = to_u32(self.rmax, "kernel radius")?;
             let tile = 2 * rows * (lx + 2 * self.rmax);
             return timed(&mut || {
                 k.log_pass_tile(
@@ -394,7 +424,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                     wu,
                     nsu,
                     rmax,
-                    R::from_f64(f64::INFINITY),
+                    inf,
                     Local::<R>::elems(tile),
                 )
             });
@@ -442,13 +472,14 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         Ok(())
     }
 
-    /// Partial extrema per frame: the fused pass's tiles (scales × tile rows × tile columns),
-    /// else `cube_minmax`'s work groups.
+    /// Partial extrema per frame: the fused pass's regions (scales × region rows × region
+    /// columns), else `cube_minmax`'s work groups.
     fn partials(&self) -> usize {
-        match self.tile {
-            Some(rows) => self.ns * self.h.div_ceil(rows) * self.w.div_ceil(self.local.0),
-            None => self.groups,
+        if !self.fused.fused() {
+            return self.groups;
         }
+        let (rows, cols) = self.fused.region(self.local.0, self.local.1);
+        self.ns * self.h.div_ceil(rows) * self.w.div_ceil(cols)
     }
 
     /// The batch's partial extrema per frame in `part`: the fused pass left them; else
@@ -460,7 +491,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         timed: &mut Timed<'_>,
     ) -> Result<u32> {
         let groups_u = to_u32(self.partials(), "groups")?;
-        if self.tile.is_none() {
+        if !self.fused.fused() {
             let per_frame = to_u32(self.per_frame, "cube size")?;
             let (global, local) = ([self.groups * MINMAX_WG, b.nb], [MINMAX_WG, 1]);
             timed(&mut || {
