@@ -35,13 +35,16 @@
 //!    neighbours ignored), strict threshold, spatial `exclude_border`; every peak is appended to
 //!    a candidate list through an atomic counter (`index`, `value`); the list order is
 //!    arbitrary, the host restores raster order before its stable sort (only the filled prefix
-//!    of the candidate buffers is read back);
+//!    of the candidate buffers is read back); after the fused passes (build options
+//!    `REGION_ROWS`, `REGION_COLS`: their regions) a voxel whose region's maximum is not above
+//!    the threshold is not read;
 //! 5. the certified search instead of 3–4 (an f32 cube, `REAL = ACC = float`; see
 //!    `blob_log/certified.rs`): `cert_frames` per frame folds the extrema, the largest pixel
 //!    magnitude and the margin `e`, and a lower bound of the threshold; `cert_peaks` appends
 //!    every voxel within `e` of the largest of its neighbourhood and above that bound, with a
-//!    bit per neighbour within `e` of it, and the voxels within `e` of the frame's extrema;
-//!    the host settles them with exact float64 voxels.
+//!    bit per neighbour within `e` of it, and the voxels within `e` of the frame's extrema
+//!    (skipping, after the fused passes, the regions whose extrema rule out both); the host
+//!    settles them with exact float64 voxels.
 //!
 //! Floating-point contraction (FMA) is disabled (`FP_CONTRACT OFF` on OpenCL, `__dmul_rn` /
 //! `__dadd_rn` on CUDA) so that with `ACC = double` the passes round exactly like the CPU code;

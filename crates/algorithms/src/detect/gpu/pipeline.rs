@@ -199,8 +199,10 @@ impl Fused {
         }
     }
 
-    /// The build options of the fused kernels (set whichever runs).
-    pub(super) fn options(self) -> [String; 3] {
+    /// The build options of the fused kernels (set whichever runs) and of the region
+    /// extrema the peak kernels read (`REGION_ROWS`, `REGION_COLS`: the region of a work group
+    /// of shape `(lx, ly)`; rows 0 for the two passes).
+    pub(super) fn options(self, lx: usize, ly: usize) -> [String; 5] {
         let tile = match self {
             Fused::Tile(rows) => rows,
             _ => 1,
@@ -209,10 +211,17 @@ impl Fused {
             Fused::Block { rows, cols } => (rows, cols),
             _ => (1, 1),
         };
+        let region = if self.fused() {
+            self.region(lx, ly)
+        } else {
+            (0, 1)
+        };
         [
             format!("-DTILE_ROWS={tile}"),
             format!("-DBLOCK_ROWS={rows}"),
             format!("-DBLOCK_COLS={cols}"),
+            format!("-DREGION_ROWS={}", region.0),
+            format!("-DREGION_COLS={}", region.1),
         ]
     }
 }
@@ -421,7 +430,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         format!("-DLOG_X_INTERIOR={interior}"),
     ]
     .into_iter()
-    .chain(fused.options())
+    .chain(fused.options(lx, ly))
     .collect();
     // the certified search's float32 passes may fuse their multiply-adds
     let certified = cert.is_some();

@@ -629,13 +629,37 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
     thr[b] = t;
 }
 
+/* The regions whose extrema the fused passes (log_pass_tile, log_pass_block) fold, as build
+   options (divisions by constants): REGION_ROWS rows by REGION_COLS columns; 0: the two passes
+   (cube_minmax's partials are not regions). */
+#ifndef REGION_ROWS
+#define REGION_ROWS 0
+#endif
+#ifndef REGION_COLS
+#define REGION_COLS 1
+#endif
+
+/* The index of the (min, max) pair in part of the region holding voxel (y, x) of plane bs
+   (frame * ns + scale): ((frame * ns + scale) * ry + y / REGION_ROWS) * rx + x / REGION_COLS
+   with ry, rx the regions down and across a frame. */
+#if REGION_ROWS
+DEVICE_FN size_t region_at(size_t bs, uint y, uint x, uint h, uint w) {
+    uint ry = (h + REGION_ROWS - 1) / REGION_ROWS;
+    uint rx = (w + REGION_COLS - 1) / REGION_COLS;
+    return (bs * ry + y / REGION_ROWS) * rx + x / REGION_COLS;
+}
+#endif
+
 /* 3x3x3 maxima above thr[frame], 'nearest' edges, spatial border exclusion; appends
-   (flat index in the batch cube, value) through the counter; writes only below cap. */
+   (flat index in the batch cube, value) through the counter; writes only below cap. Where
+   REGION_ROWS > 0, part holds the fused passes' extrema of its regions (region_at): a voxel
+   whose region's maximum is not above the threshold is not read (none of the region's voxels
+   is above it). */
 KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT thr,
                  const uint h, const uint w, const uint ns, const uint nb,
                  const uint by, const uint bx, GLOBAL int* count,
                  GLOBAL uint* RESTRICT cand_idx, GLOBAL REAL* RESTRICT cand_val,
-                 const uint cap) {
+                 const uint cap, GLOBAL const REAL* RESTRICT part) {
     size_t x = GID(0);
     size_t y = GID(1);
     size_t bs = GID(2);
@@ -643,6 +667,11 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
     if (y < by || y + by >= h || x < bx || x + bx >= w) return;
     uint b = (uint)(bs / ns);
     int s = (int)(bs % ns);
+#if REGION_ROWS
+    if (!(part[2 * region_at(bs, (uint)y, (uint)x, h, w) + 1] > thr[b])) return;
+#else
+    (void)part;
+#endif
     size_t plane = (size_t)h * w;
     size_t o = bs * plane + y * w + x;
     REAL v = cube[o];
@@ -752,7 +781,10 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
    that count is below cand_cap, appended through count[0] as (cube index, value, near) below
    cap, bit 9 * (ds + 1) + 3 * (dy + 1) + (dx + 1) of near set where that clamped
    neighbour (never the voxel itself) is within e of the voxel's value or above it. Frames
-   with thr_c = +inf are skipped. */
+   with thr_c = +inf are skipped. Where REGION_ROWS > 0, part holds the fused passes' extrema
+   of its regions (region_at): a voxel is not read where its region's extrema show that no
+   voxel of the region can be either (its minimum above lo + e, its maximum below hi - e and,
+   when peaks, not above thr_c). */
 KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT fr,
                   const uint h, const uint w, const uint ns, const uint nb, const uint by,
                   const uint bx, const uint peaks, GLOBAL int* count,
@@ -760,7 +792,7 @@ KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT 
                   GLOBAL uint* RESTRICT cand_near, const uint cap, const uint cand_cap,
                   GLOBAL int* ncount, GLOBAL uint* RESTRICT near, const uint ncap,
                   const uint near_cap,
-                  const REAL inf) {
+                  const REAL inf, GLOBAL const REAL* RESTRICT part) {
     size_t x = GID(0);
     size_t y = GID(1);
     size_t bs = GID(2);
@@ -772,6 +804,16 @@ KERNEL cert_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT 
     REAL e = fr[4 * b + 2];
     REAL thr = fr[4 * b + 3];
     if (!(thr < inf)) return;
+#if REGION_ROWS
+    {
+        size_t at = region_at(bs, (uint)y, (uint)x, h, w);
+        REAL rlo = part[2 * at];
+        REAL rhi = part[2 * at + 1];
+        if (!(rlo <= lo + e) && !(rhi >= hi - e) && !(peaks && rhi > thr)) return;
+    }
+#else
+    (void)part;
+#endif
     size_t plane = (size_t)h * w;
     size_t o = bs * plane + y * w + x;
     REAL v = cube[o];

@@ -132,8 +132,9 @@ struct Launched<E: Executor, R: DevReal> {
     /// With the certified search: the counters of the voxels near the extrema (all, then per
     /// frame).
     ncount: Option<Buffer<E, i32>>,
-    /// `cube_minmax`'s partials, kept until the batch is read.
-    _part: Buffer<E, R>,
+    /// The partial extrema (the fused passes' regions', else `cube_minmax`'s), kept until
+    /// the batch is read: the peaks read them again when they run again.
+    part: Buffer<E, R>,
 }
 
 /// One batch of frames: its place in the run and the launch grids of its kernels.
@@ -290,33 +291,33 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         self.log_passes(&b, &part, timed)?;
         if self.cert.is_some() {
             let fr = self.cert_frames(&b, &part, timed)?;
-            let (counter, ncount) = self.enqueue_cert_peaks(&b, &fr, timed)?;
+            let (counter, ncount) = self.enqueue_cert_peaks(&b, &fr, &part, timed)?;
             return Ok(Launched {
                 b,
                 thr: fr,
                 counter: Some(counter),
                 ncount: Some(ncount),
-                _part: part,
+                part,
             });
         }
         let thr = self.thresholds(&b, &part, timed)?;
         let counter = if self.border_empty {
             None
         } else {
-            Some(self.enqueue_peaks(&b, &thr, timed)?)
+            Some(self.enqueue_peaks(&b, &thr, &part, timed)?)
         };
         Ok(Launched {
             b,
             thr,
             counter,
             ncount: None,
-            _part: part,
+            part,
         })
     }
 
     /// Waits for a launched batch and reads what the host needs: its cube when asked, and its
     /// candidates per frame (the peaks again on grown buffers when there were more than fit).
-    fn collect(&mut self, l: Launched<E, R>, timed: &mut Timed<'_>) -> Result<Collected<R>> {
+    fn collect(&mut self, mut l: Launched<E, R>, timed: &mut Timed<'_>) -> Result<Collected<R>> {
         if self.want_cube {
             self.read_cube(l.b.nb)?;
         }
@@ -324,8 +325,8 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             return self.collect_cert(&l, (counter, ncount), timed);
         }
         let mut per: Vec<Vec<Cand<R>>> = vec![Vec::new(); l.b.nb];
-        if let Some(counter) = l.counter {
-            let count = self.count_peaks(&l.b, &l.thr, counter, timed)?;
+        if let Some(counter) = l.counter.take() {
+            let count = self.count_peaks(&l, counter, timed)?;
             if count > 0 {
                 self.read_candidates(count, &mut per)?;
             }
@@ -557,6 +558,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         &self,
         b: &Batch,
         thr_buf: &Buffer<E, R>,
+        part: &Buffer<E, R>,
         timed: &mut Timed<'_>,
     ) -> Result<Buffer<E, i32>> {
         let (hu, wu, nsu, nbu) = (self.hu, self.wu, self.nsu, b.nbu);
@@ -578,6 +580,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 &self.idx_buf,
                 &self.val_buf,
                 cap,
+                part,
             )
         })?;
         Ok(counter)
@@ -587,8 +590,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
     /// `log_peaks` run again on buffers grown to fit when there were more than `cap`.
     fn count_peaks(
         &mut self,
-        b: &Batch,
-        thr_buf: &Buffer<E, R>,
+        l: &Launched<E, R>,
         first: Buffer<E, i32>,
         timed: &mut Timed<'_>,
     ) -> Result<usize> {
@@ -605,7 +607,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
             self.cap = n.next_power_of_two();
             self.idx_buf = e.alloc_elems::<u32>(self.cap)?;
             self.val_buf = e.alloc_elems::<R>(self.cap)?;
-            counter = self.enqueue_peaks(b, thr_buf, timed)?;
+            counter = self.enqueue_peaks(&l.b, &l.thr, &l.part, timed)?;
         };
         Ok(count)
     }

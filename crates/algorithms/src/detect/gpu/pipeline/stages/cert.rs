@@ -158,6 +158,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         &self,
         b: &Batch,
         fr: &Buffer<E, R>,
+        part: &Buffer<E, R>,
         timed: &mut Timed<'_>,
     ) -> Result<(Buffer<E, i32>, Buffer<E, i32>)> {
         let c = self.cert()?;
@@ -194,6 +195,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 ncap,
                 near_cap,
                 R::from_f64(f64::INFINITY),
+                part,
             )
         })?;
         Ok((counter, ncount))
@@ -243,7 +245,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 c.ncap = near.next_power_of_two();
                 c.near = e.alloc_elems::<u32>(2 * c.ncap)?;
             }
-            grown = Some(self.enqueue_cert_peaks(&l.b, &l.thr, timed)?);
+            grown = Some(self.enqueue_cert_peaks(&l.b, &l.thr, &l.part, timed)?);
         };
         let c = self.cert()?;
         let near_n = counts.first().copied().unwrap_or(0);
