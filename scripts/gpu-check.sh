@@ -503,6 +503,9 @@ bench_once() { # tag: one pass of every measurement, under the current environme
     env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
   run_binary "bench $tag locate 128x512 traced" "$WORK/bench-$tag-locate512-trace.md" \
     env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --method locate --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
+  # the loss of two batches in flight at 256 frames a batch (third H200 run): where it goes
+  run_binary "bench $tag detect ${frames}x512 traced in flight 2 b256" "$WORK/bench-$tag-detect512-trace-inflight2.md" \
+    env ARRAYBRIDGE_TRACE=1 ARRAYBRIDGE_DETECT_IN_FLIGHT=2 "$cli" bench detect --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes 256 "${mc[@]}"
   run_binary "bench $tag transfer" "$WORK/bench-$tag-transfer.md" \
     "$cli" bench transfer --device cuda:0 --sizes-mb "$sizes" --reps "$reps"
   # the transfer knobs against the row above: host ranges page-locked in place, whole chunks
