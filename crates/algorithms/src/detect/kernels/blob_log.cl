@@ -408,39 +408,40 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
                       GLOBAL REAL* RESTRICT part, const uint h, const uint w, const uint ns,
                       const uint rmax, const REAL inf, LOCAL_ARG(REAL, tile)) {
     DYN_LOCAL(REAL, tile);
-    size_t lx = LOCAL_SIZE(0);
-    size_t ly = LOCAL_SIZE(1);
-    size_t t = LID(0) + lx * LID(1);
-    size_t nt = lx * ly;
-    size_t tw = lx * BLOCK_COLS;
-    size_t x0 = GROUP_ID(0) * tw;
-    size_t y0 = GROUP_ID(1) * BLOCK_ROWS;
-    size_t bs = GROUP_ID(2);
-    uint b = (uint)(bs / ns);
-    uint s = (uint)(bs % ns);
+    /* indices in uint: the host keeps a batch's cube below 2^32 values */
+    uint lx = (uint)LOCAL_SIZE(0);
+    uint ly = (uint)LOCAL_SIZE(1);
+    uint t = (uint)LID(0) + lx * (uint)LID(1);
+    uint nt = lx * ly;
+    uint tw = lx * BLOCK_COLS;
+    uint x0 = (uint)GROUP_ID(0) * tw;
+    uint y0 = (uint)GROUP_ID(1) * BLOCK_ROWS;
+    uint bs = (uint)GROUP_ID(2);
+    uint b = bs / ns;
+    uint s = bs % ns;
     uint off = meta[2 * s];
     int r = (int)meta[2 * s + 1];
     GLOBAL const ACC* g0 = taps + off;
     GLOBAL const ACC* g2 = taps + off + (uint)r + 1;
     GLOBAL const REAL* im = img + (size_t)(frame0 + b) * h * w;
     /* the block's columns inside the frame, and its rows */
-    size_t nx = x0 < w ? ((size_t)w - x0 < tw ? (size_t)w - x0 : tw) : 0;
-    size_t ny = y0 < h ? ((size_t)h - y0 < BLOCK_ROWS ? (size_t)h - y0 : BLOCK_ROWS) : 0;
-    size_t span = nx + 2 * (size_t)r;
-    size_t stride = tw + 2 * (size_t)rmax;
+    uint nx = x0 < w ? (w - x0 < tw ? w - x0 : tw) : 0;
+    uint ny = y0 < h ? (h - y0 < BLOCK_ROWS ? h - y0 : BLOCK_ROWS) : 0;
+    uint span = nx + 2 * (uint)r;
+    uint stride = tw + 2 * rmax;
     LOCAL_PTR REAL* l2 = tile;
-    LOCAL_PTR REAL* l0 = tile + (size_t)BLOCK_ROWS * stride;
-    size_t runs = (ny + LOG_ROWS - 1) / LOG_ROWS;
-    for (size_t i = t; i < span * runs; i += nt) {
-        size_t c = i % span;
-        size_t ya = y0 + (i / span) * LOG_ROWS;
-        size_t n = y0 + ny - ya < LOG_ROWS ? y0 + ny - ya : LOG_ROWS;
+    LOCAL_PTR REAL* l0 = tile + BLOCK_ROWS * stride;
+    uint runs = (ny + LOG_ROWS - 1) / LOG_ROWS;
+    for (uint i = t; i < span * runs; i += nt) {
+        uint c = i % span;
+        uint ya = y0 + (i / span) * LOG_ROWS;
+        uint n = y0 + ny - ya < LOG_ROWS ? y0 + ny - ya : LOG_ROWS;
         int xr = reflect_index((int)((long)x0 + (long)c - r), (int)w);
         LOCAL_PTR REAL* o2 = l2 + (ya - y0) * stride + c;
         LOCAL_PTR REAL* o0 = l0 + (ya - y0) * stride + c;
         if (n == LOG_ROWS && (int)ya >= r && (long)ya + (LOG_ROWS - 1) + r < (long)h) {
             /* log_pass_y's interior block */
-            GLOBAL const REAL* col = im + ya * w + (size_t)xr;
+            GLOBAL const REAL* col = im + ((size_t)ya * w + (uint)xr);
             long lw = (long)w;
             ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
             for (int k = 0; k < LOG_ROWS; ++k) {
@@ -466,11 +467,11 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
                 }
             }
             for (int k = 0; k < LOG_ROWS; ++k) {
-                o2[(size_t)k * stride] = (REAL)s2[k];
-                o0[(size_t)k * stride] = (REAL)s0[k];
+                o2[(uint)k * stride] = (REAL)s2[k];
+                o0[(uint)k * stride] = (REAL)s0[k];
             }
         } else {
-            for (size_t k = 0; k < n; ++k) {
+            for (uint k = 0; k < n; ++k) {
                 ACC s2, s0;
                 pass_y_one(im, g0, g2, r, (int)(ya + k), h, w, (size_t)xr, &s2, &s0);
                 o2[k * stride] = (REAL)s2;
@@ -482,15 +483,15 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
     REAL sig2 = sigma2[s];
     REAL lo = inf;
     REAL hi = -inf;
-    size_t cx = LID(0) * BLOCK_COLS;
-    for (size_t t0 = 0; t0 < ny; t0 += ly) {
+    uint cx = (uint)LID(0) * BLOCK_COLS;
+    for (uint t0 = 0; t0 < ny; t0 += ly) {
         /* a work item past the block's rows or columns computes its first output, stores
            nothing (no branch around the taps' loop: PoCL 3.1 hangs on one here) */
-        size_t ty = t0 + LID(1);
+        uint ty = t0 + (uint)LID(1);
         int in = cx < nx && ty < ny;
         {
-            LOCAL_PTR const REAL* p2 = l2 + (in ? ty : 0) * stride + (size_t)r + (in ? cx : 0);
-            LOCAL_PTR const REAL* p0 = l0 + (in ? ty : 0) * stride + (size_t)r + (in ? cx : 0);
+            LOCAL_PTR const REAL* p2 = l2 + ((in ? ty : 0) * stride + (uint)r + (in ? cx : 0));
+            LOCAL_PTR const REAL* p0 = l0 + ((in ? ty : 0) * stride + (uint)r + (in ? cx : 0));
             ACC cy[BLOCK_COLS], cxx[BLOCK_COLS], u2[BLOCK_COLS], d2[BLOCK_COLS],
                 u0[BLOCK_COLS], d0[BLOCK_COLS];
             for (int k = 0; k < BLOCK_COLS; ++k) {
@@ -523,14 +524,14 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
                     d0[0] = (ACC)p0[j - 1];
                 }
             }
-            size_t out = bs * h * w + (y0 + ty) * w + x0 + cx;
+            uint out = (bs * h + y0 + ty) * w + x0 + cx;
             for (int k = 0; k < BLOCK_COLS; ++k) {
-                if (in && cx + (size_t)k < nx) {
+                if (in && cx + (uint)k < nx) {
                     REAL lyy = (REAL)cy[k];
                     REAL lxx = (REAL)cxx[k];
                     REAL sum = lyy + lxx;
                     REAL v = (-sum) * sig2;
-                    cube[out + (size_t)k] = v;
+                    cube[out + (uint)k] = v;
                     lo = v < lo ? v : lo;
                     hi = v > hi ? v : hi;
                 }
@@ -542,7 +543,7 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
     tile[t] = lo;
     tile[nt + t] = hi;
     BARRIER();
-    for (size_t st = 1; st < nt; st <<= 1) {
+    for (uint st = 1; st < nt; st <<= 1) {
         if (t % (2 * st) == 0 && t + st < nt) {
             tile[t] = tile[t + st] < tile[t] ? tile[t + st] : tile[t];
             tile[nt + t] = tile[nt + t + st] > tile[nt + t] ? tile[nt + t + st] : tile[nt + t];
