@@ -117,6 +117,78 @@ DEVICE_FN void pass_y_one(GLOBAL const REAL* RESTRICT im, GLOBAL const ACC* REST
     *s0out = s0;
 }
 
+/* log_pass_y's sliding window: the g2 and g0 passes along the column at col (rows 0 ..
+   LOG_ROWS - 1 of it, every tap inside the frame; rows lw apart) into s2[k], s0[k], two loads
+   a tap for all LOG_ROWS outputs (up[k] = row k - j, dn[k] = row k + j), each converted to ACC
+   once; for each output the centre tap, then the mirrored pairs from the outermost in. */
+DEVICE_FN void y_window(GLOBAL const REAL* RESTRICT col, long lw, GLOBAL const ACC* RESTRICT g0,
+                        GLOBAL const ACC* RESTRICT g2, int r, ACC* s2, ACC* s0) {
+    ACC up[LOG_ROWS], dn[LOG_ROWS];
+    for (int k = 0; k < LOG_ROWS; ++k) {
+        ACC c = (ACC)col[k * lw];
+        s2[k] = MUL_RN(c, g2[0]);
+        s0[k] = MUL_RN(c, g0[0]);
+        up[k] = (ACC)col[(k - r) * lw];
+        dn[k] = (ACC)col[(k + r) * lw];
+    }
+    for (int j = r; j >= 1; --j) {
+        ACC t2 = g2[j];
+        ACC t0 = g0[j];
+        for (int k = 0; k < LOG_ROWS; ++k) {
+            ACC t = ADD_RN(up[k], dn[k]);
+            s2[k] = MAC(s2[k], t, t2);
+            s0[k] = MAC(s0[k], t, t0);
+        }
+        if (j > 1) {
+            for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
+            up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
+            for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
+            dn[0] = (ACC)col[(j - 1) * lw];
+        }
+    }
+}
+
+/* log_pass_x's sliding window, for N consecutive outputs of a row whose taps are all inside it:
+   ly[k] = corr_x(g0, p2)[k], lx[k] = corr_x(g2, p0)[k] (centre tap, then the mirrored pairs from
+   the outermost in), four loads a tap for the N outputs. One definition per address space of
+   the rows (OpenCL 1.2 has no generic one): x_window_global (log_pass_x, N = LOG_COLS),
+   x_window_local (log_pass_block, N = BLOCK_COLS). */
+#define X_WINDOW_FN(NAME, AS, N)                                                              \
+DEVICE_FN void NAME(AS const REAL* p2, AS const REAL* p0, GLOBAL const ACC* RESTRICT g0,     \
+                    GLOBAL const ACC* RESTRICT g2, int r, ACC* ly, ACC* lx) {                \
+    ACC u2[N], d2[N], u0[N], d0[N];                                                          \
+    for (int k = 0; k < N; ++k) {                                                            \
+        ly[k] = MUL_RN((ACC)p2[k], g0[0]);                                                   \
+        lx[k] = MUL_RN((ACC)p0[k], g2[0]);                                                   \
+        u2[k] = (ACC)p2[k - r];                                                              \
+        d2[k] = (ACC)p2[k + r];                                                              \
+        u0[k] = (ACC)p0[k - r];                                                              \
+        d0[k] = (ACC)p0[k + r];                                                              \
+    }                                                                                        \
+    for (int j = r; j >= 1; --j) {                                                           \
+        ACC t0 = g0[j];                                                                      \
+        ACC t2 = g2[j];                                                                      \
+        for (int k = 0; k < N; ++k) {                                                        \
+            ly[k] = MAC(ly[k], ADD_RN(u2[k], d2[k]), t0);                                    \
+            lx[k] = MAC(lx[k], ADD_RN(u0[k], d0[k]), t2);                                    \
+        }                                                                                    \
+        if (j > 1) {                                                                         \
+            for (int k = 0; k + 1 < N; ++k) {                                                \
+                u2[k] = u2[k + 1];                                                           \
+                u0[k] = u0[k + 1];                                                           \
+            }                                                                                \
+            u2[N - 1] = (ACC)p2[N - j];                                                      \
+            u0[N - 1] = (ACC)p0[N - j];                                                      \
+            for (int k = N - 1; k > 0; --k) {                                                \
+                d2[k] = d2[k - 1];                                                           \
+                d0[k] = d0[k - 1];                                                           \
+            }                                                                                \
+            d2[0] = (ACC)p2[j - 1];                                                          \
+            d0[0] = (ACC)p0[j - 1];                                                          \
+        }                                                                                    \
+    }                                                                                        \
+}
+
 /* meta[2s] = offset of scale s in taps (g0 half, then g2 half), meta[2s+1] = radius r.
    Work-item (x, i, bs) computes rows LOG_ROWS*i .. LOG_ROWS*i + LOG_ROWS - 1 of column x. Where
    those rows and all their taps are inside the frame, a sliding window over the rows above
@@ -140,31 +212,8 @@ KERNEL log_pass_y(GLOBAL const REAL* RESTRICT img, const uint frame0,
     size_t o = bs * h * w + y0 * w + x;
     if ((int)y0 >= r && (long)y0 + (LOG_ROWS - 1) + r < (long)h) {
         /* interior block (uniform over most of a work group): no boundary handling */
-        GLOBAL const REAL* col = im + y0 * w + x;
-        long lw = (long)w;
-        ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
-        for (int k = 0; k < LOG_ROWS; ++k) {
-            ACC c = (ACC)col[k * lw];
-            s2[k] = MUL_RN(c, g2[0]);
-            s0[k] = MUL_RN(c, g0[0]);
-            up[k] = (ACC)col[(k - r) * lw];
-            dn[k] = (ACC)col[(k + r) * lw];
-        }
-        for (int j = r; j >= 1; --j) {
-            ACC t2 = g2[j];
-            ACC t0 = g0[j];
-            for (int k = 0; k < LOG_ROWS; ++k) {
-                ACC t = ADD_RN(up[k], dn[k]);
-                s2[k] = MAC(s2[k], t, t2);
-                s0[k] = MAC(s0[k], t, t0);
-            }
-            if (j > 1) {
-                for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
-                up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
-                for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
-                dn[0] = (ACC)col[(j - 1) * lw];
-            }
-        }
+        ACC s2[LOG_ROWS], s0[LOG_ROWS];
+        y_window(im + y0 * w + x, (long)w, g0, g2, r, s2, s0);
         for (int k = 0; k < LOG_ROWS; ++k) {
             a2[o + (size_t)k * w] = (REAL)s2[k];
             a0[o + (size_t)k * w] = (REAL)s0[k];
@@ -198,6 +247,8 @@ DEVICE_FN REAL pass_x_one(GLOBAL const REAL* RESTRICT r2, GLOBAL const REAL* RES
     return (-sum) * sig2;
 }
 
+X_WINDOW_FN(x_window_global, GLOBAL, LOG_COLS)
+
 /* cube = -(REAL(corr_x(g0, a2)) + REAL(corr_x(g2, a0))) * sigma2[s]. Work-item (i, y, bs)
    computes columns LOG_COLS*i .. LOG_COLS*i + LOG_COLS - 1 of row y, with sliding windows
    (as log_pass_y) where those columns and their taps are inside the row. */
@@ -222,37 +273,8 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
     if ((int)x0 >= r && (long)x0 + (LOG_COLS - 1) + r < (long)w) {
         GLOBAL const REAL* p2 = r2 + x0;
         GLOBAL const REAL* p0 = r0 + x0;
-        ACC ly[LOG_COLS], lx[LOG_COLS], u2[LOG_COLS], d2[LOG_COLS], u0[LOG_COLS], d0[LOG_COLS];
-        for (int k = 0; k < LOG_COLS; ++k) {
-            ly[k] = MUL_RN((ACC)p2[k], g0[0]);
-            lx[k] = MUL_RN((ACC)p0[k], g2[0]);
-            u2[k] = (ACC)p2[k - r];
-            d2[k] = (ACC)p2[k + r];
-            u0[k] = (ACC)p0[k - r];
-            d0[k] = (ACC)p0[k + r];
-        }
-        for (int j = r; j >= 1; --j) {
-            ACC t0 = g0[j];
-            ACC t2 = g2[j];
-            for (int k = 0; k < LOG_COLS; ++k) {
-                ly[k] = MAC(ly[k], ADD_RN(u2[k], d2[k]), t0);
-                lx[k] = MAC(lx[k], ADD_RN(u0[k], d0[k]), t2);
-            }
-            if (j > 1) {
-                for (int k = 0; k + 1 < LOG_COLS; ++k) {
-                    u2[k] = u2[k + 1];
-                    u0[k] = u0[k + 1];
-                }
-                u2[LOG_COLS - 1] = (ACC)p2[LOG_COLS - j];
-                u0[LOG_COLS - 1] = (ACC)p0[LOG_COLS - j];
-                for (int k = LOG_COLS - 1; k > 0; --k) {
-                    d2[k] = d2[k - 1];
-                    d0[k] = d0[k - 1];
-                }
-                d2[0] = (ACC)p2[j - 1];
-                d0[0] = (ACC)p0[j - 1];
-            }
-        }
+        ACC ly[LOG_COLS], lx[LOG_COLS];
+        x_window_global(p2, p0, g0, g2, r, ly, lx);
         for (int k = 0; k < LOG_COLS; ++k) {
             REAL lyy = (REAL)ly[k];
             REAL lxx = (REAL)lx[k];
@@ -264,6 +286,32 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
 #endif
     for (int k = 0; k < LOG_COLS && x0 + (size_t)k < w; ++k) {
         cube[row + x0 + (size_t)k] = pass_x_one(r2, r0, g0, g2, r, (int)(x0 + (size_t)k), w, sig2);
+    }
+}
+
+/* The extrema (lo, hi) of the nt work items of a fused pass's work group (t = this one's
+   index), folded in local memory (2 * nt values at tile, free once every work item is past the
+   barrier this begins with) into part[2 * at], part[2 * at + 1]: the region of the work group
+   in frame b, scale s, at = (b * ns + s) * NUM_GROUPS(1) * NUM_GROUPS(0) + GROUP_ID(1) *
+   NUM_GROUPS(0) + GROUP_ID(0) (region_at's layout). Every work item calls it (barriers). */
+DEVICE_FN void fold_region(LOCAL_PTR REAL* tile, uint t, uint nt, REAL lo, REAL hi,
+                           GLOBAL REAL* RESTRICT part, uint b, uint s, uint ns) {
+    BARRIER();
+    tile[t] = lo;
+    tile[nt + t] = hi;
+    BARRIER();
+    for (uint st = 1; st < nt; st <<= 1) {
+        if (t % (2 * st) == 0 && t + st < nt) {
+            tile[t] = tile[t + st] < tile[t] ? tile[t + st] : tile[t];
+            tile[nt + t] = tile[nt + t + st] > tile[nt + t] ? tile[nt + t + st] : tile[nt + t];
+        }
+        BARRIER();
+    }
+    if (t == 0) {
+        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
+        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
+        part[2 * at] = tile[0];
+        part[2 * at + 1] = tile[nt];
     }
 }
 
@@ -354,24 +402,8 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
     }
-    /* the tile's extrema: every work item's folded in local memory (the tile's rows are read) */
-    BARRIER();
-    tile[tx] = lo;
-    tile[lw + tx] = hi;
-    BARRIER();
-    for (size_t st = 1; st < lw; st <<= 1) {
-        if (tx % (2 * st) == 0 && tx + st < lw) {
-            tile[tx] = tile[tx + st] < tile[tx] ? tile[tx + st] : tile[tx];
-            tile[lw + tx] = tile[lw + tx + st] > tile[lw + tx] ? tile[lw + tx + st] : tile[lw + tx];
-        }
-        BARRIER();
-    }
-    if (tx == 0) {
-        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
-        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
-        part[2 * at] = tile[0];
-        part[2 * at + 1] = tile[lw];
-    }
+    /* the tile's extrema (its rows are read: the local memory is free) */
+    fold_region(tile, (uint)tx, (uint)lw, lo, hi, part, b, s, ns);
 }
 
 /* Rows of a block of log_pass_block (build option -DBLOCK_ROWS=n: the knob
@@ -384,6 +416,8 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
 #ifndef BLOCK_COLS
 #define BLOCK_COLS 3
 #endif
+
+X_WINDOW_FN(x_window_local, LOCAL_PTR, BLOCK_COLS)
 
 /* The two passes fused, both register-blocked (issue 29: log_pass_x loads four values per tap
    and output, and was half the LoG's kernel time on the H200). One work group of (LX, LY) work
@@ -441,31 +475,8 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
         LOCAL_PTR REAL* o0 = l0 + (ya - y0) * stride + c;
         if (n == LOG_ROWS && (int)ya >= r && (long)ya + (LOG_ROWS - 1) + r < (long)h) {
             /* log_pass_y's interior block */
-            GLOBAL const REAL* col = im + ((size_t)ya * w + (uint)xr);
-            long lw = (long)w;
-            ACC s2[LOG_ROWS], s0[LOG_ROWS], up[LOG_ROWS], dn[LOG_ROWS];
-            for (int k = 0; k < LOG_ROWS; ++k) {
-                ACC cv = (ACC)col[k * lw];
-                s2[k] = MUL_RN(cv, g2[0]);
-                s0[k] = MUL_RN(cv, g0[0]);
-                up[k] = (ACC)col[(k - r) * lw];
-                dn[k] = (ACC)col[(k + r) * lw];
-            }
-            for (int j = r; j >= 1; --j) {
-                ACC t2 = g2[j];
-                ACC t0 = g0[j];
-                for (int k = 0; k < LOG_ROWS; ++k) {
-                    ACC tv = ADD_RN(up[k], dn[k]);
-                    s2[k] = MAC(s2[k], tv, t2);
-                    s0[k] = MAC(s0[k], tv, t0);
-                }
-                if (j > 1) {
-                    for (int k = 0; k + 1 < LOG_ROWS; ++k) up[k] = up[k + 1];
-                    up[LOG_ROWS - 1] = (ACC)col[(LOG_ROWS - j) * lw];
-                    for (int k = LOG_ROWS - 1; k > 0; --k) dn[k] = dn[k - 1];
-                    dn[0] = (ACC)col[(j - 1) * lw];
-                }
-            }
+            ACC s2[LOG_ROWS], s0[LOG_ROWS];
+            y_window(im + ((size_t)ya * w + (uint)xr), (long)w, g0, g2, r, s2, s0);
             for (int k = 0; k < LOG_ROWS; ++k) {
                 o2[(uint)k * stride] = (REAL)s2[k];
                 o0[(uint)k * stride] = (REAL)s0[k];
@@ -492,38 +503,8 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
         {
             LOCAL_PTR const REAL* p2 = l2 + ((in ? ty : 0) * stride + (uint)r + (in ? cx : 0));
             LOCAL_PTR const REAL* p0 = l0 + ((in ? ty : 0) * stride + (uint)r + (in ? cx : 0));
-            ACC cy[BLOCK_COLS], cxx[BLOCK_COLS], u2[BLOCK_COLS], d2[BLOCK_COLS],
-                u0[BLOCK_COLS], d0[BLOCK_COLS];
-            for (int k = 0; k < BLOCK_COLS; ++k) {
-                cy[k] = MUL_RN((ACC)p2[k], g0[0]);
-                cxx[k] = MUL_RN((ACC)p0[k], g2[0]);
-                u2[k] = (ACC)p2[k - r];
-                d2[k] = (ACC)p2[k + r];
-                u0[k] = (ACC)p0[k - r];
-                d0[k] = (ACC)p0[k + r];
-            }
-            for (int j = r; j >= 1; --j) {
-                ACC t0 = g0[j];
-                ACC t2 = g2[j];
-                for (int k = 0; k < BLOCK_COLS; ++k) {
-                    cy[k] = MAC(cy[k], ADD_RN(u2[k], d2[k]), t0);
-                    cxx[k] = MAC(cxx[k], ADD_RN(u0[k], d0[k]), t2);
-                }
-                if (j > 1) {
-                    for (int k = 0; k + 1 < BLOCK_COLS; ++k) {
-                        u2[k] = u2[k + 1];
-                        u0[k] = u0[k + 1];
-                    }
-                    u2[BLOCK_COLS - 1] = (ACC)p2[BLOCK_COLS - j];
-                    u0[BLOCK_COLS - 1] = (ACC)p0[BLOCK_COLS - j];
-                    for (int k = BLOCK_COLS - 1; k > 0; --k) {
-                        d2[k] = d2[k - 1];
-                        d0[k] = d0[k - 1];
-                    }
-                    d2[0] = (ACC)p2[j - 1];
-                    d0[0] = (ACC)p0[j - 1];
-                }
-            }
+            ACC cy[BLOCK_COLS], cxx[BLOCK_COLS];
+            x_window_local(p2, p0, g0, g2, r, cy, cxx);
             uint out = (bs * h + y0 + ty) * w + x0 + cx;
             for (int k = 0; k < BLOCK_COLS; ++k) {
                 if (in && cx + (uint)k < nx) {
@@ -538,24 +519,8 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
             }
         }
     }
-    /* the block's extrema: every work item's folded in local memory (the block's rows are read) */
-    BARRIER();
-    tile[t] = lo;
-    tile[nt + t] = hi;
-    BARRIER();
-    for (uint st = 1; st < nt; st <<= 1) {
-        if (t % (2 * st) == 0 && t + st < nt) {
-            tile[t] = tile[t + st] < tile[t] ? tile[t + st] : tile[t];
-            tile[nt + t] = tile[nt + t + st] > tile[nt + t] ? tile[nt + t + st] : tile[nt + t];
-        }
-        BARRIER();
-    }
-    if (t == 0) {
-        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
-        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
-        part[2 * at] = tile[0];
-        part[2 * at + 1] = tile[nt];
-    }
+    /* the block's extrema (its rows are read: the local memory is free) */
+    fold_region(tile, t, nt, lo, hi, part, b, s, ns);
 }
 
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);

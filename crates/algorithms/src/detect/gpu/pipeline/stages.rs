@@ -373,61 +373,33 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let frame0 = to_u32(b.frame0, "frame")?;
         let rmax = to_u32(self.rmax, "kernel radius")?;
         let inf = R::from_f64(f64::INFINITY);
-        if let Fused::Block { rows, .. } = self.fused {
+        if self.fused.fused() {
             let (lx, ly) = self.local;
-            let (_, width) = self.fused.region(lx, ly);
-            let global = [
-                self.w.div_ceil(width) * lx,
-                self.h.div_ceil(rows) * ly,
-                b.nb * self.ns,
-            ];
-            let local = [lx, ly, 1];
-            let tile = 2 * rows * (width + 2 * self.rmax);
+            let (rows, width) = self.fused.region(lx, ly);
+            let block = matches!(self.fused, Fused::Block { .. });
+            // a block's work group is (lx, ly), a tile's (lx, 1)
+            let (groups_y, local) = if block {
+                (self.h.div_ceil(rows) * ly, [lx, ly, 1])
+            } else {
+                (self.h.div_ceil(rows), [lx, 1, 1])
+            };
+            let global = [self.w.div_ceil(width) * lx, groups_y, b.nb * self.ns];
+            let tile = Local::<R>::elems(2 * rows * (width + 2 * self.rmax));
+            let grid = Grid::new(&global, &local);
+            macro_rules! fused {
+                ($kernel:ident) => {
+                    k.$kernel(
+                        grid, &self.img, frame0, &self.taps, &self.meta, &self.s2, &self.cube,
+                        part, hu, wu, nsu, rmax, inf, tile,
+                    )
+                };
+            }
             return timed(&mut || {
-                k.log_pass_block(
-                    Grid::new(&global, &local),
-                    &self.img,
-                    frame0,
-                    &self.taps,
-                    &self.meta,
-                    &self.s2,
-                    &self.cube,
-                    part,
-                    hu,
-                    wu,
-                    nsu,
-                    rmax,
-                    inf,
-                    Local::<R>::elems(tile),
-                )
-            });
-        }
-        if let Fused::Tile(rows) = self.fused {
-            let lx = self.local.0;
-            let global = [
-                round_up_to(self.w, lx),
-                self.h.div_ceil(rows),
-                b.nb * self.ns,
-            ];
-            let local = [lx, 1, 1];
-            let tile = 2 * rows * (lx + 2 * self.rmax);
-            return timed(&mut || {
-                k.log_pass_tile(
-                    Grid::new(&global, &local),
-                    &self.img,
-                    frame0,
-                    &self.taps,
-                    &self.meta,
-                    &self.s2,
-                    &self.cube,
-                    part,
-                    hu,
-                    wu,
-                    nsu,
-                    rmax,
-                    inf,
-                    Local::<R>::elems(tile),
-                )
+                if block {
+                    fused!(log_pass_block)
+                } else {
+                    fused!(log_pass_tile)
+                }
             });
         }
         timed(&mut || {
