@@ -18,11 +18,12 @@
 //! 2. the LoG cube, its per-frame extrema, the 3×3×3 maxima, the threshold and `exclude_border`
 //!    are evaluated on the device, in sub-batches that keep the device working set (the cube,
 //!    plus two pass buffers where the passes are not fused) under
-//!    [`GpuDetectConfig::max_device_bytes`]; the two passes of a scale run as one tiled kernel
-//!    in local memory (`log_pass_tile`, `ARRAYBRIDGE_DETECT_TILE`: OpenCL's default, which
-//!    also folds each tile's extrema for the thresholds) or as `log_pass_y` then `log_pass_x`
-//!    through two scratch cubes (then `cube_minmax` reads the cube for them), the same cube
-//!    bit for bit;
+//!    [`GpuDetectConfig::max_device_bytes`]; the two passes of a scale run as one kernel in
+//!    local memory, `log_pass_block` (`ARRAYBRIDGE_DETECT_BLOCK`: CUDA's default, both passes
+//!    register-blocked) or `log_pass_tile` (`ARRAYBRIDGE_DETECT_TILE`: OpenCL's default), each
+//!    folding its region's extrema for the thresholds and the peaks (which skip the regions
+//!    that cannot hold one), or as `log_pass_y` then `log_pass_x` through two scratch cubes
+//!    (then `cube_minmax` reads the cube for them), the same cube bit for bit;
 //! 3. only the candidates (flat index and cube value) and their count are
 //!    downloaded; the host restores raster order, applies the CPU's stable sort by descending
 //!    response and the CPU's overlap pruning ([`prune_blobs`](super::blob_log::prune_blobs), pairs in ascending `(i, j)`).
