@@ -611,7 +611,7 @@ phase_ab() {
     # the variant's VAR=VALUE words unquoted on purpose; $1, $2 are the inner shell's
     # shellcheck disable=SC2086,SC2016
     run_binary "ab $i $tag" "$WORK/ab-$i.md" env ${v//,/ } sh -c \
-      '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256,64 --movie-cache "$3" &&
+      '"$1" bench detect --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 4,64,256,64 --movie-cache "$3" &&
        "$1" bench detect --method locate --device cuda:0 --frames "$2" --size 512 --particles 100 --batch-sizes 64,256 --movie-cache "$3" &&
        "$1" bench paco --device cuda:0 --frames 61 --size 100 --reps 10' sh "$cli" "$frames" "$(movies_dir)"
     { echo "## $i: $tag"; cat "$WORK/ab-$i.md"; echo; } >>"$WORK/ab.md"
