@@ -92,8 +92,9 @@ pub(super) struct RawPack<'a> {
     pub fill: &'a (dyn Fn(&mut [u8]) -> Result<()> + Sync),
 }
 
-/// Runs a launch and adds its wall time to the run's kernel time.
-type Timed<'a> = dyn FnMut(&mut dyn FnMut() -> Result<()>) -> Result<()> + 'a;
+/// Runs the launch of the kernel named first and adds its wall time to the run's kernel time
+/// (traced: to that kernel's line of the trace too).
+type Timed<'a> = dyn FnMut(&'static str, &mut dyn FnMut() -> Result<()>) -> Result<()> + 'a;
 
 /// The `prescale_*` kernel on frames `frame0..frame0 + n_frames` of `raw` into a new image
 /// buffer of the device type `R`, with the per-frame parameters in the accumulation type `A`.
@@ -120,7 +121,7 @@ fn prescale<E: Executor, R: DevReal, A: DevReal>(
     let f0 = to_u32(frame0, "first frame")?;
     let (global, local) = ([round_up_to(plane, wg), n_frames], [wg, 1]);
     let grid = Grid::new(&global, &local);
-    timed(&mut || match raw {
+    timed("prescale", &mut || match raw {
         RawFrames::U8(b) => k.prescale_u8(grid, b, &pp_buf, &img, pu, nu, pre.mode, f0),
         RawFrames::U16(b) => k.prescale_u16(grid, b, &pp_buf, &img, pu, nu, pre.mode, f0),
     })?;
@@ -410,11 +411,18 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
     let t_all = std::time::Instant::now();
     let mut kernel_s = 0.0f64;
     let tracing = super::super::trace_enabled();
-    let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+    // traced: each launch waited for, its time filed under its kernel's name
+    let mut per_kernel: Vec<(&'static str, f64)> = Vec::new();
+    let mut timed = |name: &'static str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         let t = std::time::Instant::now();
         f()?;
         if tracing {
             e.synchronize()?;
+            let dt = t.elapsed().as_secs_f64();
+            match per_kernel.iter_mut().find(|(n, _)| *n == name) {
+                Some(k) => k.1 += dt,
+                None => per_kernel.push((name, dt)),
+            }
         }
         kernel_s += t.elapsed().as_secs_f64();
         Ok(())
@@ -504,10 +512,15 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         )
     });
     trace(|| {
+        let kernels: Vec<String> = per_kernel
+            .iter()
+            .map(|(n, t)| format!("{n} {t:.4}"))
+            .collect();
         format!(
             "detect: {n_frames} frames {h}x{w}: total {:.3} s = upload {up_s:.3} + kernels \
-             {kernel_s:.3} + reads {read_s:.3} + host prune {prune_s:.3} + other",
-            t_end.duration_since(t_all).as_secs_f64()
+             {kernel_s:.3} ({}) + reads {read_s:.3} + host prune {prune_s:.3} + other",
+            t_end.duration_since(t_all).as_secs_f64(),
+            kernels.join(", ")
         )
     });
     Ok(RunOut {

@@ -394,7 +394,12 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                     )
                 };
             }
-            return timed(&mut || {
+            let name = if block {
+                "log_pass_block"
+            } else {
+                "log_pass_tile"
+            };
+            return timed(name, &mut || {
                 if block {
                     fused!(log_pass_block)
                 } else {
@@ -402,7 +407,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 }
             });
         }
-        timed(&mut || {
+        timed("log_pass_y", &mut || {
             k.log_pass_y(
                 Grid::new(&b.global_y, &b.local),
                 &self.img,
@@ -417,7 +422,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 nbu,
             )
         })?;
-        timed(&mut || {
+        timed("log_pass_x", &mut || {
             k.log_pass_x(
                 Grid::new(&b.global_x, &b.local),
                 &self.a2,
@@ -467,7 +472,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         if !self.fused.fused() {
             let per_frame = to_u32(self.per_frame, "cube size")?;
             let (global, local) = ([self.groups * MINMAX_WG, b.nb], [MINMAX_WG, 1]);
-            timed(&mut || {
+            timed("cube_minmax", &mut || {
                 self.k.cube_minmax(
                     Grid::new(&global, &local),
                     &self.cube,
@@ -507,7 +512,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let thr = e.alloc_elems::<R>(nb)?;
         let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
         let (global, local) = ([round_up_to(nb, 64)], [64]);
-        timed(&mut || {
+        timed("frame_thresholds", &mut || {
             k.frame_thresholds(
                 Grid::new(&global, &local),
                 part,
@@ -537,7 +542,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let (by, bx) = self.border;
         let counter = self.e.zeroed_elems::<i32>(1)?;
         let cap = to_u32(self.cap, "candidates")?;
-        timed(&mut || {
+        timed("log_peaks", &mut || {
             self.k.log_peaks(
                 Grid::new(&b.global, &b.local),
                 &self.cube,

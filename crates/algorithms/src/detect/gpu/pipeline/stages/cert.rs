@@ -130,7 +130,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let plane = to_u32(self.plane, "frame size")?;
         let frame0 = to_u32(b.frame0, "frame")?;
         let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
-        timed(&mut || {
+        timed("cert_frames", &mut || {
             k.cert_frames(
                 Grid::new(&global, &local),
                 &self.img,
@@ -172,7 +172,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let ncap = to_u32(c.ncap, "voxels near the extrema")?;
         let near_cap = to_u32(NEAR_CAP_FRAME, "voxels near the extrema")?;
         let peaks = u32::from(!self.border_empty);
-        timed(&mut || {
+        timed("cert_peaks", &mut || {
             self.k.cert_peaks(
                 Grid::new(&b.global, &b.local),
                 &self.cube,
