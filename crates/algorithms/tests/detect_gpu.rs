@@ -511,7 +511,7 @@ fn kernels_compile_with_nvrtc() {
 /// blobs also with the certified search, `Precision::Auto`): `log_pass_tile` (tiles of 1, 3 and
 /// 8 rows, 16 or 32 columns) and `log_pass_block` (blocks of 1 to 16 rows, 1 to 5 columns a
 /// work item, work groups of 8 to 32 by 1 to 4, 1 to 8 rows a work item in its y pass, odd and
-/// even); frames narrower and shorter than a kernel (edges reflected more than once), a
+/// even; its extrema in one or two row parts and strips of 8 or 16 work items); frames narrower and shorter than a kernel (edges reflected more than once), a
 /// region's rows and columns past the frame, a scale wider than the region (the run takes the
 /// two passes), u16 and f32 frames.
 fn check_tiled_pass<E: bridge_core::exec::Executor>(
@@ -562,7 +562,7 @@ fn check_tiled_pass<E: bridge_core::exec::Executor>(
         block("16", "3", ("32", "4"), "8"),
         block("3", "2", ("16", "1"), "1"),
         block("1", "5", ("8", "2"), "4"),
-        block("5", "1", ("16", "4"), "3"),
+        block("6", "1", ("16", "3"), "3"),
     ];
     let mut frames = Vec::new();
     for (k, &(h, w)) in [(5, 7), (19, 64), (64, 19), (70, 33), (41, 130)]

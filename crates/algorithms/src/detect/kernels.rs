@@ -86,7 +86,8 @@ pub const OPTS_F32_ACC64_UNBLOCKED: &[&str] = &[
 
 /// [`OPTS_F32_ACC32_FMA`] as the pipeline builds it on CUDA by default: the certified search's
 /// float32 passes fused in `log_pass_block` (blocks of 16 rows, 3 columns a work item in its x
-/// pass, 8 rows a work item in its y pass; listed so that CI compiles that build too).
+/// pass, 8 rows a work item in its y pass, extrema in regions of 8 × 48; listed so that CI
+/// compiles that build too).
 pub const OPTS_F32_ACC32_FMA_BLOCKED: &[&str] = &[
     "-DREAL=float",
     "-DACC=float",
@@ -96,6 +97,10 @@ pub const OPTS_F32_ACC32_FMA_BLOCKED: &[&str] = &[
     "-DLOG_COLS=1",
     "-DBLOCK_ROWS=16",
     "-DBLOCK_COLS=3",
+    "-DBLOCK_PARTS=2",
+    "-DBLOCK_STRIP=16",
+    "-DREGION_ROWS=8",
+    "-DREGION_COLS=48",
 ];
 
 /// Work-group size of `cube_minmax` (its `LOCAL` arrays have this many entries).

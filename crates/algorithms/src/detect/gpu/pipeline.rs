@@ -176,12 +176,17 @@ pub(super) enum Fused {
     /// `log_pass_tile`: tiles of `rows` rows by the work group's width.
     Tile(usize),
     /// `log_pass_block`: blocks of `rows` rows by `cols` times the work group's width, both
-    /// passes register-blocked.
+    /// passes register-blocked, their extrema folded in regions of `rows / parts` rows by
+    /// `strip · cols` columns.
     Block {
         /// Rows of a block.
         rows: usize,
         /// Consecutive columns of a work item in the x pass.
         cols: usize,
+        /// Row parts of a block's regions (1 or 2).
+        parts: usize,
+        /// Work items across a region.
+        strip: usize,
     },
 }
 
@@ -191,29 +196,48 @@ impl Fused {
         self != Fused::Off
     }
 
-    /// Rows and columns of the region one work group of shape `(lx, ly)` computes.
-    pub(super) fn region(self, lx: usize, ly: usize) -> (usize, usize) {
+    /// Rows and columns one work group of `lx` work items across computes (a fused pass).
+    pub(super) fn extent(self, lx: usize) -> (usize, usize) {
         match self {
-            Fused::Off => (ly, lx),
+            Fused::Off => (1, lx),
             Fused::Tile(rows) => (rows, lx),
-            Fused::Block { rows, cols } => (rows, lx * cols),
+            Fused::Block { rows, cols, .. } => (rows, lx * cols),
+        }
+    }
+
+    /// Rows and columns of the regions whose extrema a fused pass folds for the thresholds
+    /// and the peaks (a tile; a block's parts and strips), for work groups `lx` wide.
+    pub(super) fn region(self, lx: usize) -> (usize, usize) {
+        match self {
+            Fused::Block {
+                rows,
+                cols,
+                parts,
+                strip,
+            } => (rows / parts, strip * cols),
+            _ => self.extent(lx),
         }
     }
 
     /// The build options of the fused kernels (set whichever runs) and of the region
     /// extrema the peak kernels read (`REGION_ROWS`, `REGION_COLS`: the region of a work group
     /// of shape `(lx, ly)`; rows 0 for the two passes).
-    pub(super) fn options(self, lx: usize, ly: usize) -> [String; 5] {
+    pub(super) fn options(self, lx: usize) -> [String; 7] {
         let tile = match self {
             Fused::Tile(rows) => rows,
             _ => 1,
         };
-        let (rows, cols) = match self {
-            Fused::Block { rows, cols } => (rows, cols),
-            _ => (1, 1),
+        let (rows, cols, parts, strip) = match self {
+            Fused::Block {
+                rows,
+                cols,
+                parts,
+                strip,
+            } => (rows, cols, parts, strip),
+            _ => (1, 1, 1, 1),
         };
         let region = if self.fused() {
-            self.region(lx, ly)
+            self.region(lx)
         } else {
             (0, 1)
         };
@@ -221,6 +245,8 @@ impl Fused {
             format!("-DTILE_ROWS={tile}"),
             format!("-DBLOCK_ROWS={rows}"),
             format!("-DBLOCK_COLS={cols}"),
+            format!("-DBLOCK_PARTS={parts}"),
+            format!("-DBLOCK_STRIP={strip}"),
             format!("-DREGION_ROWS={}", region.0),
             format!("-DREGION_COLS={}", region.1),
         ]
@@ -233,7 +259,9 @@ impl Fused {
 ///   OpenCL) by `ARRAYBRIDGE_DETECT_BLOCK_COLS` (3) times `lx` columns, where its local memory,
 ///   `2 · rows · (lx · cols + 2 · rmax)` values, fits in [`TILE_LOCAL_BYTES`], `rmax` is at most
 ///   the block's width (the y pass's halo costs up to three times the block's own work) and
-///   `rows · cols ≥ ly` (room for the fold of the extrema);
+///   `rows · cols ≥ 2 · ly` (room for the fold of the extrema); the extrema are folded in
+///   regions of half the block's rows (when even) by 16 work items' columns (when 16 divides
+///   `lx`), finer than the block, for the peaks to skip more of the cube;
 /// - else `log_pass_tile` with tiles of `ARRAYBRIDGE_DETECT_TILE` rows (auto: 8 on OpenCL, 0 on
 ///   CUDA) by `lx` columns, where `2 · rows · (lx + 2 · rmax)` values fit and `rmax ≤ lx`;
 /// - else the two passes.
@@ -251,8 +279,16 @@ pub(super) fn fused_pass<E: Executor>(
     let cols = t.usize_or("ARRAYBRIDGE_DETECT_BLOCK_COLS", 3).max(1);
     let width = lx * cols;
     let local = 2 * rows * (width + 2 * rmax) * bytes;
-    if rows > 0 && rmax <= width && rows * cols >= ly && local <= TILE_LOCAL_BYTES {
-        return Fused::Block { rows, cols };
+    if rows > 0 && rmax <= width && rows * cols >= 2 * ly && local <= TILE_LOCAL_BYTES {
+        // regions of half the rows (when even) by 16 work items (when they divide lx)
+        let parts = if rows.is_multiple_of(2) { 2 } else { 1 };
+        let strip = if lx.is_multiple_of(16) { 16 } else { lx };
+        return Fused::Block {
+            rows,
+            cols,
+            parts,
+            strip,
+        };
     }
     let rows = t
         .usize_knob("ARRAYBRIDGE_DETECT_TILE")
@@ -438,7 +474,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         format!("-DLOG_X_INTERIOR={interior}"),
     ]
     .into_iter()
-    .chain(fused.options(lx, ly))
+    .chain(fused.options(lx))
     .collect();
     // the certified search's float32 passes may fuse their multiply-adds
     let certified = cert.is_some();

@@ -289,6 +289,27 @@ KERNEL log_pass_x(GLOBAL const REAL* RESTRICT a2, GLOBAL const REAL* RESTRICT a0
     }
 }
 
+/* The regions whose extrema the fused passes (log_pass_tile, log_pass_block) fold, as build
+   options (divisions by constants): REGION_ROWS rows by REGION_COLS columns; 0: the two passes
+   (cube_minmax's partials are not regions). REGION_DIV is REGION_ROWS, or 1 where it is 0 (the
+   kernels compile whichever pass runs). */
+#ifndef REGION_ROWS
+#define REGION_ROWS 0
+#endif
+#ifndef REGION_COLS
+#define REGION_COLS 1
+#endif
+#define REGION_DIV (REGION_ROWS ? REGION_ROWS : 1)
+
+/* The index of the (min, max) pair in part of the region holding voxel (y, x) of plane bs
+   (frame * ns + scale): ((frame * ns + scale) * ry + y / REGION_ROWS) * rx + x / REGION_COLS
+   with ry, rx the regions down and across a frame. */
+DEVICE_FN size_t region_at(size_t bs, uint y, uint x, uint h, uint w) {
+    uint ry = (h + REGION_DIV - 1) / REGION_DIV;
+    uint rx = (w + REGION_COLS - 1) / REGION_COLS;
+    return (bs * ry + y / REGION_DIV) * rx + x / REGION_COLS;
+}
+
 /* The extrema (lo, hi) of the nt work items of a fused pass's work group (t = this one's
    index), folded in local memory (2 * nt values at tile, free once every work item is past the
    barrier this begins with) into part[2 * at], part[2 * at + 1]: the region of the work group
@@ -416,6 +437,17 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
 #ifndef BLOCK_COLS
 #define BLOCK_COLS 3
 #endif
+/* The regions whose extrema log_pass_block folds for the thresholds and the peaks: BLOCK_PARTS
+   (1 or 2) row parts of REGION_ROWS rows (BLOCK_ROWS = BLOCK_PARTS * REGION_ROWS), and column
+   strips of BLOCK_STRIP work items, REGION_COLS = BLOCK_STRIP * BLOCK_COLS columns: finer than
+   the block, so that the peaks skip more of the cube (a 16 × 192 block of a sparse 512² movie
+   holds a voxel above the threshold three times in four, an 8 × 48 region about once in four). */
+#ifndef BLOCK_PARTS
+#define BLOCK_PARTS 1
+#endif
+#ifndef BLOCK_STRIP
+#define BLOCK_STRIP 1
+#endif
 
 X_WINDOW_FN(x_window_local, LOCAL_PTR, BLOCK_COLS)
 
@@ -492,8 +524,12 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
     }
     BARRIER();
     REAL sig2 = sigma2[s];
-    REAL lo = inf;
-    REAL hi = -inf;
+    /* the extrema of this work item's outputs in each of the block's row parts */
+    REAL lo[BLOCK_PARTS], hi[BLOCK_PARTS];
+    for (int q = 0; q < BLOCK_PARTS; ++q) {
+        lo[q] = inf;
+        hi[q] = -inf;
+    }
     uint cx = (uint)LID(0) * BLOCK_COLS;
     for (uint t0 = 0; t0 < ny; t0 += ly) {
         /* a work item past the block's rows or columns computes its first output, stores
@@ -513,14 +549,47 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
                     REAL sum = lyy + lxx;
                     REAL v = (-sum) * sig2;
                     cube[out + (uint)k] = v;
-                    lo = v < lo ? v : lo;
-                    hi = v > hi ? v : hi;
+                    for (int q = 0; q < BLOCK_PARTS; ++q) {
+                        if ((uint)q == ty / REGION_DIV) {
+                            lo[q] = v < lo[q] ? v : lo[q];
+                            hi[q] = v > hi[q] ? v : hi[q];
+                        }
+                    }
                 }
             }
         }
     }
-    /* the block's extrema (its rows are read: the local memory is free) */
-    fold_region(tile, t, nt, lo, hi, part, b, s, ns);
+    /* the extrema of the block's regions (REGION_ROWS by REGION_COLS: BLOCK_PARTS row parts,
+       lx / BLOCK_STRIP column strips of BLOCK_STRIP work items), each folded in order by one
+       work item from local memory (the block's rows are read: it is free), written where the
+       region starts inside the frame (region_at's layout, which the peaks read) */
+    BARRIER();
+    for (int q = 0; q < BLOCK_PARTS; ++q) {
+        tile[2 * (t * BLOCK_PARTS + (uint)q)] = lo[q];
+        tile[2 * (t * BLOCK_PARTS + (uint)q) + 1] = hi[q];
+    }
+    BARRIER();
+    uint strips = lx / BLOCK_STRIP;
+    if (t < BLOCK_PARTS * strips) {
+        uint q = t / strips;
+        uint sx = t % strips;
+        uint ry0 = y0 + q * REGION_DIV;
+        uint rx0 = x0 + sx * REGION_COLS;
+        if (ry0 < h && rx0 < w) {
+            REAL a = inf;
+            REAL z = -inf;
+            for (uint iy = 0; iy < ly; ++iy) {
+                for (uint ix = sx * BLOCK_STRIP; ix < (sx + 1) * BLOCK_STRIP; ++ix) {
+                    uint u = 2 * ((ix + lx * iy) * BLOCK_PARTS + q);
+                    a = tile[u] < a ? tile[u] : a;
+                    z = tile[u + 1] > z ? tile[u + 1] : z;
+                }
+            }
+            size_t at = region_at(bs, ry0, rx0, h, w);
+            part[2 * at] = a;
+            part[2 * at + 1] = z;
+        }
+    }
 }
 
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);
@@ -595,26 +664,6 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
     thr[b] = t;
 }
 
-/* The regions whose extrema the fused passes (log_pass_tile, log_pass_block) fold, as build
-   options (divisions by constants): REGION_ROWS rows by REGION_COLS columns; 0: the two passes
-   (cube_minmax's partials are not regions). */
-#ifndef REGION_ROWS
-#define REGION_ROWS 0
-#endif
-#ifndef REGION_COLS
-#define REGION_COLS 1
-#endif
-
-/* The index of the (min, max) pair in part of the region holding voxel (y, x) of plane bs
-   (frame * ns + scale): ((frame * ns + scale) * ry + y / REGION_ROWS) * rx + x / REGION_COLS
-   with ry, rx the regions down and across a frame. */
-#if REGION_ROWS
-DEVICE_FN size_t region_at(size_t bs, uint y, uint x, uint h, uint w) {
-    uint ry = (h + REGION_ROWS - 1) / REGION_ROWS;
-    uint rx = (w + REGION_COLS - 1) / REGION_COLS;
-    return (bs * ry + y / REGION_ROWS) * rx + x / REGION_COLS;
-}
-#endif
 
 /* 3x3x3 maxima above thr[frame], 'nearest' edges, spatial border exclusion; appends
    (flat index in the batch cube, value) through the counter; writes only below cap. Where

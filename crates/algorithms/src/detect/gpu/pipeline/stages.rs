@@ -375,7 +375,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let inf = R::from_f64(f64::INFINITY);
         if self.fused.fused() {
             let (lx, ly) = self.local;
-            let (rows, width) = self.fused.region(lx, ly);
+            let (rows, width) = self.fused.extent(lx);
             let block = matches!(self.fused, Fused::Block { .. });
             // a block's work group is (lx, ly), a tile's (lx, 1)
             let (groups_y, local) = if block {
@@ -456,7 +456,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         if !self.fused.fused() {
             return self.groups;
         }
-        let (rows, cols) = self.fused.region(self.local.0, self.local.1);
+        let (rows, cols) = self.fused.region(self.local.0);
         self.ns * self.h.div_ceil(rows) * self.w.div_ceil(cols)
     }
 
