@@ -454,13 +454,15 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         f()?;
         if tracing {
             e.synchronize()?;
-            let dt = t.elapsed().as_secs_f64();
+        }
+        let dt = t.elapsed().as_secs_f64();
+        kernel_s += dt;
+        if tracing {
             match per_kernel.iter_mut().find(|(n, _)| *n == name) {
                 Some(k) => k.1 += dt,
                 None => per_kernel.push((name, dt)),
             }
         }
-        kernel_s += t.elapsed().as_secs_f64();
         Ok(())
     };
     let (rows, cols, interior) = pass_blocking(e, &cfg.tuning);
@@ -574,8 +576,8 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
 /// The kernels' build options: the precision set of the cube type `R` and the accumulation
 /// type `A` (`f64`, `f32` with `f64` or `f32` accumulation) followed by `extra`: the fused
 /// multiply-adds of the certified search's passes (`-DPASS_FMA=1`, where asked), the pass
-/// blocking and tiling (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, `-DTILE_ROWS`,
-/// `-DBLOCK_ROWS`, `-DBLOCK_COLS`).
+/// blocking and the fused passes (`-DLOG_ROWS`, `-DLOG_COLS`, `-DLOG_X_INTERIOR`, then
+/// [`Fused::options`]).
 fn kernel_options<R: DevReal, A: DevReal>(extra: &[String]) -> Result<Vec<&str>> {
     let base: &[&str] = match (R::SIZE, A::SIZE) {
         (8, 8) => OPTS_F64,

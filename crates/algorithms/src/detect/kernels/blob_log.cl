@@ -310,30 +310,43 @@ DEVICE_FN size_t region_at(size_t bs, uint y, uint x, uint h, uint w) {
     return (bs * ry + y / REGION_DIV) * rx + x / REGION_COLS;
 }
 
-/* The extrema (lo, hi) of the nt work items of a fused pass's work group (t = this one's
-   index), folded in local memory (2 * nt values at tile, free once every work item is past the
-   barrier this begins with) into part[2 * at], part[2 * at + 1]: the region of the work group
-   in frame b, scale s, at = (b * ns + s) * NUM_GROUPS(1) * NUM_GROUPS(0) + GROUP_ID(1) *
-   NUM_GROUPS(0) + GROUP_ID(0) (region_at's layout). Every work item calls it (barriers). */
-DEVICE_FN void fold_region(LOCAL_PTR REAL* tile, uint t, uint nt, REAL lo, REAL hi,
-                           GLOBAL REAL* RESTRICT part, uint b, uint s, uint ns) {
+/* The extrema of a fused pass's regions, REGION_ROWS by REGION_COLS voxels: each of the
+   lx * ly work items of the group (t = LID(0) + lx * LID(1)) gives lo[q], hi[q], the extrema of
+   its outputs in row part q (of parts: rows y0 + q * REGION_ROWS ..); the region of row part q
+   and column strip sx (strip work items across, its columns from x0 + sx * REGION_COLS) is
+   folded in order by work item q * (lx / strip) + sx out of local memory (2 * parts * lx * ly
+   values at tile, free once every work item has passed the barrier this begins with) and
+   written at region_at's index, which the thresholds and the peaks read, where the region
+   starts inside the frame. Every work item calls it (barriers). */
+DEVICE_FN void fold_regions(LOCAL_PTR REAL* tile, const REAL* lo, const REAL* hi, uint parts,
+                            uint strip, uint lx, uint ly, uint y0, uint x0, uint bs, uint h,
+                            uint w, REAL inf, GLOBAL REAL* RESTRICT part) {
+    uint t = (uint)LID(0) + lx * (uint)LID(1);
     BARRIER();
-    tile[t] = lo;
-    tile[nt + t] = hi;
+    for (uint q = 0; q < parts; ++q) {
+        tile[2 * (t * parts + q)] = lo[q];
+        tile[2 * (t * parts + q) + 1] = hi[q];
+    }
     BARRIER();
-    for (uint st = 1; st < nt; st <<= 1) {
-        if (t % (2 * st) == 0 && t + st < nt) {
-            tile[t] = tile[t + st] < tile[t] ? tile[t + st] : tile[t];
-            tile[nt + t] = tile[nt + t + st] > tile[nt + t] ? tile[nt + t + st] : tile[nt + t];
+    uint strips = lx / strip;
+    if (t >= parts * strips) return;
+    uint q = t / strips;
+    uint sx = t % strips;
+    uint ry0 = y0 + q * REGION_DIV;
+    uint rx0 = x0 + sx * REGION_COLS;
+    if (ry0 >= h || rx0 >= w) return;
+    REAL a = inf;
+    REAL z = -inf;
+    for (uint iy = 0; iy < ly; ++iy) {
+        for (uint ix = sx * strip; ix < (sx + 1) * strip; ++ix) {
+            uint u = 2 * ((ix + lx * iy) * parts + q);
+            a = tile[u] < a ? tile[u] : a;
+            z = tile[u + 1] > z ? tile[u + 1] : z;
         }
-        BARRIER();
     }
-    if (t == 0) {
-        size_t g = ((size_t)s * NUM_GROUPS(1) + GROUP_ID(1)) * NUM_GROUPS(0) + GROUP_ID(0);
-        size_t at = (size_t)b * ns * NUM_GROUPS(1) * NUM_GROUPS(0) + g;
-        part[2 * at] = tile[0];
-        part[2 * at + 1] = tile[nt];
-    }
+    size_t at = region_at(bs, ry0, rx0, h, w);
+    part[2 * at] = a;
+    part[2 * at + 1] = z;
 }
 
 /* Rows of a tile of log_pass_tile (build option -DTILE_ROWS=n: the knob ARRAYBRIDGE_DETECT_TILE). */
@@ -423,8 +436,9 @@ KERNEL log_pass_tile(GLOBAL const REAL* RESTRICT img, const uint frame0,
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
     }
-    /* the tile's extrema (its rows are read: the local memory is free) */
-    fold_region(tile, (uint)tx, (uint)lw, lo, hi, part, b, s, ns);
+    /* the tile's extrema: one region (REGION_ROWS = TILE_ROWS, REGION_COLS = the group's width) */
+    fold_regions(tile, &lo, &hi, 1, (uint)lw, (uint)lw, 1, (uint)y0, (uint)x0, (uint)bs, h, w, inf,
+                 part);
 }
 
 /* Rows of a block of log_pass_block (build option -DBLOCK_ROWS=n: the knob
@@ -463,11 +477,10 @@ X_WINDOW_FN(x_window_local, LOCAL_PTR, BLOCK_COLS)
    i * BLOCK_COLS + BLOCK_COLS - 1 of rows j, j + LY, ... with log_pass_x's sliding window (four
    loads a tap for BLOCK_COLS outputs). The same operations in the same order as log_pass_y +
    log_pass_x, so the cube is theirs bit for bit; no scratch cube is written or read. The
-   block's extrema are folded as log_pass_tile folds a tile's: part[2 * (b * G + g)] = min,
-   [... + 1] = max, G = ns * blocks_y * blocks_x blocks per frame and
-   g = (s * blocks_y + by) * blocks_x + bx. Launched over (blocks_x * LX, blocks_y * LY, nb * ns)
-   with local (LX, LY, 1) and 2 * BLOCK_ROWS * (TW + 2 * rmax) REAL of local memory (at least
-   2 * LX * LY), rmax the largest radius of the scales; inf is +infinity. */
+   extrema are folded per region of the block (BLOCK_PARTS row parts by LX / BLOCK_STRIP column
+   strips: fold_regions) into part. Launched over (blocks_x * LX, blocks_y * LY, nb * ns) with
+   local (LX, LY, 1) and 2 * BLOCK_ROWS * (TW + 2 * rmax) REAL of local memory (at least
+   2 * BLOCK_PARTS * LX * LY), rmax the largest radius of the scales; inf is +infinity. */
 KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
                       GLOBAL const ACC* RESTRICT taps, GLOBAL const uint* RESTRICT meta,
                       GLOBAL const REAL* RESTRICT sigma2, GLOBAL REAL* RESTRICT cube,
@@ -559,37 +572,8 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
             }
         }
     }
-    /* the extrema of the block's regions (REGION_ROWS by REGION_COLS: BLOCK_PARTS row parts,
-       lx / BLOCK_STRIP column strips of BLOCK_STRIP work items), each folded in order by one
-       work item from local memory (the block's rows are read: it is free), written where the
-       region starts inside the frame (region_at's layout, which the peaks read) */
-    BARRIER();
-    for (int q = 0; q < BLOCK_PARTS; ++q) {
-        tile[2 * (t * BLOCK_PARTS + (uint)q)] = lo[q];
-        tile[2 * (t * BLOCK_PARTS + (uint)q) + 1] = hi[q];
-    }
-    BARRIER();
-    uint strips = lx / BLOCK_STRIP;
-    if (t < BLOCK_PARTS * strips) {
-        uint q = t / strips;
-        uint sx = t % strips;
-        uint ry0 = y0 + q * REGION_DIV;
-        uint rx0 = x0 + sx * REGION_COLS;
-        if (ry0 < h && rx0 < w) {
-            REAL a = inf;
-            REAL z = -inf;
-            for (uint iy = 0; iy < ly; ++iy) {
-                for (uint ix = sx * BLOCK_STRIP; ix < (sx + 1) * BLOCK_STRIP; ++ix) {
-                    uint u = 2 * ((ix + lx * iy) * BLOCK_PARTS + q);
-                    a = tile[u] < a ? tile[u] : a;
-                    z = tile[u + 1] > z ? tile[u + 1] : z;
-                }
-            }
-            size_t at = region_at(bs, ry0, rx0, h, w);
-            part[2 * at] = a;
-            part[2 * at + 1] = z;
-        }
-    }
+    /* the extrema of the block's regions: BLOCK_PARTS row parts by lx / BLOCK_STRIP strips */
+    fold_regions(tile, lo, hi, BLOCK_PARTS, BLOCK_STRIP, lx, ly, y0, x0, bs, h, w, inf, part);
 }
 
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);
