@@ -49,7 +49,7 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [frames packed into pageable memory, 2 in flight, both, tile 8 with 2 in flight, device certified search 0, unfused certified passes, max 512 MB]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [the two passes, blocks of 1 and 5 columns, blocks of 8 rows, 4 rows a work item, pageable packing, 2 in flight, device certified search 0, unfused passes, max 512 MB, PACO trajectories on the host]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
@@ -516,6 +516,12 @@ bench_once() { # tag: one pass of every measurement, under the current environme
   if [ "${GPU_CHECK_PACO_BIG:-1}" = 1 ]; then
     run_binary "bench $tag paco 100x1024" "$WORK/bench-$tag-paco1024.md" \
       "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1
+    # where the no-sub-pixel 1024² time goes (a span per stage), and the trajectories computed
+    # on the host (paco_accumulate) against the row above's (paco_traj, the default on GPUs)
+    run_binary "bench $tag paco 100x1024 traced" "$WORK/bench-$tag-paco1024-trace.md" \
+      env ARRAYBRIDGE_TRACE=1 "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1 --modes off
+    run_binary "bench $tag paco 100x1024 host trajectories" "$WORK/bench-$tag-paco1024-traj-host.md" \
+      env ARRAYBRIDGE_PACO_TRAJ=host "$cli" bench paco --device cuda:0 --frames 100 --size 1024 --reps 1 --modes off
   fi
   run_binary "bench $tag detect 8x4096" "$WORK/bench-$tag-detect4096.md" \
     "$cli" bench detect --device cuda:0 --frames 8 --size 4096 --particles 2000 --batch-sizes "$big" "${mc[@]}"
@@ -600,7 +606,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

@@ -532,6 +532,83 @@ macro_rules! paco_device_suite {
                 }
             }
 
+            /// `ARRAYBRIDGE_PACO_TRAJ`: the trajectories of the path without templates
+            /// computed on the device (`device`: certified roundings, the undecided entries
+            /// computed on the host; `wide`: every entry within 1/1024 pixel of a boundary left
+            /// to the host) and on the host give the CPU's maps bit for bit in double (and
+            /// `ab_at` the host path's bits: the CPU's `ab_at` sums in another order),
+            /// for both roundings and both edge rules, an odd frame (VIP's half-pixel centre),
+            /// the fixture's angles (the first is 0: the identity rotation puts every
+            /// coordinate of that frame on a rounding boundary), shifted by 0.3° and with
+            /// multiples of 90° (coordinates on boundaries again), and device batches of 333
+            /// positions.
+            #[test]
+            fn trajectory_modes_give_the_cpu_bits() {
+                use bridge_core::tuning::Tuning;
+                let Some(dev) = $ctor(Precision::F64) else {
+                    return;
+                };
+                let mode = |m: &str| {
+                    dev.clone().with_tuning(
+                        Tuning::default()
+                            .with("ARRAYBRIDGE_PACO_TRAJ", m)
+                            .and_then(|t| t.with("ARRAYBRIDGE_PACO_DEVICE_BATCH", "333"))
+                            .unwrap(),
+                    )
+                };
+                let same = |x: &[f64], y: &[f64], what: &str| {
+                    assert_eq!(x.len(), y.len());
+                    for (i, (a, b)) in x.iter().zip(y).enumerate() {
+                        assert!(
+                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                            "{what}: element {i}: {a:e} vs {b:e}"
+                        );
+                    }
+                };
+                let full = cube();
+                let odd = full.slice(ndarray::s![.., 0..63, 1..62]).to_owned();
+                let base = angles();
+                let shifted = base.mapv(|a| a + 0.3);
+                let mut quarter = base.clone();
+                for (i, a) in quarter.iter_mut().enumerate().step_by(5) {
+                    *a = 90.0 * (i % 4) as f64 - 180.0;
+                }
+                let psf = psf();
+                let cpu = open::paco_backend(Device::Cpu).unwrap();
+                let phi0s = [(20, 27), (8, 18), (30, 14), (0, 0), (32, 32), (31, 40)];
+                let mut finite = 0;
+                for (cube, angles) in [
+                    (&full, &base),
+                    (&odd, &base),
+                    (&full, &shifted),
+                    (&full, &quarter),
+                ] {
+                    for rounding in [Rounding::Trunc, Rounding::Nearest] {
+                        for edge in [EdgeRule::Box, EdgeRule::Disk] {
+                            let mut p = params(Variant::Vip);
+                            p.rounding = rounding;
+                            p.edge = edge;
+                            let job =
+                                PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
+                            let (ca, cb) = cpu.ab_maps(&job).unwrap();
+                            let (pa, pb) = mode("host").ab_at(&job, &phi0s).unwrap();
+                            finite += ca.iter().filter(|v| v.is_finite()).count();
+                            for m in ["device", "wide", "host", "auto"] {
+                                let what = format!("{m} {rounding:?} {edge:?}");
+                                let d = mode(m);
+                                let (da, db) = d.ab_maps(&job).unwrap();
+                                same(ca.as_slice().unwrap(), da.as_slice().unwrap(), &what);
+                                same(cb.as_slice().unwrap(), db.as_slice().unwrap(), &what);
+                                let (qa, qb) = d.ab_at(&job, &phi0s).unwrap();
+                                same(&pa, &qa, &what);
+                                same(&pb, &qb, &what);
+                            }
+                        }
+                    }
+                }
+                assert!(finite > 16 * 1000, "{finite} finite values");
+            }
+
             /// `ARRAYBRIDGE_PACO_COV`: the covariances read from `paco_lag`'s lag table (auto
             /// and `lag`, in one table, in tables of a few rows under a small
             /// `max_tile_bytes` (R = 4: 4 and 23 rows a table, R = 5: 8), one row at a time
@@ -816,8 +893,9 @@ fn nvrtc_compiles_every_paco_kernel() {
 
 /// The same checks again in a child process with every PACO knob moved off its default: a
 /// `paco_stats` group smaller than the four solve strands (3), other per-pixel groups, small
-/// device batches (many batches, the trajectories computed ahead); on CUDA also synchronous
-/// launches and every upload staged. The maps stay bit-identical to the CPU's in double.
+/// device batches (many batches), the covariances computed directly, the trajectories on the
+/// device (PoCL's default is the host); on CUDA also synchronous launches, every upload staged
+/// and on the kernels' stream. The maps stay bit-identical to the CPU's in double.
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 #[test]
 fn maps_do_not_depend_on_the_knobs() {
@@ -847,6 +925,7 @@ fn maps_do_not_depend_on_the_knobs() {
             ("ARRAYBRIDGE_DIRECT_COPY_KB", "0"),
             ("ARRAYBRIDGE_PACO_COV", "direct"),
             ("ARRAYBRIDGE_CUDA_UPLOAD", "shared"),
+            ("ARRAYBRIDGE_PACO_TRAJ", "device"),
         ],
         &tests,
     );

@@ -301,6 +301,17 @@ pub const KNOBS: &[Knob] = &[
               row); auto: pixel on CPU devices, frame on GPUs (the same numbers either way)",
     },
     Knob {
+        name: "ARRAYBRIDGE_PACO_TRAJ",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "device", "host", "wide"]),
+        doc: "where PACO without sub-pixel templates computes its trajectories when the run is \
+              in double: device, paco_traj (each rounded coordinate certified against the \
+              device's sine, the undecided entries computed on the host); host, on the host \
+              (paco_accumulate reads them); wide, as device but leaving every coordinate \
+              within 1/1024 pixel of a rounding boundary to the host (a test of that path); \
+              auto: device on GPUs, host on CPU devices (the same numbers either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_TRACE",
         default: "0",
         accepts: Accepts::Choice(&["0", "1", "true", "yes", "false", "no"]),

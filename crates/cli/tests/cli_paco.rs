@@ -622,7 +622,9 @@ fn a_full_disk_is_said_in_words_and_leaves_nothing() {
 /// `ARRAYBRIDGE_TRACE=1 arraybridge bench paco --device opencl:0` prints each device stage as a
 /// `[trace]` span (`detect`'s format): the upload and centring, the lag tables, the statistics
 /// bands, the trajectories and sums without sub-pixel templates, the bucketing and the pair
-/// batches with them; with `ARRAYBRIDGE_PACO_COV=direct` no lag table, the bands say `direct`.
+/// batches with them; with `ARRAYBRIDGE_PACO_COV=direct` no lag table, the bands say `direct`;
+/// `--modes off` gives one row, and `ARRAYBRIDGE_PACO_TRAJ=device` one span per batch of
+/// trajectories and sums with the number of entries left to the host.
 #[test]
 fn bench_paco_on_opencl_traces_its_stages() {
     let devices = Command::new(env!("CARGO_BIN_EXE_arraybridge"))
@@ -673,4 +675,32 @@ fn bench_paco_on_opencl_traces_its_stages() {
             assert!(has("(direct)") && !has("(lag table)"), "{err}");
         }
     }
+    // `--modes off` times the path without templates alone; `ARRAYBRIDGE_PACO_TRAJ=device`
+    // computes its trajectories on the device (the synthetic cube's first angle is 0: that
+    // frame's 1600 entries are left to the host, with few others)
+    let out = Command::new(env!("CARGO_BIN_EXE_arraybridge"))
+        .args(["bench", "paco", "--device", "opencl:0", "--frames", "12"])
+        .args(["--size", "40", "--reps", "1", "--modes", "off", "--json"])
+        .env("ARRAYBRIDGE_TRACE", "1")
+        .env("ARRAYBRIDGE_PACO_TRAJ", "device")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{json}");
+    assert_eq!(rows[0]["what"], "paco, no sub-pixel");
+    let line = err
+        .lines()
+        .find(|l| l.contains("paco trajectories and sums of positions 0..1600 on the device"))
+        .unwrap_or_else(|| panic!("no device trajectory span in\n{err}"));
+    let left: usize = line
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!((1600..1600 + 200).contains(&left), "{line}");
+    assert!(!err.contains("paco trajectories 0..1600 (host)"), "{err}");
 }

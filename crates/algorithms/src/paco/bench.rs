@@ -23,6 +23,31 @@ pub struct BenchRow {
     pub median_s: f64,
 }
 
+/// A sub-pixel mode [`bench_report_modes`] times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchMode {
+    /// No sub-pixel templates (`SubPixel::Off`).
+    Off,
+    /// Table templates, `SubPixel::Table { q: 32 }`.
+    Table,
+    /// Quintic B-spline templates, `SubPixel::Spline5`.
+    Spline5,
+}
+
+impl BenchMode {
+    /// Every mode, in the report's order.
+    pub const ALL: [BenchMode; 3] = [BenchMode::Off, BenchMode::Table, BenchMode::Spline5];
+
+    /// The row's name and the mode's settings.
+    fn row(self) -> (&'static str, SubPixel) {
+        match self {
+            BenchMode::Off => ("paco, no sub-pixel", SubPixel::Off),
+            BenchMode::Table => ("paco, sub-pixel table q=32", SubPixel::Table { q: 32 }),
+            BenchMode::Spline5 => ("paco, sub-pixel spline5", SubPixel::Spline5),
+        }
+    }
+}
+
 /// Time PACO (VIP variant) on [`synthetic_adi`] without and with sub-pixel templates
 /// (`Table { q: 32 }` and `Spline5`), `reps` runs each after one warm-up run. A mode the device
 /// does not support (an [`BridgeError::Unsupported`] answer, e.g. `Spline5` on a device without
@@ -33,13 +58,21 @@ pub fn bench_report(
     reps: usize,
     device: &DeviceHandle,
 ) -> Result<Vec<BenchRow>> {
+    bench_report_modes(t, n, reps, device, &BenchMode::ALL)
+}
+
+/// [`bench_report`] of the given `modes` only, in their order.
+pub fn bench_report_modes(
+    t: usize,
+    n: usize,
+    reps: usize,
+    device: &DeviceHandle,
+    modes: &[BenchMode],
+) -> Result<Vec<BenchRow>> {
     let (cube, angles, psf) = synthetic_adi(t, n, 7);
     let mut rows = Vec::new();
-    for (name, sub) in [
-        ("paco, no sub-pixel", SubPixel::Off),
-        ("paco, sub-pixel table q=32", SubPixel::Table { q: 32 }),
-        ("paco, sub-pixel spline5", SubPixel::Spline5),
-    ] {
+    for &mode in modes {
+        let (name, sub) = mode.row();
         let p = PacoParams {
             variant: Variant::Vip,
             subpixel: sub,

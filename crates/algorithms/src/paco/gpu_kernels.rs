@@ -48,9 +48,14 @@
 //! 4. `paco_z`: the whitened matched-filter cube `z[θ][t] = w(θ)·cen_t(θ)` (disk order), one
 //!    thread per (pixel, frame);
 //! 5. `paco_accumulate`: per output position φ0 (one thread each) with its trajectory pixels
-//!    `traj[i][ℓ]` (computed on the host with the CPU's bit-exact geometry, −1 when `[φ_ℓ]`
-//!    fails the edge rule): `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an
-//!    invalid trajectory.
+//!    `traj[i][ℓ]` (the CPU's bit-exact geometry, −1 when `[φ_ℓ]` fails the edge rule):
+//!    `a = Σ_ℓ q[θ_ℓ]`, `b = Σ_ℓ z[θ_ℓ][ℓ]` in increasing ℓ, NaN for an invalid trajectory.
+//!    The trajectories come from the host, or (GPUs, double, `ARRAYBRIDGE_PACO_TRAJ`) from
+//!    `paco_traj`: one thread per position over its frames, from its polar coordinates
+//!    computed on the host, with the device's sine and cosine and every rounding certified
+//!    (an entry whose coordinate lies within `2⁻⁴⁰·(r + |v| + |add| + 1)` of a rounding
+//!    boundary is listed for the host, whose values `paco_traj_fix` writes), so the same
+//!    trajectories either way.
 //!
 //! With sub-pixel templates (spec §5.2 and §10 "tile by θ"), `paco_stats` is launched with
 //! `sub = 1` (table templates, `SubPixel::Table { q }`) or `sub = 2` (per-pair templates:

@@ -151,6 +151,41 @@ pub struct PacoJob<'a> {
     pub(crate) disk: Vec<(isize, isize)>,
 }
 
+/// A frame's number of non-finite values and its largest finite |value| (0 when none): eight
+/// independent lanes over a contiguous frame, so the loop vectorises (a maximum and a count
+/// are exact in any order).
+fn frame_finite(f: ndarray::ArrayView2<'_, f64>) -> (usize, f64) {
+    let lane = |a: f64, bad: &mut u64, m: &mut f64| {
+        // NaN and ±Inf fail `< INFINITY`
+        let fin = a < f64::INFINITY;
+        *bad += u64::from(!fin);
+        *m = if fin && a > *m { a } else { *m };
+    };
+    let (mut bad, mut m) = ([0u64; 8], [0.0f64; 8]);
+    match f.as_slice() {
+        Some(s) => {
+            let mut blocks = s.chunks_exact(8);
+            for c in &mut blocks {
+                for k in 0..8 {
+                    lane(c[k].abs(), &mut bad[k], &mut m[k]);
+                }
+            }
+            for &v in blocks.remainder() {
+                lane(v.abs(), &mut bad[0], &mut m[0]);
+            }
+        }
+        None => {
+            for &v in f.iter() {
+                lane(v.abs(), &mut bad[0], &mut m[0]);
+            }
+        }
+    }
+    (
+        bad.iter().sum::<u64>() as usize,
+        m.iter().fold(0.0f64, |a, &b| a.max(b)),
+    )
+}
+
 /// Every pixel of every frame enters the statistics of its neighbours, so one NaN makes all
 /// maps NaN and one infinite pixel silently hides what is around it: non-finite pixels are an
 /// error that says where they are.
@@ -158,26 +193,25 @@ pub struct PacoJob<'a> {
 /// Returns the largest |value| of the (then all finite) cube.
 fn check_finite(cube: ArrayView3<'_, f64>) -> Result<f64> {
     let t = cube.dim().0;
+    // each frame's (non-finite count, largest finite |value|) in parallel (a 100×1024² cube
+    // took 0.18 s on one core), then folded in frame order: the same result as one pass
+    let per_frame: Vec<(usize, f64)> = (0..t)
+        .into_par_iter()
+        .map(|i| frame_finite(cube.index_axis(ndarray::Axis(0), i)))
+        .collect();
     let mut first: Option<(usize, usize)> = None;
     let (mut frames, mut pixels) = (0usize, 0usize);
     let mut all_bad = true;
     let mut max_abs = 0.0f64;
-    for i in 0..t {
-        let f = cube.index_axis(ndarray::Axis(0), i);
-        let mut bad = 0usize;
-        for &v in f.iter() {
-            if v.is_finite() {
-                max_abs = max_abs.max(v.abs());
-            } else {
-                bad += 1;
-            }
-        }
+    let len = cube.dim().1 * cube.dim().2;
+    for (i, &(bad, m)) in per_frame.iter().enumerate() {
+        max_abs = max_abs.max(m);
         if bad > 0 {
             frames += 1;
             pixels += bad;
             first.get_or_insert((i, bad));
         }
-        all_bad &= bad == f.len();
+        all_bad &= bad == len;
     }
     if all_bad {
         return Err(BridgeError::InvalidInput(
@@ -494,5 +528,70 @@ impl<'a> PacoJob<'a> {
     /// The normalised PSF in use.
     pub fn normalized_psf(&self) -> &NormalizedPsf {
         &self.psf_n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array3, s};
+
+    /// The one-pass reference: non-finite count, frames with one, the first, the largest
+    /// finite |value|.
+    fn naive(c: ArrayView3<'_, f64>) -> (usize, usize, Option<(usize, usize)>, f64) {
+        let (mut pixels, mut frames, mut first, mut m) = (0, 0, None, 0.0f64);
+        for (i, f) in c.outer_iter().enumerate() {
+            let bad = f.iter().filter(|v| !v.is_finite()).count();
+            if bad > 0 {
+                frames += 1;
+                pixels += bad;
+                first.get_or_insert((i, bad));
+            }
+            for v in f.iter().filter(|v| v.is_finite()) {
+                m = m.max(v.abs());
+            }
+        }
+        (pixels, frames, first, m)
+    }
+
+    /// The parallel, eight-lane scan gives the one-pass answer: the largest |value| (negative,
+    /// subnormal, in a remainder lane, in a strided view) and, with NaN and ±Inf in several
+    /// frames, the counts and the first frame in its message.
+    #[test]
+    fn check_finite_is_the_one_pass_scan() {
+        let mut c = Array3::from_shape_fn((7, 13, 11), |(t, y, x)| {
+            ((t * 131 + y * 17 + x * 7) % 97) as f64 * 0.37 - 12.0
+        });
+        assert_eq!(check_finite(c.view()).unwrap(), naive(c.view()).3);
+        // the largest |value| negative, in the last (remainder) element of a frame
+        c[[3, 12, 10]] = -1e6;
+        assert_eq!(check_finite(c.view()).unwrap(), 1e6);
+        // a strided view (no contiguous frames)
+        let v = c.slice(s![..;2, ..;3, 1..;2]);
+        assert_eq!(check_finite(v).unwrap(), naive(v).3);
+        // subnormal values only
+        let tiny = Array3::from_elem((2, 3, 9), -f64::MIN_POSITIVE / 4.0);
+        assert_eq!(check_finite(tiny.view()).unwrap(), f64::MIN_POSITIVE / 4.0);
+        // NaN and ±Inf in frames 2 and 5
+        c[[2, 0, 0]] = f64::NAN;
+        c[[2, 5, 3]] = f64::INFINITY;
+        c[[2, 12, 10]] = f64::NEG_INFINITY;
+        c[[5, 7, 7]] = f64::NAN;
+        let (pixels, frames, first, _) = naive(c.view());
+        assert_eq!((pixels, frames, first), (4, 2, Some((2, 3))));
+        let Err(BridgeError::InvalidInput(m)) = check_finite(c.view()) else {
+            panic!("non-finite pixels accepted");
+        };
+        assert!(
+            m.contains("4 non-finite pixel(s)")
+                && m.contains("in 2 frame(s)")
+                && m.contains("first in frame 2 (3 pixels)"),
+            "{m}"
+        );
+        let nan = Array3::from_elem((3, 4, 4), f64::NAN);
+        let Err(BridgeError::InvalidInput(m)) = check_finite(nan.view()) else {
+            panic!("an all-NaN cube accepted");
+        };
+        assert!(m.contains("no finite value"), "{m}");
     }
 }

@@ -169,10 +169,19 @@ pub fn paco_on_device(
     psf: ArrayView2<'_, f64>,
     params: &PacoParams,
 ) -> Result<PacoMaps> {
+    let t0 = std::time::Instant::now();
     let job = PacoJob::new(cube, angles, psf, params)?;
+    crate::detect::trace_span(t0, std::time::Instant::now(), || {
+        "paco inputs checked and the PSF normalised (host)".into()
+    });
     let backend = backend_for(device)?;
     let (a, b) = backend.ab_maps(&job)?;
-    Ok(maps_from_ab(a, b, &job))
+    let t0 = std::time::Instant::now();
+    let maps = maps_from_ab(a, b, &job);
+    crate::detect::trace_span(t0, std::time::Instant::now(), || {
+        "paco maps from a and b (host)".into()
+    });
+    Ok(maps)
 }
 
 /// The maps from a and b (in the cube's units). Every NaN becomes Rust's one NaN (a device

@@ -102,6 +102,20 @@ pub struct PacoArgs {
     /// Device: `auto` (the offload decision), `cpu`, `cuda:N` or `opencl:N`.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
+    /// Sub-pixel modes to time, comma-separated, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "off,table,spline5")]
+    pub modes: Vec<PacoModeArg>,
+}
+
+/// A sub-pixel mode of `bench paco`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PacoModeArg {
+    /// No sub-pixel templates.
+    Off,
+    /// Table templates (q = 32).
+    Table,
+    /// Quintic B-spline templates.
+    Spline5,
 }
 
 /// Arguments of `arraybridge bench transfer`.
@@ -197,11 +211,22 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
     g.note(format!(
         "bench paco on {device}: {frames}x{size}x{size}, {reps} reps"
     ));
-    let rows = algorithms::paco::bench::bench_report(
+    use algorithms::paco::bench::BenchMode;
+    let modes: Vec<BenchMode> = a
+        .modes
+        .iter()
+        .map(|m| match m {
+            PacoModeArg::Off => BenchMode::Off,
+            PacoModeArg::Table => BenchMode::Table,
+            PacoModeArg::Spline5 => BenchMode::Spline5,
+        })
+        .collect();
+    let rows = algorithms::paco::bench::bench_report_modes(
         frames,
         size,
         reps,
         &arraybridge::open_device(device)?,
+        &modes,
     )?;
     if g.json {
         return g.print_json(&serde_json::json!({

@@ -63,6 +63,46 @@ pub(super) struct Shapes {
     pub(super) cov: CovMode,
     /// What `paco_lag` reads and writes (`ARRAYBRIDGE_PACO_LAG_LAYOUT`).
     pub(super) lag_layout: LagLayout,
+    /// Where the trajectories of the path without templates are computed
+    /// (`ARRAYBRIDGE_PACO_TRAJ`).
+    pub(super) traj: TrajMode,
+}
+
+/// Where the path without sub-pixel templates computes its trajectories
+/// (`ARRAYBRIDGE_PACO_TRAJ`); the sums are the same bits either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TrajMode {
+    /// `Device` on GPUs, `Host` on CPU devices (PoCL: its double sine is slower than the
+    /// host's, on the same cores).
+    Auto,
+    /// On the device when the run's arithmetic is double (`paco_traj`: certified roundings,
+    /// the undecided entries computed on the host), else on the host.
+    Device,
+    /// On the host (`paco_accumulate` reads them), as before 2026-11-28.
+    Host,
+    /// As `Device`, but every coordinate within 2⁻¹⁰ pixel of a rounding boundary is left to
+    /// the host: many undecided positions, a test of the host's share.
+    Wide,
+}
+
+impl TrajMode {
+    /// Whether a run in double (`dbl`) on a CPU device (`cpu`) or a GPU computes its
+    /// trajectories on the device.
+    pub(super) fn on_device(self, dbl: bool, cpu: bool) -> bool {
+        dbl && match self {
+            TrajMode::Auto => !cpu,
+            TrajMode::Device | TrajMode::Wide => true,
+            TrajMode::Host => false,
+        }
+    }
+
+    /// The absolute part of the certification margin in pixels (`geo[4]` of `paco_traj_sums`).
+    pub(super) fn margin(self) -> f64 {
+        match self {
+            TrajMode::Wide => 1.0 / 1024.0,
+            TrajMode::Auto | TrajMode::Device | TrajMode::Host => 0.0,
+        }
+    }
 }
 
 /// What `paco_lag` reads and how its table is laid out (`ARRAYBRIDGE_PACO_LAG_LAYOUT`); the
@@ -131,6 +171,12 @@ impl Shapes {
                 "mixed" => LagLayout::Mixed,
                 _ if e.is_cpu() => LagLayout::Pixel,
                 _ => LagLayout::Frame,
+            },
+            traj: match t.choice("ARRAYBRIDGE_PACO_TRAJ").as_str() {
+                "device" => TrajMode::Device,
+                "host" => TrajMode::Host,
+                "wide" => TrajMode::Wide,
+                _ => TrajMode::Auto,
             },
         }
     }

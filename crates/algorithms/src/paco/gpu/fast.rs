@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::super::gpu_kernels::paco_kernels::Kernels;
 use super::super::gpu_kernels::{self, KMAX, KMAX_BIG};
 use super::super::job::PacoJob;
-use super::super::settings::{SubPixel, Variant};
+use super::super::settings::{Rounding, SubPixel, Variant};
 use super::super::templates::Templates;
 use super::STATS_GROUPS_PER_LAUNCH;
 use super::common::{
@@ -483,28 +483,14 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     let mut last_lag = stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
     let lw = c.shapes.line_wg;
 
+    if c.shapes.traj.on_device(is_double::<R>(), e.is_cpu()) {
+        return sums_on_device(e, c, job, pos, n0, (&q, &z), last_lag);
+    }
+
     // trajectory sums, in batches of output positions; the next batch's trajectories are
     // computed on the host while the device sums the current one
-    let geom = job.geom;
-    let angles = &job.angles;
-    let trajectories = |lo: usize, hi: usize| -> Vec<i32> {
-        let mut traj = vec![-1i32; (hi - lo) * t];
-        traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
-            let (y0, x0) = pos(lo + i);
-            let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
-            for (o, &ang) in row.iter_mut().zip(angles) {
-                match geom.pixel_polar(rr, th0, ang) {
-                    // θ < H·W < 2³¹, checked above
-                    Some((theta, _, _)) => *o = theta as i32,
-                    None => {
-                        *o = -1;
-                        break;
-                    }
-                }
-            }
-        });
-        traj
-    };
+    let trajectories =
+        |lo: usize, hi: usize| -> Vec<i32> { host_trajectories(job, hi - lo, &|i| pos(lo + i)) };
     let policy = RetryPolicy::split_only();
     let batch = c.shapes.batch;
     let mut a_out = Vec::with_capacity(n0);
@@ -573,5 +559,191 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
         start = next;
     }
     drop((q, z, wb, scr));
+    Ok((a_out, b_out))
+}
+
+/// The trajectories of `count` output positions (`pos_of(i)`, `i < count`) on the host, the
+/// CPU's geometry bit for bit: `traj[i·T + ℓ]` is the pixel of frame ℓ, −1 from the first frame
+/// whose pixel fails the edge rule (θ < H·W < 2³¹, checked when the cube was uploaded).
+fn host_trajectories(
+    job: &PacoJob<'_>,
+    count: usize,
+    pos_of: &(dyn Fn(usize) -> (usize, usize) + Sync),
+) -> Vec<i32> {
+    let geom = job.geom;
+    let angles = &job.angles;
+    let t = angles.len();
+    let mut traj = vec![-1i32; count * t];
+    if t == 0 {
+        return traj;
+    }
+    traj.par_chunks_mut(t).enumerate().for_each(|(i, row)| {
+        let (y0, x0) = pos_of(i);
+        let (rr, th0) = geom.polar(y0 as f64, x0 as f64);
+        for (o, &ang) in row.iter_mut().zip(angles) {
+            match geom.pixel_polar(rr, th0, ang) {
+                Some((theta, _, _)) => *o = theta as i32,
+                None => {
+                    *o = -1;
+                    break;
+                }
+            }
+        }
+    });
+    traj
+}
+
+/// The trajectory sums of [`ab_fast`] with the trajectories computed on the device
+/// (`paco_traj`, runs in double): per batch of output positions the host computes their polar
+/// coordinates (the CPU's `atan2`: 16 bytes a position uploaded instead of `4·T` bytes of
+/// trajectory), the device each frame's pixel with its own sine and cosine, certified against
+/// the host's (see the kernel); the entries it cannot decide (a coordinate within about
+/// 2⁻⁴⁰·r of a rounding boundary, so every entry of a frame with angle 0 and an integer centre)
+/// come back as a list, the host computes them with the CPU's geometry and `paco_traj_fix`
+/// writes them; then `paco_accumulate` sums as on the host path. The same trajectories, so the
+/// same bits.
+fn sums_on_device<E: Executor, R: DevReal>(
+    e: &E,
+    c: &StatsCtx<'_, E, R>,
+    job: &PacoJob<'_>,
+    pos: &(dyn Fn(usize) -> (usize, usize) + Sync),
+    n0: usize,
+    (q, z): (&Buffer<E, R>, &Buffer<E, R>),
+    mut last_lag: Option<LagTable<E, R>>,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let geom = job.geom;
+    let angles = &job.angles;
+    let t = angles.len().max(1);
+    let ((ylo, yhi), (xlo, xhi)) = geom.stats_ranges();
+    let to_i32 = |v: usize| {
+        i32::try_from(v).map_err(|_| BridgeError::invalid_argument("frame", "over 2^31 pixels"))
+    };
+    let (ylo, yhi, xlo, xhi) = (to_i32(ylo)?, to_i32(yhi)?, to_i32(xlo)?, to_i32(xhi)?);
+    let nearest = i32::from(geom.rounding == Rounding::Nearest);
+    let ang = e.upload_slice(&to_reals::<R>(angles.iter().copied()))?;
+    // the certification's relative margin: 2^-40, 512 times the bound of the kernel's docs
+    let geo = e.upload_slice(&to_reals::<R>(
+        [
+            geom.add.0,
+            geom.add.1,
+            std::f64::consts::PI / 180.0,
+            (-40f64).exp2(),
+            c.shapes.traj.margin(),
+        ]
+        .into_iter(),
+    ))?;
+    let lw = c.shapes.line_wg;
+    let policy = RetryPolicy::split_only();
+    // a batch's trajectory entries are indexed by an i32
+    let batch = c.shapes.batch.min(i32::MAX as usize / t).max(1);
+    let mut a_out = Vec::with_capacity(n0);
+    let mut b_out = Vec::with_capacity(n0);
+    let mut start = 0;
+    while start < n0 {
+        job.params.control.check("PACO")?;
+        let len = batch.min(n0 - start);
+        let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
+            let (lo, hi) = (start + range.start, start + range.end);
+            let n = hi - lo;
+            let t0 = std::time::Instant::now();
+            let polar: Vec<(f64, f64)> = (lo..hi)
+                .into_par_iter()
+                .with_min_len(4096)
+                .map(|i| {
+                    let (y0, x0) = pos(i);
+                    geom.polar(y0 as f64, x0 as f64)
+                })
+                .collect();
+            let pol = to_reals::<R>(polar.iter().flat_map(|&(r, th0)| [r, th0]));
+            // the statistics' last lag table, once the host has its first positions
+            drop(last_lag.take());
+            let pol = e.upload_slice(&pol)?;
+            let traj = e.alloc_elems::<i32>(n * t)?;
+            let undec = e.zeroed_elems::<i32>(n * t + 1)?;
+            c.kern.paco_traj(
+                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
+                &pol,
+                &ang,
+                &geo,
+                &traj,
+                &undec,
+                nearest,
+                ylo,
+                yhi,
+                xlo,
+                xhi,
+                c.wu,
+                to_u32(n, "positions")?,
+                c.tu,
+            )?;
+            let k = e.read_elems(&undec, 1)?[0];
+            let k = usize::try_from(k)
+                .ok()
+                .filter(|&k| k <= n * t)
+                .ok_or_else(|| {
+                    BridgeError::Unsupported(format!(
+                        "internal: paco_traj counted {k} undecided entries of {}",
+                        n * t
+                    ))
+                })?;
+            if k > 0 {
+                let idx = e.read_elems_at(&undec, 1, k)?;
+                let val: Vec<i32> = idx
+                    .par_iter()
+                    .map(|&p| {
+                        let p = usize::try_from(p).ok().filter(|&p| p < n * t)?;
+                        let (r, th0) = polar[p / t];
+                        Some(
+                            geom.pixel_polar(r, th0, angles[p % t])
+                                // θ < H·W < 2³¹, checked when the cube was uploaded
+                                .map_or(-1, |(theta, _, _)| theta as i32),
+                        )
+                    })
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        BridgeError::Unsupported(
+                            "internal: paco_traj listed an entry outside its batch".into(),
+                        )
+                    })?;
+                let idx = e.upload_slice(&idx)?;
+                let val = e.upload_slice(&val)?;
+                c.kern.paco_traj_fix(
+                    Grid::new(&[k.div_ceil(lw) * lw], &[lw]),
+                    &idx,
+                    &val,
+                    &traj,
+                    to_u32(k, "entries")?,
+                )?;
+            }
+            let a = e.alloc_elems::<R>(n)?;
+            let b = e.alloc_elems::<R>(n)?;
+            c.kern.paco_accumulate(
+                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
+                &traj,
+                q,
+                z,
+                &a,
+                &b,
+                to_u32(n, "positions")?,
+                c.tu,
+            )?;
+            let av = to_f64s(e.read_elems(&a, n)?);
+            let bv = to_f64s(e.read_elems(&b, n)?);
+            crate::detect::trace_span(t0, std::time::Instant::now(), || {
+                format!(
+                    "paco trajectories and sums of positions {lo}..{hi} on the device \
+                     ({k} of {} entries left to the host)",
+                    n * t
+                )
+            });
+            Ok(av.into_iter().zip(bv).collect())
+        };
+        let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;
+        for (a, b) in part {
+            a_out.push(a);
+            b_out.push(b);
+        }
+        start += len;
+    }
     Ok((a_out, b_out))
 }

@@ -20,11 +20,18 @@
 //!    `q = h0·w`; nothing K×K leaves the work group, which keeps the matrix's packed upper triangle) and `paco_z` (the whitened matched-filter
 //!    cube `z_t = w·c_t`, one thread per pixel and frame);
 //! 3. the trajectory pixels `[φ_ℓ]` of a batch of [`DEVICE_BATCH`] output positions (the
-//!    `ARRAYBRIDGE_PACO_DEVICE_BATCH` knob) are computed on the host with the CPU's bit-exact
-//!    geometry ([`super::Geometry::pixel_polar`], so NaN positions, the edge rule and float traps
-//!    are exactly the CPU's), uploaded as `i32`, and `paco_accumulate` sums `a = Σ q`, `b = Σ z`
-//!    along them; only a and b are downloaded. While the device sums one batch, the host
-//!    computes the next batch's trajectories. Each batch runs through
+//!    `ARRAYBRIDGE_PACO_DEVICE_BATCH` knob) are exactly the CPU's bit-exact geometry's
+//!    ([`super::Geometry::pixel_polar`], so NaN positions, the edge rule and float traps are
+//!    the CPU's), and `paco_accumulate` sums `a = Σ q`, `b = Σ z` along them; only a and b are
+//!    downloaded. On GPUs, in double (`ARRAYBRIDGE_PACO_TRAJ`), `paco_traj` computes them on
+//!    the device from each position's polar coordinates (the host's `atan2`, 16 bytes a
+//!    position) with the device's sine and cosine, each rounding certified against the host's
+//!    (a coordinate farther than about 2⁻⁴⁰·r from a rounding boundary rounds the same with
+//!    either sine); the host computes the entries the device leaves undecided (every entry of
+//!    a frame with angle 0 and an integer centre, a few others) and `paco_traj_fix` writes
+//!    them. Otherwise (CPU devices, float runs) the host computes them, uploads them as `i32`
+//!    (4·T bytes a position), and computes the next batch's while the device sums one. Each
+//!    batch runs through
 //!    [`bridge_core::oom::run_batched`] with `SplitBatch`: an out-of-memory error halves it.
 //!
 //! With sub-pixel templates (spec §5.2, §10 "tile by θ"), every [`SubPixel`](super::SubPixel) mode: the host
@@ -122,8 +129,8 @@ pub const STATS_GROUPS_PER_LAUNCH: usize = 1 << 16;
 
 /// Output positions per `paco_accumulate` launch on a device by default
 /// (`ARRAYBRIDGE_PACO_DEVICE_BATCH`): 64k threads fill a GPU, where the CPU's `batch_size`
-/// (1000) gave 16 blocks per launch. The host computes the next batch's trajectories while
-/// the device sums this one.
+/// (1000) gave 16 blocks per launch. Where the host computes the trajectories, it computes
+/// the next batch's while the device sums this one.
 pub const DEVICE_BATCH: usize = 1 << 16;
 
 /// PACO on a device, over its executor `E`. See the [module docs](self) for the data flow,

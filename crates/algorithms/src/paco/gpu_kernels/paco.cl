@@ -445,3 +445,63 @@ KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTR
     a[i] = ok ? sa : REAL_NAN;
     b[i] = ok ? sb : REAL_NAN;
 }
+
+/* The trajectories of n positions, computed here (launched with REAL = double only), in
+   paco_accumulate's layout: traj[i * t + l] is the pixel of position i in frame l, -1 at the
+   first frame outside the edge rule's box [ylo, yhi) x [xlo, xhi) (the entries after it are
+   not written: paco_accumulate stops there). Position i is at the polar radius pol[2i] and
+   angle pol[2i+1] (degrees: the host's Geometry::polar); in frame l,
+   rad = (-ang[l] + theta0) * geo[2] and the raw-frame position is
+   (r * sin(rad) + geo[0], r * cos(rad) + geo[1]): the CPU's Geometry::position_polar operation
+   for operation, but with the device's sine and cosine, which may differ from the host's in
+   their last bits (OpenCL allows 4 ulp, CUDA's are within 2). So each rounding is certified:
+   where the coordinate v lies farther than E = geo[3] * (r + |v| + |add| + 1) + geo[4] from a
+   rounding boundary (integers for trunc, half-integers for nearest), the host's coordinate,
+   within r * 2^-49 + |v| * 2^-51 of v, rounds to the same pixel (geo[3] = 2^-40: 500 times
+   that bound). A frame with a coordinate the device cannot decide (the identity rotation puts
+   every coordinate there: angle 0 with an integer centre) is left to the host: its entry gets
+   -2 and its index i * t + l goes to undec[1 + k] (undec[0] counts them); the host computes
+   those entries and paco_traj_fix writes them. */
+KERNEL paco_traj(GLOBAL const REAL* RESTRICT pol, GLOBAL const REAL* RESTRICT ang,
+                 GLOBAL const REAL* RESTRICT geo, GLOBAL int* RESTRICT traj,
+                 GLOBAL int* RESTRICT undec, const int nearest, const int ylo, const int yhi,
+                 const int xlo, const int xhi, const uint w, const uint n, const uint t) {
+    size_t i = GID(0);
+    if (i >= n) return;
+    const REAL r = pol[2 * i], th0 = pol[2 * i + 1];
+    const REAL add_y = geo[0], add_x = geo[1], deg = geo[2], rel = geo[3], margin = geo[4];
+    const REAL offset = nearest ? (REAL)0.5 : (REAL)0;
+    const REAL ey0 = rel * (r + fabs(add_y) + (REAL)1) + margin;
+    const REAL ex0 = rel * (r + fabs(add_x) + (REAL)1) + margin;
+    GLOBAL int* row = traj + i * t;
+    for (uint l = 0; l < t; ++l) {
+        const REAL rad = MUL(-ang[l] + th0, deg);
+        const REAL y = MUL(r, sin(rad)) + add_y;
+        const REAL x = MUL(r, cos(rad)) + add_x;
+        /* the rounding's argument: floor(v + 0.5) for nearest, trunc(v) */
+        const REAL vy = y + offset, vx = x + offset;
+        /* NaN fails both tests: undecided */
+        if (!(fabs(vy - rint(vy)) > ey0 + rel * fabs(y)) ||
+            !(fabs(vx - rint(vx)) > ex0 + rel * fabs(x))) {
+            int k = ATOMIC_ADD_INT(&undec[0], 1);
+            undec[1 + k] = (int)(i * t + l);
+            row[l] = -2;
+            continue;
+        }
+        const REAL py = nearest ? floor(vy) : trunc(y);
+        const REAL px = nearest ? floor(vx) : trunc(x);
+        if (!(py >= (REAL)ylo && py < (REAL)yhi && px >= (REAL)xlo && px < (REAL)xhi)) {
+            row[l] = -1;
+            return;
+        }
+        row[l] = (int)py * (int)w + (int)px;
+    }
+}
+
+/* traj[idx[j]] = val[j] for j < k: the entries paco_traj left to the host. */
+KERNEL paco_traj_fix(GLOBAL const int* RESTRICT idx, GLOBAL const int* RESTRICT val,
+                     GLOBAL int* RESTRICT traj, const uint k) {
+    size_t j = GID(0);
+    if (j >= k) return;
+    traj[idx[j]] = val[j];
+}
