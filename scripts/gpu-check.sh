@@ -49,7 +49,7 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [the two passes, blocks of 1 and 5 columns, blocks of 8 rows, 4 rows a work item, pageable packing, 2 in flight, device certified search 0, unfused passes, max 512 MB, PACO trajectories on the host]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [the two passes, blocks of 1 and 5 columns, blocks of 8 rows, 4 rows a work item, pageable packing, 2 in flight, device certified search 0, unfused passes, max 512 MB, PACO trajectories on the host, every locate candidate read back]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
@@ -498,6 +498,9 @@ bench_once() { # tag: one pass of every measurement, under the current environme
     "$cli" bench detect --method locate --device cuda:0 --frames "$frames" --size 512 --particles 100 --batch-sizes "$batches" "${mc[@]}"
   run_binary "bench $tag paco 61x100" "$WORK/bench-$tag-paco100.md" \
     "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 10
+  # where a small cube's 4 ms go (goal 2 ms): a span per stage, the host's included
+  run_binary "bench $tag paco 61x100 traced" "$WORK/bench-$tag-paco100-trace.md" \
+    env ARRAYBRIDGE_TRACE=1 "$cli" bench paco --device cuda:0 --frames 61 --size 100 --reps 2 --modes off
   # the per-stage breakdown waits for every kernel, so it is a separate, shorter run
   run_binary "bench $tag detect 128x512 traced" "$WORK/bench-$tag-detect512-trace.md" \
     env ARRAYBRIDGE_TRACE=1 "$cli" bench detect --device cuda:0 --frames 128 --size 512 --particles 100 --batch-sizes 64 "${mc[@]}"
@@ -606,7 +609,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host;ARRAYBRIDGE_LOCATE_KEEP=0}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

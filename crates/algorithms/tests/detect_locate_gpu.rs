@@ -413,6 +413,55 @@ fn check_fixtures(name: &str, backend: &dyn DetectBackend, pos: f64, rel: f64) {
     );
 }
 
+/// `minmass` exactly at the CPU's own feature masses (every feature's, frame by frame of the
+/// fixture movie and `hisnr_u16`, in batches): the feature at the threshold goes (`mass >
+/// minmass`), one just above it stays, and the device (which reads back only the candidates
+/// that can pass, `locate_keep`) finds the CPU's features bit for bit, duplicates removed as
+/// trackpy does, in float64. Returns the number of (frame, threshold) cases.
+fn check_minmass_edges(name: &str, backend: &dyn DetectBackend) -> usize {
+    let mut cases = 0;
+    for (run, frames, p) in fixture_runs() {
+        if run.contains("f32") {
+            continue;
+        }
+        let views: Vec<FrameView<'_>> = frames.iter().map(Frame::view).collect();
+        // every mass the CPU finds with the run's own minmass halved, and its next double
+        // down (the feature then passes): a few per frame, frames batched together
+        let loose = LocateParams {
+            minmass: p.minmass * 0.5,
+            ..p.clone()
+        };
+        let mut thresholds: Vec<f64> = Vec::new();
+        for v in views.iter().take(3) {
+            let cpu = locate(*v, &loose).unwrap();
+            for f in cpu.iter().step_by(cpu.len().div_ceil(4).max(1)) {
+                thresholds.push(f.mass);
+                thresholds.push(f64::from_bits(f.mass.to_bits() - 1));
+            }
+        }
+        for minmass in thresholds {
+            let q = LocateParams {
+                minmass,
+                ..p.clone()
+            };
+            let dev = backend.locate_batch(&views, &q).unwrap();
+            for (k, (v, d)) in views.iter().zip(&dev).enumerate() {
+                let cpu = locate(*v, &q).unwrap();
+                let (n, same, _) = assert_close(
+                    &format!("[{name}] {run} frame {k} minmass {minmass:e}"),
+                    d,
+                    &cpu,
+                    0.0,
+                    0.0,
+                );
+                assert_eq!(n, same, "[{name}] {run} frame {k}: bit for bit");
+                cases += 1;
+            }
+        }
+    }
+    cases
+}
+
 /// Every random frame × parameter set, one frame at a time and all frames of a parameter set
 /// in one batch call (runs of mixed shapes and types).
 fn check_random(name: &str, backend: &dyn DetectBackend, pos: f64, rel: f64) -> (usize, usize) {
@@ -598,6 +647,13 @@ mod opencl {
     }
 
     #[test]
+    fn opencl_locate_minmass_at_the_features_masses() {
+        let Some(d) = device() else { return };
+        let cases = check_minmass_edges("opencl f64", &d);
+        assert!(cases > 100, "{cases} cases");
+    }
+
+    #[test]
     fn opencl_locate_matches_cpu_on_random_frames() {
         let Some(d) = device() else { return };
         let (n, same) = check_random("opencl f64", &d, 1e-9, 1e-9);
@@ -723,6 +779,7 @@ mod cuda {
         let (n, same) = check_random("cuda f64", &d, 1e-9, 1e-9);
         assert_eq!(n, same, "float64 device features are the CPU's bit for bit");
         check_errors(&d);
+        assert!(check_minmass_edges("cuda f64", &d) > 100);
     }
 
     #[test]
@@ -775,6 +832,7 @@ fn locate_does_not_depend_on_the_knobs() {
             "opencl::opencl_locate_matches_cpu_on_fixtures",
             "opencl::opencl_locate_matches_cpu_on_random_frames",
             "opencl::opencl_locate_batch_equals_single_frames",
+            "opencl::opencl_locate_minmass_at_the_features_masses",
         ]);
     }
     if cfg!(feature = "cuda") {
@@ -794,6 +852,7 @@ fn locate_does_not_depend_on_the_knobs() {
             ("ARRAYBRIDGE_CUDA_UPLOAD", "shared"),
             // the rows' boxcar one work item per row, as before
             ("ARRAYBRIDGE_LOCATE_ROWS", "line"),
+            ("ARRAYBRIDGE_LOCATE_KEEP", "0"),
         ],
         &tests,
     );

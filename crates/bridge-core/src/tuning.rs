@@ -281,6 +281,14 @@ pub const KNOBS: &[Knob] = &[
               (the same numbers either way)",
     },
     Knob {
+        name: "ARRAYBRIDGE_LOCATE_KEEP",
+        default: "1",
+        accepts: Accepts::Choice(&["1", "0"]),
+        doc: "1: locate on a device reads back only the candidates whose mass can pass \
+              minmass (locate_keep compacts them; a sparse movie's are a few percent); 0: \
+              every candidate (the same features either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_PACO_COV",
         default: "auto",
         accepts: Accepts::Choice(&["auto", "lag", "direct"]),

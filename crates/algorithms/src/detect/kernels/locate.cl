@@ -535,6 +535,28 @@ KERNEL locate_refine(GLOBAL const uint* RESTRICT img, GLOBAL const REAL* RESTRIC
     o[6] = raw_mass;
 }
 
+/* The candidates of locate_refine that can pass minmass, compacted for the read back:
+   candidate k (batch-local flat index cand[k], values res[7k ..]) is dropped only when its
+   mass in the input's units, res[7k + 2] / scale[f], is below thr, which the host sets a
+   little under minmass (it applies minmass exactly to what is kept; a NaN mass is kept). A
+   dropped candidate changes nothing else: trackpy's duplicate removal drops the dimmer member
+   of each close pair, and every feature that passes minmass is brighter than it. The kept
+   ones are in the atomic counter's order (count[0]): the host sorts each frame's candidates
+   into raster order anyway. */
+KERNEL locate_keep(GLOBAL const uint* RESTRICT cand, GLOBAL const REAL* RESTRICT res,
+                   GLOBAL const REAL* RESTRICT scale, GLOBAL int* RESTRICT count,
+                   GLOBAL uint* RESTRICT kcand, GLOBAL REAL* RESTRICT kres, const REAL thr,
+                   const uint plane, const uint ncand) {
+    size_t k = GID(0);
+    if (k >= ncand) return;
+    uint c = cand[k];
+    REAL m = res[7 * k + 2] / scale[c / plane];
+    if (m < thr) return;
+    size_t s = (size_t)ATOMIC_ADD_INT(count, 1);
+    kcand[s] = c;
+    for (uint j = 0; j < 7u; ++j) kres[7 * s + j] = res[7 * k + j];
+}
+
 /* Distance along the row to the nearest non-zero pixel of img, capped at r + 1. */
 KERNEL locate_row_dist(GLOBAL const uint* RESTRICT img, GLOBAL uint* RESTRICT dist,
                        const uint r, const uint h, const uint w, const uint nf) {

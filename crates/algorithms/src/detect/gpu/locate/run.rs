@@ -303,6 +303,9 @@ pub(super) struct Run<'a, E: Executor, R: DevReal> {
     /// The rows' boxcar one work item per pixel where it is exact in any order
     /// (`ARRAYBRIDGE_LOCATE_ROWS=pixel`, the default), rather than one per row.
     pub(super) rows_px: bool,
+    /// Only the candidates that can pass `minmass` are read back (`locate_keep`;
+    /// `ARRAYBRIDGE_LOCATE_KEEP=1`, the default), rather than every candidate.
+    pub(super) keep: bool,
     /// Capacity of [`Run::cand_buf`] in candidates.
     pub(super) cap: usize,
     /// The candidates' flat indices.
@@ -356,6 +359,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         let (lx, ly) = local_xy(e, &cfg.tuning);
         let pwg = prep_wg(&cfg.tuning);
         let rows_px = cfg.tuning.choice("ARRAYBRIDGE_LOCATE_ROWS") != "line";
+        let keep = cfg.tuning.choice("ARRAYBRIDGE_LOCATE_KEEP") != "0";
 
         let cap = 1024usize;
         let cand_buf = e.alloc_elems::<u32>(cap)?;
@@ -378,6 +382,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             ly,
             pwg,
             rows_px,
+            keep,
             cap,
             cand_buf,
             up_s: 0.0,
@@ -454,7 +459,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         // work images of `R` reused for u32 data: the grey dilation, the row distances
         let dil = t1.reinterpret::<u32>();
         let n_cand = self.maxima(b, &img, &dil, &vmin)?;
-        let (refined, cand) = self.refine(&img, &raw, n_cand)?;
+        let (refined, cand) = self.refine(&img, &raw, &scale, n_cand)?;
         let dist = bp.reinterpret::<u32>();
         let stats = self.noise(b, &img, &dist, &raw, n_cand)?;
         let t = Instant::now();
