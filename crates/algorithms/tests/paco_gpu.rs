@@ -503,31 +503,59 @@ macro_rules! paco_device_suite {
             /// The knobs are a value of the back end: a `paco_stats` group smaller than the
             /// four solve strands, another per-pixel group and small device batches, set by
             /// value next to the defaults in this one process, give the same bits, with and
-            /// without templates.
+            /// without templates, R = 4 and R = 6 (`COV_GLOBAL`: K = 113, more columns than
+            /// work items); and so do both Cholesky updates (`ARRAYBRIDGE_PACO_CHOL`: a column
+            /// per work item, rows over the group) with groups of 1, 3, 32 and 64.
             #[test]
             fn knobs_set_by_value_change_no_bit() {
                 use bridge_core::tuning::Tuning;
                 let Some(dev) = $ctor(Precision::F64) else {
                     return;
                 };
-                let t = Tuning::default()
-                    .with("ARRAYBRIDGE_PACO_STATS_WG", "3")
-                    .and_then(|t| t.with("ARRAYBRIDGE_PACO_LINE_WG", "32"))
-                    .and_then(|t| t.with("ARRAYBRIDGE_PACO_DEVICE_BATCH", "777"))
-                    .unwrap();
+                let knobs = |kv: &[(&str, &str)]| {
+                    kv.iter()
+                        .try_fold(Tuning::default(), |t, (k, v)| t.with(k, v))
+                        .unwrap()
+                };
+                let t = knobs(&[
+                    ("ARRAYBRIDGE_PACO_STATS_WG", "3"),
+                    ("ARRAYBRIDGE_PACO_LINE_WG", "32"),
+                    ("ARRAYBRIDGE_PACO_DEVICE_BATCH", "777"),
+                ]);
                 let tuned = dev.clone().with_tuning(t.clone());
                 assert_eq!(tuned.tuning(), &t);
+                let mut tunings = vec![tuned];
+                for (wg, chol) in [
+                    ("64", "columns"),
+                    ("32", "columns"),
+                    ("1", "columns"),
+                    ("64", "rows"),
+                    ("3", "rows"),
+                ] {
+                    tunings.push(dev.clone().with_tuning(knobs(&[
+                        ("ARRAYBRIDGE_PACO_STATS_WG", wg),
+                        ("ARRAYBRIDGE_PACO_CHOL", chol),
+                    ])));
+                }
                 let (cube, angles, psf) = (cube(), angles(), psf());
-                for sub in [SubPixel::Off, SubPixel::Table { q: 8 }] {
-                    let p = params_sub(Variant::Vip, sub);
+                for (r, sub) in [
+                    (4, SubPixel::Off),
+                    (4, SubPixel::Table { q: 8 }),
+                    (6, SubPixel::Off),
+                ] {
+                    let mut p = params_sub(Variant::Vip, sub);
+                    p.psf_rad = r;
                     let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p).unwrap();
                     let (a, b) = dev.ab_maps(&job).unwrap();
-                    let (ta, tb) = tuned.ab_maps(&job).unwrap();
-                    for (x, y) in a.iter().zip(&ta).chain(b.iter().zip(&tb)) {
-                        assert!(
-                            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
-                            "{sub:?}"
-                        );
+                    for tuned in &tunings {
+                        let (ta, tb) = tuned.ab_maps(&job).unwrap();
+                        for (x, y) in a.iter().zip(&ta).chain(b.iter().zip(&tb)) {
+                            assert!(
+                                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                                "R = {r} {sub:?} {:?}",
+                                tuned.tuning()
+                            );
+                        }
                     }
                 }
             }

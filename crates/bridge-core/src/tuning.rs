@@ -309,6 +309,15 @@ pub const KNOBS: &[Knob] = &[
               row); auto: pixel on CPU devices, frame on GPUs (the same numbers either way)",
     },
     Knob {
+        name: "ARRAYBRIDGE_PACO_CHOL",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "columns", "rows"]),
+        doc: "how paco_stats' Cholesky updates the trailing triangle of each column: columns, \
+              a work item per column walking down it; rows, a row at a time over the group; \
+              auto: columns where a pixel's group has more than one work item (GPUs), rows \
+              for a lone work item (CPU devices) (the same numbers either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_PACO_TRAJ",
         default: "auto",
         accepts: Accepts::Choice(&["auto", "device", "host", "wide"]),

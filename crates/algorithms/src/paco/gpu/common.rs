@@ -66,6 +66,10 @@ pub(super) struct Shapes {
     /// Where the trajectories of the path without templates are computed
     /// (`ARRAYBRIDGE_PACO_TRAJ`).
     pub(super) traj: TrajMode,
+    /// `paco_stats`' Cholesky updates its trailing triangle a column per work item
+    /// (`ARRAYBRIDGE_PACO_CHOL=columns`; auto: where a pixel's group has more than one work
+    /// item) rather than a row at a time over the group.
+    pub(super) chol_cols: bool,
 }
 
 /// Where the path without sub-pixel templates computes its trajectories
@@ -160,8 +164,14 @@ impl CovMode {
 
 impl Shapes {
     pub(super) fn new<E: Executor>(e: &E, t: &Tuning) -> Shapes {
+        let stats_wg = stats_wg(e, t);
         Shapes {
-            stats_wg: stats_wg(e, t),
+            stats_wg,
+            chol_cols: match t.choice("ARRAYBRIDGE_PACO_CHOL").as_str() {
+                "rows" => false,
+                "columns" => true,
+                _ => stats_wg > 1,
+            },
             line_wg: line_wg(t),
             batch: device_batch(t).max(1),
             cov: CovMode::of(t),

@@ -206,6 +206,7 @@ pub(super) fn launch_stats<E: Executor, R: DevReal>(
         l.lag.map_or(0, |g| g.base),
         l.lag.map_or(1, |g| g.gl),
         l.lag.map_or(1, |g| g.gp),
+        u32::from(c.shapes.chol_cols),
         c.local,
     )
 }

@@ -141,7 +141,7 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                   const uint tq, const uint nearest, GLOBAL REAL* RESTRICT cab,
                   GLOBAL const REAL* RESTRICT lagt, GLOBAL const uint* RESTRICT lidx,
                   const uint nl, const uint lbase, const uint gl, const uint gp,
-                  LOCAL_ARG(REAL, sdyn)) {
+                  const uint chol_cols, LOCAL_ARG(REAL, sdyn)) {
     DYN_LOCAL(REAL, sdyn);
 #if defined(COV_GLOBAL)
     GLOBAL REAL* S = scr + (size_t)GROUP_ID(0) * (k * (k + 1) / 2);
@@ -239,9 +239,15 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
     /* 3. right-looking Cholesky, R = L^T in the upper triangle, two barriers a column: every
        thread reads the pivot and computes the same L_jj and 1/L_jj (so `ok` stays the same in
        every thread), the group scales row j; then thread 0 stores the pivot (no thread reads
-       S_jj any more) while the group updates the trailing rows row by row (the columns
-       c >= kk over the group: no index division, no idle lower half; each element is updated
-       once, as on the CPU). Every barrier is reached by the whole group (no early exit): `ok`
+       S_jj any more) while the group updates the trailing triangle, each element once with
+       the CPU's operation S_kc -= S_jk * S_jc: with chol_cols != 0 a thread owns columns c
+       (c = K - 1 - tid, step the group's size down to j + 1: the first warp the longest) and
+       walks down each from row j + 1 to its diagonal (about K - j steps for the first warp,
+       none for a warp whose columns are all done: the row-wise update cost every warp a
+       pass per row, and the third H200 run's ncu put the kernel at 56 % of its issue
+       slots with half the lanes idle); else row by row, the
+       columns c >= kk over the group (a lone work item, as on a CPU device, then walks rows,
+       which are contiguous). Every barrier is reached by the whole group (no early exit): `ok`
        only guards the work. */
     for (uint j = 0; j < k; ++j) {
         REAL ljj = (REAL)1;
@@ -264,9 +270,24 @@ KERNEL paco_stats(GLOBAL const REAL* RESTRICT cen, GLOBAL const int* RESTRICT of
                 S[PK(j, j)] = ljj;
                 invd[j] = inv;
             }
-            for (uint kk = j + 1; kk < k; ++kk) {
-                REAL f = S[PK(j, kk)];
-                for (uint c = kk + tid; c < k; c += nt) S[PK(kk, c)] -= MUL(f, S[PK(j, c)]);
+            if (chol_cols) {
+                /* row j from column 0 (PK(j, c) = PK(j, 0) + c); PK(kk + 1, c) = PK(kk, c) +
+                   k - kk - 1 */
+                SMEM const REAL* rj = S + PK(j, 0u);
+                for (uint cc = tid; j + 1 + cc < k; cc += nt) {
+                    uint c = k - 1 - cc;
+                    REAL sjc = rj[c];
+                    uint o = PK(j + 1, c);
+                    for (uint kk = j + 1; kk <= c; ++kk) {
+                        S[o] -= MUL(rj[kk], sjc);
+                        o += k - kk - 1;
+                    }
+                }
+            } else {
+                for (uint kk = j + 1; kk < k; ++kk) {
+                    REAL f = S[PK(j, kk)];
+                    for (uint c = kk + tid; c < k; c += nt) S[PK(kk, c)] -= MUL(f, S[PK(j, c)]);
+                }
             }
         }
         SBARRIER();
