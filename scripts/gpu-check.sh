@@ -49,7 +49,7 @@
 #   GPU_CHECK_FILTER []            only tests whose name contains this (libtest filter)
 #   GPU_CHECK_VARIANTS []          bench phase: extra runs, `;`-separated; each a `,`-separated
 #                                  list of VAR=VALUE (e.g. "ARRAYBRIDGE_NVRTC_OPTIONS=--fmad=true")
-#   GPU_CHECK_AB [the two passes, blocks of 1 and 5 columns, blocks of 8 rows, 4 rows a work item, pageable packing, 2 in flight, device certified search 0, unfused passes, max 512 MB, PACO trajectories on the host, the row-wise Cholesky update, every locate candidate read back]  ab phase: `;`-separated variants as above, each
+#   GPU_CHECK_AB [the two passes, blocks of 1 and 5 columns, blocks of 8 rows, 4 rows a work item, pageable packing, 2 in flight, device certified search 0, unfused passes, max 512 MB, PACO trajectories on the host, the row-wise Cholesky update, the lag table pixels first, every locate candidate read back]  ab phase: `;`-separated variants as above, each
 #                                  timed on bench detect 1000x512 and bench paco 61x100 between
 #                                  a default run before and one after
 #   GPU_CHECK_DETECT_FRAMES [1000] GPU_CHECK_PACO_BIG [1] (0 skips PACO 100x1024x1024)
@@ -609,7 +609,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host;ARRAYBRIDGE_PACO_CHOL=rows;ARRAYBRIDGE_LOCATE_KEEP=0}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host;ARRAYBRIDGE_PACO_CHOL=rows;ARRAYBRIDGE_PACO_LAG_ORDER=pixels;ARRAYBRIDGE_LOCATE_KEEP=0}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

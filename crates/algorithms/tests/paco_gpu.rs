@@ -637,7 +637,8 @@ macro_rules! paco_device_suite {
                 assert!(finite > 16 * 1000, "{finite} finite values");
             }
 
-            /// `ARRAYBRIDGE_PACO_COV`: the covariances read from `paco_lag`'s lag table (auto
+            /// `ARRAYBRIDGE_PACO_COV` (and `ARRAYBRIDGE_PACO_LAG_ORDER`, alternately lags and
+            /// pixels first): the covariances read from `paco_lag`'s lag table (auto
             /// and `lag`, in one table, in tables of a few rows under a small
             /// `max_tile_bytes` (R = 4: 4 and 23 rows a table, R = 5: 8), one row at a time
             /// under a 24 KiB or 1-byte budget; every `ARRAYBRIDGE_PACO_LAG_LAYOUT`: the
@@ -650,11 +651,20 @@ macro_rules! paco_device_suite {
                 let Some(dev) = $ctor(Precision::Auto) else {
                     return;
                 };
+                // the lag-major layouts alternate the grid's order (ARRAYBRIDGE_PACO_LAG_ORDER)
+                let order = std::cell::Cell::new(false);
                 let mode = |m: &str, layout: &str| {
+                    order.set(!order.get());
                     dev.clone().with_tuning(
                         Tuning::default()
                             .with("ARRAYBRIDGE_PACO_COV", m)
                             .and_then(|t| t.with("ARRAYBRIDGE_PACO_LAG_LAYOUT", layout))
+                            .and_then(|t| {
+                                t.with(
+                                    "ARRAYBRIDGE_PACO_LAG_ORDER",
+                                    if order.get() { "lags" } else { "pixels" },
+                                )
+                            })
                             .unwrap(),
                     )
                 };
@@ -706,8 +716,11 @@ macro_rules! paco_device_suite {
                                 let job = PacoJob::new(cube.view(), angles.view(), psf.view(), &p)
                                     .unwrap();
                                 let dev = mode(m, layout).with_precision(prec);
-                                let what =
-                                    format!("{prec:?} R={r} {sub:?} {m} {layout} {budget} B");
+                                let what = format!(
+                                    "{prec:?} R={r} {sub:?} {m} {layout} {budget} B lags first \
+                                     {}",
+                                    order.get()
+                                );
                                 let (a, b) = dev.ab_maps(&job).unwrap();
                                 same(a.as_slice().unwrap(), da.as_slice().unwrap(), &what);
                                 same(b.as_slice().unwrap(), db.as_slice().unwrap(), &what);

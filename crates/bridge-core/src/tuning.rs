@@ -318,6 +318,15 @@ pub const KNOBS: &[Knob] = &[
               for a lone work item (CPU devices) (the same numbers either way)",
     },
     Knob {
+        name: "ARRAYBRIDGE_PACO_LAG_ORDER",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "lags", "pixels"]),
+        doc: "the order of paco_lag's grid (a thread per pixel and lag): lags, the lags first \
+              (the groups in flight share their pixels' frames in the cache); pixels, every \
+              pixel of one lag, then the next (the cube streamed once per lag); auto: lags on \
+              GPUs, pixels on CPU devices (the same numbers either way)",
+    },
+    Knob {
         name: "ARRAYBRIDGE_PACO_TRAJ",
         default: "auto",
         accepts: Accepts::Choice(&["auto", "device", "host", "wide"]),

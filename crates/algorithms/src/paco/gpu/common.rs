@@ -70,6 +70,10 @@ pub(super) struct Shapes {
     /// (`ARRAYBRIDGE_PACO_CHOL=columns`; auto: where a pixel's group has more than one work
     /// item) rather than a row at a time over the group.
     pub(super) chol_cols: bool,
+    /// `paco_lag`'s grid runs over the lags first (`ARRAYBRIDGE_PACO_LAG_ORDER=lags`; auto:
+    /// on GPUs), so the groups in flight read the same pixels' frames (in cache) for every
+    /// lag instead of streaming the cube once per lag.
+    pub(super) lag_first: bool,
 }
 
 /// Where the path without sub-pixel templates computes its trajectories
@@ -171,6 +175,11 @@ impl Shapes {
                 "rows" => false,
                 "columns" => true,
                 _ => stats_wg > 1,
+            },
+            lag_first: match t.choice("ARRAYBRIDGE_PACO_LAG_ORDER").as_str() {
+                "lags" => true,
+                "pixels" => false,
+                _ => !e.is_cpu(),
             },
             line_wg: line_wg(t),
             batch: device_batch(t).max(1),

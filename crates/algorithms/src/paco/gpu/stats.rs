@@ -134,11 +134,17 @@ impl<E: Executor, R: DevReal> StatsCtx<'_, E, R> {
             LagLayout::Frame => (self.cenf, 1, npix, 1, npu, 1),
             LagLayout::Mixed => (self.cenf, 1, npix, 1, 1, nl),
         };
+        let nlg = self.nl.div_ceil(lpi as usize);
+        // the lags first where there are several and CUDA's second grid dimension (65,535
+        // groups) holds the pixels' groups
+        let lag_first = self.shapes.lag_first && nlg > 1 && np.div_ceil(lw) <= 65_535;
+        let (global, local) = if lag_first {
+            ([nlg, np.div_ceil(lw) * lw], [1, lw])
+        } else {
+            ([np.div_ceil(lw) * lw, nlg], [lw, 1])
+        };
         self.kern.paco_lag(
-            Grid::new(
-                &[np.div_ceil(lw) * lw, self.nl.div_ceil(lpi as usize)],
-                &[lw, 1],
-            ),
+            Grid::new(&global, &local),
             src,
             self.lags,
             &g,
@@ -153,6 +159,7 @@ impl<E: Executor, R: DevReal> StatsCtx<'_, E, R> {
             lpi,
             gl,
             gp,
+            u32::from(lag_first),
         )?;
         Ok(LagTable {
             g,

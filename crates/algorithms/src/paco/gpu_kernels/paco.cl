@@ -92,13 +92,15 @@ KERNEL paco_centre(GLOBAL REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen, const 
 KERNEL paco_lag(GLOBAL const REAL* RESTRICT src, GLOBAL const int* RESTRICT lags,
                 GLOBAL REAL* RESTRICT g, const uint h, const uint w, const uint t,
                 const uint nl, const uint p0, const uint np, const uint ps, const uint fs,
-                const uint lpi, const uint gl, const uint gp) {
-    size_t i = GID(0);
+                const uint lpi, const uint gl, const uint gp, const uint lag_first) {
+    /* lag_first: the grid's first dimension runs over the lags (a group is 1 x LINE_WG work
+       items of one lag), so the groups in flight share their pixels' frames in the cache */
+    size_t i = lag_first ? GID(1) : GID(0);
     if (i >= np) return;
     size_t p = (size_t)p0 + i;
     long y = (long)(p / w);
     long x = (long)(p % w);
-    uint l0 = (uint)GID(1) * lpi;
+    uint l0 = (uint)(lag_first ? GID(0) : GID(1)) * lpi;
     uint l1 = l0 + lpi < nl ? l0 + lpi : nl;
     GLOBAL const REAL* a = src + p * ps;
     uint t4 = t & ~3u;
