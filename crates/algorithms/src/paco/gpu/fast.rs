@@ -634,8 +634,14 @@ fn sums_on_device<E: Executor, R: DevReal>(
     ))?;
     let lw = c.shapes.line_wg;
     let policy = RetryPolicy::split_only();
-    // a batch's trajectory entries are indexed by an i32
-    let batch = c.shapes.batch.min(i32::MAX as usize / t).max(1);
+    // a batch's trajectory entries are indexed by an i32, and its trajectories and list of
+    // undecided entries (8 bytes a frame a position) stay within max_tile_bytes
+    let batch = c
+        .shapes
+        .batch
+        .min(i32::MAX as usize / t)
+        .min(job.params.max_tile_bytes / (8 * t))
+        .max(1);
     let mut a_out = Vec::with_capacity(n0);
     let mut b_out = Vec::with_capacity(n0);
     let mut start = 0;
