@@ -84,8 +84,9 @@ KERNEL paco_centre(GLOBAL REAL* RESTRICT cube, GLOBAL REAL* RESTRICT cen, const 
 /* The lag table of the pixels [p0, p0 + np): g[l gl + (p - p0) gp] = sum_t c_t[p] c_t[p + lag_l]
    in the CPU's `dot` order (four accumulators over blocks of 4, then the remainder), NaN where
    p + lag_l leaves the frame (the CPU's `Prepared::lag_table`; lag-major with gl = np, gp = 1,
-   pixel-major with gl = 1, gp = nl). One thread per pixel
-   (dimension 0) and run of `lpi` lags from GID(1) * lpi (dimension 1). c_t[p] is read at
+   pixel-major with gl = 1, gp = nl). One thread per pixel and run of `lpi` lags from
+   lag_group * lpi: the pixel on dimension 0 and the lag group on dimension 1, or the other
+   way round with lag_first (ARRAYBRIDGE_PACO_LAG_ORDER). c_t[p] is read at
    src[p ps + t fs]: the frame-major centred cube (ps = 1, fs = H W: neighbouring threads read
    neighbouring pixels, for GPUs) or the pixel-major one (ps = T, fs = 1: a thread reads
    contiguous columns and keeps its own in cache over all its lags, for CPU devices). */
@@ -480,7 +481,7 @@ KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTR
    their last bits (OpenCL allows 4 ulp, CUDA's are within 2). So each rounding is certified:
    where the coordinate v lies farther than E = geo[3] * (r + |v| + |add| + 1) + geo[4] from a
    rounding boundary (integers for trunc, half-integers for nearest), the host's coordinate,
-   within r * 2^-49 + |v| * 2^-51 of v, rounds to the same pixel (geo[3] = 2^-40: 500 times
+   within r * 2^-49 + |v| * 2^-51 of v, rounds to the same pixel (geo[3] = 2^-40: 512 times
    that bound). A frame with a coordinate the device cannot decide (the identity rotation puts
    every coordinate there: angle 0 with an integer centre) is left to the host: its entry gets
    -2 and its index i * t + l goes to undec[1 + k] (undec[0] counts them); the host computes

@@ -32,12 +32,19 @@ use crate::detect::kernels::{PCT_WG, ROW_MAX_WG};
 use crate::detect::locate::{Feature, finish, remove_duplicates};
 use crate::detect::real::Real;
 
-/// The mass under which `locate_keep` drops a candidate: a little under `minmass` (2⁻¹⁶ of
-/// it, and the smallest normal double), far more than the device's division and its type's
-/// rounding can move a mass, so everything the host's exact `mass > minmass` keeps is kept. A
-/// NaN threshold (minmass NaN or infinite) keeps every candidate.
-fn keep_threshold(minmass: f64) -> f64 {
-    minmass - minmass.abs() * (-16f64).exp2() - f64::MIN_POSITIVE
+/// The mass under which `locate_keep` drops a candidate in a run of device type `R`: a
+/// little under `minmass` (2⁻¹⁶ of it, far more than the device's division and `R`'s rounding
+/// can move a mass, and `R`'s smallest normal value, so that a device flushing subnormal
+/// masses to zero drops nothing for a subnormal `minmass`), so everything the host's exact
+/// `mass > minmass` keeps is kept. A NaN threshold (minmass NaN or infinite) keeps every
+/// candidate.
+fn keep_threshold<R: DevReal>(minmass: f64) -> f64 {
+    let tiny = if <R as Real>::IS_F32 {
+        f64::from(f32::MIN_POSITIVE)
+    } else {
+        f64::MIN_POSITIVE
+    };
+    minmass - minmass.abs() * (-16f64).exp2() - tiny
 }
 
 impl<E: Executor, R: DevReal> Run<'_, E, R> {
@@ -348,7 +355,7 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
                 let kcand = e.alloc_elems::<u32>(n_cand)?;
                 let kres = e.alloc_elems::<R>(n_cand * 7)?;
                 let count = e.zeroed_elems::<i32>(1)?;
-                let thr = <R as Real>::from_f64(keep_threshold(self.p.minmass));
+                let thr = <R as Real>::from_f64(keep_threshold::<R>(self.p.minmass));
                 let plane = to_u32(self.plane, "pixels")?;
                 self.k.launch("locate_keep", |k| {
                     k.locate_keep(
@@ -468,5 +475,29 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
             .collect();
         self.host_s += t.elapsed().as_secs_f64();
         done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_threshold;
+
+    /// The threshold is under minmass by more than a float division can move a mass, below
+    /// zero for a subnormal minmass in float (a flushed mass is kept), and NaN (keep all) for
+    /// an infinite minmass.
+    #[test]
+    fn keep_threshold_is_conservative() {
+        for m in [200.0, 0.5, 1e-30, 1e300] {
+            for t in [keep_threshold::<f64>(m), keep_threshold::<f32>(m)] {
+                assert!(t < m && t > m * (1.0 - 1e-4), "{m}: {t}");
+                // a float mass a few ulps over minmass is over the threshold too
+                assert!(f64::from((m as f32) * (1.0 - 4.0 * f32::EPSILON)) >= t || m > 1e38);
+            }
+        }
+        assert!(keep_threshold::<f32>(1e-41) < 0.0);
+        assert!(keep_threshold::<f64>(0.0) < 0.0);
+        assert!(keep_threshold::<f64>(-5.0) < -5.0);
+        assert!(keep_threshold::<f64>(f64::INFINITY).is_nan());
+        assert!(keep_threshold::<f32>(f64::NAN).is_nan());
     }
 }
