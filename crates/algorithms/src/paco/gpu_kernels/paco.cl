@@ -486,6 +486,18 @@ KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTR
    every coordinate there: angle 0 with an integer centre) is left to the host: its entry gets
    -2 and its index i * t + l goes to undec[1 + k] (undec[0] counts them); the host computes
    those entries and paco_traj_fix writes them. */
+/* sine and cosine of x with one argument reduction (each within the sin's and cos's own
+   error bounds) */
+#if defined(__CUDACC__)
+DEVICE_FN REAL sin_cos(REAL x, REAL* c) {
+    REAL s;
+    sincos(x, &s, c);
+    return s;
+}
+#else
+#define sin_cos(x, c) sincos((x), (c))
+#endif
+
 KERNEL paco_traj(GLOBAL const REAL* RESTRICT pol, GLOBAL const REAL* RESTRICT ang,
                  GLOBAL const REAL* RESTRICT geo, GLOBAL int* RESTRICT traj,
                  GLOBAL int* RESTRICT undec, const int nearest, const int ylo, const int yhi,
@@ -500,8 +512,10 @@ KERNEL paco_traj(GLOBAL const REAL* RESTRICT pol, GLOBAL const REAL* RESTRICT an
     GLOBAL int* row = traj + i * t;
     for (uint l = 0; l < t; ++l) {
         const REAL rad = MUL(-ang[l] + th0, deg);
-        const REAL y = MUL(r, sin(rad)) + add_y;
-        const REAL x = MUL(r, cos(rad)) + add_x;
+        REAL cs;
+        const REAL sn = sin_cos(rad, &cs);
+        const REAL y = MUL(r, sn) + add_y;
+        const REAL x = MUL(r, cs) + add_x;
         /* the rounding's argument: floor(v + 0.5) for nearest, trunc(v) */
         const REAL vy = y + offset, vx = x + offset;
         /* NaN fails both tests: undecided */
