@@ -661,8 +661,6 @@ fn sums_on_device<E: Executor, R: DevReal>(
                 })
                 .collect();
             let pol = to_reals::<R>(polar.iter().flat_map(|&(r, th0)| [r, th0]));
-            // the statistics' last lag table, once the host has its first positions
-            drop(last_lag.take());
             let pol = e.upload_slice(&pol)?;
             let traj = e.alloc_elems::<i32>(n * t)?;
             let undec = e.zeroed_elems::<i32>(n * t + 1)?;
@@ -682,6 +680,9 @@ fn sums_on_device<E: Executor, R: DevReal>(
                 to_u32(n, "positions")?,
                 c.tu,
             )?;
+            // the statistics' last lag table, once the first trajectories are queued behind
+            // the statistics (dropping it may wait for its last use)
+            drop(last_lag.take());
             let k = e.read_elems(&undec, 1)?[0];
             let k = usize::try_from(k)
                 .ok()
