@@ -481,8 +481,6 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     // (the last lag table is dropped after the first trajectories, which the host computes
     // while the device still runs the statistics)
     let mut last_lag = stats_rows(c, job, (&q, &z), (&wb, scr.as_ref()), (y_lo, y_hi), band)?;
-    let lw = c.shapes.line_wg;
-
     if c.shapes.traj.on_device(is_double::<R>(), e.is_cpu()) {
         return sums_on_device(e, c, job, pos, n0, (&q, &z), last_lag);
     }
@@ -491,75 +489,49 @@ pub(super) fn ab_fast<E: Executor, R: DevReal>(
     // computed on the host while the device sums the current one
     let trajectories =
         |lo: usize, hi: usize| -> Vec<i32> { host_trajectories(job, hi - lo, &|i| pos(lo + i)) };
-    let policy = RetryPolicy::split_only();
     let batch = c.shapes.batch;
-    let mut a_out = Vec::with_capacity(n0);
-    let mut b_out = Vec::with_capacity(n0);
-    let mut start = 0;
     // (first position, trajectories) computed ahead for the next batch
     let mut ahead: Option<(usize, Vec<i32>)> = None;
-    while start < n0 {
-        job.params.control.check("PACO")?;
-        let len = batch.min(n0 - start);
-        let next = start + len;
-        let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
-            let (lo, hi) = (start + range.start, start + range.end);
-            let n = hi - lo;
-            let t0 = std::time::Instant::now();
-            let traj = match ahead.take() {
-                Some((first, traj)) if first == lo && traj.len() == n * t => traj,
-                other => {
-                    ahead = other;
-                    let traj = trajectories(lo, hi);
-                    // host work: its span, with no wait for the device
-                    crate::detect::trace_span(t0, std::time::Instant::now(), || {
-                        format!("paco trajectories {lo}..{hi} (host)")
-                    });
-                    traj
-                }
-            };
-            // the statistics' last lag table, once the host has its first trajectories
-            drop(last_lag.take());
-            let t0 = std::time::Instant::now();
-            let traj_buf = e.upload_slice(&traj)?;
-            drop(traj);
-            let a = e.alloc_elems::<R>(n)?;
-            let b = e.alloc_elems::<R>(n)?;
-            c.kern.paco_accumulate(
-                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
-                &traj_buf,
-                &q,
-                &z,
-                &a,
-                &b,
-                to_u32(n, "positions")?,
-                c.tu,
-            )?;
-            // the whole batch in one piece: prepare the next while the device runs this one
-            if hi == next && range.start == 0 && next < n0 && ahead.is_none() {
-                let nhi = (next + batch).min(n0);
-                let t1 = std::time::Instant::now();
-                ahead = Some((next, trajectories(next, nhi)));
-                crate::detect::trace_span(t1, std::time::Instant::now(), || {
-                    format!("paco trajectories {next}..{nhi} (host, beside the device)")
+    let out = in_batches(e, job, n0, batch, |pos_range, whole| {
+        let (lo, hi) = (pos_range.start, pos_range.end);
+        let n = hi - lo;
+        let t0 = std::time::Instant::now();
+        let traj = match ahead.take() {
+            Some((first, traj)) if first == lo && traj.len() == n * t => traj,
+            other => {
+                ahead = other;
+                let traj = trajectories(lo, hi);
+                // host work: its span, with no wait for the device
+                crate::detect::trace_span(t0, std::time::Instant::now(), || {
+                    format!("paco trajectories {lo}..{hi} (host)")
                 });
+                traj
             }
-            let av = to_f64s(e.read_elems(&a, n)?);
-            let bv = to_f64s(e.read_elems(&b, n)?);
-            crate::detect::trace_span(t0, std::time::Instant::now(), || {
-                format!("paco upload, sums and read of positions {lo}..{hi}")
-            });
-            Ok(av.into_iter().zip(bv).collect())
         };
-        let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;
-        for (a, b) in part {
-            a_out.push(a);
-            b_out.push(b);
+        // the statistics' last lag table, once the host has its first trajectories
+        drop(last_lag.take());
+        let t0 = std::time::Instant::now();
+        let traj_buf = e.upload_slice(&traj)?;
+        drop(traj);
+        let ab = launch_sums(c, &traj_buf, (&q, &z), n)?;
+        // the whole batch in one piece: prepare the next while the device runs this one
+        let next = whole.end;
+        if pos_range == whole && next < n0 && ahead.is_none() {
+            let nhi = (next + batch).min(n0);
+            let t1 = std::time::Instant::now();
+            ahead = Some((next, trajectories(next, nhi)));
+            crate::detect::trace_span(t1, std::time::Instant::now(), || {
+                format!("paco trajectories {next}..{nhi} (host, beside the device)")
+            });
         }
-        start = next;
-    }
+        let sums = read_sums(e, ab, n)?;
+        crate::detect::trace_span(t0, std::time::Instant::now(), || {
+            format!("paco upload, sums and read of positions {lo}..{hi}")
+        });
+        Ok(sums)
+    })?;
     drop((q, z, wb, scr));
-    Ok((a_out, b_out))
+    Ok(out)
 }
 
 /// The trajectories of `count` output positions (`pos_of(i)`, `i < count`) on the host, the
@@ -633,7 +605,6 @@ fn sums_on_device<E: Executor, R: DevReal>(
         .into_iter(),
     ))?;
     let lw = c.shapes.line_wg;
-    let policy = RetryPolicy::split_only();
     // a batch's trajectory entries are indexed by an i32, and its trajectories and list of
     // undecided entries (8 bytes a frame a position) stay within max_tile_bytes
     let batch = c
@@ -642,115 +613,159 @@ fn sums_on_device<E: Executor, R: DevReal>(
         .min(i32::MAX as usize / t)
         .min(job.params.max_tile_bytes / (8 * t))
         .max(1);
+    in_batches(e, job, n0, batch, |pos_range, _| {
+        let (lo, hi) = (pos_range.start, pos_range.end);
+        let n = hi - lo;
+        let t0 = std::time::Instant::now();
+        let polar: Vec<(f64, f64)> = (lo..hi)
+            .into_par_iter()
+            .with_min_len(4096)
+            .map(|i| {
+                let (y0, x0) = pos(i);
+                geom.polar(y0 as f64, x0 as f64)
+            })
+            .collect();
+        let pol = to_reals::<R>(polar.iter().flat_map(|&(r, th0)| [r, th0]));
+        let pol = e.upload_slice(&pol)?;
+        let traj = e.alloc_elems::<i32>(n * t)?;
+        let undec = e.zeroed_elems::<i32>(n * t + 1)?;
+        c.kern.paco_traj(
+            Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
+            &pol,
+            &ang,
+            &geo,
+            &traj,
+            &undec,
+            nearest,
+            ylo,
+            yhi,
+            xlo,
+            xhi,
+            c.wu,
+            to_u32(n, "positions")?,
+            c.tu,
+        )?;
+        // the statistics' last lag table, once the first trajectories are queued behind the
+        // statistics (dropping it may wait for its last use)
+        drop(last_lag.take());
+        let k = e.read_elems(&undec, 1)?[0];
+        let k = usize::try_from(k)
+            .ok()
+            .filter(|&k| k <= n * t)
+            .ok_or_else(|| {
+                BridgeError::Unsupported(format!(
+                    "internal: paco_traj counted {k} undecided entries of {}",
+                    n * t
+                ))
+            })?;
+        if k > 0 {
+            let idx = e.read_elems_at(&undec, 1, k)?;
+            let val: Vec<i32> = idx
+                .par_iter()
+                .map(|&p| {
+                    let p = usize::try_from(p).ok().filter(|&p| p < n * t)?;
+                    let (r, th0) = polar[p / t];
+                    Some(
+                        geom.pixel_polar(r, th0, angles[p % t])
+                            // θ < H·W < 2³¹, checked when the cube was uploaded
+                            .map_or(-1, |(theta, _, _)| theta as i32),
+                    )
+                })
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
+                    BridgeError::Unsupported(
+                        "internal: paco_traj listed an entry outside its batch".into(),
+                    )
+                })?;
+            let idx = e.upload_slice(&idx)?;
+            let val = e.upload_slice(&val)?;
+            c.kern.paco_traj_fix(
+                Grid::new(&[k.div_ceil(lw) * lw], &[lw]),
+                &idx,
+                &val,
+                &traj,
+                to_u32(k, "entries")?,
+            )?;
+        }
+        let sums = read_sums(e, launch_sums(c, &traj, (q, z), n)?, n)?;
+        crate::detect::trace_span(t0, std::time::Instant::now(), || {
+            format!(
+                "paco trajectories and sums of positions {lo}..{hi} on the device \
+                 ({k} of {} entries left to the host)",
+                n * t
+            )
+        });
+        Ok(sums)
+    })
+}
+
+/// a and b of the output positions `0..n0` in batches of `batch` (the run's control checked
+/// before each), each through `run_batched` (an out-of-memory error halves it): `op(part,
+/// whole)` sums the positions `part` of the batch `whole` (the whole batch, or a piece of it).
+fn in_batches<E: Executor>(
+    e: &E,
+    job: &PacoJob<'_>,
+    n0: usize,
+    batch: usize,
+    mut op: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>) -> Result<Vec<(f64, f64)>>,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let policy = RetryPolicy::split_only();
     let mut a_out = Vec::with_capacity(n0);
     let mut b_out = Vec::with_capacity(n0);
     let mut start = 0;
     while start < n0 {
         job.params.control.check("PACO")?;
-        let len = batch.min(n0 - start);
-        let mut op = |range: std::ops::Range<usize>| -> Result<Vec<(f64, f64)>> {
-            let (lo, hi) = (start + range.start, start + range.end);
-            let n = hi - lo;
-            let t0 = std::time::Instant::now();
-            let polar: Vec<(f64, f64)> = (lo..hi)
-                .into_par_iter()
-                .with_min_len(4096)
-                .map(|i| {
-                    let (y0, x0) = pos(i);
-                    geom.polar(y0 as f64, x0 as f64)
-                })
-                .collect();
-            let pol = to_reals::<R>(polar.iter().flat_map(|&(r, th0)| [r, th0]));
-            let pol = e.upload_slice(&pol)?;
-            let traj = e.alloc_elems::<i32>(n * t)?;
-            let undec = e.zeroed_elems::<i32>(n * t + 1)?;
-            c.kern.paco_traj(
-                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
-                &pol,
-                &ang,
-                &geo,
-                &traj,
-                &undec,
-                nearest,
-                ylo,
-                yhi,
-                xlo,
-                xhi,
-                c.wu,
-                to_u32(n, "positions")?,
-                c.tu,
-            )?;
-            // the statistics' last lag table, once the first trajectories are queued behind
-            // the statistics (dropping it may wait for its last use)
-            drop(last_lag.take());
-            let k = e.read_elems(&undec, 1)?[0];
-            let k = usize::try_from(k)
-                .ok()
-                .filter(|&k| k <= n * t)
-                .ok_or_else(|| {
-                    BridgeError::Unsupported(format!(
-                        "internal: paco_traj counted {k} undecided entries of {}",
-                        n * t
-                    ))
-                })?;
-            if k > 0 {
-                let idx = e.read_elems_at(&undec, 1, k)?;
-                let val: Vec<i32> = idx
-                    .par_iter()
-                    .map(|&p| {
-                        let p = usize::try_from(p).ok().filter(|&p| p < n * t)?;
-                        let (r, th0) = polar[p / t];
-                        Some(
-                            geom.pixel_polar(r, th0, angles[p % t])
-                                // θ < H·W < 2³¹, checked when the cube was uploaded
-                                .map_or(-1, |(theta, _, _)| theta as i32),
-                        )
-                    })
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| {
-                        BridgeError::Unsupported(
-                            "internal: paco_traj listed an entry outside its batch".into(),
-                        )
-                    })?;
-                let idx = e.upload_slice(&idx)?;
-                let val = e.upload_slice(&val)?;
-                c.kern.paco_traj_fix(
-                    Grid::new(&[k.div_ceil(lw) * lw], &[lw]),
-                    &idx,
-                    &val,
-                    &traj,
-                    to_u32(k, "entries")?,
-                )?;
-            }
-            let a = e.alloc_elems::<R>(n)?;
-            let b = e.alloc_elems::<R>(n)?;
-            c.kern.paco_accumulate(
-                Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
-                &traj,
-                q,
-                z,
-                &a,
-                &b,
-                to_u32(n, "positions")?,
-                c.tu,
-            )?;
-            let av = to_f64s(e.read_elems(&a, n)?);
-            let bv = to_f64s(e.read_elems(&b, n)?);
-            crate::detect::trace_span(t0, std::time::Instant::now(), || {
-                format!(
-                    "paco trajectories and sums of positions {lo}..{hi} on the device \
-                     ({k} of {} entries left to the host)",
-                    n * t
-                )
-            });
-            Ok(av.into_iter().zip(bv).collect())
-        };
-        let part = run_batched(&policy, e.device(), &NoRelease, len, &mut op, None)?;
-        for (a, b) in part {
+        let whole = start..start + batch.min(n0 - start);
+        let mut part =
+            |r: std::ops::Range<usize>| op(start + r.start..start + r.end, whole.clone());
+        let sums = run_batched(
+            &policy,
+            e.device(),
+            &NoRelease,
+            whole.len(),
+            &mut part,
+            None,
+        )?;
+        for (a, b) in sums {
             a_out.push(a);
             b_out.push(b);
         }
-        start += len;
+        start = whole.end;
     }
     Ok((a_out, b_out))
+}
+
+/// `paco_accumulate` over the `n` trajectories of `traj` (queued, not waited for): a and b
+/// on the device.
+fn launch_sums<E: Executor, R: DevReal>(
+    c: &StatsCtx<'_, E, R>,
+    traj: &Buffer<E, i32>,
+    (q, z): (&Buffer<E, R>, &Buffer<E, R>),
+    n: usize,
+) -> Result<(Buffer<E, R>, Buffer<E, R>)> {
+    let lw = c.shapes.line_wg;
+    let a = c.exec.alloc_elems::<R>(n)?;
+    let b = c.exec.alloc_elems::<R>(n)?;
+    c.kern.paco_accumulate(
+        Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
+        traj,
+        q,
+        z,
+        &a,
+        &b,
+        to_u32(n, "positions")?,
+        c.tu,
+    )?;
+    Ok((a, b))
+}
+
+/// The `n` sums `(a, b)` of [`launch_sums`], read back.
+fn read_sums<E: Executor, R: DevReal>(
+    e: &E,
+    (a, b): (Buffer<E, R>, Buffer<E, R>),
+    n: usize,
+) -> Result<Vec<(f64, f64)>> {
+    let av = to_f64s(e.read_elems(&a, n)?);
+    let bv = to_f64s(e.read_elems(&b, n)?);
+    Ok(av.into_iter().zip(bv).collect())
 }
