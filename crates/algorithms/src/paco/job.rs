@@ -151,39 +151,24 @@ pub struct PacoJob<'a> {
     pub(crate) disk: Vec<(isize, isize)>,
 }
 
-/// A frame's number of non-finite values and its largest finite |value| (0 when none): eight
-/// independent lanes over a contiguous frame, so the loop vectorises (a maximum and a count
-/// are exact in any order).
+/// A frame's number of non-finite values and its largest finite |value| (0 when none): a
+/// contiguous all-finite frame (every frame of a valid cube) in one vectorised pass
+/// ([`max_abs_finite`](crate::detect::blob_log::max_abs_finite)), else counted value by value
+/// (a maximum and a count are exact in any order).
 fn frame_finite(f: ndarray::ArrayView2<'_, f64>) -> (usize, f64) {
-    let lane = |a: f64, bad: &mut u64, m: &mut f64| {
-        // NaN and ±Inf fail `< INFINITY`
-        let fin = a < f64::INFINITY;
-        *bad += u64::from(!fin);
-        *m = if fin && a > *m { a } else { *m };
-    };
-    let (mut bad, mut m) = ([0u64; 8], [0.0f64; 8]);
-    match f.as_slice() {
-        Some(s) => {
-            let mut blocks = s.chunks_exact(8);
-            for c in &mut blocks {
-                for k in 0..8 {
-                    lane(c[k].abs(), &mut bad[k], &mut m[k]);
-                }
-            }
-            for &v in blocks.remainder() {
-                lane(v.abs(), &mut bad[0], &mut m[0]);
-            }
-        }
-        None => {
-            for &v in f.iter() {
-                lane(v.abs(), &mut bad[0], &mut m[0]);
-            }
-        }
+    if let Some(m) = f
+        .as_slice()
+        .and_then(crate::detect::blob_log::max_abs_finite)
+    {
+        return (0, m);
     }
-    (
-        bad.iter().sum::<u64>() as usize,
-        m.iter().fold(0.0f64, |a, &b| a.max(b)),
-    )
+    f.iter().fold((0, 0.0f64), |(bad, m), &v| {
+        if v.is_finite() {
+            (bad, m.max(v.abs()))
+        } else {
+            (bad + 1, m)
+        }
+    })
 }
 
 /// Every pixel of every frame enters the statistics of its neighbours, so one NaN makes all
@@ -554,7 +539,7 @@ mod tests {
         (pixels, frames, first, m)
     }
 
-    /// The parallel, eight-lane scan gives the one-pass answer: the largest |value| (negative,
+    /// The parallel, vectorised scan gives the one-pass answer: the largest |value| (negative,
     /// subnormal, in a remainder lane, in a strided view) and, with NaN and ±Inf in several
     /// frames, the counts and the first frame in its message.
     #[test]

@@ -139,8 +139,9 @@ fn ftz_tiny(k: &LogKernels) -> f64 {
 }
 
 /// The largest magnitude of `image`, `None` when a value is NaN or infinite (lane-wise, so
-/// that it vectorises: `x·0` is NaN exactly for those).
-fn max_abs_finite(image: &[f64]) -> Option<f64> {
+/// that it vectorises: `x·0` is NaN exactly for those). PACO's input check scans its frames
+/// with it too.
+pub(crate) fn max_abs_finite(image: &[f64]) -> Option<f64> {
     const L: usize = 8;
     let (mut m, mut bad) = ([0.0f64; L], [0.0f64; L]);
     let mut it = image.chunks_exact(L);

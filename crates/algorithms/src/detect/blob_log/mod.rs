@@ -17,6 +17,7 @@
 //! in `prune.rs`; this file holds the results and the drivers that chain them.
 
 mod certified;
+pub(crate) use certified::max_abs_finite;
 mod convert;
 mod knobs;
 pub mod nd;

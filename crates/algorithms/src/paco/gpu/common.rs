@@ -104,7 +104,7 @@ impl TrajMode {
         }
     }
 
-    /// The absolute part of the certification margin in pixels (`geo[4]` of `paco_traj_sums`).
+    /// The absolute part of the certification margin in pixels (`geo[4]` of `paco_traj`).
     pub(super) fn margin(self) -> f64 {
         match self {
             TrajMode::Wide => 1.0 / 1024.0,
