@@ -126,6 +126,17 @@ fn snr_peak(ab: &(Array2<f64>, Array2<f64>)) -> (usize, usize) {
     best.1
 }
 
+/// `x` and `y` are the same values bit for bit (any NaN equal to any NaN), element by element.
+fn same_bits(x: &[f64], y: &[f64], what: &str) {
+    assert_eq!(x.len(), y.len(), "{what}");
+    for (i, (a, b)) in x.iter().zip(y).enumerate() {
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{what}: element {i}: {a:e} vs {b:e}"
+        );
+    }
+}
+
 /// Device maps of the fixture vs the CPU backend, in both variants.
 fn check_fixture(dev: &dyn PacoBackend, tol: f64, label: &str) {
     check_fixture_sub(dev, tol, label, SubPixel::Off);
@@ -549,13 +560,9 @@ macro_rules! paco_device_suite {
                     let (a, b) = dev.ab_maps(&job).unwrap();
                     for tuned in &tunings {
                         let (ta, tb) = tuned.ab_maps(&job).unwrap();
-                        for (x, y) in a.iter().zip(&ta).chain(b.iter().zip(&tb)) {
-                            assert!(
-                                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
-                                "R = {r} {sub:?} {:?}",
-                                tuned.tuning()
-                            );
-                        }
+                        let what = format!("R = {r} {sub:?} {:?}", tuned.tuning());
+                        same_bits(a.as_slice().unwrap(), ta.as_slice().unwrap(), &what);
+                        same_bits(b.as_slice().unwrap(), tb.as_slice().unwrap(), &what);
                     }
                 }
             }
@@ -583,15 +590,6 @@ macro_rules! paco_device_suite {
                             .and_then(|t| t.with("ARRAYBRIDGE_PACO_DEVICE_BATCH", "333"))
                             .unwrap(),
                     )
-                };
-                let same = |x: &[f64], y: &[f64], what: &str| {
-                    assert_eq!(x.len(), y.len());
-                    for (i, (a, b)) in x.iter().zip(y).enumerate() {
-                        assert!(
-                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                            "{what}: element {i}: {a:e} vs {b:e}"
-                        );
-                    }
                 };
                 let full = cube();
                 let odd = full.slice(ndarray::s![.., 0..63, 1..62]).to_owned();
@@ -625,11 +623,11 @@ macro_rules! paco_device_suite {
                                 let what = format!("{m} {rounding:?} {edge:?}");
                                 let d = mode(m);
                                 let (da, db) = d.ab_maps(&job).unwrap();
-                                same(ca.as_slice().unwrap(), da.as_slice().unwrap(), &what);
-                                same(cb.as_slice().unwrap(), db.as_slice().unwrap(), &what);
+                                same_bits(ca.as_slice().unwrap(), da.as_slice().unwrap(), &what);
+                                same_bits(cb.as_slice().unwrap(), db.as_slice().unwrap(), &what);
                                 let (qa, qb) = d.ab_at(&job, &phi0s).unwrap();
-                                same(&pa, &qa, &what);
-                                same(&pb, &qb, &what);
+                                same_bits(&pa, &qa, &what);
+                                same_bits(&pb, &qb, &what);
                             }
                         }
                     }
@@ -670,15 +668,6 @@ macro_rules! paco_device_suite {
                 };
                 let (cube, angles, psf) = (cube(), angles(), psf());
                 let cube = cube.slice(ndarray::s![.., 10..54, 10..54]).to_owned();
-                let same = |x: &[f64], y: &[f64], what: &str| {
-                    assert_eq!(x.len(), y.len());
-                    for (i, (a, b)) in x.iter().zip(y).enumerate() {
-                        assert!(
-                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                            "{what}: element {i}: {a:e} vs {b:e}"
-                        );
-                    }
-                };
                 let mut precisions = vec![Precision::F32];
                 if dev.has_fp64() {
                     precisions.push(Precision::F64);
@@ -722,11 +711,11 @@ macro_rules! paco_device_suite {
                                     order.get()
                                 );
                                 let (a, b) = dev.ab_maps(&job).unwrap();
-                                same(a.as_slice().unwrap(), da.as_slice().unwrap(), &what);
-                                same(b.as_slice().unwrap(), db.as_slice().unwrap(), &what);
+                                same_bits(a.as_slice().unwrap(), da.as_slice().unwrap(), &what);
+                                same_bits(b.as_slice().unwrap(), db.as_slice().unwrap(), &what);
                                 let (qa, qb) = dev.ab_at(&job, &phi0s).unwrap();
-                                same(&qa, &pa, &what);
-                                same(&qb, &pb, &what);
+                                same_bits(&qa, &pa, &what);
+                                same_bits(&qb, &pb, &what);
                             }
                         }
                     }
