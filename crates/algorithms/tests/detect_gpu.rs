@@ -648,7 +648,9 @@ fn working_type_cube() -> GpuDetectConfig {
 /// type are certified on the device; a constant frame, or a frame of a NaN, is computed on
 /// the CPU (the same blobs, none); without a threshold, or with the knob at 0, nothing is
 /// searched that way. The passes' multiply-adds fused (`ARRAYBRIDGE_DETECT_PASS_FMA=1`) or
-/// not give the same blobs.
+/// not, and the frames' largest magnitudes scanned by `cert_frames` alone or by several
+/// groups a frame (`ARRAYBRIDGE_DETECT_SCAN_GROUPS`, every frame of every case), give the
+/// same blobs.
 #[cfg(any(feature = "opencl", feature = "cuda"))]
 fn check_certified_search<E: bridge_core::exec::Executor>(
     d: &algorithms::detect::gpu::GpuDetect<E>,
@@ -657,16 +659,19 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
     let img = spots(96, 80, 40, 11);
     let frames = every_dtype(&img);
     let params = random_params();
-    // the float32 passes' multiply-adds fused and not (within the same bound)
-    let fused = |v: &str| {
+    // the float32 passes' multiply-adds fused and not (within the same bound), the largest
+    // magnitudes by one group a frame or in parts (3 groups, and one a 256 pixels)
+    let knobs = |fma: &str, scan: &str| {
         d.clone().with_config(GpuDetectConfig {
             tuning: bridge_core::tuning::Tuning::default()
-                .with("ARRAYBRIDGE_DETECT_PASS_FMA", v)
+                .with("ARRAYBRIDGE_DETECT_PASS_FMA", fma)
+                .unwrap()
+                .with("ARRAYBRIDGE_DETECT_SCAN_GROUPS", scan)
                 .unwrap(),
             ..d.config().clone()
         })
     };
-    for dev in [fused("0"), fused("1")] {
+    for dev in [knobs("0", "0"), knobs("1", "3"), knobs("0", "1024")] {
         for (pname, p) in &params {
             for f in &frames {
                 let cpu = blob_log_diag(f.view(), p).unwrap().blobs;
@@ -719,15 +724,17 @@ fn check_certified_search<E: bridge_core::exec::Executor>(
     let tiny = (Frame::F64(img.mapv(|v| v * 1e-25)), scaled(1e-25));
     let cases = [(flat, p.clone()), (Frame::F32(nan), p.clone()), huge, tiny];
     for (f, q) in &cases {
-        let cpu = blob_log_diag(f.view(), q).map(|d| d.blobs);
-        let dev = d.blob_log_batch(&[f.view()], q).map(|b| b.remove_first());
-        match (cpu, dev) {
-            (Ok(c), Ok(v)) => {
-                assert_eq!(v, c);
-                assert_eq!(d.take_certified(), (1, 1));
+        for dev in [d.clone(), knobs("0", "0"), knobs("1", "7")] {
+            let cpu = blob_log_diag(f.view(), q).map(|d| d.blobs);
+            let got = dev.blob_log_batch(&[f.view()], q).map(|b| b.remove_first());
+            match (cpu, got) {
+                (Ok(c), Ok(v)) => {
+                    assert_eq!(v, c);
+                    assert_eq!(d.take_certified(), (1, 1));
+                }
+                (Err(_), Err(_)) => {}
+                (c, v) => panic!("cpu {c:?} vs device {v:?}"),
             }
-            (Err(_), Err(_)) => {}
-            (c, v) => panic!("cpu {c:?} vs device {v:?}"),
         }
     }
     let (huge, tiny) = (&cases[2], &cases[3]);
@@ -837,6 +844,7 @@ mod opencl {
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_COLS", "5"))
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_PREP_WG", "64"))
             .and_then(|t| t.with("ARRAYBRIDGE_DETECT_MAX_MB", "1"))
+            .and_then(|t| t.with("ARRAYBRIDGE_DETECT_SCAN_GROUPS", "5"))
             .unwrap();
         let tuned = base.clone().with_config(GpuDetectConfig {
             tuning: t.clone(),

@@ -185,6 +185,15 @@ pub const KNOBS: &[Knob] = &[
               bank conflicts; does not change results",
     },
     Knob {
+        name: "ARRAYBRIDGE_DETECT_SCAN_GROUPS",
+        default: "auto",
+        accepts: Accepts::Int(0, 1024),
+        doc: "work groups a frame that scan the image for its largest magnitude in the \
+              certified search (frame_absmax, folded by cert_frames); 0 or 1: cert_frames \
+              scans each frame with its one group (auto: on CUDA a group per 16,384 pixels, \
+              at most 64; 0 on OpenCL); does not change results",
+    },
+    Knob {
         name: "ARRAYBRIDGE_DETECT_MAX_MB",
         default: "auto",
         accepts: Accepts::Int(1, 1 << 20),

@@ -314,6 +314,24 @@ pub(super) fn pass_fma<E: Executor>(e: &E, t: &Tuning) -> bool {
         .map_or(matches!(e.device(), Device::Cuda(_)), |v| v == 1)
 }
 
+/// Work groups a frame for the certified search's scan of the image (`frame_absmax`, then
+/// `cert_frames` folds their parts): `ARRAYBRIDGE_DETECT_SCAN_GROUPS` of `t` (auto: on CUDA a
+/// group per 16,384 pixels of a `plane`-pixel frame, at most 64, for the scan to fill the
+/// device where a batch has fewer frames than it has multiprocessors; 0 on OpenCL), 0 or 1:
+/// `cert_frames` scans each frame with its one group. Results do not depend on it.
+pub(super) fn scan_groups<E: Executor>(e: &E, t: &Tuning, plane: usize) -> usize {
+    let auto = if matches!(e.device(), Device::Cuda(_)) {
+        (plane / 16_384).min(64)
+    } else {
+        0
+    };
+    let g = t
+        .usize_knob("ARRAYBRIDGE_DETECT_SCAN_GROUPS")
+        .unwrap_or(auto)
+        .min(plane.div_ceil(crate::detect::kernels::MINMAX_WG));
+    if g <= 1 { 0 } else { g }
+}
+
 /// Work-group size of the prescale kernels (`ARRAYBRIDGE_DETECT_PREP_WG` of `t`, default 256).
 pub(super) fn prep_wg(t: &Tuning) -> usize {
     t.usize_or("ARRAYBRIDGE_DETECT_PREP_WG", 256)
@@ -524,7 +542,7 @@ fn run_acc<E: Executor, T: Real, R: DevReal, A: DevReal>(
         fused,
         cfg.device_budget(e),
         want_cube,
-        cert,
+        cert.map(|c| (c, scan_groups(e, &cfg.tuning, h * w))),
     )?;
     let last = run.run_all(&mut timed)?;
     let kernel_s = clock.seconds(e, kernel_s)?;

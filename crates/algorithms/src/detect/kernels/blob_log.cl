@@ -609,32 +609,42 @@ KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
     }
 }
 
-/* A frame's groups partial (min, max) pairs f[2g], f[2g + 1] folded in order. */
-DEVICE_FN void fold_partials(GLOBAL const REAL* RESTRICT f, uint groups, REAL* lo, REAL* hi) {
-    REAL a0 = f[0];
-    REAL z0 = f[1];
-    for (uint g = 0; g < groups; ++g) {
+/* Each frame's threshold (spec 1.5) from the partial extrema (cube_minmax's, or the fused
+   passes' regions), as the CPU computes it in the cube's type: one work group of MINMAX_WG per
+   frame folds the frame's groups (min, max) pairs into (lo, hi), each work item from the
+   frame's first pair (so a NaN there makes lo or hi NaN, as a fold in order would: NaN pairs
+   after it are passed over); a constant (or NaN) cube gets inf (no peak); otherwise thr =
+   abs_thr (has_abs) or lo, raised to rel * hi (has_rel) where that is larger. Launched over
+   (nb * MINMAX_WG) with local MINMAX_WG. */
+KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT thr,
+                        const uint groups, const uint has_abs, const REAL abs_thr,
+                        const uint has_rel, const REAL rel, const REAL inf) {
+    LOCAL REAL lw[MINMAX_WG];
+    LOCAL REAL hw[MINMAX_WG];
+    size_t l = LID(0);
+    size_t b = GROUP_ID(0);
+    GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
+    REAL lo = f[0];
+    REAL hi = f[1];
+    for (size_t g = l; g < groups; g += MINMAX_WG) {
         REAL a = f[2 * g];
         REAL z = f[2 * g + 1];
-        a0 = a < a0 ? a : a0;
-        z0 = z > z0 ? z : z0;
+        lo = a < lo ? a : lo;
+        hi = z > hi ? z : hi;
     }
-    *lo = a0;
-    *hi = z0;
-}
-
-/* Each frame's threshold (spec 1.5) from cube_minmax's partials, as the CPU computes it in
-   the cube's type: the frame's partials folded in order into (lo, hi); a constant (or NaN)
-   cube gets inf (no peak); otherwise thr = abs_thr (has_abs) or lo, raised to rel * hi
-   (has_rel) where that is larger. Launched over (nb). */
-KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT thr,
-                        const uint groups, const uint nb, const uint has_abs,
-                        const REAL abs_thr, const uint has_rel, const REAL rel,
-                        const REAL inf) {
-    size_t b = GID(0);
-    if (b >= nb) return;
-    REAL lo, hi;
-    fold_partials(part + 2 * (size_t)groups * b, groups, &lo, &hi);
+    lw[l] = lo;
+    hw[l] = hi;
+    BARRIER();
+    for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
+        if (l < st) {
+            lw[l] = lw[l + st] < lw[l] ? lw[l + st] : lw[l];
+            hw[l] = hw[l + st] > hw[l] ? hw[l + st] : hw[l];
+        }
+        BARRIER();
+    }
+    if (l != 0) return;
+    lo = lw[0];
+    hi = hw[0];
     REAL t;
     if (lo == hi || lo != lo || hi != hi) {
         t = inf;
@@ -648,6 +658,38 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
     thr[b] = t;
 }
 
+/* The largest |pixel| of each frame of img (from frame frame0), in groups parts a frame for
+   cert_frames (ARRAYBRIDGE_DETECT_SCAN_GROUPS): launched over (groups * MINMAX_WG, nb) with
+   local (MINMAX_WG, 1); group g of frame b scans the g-th of groups consecutive slices of the
+   frame and writes amax[b * groups + g] = the largest |pixel| there (0 for none), +inf where
+   one is NaN or infinite. */
+KERNEL frame_absmax(GLOBAL const REAL* RESTRICT img, const uint frame0,
+                    GLOBAL REAL* RESTRICT amax, const uint plane, const uint groups,
+                    const REAL inf) {
+    LOCAL REAL mx[MINMAX_WG];
+    size_t l = LID(0);
+    size_t g = GROUP_ID(0);
+    size_t b = GID(1);
+    size_t slice = ((size_t)plane + groups - 1) / groups;
+    size_t start = g * slice;
+    size_t end = start + slice < (size_t)plane ? start + slice : (size_t)plane;
+    GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
+    REAL m = 0;
+    int bad = 0;
+    for (size_t i = start + l; i < end; i += MINMAX_WG) {
+        REAL v = im[i];
+        REAL a = v < 0 ? -v : v;
+        bad |= (a != a) | (a == inf);
+        m = a > m ? a : m;
+    }
+    mx[l] = bad ? inf : m;
+    BARRIER();
+    for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
+        if (l < st) mx[l] = mx[l + st] > mx[l] ? mx[l + st] : mx[l];
+        BARRIER();
+    }
+    if (l == 0) amax[b * groups + g] = mx[0];
+}
 
 /* 3x3x3 maxima above thr[frame], 'nearest' edges, spatial border exclusion; appends
    (flat index in the batch cube, value) through the counter; writes only below cap. Where
@@ -701,7 +743,8 @@ KERNEL log_peaks(GLOBAL const REAL* RESTRICT cube, GLOBAL const REAL* RESTRICT t
    host settling every decision the margin leaves open with exact float64 voxels.
    cert_frames: one work group of MINMAX_WG per frame of the batch. m = the largest |pixel| of
    the frame's f32 image (+inf where a pixel or a partial extremum is NaN, or a pixel is
-   infinite), e = e1 * m + e0, the partial extrema (as frame_thresholds reads them) folded in
+   infinite): scanned here, or with scan_groups > 0 folded from frame_absmax's scan_groups
+   parts of the frame in amax (the same value), e = e1 * m + e0, the partial extrema (as frame_thresholds reads them) folded in
    parallel into (lo, hi), and thr_c, a lower bound of
    every exact threshold the frame can have, less e: max(abs_thr, rel * (hi - e)) - e, lowered
    by 2^-20 of its magnitude for the roundings. fr[4b .. 4b + 4] = (lo, hi, e, thr_c); thr_c
@@ -710,20 +753,30 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
                    GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT fr,
                    const uint plane, const uint groups, const REAL e1, const REAL e0,
                    const uint has_abs, const REAL abs_thr, const uint has_rel, const REAL rel,
-                   const REAL inf) {
+                   const REAL inf, GLOBAL const REAL* RESTRICT amax, const uint scan_groups) {
     LOCAL REAL mx[MINMAX_WG];
     LOCAL REAL lw[MINMAX_WG];
     LOCAL REAL hw[MINMAX_WG];
     size_t l = LID(0);
     size_t b = GROUP_ID(0);
-    GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
     REAL m = 0;
     int bad = 0;
-    for (size_t i = l; i < plane; i += MINMAX_WG) {
-        REAL v = im[i];
-        REAL a = v < 0 ? -v : v;
-        bad |= (a != a) | (a == inf);
-        m = a > m ? a : m;
+    if (scan_groups > 0) {
+        /* frame_absmax's parts of the frame (+inf where one saw a NaN or an infinity) */
+        GLOBAL const REAL* am = amax + (size_t)scan_groups * b;
+        for (size_t g = l; g < scan_groups; g += MINMAX_WG) {
+            REAL a = am[g];
+            bad |= (a != a) | (a == inf);
+            m = a > m ? a : m;
+        }
+    } else {
+        GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
+        for (size_t i = l; i < plane; i += MINMAX_WG) {
+            REAL v = im[i];
+            REAL a = v < 0 ? -v : v;
+            bad |= (a != a) | (a == inf);
+            m = a > m ? a : m;
+        }
     }
     /* the partial extrema, folded by every work item (a NaN makes the frame unsearched) */
     GLOBAL const REAL* f = part + 2 * (size_t)groups * b;

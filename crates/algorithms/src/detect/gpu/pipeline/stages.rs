@@ -170,7 +170,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         fused: Fused,
         max_device_bytes: usize,
         want_cube: bool,
-        cert: Option<Certify<'c, T>>,
+        cert: Option<(Certify<'c, T>, usize)>,
     ) -> Result<Self> {
         let (n_frames, h, w, rows, cols, lx, ly) = dims;
         let e = k.program().executor();
@@ -211,7 +211,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let idx_buf = e.alloc_elems::<u32>(cap)?;
         let val_buf = e.alloc_elems::<R>(cap)?;
         let cert = match cert {
-            Some(c) => Some(CertRun::new(e, c, cap, chunk)?),
+            Some((c, scan_groups)) => Some(CertRun::new(e, c, cap, chunk, scan_groups)?),
             None => None,
         };
         Ok(Self {
@@ -511,14 +511,13 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let groups_u = self.partial_extrema(b, part, timed)?;
         let thr = e.alloc_elems::<R>(nb)?;
         let ((has_abs, abs_thr), (has_rel, rel)) = self.threshold_args();
-        let (global, local) = ([round_up_to(nb, 64)], [64]);
+        let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
         timed("frame_thresholds", &mut || {
             k.frame_thresholds(
                 Grid::new(&global, &local),
                 part,
                 &thr,
                 groups_u,
-                b.nbu,
                 has_abs,
                 R::from_f64(abs_thr),
                 has_rel,

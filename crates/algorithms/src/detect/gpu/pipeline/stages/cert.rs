@@ -23,6 +23,9 @@ pub(super) struct CertRun<'a, E: Executor, T> {
     near: Buffer<E, u32>,
     /// Capacity of `near`, grown when a batch has more.
     ncap: usize,
+    /// Work groups a frame of `frame_absmax` (0: `cert_frames` scans each frame itself; see
+    /// [`super::super::scan_groups`]).
+    scan_groups: usize,
 }
 
 /// Voxels near a frame's extrema past which the certified search gives it to the CPU (twice
@@ -38,14 +41,22 @@ fn cand_cap_frame(plane: usize) -> usize {
 
 impl<'a, E: Executor, T> CertRun<'a, E, T> {
     /// The search of `c` on `e`, its buffers sized for `cap` candidates and a batch of `chunk`
-    /// frames (both grown when a batch finds more).
-    pub(super) fn new(e: &E, c: Certify<'a, T>, cap: usize, chunk: usize) -> Result<Self> {
+    /// frames (both grown when a batch finds more), each frame's image scanned by
+    /// `scan_groups` work groups (0: by `cert_frames` alone).
+    pub(super) fn new(
+        e: &E,
+        c: Certify<'a, T>,
+        cap: usize,
+        chunk: usize,
+        scan_groups: usize,
+    ) -> Result<Self> {
         let ncap = (chunk * 64).max(1024);
         Ok(CertRun {
             c,
             near_bits: e.alloc_elems::<u32>(cap)?,
             near: e.alloc_elems::<u32>(2 * ncap)?,
             ncap,
+            scan_groups,
         })
     }
 }
@@ -110,8 +121,8 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
 
     /// Each frame's margins of the certified search, on the device (`cert_frames`): its
     /// extrema from the partials in `part` (the fused pass left them; else `cube_minmax` finds
-    /// them), the largest magnitude of its pixels, the margin `e` and the lower bound of its
-    /// threshold.
+    /// them), the largest magnitude of its pixels (in parts by `frame_absmax` first, with
+    /// several scan groups a frame), the margin `e` and the lower bound of its threshold.
     pub(super) fn cert_frames(
         &mut self,
         b: &Batch,
@@ -129,6 +140,25 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         let abs_thr = abs_thr.clamp(-big, big);
         let plane = to_u32(self.plane, "frame size")?;
         let frame0 = to_u32(b.frame0, "frame")?;
+        let inf = R::from_f64(f64::INFINITY);
+        // each frame's largest magnitude in parts, by several groups a frame
+        let scan = self.cert()?.scan_groups;
+        let scan_u = to_u32(scan, "scan groups")?;
+        let amax = e.alloc_elems::<R>((nb * scan).max(1))?;
+        if scan > 0 {
+            let (global, local) = ([scan * MINMAX_WG, nb], [MINMAX_WG, 1]);
+            timed("frame_absmax", &mut || {
+                k.frame_absmax(
+                    Grid::new(&global, &local),
+                    &self.img,
+                    frame0,
+                    &amax,
+                    plane,
+                    scan_u,
+                    inf,
+                )
+            })?;
+        }
         let (global, local) = ([nb * MINMAX_WG], [MINMAX_WG]);
         timed("cert_frames", &mut || {
             k.cert_frames(
@@ -145,7 +175,9 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 R::from_f64(abs_thr),
                 has_rel,
                 R::from_f64(rel),
-                R::from_f64(f64::INFINITY),
+                inf,
+                &amax,
+                scan_u,
             )
         })?;
         Ok(fr)
