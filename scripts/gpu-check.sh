@@ -360,7 +360,7 @@ phase_python() {
     "$py" -m pytest -q -rs -p no:cacheprovider "$root/crates/bridge-python/tests"
 }
 
-# compute-sanitizer on one small detection test and one radius-6 PACO test.
+# compute-sanitizer on one small detection test, one locate test and one radius-6 PACO test.
 phase_sanitize() {
   local cs tool
   cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
@@ -371,11 +371,10 @@ phase_sanitize() {
     run_binary "sanitize $tool detect" "$WORK/sanitize-$tool-detect.log" \
       env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_gpu" \
       --exact cuda::cuda_batch_equals_single_frames --test-threads=1 --show-output
-    if [ "$tool" = memcheck ]; then
-      run_binary "sanitize $tool locate" "$WORK/sanitize-$tool-locate.log" \
-        env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_locate_gpu" \
-        --exact cuda::cuda_locate_batch_equals_single_frames --test-threads=1 --show-output
-    fi
+    # every tool on locate too: its percentile and noise tiles share local memory
+    run_binary "sanitize $tool locate" "$WORK/sanitize-$tool-locate.log" \
+      env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/detect_locate_gpu" \
+      --exact cuda::cuda_locate_batch_equals_single_frames --test-threads=1 --show-output
     run_binary "sanitize $tool paco r6" "$WORK/sanitize-$tool-paco.log" \
       env ARRAYBRIDGE_CHECK_PARAMS=0 "$cs" --tool "$tool" --error-exitcode 99 "$carry/tests/paco_gpu" \
       --exact cuda::large_patches_match_cpu --test-threads=1 --show-output
@@ -609,7 +608,7 @@ phase_bench() {
 phase_ab() {
   local cli="$carry/bin/arraybridge" frames v i=0 tag
   frames="${GPU_CHECK_DETECT_FRAMES:-1000}"
-  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host;ARRAYBRIDGE_PACO_CHOL=rows;ARRAYBRIDGE_PACO_LAG_ORDER=pixels;ARRAYBRIDGE_LOCATE_KEEP=0;ARRAYBRIDGE_DETECT_SCAN_GROUPS=0}"
+  local ab="${GPU_CHECK_AB:-ARRAYBRIDGE_DETECT_BLOCK=0;ARRAYBRIDGE_DETECT_BLOCK_COLS=1;ARRAYBRIDGE_DETECT_BLOCK_COLS=5;ARRAYBRIDGE_DETECT_BLOCK=8;ARRAYBRIDGE_DETECT_ROWS=4;ARRAYBRIDGE_CUDA_PACK=pageable;ARRAYBRIDGE_DETECT_IN_FLIGHT=2;ARRAYBRIDGE_DETECT_DEVICE_CERTIFIED=0;ARRAYBRIDGE_DETECT_PASS_FMA=0;ARRAYBRIDGE_DETECT_MAX_MB=512;ARRAYBRIDGE_PACO_TRAJ=host;ARRAYBRIDGE_PACO_CHOL=rows;ARRAYBRIDGE_PACO_LAG_ORDER=pixels;ARRAYBRIDGE_LOCATE_KEEP=0;ARRAYBRIDGE_DETECT_SCAN_GROUPS=0;ARRAYBRIDGE_LOCATE_NOISE=rows}"
   local vs=()
   wait_movies
   IFS=';' read -r -a vs <<<"$ab"

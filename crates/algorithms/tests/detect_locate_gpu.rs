@@ -580,6 +580,37 @@ fn check_errors(backend: &dyn DetectBackend) {
 }
 
 /// Timing on 512×512 u16 frames (reported, not asserted): batches of 8, device vs CPU.
+/// `d` with `ARRAYBRIDGE_LOCATE_NOISE` at `mode`, set by value.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn noise_mode<E: bridge_core::exec::Executor>(
+    d: &algorithms::detect::gpu::GpuDetect<E>,
+    mode: &str,
+) -> algorithms::detect::gpu::GpuDetect<E> {
+    d.clone().with_config(GpuDetectConfig {
+        tuning: bridge_core::tuning::Tuning::default()
+            .with("ARRAYBRIDGE_LOCATE_NOISE", mode)
+            .unwrap(),
+        ..d.config().clone()
+    })
+}
+
+/// The background noise summed a row a work item (`rows`) and through local memory by tiles of
+/// 32 rows (`tiles`: frames whose sides are not multiples of 32 included) gives the CPU's
+/// features bit for bit either way.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+fn check_noise_modes<E: bridge_core::exec::Executor>(
+    name: &str,
+    d: &algorithms::detect::gpu::GpuDetect<E>,
+) {
+    for mode in ["tiles", "rows"] {
+        let m = noise_mode(d, mode);
+        let label = format!("{name} noise {mode}");
+        check_fixtures(&label, &m, 1e-9, 1e-9);
+        let (n, same) = check_random(&label, &m, 1e-9, 1e-9);
+        assert_eq!(n, same, "{label}: the CPU's features bit for bit");
+    }
+}
+
 fn time_512(name: &str, backend: &dyn DetectBackend, frames: usize) {
     let s = algorithms::detect::synth::synthetic_movie(frames, 512, 100, 1.0, 3);
     let movie = s.movie;
@@ -644,6 +675,12 @@ mod opencl {
         let Some(d) = device() else { return };
         assert!(d.has_fp64(), "PoCL has doubles");
         check_fixtures("opencl f64", &d, 1e-9, 1e-9);
+    }
+
+    #[test]
+    fn opencl_locate_noise_modes_give_the_cpus_features() {
+        let Some(d) = device() else { return };
+        check_noise_modes("opencl f64", &d);
     }
 
     #[test]
@@ -783,6 +820,12 @@ mod cuda {
     }
 
     #[test]
+    fn cuda_locate_noise_modes_give_the_cpus_features() {
+        let Some(d) = device() else { return };
+        check_noise_modes("cuda f64", &d);
+    }
+
+    #[test]
     fn cuda_locate_f32_within_tolerance() {
         let Some(d) = device() else { return };
         let f = d.clone().with_config(GpuDetectConfig {
@@ -823,7 +866,7 @@ mod cuda {
 /// The same checks again in a child process with every detection knob moved off its default
 /// (odd work-group shapes, small load groups, traced kernels, the rows' boxcar a work item per
 /// row; on CUDA also synchronous launches, every upload staged and behind the kernels): results
-/// are independent of the knobs.
+/// are independent of the knobs (the candidates all read back, the noise a row a work item).
 #[test]
 fn locate_does_not_depend_on_the_knobs() {
     let mut tests = Vec::new();
@@ -853,6 +896,8 @@ fn locate_does_not_depend_on_the_knobs() {
             // the rows' boxcar one work item per row, as before
             ("ARRAYBRIDGE_LOCATE_ROWS", "line"),
             ("ARRAYBRIDGE_LOCATE_KEEP", "0"),
+            // the noise a row a work item, as before
+            ("ARRAYBRIDGE_LOCATE_NOISE", "rows"),
         ],
         &tests,
     );

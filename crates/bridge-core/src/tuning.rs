@@ -290,6 +290,17 @@ pub const KNOBS: &[Knob] = &[
               (the same numbers either way)",
     },
     Knob {
+        name: "ARRAYBRIDGE_LOCATE_NOISE",
+        default: "auto",
+        accepts: Accepts::Choice(&["auto", "tiles", "rows"]),
+        doc: "locate's background noise: tiles, the uncovered pixels flagged one work item per \
+              pixel (locate_noise_flag), then each row's sums in column order by groups of 32 \
+              rows read 32 columns at a time through local memory (locate_noise_tiles: reads \
+              coalesced); rows, one work item per row flags and sums (locate_noise_rows: each \
+              reads its own row); auto: tiles on GPUs, rows on CPU devices; the same numbers \
+              either way",
+    },
+    Knob {
         name: "ARRAYBRIDGE_LOCATE_KEEP",
         default: "1",
         accepts: Accepts::Choice(&["1", "0"]),

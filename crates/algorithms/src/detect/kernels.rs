@@ -109,6 +109,10 @@ pub const MINMAX_WG: usize = 256;
 /// Work-group size of `locate_percentile` (one group per frame; `PCT_WG` in `locate.cl`).
 pub const PCT_WG: usize = 256;
 
+/// Rows of a work group of `locate_noise_tiles`, and its work items (`NOISE_T` in
+/// `locate.cl`).
+pub const NOISE_T: usize = 32;
+
 /// Work-group size of `locate_row_max` (one group per row; a power of two).
 pub const ROW_MAX_WG: usize = 64;
 
@@ -154,7 +158,7 @@ pub const LOCATE_OPTS_F32: &[&str] = &["-DREAL=float", "-DACC_DOUBLE=0"];
 /// | `locate_percentile` | frame | NumPy's linear-interpolation percentile of the non-zero values, as the smallest integer above it |
 /// | `locate_dilate_x`, `locate_maxima` | pixel | grey dilation (row maxima, then column maxima) and the maxima above the percentile outside the margin, appended through an atomic counter |
 /// | `locate_refine` | candidate | the iterated centre of mass on the circular mask, then mass, size, eccentricity, signal and raw mass |
-/// | `locate_row_dist`, `locate_noise_rows`, `locate_noise_frame` | pixel / row / frame | the raw pixels not covered by the mask dilation of the non-zero image (flagged in the first pass, over the integer image, which is no longer needed): count, mean and squared deviations |
+/// | `locate_row_dist`, `locate_noise_flag`, `locate_noise_tiles` (or `locate_noise_rows`), `locate_noise_frame` | pixel / pixel / 32 rows (row) / frame | the raw pixels not covered by the mask dilation of the non-zero image (flagged over the integer image, which is no longer needed): count, mean and squared deviations, each row's sums in column order (`locate_noise_tiles` reads 32 rows × 32 columns at a time into local memory, coalesced; `locate_noise_rows`, `ARRAYBRIDGE_LOCATE_NOISE=rows`, a row a work item, flagging in its first pass) |
 ///
 /// Integer quantities (the integer image, its sums and moments) are integers on the device
 /// too; the floating-point steps follow the CPU's order with contraction (FMA) disabled.

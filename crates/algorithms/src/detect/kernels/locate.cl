@@ -622,6 +622,79 @@ KERNEL locate_noise_rows(GLOBAL const uint* RESTRICT dist, GLOBAL const int* RES
     }
 }
 
+/* locate_noise_rows' pass 0 flags, one work item per pixel (the tiled per-pixel grid (x, y,
+   frame)): flag = whether (y, x) is covered; the mask rows' distances read by neighbouring
+   work items from neighbouring columns (locate_noise_rows reads them a row a work item). */
+KERNEL locate_noise_flag(GLOBAL const uint* RESTRICT dist, GLOBAL const int* RESTRICT hw,
+                         GLOBAL uint* RESTRICT flag, const uint r, const uint h, const uint w,
+                         const uint nf) {
+    size_t x = GID(0);
+    size_t y = GID(1);
+    size_t f = GID(2);
+    if (x >= w || y >= h || f >= nf) return;
+    size_t plane = (size_t)h * w;
+    flag[f * plane + y * w + x] =
+        (uint)covered(dist + f * plane, hw, (int)r, (int)y, (int)x, (int)h, (int)w);
+}
+
+/* locate_noise_rows' sums over the pixels locate_noise_flag left unflagged, the same sums in
+   the same order, with coalesced reads: a work group of NOISE_T work items takes NOISE_T rows
+   of a frame, NOISE_T columns at a time into local memory (work item l loads column l of each
+   row), then work item l adds its row's columns in order. Launched over
+   (ceil(h / NOISE_T) * NOISE_T, nf) with local (NOISE_T, 1). */
+#define NOISE_T 32
+KERNEL locate_noise_tiles(GLOBAL const REAL* RESTRICT raw, GLOBAL const REAL* RESTRICT stats,
+                          GLOBAL REAL* RESTRICT rows, GLOBAL const uint* RESTRICT flag,
+                          const uint h, const uint w, const uint nf, const uint pass) {
+    LOCAL REAL tv[NOISE_T * (NOISE_T + 1)];
+    LOCAL uint tf[NOISE_T * (NOISE_T + 1)];
+    size_t l = LID(0);
+    size_t y0 = GROUP_ID(0) * NOISE_T;
+    size_t f = GID(1);
+    if (f >= nf) return;
+    size_t y = y0 + l;
+    size_t plane = (size_t)h * w;
+    GLOBAL const REAL* rw = raw + f * plane;
+    GLOBAL const uint* fl = flag + f * plane;
+    REAL mean = pass == 0 ? (REAL)0 : stats[4 * f + 1];
+    uint n = 0;
+    REAL s = (REAL)0;
+    for (size_t x0 = 0; x0 < w; x0 += NOISE_T) {
+        size_t x = x0 + l;
+        for (size_t j = 0; j < NOISE_T; ++j) {
+            size_t yy = y0 + j;
+            if (yy < h && x < w) {
+                tv[j * (NOISE_T + 1) + l] = rw[yy * w + x];
+                tf[j * (NOISE_T + 1) + l] = fl[yy * w + x];
+            }
+        }
+        BARRIER();
+        size_t nc = w - x0 < NOISE_T ? w - x0 : NOISE_T;
+        if (y < h) {
+            for (size_t c = 0; c < nc; ++c) {
+                if (tf[l * (NOISE_T + 1) + c]) continue;
+                REAL v = tv[l * (NOISE_T + 1) + c];
+                if (pass == 0) {
+                    n += 1;
+                    s = ADD_RN(s, v);
+                } else {
+                    REAL d = SUB_RN(v, mean);
+                    s = ADD_RN(s, MUL_RN(d, d));
+                }
+            }
+        }
+        BARRIER();
+    }
+    if (y >= h) return;
+    GLOBAL REAL* o = rows + 3 * (f * h + y);
+    if (pass == 0) {
+        o[0] = (REAL)n;
+        o[1] = s;
+    } else {
+        o[2] = s;
+    }
+}
+
 /* Per frame, the rows' sums in row order: pass 0: stats[4f] = n, [4f + 1] = sum / n (the
    mean), [4f + 3] = sum; pass 1: [4f + 2] = the sum of squared deviations. */
 KERNEL locate_noise_frame(GLOBAL const REAL* RESTRICT rows, GLOBAL REAL* RESTRICT stats,

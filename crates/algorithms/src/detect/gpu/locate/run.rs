@@ -303,6 +303,10 @@ pub(super) struct Run<'a, E: Executor, R: DevReal> {
     /// The rows' boxcar one work item per pixel where it is exact in any order
     /// (`ARRAYBRIDGE_LOCATE_ROWS=pixel`, the default), rather than one per row.
     pub(super) rows_px: bool,
+    /// The background noise by `locate_noise_flag` and `locate_noise_tiles`
+    /// (`ARRAYBRIDGE_LOCATE_NOISE`: auto on GPUs), rather than `locate_noise_rows` (auto on
+    /// CPU devices, whose caches serve a row a work item well).
+    pub(super) noise_tiles: bool,
     /// Only the candidates that can pass `minmass` are read back (`locate_keep`;
     /// `ARRAYBRIDGE_LOCATE_KEEP=1`, the default), rather than every candidate.
     pub(super) keep: bool,
@@ -360,6 +364,11 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
         let pwg = prep_wg(&cfg.tuning);
         let rows_px = cfg.tuning.choice("ARRAYBRIDGE_LOCATE_ROWS") != "line";
         let keep = cfg.tuning.choice("ARRAYBRIDGE_LOCATE_KEEP") != "0";
+        let noise_tiles = match cfg.tuning.choice("ARRAYBRIDGE_LOCATE_NOISE").as_str() {
+            "tiles" => true,
+            "rows" => false,
+            _ => !e.is_cpu(),
+        };
 
         let cap = 1024usize;
         let cand_buf = e.alloc_elems::<u32>(cap)?;
@@ -382,6 +391,7 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             ly,
             pwg,
             rows_px,
+            noise_tiles,
             keep,
             cap,
             cand_buf,

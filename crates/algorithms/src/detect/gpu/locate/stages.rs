@@ -28,7 +28,7 @@ use super::run::{Batch, Run};
 use super::{LINE_WG, Pixels, Src, Uploaded, upload_frames, widen};
 use crate::detect::gpu::DevReal;
 use crate::detect::gpu::pipeline::{round_up_to, to_u32};
-use crate::detect::kernels::{PCT_WG, ROW_MAX_WG};
+use crate::detect::kernels::{NOISE_T, PCT_WG, ROW_MAX_WG};
 use crate::detect::locate::{Feature, finish, remove_duplicates};
 use crate::detect::real::Real;
 
@@ -391,7 +391,9 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
 
     /// Background noise (only needed when a frame has a feature: with `characterize` and
     /// candidates): the row distances of `img` to the mask into `dist`, then two passes of
-    /// per-row and per-frame sums over `raw`. Returns `(n, mean, sq, sum)` per frame, as
+    /// per-row and per-frame sums over `raw` (the pixels flagged first, one work item per
+    /// pixel, and each row summed through local memory with `noise_tiles`; else a row a work
+    /// item, flagging in the first pass). Returns `(n, mean, sq, sum)` per frame, as
     /// [`Run::host_finish`] reads them.
     pub(super) fn noise(
         &mut self,
@@ -413,14 +415,28 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
         let stats = e.alloc_elems::<R>(nb * 4)?;
         let g = b.lines(h);
         let lines = Grid::new(&g, &b.l2);
+        let (gt, lt) = ([round_up_to(h, NOISE_T), nb], [NOISE_T, 1]);
+        let tiles = Grid::new(&gt, &lt);
         let frames = Grid::new(&b.gf, &b.lf);
         let hw = &self.tb.hw_buf;
-        for pass in 0..2u32 {
-            self.k.launch("locate_noise_rows", |k| {
-                k.locate_noise_rows(
-                    lines, dist, hw, raw, &stats, &rows, img, a.ru, a.hu, a.wu, b.nbu, pass,
-                )
+        if self.noise_tiles {
+            // the flags over the integer image, no longer needed
+            self.k.launch("locate_noise_flag", |k| {
+                k.locate_noise_flag(grid, dist, hw, img, a.ru, a.hu, a.wu, b.nbu)
             })?;
+        }
+        for pass in 0..2u32 {
+            if self.noise_tiles {
+                self.k.launch("locate_noise_tiles", |k| {
+                    k.locate_noise_tiles(tiles, raw, &stats, &rows, img, a.hu, a.wu, b.nbu, pass)
+                })?;
+            } else {
+                self.k.launch("locate_noise_rows", |k| {
+                    k.locate_noise_rows(
+                        lines, dist, hw, raw, &stats, &rows, img, a.ru, a.hu, a.wu, b.nbu, pass,
+                    )
+                })?;
+            }
             self.k.launch("locate_noise_frame", |k| {
                 k.locate_noise_frame(frames, &rows, &stats, a.hu, b.nbu, pass)
             })?;
