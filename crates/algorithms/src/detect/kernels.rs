@@ -109,6 +109,10 @@ pub const MINMAX_WG: usize = 256;
 /// Work-group size of `locate_percentile` (one group per frame; `PCT_WG` in `locate.cl`).
 pub const PCT_WG: usize = 256;
 
+/// Work-group size of `locate_scale` and `locate_noise_frame` (one group per frame; a power of
+/// two: `FRAME_WG` in `locate.cl`).
+pub const FRAME_WG: usize = 256;
+
 /// Rows of a work group of `locate_noise_tiles`, and its work items (`NOISE_T` in
 /// `locate.cl`).
 pub const NOISE_T: usize = 32;
@@ -153,12 +157,12 @@ pub const LOCATE_OPTS_F32: &[&str] = &["-DREAL=float", "-DACC_DOUBLE=0"];
 /// | `locate_load_{u8,u16,f32,f64}` | pixel | the frame (uploaded as stored) to `REAL`, inverted if asked, as the CPU does it |
 /// | `locate_lowpass_y`, `locate_lowpass_x` | pixel | trackpy's Gaussian lowpass, zero padding, the CPU's order of operations |
 /// | `locate_box_cols` (float frames), `locate_box_int_y` (integer frames), `locate_box_rows` | column / pixel / row | the boxcar background: for float frames running sums in the CPU's order (the mean rounded to `float` for float32 frames), for integer frames exact integer window sums (equal to the CPU's running sums); then `bandpass = low − background` clipped at the threshold, and each row's maximum |
-/// | `locate_scale` | frame | the frame maximum and the rescale factor `int_max / max` |
+/// | `locate_scale` | frame (a group of 256) | the frame maximum (a fold of the rows' maxima) and the rescale factor `int_max / max` |
 /// | `locate_rescale` | pixel | the image in the integer gamut (truncated) and the histogram of its non-zero values |
 /// | `locate_percentile` | frame | NumPy's linear-interpolation percentile of the non-zero values, as the smallest integer above it |
 /// | `locate_dilate_x`, `locate_maxima` | pixel | grey dilation (row maxima, then column maxima) and the maxima above the percentile outside the margin, appended through an atomic counter |
 /// | `locate_refine` | candidate | the iterated centre of mass on the circular mask, then mass, size, eccentricity, signal and raw mass |
-/// | `locate_row_dist`, `locate_noise_flag`, `locate_noise_tiles` (or `locate_noise_rows`), `locate_noise_frame` | pixel / pixel / 32 rows (row) / frame | the raw pixels not covered by the mask dilation of the non-zero image (flagged over the integer image, which is no longer needed): count, mean and squared deviations, each row's sums in column order (`locate_noise_tiles` reads 32 rows × 32 columns at a time into local memory, coalesced; `locate_noise_rows`, `ARRAYBRIDGE_LOCATE_NOISE=rows`, a row a work item, flagging in its first pass) |
+/// | `locate_row_dist`, `locate_noise_flag`, `locate_noise_tiles` (or `locate_noise_rows`), `locate_noise_frame` | pixel / pixel / 32 rows (row) / frame (a group of 256) | the raw pixels not covered by the mask dilation of the non-zero image (flagged over the integer image, which is no longer needed): count, mean and squared deviations, each row's sums in column order (`locate_noise_tiles` reads 32 rows × 32 columns at a time into local memory, coalesced; `locate_noise_rows`, `ARRAYBRIDGE_LOCATE_NOISE=rows`, a row a work item, flagging in its first pass) |
 ///
 /// Integer quantities (the integer image, its sums and moments) are integers on the device
 /// too; the floating-point steps follow the CPU's order with contraction (FMA) disabled.

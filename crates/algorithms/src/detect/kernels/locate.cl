@@ -269,18 +269,33 @@ KERNEL locate_row_max(GLOBAL const REAL* RESTRICT bp, GLOBAL REAL* RESTRICT rowm
     if (tid == 0) rowmax[g] = red[0];
 }
 
+/* Work items of the per-frame kernels locate_scale and locate_noise_frame: one work group of
+   FRAME_WG a frame (their loads coalesced and in flight together, not one row after the other
+   in one work item). */
+#define FRAME_WG 256
+
 /* The frame's maximum and the rescale factor: scale[f] = int_max / max when max is positive
-   and finite, else 1; identity != 0 (integer frames without preprocessing): 1. */
+   and finite, else 1; identity != 0 (integer frames without preprocessing): 1. The maximum
+   never takes a NaN (v > mx is false), so the work group's fold of the rows' maxima is the
+   fold in row order's. Launched over (nf * FRAME_WG) with local FRAME_WG. */
 KERNEL locate_scale(GLOBAL const REAL* RESTRICT rowmax, GLOBAL REAL* RESTRICT scale,
-                    GLOBAL const REAL* RESTRICT prm, const uint h, const uint nf,
-                    const uint identity) {
-    size_t f = GID(0);
-    if (f >= nf) return;
+                    GLOBAL const REAL* RESTRICT prm, const uint h, const uint identity) {
+    LOCAL REAL red[FRAME_WG];
+    size_t l = LID(0);
+    size_t f = GROUP_ID(0);
     REAL mx = -(REAL)1 / (REAL)0;
-    for (uint y = 0; y < h; ++y) {
+    for (size_t y = l; y < h; y += FRAME_WG) {
         REAL v = rowmax[f * h + y];
         mx = v > mx ? v : mx;
     }
+    red[l] = mx;
+    BARRIER();
+    for (size_t st = FRAME_WG / 2; st > 0; st >>= 1) {
+        if (l < st) red[l] = red[l + st] > red[l] ? red[l + st] : red[l];
+        BARRIER();
+    }
+    if (l != 0) return;
+    mx = red[0];
     REAL finite = SUB_RN(mx, mx);
     scale[f] = (identity == 0 && mx > (REAL)0 && finite == (REAL)0) ? DIV_RN(prm[P_INTMAX], mx)
                                                                     : (REAL)1;
@@ -696,25 +711,44 @@ KERNEL locate_noise_tiles(GLOBAL const REAL* RESTRICT raw, GLOBAL const REAL* RE
 }
 
 /* Per frame, the rows' sums in row order: pass 0: stats[4f] = n, [4f + 1] = sum / n (the
-   mean), [4f + 3] = sum; pass 1: [4f + 2] = the sum of squared deviations. */
+   mean), [4f + 3] = sum; pass 1: [4f + 2] = the sum of squared deviations. A work group of
+   FRAME_WG a frame loads FRAME_WG rows' sums at a time into local memory, and its first work
+   item adds them in row order. Launched over (nf * FRAME_WG) with local FRAME_WG. */
 KERNEL locate_noise_frame(GLOBAL const REAL* RESTRICT rows, GLOBAL REAL* RESTRICT stats,
-                          const uint h, const uint nf, const uint pass) {
-    size_t f = GID(0);
-    if (f >= nf) return;
+                          const uint h, const uint pass) {
+    LOCAL REAL ln[FRAME_WG];
+    LOCAL REAL ls[FRAME_WG];
+    size_t l = LID(0);
+    size_t f = GROUP_ID(0);
     GLOBAL const REAL* rs = rows + 3 * f * h;
-    if (pass == 0) {
-        REAL n = (REAL)0;
-        REAL s = (REAL)0;
-        for (uint y = 0; y < h; ++y) {
-            n = ADD_RN(n, rs[3 * y]);
-            s = ADD_RN(s, rs[3 * y + 1]);
+    REAL n = (REAL)0;
+    REAL s = (REAL)0;
+    for (size_t y0 = 0; y0 < h; y0 += FRAME_WG) {
+        size_t y = y0 + l;
+        if (y < h) {
+            if (pass == 0) {
+                ln[l] = rs[3 * y];
+                ls[l] = rs[3 * y + 1];
+            } else {
+                ls[l] = rs[3 * y + 2];
+            }
         }
+        BARRIER();
+        if (l == 0) {
+            size_t m = h - y0 < FRAME_WG ? h - y0 : FRAME_WG;
+            for (size_t j = 0; j < m; ++j) {
+                if (pass == 0) n = ADD_RN(n, ln[j]);
+                s = ADD_RN(s, ls[j]);
+            }
+        }
+        BARRIER();
+    }
+    if (l != 0) return;
+    if (pass == 0) {
         stats[4 * f] = n;
         stats[4 * f + 1] = DIV_RN(s, n);
         stats[4 * f + 3] = s;
     } else {
-        REAL s = (REAL)0;
-        for (uint y = 0; y < h; ++y) s = ADD_RN(s, rs[3 * y + 2]);
         stats[4 * f + 2] = s;
     }
 }

@@ -12,7 +12,7 @@ use super::{Kind, LINE_WG, LocateOut, Src, reals, widen};
 use crate::detect::gpu::pipeline::{KernelClock, Turn, local_xy, prep_wg, round_up_to, to_u32};
 use crate::detect::gpu::{DevReal, GpuDetectConfig};
 use crate::detect::kernels::locate_kernels::Kernels;
-use crate::detect::kernels::{LOCATE_OPTS_F32, LOCATE_OPTS_F64};
+use crate::detect::kernels::{FRAME_WG, LOCATE_OPTS_F32, LOCATE_OPTS_F64};
 use crate::detect::locate::{Feature, LocateParams, Plan, lowpass_taps, mask, mask_tables};
 use crate::detect::{trace, trace_enabled};
 
@@ -249,7 +249,7 @@ pub(super) struct Batch {
     pub(super) lp: [usize; 2],
     /// Local size of [`Batch::lines`].
     pub(super) l2: [usize; 2],
-    /// Global size per frame.
+    /// Global size of the per-frame kernels: a work group of [`FRAME_WG`] a frame.
     pub(super) gf: [usize; 1],
     /// Local size of [`Batch::gf`].
     pub(super) lf: [usize; 1],
@@ -414,8 +414,8 @@ impl<'a, E: Executor, R: DevReal> Run<'a, E, R> {
             gp: [round_up_to(plane, self.pwg), nb],
             lp: [self.pwg, 1],
             l2: [LINE_WG, 1],
-            gf: [round_up_to(nb, LINE_WG)],
-            lf: [LINE_WG],
+            gf: [nb * FRAME_WG],
+            lf: [FRAME_WG],
         })
     }
 

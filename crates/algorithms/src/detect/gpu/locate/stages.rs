@@ -231,7 +231,7 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
         let frames = Grid::new(&b.gf, &b.lf);
         let scale = e.alloc_elems::<R>(nb)?;
         self.k.launch("locate_scale", |k| {
-            k.locate_scale(frames, rowmax, &scale, prm, a.hu, b.nbu, a.identity)
+            k.locate_scale(frames, rowmax, &scale, prm, a.hu, a.identity)
         })?;
         let img = e.alloc_elems::<u32>(nb * self.plane)?;
         let hist = e.zeroed_elems::<i32>(nb * self.nbins)?;
@@ -438,7 +438,7 @@ impl<E: Executor, R: DevReal> Run<'_, E, R> {
                 })?;
             }
             self.k.launch("locate_noise_frame", |k| {
-                k.locate_noise_frame(frames, &rows, &stats, a.hu, b.nbu, pass)
+                k.locate_noise_frame(frames, &rows, &stats, a.hu, pass)
             })?;
         }
         let t = Instant::now();

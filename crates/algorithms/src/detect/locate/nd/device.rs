@@ -19,8 +19,8 @@ use bridge_core::{BridgeError, Device, Result};
 use super::params::Resolved;
 use super::{Kind, LocateNdParams, prep::split};
 use crate::detect::gpu::{round_up_to, to_u32};
-use crate::detect::kernels::LOCATE_OPTS_F64;
 use crate::detect::kernels::locate_kernels::Kernels;
+use crate::detect::kernels::{FRAME_WG, LOCATE_OPTS_F64};
 use crate::detect::locate::bandpass::lowpass_half;
 
 /// Work items per group along the first grid axis.
@@ -248,7 +248,14 @@ pub(super) fn prepare_on<E: Executor>(
     // host takes the percentile from the image as the CPU does)
     let scale = e.alloc_elems::<f64>(1)?;
     let rows_u = to_u32(rows, "rows")?;
-    k.locate_scale(Grid::new(&[1], &[1]), &rowmax, &scale, &prm, rows_u, 1, 0)?;
+    k.locate_scale(
+        Grid::new(&[FRAME_WG], &[FRAME_WG]),
+        &rowmax,
+        &scale,
+        &prm,
+        rows_u,
+        0,
+    )?;
     let img = e.alloc_elems::<u32>(nvox)?;
     let nbins = int_max as usize + 1;
     let hist = e.zeroed_elems::<i32>(nbins)?;
