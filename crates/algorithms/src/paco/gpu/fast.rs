@@ -628,13 +628,16 @@ fn sums_on_device<E: Executor, R: DevReal>(
         let pol = to_reals::<R>(polar.iter().flat_map(|&(r, th0)| [r, th0]));
         let pol = e.upload_slice(&pol)?;
         let traj = e.alloc_elems::<i32>(n * t)?;
-        let undec = e.zeroed_elems::<i32>(n * t + 1)?;
+        // the undecided entries' count (zeroed) and list (written below the count)
+        let count = e.zeroed_elems::<i32>(1)?;
+        let undec = e.alloc_elems::<i32>(n * t)?;
         c.kern.paco_traj(
             Grid::new(&[n.div_ceil(lw) * lw], &[lw]),
             &pol,
             &ang,
             &geo,
             &traj,
+            &count,
             &undec,
             nearest,
             ylo,
@@ -648,7 +651,7 @@ fn sums_on_device<E: Executor, R: DevReal>(
         // the statistics' last lag table, once the first trajectories are queued behind the
         // statistics (dropping it may wait for its last use)
         drop(last_lag.take());
-        let k = e.read_elems(&undec, 1)?[0];
+        let k = e.read_elems(&count, 1)?[0];
         let k = usize::try_from(k)
             .ok()
             .filter(|&k| k <= n * t)
@@ -659,7 +662,7 @@ fn sums_on_device<E: Executor, R: DevReal>(
                 ))
             })?;
         if k > 0 {
-            let idx = e.read_elems_at(&undec, 1, k)?;
+            let idx = e.read_elems(&undec, k)?;
             let val: Vec<i32> = idx
                 .par_iter()
                 .map(|&p| {

@@ -484,8 +484,8 @@ KERNEL paco_accumulate(GLOBAL const int* RESTRICT traj, GLOBAL const REAL* RESTR
    within r * 2^-49 + |v| * 2^-51 of v, rounds to the same pixel (geo[3] = 2^-40: 512 times
    that bound). A frame with a coordinate the device cannot decide (the identity rotation puts
    every coordinate there: angle 0 with an integer centre) is left to the host: its entry gets
-   -2 and its index i * t + l goes to undec[1 + k] (undec[0] counts them); the host computes
-   those entries and paco_traj_fix writes them. */
+   -2 and its index i * t + l goes to undec[k] (count[0] counts them; only it is zeroed); the
+   host computes those entries and paco_traj_fix writes them. */
 /* sine and cosine of x with one argument reduction (each within the sin's and cos's own
    error bounds) */
 #if defined(__CUDACC__)
@@ -500,8 +500,9 @@ DEVICE_FN REAL sin_cos(REAL x, REAL* c) {
 
 KERNEL paco_traj(GLOBAL const REAL* RESTRICT pol, GLOBAL const REAL* RESTRICT ang,
                  GLOBAL const REAL* RESTRICT geo, GLOBAL int* RESTRICT traj,
-                 GLOBAL int* RESTRICT undec, const int nearest, const int ylo, const int yhi,
-                 const int xlo, const int xhi, const uint w, const uint n, const uint t) {
+                 GLOBAL int* RESTRICT count, GLOBAL int* RESTRICT undec, const int nearest,
+                 const int ylo, const int yhi, const int xlo, const int xhi, const uint w,
+                 const uint n, const uint t) {
     size_t i = GID(0);
     if (i >= n) return;
     const REAL r = pol[2 * i], th0 = pol[2 * i + 1];
@@ -521,8 +522,8 @@ KERNEL paco_traj(GLOBAL const REAL* RESTRICT pol, GLOBAL const REAL* RESTRICT an
         /* NaN fails both tests: undecided */
         if (!(fabs(vy - rint(vy)) > ey0 + rel * fabs(y)) ||
             !(fabs(vx - rint(vx)) > ex0 + rel * fabs(x))) {
-            int k = ATOMIC_ADD_INT(&undec[0], 1);
-            undec[1 + k] = (int)(i * t + l);
+            int k = ATOMIC_ADD_INT(count, 1);
+            undec[k] = (int)(i * t + l);
             row[l] = -2;
             continue;
         }
