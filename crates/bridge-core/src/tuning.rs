@@ -190,8 +190,8 @@ pub const KNOBS: &[Knob] = &[
         accepts: Accepts::Int(0, 1024),
         doc: "work groups a frame that scan the image for its largest magnitude in the \
               certified search (frame_absmax, folded by cert_frames); 0 or 1: cert_frames \
-              scans each frame with its one group (auto: on CUDA a group per 16,384 pixels, \
-              at most 64; 0 on OpenCL); does not change results",
+              scans each frame with its one group (auto: on GPUs a group per 16,384 pixels, \
+              at most 64; 0 on CPU devices); does not change results",
     },
     Knob {
         name: "ARRAYBRIDGE_DETECT_MAX_MB",

@@ -315,15 +315,15 @@ pub(super) fn pass_fma<E: Executor>(e: &E, t: &Tuning) -> bool {
 }
 
 /// Work groups a frame for the certified search's scan of the image (`frame_absmax`, then
-/// `cert_frames` folds their parts): `ARRAYBRIDGE_DETECT_SCAN_GROUPS` of `t` (auto: on CUDA a
+/// `cert_frames` folds their parts): `ARRAYBRIDGE_DETECT_SCAN_GROUPS` of `t` (auto: on GPUs a
 /// group per 16,384 pixels of a `plane`-pixel frame, at most 64, for the scan to fill the
-/// device where a batch has fewer frames than it has multiprocessors; 0 on OpenCL), 0 or 1:
-/// `cert_frames` scans each frame with its one group. Results do not depend on it.
+/// device where a batch has fewer frames than it has multiprocessors; 0 on CPU devices), 0 or
+/// 1: `cert_frames` scans each frame with its one group. Results do not depend on it.
 pub(super) fn scan_groups<E: Executor>(e: &E, t: &Tuning, plane: usize) -> usize {
-    let auto = if matches!(e.device(), Device::Cuda(_)) {
-        (plane / 16_384).min(64)
-    } else {
+    let auto = if e.is_cpu() {
         0
+    } else {
+        (plane / 16_384).min(64)
     };
     let g = t
         .usize_knob("ARRAYBRIDGE_DETECT_SCAN_GROUPS")
