@@ -263,6 +263,30 @@ fn linker_streams_frames_with_memory_bounded_by_particles() {
     assert_eq!(linker.last_frame(), Some(19_999));
 }
 
+/// The largest search range accepted links a large subnet (40 points a frame, every pair in
+/// range) without overflowing its costs: each point of the second frame continues a track.
+#[test]
+fn the_largest_search_range_links_a_large_subnet() {
+    let mut rng = algorithms::synth::SplitMix::new(4);
+    let mut frames = Vec::new();
+    let mut pos = Vec::new();
+    let first: Vec<[f64; 2]> = (0..40)
+        .map(|_| [100.0 * rng.uniform(), 100.0 * rng.uniform()])
+        .collect();
+    for (t, shift) in [(0i64, 0.0), (1, 0.3)] {
+        for p in &first {
+            frames.push(t);
+            pos.push([p[0] + shift, p[1] - shift]);
+        }
+    }
+    for sr in [algorithms::track::MAX_SEARCH_RANGE, 1e6] {
+        let (ids, _) = link(&frames, &pos, &LinkParams::new(sr, 0)).unwrap();
+        let tracks: std::collections::BTreeSet<i64> = ids.iter().copied().collect();
+        assert_eq!(tracks.len(), 40, "search_range {sr}");
+        assert_eq!(ids[..40], ids[40..], "search_range {sr}");
+    }
+}
+
 #[test]
 fn bad_input_is_a_typed_error() {
     let bad = |p: LinkParams, what: &str| {
@@ -273,7 +297,7 @@ fn bad_input_is_a_typed_error() {
         );
         assert!(Linker::new(p).is_err());
     };
-    for sr in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+    for sr in [0.0, -1.0, f64::NAN, f64::INFINITY, 1.35e154, 1e300] {
         bad(LinkParams::new(sr, 0), "search_range");
     }
     bad(LinkParams::new(1.0, usize::MAX), "memory");
@@ -290,12 +314,12 @@ fn bad_input_is_a_typed_error() {
         (0.5, 1.0, "adaptive_step"),
         (0.5, 0.0, "adaptive_step"),
         (0.5, f64::INFINITY, "adaptive_step"),
-        // 1e300 → 1e-300 by 0.999999: a billion reductions
+        // 1e100 → 1e-300 by 0.999999: about a billion reductions
         (1e-300, 0.999_999, "steps"),
     ] {
         let p = LinkParams {
             adaptive: Some(Adaptive::new(stop, step)),
-            ..LinkParams::new(if what == "steps" { 1e300 } else { 1.0 }, 0)
+            ..LinkParams::new(if what == "steps" { 1e100 } else { 1.0 }, 0)
         };
         bad(p, what);
     }
@@ -338,6 +362,6 @@ fn bad_input_is_a_typed_error() {
         [0, 1, 2, 3],
         [[1e308, 0.0], [-1e308, 0.0], [1e308, 0.0], [1e308, 1.0]],
     );
-    let (ids, _) = link(&frames, &pos, &velocity(1, 2, 1e300)).unwrap();
+    let (ids, _) = link(&frames, &pos, &velocity(1, 2, 1e100)).unwrap();
     assert_eq!(ids.len(), 4);
 }

@@ -495,6 +495,26 @@ fn linking_options_are_checked_before_reading() {
         );
         assert!(!r.stderr.contains("missing.csv"), "{args:?}: {}", r.stderr);
     }
+    // a search range whose square overflows (it panicked in the assignment before 2026-11-28)
+    for sr in ["1e300", "1.35e154"] {
+        let r = run(
+            &d,
+            &[
+                "track",
+                "missing.csv",
+                "-o",
+                "out.csv",
+                "--search-range",
+                sr,
+            ],
+        );
+        assert!(
+            !r.ok && r.stderr.contains("unreasonably large"),
+            "{}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
 }
 
 /// `--strategy drop`: trackpy's `link_strategy='drop'` (its `TestDropLink.test_drop_link`), in

@@ -208,6 +208,10 @@ pub const MAX_ADAPTIVE_STEPS: f64 = 10_000.0;
 /// Largest velocity predictor `span`.
 pub const MAX_SPAN: usize = 1000;
 
+/// The largest `search_range` accepted: its square (the cost of an unlinked track) and the
+/// sums of such costs in the assignment's potentials stay finite.
+pub const MAX_SEARCH_RANGE: f64 = 1e100;
+
 impl LinkParams {
     /// trackpy defaults for a search range and memory (no subnet cap, no adaptive search, no
     /// predictor).
@@ -230,6 +234,17 @@ impl LinkParams {
             return Err(BridgeError::invalid_argument(
                 "search_range",
                 format!("must be a positive number, got {}", self.search_range),
+            ));
+        }
+        if self.search_range > MAX_SEARCH_RANGE {
+            // its square is the cost of leaving a track unlinked, summed with others in the
+            // assignment's potentials: it must stay far from f64's overflow
+            return Err(BridgeError::invalid_argument(
+                "search_range",
+                format!(
+                    "{:e} is unreasonably large (at most {MAX_SEARCH_RANGE:e})",
+                    self.search_range
+                ),
             ));
         }
         if self.memory > (1 << 40) {
