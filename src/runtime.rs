@@ -384,9 +384,12 @@ pub fn detect_workload(
 }
 
 /// PACO (fast mode): lag tables, one K×K Cholesky and solve per pixel, and the trajectory sums.
+/// A radius beyond the frame's side `n` (which the run itself refuses) is estimated at `n`, so
+/// that the estimate, made before the inputs are checked, stays cheap whatever it is asked.
 pub fn paco_workload(t: usize, n: usize, radius: usize) -> Workload {
-    let k = algorithms::paco::disk_offsets(radius).len() as f64;
-    let lags = algorithms::paco::disk_offsets(2 * radius).len() as f64;
+    let radius = radius.min(n);
+    let k = algorithms::paco::disk_area(radius) as f64;
+    let lags = algorithms::paco::disk_area(2 * radius) as f64;
     let px = (n * n) as f64;
     let t = t as f64;
     Workload {

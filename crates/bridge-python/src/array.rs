@@ -233,6 +233,52 @@ impl Array {
         np.call_method1("from_dlpack", (copy,))
     }
 
+    /// NumPy's array protocol (`numpy.asarray(x)`): a host array as a zero-copy NumPy view
+    /// (cast to `dtype` when given; a copy when `copy` is True). A device array is refused with
+    /// a `TypeError`, as CuPy and PyTorch refuse theirs: the copy to the host is explicit
+    /// (`x.numpy()`, `arraybridge.convert(x, "cpu")`).
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let device = slf.get().held.device();
+        if device != Device::Cpu {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "an arraybridge.Array on {device} is not converted to NumPy implicitly (that \
+                 would copy device memory): use x.numpy() or \
+                 arraybridge.convert(x, \"cpu\", to=\"numpy\")"
+            )));
+        }
+        let np = py.import("numpy")?;
+        let a = np.call_method1("from_dlpack", (slf,))?;
+        let a = match dtype {
+            Some(d) if !d.is_none() => {
+                let want = np.call_method1("dtype", (d,))?;
+                if a.getattr("dtype")?.eq(&want)? {
+                    a
+                } else if copy == Some(false) {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "copy=False, but a {} array is {} (a cast copies)",
+                        want.str()?,
+                        dtype_name(slf.get().held.dtype())
+                    )));
+                } else {
+                    // the cast is the copy
+                    return a.call_method1("astype", (want,));
+                }
+            }
+            _ => a,
+        };
+        if copy == Some(true) {
+            a.call_method0("copy")
+        } else {
+            Ok(a)
+        }
+    }
+
     fn __len__(&self) -> PyResult<usize> {
         self.held
             .shape()

@@ -132,6 +132,22 @@ pub fn offload_decision<'py>(
             "the work of a call is a finite, non-negative number of operations, got {flops}"
         )));
     }
+    // every key names a device ("cpu", "cuda:0", "opencl:1", ...), present here or not: a
+    // profile for "gpu" would otherwise be kept and never used
+    if let Some(p) = profiles {
+        for k in p.keys() {
+            let name: String = k.extract().map_err(|_| {
+                crate::errors::invalid(format!(
+                    "device_profiles' keys are device names such as \"cuda:0\", got {k:?}"
+                ))
+            })?;
+            crate::convert::parse_device(&name).map_err(|e| {
+                crate::errors::invalid(format!(
+                    "device_profiles[{name:?}]: not a device name ({e})"
+                ))
+            })?;
+        }
+    }
     let given = |name: &str| -> PyResult<Option<Bound<'py, PyDict>>> {
         match profiles.map(|p| p.get_item(name)).transpose()?.flatten() {
             None => Ok(None),

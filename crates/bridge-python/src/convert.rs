@@ -257,6 +257,7 @@ pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
             }
         }
     } else {
+        refuse_immutable(dst)?;
         import_tensor(dst)?
     };
     if t.info().device != Device::Cpu {
@@ -295,6 +296,28 @@ pub fn copyto(dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
     bridge_core::with_host_data!(&host, s => {
         write_into(&mut t, s)
     })
+}
+
+/// Refuses a destination of a library whose arrays are immutable by contract (JAX, TensorFlow):
+/// their DLPack exports do not say `READ_ONLY`, but writing into one changes a value the
+/// library assumes never changes (its caches, traced computations and copies share it).
+fn refuse_immutable(dst: &Bound<'_, PyAny>) -> PyResult<()> {
+    let module = dst.get_type().module()?.to_string();
+    let root = module.split('.').next().unwrap_or("");
+    let library = match root {
+        "jax" | "jaxlib" => "JAX",
+        "tensorflow" => "TensorFlow",
+        _ => return Ok(()),
+    };
+    Err(invalid(format!(
+        "copyto writes arrays in place, and {library} arrays are immutable (a {module} \
+         object); convert the source instead, e.g. ab.convert(src, to=\"{}\")",
+        if library == "JAX" {
+            "jax"
+        } else {
+            "tensorflow"
+        }
+    )))
 }
 
 fn write_into<T: HostElement>(t: &mut DlpackTensor, s: &ndarray::ArrayD<T>) -> PyResult<()> {

@@ -62,6 +62,14 @@ pub(crate) fn import_tensor(obj: &Bound<'_, PyAny>) -> PyResult<DlpackTensor> {
         return Ok(t);
     }
     let py = obj.py();
+    // `bytes` through its buffer (read-only uint8), as a `memoryview` of it: `numpy.asarray`
+    // would make it one string scalar (dtype `S4`)
+    let obj = if obj.is_instance_of::<pyo3::types::PyBytes>() {
+        pyo3::types::PyMemoryView::from(obj)?.into_any()
+    } else {
+        obj.clone()
+    };
+    let obj = &obj;
     let is_capsule = obj.is_instance_of::<pyo3::types::PyCapsule>();
     let obj = if is_capsule || obj.hasattr("__dlpack__")? {
         obj.clone()

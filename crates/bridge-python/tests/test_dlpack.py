@@ -81,6 +81,10 @@ def test_read_only_is_honoured():
     buf = bytes(range(16))
     a = ab.convert(memoryview(buf))  # buffer protocol, read-only
     assert a.readonly and a.dtype == "uint8"
+    # bytes themselves: their buffer, read-only uint8 (numpy.asarray would make one string)
+    b = ab.convert(buf)
+    assert b.readonly and b.dtype == "uint8" and b.shape == (16,)
+    np.testing.assert_array_equal(np.asarray(b), np.arange(16, dtype=np.uint8))
     y = np.from_dlpack(a)
     assert not y.flags.writeable
     with pytest.raises(ab.InvalidInput, match="read-only"):
@@ -97,6 +101,14 @@ def test_copyto_writes_in_place():
     x = np.zeros((2, 3), dtype=np.float64)
     ab.copyto(x, np.arange(3, dtype=np.uint8))
     np.testing.assert_array_equal(x, [[0, 1, 2], [0, 1, 2]])
+
+
+def test_copyto_refuses_jax_arrays_which_are_immutable():
+    jnp = pytest.importorskip("jax.numpy")
+    d = jnp.zeros(16, dtype=jnp.float32)
+    with pytest.raises(ab.InvalidInput, match="immutable"):
+        ab.copyto(d, np.full(16, 7, np.float32))
+    assert float(d.sum()) == 0.0
 
 
 def test_cross_device_and_copy_requests():

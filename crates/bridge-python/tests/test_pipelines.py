@@ -136,6 +136,82 @@ def test_counts_and_tolerances_out_of_range_are_refused():
             call()
 
 
+def test_absurd_sizes_and_mismatched_shapes_are_typed_errors_found_fast():
+    # the second round of reliability findings (2026-11-28): each used to crash, hang, wrap or
+    # be taken silently
+    pd = pytest.importorskip("pandas")
+    import time
+
+    rng = np.random.default_rng(1)
+    cube, angles = rng.normal(size=(12, 32, 32)), np.linspace(0, 90, 12)
+    yy, xx = np.mgrid[-4:5, -4:5]
+    psf = np.exp(-(yy**2 + xx**2) / 4.0)
+    img = rng.random((32, 32)).astype(np.float32)
+    t0 = time.perf_counter()
+    for call, name in [
+        # the offload estimate listed the patch's offsets before the radius was checked
+        (lambda: ab.paco(cube, angles, psf, radius=10**9), "radius"),
+        (lambda: ab.paco(cube, angles, psf, radius=10_000, device="auto"), "radius"),
+        # the maxima's dilation padded each row by the separation (1e10: terabytes)
+        (lambda: ab.locate(img, 7, separation=1e12), "separation"),
+        (lambda: ab.batch(img[None], 7, separation=1e8), "separation"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(16, 20)], max_iter=10**12), "max_iter"),
+        (lambda: ab.unbiased_flux(cube, angles, psf, [(float("nan"), 20)]), "finite"),
+        (lambda: ab.paco(cube, angles, psf, center=(1,)), "center"),
+        (lambda: ab.paco(cube, angles, psf, center=(1, 2, 3)), "center"),
+        (lambda: ab.paco(cube, angles, psf, center=(float("nan"), 2)), "center"),
+        (lambda: ab.locate(img, (7, 7, 7)), "diameter"),
+        (lambda: ab.locate(img, (7,)), "diameter"),
+        (lambda: ab.locate(img, 7, separation=(8, 8, 8)), "separation"),
+        (lambda: ab.batch(img[None], (7, 7, 7)), "diameter"),
+        (lambda: ab.link(pd.DataFrame({"frame": np.array([0, 1, 2**63 + 1], np.uint64),
+                                       "y": [0.0] * 3, "x": [0.0] * 3}), 3), "range"),
+        (lambda: ab.link(pd.DataFrame({"frame": [0.0, 1.0, 1e30], "y": [0.0] * 3,
+                                       "x": [0.0] * 3}), 3), "range"),
+        (lambda: ab.link(pd.DataFrame({"frame": [0, 1], "y": [0.0, 1.0],
+                                       "x": [0.0, 1.0]}), 1e300), "search_range"),
+        (lambda: ab.config(device_profiles={"gpu": {"flops_per_s": 1e12}}), "gpu"),
+        (lambda: ab.benchmark(movie_size=(2, 32, 32), n_particles=-1, verbose=False),
+         "n_particles"),
+        (lambda: ab.benchmark(movie_size=(10**6, 10**4, 10**4), verbose=False), "synthetic"),
+    ]:
+        with pytest.raises(ab.InvalidInput if name != "synthetic" else ab.OutOfMemory,
+                           match=name):
+            call()
+    assert time.perf_counter() - t0 < 60
+    # the largest frame number int64 holds still links
+    f = pd.DataFrame({"frame": np.array([0, 1, 2**63 - 1], np.uint64), "y": [0.0] * 3,
+                      "x": [0.0] * 3})
+    assert list(ab.link(f, 3)["frame"]) == [0, 1, 2**63 - 1]
+
+
+def test_numpy_views_an_arraybridge_host_array_and_refuses_a_device_one():
+    movie = (np.random.default_rng(2).random((3, 40, 40)) * 1000).astype(np.uint16)
+    a = ab.convert(movie)
+    x = np.asarray(a)
+    assert np.shares_memory(x, movie) and x.dtype == np.uint16
+    assert np.asarray(a, dtype=np.float32).dtype == np.float32
+    with pytest.raises(ValueError, match="copy"):
+        np.array(a, dtype=np.float32, copy=False)
+    assert not np.shares_memory(np.array(a, copy=True), movie)
+    # what used to fail untyped: anisotropic sizes on an arraybridge movie, a list of frames
+    pd = pytest.importorskip("pandas")
+    want = ab.batch(movie, (7, 5))
+    pd.testing.assert_frame_equal(ab.batch(a, (7, 5)), want)
+    rows = ab.batch_blob_log([ab.convert(f) for f in movie], max_sigma=3, threshold=None,
+                             threshold_rel=0.3)
+    np.testing.assert_array_equal(
+        rows, ab.batch_blob_log(movie, max_sigma=3, threshold=None, threshold_rel=0.3))
+    vols = (np.random.default_rng(3).random((2, 8, 24, 24)) * 1000).astype(np.uint16)
+    pd.testing.assert_frame_equal(ab.batch(ab.convert(vols), 5), ab.batch(vols, 5))
+    if "opencl:0" in [d["device"] for d in ab.devices()]:
+        d = ab.convert(movie, "opencl:0")
+        with pytest.raises(TypeError, match="numpy"):
+            np.asarray(d)
+        with pytest.raises(ab.InvalidInput, match="volumes"):
+            ab.batch(ab.convert(vols, "opencl:0"), 5)
+
+
 def canonical(ids):
     """Particle ids renumbered by first appearance (trackpy's numbering is an implementation
     detail; the partition into tracks is what must match)."""

@@ -528,6 +528,78 @@ fn refine_candidates_and_flux_at_the_refined_position() {
     std::fs::remove_dir_all(&out).ok();
 }
 
+/// `candidates.csv` writes fluxes in full, whatever their scale: the CSV's numbers are the
+/// JSON's (to the ulp serde_json reads them within), on the fixture and on the fixture's cube scaled by 1e-10 (six decimals
+/// wrote every flux of it as 0.000000), whose S/N is the fixture's.
+#[test]
+fn candidate_fluxes_are_written_in_full_at_any_scale() {
+    let out = tmpdir("flux-scale");
+    let cube = fits::read_image(fixtures().join("synth_adi40_64_cube.fits")).unwrap();
+    let small = out.join("small.fits");
+    fits::write_image(&small, &cube.mapv(|v| v * 1e-10)).unwrap();
+    let mut snr = Vec::new();
+    for (name, cube) in [
+        ("fixture", f("synth_adi40_64_cube.fits")),
+        ("small", small.display().to_string()),
+    ] {
+        let dir = out.join(name);
+        let (angles, psf) = (
+            f("synth_adi40_64_angles.fits"),
+            f("synth_adi40_64_psf.fits"),
+        );
+        let o = paco(&[
+            "--cube",
+            &cube,
+            "--angles",
+            &angles,
+            "--psf",
+            &psf,
+            "-o",
+            dir.to_str().unwrap(),
+            "--fwhm",
+            "4",
+            "--flux",
+            "--top",
+            "3",
+            "--device",
+            "cpu",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let csv = std::fs::read_to_string(dir.join("candidates.csv")).unwrap();
+        let mut lines = csv.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+        for (row, c) in lines.zip(json["candidates"].as_array().unwrap()) {
+            let v: Vec<&str> = row.split(',').collect();
+            for key in ["flux", "unbiased_flux", "unbiased_flux_err"] {
+                let got: f64 = v[col(key)].parse().unwrap();
+                let want = c[key].as_f64().unwrap();
+                // (serde_json reads numbers to within an ulp, not always exactly)
+                assert!(
+                    (got - want).abs() <= 2.0 * f64::EPSILON * want.abs(),
+                    "{name} {key}: {row}"
+                );
+                assert!(got != 0.0, "{name} {key}: {row}");
+            }
+            snr.push((name, c["snr"].as_f64().unwrap()));
+        }
+    }
+    let of = |which: &str| -> Vec<f64> {
+        snr.iter()
+            .filter(|(n, _)| *n == which)
+            .map(|(_, s)| *s)
+            .collect()
+    };
+    let (a, b) = (of("fixture"), of("small"));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6 * x.abs(), "{snr:?}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
 /// The output folder is replaced as a whole: a second run into it leaves no file of the first
 /// (here `snr_calibrated.fits`), a folder holding files arraybridge did not write is refused
 /// with every file kept, and a run that fails writes nothing into it.

@@ -31,9 +31,14 @@ impl Default for FluxOptions {
     }
 }
 
+/// The most iterations [`FluxOptions::max_iter`] may ask for (200 times the default; each
+/// relearns the statistics around the position).
+pub const MAX_ITER: usize = 10_000;
+
 impl FluxOptions {
     /// Check every option: `eps` finite and positive (with NaN or a negative tolerance the
-    /// iteration never converges), `alpha0` finite, `max_iter` at least 1.
+    /// iteration never converges), `alpha0` finite, `max_iter` in `[1, MAX_ITER]` (each iteration
+    /// relearns the statistics around the position).
     pub fn validate(&self) -> Result<()> {
         if !(self.eps.is_finite() && self.eps > 0.0) {
             return Err(BridgeError::invalid_argument(
@@ -47,10 +52,10 @@ impl FluxOptions {
                 format!("must be finite, got {}", self.alpha0),
             ));
         }
-        if self.max_iter == 0 {
+        if self.max_iter == 0 || self.max_iter > MAX_ITER {
             return Err(BridgeError::invalid_argument(
                 "max_iter",
-                "must be at least 1",
+                format!("must lie in [1, {MAX_ITER}], got {}", self.max_iter),
             ));
         }
         Ok(())

@@ -18,6 +18,27 @@ pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {
     out
 }
 
+/// The number of offsets [`disk_offsets`] lists for `radius`, counted row by row (no list:
+/// O(radius) time, no memory).
+pub fn disk_area(radius: usize) -> usize {
+    let r = radius as u128;
+    let mut n = 0usize;
+    for dy in 0..=r {
+        let rem = r * r - dy * dy;
+        // the largest m with m² ≤ rem
+        let mut m = (rem as f64).sqrt() as u128;
+        while m * m > rem {
+            m -= 1;
+        }
+        while (m + 1) * (m + 1) <= rem {
+            m += 1;
+        }
+        let row = (2 * m + 1) as usize;
+        n = n.saturating_add(if dy == 0 { row } else { 2 * row });
+    }
+    n
+}
+
 /// Frame geometry: frame size, star centre and rounding of trajectory positions.
 #[derive(Debug, Clone, Copy)]
 pub struct Geometry {
@@ -130,6 +151,15 @@ impl Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disk_area_counts_disk_offsets() {
+        for r in 0..60 {
+            assert_eq!(disk_area(r), disk_offsets(r).len(), "radius {r}");
+        }
+        // a radius no list could hold is counted in O(radius)
+        assert!(disk_area(1_000_000) > 3_141_592_000_000);
+    }
 
     #[test]
     fn odd_centre_rules() {

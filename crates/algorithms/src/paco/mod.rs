@@ -112,7 +112,7 @@ pub use crate::Precision;
 pub use backend::PacoBackend;
 pub use dispatch::backend_for;
 pub use flux::{FluxEstimate, FluxOptions, unbiased_flux};
-pub use geometry::{Geometry, disk_offsets};
+pub use geometry::{Geometry, disk_area, disk_offsets};
 #[cfg(feature = "cuda")]
 pub use gpu::CudaPaco;
 #[cfg(feature = "opencl")]

@@ -31,7 +31,16 @@ import numpy as np
 
 from . import _dask, _decorators, _frameworks, _native, _progress
 from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
-from ._locate import _isotropic, _locate_frames_nd, _locate_nd, _names, _ndim, _per_axis, _scalar
+from ._locate import (
+    _check_axes,
+    _isotropic,
+    _locate_frames_nd,
+    _locate_nd,
+    _names,
+    _ndim,
+    _per_axis,
+    _scalar,
+)
 from ._common import _int, _log_auto, _logger, _native_order, _pandas, _table
 from ._paco import PacoResult, paco, unbiased_flux
 from ._stream import batch, batch_blob_log
@@ -486,6 +495,9 @@ def locate(
     )
     ndim = _ndim(raw_image)
     _warn_color(getattr(raw_image, "shape", ()), 2, whole=True)
+    if ndim in (2, 3):
+        _check_axes(ndim, {"diameter": diameter, "separation": separation,
+                           "noise_size": noise_size, "smoothing_size": smoothing_size})
     if ndim != 2 or not _isotropic(diameter, separation, noise_size, smoothing_size):
         if ndim not in (2, 3):
             raise InvalidInput(
@@ -734,6 +746,15 @@ def link(
             raise InvalidInput(f"column {t_column!r} must hold integer frame numbers")
     elif frames.dtype.kind not in "iu":
         raise InvalidInput(f"column {t_column!r} must hold integer frame numbers")
+    # frame numbers are int64 on the way in: larger ones would wrap around (and reorder)
+    if frames.size and (
+        (frames.dtype.kind == "u" and frames.max() > np.uint64(2**63 - 1))
+        or (frames.dtype.kind == "f" and not (-(2.0**63) <= frames.min() and frames.max() < 2.0**63))
+    ):
+        raise InvalidInput(
+            f"column {t_column!r} holds frame numbers outside the 64-bit integers' range "
+            f"(largest {frames.max().item()!r}, smallest {frames.min().item()!r})"
+        )
     frames = np.ascontiguousarray(frames, dtype=np.int64)
     try:
         pos = np.stack([np.asarray(f[c], dtype=np.float64) for c in pos_columns], axis=1)

@@ -28,6 +28,17 @@ def _per_axis(name: str, v: Any) -> Any:
     return t
 
 
+def _check_axes(ndim: int, sizes: dict) -> None:
+    """trackpy's ``validate_tuple``: a size given per axis has one value per axis of the image
+    (``ndim``), as one number stands for all of them."""
+    for name, v in sizes.items():
+        if isinstance(v, tuple) and len(v) != ndim:
+            raise InvalidInput(
+                f"invalid argument {name}: {len(v)} values {v!r} for an image of {ndim} "
+                "dimensions (one per axis, or one number)"
+            )
+
+
 def _ndim(x: Any) -> int:
     nd = getattr(x, "ndim", None)
     if nd is None:

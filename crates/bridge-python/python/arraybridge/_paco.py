@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _native, _progress
 from ._common import _dask_inputs, _int, _log_auto, _table
-from ._native import BackendUnavailable
+from ._native import BackendUnavailable, InvalidInput
 
 
 @dataclasses.dataclass
@@ -39,8 +39,19 @@ def _paco_settings(radius, mode, fwhm, psf_norm_factor, subpixel, edge, nearest,
         subpixel=subpixel,
         edge=edge,
         nearest=bool(nearest),
-        center=None if center is None else (float(center[0]), float(center[1])),
+        center=None if center is None else _center(center),
     )
+
+
+def _center(center: Any) -> Tuple[float, float]:
+    """``center`` as ``(y, x)``: exactly two finite numbers."""
+    try:
+        c = tuple(float(v) for v in center)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"center must be two numbers (y, x), got {center!r}") from None
+    if len(c) != 2 or not all(np.isfinite(c)):
+        raise InvalidInput(f"center must be two finite numbers (y, x), got {center!r}")
+    return c
 
 
 def paco(
@@ -141,6 +152,11 @@ def unbiased_flux(
         raise BackendUnavailable(f"unbiased_flux runs on the CPU only (asked for {device})")
     cube, angles, psf = _dask_inputs("unbiased_flux", cube=cube, angles=angles, psf=psf)
     pos = [(float(y), float(x)) for y, x in positions]
+    bad = [p for p in pos if not (np.isfinite(p[0]) and np.isfinite(p[1]))]
+    if bad:
+        raise InvalidInput(
+            f"positions must be finite (y, x) pairs; {len(bad)} are not, the first {bad[0]!r}"
+        )
     bar = _progress.bar(progress, len(pos), "unbiased_flux", unit="position")
     try:
         rows = _native.unbiased_flux(

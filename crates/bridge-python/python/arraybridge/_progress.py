@@ -78,9 +78,11 @@ def total_frames(frames: Any) -> Optional[int]:
     import numpy as np  # noqa: PLC0415
 
     if isinstance(frames, (str, os.PathLike)):
+        # only a hint for the bar: whatever the file is (empty, truncated, a header declaring
+        # absurd sizes), the reader itself reports it with a typed error
         try:
             shape = np.load(os.fspath(frames), mmap_mode="r").shape
-        except (OSError, ValueError):
+        except Exception:  # noqa: BLE001
             return None
         return int(shape[0]) if len(shape) >= 3 else 1
     shape = getattr(frames, "shape", None)

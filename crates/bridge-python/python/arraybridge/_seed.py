@@ -93,8 +93,19 @@ def synthetic_movie(
 ) -> np.ndarray:
     """A seeded ``uint16`` movie of Gaussian spots (σ 1.5) on a noisy background."""
     t, h, w = (int(v) for v in movie_size)
-    if min(t, h, w) < 1 or n_particles < 0:
+    if min(t, h, w) < 1:
         raise InvalidInput(f"movie_size must be positive, got {tuple(movie_size)}")
+    n_particles = int(n_particles)
+    if n_particles < 0:
+        raise InvalidInput(f"n_particles must not be negative, got {n_particles}")
+    # the float32 movie, numpy's float64 noise before its cast, and the uint16 result
+    _native.check_host_allocation(
+        t * h * w * (4 + 8 + 2), f"a synthetic movie of {t}x{h}x{w} frames"
+    )
+    if n_particles > h * w:
+        raise InvalidInput(
+            f"n_particles must be at most the pixels of a frame ({h * w}), got {n_particles}"
+        )
     rng = np.random.default_rng(seed)
     out = rng.normal(200.0, 10.0, size=(t, h, w)).astype(np.float32)
     r = 5

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Optional, Tuple
 import numpy as np
 
 from . import _dask, _native
-from ._native import InvalidInput
+from ._native import Array, InvalidInput
 
 #: Frames per chunk by default: bounded memory (64 frames of 512x512 u16 are 32 MiB).
 CHUNK_FRAMES = 64
@@ -143,11 +143,25 @@ def batch_blob_log(
     installed, else a line on standard error)."""
     from . import _blob_log_frames, _progress, blob_log  # noqa: PLC0415
 
-    bar = _progress.bar(progress, _progress.total_frames(frames), "batch_blob_log")
+    bar = _progress.bar(progress, _progress.total_frames(frames) if progress else None, "batch_blob_log")
     try:
         return _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwargs)
     finally:
         bar.close()
+
+
+def _volumes_on_host(frames: Any, what: str) -> Any:
+    """A 4-D :class:`arraybridge.Array` (a movie of volumes, detected volume by volume) as a
+    zero-copy NumPy view when it is on the host; on a device it cannot be split into volumes
+    there: a typed error (it used to fail untyped). Anything else as it is."""
+    if not (isinstance(frames, Array) and frames.ndim == 4):
+        return frames
+    if frames.device != "cpu":
+        raise InvalidInput(
+            f"a movie of volumes on {frames.device} (shape {frames.shape}) cannot be split into "
+            f"volumes there: call ab.{what} on each volume, or pass a host array"
+        )
+    return np.asarray(frames)
 
 
 def _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwargs) -> np.ndarray:
@@ -155,6 +169,7 @@ def _batch_blob_log(frames, chunk_frames, bar, _blob_log_frames, blob_log, kwarg
     dask = _dask.is_dask(frames)
     if dask:
         _dask.check(frames, "a movie")
+    frames = _volumes_on_host(frames, "blob_log")
     if (isinstance(frames, np.ndarray) or dask) and frames.ndim == 4:
         out = []
         for t in range(frames.shape[0]):
@@ -198,7 +213,7 @@ def batch(
     bar when tqdm is installed, else a line on standard error)."""
     from . import _progress  # noqa: PLC0415
 
-    bar = _progress.bar(progress, _progress.total_frames(frames), "batch")
+    bar = _progress.bar(progress, _progress.total_frames(frames) if progress else None, "batch")
     try:
         return _batch(frames, diameter, chunk_frames, bar, kwargs)
     finally:
@@ -208,11 +223,19 @@ def batch(
 def _batch(frames: Any, diameter: Any, chunk_frames: Optional[int], bar: Any, kwargs: dict):
     """:func:`batch`, reporting each chunk's frames (or each volume) to ``bar``."""
     from . import _NO_FEATURES_IN_MOVIE, _locate, _pandas, _table, locate  # noqa: PLC0415
-    from ._locate import _isotropic, _locate_frames_nd, _names, _per_axis, _scalar  # noqa: PLC0415
+    from ._locate import (  # noqa: PLC0415
+        _check_axes,
+        _isotropic,
+        _locate_frames_nd,
+        _names,
+        _per_axis,
+        _scalar,
+    )
 
     dask = _dask.is_dask(frames)
     if dask:
         _dask.check(frames, "a movie")
+    frames = _volumes_on_host(frames, "locate")
     tables = []
     if (isinstance(frames, np.ndarray) or dask) and frames.ndim == 4:
         for t in range(frames.shape[0]):
@@ -232,6 +255,7 @@ def _batch(frames: Any, diameter: Any, chunk_frames: Optional[int], bar: Any, kw
         named = {k: v for k, v in bound.arguments.items() if k not in ("raw_image", "diameter")}
         sizes = {k: _per_axis(k, named[k]) for k in ("separation", "noise_size", "smoothing_size")}
         size = _per_axis("diameter", diameter)
+        _check_axes(2, {"diameter": size, **sizes})
         iso = _isotropic(size, *sizes.values())
         for a, part in chunks(frames, chunk_frames):
             movie = part if part.ndim == 3 else part[None]

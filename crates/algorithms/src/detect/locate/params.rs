@@ -104,6 +104,15 @@ impl LocateParams {
         {
             return bad("separation", format!("must be non-negative, got {s}"));
         }
+        // the maxima's dilation pads each row by the separation
+        if let Some(s) = self.separation
+            && s > MAX_DIAMETER as f64
+        {
+            return bad(
+                "separation",
+                format!("must be at most {MAX_DIAMETER} pixels, got {s:e}"),
+            );
+        }
         check_scalars(self.percentile, self.minmass, self.maxsize, self.threshold)
     }
 }
@@ -141,4 +150,31 @@ pub(crate) fn check_scalars(
         return bad("threshold", format!("must be finite, got {t}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A separation beyond [`MAX_DIAMETER`] is refused (the maxima's dilation pads each row by
+    /// it: 1e10 asked for terabytes); at the limit it is accepted.
+    #[test]
+    fn separation_is_bounded() {
+        let with = |s: f64| LocateParams {
+            separation: Some(s),
+            ..LocateParams::new(7)
+        };
+        assert!(with(MAX_DIAMETER as f64).validate().is_ok());
+        for s in [
+            MAX_DIAMETER as f64 + 0.5,
+            1e8,
+            1e12,
+            f64::INFINITY,
+            f64::NAN,
+            -1.0,
+        ] {
+            let e = with(s).validate().unwrap_err().to_string();
+            assert!(e.contains("separation"), "{e}");
+        }
+    }
 }

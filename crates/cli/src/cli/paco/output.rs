@@ -71,7 +71,8 @@ pub(super) fn candidates(maps: &PacoMaps, top: usize, cy: f64, cx: f64) -> Vec<C
 }
 
 /// `candidates.csv`: one row per candidate, the unbiased-flux columns with `with_flux`, the
-/// refined-position columns with `with_sub`.
+/// refined-position columns with `with_sub`. Fluxes are written in full (the shortest text that
+/// reads back as the same number); S/N with six decimals, separations and angles with four.
 pub(super) fn write_csv(
     path: &Path,
     cands: &[Candidate],
@@ -94,10 +95,13 @@ pub(super) fn write_csv(
             format!("{:.4}", c.separation_px),
             format!("{:.4}", c.angle_deg),
             format!("{:.6}", c.snr),
-            format!("{:.6}", c.flux),
+            // fluxes in the cube's units, whatever their scale: the shortest text that reads
+            // back as the same number (as `detect`'s CSV writes its values), not six decimals,
+            // which wrote a cube scaled by 1e-10 as 0.000000
+            c.flux.to_string(),
         ];
         if with_flux {
-            let g = |v: Option<f64>| v.map(|v| format!("{v:.6}")).unwrap_or_default();
+            let g = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
             row.extend([g(c.unbiased_flux), g(c.unbiased_flux_err)]);
         }
         if with_sub {

@@ -100,6 +100,12 @@ impl LocateNdParams {
                 format!("must be non-negative, got {separation:?}"),
             );
         }
+        if separation.iter().any(|&s| s > MAX_DIAMETER as f64) {
+            return bad(
+                "separation",
+                format!("must be at most {MAX_DIAMETER} pixels, got {separation:?}"),
+            );
+        }
         let smoothing = match &self.smoothing_size {
             None => diameter.clone(),
             Some(s) => per_axis("smoothing_size", s, ndim)?,
