@@ -501,7 +501,8 @@ impl NpyFrames {
         }
         if header.fortran_order {
             return Err(BridgeError::Unsupported(format!(
-                "{name}: a Fortran-ordered array cannot be streamed frame by frame"
+                "{name}: a Fortran-ordered array cannot be streamed frame by frame (save it in \
+                 C order: numpy.save(path, numpy.ascontiguousarray(a)))"
             )));
         }
         let frames =

@@ -244,6 +244,31 @@ fn runs_are_reproducible() {
             .unwrap()
             .contains("--device cpu")
     );
+    // the folder is replaced as a whole: a demo folder again, not one holding the user's files
+    // (the demo overwrote its own names among them before 2026-11-28)
+    std::fs::write(a.join("notes.txt"), "mine").unwrap();
+    std::fs::write(a.join("tracks.csv"), "mine too").unwrap();
+    let o = demo(&["--device", "cpu", "--no-inputs", "-o", a.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("notes.txt"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(a.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert_eq!(
+        std::fs::read_to_string(a.join("tracks.csv")).unwrap(),
+        "mine too"
+    );
+    std::fs::remove_file(a.join("notes.txt")).unwrap();
+    let o = demo(&["--device", "cpu", "--no-inputs", "-o", a.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(a.join("tracks.csv")).unwrap(),
+        std::fs::read(b.join("tracks.csv")).unwrap()
+    );
     std::fs::remove_dir_all(&a).ok();
     std::fs::remove_dir_all(&b).ok();
 }

@@ -60,7 +60,8 @@ pub struct Args {
     /// or several at once (`opencl:0,opencl:1`, `all`): detection and PACO are shared by them.
     #[arg(long, default_value = "auto", value_parser = parse_device_arg)]
     pub device: DeviceArg,
-    /// Output folder (created if needed; existing demo files are replaced).
+    /// Output folder (created if needed; replaced as a whole: a folder holding files the demo
+    /// did not write there is refused).
     #[arg(
         short = 'o',
         long = "output",
@@ -119,14 +120,21 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let long_tracks = tracks.iter().filter(|t| t.len() * 10 >= nt * 9).count();
     let (maps, planet) = paco(&adi, &lists, &mut paco_choice, &stages, &mut timings)?;
 
-    // Outputs.
+    // Outputs: the whole set in a staging folder, put in place of the old one as a whole
+    // (a folder of the user's files is refused by `check`)
     stages.say(format!("demo: writing {}", out.display()));
     let t = Instant::now();
-    let overlay = write_particles(&out, &synth.movie, &particles, &tracks)?;
-    let snr_png = write_planet(&out, &maps, &planet, &adi)?;
-    if !args.no_inputs {
-        write_inputs(&out.join("inputs"), &synth.movie, &synth.truth, &adi)?;
-    }
+    let staged = arraybridge::io::staged_dir::StagedDir::create(&out, "demo")?;
+    let dir = staged.write_path().to_path_buf();
+    let written = (|| {
+        let overlay = write_particles(&dir, &synth.movie, &particles, &tracks)?;
+        let snr_png = write_planet(&dir, &maps, &planet, &adi)?;
+        if !args.no_inputs {
+            write_inputs(&dir.join("inputs"), &synth.movie, &synth.truth, &adi)?;
+        }
+        Ok((overlay, snr_png))
+    })();
+    let (overlay, snr_png) = written.map_err(|e| staged.name_final(e))?;
     timings.push(("write outputs", t.elapsed().as_secs_f64()));
     timings.push(("total", t_all.elapsed().as_secs_f64()));
 
@@ -152,7 +160,7 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         out: &out,
         inputs: !args.no_inputs,
     };
-    summary(&report, &out, &stages, g)
+    summary(&report, staged, &stages, g)
 }
 
 /// The checks before any work: an explicit device must run every stage; several devices (`a,b`
@@ -171,6 +179,9 @@ fn check(args: &Args) -> Result<Lists> {
         None => None,
     };
     check_output_dir(&args.output, &[], &[], "--output")?;
+    // the folder is replaced as a whole: never one holding files of the user's (or another
+    // command's output)
+    arraybridge::io::staged_dir::check_replaceable(&args.output, "--output")?;
     Ok(lists)
 }
 
@@ -390,13 +401,21 @@ fn write_planet(
 
 /// `summary.txt` and `summary.json` in `out`, then one of them on stdout (the JSON with
 /// `--json`).
-fn summary(report: &Report<'_>, out: &Path, stages: &Stages, g: Global) -> Result<()> {
+fn summary(
+    report: &Report<'_>,
+    staged: arraybridge::io::staged_dir::StagedDir,
+    stages: &Stages,
+    g: Global,
+) -> Result<()> {
     let text = report.text();
     let json = report.json();
-    write_file(&out.join("summary.txt"), text.as_bytes())?;
+    let dir = staged.write_path();
     let json_text = serde_json::to_string_pretty(&json)
         .map_err(|e| BridgeError::InvalidInput(format!("summary.json: {e}").into()))?;
-    write_file(&out.join("summary.json"), json_text.as_bytes())?;
+    write_file(&dir.join("summary.txt"), text.as_bytes())
+        .and_then(|()| write_file(&dir.join("summary.json"), json_text.as_bytes()))
+        .map_err(|e| staged.name_final(e))?;
+    staged.commit()?;
     stages.finish();
     if g.json {
         println!("{json_text}");
