@@ -168,6 +168,25 @@ fn bad_inputs_fail_cleanly() {
         ],
         "outside the 64×64 frame",
     );
+    // A PSF normalisation factor whose template leaves the doubles' range (every map was NaN,
+    // exit 0, with a warning about the frames' size)
+    for factor in ["1e160", "1e-160"] {
+        expect_error(
+            &[
+                "--cube",
+                &cube,
+                "--angles",
+                &ang,
+                "--psf",
+                &psf,
+                "-o",
+                o,
+                "--psf-norm-factor",
+                factor,
+            ],
+            "outside [1e-100, 1e100]",
+        );
+    }
     // Missing file.
     expect_error(
         &[

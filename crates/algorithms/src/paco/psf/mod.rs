@@ -49,6 +49,14 @@ pub fn normalize_psf(psf: ArrayView2<'_, f64>, norm: PsfNorm, scale: f64) -> Res
                     "factor must be positive",
                 ));
             }
+            // S/N does not depend on it; beyond this the template's squares (and the
+            // statistics' products of them) leave the doubles' range and every map is NaN
+            if !(1e-100..=1e100).contains(&f) {
+                return Err(BridgeError::invalid_argument(
+                    "psf_norm",
+                    format!("factor {f:e} is outside [1e-100, 1e100]"),
+                ));
+            }
             (f, None)
         }
         PsfNorm::Fwhm(fw) => {

@@ -332,8 +332,10 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     runner.report(&stages, t1, &maps, shares.as_deref());
     if !maps.snr.iter().any(|v| v.is_finite()) {
         eprintln!(
-            "paco: warning: no output position has a valid trajectory (every map is NaN); \
-             the frames may be too small for --radius {radius} with --edge {edge}"
+            "paco: warning: every map is NaN: either no output position has a valid \
+             trajectory (the frames may be too small for --radius {radius} with --edge \
+             {edge}), or the statistics are degenerate everywhere (a constant or all-zero \
+             cube, or a cube or PSF whose values' squares leave the doubles' range)"
         );
     }
     let (cy, cx) = match params.center {
