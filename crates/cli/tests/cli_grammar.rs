@@ -593,6 +593,35 @@ fn bench_transfer_counts_the_device_buffer_of_a_cpu_device() {
 }
 
 #[test]
+fn bench_transfer_json_is_json() {
+    // it printed its Markdown table under --json until 2026-11-28
+    let cl = arraybridge::registry()
+        .device_infos()
+        .any(|i| i.device == arraybridge::Device::OpenCl(0));
+    if !cl {
+        eprintln!("skipping: no opencl:0");
+        return;
+    }
+    let o = run(&[
+        "--json",
+        "bench",
+        "transfer",
+        "--device",
+        "opencl:0",
+        "--sizes-mb",
+        "1",
+        "--reps",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["command"], "bench transfer");
+    let row = &v["rows"][0];
+    assert_eq!(row["bytes"], 1 << 20);
+    assert!(row["h2d_gb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+}
+
+#[test]
 fn huge_sigmas_are_counted_before_their_kernels_are_built() {
     // a 64×64 frame is nothing, but 1000 scales up to σ = 10⁴ build 1000 kernels pairs of
     // 40 001 taps (640 MB): refused under 300 MB, up front and naming --max-sigma

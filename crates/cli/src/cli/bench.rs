@@ -299,11 +299,21 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
         Device::Cuda(n) => {
             let gpu = arraybridge::bridge_cuda::gpu(n)?;
             let rows = arraybridge::bridge_cuda::bench::transfer_report(&gpu, &sizes, reps)?;
+            if g.json {
+                return g.print_json(&serde_json::json!({
+                    "command": "bench transfer", "device": device.to_string(),
+                    "knobs": knobs_json(),
+                    "rows": rows.iter().map(|r| serde_json::json!({
+                        "direction": r.direction, "path": r.path, "bytes": r.bytes,
+                        "gb_per_s": r.gb_per_s,
+                    })).collect::<Vec<_>>(),
+                }));
+            }
             print!("{}", arraybridge::bridge_cuda::bench::format_table(&rows));
             Ok(())
         }
         #[cfg(feature = "opencl")]
-        Device::OpenCl(_) => opencl_transfer(device, &sizes, reps),
+        Device::OpenCl(_) => opencl_transfer(device, &sizes, reps, g),
         other => Err(BridgeError::Unsupported(format!(
             "bench transfer measures the devices of the compiled-in backends (cuda:N with the \
              `cuda` feature, opencl:N with `opencl`); got {other}"
@@ -514,17 +524,20 @@ fn detect_report(
 }
 
 #[cfg(feature = "opencl")]
-fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
+fn opencl_transfer(device: Device, sizes: &[usize], reps: usize, g: Global) -> Result<()> {
     use bridge_core::{DType, HostData};
     let cl = arraybridge::registry()
         .backend_of::<arraybridge::bridge_opencl::OpenClBackend>()
         .ok_or_else(|| {
             bridge_core::BridgeError::unavailable("opencl", "the registry has no OpenCL back end")
         })?;
-    println!(
-        "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
-    );
-    println!("|---|---|---|---|---|---|");
+    if !g.json {
+        println!(
+            "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
+        );
+        println!("|---|---|---|---|---|---|");
+    }
+    let mut rows = Vec::new();
     for &bytes in sizes {
         let src: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
         let host = HostData::from_c_bytes(DType::U8, &[bytes], &src)?;
@@ -536,12 +549,25 @@ fn opencl_transfer(device: Device, sizes: &[usize], reps: usize) -> Result<()> {
         let dev = cl.upload(&host, device)?;
         let h2d = best_gb_per_s(reps, bytes, || cl.upload(&host, device).map(drop))?;
         let d2h = best_gb_per_s(reps, bytes, || cl.download(&dev).map(drop))?;
-        println!(
-            "| {} MiB | {memcpy:.2} | {h2d:.2} | {d2h:.2} | {:.0}% | {:.0}% |",
-            bytes >> 20,
-            100.0 * h2d / memcpy,
-            100.0 * d2h / memcpy
-        );
+        if g.json {
+            rows.push(serde_json::json!({
+                "bytes": bytes, "memcpy_gb_per_s": memcpy, "h2d_gb_per_s": h2d,
+                "d2h_gb_per_s": d2h,
+            }));
+        } else {
+            println!(
+                "| {} MiB | {memcpy:.2} | {h2d:.2} | {d2h:.2} | {:.0}% | {:.0}% |",
+                bytes >> 20,
+                100.0 * h2d / memcpy,
+                100.0 * d2h / memcpy
+            );
+        }
+    }
+    if g.json {
+        return g.print_json(&serde_json::json!({
+            "command": "bench transfer", "device": device.to_string(), "knobs": knobs_json(),
+            "rows": rows,
+        }));
     }
     Ok(())
 }
