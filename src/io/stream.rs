@@ -160,6 +160,11 @@ impl MovieStream {
                     let end = (*next + n).min(files.len());
                     let mut stack =
                         Stack::new(format!("{} (files {}..{end})", self.name, *next), budget);
+                    // the frames of a later chunk are held to the movie's first frame (an
+                    // error names that file, not the chunk's first)
+                    if let (Some(dims), Some(f0)) = (self.first, files.first()) {
+                        stack = stack.continuing(&f0.display().to_string(), dims);
+                    }
                     for f in &files[*next..end] {
                         frame_into(f, &mut stack)?;
                     }

@@ -137,6 +137,14 @@ impl Stack {
         }
     }
 
+    /// A stack continuing a movie whose first frame (`first`, named in errors) was `h × w`
+    /// pixels of `kind`: every page admitted must match it.
+    pub fn continuing(mut self, first: &str, (h, w, kind): (usize, usize, &'static str)) -> Self {
+        self.dims = Some((h, w, kind));
+        self.first = Some(first.to_string());
+        self
+    }
+
     /// Pages so far.
     pub fn pages(&self) -> usize {
         self.pages

@@ -411,8 +411,9 @@ fn streamed_chunks_equal_the_whole_movie() {
     );
 }
 
-/// An input error about some frames of a movie names them as data: the batch's frames counted
-/// in the movie, and in a chunk of a movie counted from the movie's first frame.
+/// An input error about some frames of a movie names them as data: the frame itself (since
+/// 2026-11-28; the whole batch before) counted in the movie, and in a chunk of a movie counted
+/// from the movie's first frame.
 #[test]
 fn input_errors_carry_their_frames() {
     let mut m = Array3::<f64>::zeros((6, 32, 32));
@@ -430,10 +431,10 @@ fn input_errors_carry_their_frames() {
     else {
         panic!("an overflowing frame is an input error");
     };
-    assert_eq!(e.frames, Some(4..6), "{e}");
-    assert!(e.to_string().starts_with("in frames 4..6: "), "{e}");
+    assert_eq!(e.frames, Some(4..5), "{e}");
+    assert!(e.to_string().starts_with("in frames 4..5: "), "{e}");
     assert!(e.contains("overflow"), "the message reads as itself: {e}");
-    // in a stream, the second chunk's frames 4..6 are the movie's 7..9
+    // in a stream, the second chunk's frame 4 is the movie's 7
     let clean = Movie::F64(Array3::from_shape_fn((3, 32, 32), |(t, y, x)| {
         ((t * 7 + y * 3 + x) % 11) as f64
     }));
@@ -444,5 +445,5 @@ fn input_errors_carry_their_frames() {
     let Err(BridgeError::InvalidInput(s)) = &out[1] else {
         panic!("still an input error: {:?}", out[1]);
     };
-    assert_eq!(s.frames, Some(7..9), "{s}");
+    assert_eq!(s.frames, Some(7..8), "{s}");
 }

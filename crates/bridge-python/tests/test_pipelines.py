@@ -437,8 +437,8 @@ def test_an_input_error_of_a_movie_names_its_frames():
     m[4, 10, 10], m[4, 12, 12] = 1e308, -1e308
     with pytest.raises(ab.InvalidInput) as e:
         ab.batch_blob_log(m, threshold=None, threshold_rel=0.2, prescale="none", batch_size=2)
-    assert e.value.frames == range(4, 6)
-    assert "in frames 4..6" in str(e.value)
+    assert e.value.frames == range(4, 5)  # the frame itself, not its batch (4..6)
+    assert "in frames 4..5" in str(e.value)
     with pytest.raises(ab.InvalidInput) as e:
         ab.blob_log(m[4], threshold=None, prescale="none")
     assert e.value.frames is None

@@ -283,5 +283,7 @@ fn a_bad_frame_in_a_later_chunk_is_named_by_its_movie_number() {
     assert!(!o.status.success(), "should fail");
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("in frames 4..5"), "the movie's frame 4: {err}");
+    // and the file it is in (an error of the content named none until 2026-11-28)
+    assert!(err.contains(input.to_str().unwrap()), "{err}");
     assert!(!out.exists(), "no partial CSV");
 }

@@ -307,6 +307,20 @@ fn folder_frames_must_agree_and_share_the_budget() {
         s.contains("c.png") && s.contains("a.png") && s.contains("32x32"),
         "{s}"
     );
+    // Streamed a frame a chunk: the error still names the movie's first frame (it named the
+    // chunk's first, b.tif, until 2026-11-28)
+    let mut stream = arraybridge::io::stream::MovieStream::open(&frames, 1).unwrap();
+    let e = loop {
+        match stream.next_chunk() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the 16x32 frame was streamed"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        e.contains("c.png") && e.contains("a.png") && !e.contains("b.tif"),
+        "{e}"
+    );
     // Another pixel type.
     std::fs::write(frames.join("c.png"), png_encode(32, 32, true, |_, _| 0)).unwrap();
     let (_, s) = refused(image::read_movie(&frames));

@@ -140,7 +140,11 @@ impl DetectBackend for CpuBackend {
         p.validate()?;
         frames
             .par_iter()
-            .map(|f| blob_log_frame_with(*f, p, Precision::F64, &self.knobs))
+            .enumerate()
+            .map(|(i, f)| {
+                blob_log_frame_with(*f, p, Precision::F64, &self.knobs)
+                    .map_err(|e| e.of_batch(i..i + 1))
+            })
             .collect()
     }
 
@@ -153,7 +157,10 @@ impl DetectBackend for CpuBackend {
         p.validate()?;
         frames
             .par_iter()
-            .map(|f| blob_log_frame_with(*f, p, acc, &self.knobs))
+            .enumerate()
+            .map(|(i, f)| {
+                blob_log_frame_with(*f, p, acc, &self.knobs).map_err(|e| e.of_batch(i..i + 1))
+            })
             .collect()
     }
 
@@ -163,7 +170,11 @@ impl DetectBackend for CpuBackend {
         p: &LocateParams,
     ) -> Result<Vec<Vec<Feature>>> {
         p.validate()?;
-        frames.par_iter().map(|f| locate(*f, p)).collect()
+        frames
+            .par_iter()
+            .enumerate()
+            .map(|(i, f)| locate(*f, p).map_err(|e| e.of_batch(i..i + 1)))
+            .collect()
     }
 
     /// The CPU never holds the scale space: the frame, its padded copy, a third image and a

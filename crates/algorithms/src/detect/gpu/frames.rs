@@ -99,10 +99,14 @@ pub(super) fn run_frames<E: Executor>(
     p.validate()?;
     let f64_cube =
         cfg.precision != Precision::F32 && cfg.precision.doubles(e.has_fp64(), e.device())?;
-    for f in frames {
-        f.validate()?;
-        // float32 frames always get a float32 cube
-        check_scale_space_range(f, p, !f64_cube || matches!(f, FrameView::F32(_)))?;
+    for (i, f) in frames.iter().enumerate() {
+        // an error names its frame (counted in the batch; the caller shifts it to the movie's)
+        (|| {
+            f.validate()?;
+            // float32 frames always get a float32 cube
+            check_scale_space_range(f, p, !f64_cube || matches!(f, FrameView::F32(_)))
+        })()
+        .map_err(|e| e.of_batch(i..i + 1))?;
     }
     let mut out = RunOut {
         blobs: Vec::with_capacity(frames.len()),

@@ -102,8 +102,8 @@ pub(super) fn locate_frames<E: Executor>(
     turn: &Turn,
 ) -> Result<LocateOut> {
     p.validate()?;
-    for f in frames {
-        f.validate()?;
+    for (i, f) in frames.iter().enumerate() {
+        f.validate().map_err(|e| e.of_batch(i..i + 1))?;
     }
     let plan = Plan::new(p);
     let f64_dev = cfg.precision.doubles(e.has_fp64(), e.device())?;

@@ -193,6 +193,19 @@ fn local_devices(job: &Job<'_>) -> Result<Option<Vec<bridge_core::Device>>> {
 }
 
 /// One input, `-o FILE`: under mpirun its chunks are shared by the ranks.
+/// An input error of `input`'s content (a NaN pixel, frames of another size...) that does not
+/// name the file yet, named (`FILE: in frames a..b: what`), as the errors of its reader are;
+/// other errors as they are.
+fn input_named(input: &Path, e: BridgeError) -> BridgeError {
+    let name = input.display().to_string();
+    match e {
+        BridgeError::InvalidInput(m) if !m.to_string().contains(&name) => {
+            BridgeError::InvalidInput(format!("{name}: {m}").into())
+        }
+        other => other,
+    }
+}
+
 fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     let args = job.args;
     let g = job.g;
@@ -236,7 +249,7 @@ fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     #[cfg(not(feature = "mpi"))]
     let place = Where::Arg(local_devices(job)?);
     check_output_file(output, &[input], "--output")?;
-    let done = detect_one(job, input, output, place)?;
+    let done = detect_one(job, input, output, place).map_err(|e| input_named(input, e))?;
     let Done {
         frames: t,
         height: h,
