@@ -253,6 +253,14 @@ impl InputError {
 }
 
 impl BridgeError {
+    /// The error of frame `i` of a batch of `n` frames: for `n > 1` an input error that names
+    /// no frames gets frame `i` (and one that names frames of that frame is shifted to it);
+    /// a batch of one frame (a single image, or the caller's batch of one) leaves it unchanged,
+    /// for the caller to say which frame it is, if any.
+    pub fn of_frame(self, i: usize, n: usize) -> Self {
+        if n > 1 { self.of_batch(i..i + 1) } else { self }
+    }
+
     /// [`InputError::of_batch`] for an input error; any other error unchanged.
     pub fn of_batch(self, frames: std::ops::Range<usize>) -> Self {
         match self {

@@ -143,7 +143,7 @@ impl DetectBackend for CpuBackend {
             .enumerate()
             .map(|(i, f)| {
                 blob_log_frame_with(*f, p, Precision::F64, &self.knobs)
-                    .map_err(|e| e.of_batch(i..i + 1))
+                    .map_err(|e| e.of_frame(i, frames.len()))
             })
             .collect()
     }
@@ -159,7 +159,8 @@ impl DetectBackend for CpuBackend {
             .par_iter()
             .enumerate()
             .map(|(i, f)| {
-                blob_log_frame_with(*f, p, acc, &self.knobs).map_err(|e| e.of_batch(i..i + 1))
+                blob_log_frame_with(*f, p, acc, &self.knobs)
+                    .map_err(|e| e.of_frame(i, frames.len()))
             })
             .collect()
     }
@@ -173,7 +174,7 @@ impl DetectBackend for CpuBackend {
         frames
             .par_iter()
             .enumerate()
-            .map(|(i, f)| locate(*f, p).map_err(|e| e.of_batch(i..i + 1)))
+            .map(|(i, f)| locate(*f, p).map_err(|e| e.of_frame(i, frames.len())))
             .collect()
     }
 

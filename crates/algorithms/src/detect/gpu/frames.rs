@@ -106,7 +106,7 @@ pub(super) fn run_frames<E: Executor>(
             // float32 frames always get a float32 cube
             check_scale_space_range(f, p, !f64_cube || matches!(f, FrameView::F32(_)))
         })()
-        .map_err(|e| e.of_batch(i..i + 1))?;
+        .map_err(|e| e.of_frame(i, frames.len()))?;
     }
     let mut out = RunOut {
         blobs: Vec::with_capacity(frames.len()),

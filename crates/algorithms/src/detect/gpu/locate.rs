@@ -103,7 +103,7 @@ pub(super) fn locate_frames<E: Executor>(
 ) -> Result<LocateOut> {
     p.validate()?;
     for (i, f) in frames.iter().enumerate() {
-        f.validate().map_err(|e| e.of_batch(i..i + 1))?;
+        f.validate().map_err(|e| e.of_frame(i, frames.len()))?;
     }
     let plan = Plan::new(p);
     let f64_dev = cfg.precision.doubles(e.has_fp64(), e.device())?;
