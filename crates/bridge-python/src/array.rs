@@ -57,6 +57,13 @@ impl Array {
         let ours = dl_device(here);
         let target = dl_device_req;
         let cross = target.is_some_and(|t| t != (ours.device_type.0, ours.device_id));
+        // host memory is what a cross-device export hands over (the CPU only, checked below)
+        if (cross || here == Device::Cpu) && stream != ConsumerStream::Omitted {
+            return Err(to_py(BridgeError::invalid_argument(
+                "stream",
+                "the DLPack protocol takes no stream for CPU arrays",
+            )));
+        }
         if cross {
             let cpu = dl_device(Device::Cpu);
             if target != Some((cpu.device_type.0, cpu.device_id)) {
@@ -135,11 +142,22 @@ impl Array {
         &self,
         py: Python<'_>,
         stream: Option<&Bound<'_, PyAny>>,
-        max_version: Option<(u32, u32)>,
+        max_version: Option<(i64, i64)>,
         dl_device: Option<(u32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let stream = parse_stream(stream)?;
+        let max_version = match max_version {
+            None => None,
+            Some((a, b)) => match (u32::try_from(a), u32::try_from(b)) {
+                (Ok(a), Ok(b)) => Some((a, b)),
+                _ => {
+                    return Err(invalid(format!(
+                        "max_version must be two non-negative integers, got ({a}, {b})"
+                    )));
+                }
+            },
+        };
         // The Python array API's `__dlpack__` raises BufferError for exports it cannot make.
         let out = self
             .export(stream, max_version, dl_device, copy)

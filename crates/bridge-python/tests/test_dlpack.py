@@ -177,6 +177,17 @@ def test_bad_inputs_are_typed():
     a = ab.convert(np.ones(3))
     with pytest.raises(ab.InvalidInput, match="stream"):
         a.__dlpack__(stream=5, max_version=(1, 0))  # a consumer stream on a host array
+    with pytest.raises(ab.InvalidInput, match="max_version"):
+        a.__dlpack__(max_version=(-1, -1))
+    # arraybridge's own host array, and a device array handed to the CPU, take no stream either
+    own = ab.convert(np.ones(3), copy=True)
+    with pytest.raises(ab.InvalidInput, match="stream"):
+        own.__dlpack__(stream=5, max_version=(1, 0))
+    if "opencl:0" in [d["device"] for d in ab.devices()]:
+        d = ab.convert(np.ones(3), "opencl:0")
+        with pytest.raises(ab.InvalidInput, match="stream"):
+            d.__dlpack__(stream=5, dl_device=(1, 0), max_version=(1, 0))
+        np.testing.assert_array_equal(np.from_dlpack(d, device="cpu"), np.ones(3))
     with pytest.raises(ab.InvalidInput):
         ab.batch_blob_log(np.ones(10))  # wrong ndim
     with pytest.raises(ab.InvalidInput):
