@@ -576,6 +576,20 @@ KERNEL log_pass_block(GLOBAL const REAL* RESTRICT img, const uint frame0,
     fold_regions(tile, lo, hi, BLOCK_PARTS, BLOCK_STRIP, lx, ly, y0, x0, bs, h, w, inf, part);
 }
 
+/* The work group's (min, max) pairs lo[l], hi[l] (MINMAX_WG of them, one a work item) folded
+   into lo[0], hi[0]: a tree of comparisons, each taking the other side only where it is
+   smaller (larger), so a NaN is never taken over a number; every work item calls it. */
+DEVICE_FN void fold_minmax_local(LOCAL_PTR REAL* lo, LOCAL_PTR REAL* hi, size_t l) {
+    BARRIER();
+    for (size_t s = MINMAX_WG / 2; s > 0; s >>= 1) {
+        if (l < s) {
+            lo[l] = lo[l + s] < lo[l] ? lo[l + s] : lo[l];
+            hi[l] = hi[l + s] > hi[l] ? hi[l + s] : hi[l];
+        }
+        BARRIER();
+    }
+}
+
 /* Partial extrema: launched with global (groups * MINMAX_WG, nb), local (MINMAX_WG, 1);
    part[2 * (b * groups + g)] = min, part[... + 1] = max. */
 KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
@@ -595,14 +609,7 @@ KERNEL cube_minmax(GLOBAL const REAL* RESTRICT cube, GLOBAL REAL* RESTRICT part,
     }
     lo[l] = a;
     hi[l] = z;
-    BARRIER();
-    for (size_t s = MINMAX_WG / 2; s > 0; s >>= 1) {
-        if (l < s) {
-            lo[l] = lo[l + s] < lo[l] ? lo[l + s] : lo[l];
-            hi[l] = hi[l + s] > hi[l] ? hi[l + s] : hi[l];
-        }
-        BARRIER();
-    }
+    fold_minmax_local(lo, hi, l);
     if (l == 0) {
         part[2 * (b * groups + g)] = lo[0];
         part[2 * (b * groups + g) + 1] = hi[0];
@@ -634,14 +641,7 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
     }
     lw[l] = lo;
     hw[l] = hi;
-    BARRIER();
-    for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
-        if (l < st) {
-            lw[l] = lw[l + st] < lw[l] ? lw[l + st] : lw[l];
-            hw[l] = hw[l + st] > hw[l] ? hw[l + st] : hw[l];
-        }
-        BARRIER();
-    }
+    fold_minmax_local(lw, hw, l);
     if (l != 0) return;
     lo = lw[0];
     hi = hw[0];
