@@ -373,7 +373,7 @@ type EmptyFrames = Vec<(usize, Option<&'static str>)>;
 #[pyfunction]
 #[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
                     smoothing_size, threshold, invert, percentile, topn, preprocess,
-                    characterize, device, batch_size))]
+                    characterize, device, batch_size, max_iterations=10))]
 #[allow(clippy::too_many_arguments)]
 pub fn locate<'py>(
     py: Python<'py>,
@@ -392,8 +392,10 @@ pub fn locate<'py>(
     characterize: bool,
     device: &str,
     batch_size: usize,
+    max_iterations: usize,
 ) -> PyResult<(Bound<'py, PyDict>, bool, EmptyFrames)> {
     let p = LocateParams {
+        max_iterations,
         minmass,
         maxsize,
         separation,

@@ -129,7 +129,7 @@ type LocatedNd<'py> = (Vec<String>, Bound<'py, PyArray2<f64>>, Option<&'static s
 #[pyfunction(name = "locate_nd")]
 #[pyo3(signature = (image, *, diameter, minmass, maxsize, separation, noise_size,
                     smoothing_size, threshold, invert, percentile, topn, preprocess,
-                    characterize, device="cpu"))]
+                    characterize, device="cpu", max_iterations=10))]
 #[allow(clippy::too_many_arguments)]
 pub fn locate_volume<'py>(
     py: Python<'py>,
@@ -147,8 +147,10 @@ pub fn locate_volume<'py>(
     preprocess: bool,
     characterize: bool,
     device: &str,
+    max_iterations: usize,
 ) -> PyResult<LocatedNd<'py>> {
     let p = LocateNdParams {
+        max_iterations,
         minmass,
         maxsize,
         separation,

@@ -212,6 +212,50 @@ def test_numpy_views_an_arraybridge_host_array_and_refuses_a_device_one():
             ab.batch(ab.convert(vols, "opencl:0"), 5)
 
 
+def test_drop_in_details_of_scikit_image_and_trackpy():
+    # the differential sweep of 2026-11-28: scikit-image's row dtype, trackpy's topn and its
+    # max_iterations / filter_before / filter_after arguments
+    import warnings
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:48, :48]
+    img = sum(np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * s * s))
+              for y, x, s in rng.uniform([5, 5, 1], [43, 43, 4], (12, 3)))
+    feature = pytest.importorskip("skimage.feature")
+    for dt in (np.float32, np.float16, np.float64):
+        for kw in (dict(max_sigma=4, threshold=None, threshold_rel=0.1),
+                   dict(max_sigma=(4, 3), threshold=None, threshold_rel=0.1)):
+            got, want = ab.blob_log(img.astype(dt), **kw), feature.blob_log(img.astype(dt), **kw)
+            assert got.dtype == want.dtype, (dt, kw)
+            np.testing.assert_array_equal(got, want)
+    # topn: trackpy's argmax for one (the first maximum), every feature by ascending mass for 0
+    # ([-0:] is the whole array), the n most massive by ascending mass otherwise
+    spots = (200 * img / img.max() + 5).astype(np.float64)
+    every = ab.locate(spots, 5)
+    by_mass = np.sort(np.asarray(every["mass"]))
+    np.testing.assert_array_equal(np.asarray(ab.locate(spots, 5, topn=0)["mass"]), by_mass)
+    np.testing.assert_array_equal(np.asarray(ab.locate(spots, 5, topn=3)["mass"]), by_mass[-3:])
+    one = ab.locate(spots, 5, topn=1)
+    assert len(one) == 1 and float(one["mass"].iloc[0]) == by_mass[-1]
+    # max_iterations reaches the refinement (0: one centroid); beyond 10000 it is refused
+    r = np.random.default_rng(1)
+    y2, x2 = np.mgrid[:64, :64]
+    noisy = r.normal(10, 2, (64, 64)) + sum(
+        200 * np.exp(-((y2 - y) ** 2 + (x2 - x) ** 2) / 4.5) for y, x in r.uniform(8, 56, (6, 2)))
+    assert not np.array_equal(np.asarray(ab.locate(noisy, 7, max_iterations=0)["x"]),
+                              np.asarray(ab.locate(noisy, 7)["x"]))
+    with pytest.raises(ab.InvalidInput, match="max_iterations"):
+        ab.locate(spots, 5, max_iterations=10**9)
+    with pytest.raises(ValueError, match="filter_before"):
+        ab.locate(spots, 5, filter_before=True)
+    with pytest.raises(ValueError, match="filter_before"):
+        ab.batch(spots[None], 5, filter_before=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ab.locate(spots, 5, filter_after=True)
+    assert any(x.category is DeprecationWarning and "filter_after" in str(x.message) for x in w)
+
+
 def canonical(ids):
     """Particle ids renumbered by first appearance (trackpy's numbering is an implementation
     detail; the partition into tracks is what must match)."""

@@ -33,6 +33,7 @@ from . import _dask, _decorators, _frameworks, _native, _progress
 from ._decorators import config, cupy, jax, numpy, offload, on, tensorflow, torch
 from ._locate import (
     _check_axes,
+    _trackpy_deprecated,
     _isotropic,
     _locate_frames_nd,
     _locate_nd,
@@ -311,6 +312,14 @@ def blob_log(
         image = _dask.to_host(image, "blob_log (a dask image is computed whole)")
     if prescale == "minmax":
         _warn_minmax_overflow(image)
+    # scikit-image's rows are in the image's float type: float32 for float16 and float32
+    # images (their values are float32 numbers here too), float64 otherwise and when empty
+    kind = str(getattr(image, "dtype", "")).rsplit(".", 1)[-1]
+    out_type = np.float32 if kind in ("float16", "float32") else np.float64
+
+    def as_skimage(rows: np.ndarray) -> np.ndarray:
+        return rows.astype(out_type, copy=False) if len(rows) else rows
+
     shape = tuple(getattr(image, "shape", np.shape(image)))
     scalar = np.ndim(min_sigma) == 0 and np.ndim(max_sigma) == 0
     if len(shape) == 2 and scalar:
@@ -319,7 +328,7 @@ def blob_log(
             threshold_rel=threshold_rel, exclude_border=exclude_border, prescale=prescale,
             device=device, batch_size=batch_size,
         )
-        return rows[:, 1:]
+        return as_skimage(rows[:, 1:])
     bs = _int("batch_size", batch_size)
     if bs < 1 or bs > 100_000:
         raise InvalidInput(f"batch_size must be in 1..=100000, got {bs}")
@@ -332,7 +341,7 @@ def blob_log(
         border = bool(exclude_border)
     else:
         border = _int("exclude_border", exclude_border)
-    return _native.blob_log_nd(
+    return as_skimage(_native.blob_log_nd(
         image,
         min_sigma=_sigma_arg(min_sigma),
         max_sigma=_sigma_arg(max_sigma),
@@ -344,7 +353,7 @@ def blob_log(
         exclude_border=border,
         prescale=prescale,
         device=device,
-    )
+    ))
 
 
 def _warn_minmax_overflow(image: Any) -> None:
@@ -450,6 +459,9 @@ def locate(
     percentile: float = 64,
     topn: Optional[int] = None,
     preprocess: bool = True,
+    max_iterations: int = 10,
+    filter_before: Optional[bool] = None,
+    filter_after: Optional[bool] = None,
     characterize: bool = True,
     engine: str = "auto",
     *,
@@ -483,6 +495,7 @@ def locate(
     pixels."""
     if engine not in ("auto", "python", "numba"):
         raise InvalidInput(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
+    _trackpy_deprecated(filter_before, filter_after, 2)
     if _dask.is_dask(raw_image):
         _dask.check(raw_image, "locate")
         raw_image = _dask.to_host(raw_image, "locate (a dask image is computed whole)")
@@ -508,7 +521,7 @@ def locate(
             raw_image, diameter, device, 3, minmass=minmass, maxsize=maxsize,
             separation=separation, noise_size=noise_size, smoothing_size=smoothing_size,
             threshold=threshold, invert=invert, percentile=percentile, topn=topn,
-            preprocess=preprocess, characterize=characterize,
+            preprocess=preprocess, characterize=characterize, max_iterations=max_iterations,
         )
     return _locate(
         raw_image, _scalar(diameter), minmass=minmass, maxsize=maxsize,
@@ -516,6 +529,7 @@ def locate(
         smoothing_size=_scalar(smoothing_size), threshold=threshold, invert=invert,
         percentile=percentile, topn=topn, preprocess=preprocess, characterize=characterize,
         engine=engine, device=device, batch_size=batch_size, stacklevel=3,
+        max_iterations=max_iterations,
     )
 
 
@@ -571,6 +585,9 @@ def _locate(
     device,
     batch_size,
     stacklevel: int,
+    max_iterations: int = 10,
+    filter_before: Any = None,
+    filter_after: Any = None,
 ):
     """trackpy's ``locate`` of a 2-D image, or of each frame of a ``(T, H, W)`` movie (then
     with a ``frame`` column, as trackpy's ``batch``), with one size per axis, where ``device``
@@ -595,6 +612,7 @@ def _locate(
         characterize=bool(characterize),
         device=device,
         batch_size=_int("batch_size", batch_size),
+        max_iterations=_int("max_iterations", max_iterations),
     )
     _log_auto(device)
     for _, why in empty:

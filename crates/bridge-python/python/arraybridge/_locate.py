@@ -85,6 +85,7 @@ def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0,
         preprocess=bool(kw["preprocess"]),
         characterize=bool(kw["characterize"]),
         device=device,
+        max_iterations=_int("max_iterations", kw.get("max_iterations", 10)),
     )
     if why is not None and warn_stacklevel:
         import warnings  # noqa: PLC0415
@@ -94,6 +95,25 @@ def _locate_nd(image: Any, diameter: Any, device: str, warn_stacklevel: int = 0,
         if why in _EMPTY_WARNINGS:
             warnings.warn(_EMPTY_WARNINGS[why], UserWarning, stacklevel=warn_stacklevel)
     return _table({c: rows[:, i] for i, c in enumerate(cols)})
+
+
+def _trackpy_deprecated(filter_before: Any, filter_after: Any, stacklevel: int) -> None:
+    """trackpy's handling of its retired ``locate`` arguments (trackpy 0.7 ``feature.py``):
+    ``filter_before`` is refused, ``filter_after`` warns that it is always on."""
+    if filter_before is not None:
+        raise ValueError(
+            "The filter_before argument is no longer supported as it does not improve "
+            "performance. Features are filtered after refine."
+        )
+    if filter_after is not None:
+        import warnings  # noqa: PLC0415
+
+        warnings.warn(
+            "The filter_after argument has been deprecated: it is always on, unless "
+            "minmass = None and maxsize = None.",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _names(t: Any) -> list:

@@ -128,6 +128,7 @@ def locate(
     characterize: bool,
     device: str,
     batch_size: int,
+    max_iterations: int = 10,
 ) -> Tuple[Dict[str, np.ndarray], bool, List[Tuple[int, Optional[str]]]]: ...
 def link(
     frames: npt.NDArray[np.int64],

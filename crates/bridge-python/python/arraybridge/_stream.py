@@ -225,6 +225,7 @@ def _batch(frames: Any, diameter: Any, chunk_frames: Optional[int], bar: Any, kw
     from . import _NO_FEATURES_IN_MOVIE, _locate, _pandas, _table, locate  # noqa: PLC0415
     from ._locate import (  # noqa: PLC0415
         _check_axes,
+        _trackpy_deprecated,
         _isotropic,
         _locate_frames_nd,
         _names,
@@ -253,6 +254,8 @@ def _batch(frames: Any, diameter: Any, chunk_frames: Optional[int], bar: Any, kw
         bound = inspect.signature(locate).bind(None, diameter, **kwargs)
         bound.apply_defaults()
         named = {k: v for k, v in bound.arguments.items() if k not in ("raw_image", "diameter")}
+        # trackpy's retired arguments, said once for the movie
+        _trackpy_deprecated(named.pop("filter_before"), named.pop("filter_after"), 3)
         sizes = {k: _per_axis(k, named[k]) for k in ("separation", "noise_size", "smoothing_size")}
         size = _per_axis("diameter", diameter)
         _check_axes(2, {"diameter": size, **sizes})

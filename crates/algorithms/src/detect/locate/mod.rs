@@ -15,7 +15,7 @@ mod bandpass;
 mod characterize;
 mod maxima;
 pub mod nd;
-mod params;
+pub(crate) mod params;
 
 use bridge_core::Result;
 
@@ -25,7 +25,7 @@ use characterize::{mask_geometry, mask_offsets, measure_noise, refine_one};
 use maxima::{dilate_rows, dilation_reach, local_maxima, percentile_nonzero};
 
 pub use nd::{FeaturesNd, LocateNdParams, locate_nd, locate_nd_on_device, why_empty_nd};
-pub use params::{LocateParams, MAX_DIAMETER};
+pub use params::{LocateParams, MAX_DIAMETER, MAX_ITERATIONS};
 
 /// One located feature (spec §2.7 columns).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,15 +190,8 @@ pub(crate) fn finish(
         .filter(|f| f.mass > p.minmass)
         .filter(|f| p.maxsize.is_none_or(|m| f.size < m))
         .collect();
-    if let Some(n) = p.topn
-        && out.len() > n
-    {
-        out.sort_by(|a, b| {
-            a.mass
-                .partial_cmp(&b.mass)
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        out.drain(..out.len() - n);
+    if let Some(n) = p.topn {
+        out = top_n_by(out, n, |f| f.mass);
     }
 
     if p.characterize && !out.is_empty() {
@@ -215,6 +208,36 @@ pub(crate) fn finish(
         }
     }
     out
+}
+
+/// trackpy's `topn` (`feature.py`: where there are more features than `n`, `np.argmax` for
+/// one, else `iloc[np.argsort(mass)[-n:]]`): the first feature of the largest mass for `n = 1`;
+/// else the `n` most massive in ascending mass, all of them for `n = 0` (NumPy's `[-0:]` is the
+/// whole array). Equal masses keep their order (a stable sort, where NumPy's default sort is
+/// not: at a tie across the cut, trackpy's choice depends on NumPy's sorting kernel).
+pub(crate) fn top_n_by<T>(mut v: Vec<T>, n: usize, mass: impl Fn(&T) -> f64) -> Vec<T> {
+    if v.len() <= n {
+        return v;
+    }
+    if n == 1 {
+        // np.argmax: the first maximum (a NaN, were there one, counts as the maximum)
+        let mut best = 0;
+        for (i, f) in v.iter().enumerate() {
+            let (m, b) = (mass(f), mass(&v[best]));
+            if !b.is_nan() && (m > b || m.is_nan()) {
+                best = i;
+            }
+        }
+        return vec![v.swap_remove(best)];
+    }
+    v.sort_by(|a, b| {
+        mass(a)
+            .partial_cmp(&mass(b))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let drop = if n == 0 { 0 } else { v.len() - n };
+    v.drain(..drop);
+    v
 }
 
 /// Host bytes per pixel of a frame in flight in `locate`: the frame in float64, its lowpass
@@ -408,4 +431,34 @@ pub fn why_empty(frame: FrameView<'_>, p: &LocateParams) -> Result<Option<Empty>
         return Ok(Some(Empty::InMargins));
     }
     Ok(locate(frame, p)?.is_empty().then_some(Empty::Filtered))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_n_by;
+
+    /// trackpy's `topn`: `np.argmax` (the first maximum) for one, ascending mass for more,
+    /// every feature for 0 (`[-0:]`), nothing cut where there are not more than `n`.
+    #[test]
+    fn top_n_is_trackpys() {
+        let m = [3.0, 7.0, 1.0, 7.0, 5.0];
+        let v: Vec<(usize, f64)> = m.iter().copied().enumerate().collect();
+        let ids = |n| -> Vec<usize> {
+            top_n_by(v.clone(), n, |f| f.1)
+                .iter()
+                .map(|f| f.0)
+                .collect()
+        };
+        assert_eq!(ids(1), [1], "the first of the two largest");
+        assert_eq!(ids(2), [1, 3]);
+        assert_eq!(ids(3), [4, 1, 3]);
+        assert_eq!(ids(0), [2, 0, 4, 1, 3], "all, by mass");
+        assert_eq!(ids(5), [0, 1, 2, 3, 4], "not more than n: as found");
+        let nan: Vec<(usize, f64)> = vec![(0, 1.0), (1, f64::NAN), (2, 9.0), (3, f64::NAN)];
+        assert_eq!(
+            top_n_by(nan, 1, |f| f.1)[0].0,
+            1,
+            "np.argmax takes the first NaN"
+        );
+    }
 }

@@ -113,8 +113,24 @@ impl LocateParams {
                 format!("must be at most {MAX_DIAMETER} pixels, got {s:e}"),
             );
         }
+        check_iterations(self.max_iterations)?;
         check_scalars(self.percentile, self.minmass, self.maxsize, self.threshold)
     }
+}
+
+/// The most refinement iterations `max_iterations` may ask for (trackpy's default is 10; each
+/// moves every feature's centre once more).
+pub const MAX_ITERATIONS: usize = 10_000;
+
+/// `max_iterations` within [`MAX_ITERATIONS`] (0: trackpy's single centroid, no iteration).
+pub(crate) fn check_iterations(n: usize) -> Result<()> {
+    if n > MAX_ITERATIONS {
+        return Err(BridgeError::invalid_argument(
+            "max_iterations",
+            format!("must be at most {MAX_ITERATIONS}, got {n}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The checks of trackpy's one-number settings, shared by [`LocateParams::validate`] and the

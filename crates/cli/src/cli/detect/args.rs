@@ -245,7 +245,8 @@ pub struct Args {
     /// [locate] Percentile of non-zero pixels a maximum must exceed (default 64).
     #[arg(long, default_value_t = 64.0)]
     pub percentile: f64,
-    /// [locate] Keep only the N brightest features per frame.
+    /// [locate] Keep only the N brightest features per frame, in ascending mass (trackpy's
+    /// `topn`: 1 keeps the first of the brightest; 0 keeps every feature, by mass).
     #[arg(long)]
     pub topn: Option<usize>,
     /// [locate] Skip the bandpass.

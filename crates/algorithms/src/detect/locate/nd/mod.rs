@@ -205,7 +205,7 @@ pub fn locate_nd_on_device(
         feats.retain(|f| f.size.first().is_some_and(|s| *s < m));
     }
     if let Some(n) = p.topn {
-        feats = top_n(feats, n);
+        feats = crate::detect::locate::top_n_by(feats, n, |f| f.mass);
     }
     let noise = (p.characterize && !feats.is_empty())
         .then(|| noise::measure_noise(&img, &raw, &shape, &mask, kind));
@@ -305,29 +305,6 @@ pub fn why_empty_nd(image: VolumeView<'_>, p: &LocateNdParams) -> Result<Option<
         .rows
         .is_empty()
         .then_some(Empty::Filtered))
-}
-
-/// trackpy's `topn`: the `n` most massive features in ascending mass (one: the first maximum).
-fn top_n(mut feats: Vec<Refined>, n: usize) -> Vec<Refined> {
-    if feats.len() <= n {
-        return feats;
-    }
-    if n == 1 {
-        let mut best = 0;
-        for (i, f) in feats.iter().enumerate() {
-            if f.mass > feats[best].mass {
-                best = i;
-            }
-        }
-        return vec![feats.swap_remove(best)];
-    }
-    feats.sort_by(|a, b| {
-        a.mass
-            .partial_cmp(&b.mass)
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    feats.drain(..feats.len() - n);
-    feats
 }
 
 /// trackpy's `where_close` and drop: every pair closer than `sep` per axis (‖Δ/sep‖ ≤ 1 − 1e-7)

@@ -67,6 +67,7 @@ impl LocateNdParams {
 
     /// The per-axis settings for an image of `ndim` axes, checked as trackpy checks them.
     pub(super) fn resolve(&self, ndim: usize) -> Result<Resolved> {
+        crate::detect::locate::params::check_iterations(self.max_iterations)?;
         let diameter = per_axis("diameter", &self.diameter, ndim)?;
         for &d in &diameter {
             if d.is_multiple_of(2) {
