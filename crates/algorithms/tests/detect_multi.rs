@@ -789,3 +789,39 @@ fn peers_in_other_processes_give_the_same_particles() {
     same(&one, &out.particles);
     assert!(out.shares[1].error.is_some());
 }
+
+/// An input error names its frame in the movie, whatever splits the movie: `locate`'s batches
+/// on one device and the units of a several-device queue (they counted from the batch's or
+/// the unit's first frame, 2026-11-28, until the review of that change).
+#[test]
+fn an_input_error_names_its_frame_in_the_movie() {
+    let Movie::F32(mut a) = movie(7) else {
+        panic!("an f32 movie")
+    };
+    a[[5, 10, 10]] = f32::INFINITY;
+    let m = Movie::F32(a);
+    let frames = m.frames();
+    let p = LocateParams::new(5);
+    let cpu = CpuBackend::default();
+    let frames_of = |e: BridgeError| match e {
+        BridgeError::InvalidInput(m) => m.frames,
+        other => panic!("an input error: {other}"),
+    };
+    let e = algorithms::detect::locate_batches(&frames, &p, 2, &cpu, |_| {}).unwrap_err();
+    assert_eq!(frames_of(e), Some(5..6));
+    let (b, c) = (CpuBackend::default(), CpuBackend::default());
+    let e = algorithms::detect::locate_movie_multi(
+        &m,
+        &p,
+        &[&b, &c],
+        2,
+        MultiPolicy::default(),
+        |_| {},
+    )
+    .unwrap_err();
+    assert_eq!(frames_of(e), Some(5..6));
+    let e = detector(2)
+        .detect_movie_multi(&m, &[&b, &c], MultiPolicy::default(), |_| {})
+        .unwrap_err();
+    assert_eq!(frames_of(e), Some(5..6));
+}

@@ -431,11 +431,15 @@ pub fn blob_log_frames_multi(
         starts,
         policy,
         progress,
-        |member, (a, b)| match member {
-            DetectMember::Local(backend) => {
-                check_count("blob_log", backend.blob_log_batch(&frames[a..b], p)?, b - a)
+        // an input error names its frames in the movie (a unit counts from its first)
+        |member, (a, b)| {
+            match member {
+                DetectMember::Local(backend) => {
+                    check_count("blob_log", backend.blob_log_batch(&frames[a..b], p)?, b - a)
+                }
+                DetectMember::Peer(peer) => peer.frames((a, b)),
             }
-            DetectMember::Peer(peer) => peer.frames((a, b)),
+            .map_err(|e| e.of_batch(a..b))
         },
     )
 }
@@ -474,9 +478,13 @@ fn locate_frames_members(
         starts,
         policy,
         progress,
-        |member, (a, b)| match member {
-            DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
-            DetectMember::Peer(peer) => check_count("locate", peer.frames((a, b))?, b - a),
+        // an input error names its frames in the movie (a unit counts from its first)
+        |member, (a, b)| {
+            match member {
+                DetectMember::Local(backend) => locate_unit(&frames[a..b], *backend, p),
+                DetectMember::Peer(peer) => check_count("locate", peer.frames((a, b))?, b - a),
+            }
+            .map_err(|e| e.of_batch(a..b))
         },
     )?;
     Ok(LocateOutcome { features, shares })

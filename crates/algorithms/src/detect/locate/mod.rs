@@ -311,7 +311,12 @@ pub fn locate_batches(
         frames,
         batch_size,
         (workers, "locate", backend.device()),
-        |batch, _| backend.locate_batch(batch, p),
+        // an input error names its frames in the movie (the batch counts from its first)
+        |batch, first| {
+            backend
+                .locate_batch(batch, p)
+                .map_err(|e| e.of_batch(first..first + batch.len()))
+        },
         progress,
     )
 }

@@ -192,7 +192,6 @@ fn local_devices(job: &Job<'_>) -> Result<Option<Vec<bridge_core::Device>>> {
     args.device.devices(DETECT)
 }
 
-/// One input, `-o FILE`: under mpirun its chunks are shared by the ranks.
 /// An input error of `input`'s content (a NaN pixel, frames of another size...) that does not
 /// name the file yet, named (`FILE: in frames a..b: what`), as the errors of its reader are;
 /// other errors as they are.
@@ -206,6 +205,7 @@ fn input_named(input: &Path, e: BridgeError) -> BridgeError {
     }
 }
 
+/// One input, `-o FILE`: under mpirun its chunks are shared by the ranks.
 fn run_single(job: &Job<'_>, input: &Path, output: &Path) -> Result<()> {
     let args = job.args;
     let g = job.g;
