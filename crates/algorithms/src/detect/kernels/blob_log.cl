@@ -658,6 +658,18 @@ KERNEL frame_thresholds(GLOBAL const REAL* RESTRICT part, GLOBAL REAL* RESTRICT 
     thr[b] = t;
 }
 
+/* One work item's part of a scan for the largest |pixel|: im[i] for i = from, from +
+   MINMAX_WG, ... below to, folded into *m; *bad set where one is NaN or infinite. */
+DEVICE_FN void absmax_scan(GLOBAL const REAL* im, size_t from, size_t to, REAL inf, REAL* m,
+                           int* bad) {
+    for (size_t i = from; i < to; i += MINMAX_WG) {
+        REAL v = im[i];
+        REAL a = v < 0 ? -v : v;
+        *bad |= (a != a) | (a == inf);
+        *m = a > *m ? a : *m;
+    }
+}
+
 /* The largest |pixel| of each frame of img (from frame frame0), in groups parts a frame for
    cert_frames (ARRAYBRIDGE_DETECT_SCAN_GROUPS): launched over (groups * MINMAX_WG, nb) with
    local (MINMAX_WG, 1); group g of frame b scans the g-th of groups consecutive slices of the
@@ -676,12 +688,7 @@ KERNEL frame_absmax(GLOBAL const REAL* RESTRICT img, const uint frame0,
     GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
     REAL m = 0;
     int bad = 0;
-    for (size_t i = start + l; i < end; i += MINMAX_WG) {
-        REAL v = im[i];
-        REAL a = v < 0 ? -v : v;
-        bad |= (a != a) | (a == inf);
-        m = a > m ? a : m;
-    }
+    absmax_scan(im, start + l, end, inf, &m, &bad);
     mx[l] = bad ? inf : m;
     BARRIER();
     for (size_t st = MINMAX_WG / 2; st > 0; st >>= 1) {
@@ -770,13 +777,7 @@ KERNEL cert_frames(GLOBAL const REAL* RESTRICT img, const uint frame0,
             m = a > m ? a : m;
         }
     } else {
-        GLOBAL const REAL* im = img + ((size_t)frame0 + b) * plane;
-        for (size_t i = l; i < plane; i += MINMAX_WG) {
-            REAL v = im[i];
-            REAL a = v < 0 ? -v : v;
-            bad |= (a != a) | (a == inf);
-            m = a > m ? a : m;
-        }
+        absmax_scan(img + ((size_t)frame0 + b) * plane, l, plane, inf, &m, &bad);
     }
     /* the partial extrema, folded by every work item (a NaN makes the frame unsearched) */
     GLOBAL const REAL* f = part + 2 * (size_t)groups * b;
