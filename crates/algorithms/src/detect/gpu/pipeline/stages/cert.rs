@@ -144,7 +144,13 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
         // each frame's largest magnitude in parts, by several groups a frame
         let scan = self.cert()?.scan_groups;
         let scan_u = to_u32(scan, "scan groups")?;
-        let amax = e.alloc_elems::<R>((nb * scan).max(1))?;
+        // no parts without the scan: cert_frames then reads none (`part` stands in)
+        let parts = if scan > 0 {
+            Some(e.alloc_elems::<R>(nb * scan)?)
+        } else {
+            None
+        };
+        let amax = parts.as_ref().unwrap_or(part);
         if scan > 0 {
             let (global, local) = ([scan * MINMAX_WG, nb], [MINMAX_WG, 1]);
             timed("frame_absmax", &mut || {
@@ -152,7 +158,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                     Grid::new(&global, &local),
                     &self.img,
                     frame0,
-                    &amax,
+                    amax,
                     plane,
                     scan_u,
                     inf,
@@ -176,7 +182,7 @@ impl<'a, 'c, E: Executor, T: Real, R: DevReal, A: DevReal> LogRun<'a, 'c, E, T, 
                 has_rel,
                 R::from_f64(rel),
                 inf,
-                &amax,
+                amax,
                 scan_u,
             )
         })?;
