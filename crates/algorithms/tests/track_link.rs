@@ -329,3 +329,20 @@ fn streaming_linkers_match_the_whole_table_and_forget_finished_tracks() {
         assert!(ids.iter().any(|&i| i >= 0) && ids.contains(&-1));
     }
 }
+
+/// New tracks are numbered as trackpy numbers them: subnet by subnet, in ascending order of
+/// each subnet's last destination row. Row 1 (on its own) comes before row 0, which the source
+/// left for the nearer row 2; the streaming linker numbers them the same way.
+#[test]
+fn new_tracks_are_numbered_in_trackpys_order_of_subnets() {
+    use algorithms::track::Linker;
+    let frames = [0, 1, 1, 1];
+    let pos = [[0.0, 0.0], [0.0, 0.5], [50.0, 50.0], [0.0, 0.2]];
+    let (ids, stats) = link(&frames, &pos, &LinkParams::new(2.0, 0)).unwrap();
+    assert_eq!(ids, [0, 2, 1, 0]);
+    assert_eq!(stats.tracks, 3);
+    let mut linker = Linker::new(LinkParams::new(2.0, 0)).unwrap();
+    assert_eq!(linker.push_frame(0, &pos[..1]).unwrap(), [0]);
+    assert_eq!(linker.push_frame(1, &pos[1..]).unwrap(), [2, 1, 0]);
+    assert!(linker.is_active(1) && linker.is_active(2));
+}

@@ -279,6 +279,43 @@ def test_link_equals_trackpy(memory):
     assert got.particle.nunique() == fixture.particle.nunique()
 
 
+def _walkers_with_siblings(pd, seed, frames=30):
+    """Walkers on a grid (10 apart) with, each frame, a sibling 1 away from some of them (a new
+    track inside a subnet) and new particles on their own, rows of a frame shuffled: every
+    subnet starts at most one track, so trackpy's numbering does not depend on a set's order."""
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(np.arange(8), np.arange(8), indexing="ij"), -1).reshape(-1, 2)
+    pos = grid * 10.0 + 5
+    rows = []
+    for t in range(frames):
+        pos = pos + rng.uniform(-0.5, 0.5, pos.shape)
+        frame = list(pos)
+        for p in pos:
+            if rng.uniform() < 0.3:
+                a = rng.uniform(0, 2 * np.pi)
+                frame.append(p + [np.cos(a), np.sin(a)])
+        for _ in range(rng.integers(0, 4)):
+            frame.append(rng.integers(0, 8, 2) * 10.0 + rng.uniform(0, 1, 2))
+        frame = np.array(frame)[rng.permutation(len(frame))]
+        rows += [(t, *p) for p in frame]
+    return pd.DataFrame(rows, columns=["frame", "y", "x"])
+
+
+def test_link_numbers_new_tracks_as_trackpy_does():
+    pd = pytest.importorskip("pandas")
+    tp = pytest.importorskip("trackpy")
+    tp.quiet()
+    # a new track in a subnet (the source takes the nearer row 2) and one on its own (row 1):
+    # trackpy visits the lone row's subnet first, as its subnets go by their last row
+    f = pd.DataFrame({"frame": [0, 1, 1, 1], "y": [0, 0, 50, 0], "x": [0, 0.5, 50, 0.2]})
+    assert list(ab.link(f, 2)["particle"]) == [0, 2, 1, 0]
+    for seed in range(4):
+        df = _walkers_with_siblings(pd, seed)
+        np.testing.assert_array_equal(
+            ab.link(df, 2.0)["particle"].values, tp.link(df, 2.0)["particle"].values
+        )
+
+
 def test_link_without_pandas_takes_structured_arrays():
     rec = np.zeros(4, dtype=[("frame", "i8"), ("y", "f8"), ("x", "f8")])
     rec["frame"] = [0, 0, 1, 1]

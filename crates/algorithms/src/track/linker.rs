@@ -196,7 +196,7 @@ impl<const D: usize> Linker<D> {
                 .collect(),
         };
         let cands = self.candidates(&src_pos, pos);
-        let dest_src = match self.solve(&cands, src_pos.len(), pos.len(), frame) {
+        let (mut dest_src, birth_key) = match self.solve(&cands, src_pos.len(), pos.len(), frame) {
             Ok(d) => d,
             Err(e) => {
                 if let Some(u) = undo {
@@ -205,19 +205,27 @@ impl<const D: usize> Linker<D> {
                 return Err(e);
             }
         };
+        // trackpy numbers new tracks as it visits its subnets: in ascending order of their
+        // last destination (a subnet keeps the key of the destination that joined it last),
+        // a destination without candidates on its own; within a subnet, in destination order
+        // here (trackpy's order there is a Python set's, by object address). New tracks take
+        // their places in that order, so the tracks stay in ascending order of their ids.
+        let mut births: Vec<u32> = (0..pos.len() as u32)
+            .filter(|&d| dest_src[d as usize] == NONE)
+            .collect();
+        births.sort_by_key(|&d| birth_key[d as usize]);
+        for d in births {
+            let d = d as usize;
+            dest_src[d] = self.ids.len() as u32;
+            self.ids.push(self.next_id);
+            self.next_id += 1;
+            self.pos.push(pos[d]);
+            self.last_frame.push(frame);
+            self.last_level.push(self.level);
+        }
         ids.clear();
         for (d, p) in pos.iter().enumerate() {
-            let s = match dest_src[d] {
-                NONE => {
-                    self.ids.push(self.next_id);
-                    self.next_id += 1;
-                    self.pos.push(*p);
-                    self.last_frame.push(frame);
-                    self.last_level.push(self.level);
-                    self.ids.len() - 1
-                }
-                s => s as usize,
-            };
+            let s = dest_src[d] as usize;
             self.pos[s] = *p;
             self.last_frame[s] = frame;
             self.last_level[s] = self.level;
@@ -314,15 +322,32 @@ impl<const D: usize> Linker<D> {
     }
 
     /// Subnets (connected parts of the candidate graph) solved in parallel: the source of
-    /// every destination (`NONE`: a new track). Fails only with the drop strategy, on a subnet
-    /// too large for it (at frame `frame`).
-    fn solve(&mut self, c: &Cands, ns: usize, nd: usize, frame: i64) -> Result<Vec<u32>> {
+    /// every destination (`NONE`: a new track), and the key that orders the new tracks' numbers
+    /// (trackpy's order of subnets: the last destination of a destination's subnet, itself
+    /// where it has no candidates). Fails only with the drop strategy, on a subnet too large for
+    /// it (at frame `frame`).
+    fn solve(
+        &mut self,
+        c: &Cands,
+        ns: usize,
+        nd: usize,
+        frame: i64,
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
         let mut dest_src = vec![NONE; nd];
+        let mut birth_key: Vec<u32> = (0..nd as u32).collect();
         if c.src.is_empty() {
-            return Ok(dest_src);
+            return Ok((dest_src, birth_key));
         }
         let net = Subnets::of(c, ns, nd);
         let n_comps = net.n_src.len();
+        for k in 0..n_comps {
+            let dsts = net.destinations(k);
+            if let Some(&last) = dsts.last() {
+                for &d in dsts {
+                    birth_key[d as usize] = last;
+                }
+            }
+        }
         let null = self.params.search_range * self.params.search_range;
         let mut hard: Vec<usize> = Vec::new();
         for k in 0..n_comps {
@@ -366,7 +391,7 @@ impl<const D: usize> Linker<D> {
                 }
             }
         }
-        Ok(dest_src)
+        Ok((dest_src, birth_key))
     }
 }
 

@@ -15,7 +15,10 @@
 //!   assignment is found by sparse shortest augmenting paths (Jonker–Volgenant, as SciPy's
 //!   `linear_sum_assignment`, on the candidate edges only), subnets in parallel. Where trackpy
 //!   stops with `SubnetOversizeException` (more than 30 sources), this goes on. Unclaimed
-//!   destinations start new tracks, numbered in destination row order.
+//!   destinations start new tracks, numbered as trackpy numbers them: subnet by subnet, in
+//!   ascending order of each subnet's last destination row (a destination without candidates
+//!   on its own), and within a subnet in row order (trackpy's order there follows a Python
+//!   `set`'s, by object address).
 //!   - [`LinkParams::max_subnet_sources`] (no cap by default) is an explicit opt-in: larger
 //!     subnets are then solved by a **bounded greedy** assignment (links taken in ascending
 //!     distance, ties by (source, destination) index), counted in
