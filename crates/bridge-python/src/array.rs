@@ -142,22 +142,12 @@ impl Array {
         &self,
         py: Python<'_>,
         stream: Option<&Bound<'_, PyAny>>,
-        max_version: Option<(i64, i64)>,
+        max_version: Option<&Bound<'_, PyAny>>,
         dl_device: Option<(u32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let stream = parse_stream(stream)?;
-        let max_version = match max_version {
-            None => None,
-            Some((a, b)) => match (u32::try_from(a), u32::try_from(b)) {
-                (Ok(a), Ok(b)) => Some((a, b)),
-                _ => {
-                    return Err(invalid(format!(
-                        "max_version must be two non-negative integers, got ({a}, {b})"
-                    )));
-                }
-            },
-        };
+        let max_version = max_version.map(parse_max_version).transpose()?;
         // The Python array API's `__dlpack__` raises BufferError for exports it cannot make.
         let out = self
             .export(stream, max_version, dl_device, copy)
@@ -333,4 +323,31 @@ fn export_probe(a: &CoreArray) -> PyResult<usize> {
             .device_ptr() as usize),
         d => Err(invalid(format!("{d} buffers have no address to show"))),
     }
+}
+
+/// `__dlpack__`'s `max_version`: two non-negative integers; a version beyond `u32` (a consumer
+/// that takes any version) is `u32::MAX`, anything else a typed error.
+fn parse_max_version(v: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+    let refuse = || {
+        invalid(format!(
+            "max_version must be two non-negative integers, got {}",
+            v.repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    };
+    let (a, b): (Bound<'_, PyAny>, Bound<'_, PyAny>) = v.extract().map_err(|_| refuse())?;
+    let part = |x: &Bound<'_, PyAny>| -> PyResult<u32> {
+        if x.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(refuse());
+        }
+        // an integer of any width (Python's or NumPy's), not a float
+        let n = x.call_method0("__index__").map_err(|_| refuse())?;
+        if n.lt(0).map_err(|_| refuse())? {
+            return Err(refuse());
+        }
+        Ok(n.extract::<u64>()
+            .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX)))
+    };
+    Ok((part(&a)?, part(&b)?))
 }

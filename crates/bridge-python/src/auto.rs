@@ -71,9 +71,68 @@ pub fn last_decision(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
     Ok(Some(d))
 }
 
+/// The figures a device's profile may give (`"cpu"` gives `flops_per_s` only).
+const FIGURES: [&str; 4] = [
+    "flops_per_s",
+    "h2d_bytes_per_s",
+    "d2h_bytes_per_s",
+    "launch_overhead_s",
+];
+
+/// `device_profiles[device][key]`: a finite, non-negative number (not a bool), or a typed error
+/// naming where it is.
+fn figure(device: &str, key: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let refuse = || {
+        crate::errors::invalid(format!(
+            "device_profiles[{device:?}][{key:?}] is a number, got {}",
+            v.repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    };
+    if v.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(refuse());
+    }
+    let val: f64 = v.extract().map_err(|_| refuse())?;
+    if !(val.is_finite() && val >= 0.0) {
+        return Err(crate::errors::invalid(format!(
+            "device_profiles[{device:?}][{key:?}] must be finite and not negative, got {val}"
+        )));
+    }
+    Ok(val)
+}
+
+/// Every figure of `device`'s profile `g`, checked (its keys, their numbers) whether or not
+/// the device is here: a profile that could never be used is an error, not kept silently.
+fn check_profile(device: &str, g: &Bound<'_, PyAny>) -> PyResult<()> {
+    let g = g.cast::<PyDict>().map_err(|_| {
+        crate::errors::invalid(format!("device_profiles[{device:?}] is a dict of figures"))
+    })?;
+    let allowed: &[&str] = if device == "cpu" {
+        &FIGURES[..1]
+    } else {
+        &FIGURES
+    };
+    for (k, v) in g.iter() {
+        let key: String = k.extract().map_err(|_| {
+            crate::errors::invalid(format!(
+                "device_profiles[{device:?}]: a figure's name is a string, got {k:?}"
+            ))
+        })?;
+        if !allowed.contains(&key.as_str()) {
+            return Err(crate::errors::invalid(format!(
+                "device_profiles[{device:?}]: unknown figure {key:?} ({})",
+                allowed.join(", ")
+            )));
+        }
+        figure(device, &key, &v)?;
+    }
+    Ok(())
+}
+
 /// A device's figures for `@ab.offload`: the nominal ones (`arraybridge::runtime`), with any
 /// of `flops_per_s`, `h2d_bytes_per_s`, `d2h_bytes_per_s`, `launch_overhead_s` that
-/// `ab.config(device_profiles=...)` measured replacing them.
+/// `ab.config(device_profiles=...)` measured replacing them (checked by [`check_profile`]).
 fn profile_with(
     mut p: bridge_core::offload::DeviceProfile,
     given: Option<&Bound<'_, PyDict>>,
@@ -81,20 +140,10 @@ fn profile_with(
     let Some(g) = given else {
         return Ok((p, false));
     };
+    let device = p.device.to_string();
     for (k, v) in g.iter() {
         let key: String = k.extract()?;
-        let val: f64 = v.extract().map_err(|_| {
-            crate::errors::invalid(format!(
-                "device_profiles[{}][{key:?}] is a number, got {v}",
-                p.device
-            ))
-        })?;
-        if !(val.is_finite() && val >= 0.0) {
-            return Err(crate::errors::invalid(format!(
-                "device_profiles[{}][{key:?}] must be finite and not negative, got {val}",
-                p.device
-            )));
-        }
+        let val = figure(&device, &key, &v)?;
         match key.as_str() {
             "flops_per_s" => p.flops_per_s = val,
             "h2d_bytes_per_s" => p.h2d_bytes_per_s = val,
@@ -102,9 +151,8 @@ fn profile_with(
             "launch_overhead_s" => p.launch_overhead_s = val,
             other => {
                 return Err(crate::errors::invalid(format!(
-                    "device_profiles[{}]: unknown figure {other:?} (flops_per_s, \
-                     h2d_bytes_per_s, d2h_bytes_per_s, launch_overhead_s)",
-                    p.device
+                    "device_profiles[{device:?}]: unknown figure {other:?} ({})",
+                    FIGURES.join(", ")
                 )));
             }
         }
@@ -147,6 +195,9 @@ pub fn offload_decision<'py>(
                 ))
             })?;
         }
+        for (k, v) in p.iter() {
+            check_profile(&k.extract::<String>()?, &v)?;
+        }
     }
     let given = |name: &str| -> PyResult<Option<Bound<'py, PyDict>>> {
         match profiles.map(|p| p.get_item(name)).transpose()?.flatten() {
@@ -158,11 +209,14 @@ pub fn offload_decision<'py>(
     };
     let (mut cpu, mut cpu_note) = arraybridge::runtime::nominal_cpu();
     if let Some(c) = given("cpu")? {
-        let v: f64 = c
-            .get_item("flops_per_s")?
-            .ok_or_else(|| crate::errors::invalid("device_profiles['cpu'] needs flops_per_s"))?
-            .extract()?;
-        if !(v.is_finite() && v > 0.0) {
+        let v = figure(
+            "cpu",
+            "flops_per_s",
+            &c.get_item("flops_per_s")?.ok_or_else(|| {
+                crate::errors::invalid("device_profiles['cpu'] needs flops_per_s")
+            })?,
+        )?;
+        if v <= 0.0 {
             return Err(crate::errors::invalid(format!(
                 "device_profiles['cpu']['flops_per_s'] must be finite and positive, got {v}"
             )));

@@ -188,6 +188,12 @@ pub fn set_device_memory_limit(device: &str, limit: Option<&Bound<'_, PyAny>>) -
         if !(f > 0.0 && f <= 1.0) {
             return Err(refuse("a fraction must be in (0, 1]"));
         }
+        let total = reg.memory_stats(d).py_err()?.total;
+        if total > 0 && (f * total as f64).floor() < 1.0 {
+            return Err(refuse(&format!(
+                "this fraction of {d}'s {total} bytes is less than one byte"
+            )));
+        }
         f
     } else {
         return Err(refuse("not a number"));

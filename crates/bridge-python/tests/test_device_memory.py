@@ -47,7 +47,7 @@ def test_bad_devices_and_limits_are_typed_errors(opencl0):
         ab.memory_stats("opencl:99")
     with pytest.raises((ab.BackendUnavailable, ab.InvalidInput)):
         ab.free_pools("opencl:99")
-    for bad in [0, -1, 1.5, 0.0, float("nan"), True, "half"]:
+    for bad in [0, -1, 1.5, 0.0, 1e-300, float("nan"), True, "half"]:
         with pytest.raises(ab.InvalidInput):
             ab.set_memory_limit(opencl0, bad)
     with pytest.raises(ab.InvalidInput, match="host"):

@@ -4,7 +4,10 @@ and convert its result on the way out: :func:`on`, and the seed's spellings
 
 from __future__ import annotations
 
+import copy
 import functools
+
+import numpy as np
 from typing import Any, Callable, Optional
 
 from . import _frameworks
@@ -22,8 +25,23 @@ def _map(x: Any, f: Callable[[Any], Any]) -> Any:
     if isinstance(x, list):
         return type(x)(_map(v, f) for v in x)
     if isinstance(x, dict):
-        return type(x)((k, _map(v, f)) for k, v in x.items())
+        pairs = [(k, _map(v, f)) for k, v in x.items()]
+        return _same_kind_of_dict(x, pairs)
     return x
+
+
+def _same_kind_of_dict(x: dict, pairs: list) -> dict:
+    """A dict of ``x``'s type (a ``defaultdict`` keeps its factory, an ``OrderedDict`` its
+    type) holding ``pairs``; a plain ``dict`` where the type cannot be made so."""
+    if type(x) is dict:
+        return dict(pairs)
+    try:
+        out = copy.copy(x)
+        out.clear()
+        out.update(pairs)
+        return out
+    except Exception:  # noqa: BLE001 - a dict subclass that cannot be copied: a plain dict
+        return dict(pairs)
 
 
 def _first_array(x: Any) -> Optional[Any]:
@@ -74,6 +92,13 @@ def on(
     >>> float(total(np.ones(3)))
     6.0
     """
+    if callable(device) and not isinstance(device, str):
+        raise InvalidInput(
+            "@ab.on needs the device to run on: write @ab.on('cuda:0') (or @ab.on('cpu')), "
+            "with parentheses"
+        )
+    if not isinstance(device, str):
+        raise InvalidInput(f"device must be a string such as 'cuda:0', got {device!r}")
     target = _frameworks.check_target(to)
     out = _check_output(output)
 
@@ -235,7 +260,13 @@ def offload(
     >>> ab.last_decision()["device"]
     'cpu'
     """
-    _frameworks.check_target(to)
+    if _frameworks.check_target(to) == "numpy":
+        # else the call would fail whenever the model chose a device, and only then
+        raise InvalidInput(
+            "@ab.offload(to='numpy'): NumPy arrays live in host memory, and offload chooses a "
+            "device per call: use to='array' (the default), 'same' or a framework with device "
+            "arrays ('torch', 'cupy', 'jax'), and output='numpy' for NumPy results"
+        )
     out = _check_output(output)
 
     def decorate(f: Callable) -> Callable:
@@ -253,9 +284,22 @@ def offload(
             else:
                 work = flops(*args, **kwargs) if callable(flops) else flops
                 if work is None:
-                    work = float(flops_per_byte) * nbytes
+                    work, what = flops_per_byte, "flops_per_byte"
+                else:
+                    what = "flops"
+                try:
+                    if isinstance(work, (bool, np.bool_)):
+                        raise TypeError
+                    work = float(work)
+                except (TypeError, ValueError):
+                    raise InvalidInput(
+                        f"@ab.offload: {what} is a number of operations (or, for flops, a "
+                        f"function of the call's arguments returning one), got {work!r}"
+                    ) from None
+                if what == "flops_per_byte":
+                    work *= nbytes
                 d = _native.offload_decision(
-                    nbytes, nbytes, float(work), _OFFLOAD["device_profiles"] or None
+                    nbytes, nbytes, work, _OFFLOAD["device_profiles"] or None
                 )
                 device, reason = d["device"], d["reason"]
             _logger.info("offload %s: %s: %s", getattr(f, "__qualname__", f), device, reason)

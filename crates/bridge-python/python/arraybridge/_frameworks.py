@@ -79,6 +79,23 @@ def _imported(to: str, f):
         raise InvalidInput(f"to={to!r}: {type(e).__name__}: {e}") from None
 
 
+#: The 64-bit dtypes JAX narrows to 32 bits unless ``jax_enable_x64`` is set.
+_JAX_NARROWED = {"float64": "float32", "int64": "int32", "uint64": "uint32", "complex128": "complex64"}
+
+
+def _check_jax_width(jax, a: Array) -> None:
+    """JAX without ``jax_enable_x64`` (its default) imports a 64-bit array as a 32-bit one: a
+    float64 loses its range and precision, an int64 wraps; refused, never silent."""
+    narrow = _JAX_NARROWED.get(a.dtype)
+    if narrow is not None and not jax.config.read("jax_enable_x64"):
+        raise InvalidInput(
+            f"to='jax': this {a.dtype} array would become {narrow} (JAX runs in 32 bits "
+            f"unless jax_enable_x64 is set), losing values: call "
+            f"jax.config.update('jax_enable_x64', True) first, or convert it to {narrow} "
+            "yourself where that loses nothing you need"
+        )
+
+
 def check_target(to: str) -> str:
     """``to`` in lower case, or :class:`InvalidInput` naming the choices."""
     t = str(to).strip().lower()
@@ -102,6 +119,11 @@ def to_framework(a: Array, to: str, copy: Optional[bool] = None) -> Any:
                 "to device='cpu' (one copy), or choose a framework of that device "
                 "(to='torch', 'cupy', 'jax')"
             )
+        if a.dtype == "bfloat16":
+            raise InvalidInput(
+                "to='numpy': NumPy has no bfloat16: keep it in a framework that has it "
+                "(to='torch', 'jax', 'array'), or cast it to float32 there first"
+            )
         return np.from_dlpack(a, copy=copy) if copy is not None else np.from_dlpack(a)
     if to == "torch":
         torch = _import("torch", to)
@@ -113,10 +135,11 @@ def to_framework(a: Array, to: str, copy: Optional[bool] = None) -> Any:
         jax = _import("jax", to)
         import jax.dlpack  # noqa: PLC0415
 
+        _check_jax_width(jax, a)
         try:
             return jax.dlpack.from_dlpack(a, copy=copy)
-        except (ValueError, RuntimeError, BufferError) as e:
-            raise InvalidInput(f"to='jax': {e}") from None
+        except (ValueError, RuntimeError, BufferError, TypeError) as e:
+            raise InvalidInput(f"to='jax': {type(e).__name__}: {e}") from None
     if to == "tensorflow":
         tf = _import("tensorflow", to)
         return _imported(to, lambda: tf.experimental.dlpack.from_dlpack(a.__dlpack__()))

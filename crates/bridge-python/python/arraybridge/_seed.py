@@ -3,6 +3,8 @@ spelling), :func:`benchmark` / :func:`print_benchmark_results`, :func:`is_gpu_av
 
 from __future__ import annotations
 
+import operator
+
 import time
 from typing import Any, Optional, Sequence
 
@@ -92,7 +94,12 @@ def synthetic_movie(
     movie_size: Sequence[int] = (100, 256, 256), n_particles: int = 100, seed: int = 7
 ) -> np.ndarray:
     """A seeded ``uint16`` movie of Gaussian spots (σ 1.5) on a noisy background."""
-    t, h, w = (int(v) for v in movie_size)
+    try:
+        t, h, w = (operator.index(v) for v in movie_size)
+    except (TypeError, ValueError):
+        raise InvalidInput(
+            f"movie_size is (frames, height, width), three whole numbers, got {movie_size!r}"
+        ) from None
     if min(t, h, w) < 1:
         raise InvalidInput(f"movie_size must be positive, got {tuple(movie_size)}")
     n_particles = int(n_particles)

@@ -20,31 +20,53 @@ from ._native import Array, InvalidInput
 CHUNK_FRAMES = 64
 
 
+#: The ``.npy`` format versions NumPy writes (3.0: a UTF-8 header).
+_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))
+
+
+def _npy_header(f: Any, path: str) -> Tuple[Tuple[int, ...], np.dtype]:
+    """The shape and dtype of an open ``.npy`` file's header, checked: a movie of pixels in C
+    order; anything else (another version, Fortran order, objects, records, negative sizes)
+    an :class:`InvalidInput` naming the file."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in _NPY_VERSIONS:
+            raise ValueError(f"format version {version[0]}.{version[1]}, not one NumPy writes")
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read_header(f)
+    except (ValueError, TypeError, OverflowError, SyntaxError) as e:
+        raise InvalidInput(f"{path}: not a .npy file ({e})") from None
+    if fortran or len(shape) not in (2, 3) or any(int(n) < 0 for n in shape):
+        raise InvalidInput(
+            f"{path}: a movie is a C-order (T, H, W) array; this one has shape {shape}"
+            f"{' in Fortran order' if fortran else ''}"
+        )
+    if dtype.hasobject or dtype.fields is not None or dtype.shape != () or (
+        dtype.kind not in "biuf" or dtype.itemsize > 8
+    ):
+        raise InvalidInput(
+            f"{path}: its pixels are {dtype!r}; a movie's are integers or floats of at most 64 "
+            "bits"
+        )
+    return tuple(int(n) for n in shape), dtype
+
+
 def _npy_chunks(path: str, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
     """Chunks of the frames of a C-order 3-D ``.npy`` file, read from the file (not mapped),
-    so only one chunk is in memory."""
+    so only one chunk is in memory; big-endian pixels are swapped to this machine's order in
+    the chunk read."""
     with open(path, "rb") as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(f)
-        except ValueError as e:
-            raise InvalidInput(f"{path}: not a .npy file ({e})") from None
-        if fortran or len(shape) not in (2, 3):
-            raise InvalidInput(
-                f"{path}: a movie is a C-order (T, H, W) array; this one has shape {shape}"
-                f"{' in Fortran order' if fortran else ''}"
-            )
+        shape, dtype = _npy_header(f, path)
         if len(shape) == 2:
             shape = (1, *shape)
         t, h, w = shape
         frame = h * w
         _native.check_host_allocation(
-            int(min(chunk, t)) * frame * dtype.itemsize,
+            min(int(min(chunk, t)) * frame * dtype.itemsize, 2**64 - 1),
             f"a chunk of {min(chunk, t)} frames of {path}",
         )
         for a in range(0, t, chunk):
@@ -54,6 +76,8 @@ def _npy_chunks(path: str, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
                 raise InvalidInput(
                     f"{path}: the file ends at frame {a + data.size // max(frame, 1)} of {t}"
                 )
+            if not dtype.isnative:
+                data = data.byteswap(inplace=True).view(dtype.newbyteorder("="))
             yield a, data.reshape(n, h, w)
 
 
@@ -66,7 +90,10 @@ def _array_chunks(x: np.ndarray, chunk: int) -> Iterator[Tuple[int, np.ndarray]]
         raise InvalidInput(
             f"a movie is (T, H, W) frames or a (T, Z, Y, X) array of volumes; got shape {x.shape}"
         )
-    mm = getattr(x, "_mmap", None) if isinstance(x, np.memmap) else None
+    # pages are given back only where the file holds what they hold: a copy-on-write map
+    # (mode "c") keeps the caller's changes in its pages, which must stay
+    shared = isinstance(x, np.memmap) and getattr(x, "mode", None) in ("r", "r+", "w+")
+    mm = getattr(x, "_mmap", None) if shared else None
     contiguous = x.flags["C_CONTIGUOUS"]
     for a in range(0, x.shape[0], chunk):
         part = x[a : a + chunk]
@@ -88,12 +115,18 @@ def _array_chunks(x: np.ndarray, chunk: int) -> Iterator[Tuple[int, np.ndarray]]
 
 
 def _iter_chunks(frames: Any, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
-    """Chunks of frames stacked from an iterable of 2-D frames."""
+    """Chunks of frames stacked from an iterable of 2-D frames. A frame of another shape or
+    dtype than the one before it starts a new chunk, so each frame is detected as it is (its
+    own dtype's scale), however the frames are chunked, as trackpy's ``batch`` takes frames one
+    at a time."""
     buf, start, n = [], 0, 0
     for fr in frames:
         a = np.asarray(fr)
         if a.ndim != 2:
             raise InvalidInput(f"frame {n}: a frame is 2-D, got shape {a.shape}")
+        if buf and (a.shape != buf[0].shape or a.dtype != buf[0].dtype):
+            yield start, np.stack(buf)
+            start, buf = n, []
         buf.append(a)
         n += 1
         if len(buf) == chunk:
@@ -103,13 +136,25 @@ def _iter_chunks(frames: Any, chunk: int) -> Iterator[Tuple[int, np.ndarray]]:
         yield start, np.stack(buf)
 
 
+def _chunk_frames(chunk_frames: Any) -> int:
+    """``chunk_frames`` (``None``: :data:`CHUNK_FRAMES`) as a count of at least 1; a float, a
+    string or a bool is an :class:`InvalidInput`, not rounded."""
+    if chunk_frames is None:
+        return CHUNK_FRAMES
+    if isinstance(chunk_frames, (bool, np.bool_)) or not isinstance(
+        chunk_frames, (int, np.integer)
+    ):
+        raise InvalidInput(f"chunk_frames must be a whole number of frames, got {chunk_frames!r}")
+    if chunk_frames < 1:
+        raise InvalidInput(f"chunk_frames must be at least 1, got {chunk_frames!r}")
+    return int(chunk_frames)
+
+
 def chunks(frames: Any, chunk_frames: Optional[int] = None) -> Iterator[Tuple[int, np.ndarray]]:
     """``(first frame, (n, H, W) array)`` pieces of ``frames``: a path to a ``.npy`` file, an
     array (memory-mapped or not), a ``dask.array`` (each piece computed in turn, never the
     whole movie) or an iterable of 2-D frames."""
-    chunk = int(CHUNK_FRAMES if chunk_frames is None else chunk_frames)
-    if chunk < 1:
-        raise InvalidInput(f"chunk_frames must be at least 1, got {chunk_frames!r}")
+    chunk = _chunk_frames(chunk_frames)
     if isinstance(frames, (str, os.PathLike)):
         path = os.fspath(frames)
         if not path.endswith(".npy"):

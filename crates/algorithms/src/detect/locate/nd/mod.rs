@@ -155,6 +155,7 @@ pub fn locate_nd_on_device(
     }
     let res = p.resolve(ndim)?;
     check_device(device)?;
+    check_memory_nd(&shape)?;
     let (mut raw, kind) = raw_pixels(&image)?;
     let ep_iso = res.isotropic && res.noise.windows(2).all(|w| w[0] == w[1]);
     let mut out = FeaturesNd {
@@ -227,6 +228,24 @@ pub fn locate_nd_on_device(
         out.rows.push(row);
     }
     Ok(out)
+}
+
+/// Host bytes [`locate_nd_on_device`] holds per voxel at its peak: the image in float64, the
+/// bandpass's three float64 images, the rescaled image and the dilation's two `u32` images.
+pub const LOCATE_ND_BYTES_PER_VOXEL: u64 = 48;
+
+/// [`locate_nd_on_device`]'s host memory for an image of `shape`, checked against the host
+/// budget before anything is allocated: a [`BridgeError::TooLarge`] when it does not fit (an
+/// image of 10⁹ voxels needs 48 GB).
+pub fn check_memory_nd(shape: &[usize]) -> Result<()> {
+    let mut dims: Vec<u64> = shape.iter().map(|&n| n as u64).collect();
+    dims.push(LOCATE_ND_BYTES_PER_VOXEL);
+    let bytes = bridge_core::host::checked_product(&dims).unwrap_or(u64::MAX);
+    bridge_core::host::check_allocation(
+        bytes,
+        &format!("locate on an image of shape {shape:?} (about six float64 copies of it)"),
+        "locate a smaller region of it (crop the image), or raise the host memory limit",
+    )
 }
 
 /// A device `locate_nd_on_device` can run on: the CPU, or an OpenCL or CUDA device with
