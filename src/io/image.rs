@@ -168,14 +168,36 @@ fn is_hidden(p: &Path) -> bool {
 /// The frame files of a folder (`.tif`, `.tiff`, `.png`), in name order; an error when there
 /// is none. Hidden files (names starting with `.`, such as macOS's `.DS_Store` and `._*`
 /// resource forks) are skipped: they are not frames, and a `._frame001.tif` would otherwise be
-/// read as a (corrupt) frame.
+/// read as a (corrupt) frame. An entry named like a frame that is not a file (a dangling link,
+/// a folder) is an error, as is an entry that cannot be listed: skipping it would number the
+/// frames after it wrongly.
 pub(crate) fn folder_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let name = dir.display().to_string();
-    let (hidden, mut files): (Vec<PathBuf>, Vec<PathBuf>) = std::fs::read_dir(dir)
-        .map_err(|e| BridgeError::io(name.clone(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && matches!(ext_of(p).as_str(), "tif" | "tiff" | "png"))
-        .partition(|p| is_hidden(p));
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| BridgeError::io(name.clone(), e))? {
+        entries.push(e.map_err(|e| BridgeError::io(name.clone(), e))?.path());
+    }
+    let framed: Vec<PathBuf> = entries
+        .into_iter()
+        .filter(|p| matches!(ext_of(p).as_str(), "tif" | "tiff" | "png"))
+        .collect();
+    if let Some(odd) = framed.iter().find(|p| !is_hidden(p) && !p.is_file()) {
+        let what = if odd.is_dir() {
+            "a folder"
+        } else {
+            "not a readable file (a dangling link?)"
+        };
+        return Err(BridgeError::InvalidInput(
+            format!(
+                "{}: named like a frame of the folder {name} but {what}: remove it or move it \
+                 out, or the frames after it would be numbered wrongly",
+                odd.display()
+            )
+            .into(),
+        ));
+    }
+    let (hidden, mut files): (Vec<PathBuf>, Vec<PathBuf>) =
+        framed.into_iter().partition(|p| is_hidden(p));
     files.sort();
     if files.is_empty() {
         let skipped = if hidden.is_empty() {

@@ -153,8 +153,8 @@ pub enum BridgeError {
     /// fit in the memory the process may use (see [`crate::host::Budget`]). Not retried.
     #[error(
         "{what} needs {} but only {} fit ({limited_by}){}",
-        crate::units::format_bytes(*requested),
-        crate::units::format_bytes(*limit),
+        crate::units::format_bytes_apart(*requested, *limit).0,
+        crate::units::format_bytes_apart(*requested, *limit).1,
         if hint.is_empty() { String::new() } else { format!("; {hint}") }
     )]
     TooLarge {

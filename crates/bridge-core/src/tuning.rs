@@ -460,6 +460,8 @@ impl Tuning {
         t.memory_limit = match parse_memory_limit(raw.as_deref().map(|v| v.to_string_lossy())) {
             Ok(None) => MemoryLimitSetting::Unset,
             Ok(Some(n)) => MemoryLimitSetting::Mib(n),
+            // the reason alone: `memory_limit_mib` names the variable again
+            Err(BridgeError::InvalidArgument { reason, .. }) => MemoryLimitSetting::Refused(reason),
             Err(e) => MemoryLimitSetting::Refused(e.to_string()),
         };
         t

@@ -9,6 +9,7 @@
 
 use std::process::ExitCode;
 
+use bridge_core::BridgeError;
 use clap::Parser;
 
 mod cli;
@@ -19,15 +20,18 @@ pub use cli::{Cli, run};
 /// The `arraybridge` command line: parses the arguments of this process, runs the command,
 /// prints an error (with the causes its message does not already name) and returns the exit
 /// status. Under `mpirun` (feature `mpi`) it initialises MPI first and ends every rank when one
-/// fails. On SIGINT or SIGTERM (Unix) it deletes the temporary files of the outputs being
-/// written (an existing output stays as it was) and exits with 128 + the signal (130, 143).
+/// fails. On SIGINT, SIGTERM or SIGHUP (Unix: Ctrl-C, `kill`, a closed terminal) it deletes
+/// the temporary files of the outputs being written (an existing output stays as it was) and
+/// exits with 128 + the signal (130, 143, 129). A closed standard output (`| head -1`) ends it
+/// quietly with 141.
 pub fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    install_logger(args.quiet);
     #[cfg(feature = "mpi")]
     let _universe = match cli::mpi::init() {
         Ok(u) => u,
         Err(e) => {
-            eprintln!("error: {e}");
+            cli::common::to_stderr(format_args!("error: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -36,6 +40,13 @@ pub fn main() -> ExitCode {
     remove_partial_outputs_on_signals();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
+        // the reader of a pipe went away (`| head -1`): end quietly, as the pipe's signal
+        // would end a program that did not catch it
+        Err(BridgeError::Io { path, source })
+            if path == cli::common::STDOUT && source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            ExitCode::from(141)
+        }
         Err(e) => {
             let mut shown = e.to_string();
             #[cfg(feature = "mpi")]
@@ -44,13 +55,13 @@ pub fn main() -> ExitCode {
                 .unwrap_or_default();
             #[cfg(not(feature = "mpi"))]
             let rank = "";
-            eprintln!("error{rank}: {shown}");
+            cli::common::to_stderr(format_args!("error{rank}: {shown}"));
             // Causes the message does not already include (an i/o error names its OS error).
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 let text = s.to_string();
                 if !shown.contains(&text) {
-                    eprintln!("  caused by: {text}");
+                    cli::common::to_stderr(format_args!("  caused by: {text}"));
                     shown.push_str(&text);
                 }
                 source = s.source();
@@ -65,7 +76,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// On SIGINT or SIGTERM, delete the temporary files of the open outputs
+/// On SIGINT, SIGTERM or SIGHUP, delete the temporary files of the open outputs
 /// ([`arraybridge::io::staged::remove_open_staging_files`]) and exit with 128 + the signal,
 /// from a thread of its own (the handler itself only wakes it). The exit is `_exit`: no
 /// destructor or `atexit` handler (device drivers) runs while other threads may still use
@@ -73,11 +84,11 @@ pub fn main() -> ExitCode {
 /// as before, leaving its temporary files to the next run's sweep.
 #[cfg(unix)]
 fn remove_partial_outputs_on_signals() {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
-            log::warn!("no SIGINT/SIGTERM handler: {e}");
+            log::warn!("no SIGINT/SIGTERM/SIGHUP handler: {e}");
             return;
         }
     };
@@ -90,6 +101,53 @@ fn remove_partial_outputs_on_signals() {
             }
         });
     if let Err(e) = spawned {
-        log::warn!("no SIGINT/SIGTERM handler thread: {e}");
+        log::warn!("no SIGINT/SIGTERM/SIGHUP handler thread: {e}");
     }
+}
+
+/// The library's warnings (`log::warn!`: a tuning variable that is not understood, a signal
+/// handler that could not be installed, a device's notes) on stderr as `warning: ...` lines;
+/// with `--quiet`, errors only; each distinct message once. Without a logger they were lost.
+fn install_logger(quiet: bool) {
+    static LOGGER: StderrLogger = StderrLogger;
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(if quiet {
+            log::LevelFilter::Error
+        } else {
+            log::LevelFilter::Warn
+        });
+    }
+}
+
+/// See [`install_logger`].
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            // each distinct message once (the tuning variables are read more than once)
+            static SHOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+            let text = record.args().to_string();
+            if let Ok(mut shown) = SHOWN.lock() {
+                if shown.contains(&text) {
+                    return;
+                }
+                shown.push(text.clone());
+            }
+            let level = match record.level() {
+                log::Level::Error => "error",
+                log::Level::Warn => "warning",
+                log::Level::Info => "info",
+                log::Level::Debug => "debug",
+                log::Level::Trace => "trace",
+            };
+            cli::common::to_stderr(format_args!("{level}: {text}"));
+        }
+    }
+
+    fn flush(&self) {}
 }

@@ -563,7 +563,7 @@ fn locate_checks_its_frames_in_flight_before_locating() {
 
 #[test]
 fn bench_transfer_counts_the_device_buffer_of_a_cpu_device() {
-    // PoCL's device memory is the host's: 40 MiB needs 80 MiB of host buffers and 40 MiB more
+    // PoCL's device memory is the host's: 40 MiB needs six buffers of 40 MiB
     let cl = arraybridge::registry()
         .device_infos()
         .any(|i| i.device == arraybridge::Device::OpenCl(0));
@@ -585,7 +585,7 @@ fn bench_transfer_counts_the_device_buffer_of_a_cpu_device() {
         &[("ARRAYBRIDGE_MEMORY_LIMIT_MB", "100")],
         &[
             "--sizes-mb 40 on opencl:0",
-            "device buffer",
+            "host memory too",
             "ARRAYBRIDGE_MEMORY_LIMIT_MB",
         ],
     );

@@ -141,3 +141,9 @@ fn sigterm_removes_the_partial_output_and_exits_143() {
 fn sigint_removes_the_partial_output_and_exits_130() {
     interrupted("INT", 130);
 }
+
+#[test]
+fn sighup_removes_the_partial_output_and_exits_129() {
+    // a closed terminal: it used to leave `.out.csv.PID.partial` behind
+    interrupted("HUP", 129);
+}

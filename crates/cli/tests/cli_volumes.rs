@@ -283,7 +283,7 @@ fn what_volumes_cannot_do_is_refused_before_any_output() {
                 "5",
                 "--refine",
             ],
-            "refinement is for 2-D",
+            "--refine: is a setting of the LoG",
         ),
         (
             vec!["detect", f4, "-o", o, "--refine"],

@@ -22,10 +22,14 @@ pub struct GreedyParams {
 impl GreedyParams {
     /// Check every value: [`BridgeError::InvalidArgument`] naming the parameter.
     pub fn validate(&self) -> Result<()> {
-        if self.max_gap > (1 << 40) {
+        if self.max_gap > super::MAX_MEMORY {
             return Err(BridgeError::invalid_argument(
                 "max_gap",
-                "is unreasonably large",
+                format!(
+                    "{} is unreasonably large (at most {})",
+                    self.max_gap,
+                    super::MAX_MEMORY
+                ),
             ));
         }
         if !(self.max_distance.is_finite() && self.max_distance > 0.0) {

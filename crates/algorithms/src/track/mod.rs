@@ -89,6 +89,10 @@ pub enum LinkStrategy {
     Drop,
 }
 
+/// The largest `memory` ([`LinkParams::memory`], [`GreedyParams::max_gap`]) taken: 2⁴⁰
+/// frames.
+pub const MAX_MEMORY: usize = 1 << 40;
+
 /// trackpy's `Linker.MAX_SUB_NET_SIZE`: [`LinkStrategy::Drop`] gives up on a subnet with more
 /// sources (without the adaptive search).
 pub const DROP_MAX_SUBNET: usize = 30;
@@ -250,10 +254,13 @@ impl LinkParams {
                 ),
             ));
         }
-        if self.memory > (1 << 40) {
+        if self.memory > MAX_MEMORY {
             return Err(BridgeError::invalid_argument(
                 "memory",
-                "is unreasonably large",
+                format!(
+                    "{} is unreasonably large (at most {MAX_MEMORY})",
+                    self.memory
+                ),
             ));
         }
         if self.max_neighbors == 0 {

@@ -6,6 +6,7 @@
 //! trackpy's `locate` instead), and `scaling` (the same job on 1, 2, … devices or MPI ranks:
 //! [`super::scaling`]).
 
+use crate::cli::common::{outln, outp};
 use bridge_core::host::{check_allocation, checked_product};
 use bridge_core::{BridgeError, Device, Result};
 
@@ -93,8 +94,8 @@ pub struct PacoArgs {
     /// Frames in the synthetic cube.
     #[arg(long, default_value_t = 61, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     pub frames: u64,
-    /// Frame side in pixels.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(16..=65_536))]
+    /// Frame side in pixels (at least 21: the synthetic cube's PSF is 21×21).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(21..=65_536))]
     pub size: u64,
     /// Repetitions (the report gives the median and best).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
@@ -139,7 +140,7 @@ pub struct TransferArgs {
 /// with.
 pub fn run(args: Args, g: Global) -> Result<()> {
     if !g.json {
-        println!("knobs: {}", knobs_line());
+        outln!("knobs: {}", knobs_line())?;
     }
     match args.what {
         What::Transfer(a) => transfer(a, g),
@@ -238,7 +239,7 @@ fn paco(a: PacoArgs, g: Global) -> Result<()> {
             })).collect::<Vec<_>>(),
         }));
     }
-    print!("{}", algorithms::paco::bench::format_table(&rows));
+    outp!("{}", algorithms::paco::bench::format_table(&rows))?;
     Ok(())
 }
 
@@ -309,7 +310,7 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
                     })).collect::<Vec<_>>(),
                 }));
             }
-            print!("{}", arraybridge::bridge_cuda::bench::format_table(&rows));
+            outp!("{}", arraybridge::bridge_cuda::bench::format_table(&rows))?;
             Ok(())
         }
         #[cfg(feature = "opencl")]
@@ -322,8 +323,10 @@ fn transfer(a: TransferArgs, g: Global) -> Result<()> {
 }
 
 /// On a device whose memory is the host's (an OpenCL CPU device such as PoCL) the device
-/// buffer of the largest size is host memory too: the two host buffers and it must fit the
-/// budget together.
+/// buffers are host memory too: at the largest size, the source, its staged copy, the memcpy
+/// target, the resident device buffer, the one being uploaded or downloaded and PoCL's own
+/// staging (six buffers) must fit the budget together: PoCL aborts the process when an
+/// allocation fails inside it.
 fn check_device_in_host(device: Device, largest_mb: u64) -> Result<()> {
     let in_host = arraybridge::registry()
         .device_infos()
@@ -333,10 +336,10 @@ fn check_device_in_host(device: Device, largest_mb: u64) -> Result<()> {
         return Ok(());
     }
     check_allocation(
-        largest_mb.saturating_mul(3 << 20),
+        largest_mb.saturating_mul(6 << 20),
         &format!(
-            "bench transfer --sizes-mb {largest_mb} on {device} (two host buffers and the device \
-             buffer, which on this CPU device is host memory too)"
+            "bench transfer --sizes-mb {largest_mb} on {device} (six buffers of that size: three \
+             host buffers and the device's, which on this CPU device are host memory too)"
         ),
         "use smaller sizes",
     )
@@ -501,12 +504,12 @@ fn detect_report(
             "device": device.to_string(), "knobs": knobs_json(), "rows": v,
         }));
     }
-    println!(
+    outln!(
         "| batch | frames | total s | kernel s | ms/frame | frames/s | detections | recall | precision | rmse px |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    )?;
+    outln!("|---|---|---|---|---|---|---|---|---|---|")?;
     for r in rows {
-        println!(
+        outln!(
             "| {} | {} | {:.3} | {} | {:.2} | {:.1} | {} | {:.3} | {:.3} | {:.3} |",
             r.batch_size,
             r.frames,
@@ -518,7 +521,7 @@ fn detect_report(
             r.score.recall,
             r.score.precision,
             r.score.rmse
-        );
+        )?;
     }
     Ok(())
 }
@@ -532,10 +535,10 @@ fn opencl_transfer(device: Device, sizes: &[usize], reps: usize, g: Global) -> R
             bridge_core::BridgeError::unavailable("opencl", "the registry has no OpenCL back end")
         })?;
     if !g.json {
-        println!(
+        outln!(
             "| size | memcpy GB/s | host→opencl GB/s | opencl→host GB/s | h2d % of memcpy | d2h % of memcpy |"
-        );
-        println!("|---|---|---|---|---|---|");
+        )?;
+        outln!("|---|---|---|---|---|---|")?;
     }
     let mut rows = Vec::new();
     for &bytes in sizes {
@@ -555,12 +558,12 @@ fn opencl_transfer(device: Device, sizes: &[usize], reps: usize, g: Global) -> R
                 "d2h_gb_per_s": d2h,
             }));
         } else {
-            println!(
+            outln!(
                 "| {} MiB | {memcpy:.2} | {h2d:.2} | {d2h:.2} | {:.0}% | {:.0}% |",
                 bytes >> 20,
                 100.0 * h2d / memcpy,
                 100.0 * d2h / memcpy
-            );
+            )?;
         }
     }
     if g.json {

@@ -5,6 +5,7 @@
 //! (`scripts/bench_volume_skimage.py DIR/<file>.npy` runs scikit-image's `blob_log` with the
 //! same parameters and compares the rows).
 
+use crate::cli::common::outln;
 use std::time::Instant;
 
 use algorithms::detect::blob_log::{
@@ -190,14 +191,14 @@ pub fn run(a: &VolumeBench, z: u64, g: Global) -> Result<()> {
             "volumes_per_s": 1.0 / per.max(1e-12), "detections": detections,
         }))?;
     } else {
-        println!("| volumes | z×y×x | detections | ms/volume (mean) | ms (best) | volumes/s |");
-        println!("|---|---|---|---|---|---|");
-        println!(
+        outln!("| volumes | z×y×x | detections | ms/volume (mean) | ms (best) | volumes/s |")?;
+        outln!("|---|---|---|---|---|---|")?;
+        outln!(
             "| {t} | {z}×{n}×{n} | {detections} | {:.1} | {:.1} | {:.2} |",
             per * 1e3,
             best * 1e3,
             1.0 / per.max(1e-12)
-        );
+        )?;
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ impl Global {
     /// Print a note on stderr unless `--quiet`.
     pub fn note(&self, msg: impl std::fmt::Display) {
         if !self.quiet {
-            eprintln!("{msg}");
+            to_stderr(format_args!("{msg}"));
         }
     }
 
@@ -68,9 +68,54 @@ impl Global {
     pub fn print_json(&self, value: &serde_json::Value) -> Result<()> {
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| BridgeError::InvalidInput(format!("JSON output: {e}").into()))?;
-        println!("{text}");
-        Ok(())
+        to_stdout(&format!("{text}\n"))
     }
+}
+
+/// What [`to_stdout`] names in its error: with [`BridgeError::Io`] and a closed pipe
+/// ([`std::io::ErrorKind::BrokenPipe`]), `main` ends quietly with 141 (128 + SIGPIPE, as a
+/// program the pipe's signal ends).
+pub const STDOUT: &str = "standard output";
+
+/// Write `text` to stdout and flush it: a closed pipe or a full disk is a
+/// [`BridgeError::Io`] on [`STDOUT`] (where `println!` would panic).
+pub fn to_stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|source| BridgeError::Io {
+            path: STDOUT.into(),
+            source,
+        })
+}
+
+/// `println!` that returns [`to_stdout`]'s error (a closed pipe, a full disk) instead of
+/// panicking: `outln!(...)?`.
+macro_rules! outln {
+    () => {
+        $crate::cli::common::to_stdout("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::common::to_stdout(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `print!` that returns [`to_stdout`]'s error instead of panicking: `outp!(...)?`.
+macro_rules! outp {
+    ($($arg:tt)*) => {
+        $crate::cli::common::to_stdout(&format!($($arg)*))
+    };
+}
+pub(crate) use outp;
+
+/// Write a line to stderr; a closed or full stderr is ignored (there is nowhere to say so),
+/// where `eprintln!` would panic.
+pub fn to_stderr(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
 }
 
 /// The stages of a long command on stderr (see [`Global::stages`]).
@@ -187,6 +232,16 @@ pub fn check_output_file(output: &Path, inputs: &[&Path], flag: &str) -> Result<
         }
     }
     let dir = parent_of(output);
+    if dir.exists() && !dir.is_dir() {
+        return Err(BridgeError::invalid_argument(
+            flag,
+            format!(
+                "{} is a file, not a folder: {} cannot be written inside it",
+                dir.display(),
+                output.display()
+            ),
+        ));
+    }
     if !dir.is_dir() {
         return Err(BridgeError::invalid_argument(
             flag,

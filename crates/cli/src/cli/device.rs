@@ -10,6 +10,7 @@
 //!
 //! The value is checked by the argument parser: `--device gpu` is a usage error.
 
+use crate::cli::common::to_stderr;
 use std::time::Instant;
 
 use algorithms::detect::{CpuBackend, LogDetector, Movie};
@@ -70,7 +71,7 @@ impl DeviceArg {
                 let (gpus, notes) =
                     arraybridge::runtime::gpus(&stage.supports, stage.same_arithmetic);
                 for note in notes {
-                    eprintln!("--device all: {note}");
+                    to_stderr(format_args!("--device all: {note}"));
                 }
                 if gpus.is_empty() {
                     return Err(BridgeError::unavailable(
@@ -326,10 +327,10 @@ impl Choice {
     /// failure is printed and becomes part of the reason.
     pub fn fell_back(&mut self, command: &str, e: &BridgeError) {
         let msg = one_line(&e.to_string(), 160);
-        eprintln!(
+        to_stderr(format_args!(
             "{command}: warning: failed on {}: {msg}; rerunning on the CPU",
             self.device
-        );
+        ));
         self.reason = format!(
             "{} — but it failed there ({msg}), so it was rerun on the CPU",
             self.reason

@@ -1,6 +1,7 @@
 //! `arraybridge devices`: every device of every compiled-in backend, and why a backend is
 //! unavailable.
 
+use crate::cli::common::outln;
 use arraybridge::core::backend::{BackendReport, DeviceInfo};
 
 use super::common::Global;
@@ -47,43 +48,45 @@ pub fn run(_args: Args, g: Global) -> bridge_core::Result<()> {
         });
         return g.print_json(&v);
     }
-    println!(
+    outln!(
         "{:<14} {:<34} {:>22}  capabilities",
-        "DEVICE", "NAME", "MEMORY (free/total)"
-    );
+        "DEVICE",
+        "NAME",
+        "MEMORY (free/total)"
+    )?;
     let mem = |t: Option<u64>, f: Option<u64>| match (f, t) {
         (Some(f), Some(t)) => format!("{} / {}", gib(f), gib(t)),
         (None, Some(t)) => format!("? / {}", gib(t)),
         _ => "?".to_owned(),
     };
-    println!(
+    outln!(
         "{:<14} {:<34} {:>22}  {cpus} threads, always available",
         "cpu",
         "host CPU (ndarray + rayon)",
         mem(total, free)
-    );
+    )?;
     for r in reports {
         for d in &r.devices {
-            println!(
+            outln!(
                 "{:<14} {:<34} {:>22}  {}",
                 d.device.to_string(),
                 d.name.chars().take(34).collect::<String>(),
                 mem(d.total_memory, d.free_memory),
                 caps(d)
-            );
+            )?;
         }
     }
     let unavailable: Vec<&BackendReport> =
         reports.iter().filter(|r| r.unavailable.is_some()).collect();
     if !unavailable.is_empty() {
-        println!();
-        println!("unavailable backends:");
+        outln!()?;
+        outln!("unavailable backends:")?;
         for r in unavailable {
-            println!(
+            outln!(
                 "  {:<8} {}",
                 r.name,
                 r.unavailable.as_deref().unwrap_or_default()
-            );
+            )?;
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! row, then the best of `--reps`. Per row: workers, wall time, speed-up T1/Tn, efficiency
 //! T1/(n·Tn) and cost n·Tn/T1 (the device-seconds paid per device-second of one worker).
 
+use crate::cli::common::outln;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -269,9 +270,32 @@ impl Scaling {
             ScalingJob::Detect => (DETECT, a.frames.unwrap_or(200), a.size.unwrap_or(256)),
             ScalingJob::Paco => (PACO, a.frames.unwrap_or(40), a.size.unwrap_or(64)),
         };
+        if a.job == ScalingJob::Paco && size < 21 {
+            return Err(BridgeError::invalid_argument(
+                "--size",
+                format!(
+                    "{size}: bench scaling paco needs frames of at least 21×21 pixels (the \
+                         synthetic cube's PSF is 21×21)"
+                ),
+            ));
+        }
         let devices = match &a.device {
             DeviceArg::Explicit(d) => vec![*d],
-            DeviceArg::Auto => DeviceArg::AllGpus.devices(stage)?.unwrap_or_default(),
+            // `auto` measures every GPU: say so when there is none (the message of `all`
+            // would tell the user to try `auto`)
+            DeviceArg::Auto => DeviceArg::AllGpus
+                .devices(stage)
+                .map_err(|e| {
+                    BridgeError::invalid_argument(
+                        "--device",
+                        format!(
+                            "auto: bench scaling measures the GPUs of this machine, and found \
+                             none ({e}); name the devices to measure, e.g. --device \
+                             opencl:0,opencl:1"
+                        ),
+                    )
+                })?
+                .unwrap_or_default(),
             other => other.devices(stage)?.unwrap_or_default(),
         };
         let mut workers: Vec<usize> = a.workers.iter().map(|&w| w as usize).collect();
@@ -408,18 +432,24 @@ impl Scaling {
                 "reps": reps, "devices": names(devices), "rows": rows, "skipped": skipped,
             }));
         }
-        println!(
+        outln!(
             "| kind | workers | devices | best s | speed-up T1/Tn | efficiency T1/(n·Tn) | cost n·Tn/T1 |"
-        );
-        println!("|---|---|---|---|---|---|---|");
+        )?;
+        outln!("|---|---|---|---|---|---|---|")?;
         for r in rows {
-            println!(
+            outln!(
                 "| {} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} |",
-                r.kind, r.workers, r.devices, r.best_s, r.speedup, r.efficiency, r.cost
-            );
+                r.kind,
+                r.workers,
+                r.devices,
+                r.best_s,
+                r.speedup,
+                r.efficiency,
+                r.cost
+            )?;
         }
         for s in skipped {
-            println!("{s}");
+            outln!("{s}")?;
         }
         Ok(())
     }

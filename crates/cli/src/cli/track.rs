@@ -435,6 +435,16 @@ pub fn run(args: Args, g: Global) -> Result<()> {
 /// The checks before the input is read: no option of the optimal strategy with `--strategy
 /// greedy`, valid linking parameters with the optimal one, then the output path.
 fn check(args: &Args) -> Result<()> {
+    if args.memory > algorithms::track::MAX_MEMORY {
+        return Err(BridgeError::invalid_argument(
+            "--memory",
+            format!(
+                "{} frames is unreasonably large (at most {})",
+                args.memory,
+                algorithms::track::MAX_MEMORY
+            ),
+        ));
+    }
     if args.strategy == StrategyArg::Greedy
         && let Some(flag) = args.optimal_only()
     {

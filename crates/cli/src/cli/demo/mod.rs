@@ -28,6 +28,7 @@ mod planet;
 mod report;
 mod scenario;
 
+use crate::cli::common::{outln, outp};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -418,9 +419,9 @@ fn summary(
     staged.commit()?;
     stages.finish();
     if g.json {
-        println!("{json_text}");
+        outln!("{json_text}")?;
     } else {
-        print!("{text}");
+        outp!("{text}")?;
     }
     Ok(())
 }

@@ -124,7 +124,8 @@ impl SigmaArg {
             _ => Err(bridge_core::BridgeError::invalid_argument(
                 flag,
                 format!(
-                    "a σ per axis ({:?}) is for volumes (--axes zyx or tzyx, or a z-stack); 2-D                      frames take one σ",
+                    "a σ per axis ({:?}) is for volumes (--axes zyx or tzyx, or a z-stack); 2-D \
+                     frames take one σ",
                     self.0
                 ),
             )),
@@ -171,7 +172,8 @@ pub struct Args {
     /// the run.
     #[arg(long)]
     pub keep_going: bool,
-    /// Detection method.
+    /// Detection method. A flag of the other method (`--diameter` with the LoG, `--max-sigma`
+    /// with `locate`) is refused, not ignored.
     #[arg(long, value_enum, default_value_t = Method::Log)]
     pub method: Method,
     /// How planes group: `auto` (a TIFF's OME axes or ImageJ hyperstack axes, a 4-D .npy as
@@ -280,4 +282,45 @@ pub struct Args {
     /// Frames per batch (a device launch / a parallel CPU chunk); does not change results.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch_size: u64,
+}
+
+impl Args {
+    /// The first flag given (different from its default) that the other method than
+    /// `--method` reads: `detect` refuses it rather than ignore it (a `--diameter` with the
+    /// LoG, a `--max-sigma` with `locate`). A flag given at its default value is not seen.
+    pub fn other_methods_flag(&self) -> Option<&'static str> {
+        let log_only = [
+            (self.min_sigma.0 != [1.0], "--min-sigma"),
+            (self.max_sigma.0 != [50.0], "--max-sigma"),
+            (self.num_sigma != 10, "--num-sigma"),
+            (self.threshold.0 != Some(0.2), "--threshold"),
+            (self.threshold_rel.0.is_some(), "--threshold-rel"),
+            (self.overlap != 0.5, "--overlap"),
+            (self.log_scale, "--log-scale"),
+            (self.exclude_border != 0, "--exclude-border"),
+            (self.prescale != Prescale::Legacy, "--prescale"),
+            (self.refine, "--refine"),
+            (self.fast, "--fast"),
+        ];
+        let locate_only = [
+            (self.diameter.is_some(), "--diameter"),
+            (self.minmass != 0.0, "--minmass"),
+            (self.maxsize.is_some(), "--maxsize"),
+            (self.separation.is_some(), "--separation"),
+            (self.noise_size.0 != [1.0], "--noise-size"),
+            (self.smoothing_size.is_some(), "--smoothing-size"),
+            (self.percentile != 64.0, "--percentile"),
+            (self.topn.is_some(), "--topn"),
+            (self.no_preprocess, "--no-preprocess"),
+            (self.invert, "--invert"),
+            (self.locate_threshold.is_some(), "--locate-threshold"),
+        ];
+        let other: &[(bool, &'static str)] = match self.method {
+            Method::Log => &locate_only,
+            Method::Locate => &log_only,
+        };
+        other
+            .iter()
+            .find_map(|&(given, flag)| given.then_some(flag))
+    }
 }

@@ -141,6 +141,16 @@ pub fn run(args: Args, g: Global) -> Result<()> {
         },
     };
     // Everything that can be checked before reading the movie is checked first.
+    if let Some(flag) = args.other_methods_flag() {
+        let (this, other) = match args.method {
+            Method::Log => ("the LoG (the default --method log)", "--method locate"),
+            Method::Locate => ("--method locate", "the LoG (--method log)"),
+        };
+        return Err(BridgeError::invalid_argument(
+            flag,
+            format!("is a setting of {other}; {this} does not read it"),
+        ));
+    }
     let locate = match args.method {
         Method::Log => {
             det.params.validate()?;

@@ -45,10 +45,15 @@ pub(super) enum Planes {
 /// The volumes of `input` under `--axes` (`None`: a movie of 2-D frames).
 pub(super) fn planes_of(args: &Args, input: &Path) -> Result<Option<Planes>> {
     let name = input.display().to_string();
-    let ext = input
-        .extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
+    // a folder of frames declares no axes, whatever its name (`run.tif/`)
+    let ext = if input.is_dir() {
+        String::new()
+    } else {
+        input
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
     let declared = || -> Result<Option<usize>> {
         match ext.as_str() {
             "tif" | "tiff" => Ok(stack_axes(input)?

@@ -28,6 +28,24 @@ fn squeeze(a: ArrayD<f64>) -> ArrayD<f64> {
     ArrayD::from_shape_vec(shape, v).unwrap_or(a)
 }
 
+/// Drop axes of length 1, first to last, while `a` has more than `min_ndim` axes.
+fn squeeze_to(a: ArrayD<f64>, min_ndim: usize) -> ArrayD<f64> {
+    let mut shape: Vec<usize> = a.shape().to_vec();
+    while shape.len() > min_ndim {
+        match shape.iter().position(|&n| n == 1) {
+            Some(i) => {
+                shape.remove(i);
+            }
+            None => break,
+        }
+    }
+    if shape.len() == a.ndim() {
+        return a;
+    }
+    let v: Vec<f64> = a.iter().copied().collect();
+    ArrayD::from_shape_vec(shape, v).unwrap_or(a)
+}
+
 /// Read one FITS image; a malformed file's message names `what`.
 fn load(path: &Path, what: &str) -> Result<ArrayD<f64>> {
     fits::read_image(path).map_err(|e| match e {
@@ -66,7 +84,8 @@ pub(super) fn read(
         ));
     }
     let angles: Array1<f64> = angles.iter().copied().collect();
-    let psf = squeeze(load(psf_path, "psf")?);
+    // only the extra axes of length 1 (a (1, H, W) cube of one PSF): a 1×1 PSF stays 2-D
+    let psf = squeeze_to(load(psf_path, "psf")?, 2);
     let psf: Array2<f64> = match psf.ndim() {
         2 => psf
             .into_dimensionality::<Ix2>()

@@ -13,6 +13,7 @@ mod runner;
 #[cfg(feature = "mpi")]
 mod workers;
 
+use crate::cli::common::to_stderr;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -331,12 +332,12 @@ pub fn run(args: Args, g: Global) -> Result<()> {
     let (maps, shares) = runner.maps(&inputs, &params, args.requeue)?;
     runner.report(&stages, t1, &maps, shares.as_deref());
     if !maps.snr.iter().any(|v| v.is_finite()) {
-        eprintln!(
+        to_stderr(format_args!(
             "paco: warning: every map is NaN: either no output position has a valid \
              trajectory (the frames may be too small for --radius {radius} with --edge \
              {edge}), or the statistics are degenerate everywhere (a constant or all-zero \
              cube, or a cube or PSF whose values' squares leave the doubles' range)"
-        );
+        ));
     }
     let (cy, cx) = match params.center {
         Center::At(y, x) => (y, x),

@@ -1,6 +1,7 @@
 //! What `arraybridge paco` reports: the candidates (local maxima of the S/N map) and their
 //! writers: the FITS maps, `candidates.csv`, `snr.png`, and the table or JSON on stdout.
 
+use crate::cli::common::{outln, outp};
 use std::path::Path;
 
 use crate::figures::{self, Marker, RED, SnrMapOptions, WHITE};
@@ -114,20 +115,26 @@ pub(super) fn write_csv(
 }
 
 /// The candidates as a table on stdout (the same optional columns as [`write_csv`]).
-pub(super) fn print_table(cands: &[Candidate], with_flux: bool, with_sub: bool) {
-    print!(
+pub(super) fn print_table(cands: &[Candidate], with_flux: bool, with_sub: bool) -> Result<()> {
+    outp!(
         "{:>4} {:>5} {:>5} {:>9} {:>9} {:>9} {:>11}",
-        "rank", "y", "x", "sep_px", "angle", "S/N", "flux"
-    );
+        "rank",
+        "y",
+        "x",
+        "sep_px",
+        "angle",
+        "S/N",
+        "flux"
+    )?;
     if with_flux {
-        print!(" {:>14} {:>10}", "unbiased_flux", "error");
+        outp!(" {:>14} {:>10}", "unbiased_flux", "error")?;
     }
     if with_sub {
-        print!(" {:>8} {:>8} {:>9}", "y_sub", "x_sub", "S/N_sub");
+        outp!(" {:>8} {:>8} {:>9}", "y_sub", "x_sub", "S/N_sub")?;
     }
-    println!();
+    outln!()?;
     for (i, c) in cands.iter().enumerate() {
-        print!(
+        outp!(
             "{:>4} {:>5} {:>5} {:>9.3} {:>9.2} {:>9.3} {:>11.3}",
             i + 1,
             c.y,
@@ -136,17 +143,18 @@ pub(super) fn print_table(cands: &[Candidate], with_flux: bool, with_sub: bool) 
             c.angle_deg,
             c.snr,
             c.flux
-        );
+        )?;
         if let (Some(f), Some(e)) = (c.unbiased_flux, c.unbiased_flux_err) {
-            print!(" {f:>14.3} {e:>10.3}");
+            outp!(" {f:>14.3} {e:>10.3}")?;
         } else if with_flux && with_sub {
-            print!(" {:>14} {:>10}", "", "");
+            outp!(" {:>14} {:>10}", "", "")?;
         }
         if let (Some(y), Some(x), Some(v)) = (c.y_sub, c.x_sub, c.snr_sub) {
-            print!(" {y:>8.2} {x:>8.2} {v:>9.3}");
+            outp!(" {y:>8.2} {x:>8.2} {v:>9.3}")?;
         }
-        println!();
+        outln!()?;
     }
+    Ok(())
 }
 
 /// How many of the best candidates `snr.png` circles.
@@ -259,7 +267,7 @@ pub(super) fn summary(
             "candidates": cands,
         }))?;
     } else {
-        print_table(cands, args.flux, args.refine);
+        print_table(cands, args.flux, args.refine)?;
     }
     Ok(())
 }
