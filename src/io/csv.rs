@@ -464,13 +464,29 @@ impl Table {
 
     /// The line of data row `row` in the file (1-based; the header is line 1, blank lines and
     /// line breaks inside quoted fields counted).
+    ///
+    /// # Panics
+    /// Where `row` is not a data row (`row >= self.len()`), as slice indexing does.
     pub fn line(&self, row: usize) -> u64 {
         line_of(&self.rows[row])
     }
 
     /// Field `col` of data row `row`, as read.
+    ///
+    /// # Panics
+    /// Where `row` or `col` is out of range, as slice indexing does.
     pub fn field(&self, row: usize, col: usize) -> &str {
         &self.rows[row][col]
+    }
+
+    /// Data row `row`, or an [`BridgeError::InvalidArgument`] naming the rows there are.
+    fn record(&self, row: usize) -> Result<&::csv::StringRecord> {
+        self.rows.get(row).ok_or_else(|| {
+            BridgeError::invalid_argument(
+                "row",
+                format!("{}: row {row} of {} data rows", self.path, self.rows.len()),
+            )
+        })
     }
 
     /// Field `col` of data row `row` as a number (surrounding spaces ignored; `nan` and `inf`
@@ -478,13 +494,13 @@ impl Table {
     ///
     /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value.
     pub fn f64(&self, row: usize, col: usize) -> Result<f64> {
-        field_f64(&self.path, &self.header, &self.rows[row], col)
+        field_f64(&self.path, &self.header, self.record(row)?, col)
     }
 
     /// Field `col` of data row `row` as a finite number (as [`Table::f64`], and `nan`/`inf`
     /// are errors too).
     pub fn finite_f64(&self, row: usize, col: usize) -> Result<f64> {
-        field_finite_f64(&self.path, &self.header, &self.rows[row], col)
+        field_finite_f64(&self.path, &self.header, self.record(row)?, col)
     }
 
     /// Every value of the column named `name` as a number ([`Table::column`], [`Table::f64`]).
@@ -500,7 +516,7 @@ impl Table {
     /// Errors ([`BridgeError::InvalidInput`]) name the file, line, column and value, for a
     /// non-number, a fraction, `nan`/`inf` and values out of the range (such as `1e19`).
     pub fn frame(&self, row: usize, col: usize) -> Result<i64> {
-        field_frame(&self.path, &self.header, &self.rows[row], col)
+        field_frame(&self.path, &self.header, self.record(row)?, col)
     }
 }
 
@@ -543,7 +559,8 @@ fn column_in(path: &str, header: &[String], name: &str) -> Result<usize> {
 
 /// `file:line: column NAME` prefix of the messages about one field.
 fn at(path: &str, header: &[String], record: &::csv::StringRecord, col: usize) -> String {
-    format!("{path}:{}: column {}", line_of(record), header[col].trim())
+    let name = header.get(col).map_or("?", |h| h.trim());
+    format!("{path}:{}: column {name}", line_of(record))
 }
 
 fn field_f64(
@@ -552,7 +569,16 @@ fn field_f64(
     record: &::csv::StringRecord,
     col: usize,
 ) -> Result<f64> {
-    let v = &record[col];
+    let v = record.get(col).ok_or_else(|| {
+        BridgeError::invalid_argument(
+            "col",
+            format!(
+                "{path}:{}: column {col} of {} columns",
+                line_of(record),
+                record.len()
+            ),
+        )
+    })?;
     v.trim().parse::<f64>().map_err(|_| {
         BridgeError::InvalidInput(
             format!("{}: {v:?} is not a number", at(path, header, record, col)).into(),
@@ -587,7 +613,11 @@ fn field_frame(
     record: &::csv::StringRecord,
     col: usize,
 ) -> Result<i64> {
-    let v = record[col].trim();
+    // the column's presence checked as `field_f64` checks it
+    let v = match record.get(col) {
+        Some(v) => v.trim(),
+        None => return field_f64(path, header, record, col).map(|_| 0),
+    };
     let bad = |why: &str| {
         BridgeError::InvalidInput(
             format!(

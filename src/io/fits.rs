@@ -308,7 +308,7 @@ fn move_to_hdu(
     i: usize,
 ) -> std::result::Result<bool, (c_int, BridgeError)> {
     let name = path.display();
-    let num = c_int::try_from(i + 1).map_err(|_| {
+    let num = c_int::try_from(i.saturating_add(1)).map_err(|_| {
         (
             0,
             BridgeError::InvalidInput(format!("{name}: HDU {i} is out of range").into()),
@@ -697,6 +697,13 @@ mod tests {
             read_image(dir.join("missing.fits")),
             Err(BridgeError::Io { .. })
         ));
+        // an HDU number at its largest is out of range, not an overflow
+        for hdu in [1 << 40, usize::MAX] {
+            assert!(matches!(
+                read_image_hdu(&p, Some(hdu)),
+                Err(BridgeError::InvalidInput(_))
+            ));
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -206,7 +206,7 @@ fn log_cube_matches_fixture_tiles() {
         let img = load_npy(&format!("blob_log/{f}.npy"));
         let (h, w) = (img.shape[0], img.shape[1]);
         let sig = sigma_list::<f32>(1.0, 3.0, 10, false);
-        let cube = log_cube(&img.f32s(), h, w, &sig);
+        let cube = log_cube(&img.f32s(), h, w, &sig).unwrap();
         let t = load_npy(tile);
         let (th, tw, ns) = (t.shape[0], t.shape[1], t.shape[2]);
         let tv = t.f32s();
@@ -360,7 +360,7 @@ fn fast_f32_accumulation() {
     use algorithms::detect::blob_log::{blob_log_diag_acc, log_cube_acc};
     let img = load_npy("blob_log/overlap_f32.npy");
     let sig = sigma_list::<f32>(1.0, 3.0, 10, false);
-    let cube = log_cube_acc(&img.f32s(), 128, 128, &sig, Precision::F32);
+    let cube = log_cube_acc(&img.f32s(), 128, 128, &sig, Precision::F32).unwrap();
     let t = load_npy("blob_log/overlap_f32__default_rel__cube.npy").f32s();
     let gmax = t.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut maxerr = 0.0f32;

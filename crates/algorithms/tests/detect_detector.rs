@@ -185,7 +185,7 @@ fn refinement_improves_localisation() {
         ..Default::default()
     };
     let blobs = blob_log_frame(f, &p).unwrap();
-    let refined = refine_blobs(f, &blobs, &RefineParams::default());
+    let refined = refine_blobs(f, &blobs, &RefineParams::default()).unwrap();
     let truth = load_csv("blob_log/hisnr_truth.csv");
     let (ty, tx) = (truth.f64col("y"), truth.f64col("x"));
     let (mut se_int, mut se_ref, mut n_match) = (0.0, 0.0, 0);

@@ -342,7 +342,8 @@ impl Array {
 
     /// Wrap a backend's storage holding a C-contiguous array of `dtype` and `shape`.
     ///
-    /// Errors when the storage is smaller than the array needs.
+    /// Errors when the storage is smaller than the array needs, and for host storage
+    /// ([`HostStorage`]) whose data has another shape or dtype.
     pub fn from_storage(
         storage: Box<dyn Storage>,
         shape: Vec<usize>,
@@ -361,6 +362,25 @@ impl Array {
                     storage.memory_type()
                 ),
                 "Array::from_storage",
+            ));
+        }
+        // host data carries its own shape and dtype: they must be the array's (the host
+        // accessors read the data, not the array's shape)
+        let any: &dyn Any = storage.as_ref();
+        if let Some(HostStorage(data)) = any.downcast_ref::<HostStorage>()
+            && (data.shape() != shape.as_slice()
+                || data.dtype() != dtype
+                || (n > 1 && data.strides() != c_strides(&shape).as_slice()))
+        {
+            return Err(BridgeError::shape_mismatch(
+                format!("C-contiguous {dtype} {shape:?}"),
+                format!(
+                    "host data {} {:?} (strides {:?})",
+                    data.dtype(),
+                    data.shape(),
+                    data.strides()
+                ),
+                "Array::from_storage (use Array::from_host for host data)",
             ));
         }
         Ok(Array {
@@ -507,6 +527,20 @@ impl Array {
 mod tests {
     use super::*;
     use ndarray::{Array2, s};
+
+    #[test]
+    fn host_storage_must_be_the_arrays_shape_and_dtype() {
+        let data = || HostData::F64(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[100]), 1.0));
+        // 100 values are more bytes than 2×3 needs, but they are not a 2×3 array
+        let e = Array::from_storage(Box::new(HostStorage(data())), vec![2, 3], DType::F64);
+        assert!(matches!(e, Err(BridgeError::ShapeMismatch { .. })), "{e:?}");
+        let e = Array::from_storage(Box::new(HostStorage(data())), vec![100], DType::U8);
+        assert!(e.is_err());
+        let t = HostData::F64(Array2::<f64>::zeros((3, 4)).reversed_axes().into_dyn());
+        assert!(Array::from_storage(Box::new(HostStorage(t)), vec![4, 3], DType::F64).is_err());
+        let a = Array::from_storage(Box::new(HostStorage(data())), vec![100], DType::F64).unwrap();
+        assert_eq!(a.shape(), [100]);
+    }
 
     #[test]
     fn non_contiguous_bytes_are_logical_order() {

@@ -155,7 +155,7 @@ pub fn decide(
     let estimates: Vec<DeviceEstimate> = devices
         .iter()
         .map(|d| {
-            let need = work.input_bytes + work.output_bytes;
+            let need = work.input_bytes.saturating_add(work.output_bytes);
             let fits = d
                 .free_memory
                 .is_none_or(|free| (need as f64) <= free as f64 * thresholds.memory_headroom);
@@ -205,7 +205,7 @@ pub fn decide(
             format!(
                 "{} needs {} bytes but only {} bytes are free ({}% headroom), running on the CPU",
                 e.device,
-                work.input_bytes + work.output_bytes,
+                work.input_bytes.saturating_add(work.output_bytes),
                 free,
                 (thresholds.memory_headroom * 100.0).round()
             ),
@@ -236,5 +236,35 @@ pub fn decide(
                 thresholds.min_speedup
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_at_their_largest_do_not_overflow() {
+        let work = Workload {
+            input_bytes: u64::MAX,
+            output_bytes: u64::MAX,
+            flops: 1.0,
+        };
+        let gpu = DeviceProfile {
+            device: Device::Cuda(0),
+            h2d_bytes_per_s: 1e10,
+            d2h_bytes_per_s: 1e10,
+            flops_per_s: 1e12,
+            free_memory: Some(1),
+            launch_overhead_s: 1e-5,
+        };
+        let d = decide(
+            &work,
+            &CpuProfile { flops_per_s: 1.0 },
+            &[gpu],
+            &OffloadThresholds::default(),
+        );
+        assert_eq!(d.device, Device::Cpu);
+        assert!(d.reason.contains(&u64::MAX.to_string()), "{}", d.reason);
     }
 }

@@ -93,3 +93,27 @@ def test_1d_and_bad_column_counts():
         ab.link(df, 2.0, pos_columns=[])
     with pytest.raises(ab.InvalidInput, match="no column 'q'"):
         ab.link(df, 2.0, pos_columns=["q", "y", "x"])
+
+
+@pytest.mark.parametrize(
+    "sr, kw",
+    [((3.0, 2.0, 2.0), dict()), ((1.5, 2.5, 2.5), dict(memory=2)), ((4.0, 3.0, 3.0), dict(adaptive_stop=1.0, adaptive_step=0.9))],
+)
+def test_a_search_range_per_axis_is_trackpys(sr, kw):
+    df = walkers_3d(11)
+    ref = tp.link(df, sr, **kw)
+    got = ab.link(df, sr, **kw)
+    same_tracks(got, ref)
+    # equal values are one range
+    np.testing.assert_array_equal(
+        ab.link(df, (2.0, 2.0, 2.0))["particle"], ab.link(df, 2.0)["particle"]
+    )
+
+
+def test_a_search_range_per_axis_is_checked():
+    df = walkers_3d(12)
+    for bad in [(2.0, 1.0), (2.0, 0.0, 1.0), (2.0, float("nan"), 1.0), "2", (), object()]:
+        with pytest.raises(ab.InvalidInput, match="search_range"):
+            ab.link(df, bad)
+    with pytest.raises(ab.InvalidInput, match="to_eucl"):
+        ab.link(df, (2.0, 1.0, 1.0), to_eucl=lambda p: p)

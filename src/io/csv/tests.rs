@@ -243,3 +243,14 @@ fn writer_round_trips_quoted_fields() {
     assert_eq!(t.header, ["a", "b,c"]);
     assert_eq!(t.field(0, 1), "say \"hi\"");
 }
+
+#[test]
+fn accessors_that_return_a_result_do_not_panic_out_of_range() {
+    let t = table("r.csv", b"frame,y,x\n0,1.5,2\n1,2,3\n").unwrap();
+    assert_eq!(t.f64(0, 1).unwrap(), 1.5);
+    for (row, col) in [(0, 99), (5, 0), (usize::MAX, usize::MAX)] {
+        assert!(t.f64(row, col).is_err(), "{row} {col}");
+        assert!(t.finite_f64(row, col).is_err(), "{row} {col}");
+        assert!(t.frame(row, col).is_err(), "{row} {col}");
+    }
+}

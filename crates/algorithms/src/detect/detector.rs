@@ -10,7 +10,7 @@ use super::Movie;
 use super::backend::DetectBackend;
 use super::blob_log::{BlobLogParams, Precision, Prescale};
 use super::dispatch::backend_for;
-use super::refine::{RefineParams, Refined, refine_blobs};
+use super::refine::{RefineParams, Refined, refine_frame};
 use crate::exec::DeviceHandle;
 
 /// One detection in the seed's vocabulary (spec §4), plus the LoG response and the optional
@@ -257,7 +257,7 @@ impl LogDetector {
             .zip(results.par_iter())
             .zip(noises.par_iter())
             .map(|((f, blobs), &noise)| {
-                let refined = self.refine.as_ref().map(|rp| refine_blobs(*f, blobs, rp));
+                let refined = self.refine.as_ref().map(|rp| refine_frame(*f, blobs, rp));
                 (noise, refined)
             })
             .collect();

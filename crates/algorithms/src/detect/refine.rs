@@ -69,8 +69,36 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Refine a frame's blobs (one [`Refined`] per blob, same order).
-pub fn refine_blobs(frame: FrameView<'_>, blobs: &[Blob], p: &RefineParams) -> Vec<Refined> {
+/// Refine a frame's blobs (one [`Refined`] per blob, same order). An empty frame, or a blob
+/// whose position or σ is not finite, is a [`BridgeError::InvalidInput`].
+pub fn refine_blobs(
+    frame: FrameView<'_>,
+    blobs: &[Blob],
+    p: &RefineParams,
+) -> bridge_core::Result<Vec<Refined>> {
+    let (h, w) = frame.dim();
+    if h == 0 || w == 0 {
+        return Err(bridge_core::BridgeError::InvalidInput(
+            format!("refine_blobs: an empty frame ({h}x{w}) has no blob to refine").into(),
+        ));
+    }
+    if let Some(b) = blobs
+        .iter()
+        .find(|b| !(b.y.is_finite() && b.x.is_finite() && b.sigma.is_finite()))
+    {
+        return Err(bridge_core::BridgeError::InvalidInput(
+            format!(
+                "refine_blobs: a blob at ({}, {}) of σ {} is not finite",
+                b.y, b.x, b.sigma
+            )
+            .into(),
+        ));
+    }
+    Ok(refine_frame(frame, blobs, p))
+}
+
+/// [`refine_blobs`] on a frame the blobs were detected in (not empty; finite blobs).
+pub(crate) fn refine_frame(frame: FrameView<'_>, blobs: &[Blob], p: &RefineParams) -> Vec<Refined> {
     let (h, w) = frame.dim();
     let img = frame.to_f64_vec();
     blobs.iter().map(|b| refine_one(&img, h, w, b, p)).collect()

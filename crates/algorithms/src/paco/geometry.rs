@@ -5,12 +5,16 @@ use std::f64::consts::PI;
 use super::settings::{EdgeRule, Rounding};
 
 /// The patch disk `D_R = {(dy, dx) : dy² + dx² ≤ R²}` in row-major order (dy outer, dx inner).
+/// The list has [`disk_area`]`(radius)` offsets (about π·R², 16 bytes each): a caller checks
+/// the radius against its frame (and its memory) first, as `PacoJob` does.
 pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {
-    let r = radius as isize;
+    let r = isize::try_from(radius).unwrap_or(isize::MAX);
+    let r2 = i128::from(r as i64) * i128::from(r as i64);
     let mut out = Vec::new();
     for dy in -r..=r {
         for dx in -r..=r {
-            if dy * dy + dx * dx <= r * r {
+            let (y, x) = (dy as i128, dx as i128);
+            if y * y + x * x <= r2 {
                 out.push((dy, dx));
             }
         }
@@ -21,6 +25,10 @@ pub fn disk_offsets(radius: usize) -> Vec<(isize, isize)> {
 /// The number of offsets [`disk_offsets`] lists for `radius`, counted row by row (no list:
 /// O(radius) time, no memory).
 pub fn disk_area(radius: usize) -> usize {
+    // from 2^32 on, π·R² is beyond 2^64: saturated without counting 2^32 rows
+    if radius as u64 >= 1 << 32 {
+        return usize::MAX;
+    }
     let r = radius as u128;
     let mut n = 0usize;
     for dy in 0..=r {
@@ -100,7 +108,11 @@ impl Geometry {
     pub fn stats_ranges(&self) -> ((usize, usize), (usize, usize)) {
         let r = self.radius;
         let range = |n: usize| match self.edge {
-            EdgeRule::Box => (r + 1, n.saturating_sub(r + 1).max(r + 1)),
+            EdgeRule::Box => (
+                r.saturating_add(1),
+                n.saturating_sub(r.saturating_add(1))
+                    .max(r.saturating_add(1)),
+            ),
             EdgeRule::Disk => (r, n.saturating_sub(r).max(r)),
         };
         (range(self.height), range(self.width))
@@ -138,7 +150,10 @@ impl Geometry {
         if !self.in_box(py, px) {
             return None;
         }
-        Some((py as usize * self.width + px as usize, y - py, x - px))
+        let at = (py as usize)
+            .checked_mul(self.width)?
+            .checked_add(px as usize)?;
+        Some((at, y - py, x - px))
     }
 
     /// Whether pixel (y, x) (non-negative integers) is in the statistics box.

@@ -44,7 +44,9 @@ pub fn snr_peaks(snr: &Array2<f64>, top: usize) -> Vec<(usize, usize)> {
 /// Optional "calibrated S/N" (spec §9, off by default): the S/N divided by a robust per-annulus
 /// spread, `1.4826·MAD` over 1-px annuli about `center`, leaving out pixels within
 /// `exclude_radius` of the `exclude` positions (candidates). Annuli with fewer than 8 usable
-/// pixels, or a zero spread, give NaN.
+/// pixels, or a zero spread, give NaN; so does every pixel for a centre that is not finite.
+/// The annuli are those the map's pixels fall in (a centre far outside the map makes a few
+/// wide ones, never a list of every annulus up to it).
 pub fn calibrated_snr(
     snr: &Array2<f64>,
     center: (f64, f64),
@@ -62,15 +64,13 @@ pub fn calibrated_snr(
             dy * dy + dx * dx <= exclude_radius * exclude_radius
         })
     };
-    let nrings = ring(0, 0)
-        .max(ring(0, w - 1))
-        .max(ring(h - 1, 0))
-        .max(ring(h - 1, w - 1))
-        + 1;
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); nrings];
+    if !(center.0.is_finite() && center.1.is_finite()) {
+        return Array2::from_elem((h, w), f64::NAN);
+    }
+    let mut samples: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
     for ((y, x), &v) in snr.indexed_iter() {
         if v.is_finite() && !excluded(y, x) {
-            samples[ring(y, x)].push(v);
+            samples.entry(ring(y, x)).or_default().push(v);
         }
     }
     let median = |v: &mut Vec<f64>| {
@@ -82,19 +82,21 @@ pub fn calibrated_snr(
             0.5 * (v[n / 2 - 1] + v[n / 2])
         }
     };
-    let spread: Vec<f64> = samples
-        .iter_mut()
-        .map(|s| {
+    let spread: std::collections::BTreeMap<usize, f64> = samples
+        .into_iter()
+        .map(|(k, mut s)| {
             if s.len() < 8 {
-                return f64::NAN;
+                return (k, f64::NAN);
             }
-            let med = median(s);
+            let med = median(&mut s);
             let mut dev: Vec<f64> = s.iter().map(|v| (v - med).abs()).collect();
             let mad = 1.4826 * median(&mut dev);
-            if mad > 0.0 { mad } else { f64::NAN }
+            (k, if mad > 0.0 { mad } else { f64::NAN })
         })
         .collect();
-    Array2::from_shape_fn((h, w), |(y, x)| snr[[y, x]] / spread[ring(y, x)])
+    Array2::from_shape_fn((h, w), |(y, x)| {
+        snr[[y, x]] / spread.get(&ring(y, x)).copied().unwrap_or(f64::NAN)
+    })
 }
 
 /// A sub-pixel S/N peak found by [`refine_peak`].

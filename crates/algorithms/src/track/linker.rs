@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use bridge_core::Result;
+use bridge_core::{BridgeError, Result};
 
 use super::assign::{Edges, Outcome, Rules, solve_subnet};
 use super::predict::{Field, Velocity};
@@ -92,6 +92,12 @@ impl<const D: usize> Linker<D> {
     /// a velocity predictor's initial guess, whose samples are 2-D, when `D` is not 2).
     pub fn new_nd(params: LinkParams) -> Result<Self> {
         params.validate()?;
+        if D == 0 {
+            return Err(BridgeError::invalid_argument(
+                "positions",
+                "linking needs at least one coordinate per position (D = 0)",
+            ));
+        }
         let rules = Rules {
             range: params.search_range,
             cap: params.max_subnet_sources,

@@ -659,9 +659,35 @@ def _as_trackpy_oversize(e: SubnetOversizeException) -> BaseException:
 _NEIGHBOR_STRATEGIES = ("kdtree", "btree")
 
 
+def _search_range(search_range: Any) -> "tuple[float, Optional[np.ndarray]]":
+    """trackpy's ``search_range``: a number, or one per position column. Equal values are one
+    range; different ones are returned as an array (then the range is 1, in the space where the
+    positions are divided by them, as trackpy links). Anything else is an InvalidInput."""
+    if isinstance(search_range, (str, bytes)):
+        raise InvalidInput(f"search_range is a number or one per axis, got {search_range!r}")
+    if hasattr(search_range, "__iter__") and np.ndim(search_range) != 0:
+        try:
+            v = np.asarray(list(search_range), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidInput(
+                f"search_range is a number or one per axis, got {search_range!r}"
+            ) from None
+        if v.ndim != 1 or v.size == 0:
+            raise InvalidInput(f"search_range is a number or one per axis, got {search_range!r}")
+        if not np.all(np.isfinite(v) & (v > 0)):
+            raise InvalidInput(f"every search_range must be finite and > 0, got {search_range!r}")
+        if np.all(v[1:] == v[:-1]):
+            return float(v[0]), None
+        return 1.0, v
+    try:
+        return float(search_range), None
+    except (TypeError, ValueError):
+        raise InvalidInput(f"search_range is a number or one per axis, got {search_range!r}") from None
+
+
 def link(
     f: Any,
-    search_range: float,
+    search_range: Any,
     pos_columns: Optional[Sequence[str]] = None,
     t_column: str = "frame",
     memory: int = 0,
@@ -696,7 +722,9 @@ def link(
     :class:`SubnetOversizeException` as trackpy does (an :class:`InvalidInput`, and an instance
     of trackpy's ``SubnetOversizeException`` when trackpy is imported); ``max_subnet`` does not
     apply to it. ``to_eucl`` maps the positions (an ``(n, d)`` array) to the Euclidean
-    coordinates linking uses."""
+    coordinates linking uses. ``search_range`` is a number or, as in trackpy, one per position
+    column (``(2, 1, 1)`` for ``z, y, x``): the positions are then divided by their ranges and
+    linked within 1, and ``adaptive_stop`` is scaled the same way."""
     drop = False
     if link_strategy is not None:
         drop = str(link_strategy).lower() == "drop"
@@ -719,10 +747,19 @@ def link(
             "a trackpy predictor object is not supported here (the command line's "
             "`arraybridge track --predict velocity` has trackpy's NearestVelocityPredict)"
         )
+    search_range, per_axis = _search_range(search_range)
+    if per_axis is not None and to_eucl is not None:
+        raise InvalidInput(
+            "a search_range per axis cannot be combined with to_eucl (as in trackpy): scale "
+            "the axes in to_eucl instead"
+        )
     adaptive = None
     if adaptive_stop is not None:
         stop, step = float(adaptive_stop), float(adaptive_step)
-        if not (np.isfinite(stop) and 0 < stop <= float(search_range)):
+        if per_axis is not None:
+            # trackpy links in the space where every range is 1, its stop scaled likewise
+            stop = float(np.max(stop / per_axis))
+        if not (np.isfinite(stop) and 0 < stop <= search_range):
             raise InvalidInput(
                 f"adaptive_stop must be in (0, search_range], got {adaptive_stop!r}"
             )
@@ -778,6 +815,14 @@ def link(
         pos = np.stack([np.asarray(f[c], dtype=np.float64) for c in pos_columns], axis=1)
     except (TypeError, ValueError) as e:
         raise InvalidInput(f"position columns must be numeric: {e}") from None
+    if per_axis is not None:
+        if len(per_axis) != len(pos_columns):
+            raise InvalidInput(
+                f"search_range has {len(per_axis)} values, one per position column is "
+                f"{len(pos_columns)} ({', '.join(map(str, pos_columns))})"
+            )
+        # trackpy's anisotropic search: positions divided by their ranges, linked within 1
+        pos = pos / per_axis
     if to_eucl is not None:
         pos = np.asarray(to_eucl(pos), dtype=np.float64)
         if pos.ndim != 2 or pos.shape[0] != len(frames) or pos.shape[1] != len(pos_columns):
@@ -789,7 +834,7 @@ def link(
         ids = _native.link(
             frames,
             np.ascontiguousarray(pos),
-            search_range=float(search_range),
+            search_range=search_range,
             memory=_int("memory", memory),
             max_subnet=None if max_subnet is None else _int("max_subnet", max_subnet),
             adaptive=adaptive,

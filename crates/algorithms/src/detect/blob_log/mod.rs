@@ -111,9 +111,9 @@ pub fn blob_log_typed_with<T: Real>(
     knobs: &CpuKnobs,
 ) -> Result<BlobLogDiag> {
     p.validate()?;
-    if h == 0 || w == 0 || image.len() != h * w {
+    if h == 0 || w == 0 || h.checked_mul(w) != Some(image.len()) {
         return Err(BridgeError::shape_mismatch(
-            h * w,
+            format!("{h}x{w}"),
             image.len(),
             "blob_log frame",
         ));
@@ -215,16 +215,33 @@ pub(crate) fn blobs_of_device_search<T: Real>(
     }
 }
 
-/// The post-cube part of the pipeline (threshold, peaks, order, pruning); shared with device
-/// back ends that compute the cube themselves.
+/// The post-cube part of the pipeline (threshold, peaks, order, pruning) on a cube computed
+/// elsewhere: `sigmas.len()` planes of `h × w`, scale-major. A cube of another length, an empty
+/// plane or invalid parameters are errors.
 pub fn peaks_and_prune<T: Real>(
     cube: &[T],
     h: usize,
     w: usize,
     sigmas: &[T],
     p: &BlobLogParams,
-) -> BlobLogDiag {
-    peaks_and_prune_in(cube, h, w, sigmas, p, threshold_of(cube, p))
+) -> Result<BlobLogDiag> {
+    p.validate()?;
+    let want = h.checked_mul(w).and_then(|n| n.checked_mul(sigmas.len()));
+    if h == 0 || w == 0 || sigmas.is_empty() || want != Some(cube.len()) {
+        return Err(BridgeError::shape_mismatch(
+            format!("{} scales of {h}x{w}", sigmas.len()),
+            cube.len(),
+            "blob_log cube",
+        ));
+    }
+    Ok(peaks_and_prune_in(
+        cube,
+        h,
+        w,
+        sigmas,
+        p,
+        threshold_of(cube, p),
+    ))
 }
 
 /// [`peaks_and_prune`] with the threshold and the cube extrema already known.

@@ -190,6 +190,9 @@ impl BlobLogParams {
 
 /// NumPy `linspace(start, stop, num)` evaluated in `T`.
 fn linspace<T: Real>(start: T, stop: T, num: usize) -> Vec<T> {
+    if num == 0 {
+        return Vec::new(); // NumPy's `linspace(a, b, 0)`: empty
+    }
     if num == 1 {
         return vec![start];
     }

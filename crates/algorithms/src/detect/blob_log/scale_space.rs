@@ -3,6 +3,7 @@
 //! above it outside the border (the search itself in `scale_space/peaks.rs`, re-exported here;
 //! the unit tests in `scale_space/tests.rs`).
 
+use bridge_core::{BridgeError, Result};
 use rayon::prelude::*;
 
 use super::params::{BlobLogParams, border_covers};
@@ -18,22 +19,73 @@ use peaks::{RowScratch, rows_peaks};
 pub use crate::precision::Precision;
 
 /// The scale-space cube, plane-major: `cube[i·h·w + y·w + x]` (exact f64 accumulation).
-pub fn log_cube<T: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) -> Vec<T> {
+/// Errors as [`log_cube_acc`].
+pub fn log_cube<T: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) -> Result<Vec<T>> {
     log_cube_acc(image, h, w, sigmas, Precision::F64)
 }
 
-/// The scale-space cube with a chosen accumulation.
+/// The scale-space cube with a chosen accumulation. An image that is not `h × w` pixels (or
+/// is empty), a σ that is not finite and positive, or a cube and kernels beyond the host
+/// memory budget are errors, checked before anything is allocated.
 pub fn log_cube_acc<T: Real>(
     image: &[T],
     h: usize,
     w: usize,
     sigmas: &[T],
     acc: Precision,
-) -> Vec<T> {
-    match acc {
+) -> Result<Vec<T>> {
+    check_cube_inputs(image.len(), h, w, sigmas)?;
+    Ok(match acc {
         Precision::Auto | Precision::F64 => log_cube_in::<T, f64>(image, h, w, sigmas),
         Precision::F32 => log_cube_in::<T, f32>(image, h, w, sigmas),
+    })
+}
+
+/// [`log_cube_acc`]'s checks: the image's length, the σ, and its memory (the cube, the padded
+/// frame and each thread's rows of the widest kernel) against the host budget.
+fn check_cube_inputs<T: Real>(len: usize, h: usize, w: usize, sigmas: &[T]) -> Result<()> {
+    if h == 0 || w == 0 || h.checked_mul(w) != Some(len) {
+        return Err(BridgeError::shape_mismatch(
+            format!("{h}x{w}"),
+            len,
+            "log_cube image",
+        ));
     }
+    if let Some(s) = sigmas
+        .iter()
+        .map(|s| s.to_f64())
+        .find(|s| !(s.is_finite() && *s > 0.0))
+    {
+        return Err(BridgeError::invalid_argument(
+            "sigmas",
+            format!("every σ must be finite and positive, got {s}"),
+        ));
+    }
+    let rmax = sigmas
+        .iter()
+        .map(|s| crate::detect::filters::kernel_radius(s.to_f64()) as u64)
+        .max()
+        .unwrap_or(0);
+    let (h64, w64) = (h as u64, w as u64);
+    let item = std::mem::size_of::<T>() as u64;
+    let cube = h64
+        .saturating_mul(w64)
+        .saturating_mul(sigmas.len() as u64)
+        .saturating_mul(item);
+    let padded = h64.saturating_mul(w64.saturating_add(64)).saturating_mul(8);
+    let rows = (rayon::current_num_threads() as u64)
+        .saturating_mul(2 * h64.min(8) + 2)
+        .saturating_mul(w64.saturating_add(rmax.saturating_mul(2)))
+        .saturating_mul(8);
+    bridge_core::host::check_allocation(
+        cube.saturating_add(padded).saturating_add(rows),
+        &format!(
+            "log_cube of {h}x{w} at {} scales (largest σ {})",
+            sigmas.len(),
+            sigmas.iter().map(|s| s.to_f64()).fold(0.0, f64::max)
+        ),
+        "use fewer scales, a smaller σ or a smaller image",
+    )
 }
 
 fn log_cube_in<T: Real, A: Real>(image: &[T], h: usize, w: usize, sigmas: &[T]) -> Vec<T> {

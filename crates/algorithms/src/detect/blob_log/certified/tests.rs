@@ -17,7 +17,7 @@ fn exact_voxels_equal_the_cube() {
             ..BlobLogParams::default()
         };
         let sigmas = p.sigma_list::<f64>();
-        let cube = log_cube(&img, h, w, &sigmas);
+        let cube = log_cube(&img, h, w, &sigmas).unwrap();
         let planes = exact_planes(&sigmas);
         let mut ex = ExactVoxels::new(&img, (h, w), &planes, Reference::F64);
         for s in 0..sigmas.len() {
@@ -31,7 +31,7 @@ fn exact_voxels_equal_the_cube() {
         // an f32 frame: its f32 cube (each pass rounded to f32)
         let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
         let sig32 = p.sigma_list::<f32>();
-        let cube = log_cube(&img32, h, w, &sig32);
+        let cube = log_cube(&img32, h, w, &sig32).unwrap();
         let img = widen(&img32);
         let planes = f32_planes(&sig32);
         let mut ex = ExactVoxels::new(&img, (h, w), &planes, Reference::F32);
@@ -74,13 +74,13 @@ fn the_bound_holds_with_room() {
             ..BlobLogParams::default()
         };
         let sigmas = p.sigma_list::<f64>();
-        let exact = log_cube(&img, h, w, &sigmas);
+        let exact = log_cube(&img, h, w, &sigmas).unwrap();
         let img32: Vec<f32> = img.iter().map(|&v| v as f32).collect();
         let planes = exact_planes(&sigmas);
         let m = img.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         // an f32 frame: f32 sums against SciPy's f32 cube (passes rounded to f32)
         let sig32 = p.sigma_list::<f32>();
-        let exact32: Vec<f64> = widen(&log_cube(&img32, h, w, &sig32));
+        let exact32: Vec<f64> = widen(&log_cube(&img32, h, w, &sig32).unwrap());
         let planes32 = f32_planes(&sig32);
         for fused in kernel_choices() {
             for (reference, exact, planes) in [

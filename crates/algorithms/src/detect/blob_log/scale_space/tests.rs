@@ -156,7 +156,7 @@ fn banded_peaks_equal_the_whole_cube_peaks() {
                     ..BlobLogParams::default()
                 };
                 let sigmas = p.sigma_list::<f64>();
-                let cube = log_cube(&img, h, w, &sigmas);
+                let cube = log_cube(&img, h, w, &sigmas).unwrap();
                 let (thr, lo, hi) = threshold_of(&cube, &p);
                 let want = if lo == hi {
                     Vec::new()
