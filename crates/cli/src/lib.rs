@@ -25,7 +25,25 @@ pub use cli::{Cli, run};
 /// exits with 128 + the signal (130, 143, 129). A closed standard output (`| head -1`) ends it
 /// quietly with 141.
 pub fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        // `--help`, `--version` and usage errors, printed as clap prints them; a write that
+        // fails (`--help > /dev/full`) is an error too, where clap's own exit ignores it
+        Err(e) => {
+            let code = e.exit_code();
+            let printed = e
+                .print()
+                .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+            if let Err(w) = printed {
+                if w.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::from(141);
+                }
+                cli::common::to_stderr(format_args!("error: writing the help: {w}"));
+                return ExitCode::FAILURE;
+            }
+            return ExitCode::from(u8::try_from(code).unwrap_or(2));
+        }
+    };
     install_logger(args.quiet);
     #[cfg(feature = "mpi")]
     let _universe = match cli::mpi::init() {

@@ -84,7 +84,17 @@ fn a_closed_standard_output_ends_quietly_and_a_full_one_is_an_error() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("detect"));
+    assert_eq!(run(&["detect", "--no-such-flag"]).status.code(), Some(2));
     if Path::new("/dev/full").exists() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = arraybridge(&["--help"]).stdout(full).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
         for args in [&["devices"][..], &["devices", "--json"][..]] {
             let full = std::fs::OpenOptions::new()
                 .write(true)

@@ -70,7 +70,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Refine a frame's blobs (one [`Refined`] per blob, same order). An empty frame, or a blob
-/// whose position or σ is not finite, is a [`BridgeError::InvalidInput`].
+/// whose position or σ is not finite, is a [`bridge_core::BridgeError::InvalidInput`].
 pub fn refine_blobs(
     frame: FrameView<'_>,
     blobs: &[Blob],
