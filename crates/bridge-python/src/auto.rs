@@ -103,8 +103,9 @@ fn figure(device: &str, key: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
 }
 
 /// Every figure of `device`'s profile `g`, checked (its keys, their numbers) whether or not
-/// the device is here: a profile that could never be used is an error, not kept silently.
-fn check_profile(device: &str, g: &Bound<'_, PyAny>) -> PyResult<()> {
+/// the device is here (a profile that could never be used is an error, not kept silently):
+/// each as its index in [`FIGURES`] and its value.
+fn figures(device: &str, g: &Bound<'_, PyAny>) -> PyResult<Vec<(usize, f64)>> {
     let g = g.cast::<PyDict>().map_err(|_| {
         crate::errors::invalid(format!("device_profiles[{device:?}] is a dict of figures"))
     })?;
@@ -113,26 +114,27 @@ fn check_profile(device: &str, g: &Bound<'_, PyAny>) -> PyResult<()> {
     } else {
         &FIGURES
     };
+    let mut out = Vec::with_capacity(g.len());
     for (k, v) in g.iter() {
         let key: String = k.extract().map_err(|_| {
             crate::errors::invalid(format!(
                 "device_profiles[{device:?}]: a figure's name is a string, got {k:?}"
             ))
         })?;
-        if !allowed.contains(&key.as_str()) {
+        let Some(i) = allowed.iter().position(|&f| f == key) else {
             return Err(crate::errors::invalid(format!(
                 "device_profiles[{device:?}]: unknown figure {key:?} ({})",
                 allowed.join(", ")
             )));
-        }
-        figure(device, &key, &v)?;
+        };
+        out.push((i, figure(device, &key, &v)?));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// A device's figures for `@ab.offload`: the nominal ones (`arraybridge::runtime`), with any
-/// of `flops_per_s`, `h2d_bytes_per_s`, `d2h_bytes_per_s`, `launch_overhead_s` that
-/// `ab.config(device_profiles=...)` measured replacing them (checked by [`check_profile`]).
+/// of [`FIGURES`] that `ab.config(device_profiles=...)` measured replacing them (as
+/// [`figures`] reads them).
 fn profile_with(
     mut p: bridge_core::offload::DeviceProfile,
     given: Option<&Bound<'_, PyDict>>,
@@ -140,22 +142,14 @@ fn profile_with(
     let Some(g) = given else {
         return Ok((p, false));
     };
-    let device = p.device.to_string();
-    for (k, v) in g.iter() {
-        let key: String = k.extract()?;
-        let val = figure(&device, &key, &v)?;
-        match key.as_str() {
-            "flops_per_s" => p.flops_per_s = val,
-            "h2d_bytes_per_s" => p.h2d_bytes_per_s = val,
-            "d2h_bytes_per_s" => p.d2h_bytes_per_s = val,
-            "launch_overhead_s" => p.launch_overhead_s = val,
-            other => {
-                return Err(crate::errors::invalid(format!(
-                    "device_profiles[{device:?}]: unknown figure {other:?} ({})",
-                    FIGURES.join(", ")
-                )));
-            }
-        }
+    for (i, val) in figures(&p.device.to_string(), g.as_any())? {
+        let slot = match i {
+            0 => &mut p.flops_per_s,
+            1 => &mut p.h2d_bytes_per_s,
+            2 => &mut p.d2h_bytes_per_s,
+            _ => &mut p.launch_overhead_s,
+        };
+        *slot = val;
     }
     Ok((p, true))
 }
@@ -196,7 +190,7 @@ pub fn offload_decision<'py>(
             })?;
         }
         for (k, v) in p.iter() {
-            check_profile(&k.extract::<String>()?, &v)?;
+            figures(&k.extract::<String>()?, &v)?;
         }
     }
     let given = |name: &str| -> PyResult<Option<Bound<'py, PyDict>>> {

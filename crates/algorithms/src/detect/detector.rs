@@ -308,7 +308,7 @@ impl LogDetector {
 /// y-pass rows padded by `r` on either side (two f64 arrays of `BLOCK_ROWS` rows of `w + 2r`).
 /// A few KB for the usual σ ≤ 10; with `--max-sigma 10000 --num-sigma 1000` the kernels alone
 /// are 640 MB a frame.
-fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
+pub(crate) fn sigma_host_bytes(w: usize, num_sigma: usize, max_sigma: f64) -> (u64, u64) {
     let r = if max_sigma.is_finite() && max_sigma > 0.0 {
         crate::detect::filters::kernel_radius(max_sigma) as u64
     } else {

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import copy
 import functools
+from typing import Any, Callable, Optional
 
 import numpy as np
-from typing import Any, Callable, Optional
 
 from . import _frameworks
 from ._native import InvalidInput

@@ -4,7 +4,6 @@ spelling), :func:`benchmark` / :func:`print_benchmark_results`, :func:`is_gpu_av
 from __future__ import annotations
 
 import operator
-
 import time
 from typing import Any, Optional, Sequence
 

@@ -41,8 +41,8 @@ pub fn log_cube_acc<T: Real>(
     })
 }
 
-/// [`log_cube_acc`]'s checks: the image's length, the σ, and its memory (the cube, the padded
-/// frame and each thread's rows of the widest kernel) against the host budget.
+/// [`log_cube_acc`]'s checks: the image's length, the σ, and its memory (the cube and work
+/// images, the kernels, each thread's rows of the widest kernel) against the host budget.
 fn check_cube_inputs<T: Real>(len: usize, h: usize, w: usize, sigmas: &[T]) -> Result<()> {
     if h == 0 || w == 0 || h.checked_mul(w) != Some(len) {
         return Err(BridgeError::shape_mismatch(
@@ -61,28 +61,18 @@ fn check_cube_inputs<T: Real>(len: usize, h: usize, w: usize, sigmas: &[T]) -> R
             format!("every σ must be finite and positive, got {s}"),
         ));
     }
-    let rmax = sigmas
-        .iter()
-        .map(|s| crate::detect::filters::kernel_radius(s.to_f64()) as u64)
-        .max()
-        .unwrap_or(0);
-    let (h64, w64) = (h as u64, w as u64);
-    let item = std::mem::size_of::<T>() as u64;
-    let cube = h64
-        .saturating_mul(w64)
-        .saturating_mul(sigmas.len() as u64)
-        .saturating_mul(item);
-    let padded = h64.saturating_mul(w64.saturating_add(64)).saturating_mul(8);
-    let rows = (rayon::current_num_threads() as u64)
-        .saturating_mul(2 * h64.min(8) + 2)
-        .saturating_mul(w64.saturating_add(rmax.saturating_mul(2)))
-        .saturating_mul(8);
+    // the whole cube and a few work images, the kernels, each thread's padded rows: the
+    // estimates `LogDetector::check_memory` makes for a frame
+    let largest = sigmas.iter().map(|s| s.to_f64()).fold(0.0, f64::max);
+    let cube = crate::detect::backend::scale_space_host_bytes(h, w, sigmas.len());
+    let (kernels, scratch) = crate::detect::detector::sigma_host_bytes(w, sigmas.len(), largest);
+    let threads = rayon::current_num_threads() as u64;
     bridge_core::host::check_allocation(
-        cube.saturating_add(padded).saturating_add(rows),
+        cube.saturating_add(kernels)
+            .saturating_add(scratch.saturating_mul(threads)),
         &format!(
-            "log_cube of {h}x{w} at {} scales (largest σ {})",
-            sigmas.len(),
-            sigmas.iter().map(|s| s.to_f64()).fold(0.0, f64::max)
+            "log_cube of {h}x{w} at {} scales (largest σ {largest})",
+            sigmas.len()
         ),
         "use fewer scales, a smaller σ or a smaller image",
     )

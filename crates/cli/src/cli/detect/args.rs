@@ -289,27 +289,28 @@ impl Args {
     /// `--method` reads: `detect` refuses it rather than ignore it (a `--diameter` with the
     /// LoG, a `--max-sigma` with `locate`). A flag given at its default value is not seen.
     pub fn other_methods_flag(&self) -> Option<&'static str> {
+        let d = Self::defaults()?;
         let log_only = [
-            (self.min_sigma.0 != [1.0], "--min-sigma"),
-            (self.max_sigma.0 != [50.0], "--max-sigma"),
-            (self.num_sigma != 10, "--num-sigma"),
-            (self.threshold.0 != Some(0.2), "--threshold"),
-            (self.threshold_rel.0.is_some(), "--threshold-rel"),
-            (self.overlap != 0.5, "--overlap"),
+            (self.min_sigma != d.min_sigma, "--min-sigma"),
+            (self.max_sigma != d.max_sigma, "--max-sigma"),
+            (self.num_sigma != d.num_sigma, "--num-sigma"),
+            (self.threshold != d.threshold, "--threshold"),
+            (self.threshold_rel != d.threshold_rel, "--threshold-rel"),
+            (self.overlap != d.overlap, "--overlap"),
             (self.log_scale, "--log-scale"),
-            (self.exclude_border != 0, "--exclude-border"),
-            (self.prescale != Prescale::Legacy, "--prescale"),
+            (self.exclude_border != d.exclude_border, "--exclude-border"),
+            (self.prescale != d.prescale, "--prescale"),
             (self.refine, "--refine"),
             (self.fast, "--fast"),
         ];
         let locate_only = [
             (self.diameter.is_some(), "--diameter"),
-            (self.minmass != 0.0, "--minmass"),
+            (self.minmass != d.minmass, "--minmass"),
             (self.maxsize.is_some(), "--maxsize"),
             (self.separation.is_some(), "--separation"),
-            (self.noise_size.0 != [1.0], "--noise-size"),
+            (self.noise_size != d.noise_size, "--noise-size"),
             (self.smoothing_size.is_some(), "--smoothing-size"),
-            (self.percentile != 64.0, "--percentile"),
+            (self.percentile != d.percentile, "--percentile"),
             (self.topn.is_some(), "--topn"),
             (self.no_preprocess, "--no-preprocess"),
             (self.invert, "--invert"),
@@ -322,5 +323,18 @@ impl Args {
         other
             .iter()
             .find_map(|&(given, flag)| given.then_some(flag))
+    }
+
+    /// The flags as clap gives them when only an input is named: their defaults, from the
+    /// `#[arg]` attributes above (not written out a second time).
+    fn defaults() -> Option<Args> {
+        #[derive(clap::Parser)]
+        struct OnlyAnInput {
+            #[command(flatten)]
+            args: Args,
+        }
+        <OnlyAnInput as clap::Parser>::try_parse_from(["detect", "-"])
+            .ok()
+            .map(|o| o.args)
     }
 }
